@@ -1,0 +1,270 @@
+"""GPT-2 in NumPy: the forward pass over a block of new tokens (a chain or a token tree) with a KV cache.
+
+Numerically what GPT-2 computes: learned positions, pre-LayerNorm blocks, GELU (tanh
+approximation), a tied LM head. Parameters are plain arrays in a nested dict (picoGPT's layout):
+
+    params = {"wte": [n_vocab, n_embd], "wpe": [n_ctx, n_embd], "ln_f": {"g", "b"},
+              "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
+                          "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
+
+Linear weights are stored [n_in, n_out] (the orientation of GPT-2's Conv1D), so `x @ w + b`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """Hyperparameters, named as in GPT-2's `config.json` (n_ctx is its `n_positions`)."""
+
+    n_vocab: int = 50257
+    n_ctx: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    layer_norm_epsilon: float = 1e-5
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+# Shapes of the real GPT-2 family (used for benchmarks with random weights, and by the loader).
+GPT2_SHAPES = {
+    "distilgpt2": GPT2Config(n_layer=6),
+    "gpt2": GPT2Config(),
+    "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+    "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+    "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25),
+}
+
+
+@dataclass(frozen=True)
+class GPT2:
+    """A model: its config and its parameters (plain arrays, all of one dtype)."""
+
+    config: GPT2Config
+    params: dict
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.params["wte"].dtype
+
+    def astype(self, dtype) -> "GPT2":
+        """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
+        return GPT2(self.config, map_params(lambda a: a.astype(dtype), self.params))
+
+    @property
+    def n_params(self) -> int:
+        return sum(a.size for a in iter_params(self.params))
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights one forward pass reads (every tensor once; the tied head is `wte`)."""
+        return sum(a.nbytes for a in iter_params(self.params))
+
+
+def map_params(fn, tree):
+    if isinstance(tree, dict):
+        return {k: map_params(fn, v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [map_params(fn, v) for v in tree]
+    return fn(tree)
+
+
+def iter_params(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from iter_params(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from iter_params(v)
+    else:
+        yield tree
+
+
+def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: float = 0.02) -> GPT2:
+    """A GPT-2 with random weights (GPT-2's init scale), for tests and cost measurements."""
+    rng = np.random.default_rng(seed)
+    d, c = config.n_embd, config
+
+    def lin(n_in, n_out):
+        return {"w": rng.normal(0, scale, (n_in, n_out)), "b": rng.normal(0, scale, n_out)}
+
+    def ln():
+        return {"g": 1 + rng.normal(0, 0.1, d), "b": rng.normal(0, 0.1, d)}
+
+    params = {
+        "wte": rng.normal(0, scale, (c.n_vocab, d)),
+        "wpe": rng.normal(0, scale, (c.n_ctx, d)),
+        "blocks": [{"ln_1": ln(), "attn": {"c_attn": lin(d, 3 * d), "c_proj": lin(d, d)},
+                    "ln_2": ln(), "mlp": {"c_fc": lin(d, 4 * d), "c_proj": lin(4 * d, d)}}
+                   for _ in range(c.n_layer)],
+        "ln_f": ln(),
+    }
+    return GPT2(config, map_params(lambda a: np.ascontiguousarray(a, dtype=dtype), params))
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+class KVCache:
+    """Preallocated keys and values of one model: `k, v` are [n_layer, n_head, capacity, head_dim].
+
+    Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
+    its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative
+    decoder then `keep`s only the accepted root-to-node path of that block (compacted into
+    contiguous slots) or `truncate`s. Nothing is ever concatenated: a step costs O(new tokens).
+    Size it for the context plus the largest block (a tree occupies slots it will not keep).
+    """
+
+    def __init__(self, config: GPT2Config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
+        self.config = config
+        self.capacity = capacity if capacity is not None else config.n_ctx + max_block
+        shape = (config.n_layer, config.n_head, self.capacity, config.head_dim)
+        self.k = np.zeros(shape, dtype=dtype)
+        self.v = np.zeros(shape, dtype=dtype)
+        self.length = 0
+
+    def keep(self, start: int, offsets) -> None:
+        """Keep slots `start + offsets` (ascending) at `start, start+1, ...`; drop everything after.
+
+        Used after verification: `start` is where the block began, `offsets` the accepted path's
+        nodes within the block. Their K/V were computed at the right positions (prefix + depth),
+        so moving them into contiguous slots gives exactly the cache a plain prefill would.
+        """
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if offsets.size and (np.any(np.diff(offsets) <= 0) or offsets[0] < 0 or start + offsets[-1] >= self.length):
+            raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block [{start}, {self.length})")
+        if not 0 <= start <= self.length:
+            raise ValueError(f"keep: start {start} outside the cache (length {self.length})")
+        src = start + offsets
+        n = offsets.size
+        # Fancy indexing copies the sources first, so overlapping moves are safe.
+        self.k[:, :, start:start + n] = self.k[:, :, src]
+        self.v[:, :, start:start + n] = self.v[:, :, src]
+        self.length = start + n
+
+    def truncate(self, length: int) -> None:
+        """Forget every slot from `length` on."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"truncate: length {length} outside 0..{self.length}")
+        self.length = length
+
+    def copy(self) -> "KVCache":
+        c = KVCache.__new__(KVCache)
+        c.config, c.capacity, c.length = self.config, self.capacity, self.length
+        c.k, c.v = self.k.copy(), self.v.copy()
+        return c
+
+
+# ----------------------------------------------------------------------------- the math
+
+def gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def layer_norm(x, g, b, eps: float = 1e-5):
+    mean = np.mean(x, axis=-1, keepdims=True)
+    var = np.var(x, axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(var + eps) + b
+
+
+def linear(x, w, b):  # [n, n_in] -> [n, n_out]
+    return x @ w + b
+
+
+def attention(q, k, v, mask):  # [h, n, d], [h, L, d], [h, L, d], [n, L] -> [h, n, d]
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])  # [h, n, L]
+    scores = np.where(mask, scores, -np.inf)  # every row sees at least itself: no all -inf row
+    return softmax(scores) @ v
+
+
+def mha(x, c_attn, c_proj, n_head, cache, layer, mask):  # [n, n_embd] -> [n, n_embd]
+    n, d = x.shape
+    qkv = linear(x, **c_attn)  # [n, n_embd] -> [n, 3*n_embd]
+    qkv = qkv.reshape(n, 3, n_head, d // n_head).transpose(1, 2, 0, 3)  # -> [3, n_head, n, head_dim]
+    start = cache.length
+    cache.k[layer, :, start:start + n] = qkv[1]
+    cache.v[layer, :, start:start + n] = qkv[2]
+    k = cache.k[layer, :, :start + n]  # [n_head, L, head_dim], L = prefix + n
+    v = cache.v[layer, :, :start + n]
+    out = attention(qkv[0], k, v, mask)  # [n_head, n, head_dim]
+    out = out.transpose(1, 0, 2).reshape(n, d)  # -> [n, n_embd]
+    return linear(out, **c_proj)
+
+
+def mlp(x, c_fc, c_proj):  # [n, n_embd] -> [n, n_embd]
+    return linear(gelu(linear(x, **c_fc)), **c_proj)  # via [n, 4*n_embd]
+
+
+def transformer_block(x, block, n_head, cache, layer, mask, eps):  # [n, n_embd] -> [n, n_embd]
+    x = x + mha(layer_norm(x, **block["ln_1"], eps=eps), **block["attn"], n_head=n_head,
+                cache=cache, layer=layer, mask=mask)
+    return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
+
+
+def full_mask(block_mask, prefix_len: int):
+    """[n, n] mask among the new tokens -> [n, prefix + n]: every new token sees the whole prefix."""
+    n = block_mask.shape[0]
+    return np.concatenate([np.ones((n, prefix_len), dtype=bool), block_mask], axis=1)
+
+
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None):
+    """Logits [n_new, n_vocab] for a block of new tokens appended after the cached prefix.
+
+    tokens:    [n_new] token ids.
+    positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain). For a token tree
+               a node's position is prefix + its depth, not its index in the block.
+    mask:      bool, [n_new, n_new] among the new tokens (the prefix is always visible) or
+               [n_new, prefix + n_new]; default causal. Row i says which tokens node i attends to:
+               for a tree, its ancestors and itself.
+    The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
+    """
+    c = model.config
+    p = model.params
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    n, start = tokens.size, cache.length
+    if n == 0:
+        raise ValueError("forward needs at least one new token")
+    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
+        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
+    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
+    if positions.size != n:
+        raise ValueError(f"{positions.size} positions for {n} tokens")
+    if positions.max() >= c.n_ctx:
+        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
+    if start + n > cache.capacity:
+        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
+    if mask is None:
+        mask = np.tril(np.ones((n, n), dtype=bool))
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape == (n, n):
+        mask = full_mask(mask, start)
+    elif mask.shape != (n, start + n):
+        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
+
+    x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
+    for layer, block in enumerate(p["blocks"]):
+        x = transformer_block(x, block, c.n_head, cache, layer, mask, c.layer_norm_epsilon)
+    cache.length = start + n
+    x = layer_norm(x, **p["ln_f"], eps=c.layer_norm_epsilon)
+    return x @ p["wte"].T  # tied head: [n, n_embd] -> [n, n_vocab]
+
+
+def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
+    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
+    return KVCache(model.config, dtype=model.dtype, max_block=max_block)

@@ -1,0 +1,82 @@
+"""GPT-2's byte-pair encoding, built offline from the two files shipped in `weights/`.
+
+The full encoding has 50257 tokens. The embedded tiny models use the same BPE restricted to
+its first N ranks (token ids 0..N-1 are exactly GPT-2's ids, `<|endoftext|>` becomes id N), so
+that the embedding table does not dominate a small model. Which one a model needs follows from
+its vocabulary size: `n_vocab == 50257` is full GPT-2, otherwise `n_vocab - 1` ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+
+# The digests tiktoken itself pins for these files: we check them ourselves because tiktoken's
+# own check is skipped when a file comes from its cache, so it does not protect files on disk.
+BPE_FILES = {
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+}
+GPT2_N_VOCAB = 50257  # 50256 BPE ranks + <|endoftext|>
+EOT = "<|endoftext|>"
+# GPT-2's pre-tokenizer regex (as in tiktoken's "gpt2" encoding).
+PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _check_digest(path: Path, expected: str) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file {path} is missing (it ships with specdec_np in weights/)")
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != expected:
+        raise ValueError(f"tokenizer file {path} has sha256 {got}, expected {expected}: the file is corrupt or not GPT-2's")
+
+
+@functools.lru_cache(maxsize=None)
+def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
+    d = Path(bpe_dir)
+    for name, digest in BPE_FILES.items():
+        _check_digest(d / name, digest)
+    return data_gym_to_mergeable_bpe_ranks(str(d / "vocab.bpe"), str(d / "encoder.json"))
+
+
+def get_encoding(n_vocab: int = GPT2_N_VOCAB, bpe_dir: str | Path = WEIGHTS_DIR) -> tiktoken.Encoding:
+    """GPT-2 BPE for a model with `n_vocab` tokens: the first `n_vocab - 1` ranks + `<|endoftext|>`.
+
+    Token ids below `n_vocab - 1` are GPT-2's own ids; `<|endoftext|>` is `n_vocab - 1`.
+    """
+    n_ranks = n_vocab - 1
+    if not 256 <= n_ranks <= GPT2_N_VOCAB - 1:
+        raise ValueError(f"n_vocab={n_vocab} has no GPT-2 BPE tokenizer: it needs 257 <= n_vocab <= {GPT2_N_VOCAB}")
+    return _encoding(n_vocab, str(Path(bpe_dir).resolve()))
+
+
+@functools.lru_cache(maxsize=None)
+def _encoding(n_vocab: int, bpe_dir: str) -> tiktoken.Encoding:
+    ranks = _gpt2_ranks(bpe_dir)
+    n_ranks = n_vocab - 1
+    if n_ranks < len(ranks):
+        # BPE merges only ever build a token from two lower-ranked ones, so the first N ranks are a
+        # closed vocabulary: encoding with them equals GPT-2's BPE with its first N - 256 merges.
+        ranks = {tok: r for tok, r in ranks.items() if r < n_ranks}
+    name = "gpt2" if n_vocab == GPT2_N_VOCAB else f"gpt2_{n_ranks}"
+    return tiktoken.Encoding(name, pat_str=PAT_STR, mergeable_ranks=ranks, special_tokens={EOT: n_ranks})
+
+
+def encode(enc: tiktoken.Encoding, text: str) -> list[int]:
+    """Token ids of `text`; the literal string `<|endoftext|>` in it becomes the EOT token."""
+    return enc.encode(text, allowed_special={EOT})
+
+
+def decode(enc: tiktoken.Encoding, tokens) -> str:
+    """Text of `tokens`; raises ValueError naming the first id outside the vocabulary."""
+    tokens = [int(t) for t in tokens]
+    for t in tokens:
+        if not 0 <= t < enc.n_vocab:
+            raise ValueError(f"token id {t} is outside the vocabulary (0..{enc.n_vocab - 1}) of {enc.name}")
+    return enc.decode(tokens)

@@ -1,0 +1,322 @@
+"""Train the embedded tiny Python-code GPT-2 pair (target, then a draft distilled from it).
+
+Optional tooling: needs PyTorch (CPU), never needed at run time. See weights/README.md.
+
+    python weights/train_tiny.py corpus            # tokenize the stdlib -> weights/work/*.npy
+    python weights/train_tiny.py train target      # resumable; checkpoints in weights/work/
+    python weights/train_tiny.py train draft       # distilled from the trained target
+    python weights/train_tiny.py bench             # tokens/s of the training step, to size a run
+
+Everything is seeded; a run interrupted at any point resumes from its last checkpoint with the
+same data order (batches are a function of the step number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+WORK = HERE / "work"
+sys.path.insert(0, str(HERE.parent))
+
+N_VOCAB = 8193  # GPT-2 BPE restricted to its first 8192 ranks + <|endoftext|> (id 8192)
+HELDOUT_EVERY = 20  # a file is held out when sha1(relative path) % 20 == 0 (~5% of files)
+
+
+@dataclass
+class RunConfig:
+    name: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    n_ctx: int = 512
+    seq_len: int = 512
+    batch: int = 16
+    steps: int = 1000
+    lr: float = 2e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    seed: int = 1234
+    distill_from: str | None = None  # name of the teacher run (draft only)
+    distill_alpha: float = 1.0  # weight of KL(teacher || student); 1 - alpha on the corpus CE
+    ckpt_every: int = 100
+
+
+RUNS = {
+    # ~10M parameters, ~20 MFLOPs/token; ~2 s/step (bf16 autocast, 2 threads): ~70 min.
+    "target": RunConfig("target", n_layer=6, n_head=8, n_embd=320, steps=2000, lr=1.5e-3),
+    # ~0.9M parameters, ~1.8 MFLOPs/token (11x fewer than the target), distilled from it.
+    "draft": RunConfig("draft", n_layer=1, n_head=2, n_embd=96, steps=800, lr=3e-3,
+                       distill_from="target", distill_alpha=0.8),
+}
+
+
+# ----------------------------------------------------------------------------- corpus
+
+def stdlib_files() -> tuple[Path, list[str]]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    rel = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "site-packages" not in p.parts and "dist-packages" not in p.parts)
+    return root, rel
+
+
+def is_heldout(rel: str) -> bool:
+    return int(hashlib.sha1(rel.encode()).hexdigest(), 16) % HELDOUT_EVERY == 0
+
+
+def build_corpus() -> None:
+    from specdec_np.tokenizer import get_encoding
+
+    enc = get_encoding(N_VOCAB)
+    root, rel = stdlib_files()
+    WORK.mkdir(exist_ok=True)
+    parts = {"train": [], "heldout": []}
+    n_files = {"train": 0, "heldout": 0}
+    for r in rel:
+        try:
+            text = (root / r).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # a few test files are deliberately not UTF-8
+        split = "heldout" if is_heldout(r) else "train"
+        parts[split].append(np.array(enc.encode_ordinary(text) + [enc.eot_token], dtype=np.uint16))
+        n_files[split] += 1
+    info = {"python": sys.version.split()[0], "stdlib": str(root), "n_vocab": N_VOCAB}
+    for split, arrs in parts.items():
+        toks = np.concatenate(arrs)
+        np.save(WORK / f"{split}.npy", toks)
+        info[split] = {"files": n_files[split], "tokens": int(toks.size)}
+    (WORK / "corpus.json").write_text(json.dumps(info, indent=1))
+    print(json.dumps(info, indent=1))
+
+
+# ----------------------------------------------------------------------------- model (torch)
+
+def make_model(cfg: RunConfig):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = cfg.n_embd
+            self.ln_1 = nn.LayerNorm(d, eps=1e-5)
+            self.c_attn = nn.Linear(d, 3 * d)
+            self.c_proj = nn.Linear(d, d)
+            self.ln_2 = nn.LayerNorm(d, eps=1e-5)
+            self.c_fc = nn.Linear(d, 4 * d)
+            self.mlp_proj = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            B, T, d = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+            h = cfg.n_head
+            q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(a.transpose(1, 2).reshape(B, T, d))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(N_VOCAB, cfg.n_embd)
+            self.wpe = nn.Embedding(cfg.n_ctx, cfg.n_embd)
+            self.h = nn.ModuleList(Block() for _ in range(cfg.n_layer))
+            self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-5)
+            self.apply(self._init)
+            for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+                if name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
+                    nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+        @staticmethod
+        def _init(m):
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+
+        def forward(self, idx):  # [B, T] -> logits [B, T, n_vocab]
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+            for blk in self.h:
+                x = blk(x)
+            return self.ln_f(x) @ self.wte.weight.T  # tied LM head
+
+    return GPT()
+
+
+def to_numpy_params(model, cfg: RunConfig) -> dict:
+    """The torch model's weights in specdec_np's parameter layout (Conv1D orientation [in, out])."""
+    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    blocks = []
+    for i in range(cfg.n_layer):
+        p = f"h.{i}."
+        blocks.append({
+            "ln_1": {"g": sd[p + "ln_1.weight"], "b": sd[p + "ln_1.bias"]},
+            "attn": {"c_attn": {"w": sd[p + "c_attn.weight"].T.copy(), "b": sd[p + "c_attn.bias"]},
+                     "c_proj": {"w": sd[p + "c_proj.weight"].T.copy(), "b": sd[p + "c_proj.bias"]}},
+            "ln_2": {"g": sd[p + "ln_2.weight"], "b": sd[p + "ln_2.bias"]},
+            "mlp": {"c_fc": {"w": sd[p + "c_fc.weight"].T.copy(), "b": sd[p + "c_fc.bias"]},
+                    "c_proj": {"w": sd[p + "mlp_proj.weight"].T.copy(), "b": sd[p + "mlp_proj.bias"]}},
+        })
+    return {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "blocks": blocks,
+            "ln_f": {"g": sd["ln_f.weight"], "b": sd["ln_f.bias"]}}
+
+
+# ----------------------------------------------------------------------------- training
+
+def lr_at(cfg: RunConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+def batch_at(tokens: np.ndarray, cfg: RunConfig, step: int) -> np.ndarray:
+    """Random windows of seq_len+1 tokens; a pure function of (seed, step), so resuming is exact."""
+    rng = np.random.default_rng([cfg.seed, step])
+    starts = rng.integers(0, tokens.size - cfg.seq_len - 1, size=cfg.batch)
+    return np.stack([tokens[s:s + cfg.seq_len + 1] for s in starts]).astype(np.int64)
+
+
+def load_run(name: str, which: str = "final"):
+    import torch
+
+    cfg = RUNS[name]
+    model = make_model(cfg)
+    ck = torch.load(WORK / f"{name}_{which}.pt", weights_only=False)
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, cfg
+
+
+def evaluate(model, cfg: RunConfig, tokens: np.ndarray, n_windows: int = 64) -> float:
+    """Mean next-token NLL (nats/token) over fixed evenly spaced held-out windows."""
+    import torch
+    import torch.nn.functional as F
+
+    starts = np.linspace(0, tokens.size - cfg.seq_len - 2, n_windows).astype(np.int64)
+    losses = []
+    with torch.no_grad():
+        for i in range(0, n_windows, 16):
+            xb = torch.from_numpy(np.stack([tokens[s:s + cfg.seq_len + 1] for s in starts[i:i + 16]]).astype(np.int64))
+            logits = model(xb[:, :-1]).float()
+            losses.append(F.cross_entropy(logits.reshape(-1, N_VOCAB), xb[:, 1:].reshape(-1)).item())
+    return float(np.mean(losses))
+
+
+def train(name: str, bf16: bool = True) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    cfg = RUNS[name]
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "2")))
+    train_toks = np.load(WORK / "train.npy")
+    held_toks = np.load(WORK / "heldout.npy")
+    model = make_model(cfg)
+    teacher = load_run(cfg.distill_from)[0] if cfg.distill_from else None
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    ckpt = WORK / f"{name}_last.pt"
+    log_path = WORK / f"{name}.log"
+    step, elapsed = 0, 0.0
+    if ckpt.exists():
+        ck = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step, elapsed = ck["step"], ck["elapsed"]
+        print(f"resuming {name} at step {step}", flush=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{name}: {n_params / 1e6:.2f}M params, config {asdict(cfg)}", flush=True)
+    log = open(log_path, "a")
+    t0 = time.time()
+    while step < cfg.steps:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        xb = torch.from_numpy(batch_at(train_toks, cfg, step))
+        x, y = xb[:, :-1], xb[:, 1:]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            ce = F.cross_entropy(logits.float().reshape(-1, N_VOCAB), y.reshape(-1))
+            loss = ce
+            if teacher is not None:
+                with torch.no_grad():
+                    t_logp = F.log_softmax(teacher(x).float(), dim=-1)
+                s_logp = F.log_softmax(logits.float(), dim=-1)
+                kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
+                loss = cfg.distill_alpha * kl + (1 - cfg.distill_alpha) * ce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 10 == 0 or step == cfg.steps:
+            now = elapsed + time.time() - t0
+            rec = {"step": step, "loss": round(loss.item(), 4), "ce": round(ce.item(), 4),
+                   "lr": lr_at(cfg, step - 1), "elapsed_s": round(now, 1),
+                   "tok_per_s": round(step * cfg.batch * cfg.seq_len / max(now, 1e-9))}
+            if step % cfg.ckpt_every == 0 or step == cfg.steps:
+                model.eval()
+                rec["heldout_nats"] = round(evaluate(model, cfg, held_toks), 4)
+                model.train()
+                tmp = ckpt.with_suffix(".tmp")
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                            "elapsed": now}, tmp)
+                os.replace(tmp, ckpt)
+            print(json.dumps(rec), file=log, flush=True)
+            print(json.dumps(rec), flush=True)
+    now = elapsed + time.time() - t0
+    torch.save({"model": model.state_dict(), "step": step, "elapsed": now,
+                "tokens": step * cfg.batch * cfg.seq_len, "config": asdict(cfg)}, WORK / f"{name}_final.pt")
+    print(f"done {name}: {step} steps, {now / 60:.1f} min", flush=True)
+
+
+def bench(name: str, bf16: bool) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    cfg = RUNS[name]
+    torch.set_num_threads(2)
+    model = make_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    xb = torch.randint(0, N_VOCAB, (cfg.batch, cfg.seq_len + 1))
+    for i in range(6):
+        if i == 2:
+            t = time.time()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(xb[:, :-1]).float().reshape(-1, N_VOCAB), xb[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dt = (time.time() - t) / 4
+    print(f"{name} bf16={bf16}: {dt * 1000:.0f} ms/step, {cfg.batch * cfg.seq_len / dt:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["corpus", "train", "bench"])
+    ap.add_argument("run", nargs="?", default="target", choices=sorted(RUNS))
+    ap.add_argument("--fp32", action="store_true", help="train in float32 instead of bf16 autocast")
+    a = ap.parse_args()
+    if a.cmd == "corpus":
+        build_corpus()
+    elif a.cmd == "train":
+        train(a.run, bf16=not a.fp32)
+    else:
+        bench(a.run, bf16=not a.fp32)
