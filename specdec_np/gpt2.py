@@ -12,6 +12,7 @@ Linear weights are stored [n_in, n_out] (the orientation of GPT-2's Conv1D), so 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,16 +96,20 @@ def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: fl
     """A GPT-2 with random weights (GPT-2's init scale), for tests and cost measurements."""
     rng = np.random.default_rng(seed)
     d, c = config.n_embd, config
+    gen_dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64  # GPT-2-large: no 6 GB temp
+
+    def normal(std, *shape):
+        return rng.standard_normal(shape, dtype=gen_dtype) * gen_dtype(std)
 
     def lin(n_in, n_out):
-        return {"w": rng.normal(0, scale, (n_in, n_out)), "b": rng.normal(0, scale, n_out)}
+        return {"w": normal(scale, n_in, n_out), "b": normal(scale, n_out)}
 
     def ln():
-        return {"g": 1 + rng.normal(0, 0.1, d), "b": rng.normal(0, 0.1, d)}
+        return {"g": 1 + normal(0.1, d), "b": normal(0.1, d)}
 
     params = {
-        "wte": rng.normal(0, scale, (c.n_vocab, d)),
-        "wpe": rng.normal(0, scale, (c.n_ctx, d)),
+        "wte": normal(scale, c.n_vocab, d),
+        "wpe": normal(scale, c.n_ctx, d),
         "blocks": [{"ln_1": ln(), "attn": {"c_attn": lin(d, 3 * d), "c_proj": lin(d, d)},
                     "ln_2": ln(), "mlp": {"c_fc": lin(d, 4 * d), "c_proj": lin(4 * d, d)}}
                    for _ in range(c.n_layer)],
@@ -167,8 +172,12 @@ class KVCache:
 
 # ----------------------------------------------------------------------------- the math
 
-def gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+# Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(x):  # GPT-2's tanh approximation
+    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
 
 
 def softmax(x, axis=-1):
@@ -187,7 +196,7 @@ def linear(x, w, b):  # [n, n_in] -> [n, n_out]
 
 
 def attention(q, k, v, mask):  # [h, n, d], [h, L, d], [h, L, d], [n, L] -> [h, n, d]
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])  # [h, n, L]
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])  # [h, n, L]
     scores = np.where(mask, scores, -np.inf)  # every row sees at least itself: no all -inf row
     return softmax(scores) @ v
 

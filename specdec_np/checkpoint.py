@@ -1,0 +1,355 @@
+"""GPT-2 checkpoints in Hugging Face's layout: a directory with `model.safetensors` + `config.json`.
+
+We read the safetensors format ourselves (an 8-byte little-endian header length, a JSON header
+giving each tensor's dtype, shape and byte range, then the raw little-endian bytes): NumPy has no
+bfloat16, and parsing the header ourselves lets a truncated or corrupt file fail with a message
+that names the tensor and the file. HF's GPT-2 stores linear weights as Conv1D, [n_in, n_out],
+which is exactly specdec_np's orientation (see gpt2.py), so no tensor is transposed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .gpt2 import GPT2, GPT2Config
+
+WEIGHTS_DIR = Path(os.environ.get("SPECDEC_NP_WEIGHTS", Path(__file__).resolve().parent.parent / "weights"))
+MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+
+# The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
+HUB_REPOS = {
+    "distilgpt2": "distilbert/distilgpt2",
+    "gpt2": "openai-community/gpt2",
+    "gpt2-medium": "openai-community/gpt2-medium",
+    "gpt2-large": "openai-community/gpt2-large",
+    "gpt2-xl": "openai-community/gpt2-xl",
+}
+
+# safetensors dtype -> NumPy dtype of the stored bytes (BF16 is read as raw uint16 bits).
+ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+# Bytes per element of every safetensors dtype (to check the byte ranges of any tensor, e.g. BOOL buffers).
+ST_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+            "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+SAVE_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+# Tensors of HF files that are not parameters: the causal-mask buffers of old transformers
+# versions, and the LM head, tied to `wte` in GPT-2 (checked against it, then dropped).
+BUFFER_RE = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
+LM_HEAD = "lm_head.weight"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read as a GPT-2: the message names the file and the tensor."""
+
+
+# ----------------------------------------------------------------------------- bfloat16
+
+def bf16_to_f32(bits):  # uint16 [...] -> float32 [...]
+    """bfloat16 is the top half of a float32: widening is exact."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x):  # float32 [...] -> uint16 [...]
+    """Round float32 to bfloat16 bits, to nearest with ties to even (NaN stays a quiet NaN)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    # Adding 0x7FFF plus the lowest kept bit rounds the dropped 16 bits to nearest, ties to even;
+    # a carry into the exponent is the correct result (up to inf for the largest values).
+    rounded = ((u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+def read_header(path) -> tuple[dict, int]:
+    """The JSON header of a safetensors file (tensor name -> entry) and where its data begins.
+
+    Every entry is checked against the file: known dtype, byte range inside the data buffer and
+    of the size its shape needs. So a truncated download is caught without reading the data.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes, no header length)")
+        n = int.from_bytes(head, "little")
+        if 8 + n > size:
+            raise CheckpointError(f"{path}: truncated or corrupt safetensors file: header of {n} bytes "
+                                  f"does not fit in the file's {size} bytes")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{path}: corrupt safetensors header (bad JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
+    header.pop("__metadata__", None)
+    data_len = size - 8 - n
+    for name, entry in header.items():
+        try:
+            dtype, shape = entry["dtype"], [int(s) for s in entry["shape"]]
+            begin, end = (int(o) for o in entry["data_offsets"])
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor '{name}': {entry!r}") from None
+        if dtype not in ST_SIZES:
+            raise CheckpointError(f"{path}: corrupt file: tensor '{name}' has unknown dtype {dtype!r}")
+        if not 0 <= begin <= end <= data_len:
+            raise CheckpointError(f"{path}: truncated or corrupt file: tensor '{name}' occupies bytes "
+                                  f"{begin}..{end} of a data buffer of {data_len} bytes")
+        if end - begin != ST_SIZES[dtype] * int(np.prod(shape)):
+            raise CheckpointError(f"{path}: corrupt file: tensor '{name}' of shape {tuple(shape)} ({dtype}) "
+                                  f"has {end - begin} bytes")
+        entry["shape"], entry["data_offsets"] = tuple(shape), (begin, end)
+    return header, 8 + n
+
+
+def read_tensor(f, path, name, entry, data_start, dtype):
+    """One tensor of an open safetensors file, widened to `dtype` (float32 or float64)."""
+    if entry["dtype"] not in ST_DTYPES:
+        raise CheckpointError(f"{path}: tensor '{name}' has dtype {entry['dtype']}; supported: {', '.join(ST_DTYPES)}")
+    begin, end = entry["data_offsets"]
+    f.seek(data_start + begin)
+    raw = np.frombuffer(f.read(end - begin), dtype=ST_DTYPES[entry["dtype"]])
+    a = bf16_to_f32(raw) if entry["dtype"] == "BF16" else raw
+    a = a.astype(dtype).reshape(entry["shape"])
+    if not np.isfinite(a).all():
+        raise CheckpointError(f"{path}: tensor '{name}' has non-finite values (nan or inf)")
+    return a
+
+
+def write_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+    """Write `name -> (safetensors dtype, array of its stored bytes)` atomically (bf16 as uint16 bits)."""
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    for name, (st_dtype, a) in tensors.items():
+        header[name] = {"dtype": st_dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # pad so the data starts 8-byte aligned, as safetensors does
+    with atomic_file(path) as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for st_dtype, a in tensors.values():
+            f.write(np.ascontiguousarray(a, dtype=ST_DTYPES[st_dtype]).tobytes())
+
+
+@contextlib.contextmanager
+def atomic_file(path, mode="wb"):
+    """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------- config
+
+def read_config(path) -> GPT2Config:
+    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no {path.name} (a checkpoint directory needs {CONFIG_FILE} and {MODEL_FILE})")
+    try:
+        cfg = json.loads(path.read_text())
+        if not isinstance(cfg, dict):
+            raise ValueError("not a JSON object")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a valid config.json ({e})") from None
+
+    def get(*keys, default=None):
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        if default is None:
+            raise CheckpointError(f"{path}: missing '{keys[0]}'")
+        return default
+
+    # Variants of GPT-2 that this forward pass does not compute: refuse rather than be wrong.
+    act = cfg.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{path}: activation_function '{act}' is not supported (GPT-2's tanh GELU, 'gelu_new')")
+    if cfg.get("n_inner") not in (None, 4 * get("n_embd")):
+        raise CheckpointError(f"{path}: n_inner={cfg['n_inner']} is not supported (must be 4 * n_embd)")
+    if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
+        raise CheckpointError(f"{path}: non-standard attention scaling is not supported")
+    if cfg.get("tie_word_embeddings") is False:
+        raise CheckpointError(f"{path}: an untied LM head (tie_word_embeddings=false) is not supported")
+    try:
+        return GPT2Config(n_vocab=int(get("vocab_size", "n_vocab")), n_ctx=int(get("n_positions", "n_ctx")),
+                          n_embd=int(get("n_embd")), n_layer=int(get("n_layer")), n_head=int(get("n_head")),
+                          layer_norm_epsilon=float(get("layer_norm_epsilon", default=1e-5)))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | None = None) -> dict:
+    """A `config.json` that transformers' GPT2LMHeadModel loads as this model."""
+    eot = config.n_vocab - 1  # <|endoftext|> is the last id, in full GPT-2 and in the tiny vocabularies
+    cfg = {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": config.n_vocab, "n_positions": config.n_ctx, "n_ctx": config.n_ctx,
+        "n_embd": config.n_embd, "n_layer": config.n_layer, "n_head": config.n_head, "n_inner": None,
+        "layer_norm_epsilon": config.layer_norm_epsilon, "activation_function": "gelu_new",
+        "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1, "initializer_range": 0.02,
+        "scale_attn_weights": True, "tie_word_embeddings": True, "use_cache": True,
+        "bos_token_id": eot, "eos_token_id": eot, "torch_dtype": dtype_name,
+    }
+    cfg.update(extra or {})
+    return cfg
+
+
+# ----------------------------------------------------------------------------- names <-> params
+
+def param_shapes(config: GPT2Config) -> dict:
+    """HF tensor name (no `transformer.` prefix) -> (where in params, expected shape)."""
+    d, c = config.n_embd, config
+    shapes = {"wte.weight": (("wte",), (c.n_vocab, d)), "wpe.weight": (("wpe",), (c.n_ctx, d)),
+              "ln_f.weight": (("ln_f", "g"), (d,)), "ln_f.bias": (("ln_f", "b"), (d,))}
+    per_block = {"ln_1": {"g": (d,), "b": (d,)}, "ln_2": {"g": (d,), "b": (d,)},
+                 "attn.c_attn": {"w": (d, 3 * d), "b": (3 * d,)}, "attn.c_proj": {"w": (d, d), "b": (d,)},
+                 "mlp.c_fc": {"w": (d, 4 * d), "b": (4 * d,)}, "mlp.c_proj": {"w": (4 * d, d), "b": (d,)}}
+    hf_leaf = {"g": "weight", "w": "weight", "b": "bias"}
+    for i in range(c.n_layer):
+        for module, leaves in per_block.items():
+            for leaf, shape in leaves.items():
+                shapes[f"h.{i}.{module}.{hf_leaf[leaf]}"] = (("blocks", i, *module.split("."), leaf), shape)
+    return shapes
+
+
+def set_path(tree, where, value):
+    for k in where[:-1]:
+        tree = tree[k]
+    tree[where[-1]] = value
+
+
+def get_path(tree, where):
+    for k in where:
+        tree = tree[k]
+    return tree
+
+
+def empty_params(config: GPT2Config) -> dict:
+    """The nested dict of params with empty leaves (in random_params' order), for `set_path` to fill."""
+    def block():
+        return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
+    return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
+
+
+# ----------------------------------------------------------------------------- load / save
+
+def match_tensors(file, header: dict, config: GPT2Config) -> dict:
+    """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes.
+
+    Accepts both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`),
+    ignores the mask buffers, and allows a `lm_head.weight` of wte's shape. Reads no data.
+    """
+    names = {}
+    for key in header:
+        name = key.removeprefix("transformer.")
+        if name in names:
+            raise CheckpointError(f"{file}: tensor '{name}' appears twice ('{names[name]}' and '{key}')")
+        names[name] = key
+    expected = param_shapes(config)
+    missing = [n for n in expected if n not in names]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"{file}: missing tensor '{missing[0]}'{more}")
+    unexpected = [k for n, k in names.items() if n not in expected and n != LM_HEAD and not BUFFER_RE.fullmatch(n)]
+    if unexpected:
+        raise CheckpointError(f"{file}: unexpected tensor '{unexpected[0]}' for a GPT-2 with n_layer={config.n_layer}")
+    wte_shape = expected["wte.weight"][1]
+    for name, (_, shape) in [*expected.items(), *([(LM_HEAD, (None, wte_shape))] if LM_HEAD in names else [])]:
+        got = header[names[name]]["shape"]
+        if got != shape:
+            hint = {"wte.weight": f"vocab_size={config.n_vocab}, n_embd={config.n_embd}",
+                    "wpe.weight": f"n_positions={config.n_ctx}, n_embd={config.n_embd}",
+                    LM_HEAD: f"a head tied to wte: vocab_size={config.n_vocab}, n_embd={config.n_embd}",
+                    }.get(name, f"n_embd={config.n_embd}")
+            raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {got}, expected {shape} "
+                                  f"from {CONFIG_FILE} ({hint})")
+    return names
+
+
+def load(path, dtype=np.float32) -> GPT2:
+    """Load a HF GPT-2 checkpoint directory (fp32/fp16/bf16 storage) as a GPT2 of `dtype`.
+
+    `path` is a directory or a name `resolve` knows (a downloaded model in weights/).
+    """
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        raise ValueError(f"load: dtype must be float32 or float64, not {np.dtype(dtype)}")
+    path = resolve(path)
+    config = read_config(path / CONFIG_FILE)
+    file = path / MODEL_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no {MODEL_FILE} in the checkpoint directory")
+    header, data_start = read_header(file)
+    names = match_tensors(file, header, config)
+
+    params = empty_params(config)
+    with open(file, "rb") as f:
+        for name, (where, _) in param_shapes(config).items():
+            set_path(params, where, read_tensor(f, file, names[name], header[names[name]], data_start, dtype))
+        if LM_HEAD in names:  # GPT-2 ties the head to wte: anything else is a different model
+            head = read_tensor(f, file, names[LM_HEAD], header[names[LM_HEAD]], data_start, dtype)
+            if not np.array_equal(head, params["wte"]):
+                raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
+                                      "an untied LM head is not supported")
+    return GPT2(config, params)
+
+
+def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:
+    """Write `model` as a HF GPT-2 checkpoint (keys `h.0.attn.c_attn.weight`, ..., like the gpt2 repo).
+
+    dtype: float16 (default, half the bytes), float32, float64 or "bfloat16" (round to nearest even).
+    Each file is written to a temporary name and renamed, so none is ever left half-written.
+    """
+    name = "bfloat16" if dtype in ("bfloat16", "bf16") else np.dtype(dtype).name
+    if name not in SAVE_DTYPES:
+        raise ValueError(f"save: dtype must be one of {', '.join(SAVE_DTYPES)}, not {dtype!r}")
+    path_dir = Path(path_dir)
+    path_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for key, (where, shape) in param_shapes(model.config).items():
+        a = np.asarray(get_path(model.params, where))
+        if a.shape != shape:
+            raise ValueError(f"save: parameter {key} has shape {a.shape}, expected {shape}")
+        with np.errstate(over="ignore"):  # out of range becomes inf, refused just below
+            stored = f32_to_bf16(a) if name == "bfloat16" else a.astype(name)
+        wide = bf16_to_f32(stored) if name == "bfloat16" else stored
+        if not np.isfinite(wide).all():
+            raise ValueError(f"save: parameter {key} is not finite in {name} (nan, inf or out of range)")
+        tensors[key] = (SAVE_DTYPES[name], stored)
+    write_safetensors(path_dir / MODEL_FILE, tensors, {"format": "pt"})
+    with atomic_file(path_dir / CONFIG_FILE, "w") as f:
+        json.dump(hf_config(model.config, name, extra_config), f, indent=2)
+        f.write("\n")
+    return path_dir
+
+
+def resolve(name_or_path) -> Path:
+    """A checkpoint directory: a path to one, or the name of a downloaded model in `weights/`."""
+    p = Path(name_or_path)
+    if p.is_dir():
+        return p
+    name = str(name_or_path)
+    local = WEIGHTS_DIR / name
+    if os.sep not in name and "/" not in name and (local / CONFIG_FILE).is_file() and (local / MODEL_FILE).is_file():
+        return local
+    if name in HUB_REPOS:
+        raise FileNotFoundError(f"checkpoint '{name}' is not downloaded (no {local / MODEL_FILE}): run "
+                                f"`make weights MODELS={name}` (or `python -m specdec_np weights {name}`)")
+    raise FileNotFoundError(f"no checkpoint directory '{name}', and not a known model name "
+                            f"({', '.join(HUB_REPOS)})")

@@ -1,0 +1,231 @@
+"""The decoding loop: one loop for autoregressive, speculative (chain), tree and staged decoding.
+
+Each step: a drafter proposes a token tree rooted at the last emitted token; the target scores
+every node in one tree-masked pass; a verification rule accepts a root-to-node path and emits one
+more token (correction or bonus); both KV caches keep only the accepted path. Autoregressive
+decoding is the same loop with a root-only tree.
+
+Stopping: at `<|endoftext|>` (emitted, then stop), at `max_new_tokens` (a longer accepted path is
+cut), or cleanly when the sequence fills the target's context (`stop_reason == "context"`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import build, verify
+from .drafting import ModelDrafter, ngram_dist_fn, path_key
+from .gpt2 import GPT2, KVCache, forward
+from .ngram import prompt_lookup
+from .sampling import Rand, check_settings, process
+from .tree import Tree, attention_mask, depths
+
+METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
+SOURCES = ("target", "draft", "ngram")  # who produced each emitted token (the paper's Fig. 3)
+# Documented fallback tree shape when no measured choice exists (see the benchmark's roofline).
+DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_CHAIN = 16, 6, 4
+
+
+@dataclass
+class Stats:
+    target_passes: int = 0
+    draft_passes: int = 0
+    ngram_queries: int = 0
+    accepted: list = field(default_factory=list)  # tokens emitted per target pass
+    source: list = field(default_factory=list)  # per emitted token: index into SOURCES
+    target_bytes: int = 0  # weight bytes read: every tensor once per forward pass
+    draft_bytes: int = 0
+    time_draft: float = 0.0  # seconds building trees (draft passes and n-gram queries)
+    time_target: float = 0.0  # seconds in target forward passes
+    time_verify: float = 0.0
+    trees: list = field(default_factory=list)  # (tree, accepted path) per step, if keep_trees
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+
+@dataclass
+class Result:
+    tokens: list  # the new tokens (prompt excluded)
+    stats: Stats
+    stop_reason: str  # "eos", "max_new_tokens" or "context"
+    target_cache: KVCache | None = None  # for inspection: holds the emitted sequence minus its last token
+    draft_cache: KVCache | None = None
+
+
+def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree):
+    """Target logits at every tree node [n, V]; feeds committed tokens the cache lacks, then the tree.
+
+    The tree's root is `seq[-1]` at position len(seq) - 1; a node at depth d sits at len(seq)-1+d.
+    Returns (logits, start, n_catch_up) so the caller can `keep` the accepted path afterwards.
+    """
+    start, root_pos = cache.length, len(seq) - 1
+    catch_up = list(seq[start:root_pos])
+    n_c, n = len(catch_up), len(catch_up) + len(tree.tokens)
+    mask = np.zeros((n, n), dtype=bool)
+    mask[:n_c, :n_c] = np.tril(np.ones((n_c, n_c), dtype=bool))
+    mask[n_c:, :n_c] = True
+    mask[n_c:, n_c:] = attention_mask(tree)
+    positions = np.concatenate([start + np.arange(n_c), root_pos + depths(tree)])
+    logits = forward(target, catch_up + [int(t) for t in tree.tokens], cache, positions=positions, mask=mask)
+    return logits[n_c:], start, n_c
+
+
+def default_rule(method: str, temperature: float, tree_kind: str) -> str:
+    if temperature == 0:
+        return "greedy"
+    return {"deterministic": "point_mass", "with_replacement": "recursive",
+            "without_replacement": "recursive_wor"}[tree_kind]
+
+
+def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
+    bad = [t for t in prompt if not 0 <= t < target.config.n_vocab]
+    if bad:
+        raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{target.config.n_vocab - 1})")
+    if len(prompt) >= target.config.n_ctx:
+        raise ValueError(f"the prompt has {len(prompt)} tokens: it must be shorter than the context (n_ctx={target.config.n_ctx})")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if method in ("speculative", "tree", "staged"):
+        if draft is None:
+            raise ValueError(f"method {method!r} needs a draft model")
+        if draft.config.n_vocab != target.config.n_vocab:
+            raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} != {draft.config.n_vocab}")
+    return prompt
+
+
+def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
+             ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
+             budget: int | None = None, depth: int | None = None, tree: str = "best_first",
+             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int = 3,
+             eos: int | None = None, keep_trees: bool = False) -> Result:
+    """Decode up to `max_new_tokens` after `prompt` and return the new tokens with statistics.
+
+    method: "ar" (target alone), "speculative" (draft chain of `depth` tokens), "tree" (draft
+      token tree), "staged" (draft tree whose expansion is speculated by the n-gram), "ngram"
+      (the n-gram drafts the tree itself), "lookup" (prompt-lookup chain, no model).
+    tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
+    sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
+      At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
+    rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
+      tree's construction assumes (a mismatched explicit rule raises).
+    eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
+    """
+    check_settings(temperature, top_k, top_p)
+    prompt = check_inputs(target, prompt, draft, method, max_new_tokens)
+    if method in ("staged", "ngram") and ngram is None:
+        raise ValueError(f"method {method!r} needs an n-gram model")
+    eos = target.config.n_vocab - 1 if eos is None else eos
+    n_ctx = target.config.n_ctx
+    chain = method in ("speculative", "lookup")
+    depth = (DEFAULT_CHAIN if chain else DEFAULT_DEPTH) if depth is None else depth
+    budget = DEFAULT_BUDGET if budget is None else budget
+    if method == "speculative" and temperature > 0 and sampled is None:
+        sampled = "with"
+    rand = Rand(seed)
+    stats = Stats()
+    drafter = None
+    if method in ("speculative", "tree", "staged"):
+        drafter = ModelDrafter(draft, temperature, top_k, top_p,
+                               ngram=ngram if method == "staged" else None, spec_len=spec_len)
+    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, budget + 1, depth + 1))
+    seq, new = list(prompt), []
+    stop = "max_new_tokens"
+    while len(new) < max_new_tokens:
+        if len(seq) >= n_ctx:
+            stop = "context"
+            break
+        d = min(depth, n_ctx - len(seq) - 1)  # keep every fed position and the result inside n_ctx
+        if drafter:
+            d = min(d, draft.config.n_ctx - len(seq))  # the draft feeds nodes up to depth d - 1
+
+        t0 = time.perf_counter()
+        passes_before = drafter.passes if drafter else 0
+        if drafter:
+            drafter.begin(seq, d)
+        t = make_tree(method, seq, d, budget, tree, widths, sampled, rand, drafter, ngram, stats)
+        if drafter:
+            stats.draft_passes += drafter.passes - passes_before
+        t1 = time.perf_counter()
+        logits, start, n_c = verify_pass(target, cache, seq, t)
+        t2 = time.perf_counter()
+        p = process(logits, temperature, top_k, top_p)  # [n, V]
+        r = rule or default_rule(method, temperature, t.kind)
+        verify.check_tree(t, r)
+        path, nxt = verify.RULES[r](t, p, rand)
+        cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
+        keys = [path_key(t.tokens, t.parents, i) for i in path[1:]]
+        if drafter:
+            drafter.commit(keys)
+        t3 = time.perf_counter()
+
+        emitted = [int(t.tokens[i]) for i in path[1:]] + [int(nxt)]
+        credit = [credit_of(method, drafter, k) for k in keys] + [0]
+        stats.target_passes += 1
+        stats.time_draft += t1 - t0
+        stats.time_target += t2 - t1
+        stats.time_verify += t3 - t2
+        if keep_trees:
+            stats.trees.append((t, path))
+        for tok, src in zip(emitted, credit):
+            if len(new) == max_new_tokens:
+                break
+            new.append(tok)
+            seq.append(tok)
+            stats.source.append(src)
+            if tok == eos:
+                stop = "eos"
+                break
+        stats.accepted.append(len(emitted))
+        if stop == "eos":
+            break
+    # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
+    cache.truncate(min(cache.length, len(seq) - 1))
+    if drafter:
+        drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
+        stats.ngram_queries += drafter.ngram_queries
+    stats.target_bytes = stats.target_passes * target.weight_bytes
+    stats.draft_bytes = stats.draft_passes * (draft.weight_bytes if draft is not None else 0)
+    return Result(new, stats, stop, cache, drafter.cache if drafter else None)
+
+
+def credit_of(method, drafter, key) -> int:
+    """The cheapest stage that proposed an accepted token: n-gram if it guessed it (and the draft
+    kept it in the tree), else the draft."""
+    if method in ("ngram", "lookup"):
+        return 2
+    return 2 if drafter is not None and key in drafter.guessed else 1
+
+
+def make_tree(method, seq, depth, budget, shape, widths, sampled, rand, drafter, ngram, stats) -> Tree:
+    root = seq[-1]
+    if method == "ar" or depth <= 0 or budget <= 0:
+        return Tree(tokens=[root], parents=[-1], q=[1.0])
+    if method == "lookup":
+        proposal = prompt_lookup(seq, k=depth)
+        n = len(proposal)
+        return Tree(tokens=np.array([root] + list(proposal), dtype=np.int64),
+                    parents=np.arange(-1, n, dtype=np.int64), q=np.ones(n + 1), kind="deterministic",
+                    draft_dists=None)
+    if method == "ngram":
+        counter = [0]
+        t = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), budget, depth)
+        stats.ngram_queries += counter[0]
+        return t
+    fn = drafter.dist_fn
+    r = rand if sampled else None
+    if method == "speculative":
+        return build.build_chain(root, fn, depth, rand=r)
+    if shape == "fixed" or sampled:
+        w = list(widths) if widths is not None else [2, 2] + [1] * max(0, depth - 2)
+        return build.build_fixed(root, fn, w[:depth], rand=r, replacement=sampled != "without")
+    return build.build_best_first(root, fn, budget, depth)

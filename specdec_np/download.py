@@ -1,0 +1,244 @@
+"""Download a real GPT-2 checkpoint from the Hugging Face hub into `weights/NAME/` (standard library only).
+
+    python -m specdec_np weights gpt2 distilgpt2
+
+Each file streams into `FILE.part`; an interrupted transfer resumes from there with an HTTP Range
+request (also on the next run). Only a file whose sha256 matches what the hub reports (an LFS
+file's `X-Linked-Etag`) and whose content parses is renamed to its final name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from . import checkpoint
+from .checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE, WEIGHTS_DIR
+
+HUB_URL = "https://huggingface.co"
+FILES = (CONFIG_FILE, MODEL_FILE)
+CHUNK = 1 << 20
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+USER_AGENT = "specdec_np-download/0.1"
+
+
+class DownloadError(RuntimeError):
+    """A download that failed: the message names the URL and what went wrong."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Let 3xx answers through as HTTPError: the hub puts an LFS file's sha256 on its redirect."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def file_url(base_url: str, name: str, file: str) -> str:
+    return f"{base_url.rstrip('/')}/{HUB_REPOS[name]}/resolve/main/{file}"
+
+
+def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
+    """(sha256, size) the hub reports for a file, each None where it reports none.
+
+    A HEAD that does not follow redirects: for an LFS file the hub answers with a redirect to
+    its CDN carrying `X-Linked-Etag` (the sha256) and `X-Linked-Size`; a small file is answered
+    directly (its ETag is a git hash, 40 hex digits, which is not a sha256 and is ignored).
+    """
+    opener = urllib.request.build_opener(_NoRedirect)
+    sha = size = None
+    for _ in range(5):  # a few redirects at most
+        req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
+        try:
+            with opener.open(req, timeout=timeout) as resp:
+                status, headers = resp.status, resp.headers
+        except urllib.error.HTTPError as e:
+            status, headers = e.code, e.headers
+            if status not in (301, 302, 303, 307, 308):
+                raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
+        except OSError as e:
+            raise DownloadError(f"{url}: {e}") from None
+        etag = (headers.get("X-Linked-Etag") or headers.get("ETag") or "").removeprefix("W/").strip('"').lower()
+        if sha is None and SHA256_RE.fullmatch(etag):
+            sha = etag
+        length = headers.get("X-Linked-Size") or (headers.get("Content-Length") if status == 200 else None)
+        if size is None and length and length.isdigit():
+            size = int(length)
+        if status == 200:
+            return sha, size
+        url = urllib.parse.urljoin(url, headers.get("Location", ""))
+    raise DownloadError(f"{url}: too many redirects")
+
+
+def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) -> tuple[int, int | None]:
+    """Append what is missing of `url` to `part` (Range: bytes=N-); -> (bytes in part, total size).
+
+    A 206 answer is appended; a 200 means the server ignored the range, so we start over. A
+    dropped connection just ends the stream early: the caller compares the size with the total.
+    """
+    offset = part.stat().st_size if part.exists() else 0
+    if total is not None and offset >= total:
+        if offset == total:
+            return offset, total
+        part.unlink()  # longer than the file: not a prefix of it
+        offset = 0
+    headers = {"User-Agent": USER_AGENT}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416:  # range not satisfiable: our .part is not a prefix of this file
+            part.unlink()
+            return 0, total
+        raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
+    with resp:
+        if resp.status == 206:
+            m = CONTENT_RANGE_RE.fullmatch(resp.headers.get("Content-Range", ""))
+            if not m or int(m[1]) != offset:
+                raise DownloadError(f"{url}: asked for bytes {offset}- and got Content-Range "
+                                    f"{resp.headers.get('Content-Range')!r}")
+            total = int(m[3]) if m[3] != "*" else total
+            mode = "ab"
+        else:
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else total
+            offset, mode = 0, "wb"
+        with open(part, mode) as f:
+            while chunk := resp.read(CHUNK):
+                f.write(chunk)
+                offset += len(chunk)
+                show(offset, total)
+    return offset, total
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_file(part: Path, final_name: str) -> None:
+    """Parse a completed download: a safetensors header (every tensor inside the file) or a config."""
+    if final_name.endswith(".safetensors"):
+        checkpoint.read_header(part)
+    else:
+        checkpoint.read_config(part)
+
+
+def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0, progress: bool | None = None) -> Path:
+    """Download `url` to `dest` via `dest.part`: resumed, size and sha256 checked, parsed, renamed."""
+    sha, size = file_info(url, timeout)
+    part = dest.with_name(dest.name + ".part")
+    show = progress_printer(f"{dest.parent.name}/{dest.name}", progress)
+    error = None
+    for _ in range(retries + 1):
+        try:
+            got, total = fetch_once(url, part, size, timeout, show)
+        except (OSError, http.client.HTTPException) as e:  # a dropped or timed-out connection: resume
+            error = f"{type(e).__name__}: {e}"
+            continue
+        total = size if total is None else total
+        if total is None or got == total:
+            break
+        error = f"connection closed at byte {got} of {total}"
+    else:
+        raise DownloadError(f"{url}: incomplete after {retries + 1} attempts ({error}); "
+                            f"{part} is kept, run again to resume")
+    show(None, None)
+    if size is not None and got != size:
+        part.unlink()
+        raise DownloadError(f"{url}: got {got} bytes, the hub reports {size}")
+    if sha is not None and (digest := sha256_of(part)) != sha:
+        part.unlink()
+        raise DownloadError(f"{url}: sha256 mismatch: got {digest}, the hub reports {sha} (partial file deleted)")
+    try:
+        check_file(part, dest.name)
+    except (ValueError, FileNotFoundError) as e:
+        part.unlink()
+        raise DownloadError(f"{url}: the downloaded file is not valid: {e}") from None
+    os.replace(part, dest)
+    return dest
+
+
+def human(n_bytes: float) -> str:
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.1f} kB"
+
+
+def progress_printer(label: str, progress: bool | None):
+    """show(done, total) draws a progress bar on a terminal; elsewhere it prints only the final line."""
+    tty = sys.stderr.isatty() if progress is None else progress
+    t0, state = time.monotonic(), {"drawn": 0.0, "done": 0}
+
+    def show(done, total):
+        now = time.monotonic()
+        if done is None:  # finished
+            print(("\r" if tty else "") + f"{label}: {human(state['done'])} in {now - t0:.1f} s" + " " * 30,
+                  file=sys.stderr)
+            return
+        state["done"] = done
+        if tty and (now - state["drawn"] > 0.1 or done == total):
+            state["drawn"] = now
+            rate = f"{human(done / max(now - t0, 1e-9))}/s"
+            if total:
+                bar = "#" * int(30 * done / total)
+                line = f"{label} [{bar:<30}] {100 * done / total:5.1f}% {human(done)} of {human(total)} {rate}"
+            else:
+                line = f"{label} {human(done)} {rate}"
+            print("\r" + line, end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
+             timeout: float = 60.0, progress: bool | None = None) -> Path:
+    """Download the known checkpoint `name` (gpt2, gpt2-medium, ..., distilgpt2) into `dest_root/name/`.
+
+    base_url defaults to $SPECDEC_NP_HUB_URL, else the Hugging Face hub. Files already complete
+    are kept; finally the safetensors header is checked against config.json (names and shapes).
+    """
+    if name not in HUB_REPOS:
+        raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
+    base_url = base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL
+    dest = Path(WEIGHTS_DIR if dest_root is None else dest_root) / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for file in FILES:
+        if not (dest / file).is_file():
+            download_file(file_url(base_url, name, file), dest / file, retries, timeout, progress)
+    header, _ = checkpoint.read_header(dest / MODEL_FILE)
+    checkpoint.match_tensors(dest / MODEL_FILE, header, checkpoint.read_config(dest / CONFIG_FILE))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m specdec_np weights NAME [NAME...]`: argv is what follows `weights`."""
+    ap = argparse.ArgumentParser(prog="python -m specdec_np weights",
+                                 description="Download real GPT-2 checkpoints from the Hugging Face hub.")
+    ap.add_argument("names", nargs="+", metavar="NAME", help=", ".join(HUB_REPOS))
+    ap.add_argument("--dest", default=None, help=f"root directory (default {WEIGHTS_DIR})")
+    ap.add_argument("--base-url", default=None, help=f"hub URL (default $SPECDEC_NP_HUB_URL or {HUB_URL})")
+    ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
+    args = ap.parse_args(argv)
+    for name in args.names:
+        try:
+            path = download(name, args.dest, args.base_url, retries=args.retries)
+        except (DownloadError, ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

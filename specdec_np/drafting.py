@@ -1,0 +1,143 @@
+"""Drafters: who proposes the token tree, as `dist_fn` callbacks for the tree builders of `build.py`.
+
+A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?"
+(one call per tree level). Three drafters answer it:
+
+- `ModelDrafter`: the draft model. It expands a whole frontier in one tree-masked forward pass over
+  its own KV cache, and after verification keeps only the accepted path, like the target.
+- `ModelDrafter(..., ngram=...)`: the **staged** drafter (the paper's second stage). With every
+  pass the draft also evaluates the n-gram's guess of the next few levels below each node it
+  expands. When the builder later asks for a node the n-gram guessed, its distribution is already
+  there: no draft pass. The distributions are the draft's own, so the tree is *identical* to the
+  unstaged one: stage 2 changes the cost, never the result (and sampled children stay exact
+  samples of q, because the builder samples them from these same distributions).
+- `ngram_dist_fn`: the Katz trigram drafts the tree directly (no draft model).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ngram as ngram_lib
+from .gpt2 import GPT2, KVCache, forward
+from .sampling import process
+
+
+def path_key(tokens, parents, node: int) -> tuple:
+    """The tokens from the root (excluded) down to `node`: a node's identity across rebuilt trees."""
+    out = []
+    while node > 0:
+        out.append(int(tokens[node]))
+        node = int(parents[node])
+    return tuple(out[::-1])
+
+
+def draft_settings(temperature, top_k, top_p):
+    """How the draft's logits are processed into q. At temperature 0 the *verification* is greedy,
+    but a one-hot q would collapse every tree to a chain: rank alternatives by softmax(logits)."""
+    if temperature == 0:
+        return 1.0, None, None
+    return temperature, top_k, top_p
+
+
+class ModelDrafter:
+    """The draft model (optionally staged with an n-gram) answering `dist_fn` queries.
+
+    Per decoding step: `begin(seq)`, then the builder calls `dist_fn`, then `commit(accepted)`.
+    The cache holds a prefix of the committed sequence; tree nodes evaluated in this step sit in
+    scratch slots after it (`slot[key]`), each attending to the prefix, its ancestors and itself.
+    """
+
+    def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
+                 spec_len: int = 3, max_scratch: int = 1024):
+        self.model = model
+        self.cache = KVCache(model.config, dtype=model.dtype, max_block=max_scratch)
+        self.settings = draft_settings(temperature, top_k, top_p)
+        self.ngram, self.spec_len = ngram, spec_len
+        self.passes = self.ngram_queries = self.tokens_fed = 0
+
+    # -- one decoding step ---------------------------------------------------------------------
+    def begin(self, seq, max_depth: int) -> None:
+        """Start a step after the committed `seq`; the tree will be at most `max_depth` deep."""
+        self.seq = [int(t) for t in seq]
+        self.max_depth = max_depth
+        self.root_pos = len(self.seq) - 1  # the root (last emitted token) sits at this position
+        self.slot: dict[tuple, int] = {}  # path key -> cache slot of a node fed this step
+        self.dist: dict[tuple, np.ndarray] = {}  # path key -> draft distribution q at that node
+        self.guessed: set[tuple] = set()  # keys the n-gram proposed (for the paper's Fig. 3 credit)
+        self.cache.truncate(min(self.cache.length, self.root_pos))
+
+    def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
+        keys = [path_key(tokens, parents, i) for i in nodes]
+        missing = [k for k in dict.fromkeys(keys) if k not in self.dist]
+        if missing:
+            self._draft_pass(missing)
+        return np.stack([self.dist[k] for k in keys])
+
+    def commit(self, accepted_keys) -> None:
+        """Keep the root and the accepted nodes that were fed, in contiguous slots; drop the rest."""
+        if () not in self.slot:  # nothing fed this step (e.g. budget 0): the prefix stays as it was
+            return
+        kept = [()] + [k for k in accepted_keys if k in self.slot]
+        # Fed nodes of a path form a prefix of it (a node is fed only after its parent).
+        kept = kept[:next((i for i, k in enumerate(kept) if k not in self.slot), len(kept))]
+        self.cache.keep(self.root_pos, [self.slot[k] - self.root_pos for k in kept])
+
+    # -- the forward pass ----------------------------------------------------------------------
+    def _speculate(self, keys):
+        """Stage 2: for each key to evaluate, the n-gram's greedy guess of the next levels below it."""
+        extra = []
+        if self.ngram is None or self.spec_len <= 0:
+            return extra
+        for k in keys:
+            # Leaves (depth max_depth) are never expanded: guessing below depth max_depth - 1 is waste.
+            n = min(self.spec_len, self.max_depth - 1 - len(k))
+            if n <= 0:
+                continue
+            guess = ngram_lib.greedy_continuation(self.ngram, self.seq + list(k), n)
+            self.ngram_queries += len(guess)
+            for j in range(1, len(guess) + 1):
+                g = k + tuple(guess[:j])
+                if g not in self.dist and g not in extra:
+                    extra.append(g)
+                    self.guessed.add(g)
+        return extra
+
+    def _draft_pass(self, keys) -> None:
+        keys = keys + self._speculate(keys)
+        start = self.cache.length
+        catch_up = []
+        if () in keys:  # first pass of the step: also feed committed tokens the cache lacks
+            catch_up = self.seq[start:self.root_pos]
+        n_c, n = len(catch_up), len(catch_up) + len(keys)
+        new_slot = {k: start + n_c + i for i, k in enumerate(keys)}
+        tokens = catch_up + [k[-1] if k else self.seq[-1] for k in keys]
+        positions = np.concatenate([start + np.arange(n_c),
+                                    [self.root_pos + len(k) for k in keys]]).astype(np.int64)
+        mask = np.zeros((n, start + n), dtype=bool)
+        mask[:, :min(start, self.root_pos)] = True  # committed prefix: seen by everyone
+        mask[:n_c, start:start + n_c] = np.tril(np.ones((n_c, n_c), dtype=bool))
+        mask[n_c:, start:start + n_c] = True
+        for i, k in enumerate(keys):  # a node sees its ancestors (root included) and itself
+            for j in range(len(k) + 1):
+                anc = k[:j]
+                mask[n_c + i, self.slot.get(anc, new_slot.get(anc))] = True
+        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask)
+        q = process(logits[n_c:], *self.settings)  # [len(keys), V]
+        for i, k in enumerate(keys):
+            self.slot[k] = new_slot[k]
+            self.dist[k] = q[i]
+        self.passes += 1
+        self.tokens_fed += n
+
+
+def ngram_dist_fn(model, seq, counter: list | None = None):
+    """dist_fn of the Katz trigram drafting the tree itself (no draft model)."""
+    seq = [int(t) for t in seq]
+
+    def dist_fn(tokens, parents, nodes):
+        if counter is not None:
+            counter[0] += len(nodes)
+        return np.stack([ngram_lib.dist(model, seq + list(path_key(tokens, parents, i))) for i in nodes])
+
+    return dist_fn

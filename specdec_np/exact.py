@@ -1,0 +1,100 @@
+"""Exact output distributions, by enumerating every random branch of the real code.
+
+`outcomes(fn)` runs `fn(rand)` with a scripted stand-in for `sampling.Rand` whose coin/draw follow
+a prescribed list of choices and multiply up each choice's probability. A depth-first search
+over choice sequences (each run replays a prefix, then takes the first option at every new
+choice point and queues the others) visits every branch of positive probability exactly once.
+So the tests check the library's actual rules, with no re-implementation and no sampling noise.
+fn must be deterministic given its choices (no other randomness).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ScriptedRand:
+    """Rand's interface, driven by a list of option indices instead of a generator."""
+
+    def __init__(self, script):
+        self.script = script  # option index to take at each choice point, for a prefix of them
+        self.n_options = []  # number of options at each choice point this run met
+        self.prob = 1.0  # probability of the choices taken so far
+
+    def choose(self, options):  # options: [(value, probability > 0)]
+        i = len(self.n_options)
+        k = self.script[i] if i < len(self.script) else 0
+        if k >= len(options):
+            raise RuntimeError("outcomes: fn is not deterministic given its random choices")
+        self.n_options.append(len(options))
+        self.prob *= options[k][1]
+        return options[k][0]
+
+    def coin(self, p: float) -> bool:
+        p = float(p)
+        if p != p:
+            raise ValueError("coin: probability is NaN")
+        if p >= 1.0:
+            return self.choose([(True, 1.0)])
+        if p <= 0.0:
+            return self.choose([(False, 1.0)])
+        return self.choose([(True, p), (False, 1.0 - p)])
+
+    def draw(self, probs) -> int:
+        probs = np.asarray(probs, dtype=np.float64).tolist()  # [V] as floats: small V, plain Python is faster
+        total = sum(probs)
+        if not total > 0 or min(probs) < 0:
+            raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
+        return self.choose([(i, pi / total) for i, pi in enumerate(probs) if pi > 0])
+
+
+def outcomes(fn, max_runs: int = 1_000_000) -> dict:
+    """{fn(rand)'s return value: its exact total probability} over every random branch (prob > 0)."""
+    dist = {}
+    todo = [()]
+    runs = 0
+    while todo:
+        script = todo.pop()
+        rand = ScriptedRand(script)
+        value = fn(rand)
+        runs += 1
+        if runs > max_runs:
+            raise RuntimeError(f"outcomes: more than {max_runs} branches; make the example smaller")
+        if len(rand.n_options) < len(script):
+            raise RuntimeError("outcomes: fn is not deterministic given its random choices")
+        taken = list(script) + [0] * (len(rand.n_options) - len(script))
+        # Queue the untaken options of every choice point met beyond the replayed prefix.
+        for i in range(len(script), len(rand.n_options)):
+            for k in range(1, rand.n_options[i]):
+                todo.append(tuple(taken[:i]) + (k,))
+        dist[value] = dist.get(value, 0.0) + rand.prob
+    return dist
+
+
+def total_variation(a: dict, b: dict) -> float:
+    """Half the L1 distance between two distributions given as {outcome: probability}."""
+    return 0.5 * sum(abs(a.get(x, 0.0) - b.get(x, 0.0)) for x in set(a) | set(b))
+
+
+def prefix_marginal(dist: dict, m: int) -> dict:
+    """The distribution of the first m items of tuple-valued outcomes."""
+    out = {}
+    for seq, pr in dist.items():
+        out[tuple(seq[:m])] = out.get(tuple(seq[:m]), 0.0) + pr
+    return out
+
+
+def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
+    """The exact distribution of m tokens sampled autoregressively: {tokens: prob}.
+
+    next_dist(context tuple) -> [V] probabilities of the next token (e.g. a target table).
+    """
+    dist = {(): 1.0}
+    for _ in range(m):
+        new = {}
+        for seq, pr in dist.items():
+            probs = np.asarray(next_dist(tuple(context) + seq), dtype=np.float64)  # [V]
+            for x in np.flatnonzero(probs > 0):
+                new[seq + (int(x),)] = pr * float(probs[x] / probs.sum())
+        dist = new
+    return dist

@@ -1,0 +1,442 @@
+"""Stage-2 drafters: a Katz backoff trigram model, and "prompt lookup" (n-gram matching in the context).
+
+Katz backoff trigram (Katz 1987), fitted from one token stream of ids 0..V-1:
+
+    P1(w)     = (c(w) + 1) / (N + V)                               add-one unigram: every token > 0
+    P2(w|v)   = d(c(v,w)) c(v,w) / c(v)          if c(v,w) > 0     discounted bigram
+              = alpha(v) P1(w)                   otherwise         backoff
+    P3(w|u,v) = d(c(u,v,w)) c(u,v,w) / c(u,v)    if c(u,v,w) > 0
+              = alpha(u,v) P2(w|v)               otherwise
+
+where c(h) is how often h occurred as a history (followed by a token), and the backoff weight hands the
+mass taken by discounting to the unseen tokens in proportion to the lower order:
+
+    beta(h)  = 1 - sum_{w seen after h} P*(w|h)                    leftover discounted mass
+    alpha(h) = beta(h) / (1 - sum_{w seen after h} P_lower(w|h'))   so that sum_w P(w|h) = 1.
+
+A history never seen backs off entirely: P3(.|u,v) = P2(.|v), P2(.|v) = P1.
+
+Discounts (per order, from the count-of-counts n_r of that order's distinct n-grams, before pruning):
+Katz's Good-Turing ratio for 1 <= r <= k (k = `katz_k`, 5 by default), counts above k are trusted (d = 1):
+
+    r* = (r + 1) n_{r+1} / n_r,   A = (k + 1) n_{k+1} / n_1,   d_r = (r*/r - A) / (1 - A).
+
+Fallbacks, where Katz + Good-Turing breaks down (all exercised in tests/test_ngram.py):
+  1. Good-Turing undefined or out of range: when n_1 = 0, n_r = 0, n_{r+1} = 0, A >= 1, or d_r is not in
+     (0, 1), that r uses absolute discounting instead, d_r = (r - D) / r, with Ney's D = n_1 / (n_1 + 2 n_2)
+     (D = 0.5 when n_1 = 0 or n_2 = 0). D is in (0, 1), so 0 < d_r < 1.
+  2. No mass left: a history whose continuations were all seen more than k times (and none pruned) would
+     keep beta(h) = 0. Its counts are discounted absolutely instead, c - D, so beta(h) > 0.
+  3. Nothing to back off to: a history that has seen every token (or whose seen tokens hold all the
+     lower-order mass, up to 1e-12) has no unseen tokens to give beta(h) to, and alpha = beta / 0. It
+     interpolates instead: P(w|h) = P*(w|h) + beta(h) P_lower(w|h'), which also sums to one.
+With these every next-token distribution sums to one over the vocabulary and is positive everywhere.
+
+`fit(..., min_count=m)` drops trigrams seen fewer than m times (default 1: keep all) to shrink the model;
+their mass goes to the backoff (c(u,v) keeps counting them), as Katz's count cutoffs do.
+
+Queries use the last two tokens of the context. Each history's continuations are stored sorted by
+(probability desc, token id asc) in flat CSR-like arrays, and the unigram order is precomputed, so
+`top_k` merges three short sorted candidate lists (trigram-seen, bigram-seen, unigram) instead of
+building and sorting the full [V] distribution.
+
+Prompt lookup (`prompt_lookup`) needs no training: it finds the most recent earlier occurrence of the
+last n tokens of the sequence and proposes what followed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "specdec_np.ngram"
+VERSION = 1
+FULL_MASS_TOL = 1e-12  # lower-order mass of seen tokens this close to 1 counts as "all of it" (fallback 3)
+
+# Arrays save() writes; everything else in the model is derived from them by _build().
+_SAVED = ("uni_count",
+          "bi_ctx", "bi_ctx_count", "bi_len", "bi_tok", "bi_count", "bi_discount", "bi_abs_discount",
+          "tri_ctx", "tri_ctx_count", "tri_len", "tri_tok", "tri_count", "tri_discount", "tri_abs_discount")
+
+
+@dataclass
+class Trigram:
+    """A fitted Katz trigram: its counts (what is saved) and the flat query arrays derived from them.
+
+    Per order, history i owns entries ptr[i]:ptr[i+1] of tok/p, sorted by (p desc, tok asc); p is the
+    final P(tok|history) and bow[i] the factor applied to the lower order for every other token.
+    """
+
+    n_vocab: int
+    katz_k: int
+    min_count: int
+    counts: dict            # the _SAVED arrays
+    p1: np.ndarray          # [V] unigram probabilities
+    uni_order: np.ndarray   # [V] token ids by (p1 desc, id asc)
+    uni_p: np.ndarray       # [V] p1[uni_order]
+    bi_index: np.ndarray    # [V] history id of token v in the bigram arrays, -1 if v was never a history
+    bi_ptr: np.ndarray      # [n_bi_ctx + 1]
+    bi_tok: np.ndarray      # [n_bi]
+    bi_p: np.ndarray        # [n_bi]
+    bi_bow: np.ndarray      # [n_bi_ctx]
+    tri_key: np.ndarray     # [n_tri_ctx] sorted history keys u * V + v
+    tri_ptr: np.ndarray     # [n_tri_ctx + 1]
+    tri_tok: np.ndarray     # [n_tri]
+    tri_p: np.ndarray       # [n_tri]
+    tri_bow: np.ndarray     # [n_tri_ctx]
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+
+def katz_discounts(counts: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+    """Discount ratios d[r] (index r = 0..k+1, d[k+1] = 1 stands for every r > k) of one order, and Ney's D.
+
+    Good-Turing as Katz corrected it where defined and inside (0, 1), else absolute discounting (fallback 1).
+    """
+    n = np.bincount(np.minimum(counts, k + 2), minlength=k + 3).astype(np.float64)  # n[r] = #n-grams seen r times
+    D = n[1] / (n[1] + 2 * n[2]) if n[1] > 0 and n[2] > 0 else 0.5
+    A = (k + 1) * n[k + 1] / n[1] if n[1] > 0 else np.inf
+    d = np.ones(k + 2)
+    d[0] = 0.0
+    for r in range(1, k + 1):
+        dr = np.nan
+        if n[r] > 0 and n[r + 1] > 0 and A < 1:
+            r_star = (r + 1) * n[r + 1] / n[r]
+            dr = (r_star / r - A) / (1 - A)
+        d[r] = dr if 0 < dr < 1 else (r - D) / r   # nan fails the test too
+    return d, float(D)
+
+
+def _check_stream(tokens, n_vocab: int) -> np.ndarray:
+    n_vocab = operator.index(n_vocab)
+    if not 1 <= n_vocab <= 2**20:
+        raise ValueError(f"n_vocab={n_vocab} must be in 1..{2**20}")
+    t = np.asarray(tokens)
+    if t.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D array of token ids, got shape {t.shape}")
+    if t.size == 0:
+        raise ValueError("tokens is empty: cannot fit an n-gram model to an empty token stream")
+    if not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"tokens must be integer token ids, got dtype {t.dtype}")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= n_vocab:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"tokens contains id {bad}, outside the vocabulary 0..{n_vocab - 1}")
+    return t.astype(np.int64)
+
+
+def _small_uint(a: np.ndarray) -> np.ndarray:
+    """`a` (non-negative ints) in the smallest unsigned dtype that holds it, to keep files small."""
+    top = int(a.max()) if a.size else 0
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dt).max:
+            return a.astype(dt)
+    return a.astype(np.uint64)
+
+
+def _count_level(keys: np.ndarray, V: int, min_count: int, k: int) -> dict:
+    """Counts of one order from its n-gram keys (history * V + token): CSR by history, pruned to >= min_count."""
+    key, count = np.unique(keys, return_counts=True)             # [E] sorted n-gram keys, their counts
+    disc, D = katz_discounts(count, k)                           # from all n-grams, before pruning
+    ctx, start = np.unique(key // V, return_index=True)          # [C] histories
+    ctx_count = np.add.reduceat(count, start) if len(key) else count  # [C] c(h), pruned n-grams included
+    keep = count >= min_count
+    key, count = key[keep], count[keep]
+    ctx_of = np.searchsorted(ctx, key // V)                      # [E'] history id of each kept n-gram
+    lens = np.bincount(ctx_of, minlength=len(ctx))               # [C] kept continuations per history
+    alive = lens > 0                                             # histories with nothing kept back off fully
+    return {"ctx": _small_uint(ctx[alive]), "ctx_count": _small_uint(ctx_count[alive]),
+            "len": _small_uint(lens[alive]), "tok": _small_uint(key % V), "count": _small_uint(count),
+            "discount": disc, "abs_discount": np.float64(D)}
+
+
+def fit(tokens, n_vocab: int, *, katz_k: int = 5, min_count: int = 1) -> Trigram:
+    """Katz backoff trigram of a token stream (1-D ints in 0..n_vocab-1).
+
+    `min_count` > 1 drops trigrams seen fewer times (a smaller model); bigrams and unigrams are all kept.
+    """
+    t = _check_stream(tokens, n_vocab)                           # [N]
+    if operator.index(katz_k) < 1:
+        raise ValueError(f"katz_k={katz_k} must be >= 1")
+    if operator.index(min_count) < 1:
+        raise ValueError(f"min_count={min_count} must be >= 1")
+    V = n_vocab
+    bi = _count_level(t[:-1] * V + t[1:], V, 1, katz_k)
+    tri = _count_level((t[:-2] * V + t[1:-1]) * V + t[2:], V, min_count, katz_k)
+    counts = {"uni_count": _small_uint(np.bincount(t, minlength=V))}
+    counts.update({f"bi_{name}": a for name, a in bi.items()})
+    counts.update({f"tri_{name}": a for name, a in tri.items()})
+    return _build(counts, V, katz_k, min_count)
+
+
+def _katz_level(ctx_count, lens, count, d, D, k, lower_p, denom, V):
+    """Final P(w|h) of the seen entries and backoff weights of one order (fallbacks 2 and 3 applied).
+
+    lower_p [E]: lower-order probability of each entry's token; denom [C]: lower-order mass of the unseen
+    tokens of each history (1 - sum of lower_p over its entries).
+    """
+    C = len(lens)
+    start = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)  # [C]
+    ctx_of = np.repeat(np.arange(C), lens)                       # [E]
+    count = count.astype(np.int64)
+    dc = d[np.minimum(count, k + 1)] * count                     # [E] discounted counts
+    # Fallback 2: nothing discounted (all counts > k) and nothing pruned -> absolute discounting.
+    stuck = (np.minimum.reduceat(count, start) > k) & (np.add.reduceat(count, start) == ctx_count)  # [C]
+    dc = np.where(stuck[ctx_of], count - D, dc)
+    h = ctx_count.astype(np.float64)                             # [C]
+    p_star = dc / h[ctx_of]                                      # [E]
+    beta = (h - np.add.reduceat(dc, start)) / h                  # [C] leftover mass
+    # Fallback 3: no unseen tokens (or no lower-order mass on them) -> interpolate with the lower order.
+    full = (lens == V) | (denom <= FULL_MASS_TOL)                # [C]
+    bow = np.where(full, beta, beta / np.where(full, 1.0, denom))
+    p = np.where(full[ctx_of], p_star + beta[ctx_of] * lower_p, p_star)
+    return p, bow, ctx_of
+
+
+def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
+    """Derive the query arrays from the counts (fit and load share this, so a loaded model is identical)."""
+    uni = counts["uni_count"].astype(np.int64)                   # [V]
+    N = int(uni.sum())
+    p1 = (uni + 1) / (N + V)                                     # [V] add-one unigram
+    uni_order = np.lexsort((np.arange(V), -p1))                  # [V]
+
+    # Bigram level: the unseen lower-order mass is exact in integers, sum over unseen w of (c(w) + 1).
+    b_ctx, b_len, b_tok = (counts[f"bi_{x}"].astype(np.int64) for x in ("ctx", "len", "tok"))
+    if len(b_ctx):
+        unseen = (N + V) - np.add.reduceat(uni[b_tok] + 1, np.cumsum(b_len) - b_len)  # [C2]
+        b_p, b_bow, b_of = _katz_level(counts["bi_ctx_count"], b_len, counts["bi_count"], counts["bi_discount"],
+                                       float(counts["bi_abs_discount"]), k, p1[b_tok], unseen / (N + V), V)
+    else:
+        b_p, b_bow, b_of = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+
+    # Trigram level: the lower order of (u,v,w) is the bigram entry (v,w), which exists since u,v,w occurred.
+    t_ctx, t_len, t_tok = (counts[f"tri_{x}"].astype(np.int64) for x in ("ctx", "len", "tok"))
+    if len(t_ctx):
+        t_of = np.repeat(np.arange(len(t_ctx)), t_len)           # [E3]
+        b_key = b_ctx[b_of] * V + b_tok                          # [E2] sorted
+        want = (t_ctx[t_of] % V) * V + t_tok                     # [E3] key of (v, w)
+        at = np.minimum(np.searchsorted(b_key, want), max(len(b_key) - 1, 0))
+        if len(b_key) == 0 or np.any(b_key[at] != want):
+            raise ValueError("n-gram counts are inconsistent: a trigram (u,v,w) has no bigram (v,w)")
+        lower = b_p[at]                                          # [E3] P2(w|v)
+        denom = 1.0 - np.add.reduceat(lower, np.cumsum(t_len) - t_len)  # [C3]
+        t_p, t_bow, t_of = _katz_level(counts["tri_ctx_count"], t_len, counts["tri_count"], counts["tri_discount"],
+                                       float(counts["tri_abs_discount"]), k, lower, denom, V)
+    else:
+        t_p, t_bow, t_of = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+
+    # Sort each history's entries by (p desc, token asc): the order top_k relies on.
+    b_order = np.lexsort((b_tok, -b_p, b_of))
+    t_order = np.lexsort((t_tok, -t_p, t_of))
+    bi_index = np.full(V, -1, np.int64)
+    bi_index[b_ctx] = np.arange(len(b_ctx))
+    return Trigram(
+        n_vocab=V, katz_k=k, min_count=min_count, counts=counts, p1=p1, uni_order=uni_order, uni_p=p1[uni_order],
+        bi_index=bi_index, bi_ptr=np.concatenate([[0], np.cumsum(b_len)]).astype(np.int64),
+        bi_tok=b_tok[b_order], bi_p=b_p[b_order], bi_bow=b_bow,
+        tri_key=t_ctx, tri_ptr=np.concatenate([[0], np.cumsum(t_len)]).astype(np.int64),
+        tri_tok=t_tok[t_order], tri_p=t_p[t_order], tri_bow=t_bow)
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+def _history(model: Trigram, context) -> tuple[int, int]:
+    """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
+    last = context[-2:]
+    ids = []
+    for x in last:
+        t = operator.index(x)
+        if not 0 <= t < model.n_vocab:
+            raise ValueError(f"context token id {t} is outside the vocabulary 0..{model.n_vocab - 1}")
+        ids.append(t)
+    if not ids:
+        return -1, -1
+    i2 = int(model.bi_index[ids[-1]])
+    if len(ids) < 2 or i2 < 0:
+        return i2, -1
+    key = ids[0] * model.n_vocab + ids[1]
+    i3 = int(np.searchsorted(model.tri_key, key))
+    return i2, (i3 if i3 < len(model.tri_key) and model.tri_key[i3] == key else -1)
+
+
+def dist(model: Trigram, context) -> np.ndarray:
+    """P(. | last two tokens of `context`) as a [V] float64 vector (shorter contexts back off)."""
+    i2, i3 = _history(model, context)
+    p = model.p1.copy()                                          # [V]
+    if i2 < 0:
+        return p
+    a, b = model.bi_ptr[i2], model.bi_ptr[i2 + 1]
+    p *= model.bi_bow[i2]
+    p[model.bi_tok[a:b]] = model.bi_p[a:b]
+    if i3 < 0:
+        return p
+    a, b = model.tri_ptr[i3], model.tri_ptr[i3 + 1]
+    p *= model.tri_bow[i3]
+    p[model.tri_tok[a:b]] = model.tri_p[a:b]
+    return p
+
+
+def _group_top(tok, val, scales, skip, n_skip, k):
+    """The tokens of one sorted group (val desc, tok asc) that can make the top k, and their probabilities.
+
+    Skips tokens marked in `skip` (they belong to a higher order). Beyond the first k kept, it also takes
+    those whose value is within rounding of the k-th: once scaled they may tie with it and win on id.
+    """
+    head = np.flatnonzero(~skip[tok[:k + n_skip]])[:k]           # positions of the first (up to) k kept
+    end = k + n_skip
+    if len(head) == k and end < len(tok):
+        thr = val[head[-1]] * (1 - 1e-12)
+        end = head[-1] + 1 + np.count_nonzero(val[head[-1] + 1:] >= thr)   # val is sorted desc
+    pos = np.flatnonzero(~skip[tok[:end]])
+    p = val[pos]
+    for s in scales:                                             # same float operations as dist()
+        p = s * p
+    return tok[pos], p
+
+
+def top_k(model: Trigram, context, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely next tokens and their probabilities, ties broken by lower token id first.
+
+    Every token is in exactly one group: seen after (u,v), else seen after v, else unigram; within a
+    group the stored order is the probability order, so the first k of each group are the candidates.
+    """
+    if operator.index(k) < 1:
+        raise ValueError(f"k={k} must be >= 1")
+    k = min(k, model.n_vocab)
+    i2, i3 = _history(model, context)
+    skip = np.zeros(model.n_vocab, bool)                         # [V] tokens already in a higher group
+    n_skip = 0
+    toks, probs, scales = [], [], []
+    if i3 >= 0:
+        a, b = model.tri_ptr[i3], model.tri_ptr[i3 + 1]
+        toks.append(model.tri_tok[a:min(a + k, b)]), probs.append(model.tri_p[a:min(a + k, b)])
+        skip[model.tri_tok[a:b]] = True
+        n_skip = b - a
+        scales.append(model.tri_bow[i3])
+    if i2 >= 0:
+        a, b = model.bi_ptr[i2], model.bi_ptr[i2 + 1]
+        t, p = _group_top(model.bi_tok[a:b], model.bi_p[a:b], scales, skip, n_skip, k)
+        toks.append(t), probs.append(p)
+        skip[model.bi_tok[a:b]] = True
+        n_skip = b - a                                           # seen after (u,v) implies seen after v
+        scales.insert(0, model.bi_bow[i2])                       # unigram probs: bow3 * (bow2 * p1)
+    t, p = _group_top(model.uni_order, model.uni_p, scales, skip, n_skip, k)
+    toks.append(t), probs.append(p)
+    toks, probs = np.concatenate(toks), np.concatenate(probs)
+    best = np.lexsort((toks, -probs))[:k]
+    return toks[best], probs[best]
+
+
+def greedy_continuation(model: Trigram, context, n: int) -> list[int]:
+    """n steps of argmax decoding from `context` (ties to the lower id): the trigram's guess of what follows."""
+    ctx = [operator.index(x) for x in context[-2:]]
+    out = []
+    for _ in range(n):
+        t = int(top_k(model, ctx, 1)[0][0])
+        out.append(t)
+        ctx = [*ctx[-1:], t]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ save / load
+
+def save(model: Trigram, path) -> None:
+    """Write the counts to one compressed .npz (format tag, version, n_vocab inside), atomically."""
+    path = Path(path)
+    meta = {"format": np.array(FORMAT), "version": np.array(VERSION), "n_vocab": np.array(model.n_vocab),
+            "katz_k": np.array(model.katz_k), "min_count": np.array(model.min_count)}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **meta, **model.counts)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load(path) -> Trigram:
+    """Read a model written by save(); ValueError naming the file if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"n-gram model file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except Exception as e:
+        raise ValueError(f"{path} is not a specdec_np n-gram model (.npz): {e}") from e
+    if arrays.get("format", np.array("")).item() != FORMAT:
+        raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
+    if int(arrays["version"]) != VERSION:
+        raise ValueError(f"{path} is n-gram format version {int(arrays['version'])}, this code reads {VERSION}")
+    missing = [name for name in _SAVED if name not in arrays]
+    if missing:
+        raise ValueError(f"{path} is missing arrays {missing}")
+    V = int(arrays["n_vocab"])
+    if arrays["uni_count"].shape != (V,):
+        raise ValueError(f"{path}: uni_count has shape {arrays['uni_count'].shape}, expected ({V},)")
+    counts = {name: arrays[name] for name in _SAVED}
+    return _build(counts, V, int(arrays["katz_k"]), int(arrays["min_count"]))
+
+
+# --------------------------------------------------------------------------------------- prompt lookup
+
+def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
+    """Propose up to k tokens: what followed the most recent earlier occurrence of the last n tokens.
+
+    Tries n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
+    """
+    if not 1 <= min_ngram <= max_ngram:
+        raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
+    if k < 1:
+        raise ValueError(f"k={k} must be >= 1")
+    t = np.asarray(tokens, dtype=np.int64)                       # [L]
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if len(t) < n + 1:
+            continue
+        # Window i is t[i:i+n]; windows of t[:-1] exclude the suffix itself and always have a next token.
+        windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # [L-n, n]
+        hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
+        if len(hits):
+            i = hits[-1]
+            return t[i + n:i + n + k].tolist()
+    return []
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+def main(argv=None) -> int:
+    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257]`; argv starts after `ngram`."""
+    from specdec_np.tokenizer import encode, get_encoding
+
+    ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
+                                 description="Fit a Katz backoff trigram on GPT-2 BPE tokens of text files.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fit", help="tokenize FILES (joined by <|endoftext|>) and fit a trigram")
+    f.add_argument("files", nargs="+", type=Path)
+    f.add_argument("--out", required=True, type=Path, help="output .npz")
+    f.add_argument("--n-vocab", type=int, default=50257, help="vocabulary size of the model it drafts for")
+    f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
+    f.add_argument("--katz-k", type=int, default=5, help="counts above this are not discounted")
+    args = ap.parse_args(argv)
+
+    enc = get_encoding(args.n_vocab)
+    tokens = []
+    for i, name in enumerate(args.files):
+        if not name.is_file():
+            raise FileNotFoundError(f"text file {name} does not exist")
+        if i:
+            tokens.append(enc.eot_token)
+        tokens.extend(encode(enc, name.read_text(encoding="utf-8")))
+    model = fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
+    save(model, args.out)
+    print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
+          f"{len(model.bi_tok)} bigrams, {len(model.tri_tok)} trigrams -> {args.out} "
+          f"({args.out.stat().st_size / 1e6:.1f} MB)")
+    return 0

@@ -1,0 +1,70 @@
+"""This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
+
+At batch 1 a decoder step reads every weight once and does ~1 FLOP per byte, so it is bound by
+memory bandwidth; a block of k tokens reads the same weights once for k times the arithmetic.
+How many tokens are "free" decides how big a verification tree pays off. The reference for the
+memory bound is one large float32 matrix-vector product, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
+
+
+def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1000 * float(np.median(times))
+
+
+def matvec_gbps(rows: int = 4096, cols: int = 4096, repeats: int = 15) -> float:
+    """Weight-streaming rate of one large float32 matrix-vector product (GB/s): the memory bound."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((rows, cols), dtype=np.float32)
+    x = rng.standard_normal((1, rows), dtype=np.float32)
+    ms = median_ms(lambda: x @ w, repeats=repeats)
+    return w.nbytes / (ms / 1000) / 1e9
+
+
+def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
+    """Median ms of one forward pass of k new tokens after a cached prefix, for each k."""
+    cache = new_cache(model, max_block=max(block_sizes))
+    forward(model, np.arange(prefix_len) % model.config.n_vocab, cache)
+    out = {}
+    for k in block_sizes:
+        toks = np.arange(k) % model.config.n_vocab
+
+        def step():
+            forward(model, toks, cache)
+            cache.truncate(prefix_len)
+
+        out[k] = median_ms(step, repeats=repeats)
+    return out
+
+
+def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 8, 16, 32),
+                       prefix_len: int = 128, repeats: int = 5, out=print) -> dict:
+    """ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
+    ref = matvec_gbps()
+    out(f"reference: one 4096x4096 float32 matrix-vector product streams {ref:.1f} GB/s")
+    out(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
+        + f" {'GB/s @1':>8} {'vs ref':>7}")
+    report = {"reference_gbps": ref, "models": {}}
+    for name in names:
+        model = random_params(GPT2_SHAPES[name], seed=0, dtype=np.float32)
+        ms = block_cost_ms(model, block_sizes, prefix_len=prefix_len, repeats=repeats)
+        gbps = model.weight_bytes / (ms[block_sizes[0]] / 1000) / 1e9
+        out(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
+            + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
+        report["models"][name] = {"ms": ms, "gbps": gbps, "fraction_of_reference": gbps / ref}
+        del model
+    return report

@@ -1,0 +1,145 @@
+"""Sampling: logits -> the processed next-token distribution, and the one source of randomness.
+
+Draft and target go through the same `process`, so the speculative rules compare like with like:
+verification is lossless with respect to the *processed* target distribution, and every q the
+rules divide by must be exactly the processed distribution a draft token was drawn from.
+
+All randomness of the engine goes through `Rand.coin` and `Rand.draw`. The exact enumerator
+(`exact.py`) replaces `Rand` with a scripted stand-in that explores every branch, which is how the
+tests prove the verification rules lossless instead of sampling them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+
+def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
+    """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
+            or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+        raise ValueError(f"top_k must be an integer >= 1 (or None = off), got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
+                              or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] (None or 1.0 = off), got {top_p!r}")
+
+
+def softmax(x):  # [..., V] -> [..., V]
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def top_ids(probs, k: int):  # [V] -> [min(k, V)]
+    """Ids of the k most probable tokens, most probable first, ties to the lower id.
+
+    O(V) with a partition (the full vocabulary can be 50257 wide), then a small stable sort.
+    """
+    V = probs.size
+    if k < V:
+        kth = np.partition(probs, V - k)[V - k]  # the k-th largest value
+        ids = np.flatnonzero(probs >= kth)  # ascending ids, every tie at kth included
+    else:
+        ids = np.arange(V)
+    return ids[np.argsort(-probs[ids], kind="stable")][:k]
+
+
+def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
+    """Zero all but the k most probable tokens (exactly k: ties to the lower id) and renormalise."""
+    V = probs.shape[-1]
+    if k >= V:
+        return probs
+    kth = np.partition(probs, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
+    above = probs > kth
+    tied = probs == kth
+    # Of the tokens tied at the k-th value, keep the lowest ids until there are k in all.
+    keep = above | (tied & (np.cumsum(tied, axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
+    kept = np.where(keep, probs, 0.0)
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
+    """Nucleus: keep the smallest set of most probable tokens whose mass reaches top_p; renormalise."""
+    if top_p >= 1.0:
+        return probs
+    V = probs.shape[-1]
+    kept = np.zeros(probs.shape, dtype=np.float64)
+    for row, out in zip(probs.reshape(-1, V), kept.reshape(-1, V)):
+        ids = np.flatnonzero(row > 0)  # only tokens with mass can matter: sort just those
+        ids = ids[np.argsort(-row[ids], kind="stable")]  # most probable first, ties by id
+        mass_before = np.concatenate([[0.0], np.cumsum(row[ids])[:-1]])
+        # In the nucleus iff the more probable tokens before it have not reached top_p yet;
+        # the first token has mass_before 0 < top_p, so the nucleus is never empty.
+        ids = ids[mass_before < top_p]
+        out[ids] = row[ids]
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def greedy(logits):  # [..., V] -> [..., V]
+    """Temperature 0: a one-hot distribution on the argmax (ties -> lowest id, as np.argmax)."""
+    out = np.zeros(logits.shape, dtype=np.float64)
+    np.put_along_axis(out, logits.argmax(axis=-1)[..., None], 1.0, axis=-1)
+    return out
+
+
+def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..., V] float64
+    """The processed next-token distribution: temperature, then top-k, then top-p, renormalised.
+
+    Works on a single row [V] or a batch [n, V]; computed in float64 so that draft and target
+    probabilities compare exactly (near-ties flip in float32).
+    """
+    check_settings(temperature, top_k, top_p)
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim not in (1, 2) or logits.shape[-1] == 0:
+        raise ValueError(f"logits must be [V] or [n, V] with V >= 1, got shape {logits.shape}")
+    if np.isnan(logits).any() or np.isposinf(logits).any():
+        raise ValueError("logits contain NaN or +inf")
+    if np.isneginf(logits).all(axis=-1).any():
+        raise ValueError("a row of logits is all -inf: no token has positive probability")
+    if temperature == 0:
+        return greedy(logits)
+    probs = softmax(logits / temperature)
+    if top_k is not None:
+        probs = keep_top_k(probs, top_k)
+    if top_p is not None:
+        probs = keep_top_p(probs, top_p)
+    return probs
+
+
+class Rand:
+    """The engine's only source of randomness: a coin and a categorical draw over an explicit Generator."""
+
+    def __init__(self, seed_or_generator=None):
+        if isinstance(seed_or_generator, np.random.Generator):
+            self.rng = seed_or_generator
+        else:
+            self.rng = np.random.default_rng(seed_or_generator)
+
+    def coin(self, p: float) -> bool:
+        """True with probability p (p <= 0: never, p >= 1: always, no random number consumed)."""
+        if p != p:
+            raise ValueError("coin: probability is NaN")
+        if p >= 1.0:
+            return True
+        if p <= 0.0:
+            return False
+        return bool(self.rng.random() < p)
+
+    def draw(self, probs) -> int:
+        """A token id drawn with probability probs[i] / sum(probs) (zero-probability ids never come out)."""
+        probs = np.asarray(probs, dtype=np.float64)  # [V]
+        cum = np.cumsum(probs)  # [V]
+        total = cum[-1] if cum.size else 0.0
+        if not total > 0 or (probs < 0).any():
+            raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
+        u = self.rng.random() * total  # in [0, total)
+        # The first index whose cumulative mass exceeds u; a zero entry repeats the previous
+        # cumulative value, so it can never be that index.
+        i = int(np.searchsorted(cum, u, side="right"))
+        if i == probs.size:  # u rounded up to total: take the last token with positive mass
+            i = int(np.flatnonzero(probs > 0)[-1])
+        return i

@@ -1,0 +1,191 @@
+"""Lossless verification of a token tree: which drafted path to keep, and the token after it.
+
+Every rule is `rule(tree, p, rand) -> (path, next_token)`. p: [n, V] is the target's processed
+distribution after each tree node (row i = the distribution of the token following node i).
+path: node indices root..last accepted node. next_token: the target's correction (at the first
+rejection) or bonus token (after a leaf). The step emits tree.tokens[path[1:]] + [next_token],
+and for every rule paired with the trees it assumes, that sequence is distributed exactly as if
+the target had sampled it token by token (the tests enumerate every random branch to prove it).
+
+All randomness goes through rand.coin / rand.draw, so the exact enumerator can explore it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .tree import Tree, children
+
+
+def emitted(tree: Tree, path, next_token: int) -> list[int]:
+    """The tokens a step emits: the accepted drafted tokens, then the target's next token."""
+    return [int(t) for t in tree.tokens[list(path[1:])]] + [int(next_token)]
+
+
+def residual(p, q):  # [V], [V] -> [V]
+    """norm(max(p - q, 0)): what p still owes once a draft token drawn from q was rejected.
+
+    It sums to 0 only if p <= q everywhere, i.e. p == q for two distributions; then every draft
+    token is accepted with probability min(1, p/q) = 1, so a rejection has probability 0 (it can
+    only come from rounding) and we keep p unchanged rather than divide by zero.
+    """
+    r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def accept_ratio(p_x: float, q_x: float) -> float:
+    """min(1, p(x)/q(x)); q(x) = 0 cannot happen for a token drawn from q, treat it as 'p decides'."""
+    if q_x <= 0:
+        return 1.0 if p_x > 0 else 0.0
+    return min(1.0, p_x / q_x)
+
+
+def verify_greedy(tree: Tree, p, rand=None):
+    """Temperature 0: follow the child equal to argmax p (ties -> lowest id); emit argmax at the first miss."""
+    path = [0]
+    while True:
+        node = path[-1]
+        best = int(np.argmax(p[node]))
+        match = [c for c in children(tree, node) if tree.tokens[c] == best]
+        if not match:
+            return path, best
+        path.append(int(match[0]))
+
+
+def verify_point_mass(tree: Tree, p, rand):
+    """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
+
+    Done sequentially so no work is wasted: accept child c with probability p_res(c)/sum(p_res);
+    on a miss zero p_res(c) and try the next child. Accepting c given the earlier misses has
+    exactly the probability that x ~ p is c given x is none of the earlier children, and if none
+    matches, x is drawn from p without the children: overall x ~ p, whatever the draft proposed.
+    """
+    path = [0]
+    while True:
+        node = path[-1]
+        p_res = np.array(p[node], dtype=np.float64)  # [V]
+        accepted = None
+        for c in children(tree, node):
+            x = tree.tokens[c]
+            mass = p_res.sum()
+            if mass > 0 and rand.coin(p_res[x] / mass):
+                accepted = int(c)
+                break
+            p_res[x] = 0.0
+        if accepted is None:
+            # p_res has no mass only if the children covered p's support yet all missed: a
+            # probability-0 event (rounding); fall back to p.
+            return path, rand.draw(p_res if p_res.sum() > 0 else p[node])
+        path.append(accepted)
+
+
+def verify_chain(tree: Tree, p, rand):
+    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)).
+
+    On rejection emit a draw from norm(max(p - q, 0)); after the whole chain, a bonus draw from p.
+    q = tree.draft_dists[node] must be the exact distribution x was drawn from.
+    """
+    path = [0]
+    while True:
+        node = path[-1]
+        kids = children(tree, node)
+        if kids.size == 0:
+            return path, rand.draw(p[node])  # bonus token
+        c = int(kids[0])
+        x = tree.tokens[c]
+        q = tree.draft_dists[node]  # [V]
+        if not rand.coin(accept_ratio(p[node][x], q[x])):
+            return path, rand.draw(residual(p[node], q))  # correction token
+        path.append(c)
+
+
+def verify_recursive(tree: Tree, p, rand, replacement: bool = True):
+    """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
+
+    Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
+    norm(max(p_res - q_res, 0)) (what is still owed), and without replacement also q_res(x) := 0,
+    renormalised: the next sibling was drawn from q without the earlier ones. If every child is
+    rejected, emit a draw from p_res. With replacement q_res stays q (siblings are iid draws).
+    """
+    path = [0]
+    while True:
+        node = path[-1]
+        p_res = np.array(p[node], dtype=np.float64)  # [V]
+        kids = children(tree, node)
+        if kids.size == 0:
+            return path, rand.draw(p_res)  # bonus token
+        q_res = np.array(tree.draft_dists[node], dtype=np.float64)  # [V]
+        accepted = None
+        for c in kids:
+            x = tree.tokens[c]
+            if rand.coin(accept_ratio(p_res[x], q_res[x])):
+                accepted = int(c)
+                break
+            p_res = residual(p_res, q_res)
+            if not replacement:
+                q_res[x] = 0.0
+                total = q_res.sum()
+                if not total > 0:  # q exhausted: no sibling can follow
+                    break
+                q_res /= total
+        if accepted is None:
+            return path, rand.draw(p_res)  # correction token
+        path.append(accepted)
+
+
+def verify_recursive_wor(tree: Tree, p, rand):
+    """verify_recursive for children drawn without replacement (RSD / Sequoia)."""
+    return verify_recursive(tree, p, rand, replacement=False)
+
+
+RULES = {
+    "greedy": verify_greedy,
+    "point_mass": verify_point_mass,
+    "chain": verify_chain,
+    "recursive": verify_recursive,
+    "recursive_wor": verify_recursive_wor,
+}
+
+# Which tree kinds each rule is lossless for (children chosen the way the rule assumes).
+PAIRINGS = {
+    "greedy": ("deterministic", "with_replacement", "without_replacement"),
+    "point_mass": ("deterministic",),
+    "chain": ("with_replacement",),
+    "recursive": ("with_replacement",),
+    "recursive_wor": ("without_replacement",),
+}
+
+
+def check_pairing(tree_kind: str, rule: str) -> None:
+    """Raise ValueError if `rule` is not lossless for trees whose children were chosen as `tree_kind`."""
+    if rule not in PAIRINGS:
+        raise ValueError(f"unknown verification rule {rule!r}; choose one of {sorted(PAIRINGS)}")
+    if tree_kind not in PAIRINGS["greedy"]:
+        raise ValueError(f"unknown tree kind {tree_kind!r}; choose one of {PAIRINGS['greedy']}")
+    if tree_kind not in PAIRINGS[rule]:
+        why = {
+            "point_mass": "it assumes children are a deterministic function of the draft (e.g. its top-k); "
+                          "sampled children need 'chain', 'recursive' or 'recursive_wor'",
+            "chain": "it assumes one child per node drawn from q (a sampled chain: build_chain with rand)",
+            "recursive": "it assumes siblings drawn from q with replacement; without-replacement "
+                         "trees need 'recursive_wor', deterministic trees 'point_mass'",
+            "recursive_wor": "it assumes siblings drawn from q without replacement; with-replacement "
+                             "trees need 'recursive', deterministic trees 'point_mass'",
+        }[rule]
+        raise ValueError(f"rule {rule!r} is not lossless on a {tree_kind} tree: {why}")
+
+
+def check_tree(tree: Tree, rule: str) -> None:
+    """check_pairing plus the shape the rule needs: chains for 'chain', distinct siblings for 'point_mass'."""
+    check_pairing(tree.kind, rule)
+    if rule == "chain":
+        n_children = np.bincount(tree.parents[1:], minlength=len(tree))
+        if n_children.max(initial=0) > 1:
+            raise ValueError(f"rule 'chain' needs at most one child per node; node "
+                             f"{int(n_children.argmax())} has {int(n_children.max())} (use 'recursive')")
+    if rule == "point_mass":
+        pairs = set(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))
+        if len(pairs) != len(tree) - 1:
+            raise ValueError("rule 'point_mass' needs distinct sibling tokens; this tree repeats a token "
+                             "under one parent")

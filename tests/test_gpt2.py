@@ -1,0 +1,129 @@
+"""The NumPy GPT-2: KV-cache decoding, tree attention and cache compaction equal plain forward passes."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
+
+CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
+MODEL = random_params(CFG, seed=1, dtype=np.float64, scale=0.3)  # large scale: non-trivial attention
+
+
+def full_logits(tokens):
+    return forward(MODEL, tokens, new_cache(MODEL))
+
+
+@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=2, max_size=30), st.data())
+@settings(max_examples=30)
+def test_incremental_decoding_equals_full_pass(tokens, data):
+    ref = full_logits(tokens)
+    cache = new_cache(MODEL)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(tokens) - 1), max_size=4))))
+    out = [forward(MODEL, tokens[a:b], cache) for a, b in zip([0] + cuts, cuts + [len(tokens)])]
+    np.testing.assert_allclose(np.concatenate(out), ref, rtol=0, atol=1e-10)
+    assert cache.length == len(tokens)
+
+
+def random_tree(data, max_nodes=10):
+    """Parents (parents[i] < i, root 0 with parent -1) and tokens of a random token tree."""
+    n = data.draw(st.integers(1, max_nodes))
+    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+    tokens = data.draw(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=n, max_size=n))
+    return np.array(parents), np.array(tokens)
+
+
+def tree_mask_and_depth(parents):
+    n = len(parents)
+    mask = np.eye(n, dtype=bool)
+    depth = np.zeros(n, dtype=int)
+    for i in range(1, n):
+        mask[i] |= mask[parents[i]]
+        depth[i] = depth[parents[i]] + 1
+    return mask, depth
+
+
+def path(parents, i):
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = parents[i]
+    return out[::-1]
+
+
+@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=20), st.data())
+@settings(max_examples=30)
+def test_tree_pass_equals_each_root_to_node_path(prefix, data):
+    parents, tokens = random_tree(data)
+    mask, depth = tree_mask_and_depth(parents)
+    cache = new_cache(MODEL)
+    forward(MODEL, prefix, cache)
+    logits = forward(MODEL, tokens, cache, positions=len(prefix) + depth, mask=mask)
+    for i in range(len(tokens)):
+        seq = list(prefix) + list(tokens[path(parents, i)])
+        np.testing.assert_allclose(logits[i], full_logits(seq)[-1], rtol=0, atol=1e-10)
+
+
+@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=15), st.data())
+@settings(max_examples=25)
+def test_keep_accepted_path_then_continue_equals_fresh_prefill(prefix, data):
+    parents, tokens = random_tree(data)
+    mask, depth = tree_mask_and_depth(parents)
+    cache = new_cache(MODEL)
+    forward(MODEL, prefix, cache)
+    start = cache.length
+    forward(MODEL, tokens, cache, positions=start + depth, mask=mask)
+    node = data.draw(st.integers(0, len(tokens) - 1))
+    kept = path(parents, node)
+    cache.keep(start, kept)
+    accepted = list(prefix) + list(tokens[kept])
+    assert cache.length == len(accepted)
+    fresh = new_cache(MODEL)
+    forward(MODEL, accepted, fresh)
+    n = len(accepted)
+    np.testing.assert_allclose(cache.k[:, :, :n], fresh.k[:, :, :n], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cache.v[:, :, :n], fresh.v[:, :, :n], rtol=0, atol=1e-12)
+    nxt = data.draw(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=4))
+    np.testing.assert_allclose(forward(MODEL, nxt, cache), full_logits(accepted + nxt)[-len(nxt):],
+                               rtol=0, atol=1e-10)
+
+
+def test_truncate_then_redo_equals_fresh():
+    toks = list(range(10))
+    cache = new_cache(MODEL)
+    forward(MODEL, toks, cache)
+    cache.truncate(6)
+    np.testing.assert_allclose(forward(MODEL, [7, 8], cache), full_logits(toks[:6] + [7, 8])[-2:], atol=1e-10)
+
+
+def test_float32_is_close_to_float64():
+    m32 = MODEL.astype(np.float32)
+    toks = list(range(20))
+    got = forward(m32, toks, new_cache(m32))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, full_logits(toks), atol=1e-4)
+
+
+def test_errors_are_clear():
+    cache = new_cache(MODEL)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        forward(MODEL, [CFG.n_vocab], cache)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        forward(MODEL, [-1], cache)
+    with pytest.raises(ValueError, match="context overflow"):
+        forward(MODEL, [1] * (CFG.n_ctx + 1), cache)
+    with pytest.raises(ValueError, match="at least one"):
+        forward(MODEL, [], cache)
+    with pytest.raises(ValueError, match="mask shape"):
+        forward(MODEL, [1, 2], cache, mask=np.ones((3, 3), bool))
+    small = KVCache(CFG, capacity=4, dtype=np.float64)
+    with pytest.raises(ValueError, match="KV cache overflow"):
+        forward(MODEL, [1] * 5, small)
+    forward(MODEL, [1, 2, 3], cache)
+    with pytest.raises(ValueError, match="ascending"):
+        cache.keep(1, [1, 0])
+    with pytest.raises(ValueError, match="truncate"):
+        cache.truncate(5)
+    with pytest.raises(ValueError, match="divisible"):
+        GPT2Config(n_embd=10, n_head=3)

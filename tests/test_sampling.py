@@ -1,0 +1,135 @@
+"""Sampling: temperature / top-k / top-p against a brute-force reference, greedy, settings, Rand."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_np.sampling import Rand, check_settings, process, top_ids
+
+
+def reference(logits, temperature, top_k, top_p):
+    """Plain-Python processing: softmax(logits / T), keep top-k, keep the nucleus, renormalise."""
+    V = len(logits)
+    if temperature == 0:
+        best = max(range(V), key=lambda i: (logits[i], -i))  # highest logit, then lowest id
+        return [1.0 if i == best else 0.0 for i in range(V)]
+    m = max(logits)
+    e = [math.exp((x - m) / temperature) if x != -math.inf else 0.0 for x in logits]
+    p = [x / sum(e) for x in e]
+    if top_k is not None:
+        keep = sorted(range(V), key=lambda i: (-p[i], i))[:top_k]
+        s = sum(p[i] for i in keep)
+        p = [p[i] / s if i in keep else 0.0 for i in range(V)]
+    if top_p is not None and top_p < 1:
+        keep, acc = [], 0.0
+        for i in sorted(range(V), key=lambda i: (-p[i], i)):
+            if p[i] == 0:
+                break
+            keep.append(i)
+            acc += p[i]
+            if acc >= top_p:
+                break
+        s = sum(p[i] for i in keep)
+        p = [p[i] / s if i in keep else 0.0 for i in range(V)]
+    return p
+
+
+# Logits from a small grid, so exact ties (and -inf) are common.
+logit_values = st.sampled_from([-3.0, -1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 2.0000001, -math.inf])
+logit_rows = st.lists(logit_values, min_size=2, max_size=9).filter(lambda r: max(r) > -math.inf)
+
+
+@settings(max_examples=60)
+@given(logit_rows, st.sampled_from([0.0, 0.5, 1.0, 1.7]), st.one_of(st.none(), st.integers(1, 10)),
+       st.one_of(st.none(), st.sampled_from([0.1, 0.3, 0.5, 0.75, 0.9, 0.999, 1.0])))
+def test_process_matches_reference(row, temperature, top_k, top_p):
+    got = process(np.array(row), temperature, top_k, top_p)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, reference(row, temperature, top_k, top_p), rtol=0, atol=1e-12)
+    assert abs(got.sum() - 1) < 1e-12
+
+
+@settings(max_examples=20)
+@given(st.lists(logit_rows, min_size=1, max_size=4), st.sampled_from([0.0, 1.0, 2.0]),
+       st.one_of(st.none(), st.integers(1, 4)), st.one_of(st.none(), st.sampled_from([0.4, 0.8])))
+def test_batch_equals_rows(rows, temperature, top_k, top_p):
+    V = min(len(r) for r in rows)
+    batch = np.array([r[:V] for r in rows])  # [n, V]
+    if (batch == -math.inf).all(axis=1).any():
+        return
+    got = process(batch, temperature, top_k, top_p)
+    for i in range(len(batch)):
+        np.testing.assert_array_equal(got[i], process(batch[i], temperature, top_k, top_p))
+
+
+def test_greedy_is_one_hot_on_lowest_tied_id():
+    got = process(np.array([1.0, 3.0, 0.0, 3.0]), temperature=0, top_k=2, top_p=0.5)
+    np.testing.assert_array_equal(got, [0, 1, 0, 0])
+
+
+def test_top_k_ties_keep_lowest_ids_and_top_p_reaches_mass():
+    p = process(np.zeros(5), top_k=3)  # five-way tie: ids 0, 1, 2 survive
+    np.testing.assert_allclose(p, [1 / 3, 1 / 3, 1 / 3, 0, 0])
+    logits = np.log([0.5, 0.3, 0.15, 0.05])
+    np.testing.assert_allclose(process(logits, top_p=0.45), [1, 0, 0, 0])  # 0.5 alone reaches 0.45
+    np.testing.assert_allclose(process(logits, top_p=0.75), [0.5 / 0.8, 0.3 / 0.8, 0, 0])
+    np.testing.assert_allclose(process(logits, top_p=0.85), np.array([0.5, 0.3, 0.15, 0]) / 0.95)
+
+
+@settings(max_examples=40)
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.2, 0.2, 0.5]), min_size=1, max_size=12), st.integers(1, 14))
+def test_top_ids_matches_sort(values, k):
+    p = np.array(values)
+    want = sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+    assert top_ids(p, k).tolist() == want
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(temperature=-0.1), "temperature"), (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"), (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k"),
+    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(top_p=-0.2), "top_p"),
+])
+def test_invalid_settings_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        check_settings(**{"temperature": 1.0, **kwargs})
+    with pytest.raises(ValueError, match=name):
+        process(np.zeros(3), **kwargs)
+
+
+def test_valid_settings_pass():
+    check_settings(0, None, None)
+    check_settings(1.5, 1, 1.0)
+
+
+def test_bad_logits_raise():
+    with pytest.raises(ValueError, match="NaN"):
+        process(np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match="-inf"):
+        process(np.array([-np.inf, -np.inf]))
+    with pytest.raises(ValueError, match="shape"):
+        process(np.zeros((2, 2, 2)))
+
+
+def test_rand_coin_and_draw():
+    rand = Rand(0)
+    assert rand.coin(1.0) and rand.coin(1.5) and not rand.coin(0.0) and not rand.coin(-1)
+    probs = np.array([0.0, 2.0, 0.0, 6.0, 0.0])  # not normalised, zeros in between and at the ends
+    draws = np.array([rand.draw(probs) for _ in range(20000)])
+    assert set(np.unique(draws)) == {1, 3}
+    assert abs((draws == 3).mean() - 0.75) < 0.02
+    coins = np.array([rand.coin(0.3) for _ in range(20000)])
+    assert abs(coins.mean() - 0.3) < 0.02
+    with pytest.raises(ValueError):
+        rand.draw(np.zeros(3))
+    with pytest.raises(ValueError):
+        rand.draw(np.array([0.5, -0.1, 0.6]))
+
+
+def test_rand_is_reproducible_from_seed_or_generator():
+    a = [Rand(7).draw(np.ones(10)) for _ in range(1)] + [Rand(np.random.default_rng(7)).draw(np.ones(10))]
+    assert a[0] == a[1]
+    r1, r2 = Rand(3), Rand(3)
+    assert [r1.draw(np.ones(50)) for _ in range(20)] == [r2.draw(np.ones(50)) for _ in range(20)]
