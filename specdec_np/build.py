@@ -76,8 +76,10 @@ def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool =
             dists[node] = dist
             kids = top_tokens(dist, width) if rand is None else draw_children(dist, width, rand, replacement)
             for x in kids:
-                tokens.append(int(x)); parents.append(node); q.append(float(dist[x]))
-                new.append(len(tokens) - 1)
+                new.append(len(tokens))
+                tokens.append(int(x))
+                parents.append(node)
+                q.append(float(dist[x]))
         frontier = new
     return finish(tokens, parents, q, dists, rand, replacement)
 
@@ -90,6 +92,7 @@ def build_chain(root_token: int, dist_fn, k: int, rand=None) -> Tree:
 
 
 def finish(tokens, parents, q, dists, rand, replacement) -> Tree:
+    """The Tree of a fixed-shape build; sampled kinds carry the distributions children were drawn from."""
     if rand is None:
         return Tree(np.array(tokens), np.array(parents), np.array(q), kind="deterministic")
     V = next(iter(dists.values())).size if dists else 1

@@ -282,18 +282,18 @@ def dist(model: Trigram, context) -> np.ndarray:
     return p
 
 
-def _group_top(tok, val, scales, skip, n_skip, k):
+def _group_top(tok, val, scales, skip, n_skip, k, near_ties=True):
     """The tokens of one sorted group (val desc, tok asc) that can make the top k, and their probabilities.
 
-    Skips tokens marked in `skip` (they belong to a higher order). Beyond the first k kept, it also takes
-    those whose value is within rounding of the k-th: once scaled they may tie with it and win on id.
+    Skips tokens marked in `skip` (they belong to a higher order; at most n_skip of them). Beyond the first
+    k kept, it also takes those whose value is within rounding of the k-th (`near_ties`): once scaled they
+    may round to the same probability and then win on a lower id.
     """
-    head = np.flatnonzero(~skip[tok[:k + n_skip]])[:k]           # positions of the first (up to) k kept
-    end = k + n_skip
-    if len(head) == k and end < len(tok):
-        thr = val[head[-1]] * (1 - 1e-12)
-        end = head[-1] + 1 + np.count_nonzero(val[head[-1] + 1:] >= thr)   # val is sorted desc
-    pos = np.flatnonzero(~skip[tok[:end]])
+    pos = np.flatnonzero(~skip[tok[:k + n_skip]])[:k]            # positions of the first (up to) k kept
+    if near_ties and len(pos) == k:
+        thr = val[pos[-1]] * (1 - 1e-12)
+        end = pos[-1] + 1 + np.count_nonzero(val[pos[-1] + 1:] >= thr)    # val is sorted desc
+        pos = np.flatnonzero(~skip[tok[:end]])
     p = val[pos]
     for s in scales:                                             # same float operations as dist()
         p = s * p
@@ -315,19 +315,23 @@ def top_k(model: Trigram, context, k: int) -> tuple[np.ndarray, np.ndarray]:
     toks, probs, scales = [], [], []
     if i3 >= 0:
         a, b = model.tri_ptr[i3], model.tri_ptr[i3 + 1]
-        toks.append(model.tri_tok[a:min(a + k, b)]), probs.append(model.tri_p[a:min(a + k, b)])
+        toks.append(model.tri_tok[a:min(a + k, b)])
+        probs.append(model.tri_p[a:min(a + k, b)])
         skip[model.tri_tok[a:b]] = True
         n_skip = b - a
         scales.append(model.tri_bow[i3])
     if i2 >= 0:
         a, b = model.bi_ptr[i2], model.bi_ptr[i2 + 1]
         t, p = _group_top(model.bi_tok[a:b], model.bi_p[a:b], scales, skip, n_skip, k)
-        toks.append(t), probs.append(p)
+        toks.append(t)
+        probs.append(p)
         skip[model.bi_tok[a:b]] = True
         n_skip = b - a                                           # seen after (u,v) implies seen after v
         scales.insert(0, model.bi_bow[i2])                       # unigram probs: bow3 * (bow2 * p1)
-    t, p = _group_top(model.uni_order, model.uni_p, scales, skip, n_skip, k)
-    toks.append(t), probs.append(p)
+    # Unigram values (c + 1) / (N + V) of different counts are far more than rounding apart: no near ties.
+    t, p = _group_top(model.uni_order, model.uni_p, scales, skip, n_skip, k, near_ties=False)
+    toks.append(t)
+    probs.append(p)
     toks, probs = np.concatenate(toks), np.concatenate(probs)
     best = np.lexsort((toks, -probs))[:k]
     return toks[best], probs[best]
@@ -373,11 +377,11 @@ def load(path) -> Trigram:
         raise ValueError(f"{path} is not a specdec_np n-gram model (.npz): {e}") from e
     if arrays.get("format", np.array("")).item() != FORMAT:
         raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
-    if int(arrays["version"]) != VERSION:
-        raise ValueError(f"{path} is n-gram format version {int(arrays['version'])}, this code reads {VERSION}")
-    missing = [name for name in _SAVED if name not in arrays]
+    missing = [name for name in ("version", "n_vocab", "katz_k", "min_count", *_SAVED) if name not in arrays]
     if missing:
         raise ValueError(f"{path} is missing arrays {missing}")
+    if int(arrays["version"]) != VERSION:
+        raise ValueError(f"{path} is n-gram format version {int(arrays['version'])}, this code reads {VERSION}")
     V = int(arrays["n_vocab"])
     if arrays["uni_count"].shape != (V,):
         raise ValueError(f"{path}: uni_count has shape {arrays['uni_count'].shape}, expected ({V},)")

@@ -31,7 +31,8 @@ def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
 
 def softmax(x):  # [..., V] -> [..., V]
     e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
@@ -56,10 +57,31 @@ def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
     kth = np.partition(probs, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
     above = probs > kth
     tied = probs == kth
-    # Of the tokens tied at the k-th value, keep the lowest ids until there are k in all.
-    keep = above | (tied & (np.cumsum(tied, axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
-    kept = np.where(keep, probs, 0.0)
+    keep = (above | tied).reshape(-1, V)  # [rows, V]
+    # Rows with more tokens tied at the k-th value than places left: keep the lowest tied ids.
+    n_left = k - above.reshape(-1, V).sum(axis=-1)  # [rows]
+    for r in np.flatnonzero(tied.reshape(-1, V).sum(axis=-1) > n_left):
+        keep[r, np.flatnonzero(tied.reshape(-1, V)[r])[n_left[r]:]] = False
+    kept = np.where(keep.reshape(probs.shape), probs, 0.0)
     return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def nucleus(row, top_p: float):  # [V] -> [n_kept]
+    """Ids of the nucleus of one distribution: most probable first (ties by id) until the mass reaches top_p."""
+    k = 64
+    while True:
+        # Only the nucleus needs sorting: try the top k (an O(V) partition) and widen if their
+        # mass falls short. The same tokens are summed in the same order as in a full sort.
+        ids = top_ids(row, k)
+        cum = np.cumsum(row[ids])  # [k]
+        if cum[-1] >= top_p or k >= row.size:
+            break
+        k *= 8
+    mass_before = np.concatenate([[0.0], cum[:-1]])
+    # In the nucleus iff the more probable tokens before it have not reached top_p yet; the first
+    # token has mass_before 0 < top_p, so the nucleus is never empty.
+    ids = ids[mass_before < top_p]
+    return ids[row[ids] > 0]
 
 
 def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
@@ -69,12 +91,7 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
     V = probs.shape[-1]
     kept = np.zeros(probs.shape, dtype=np.float64)
     for row, out in zip(probs.reshape(-1, V), kept.reshape(-1, V)):
-        ids = np.flatnonzero(row > 0)  # only tokens with mass can matter: sort just those
-        ids = ids[np.argsort(-row[ids], kind="stable")]  # most probable first, ties by id
-        mass_before = np.concatenate([[0.0], np.cumsum(row[ids])[:-1]])
-        # In the nucleus iff the more probable tokens before it have not reached top_p yet;
-        # the first token has mass_before 0 < top_p, so the nucleus is never empty.
-        ids = ids[mass_before < top_p]
+        ids = nucleus(row, top_p)
         out[ids] = row[ids]
     return kept / kept.sum(axis=-1, keepdims=True)
 
@@ -96,13 +113,12 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"logits must be [V] or [n, V] with V >= 1, got shape {logits.shape}")
-    if np.isnan(logits).any() or np.isposinf(logits).any():
-        raise ValueError("logits contain NaN or +inf")
-    if np.isneginf(logits).all(axis=-1).any():
-        raise ValueError("a row of logits is all -inf: no token has positive probability")
+    row_max = logits.max(axis=-1)  # NaN if a row has a NaN, +inf if +inf, -inf if all -inf
+    if not np.isfinite(row_max).all():
+        raise ValueError("logits contain NaN or +inf, or a row is all -inf (no token possible)")
     if temperature == 0:
         return greedy(logits)
-    probs = softmax(logits / temperature)
+    probs = softmax(logits if temperature == 1 else logits / temperature)
     if top_k is not None:
         probs = keep_top_k(probs, top_k)
     if top_p is not None:

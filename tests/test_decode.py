@@ -23,7 +23,7 @@ EOS = CFG.n_vocab - 1
 
 
 def ar_greedy(prompt, n):
-    return generate(TARGET, prompt, n, method="ar").tokens
+    return generate(TARGET, prompt, n, method="ar", eos=-1).tokens
 
 
 # A trigram fitted on the target's own greedy text, so that its guesses are often right.

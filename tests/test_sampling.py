@@ -133,3 +133,11 @@ def test_rand_is_reproducible_from_seed_or_generator():
     assert a[0] == a[1]
     r1, r2 = Rand(3), Rand(3)
     assert [r1.draw(np.ones(50)) for _ in range(20)] == [r2.draw(np.ones(50)) for _ in range(20)]
+
+
+@pytest.mark.parametrize("top_k, top_p", [(None, 0.95), (1500, 0.9), (700, None), (None, 0.3)])
+def test_wide_vocabulary_matches_reference(top_k, top_p):
+    # Wide and flat enough that the nucleus spans far more than the first partition tries (64).
+    logits = np.round(np.random.default_rng(0).normal(size=2000), 1)  # many exact ties
+    got = process(logits, 0.8, top_k, top_p)
+    np.testing.assert_allclose(got, reference(logits.tolist(), 0.8, top_k, top_p), rtol=0, atol=1e-12)

@@ -107,7 +107,8 @@ def best_first_reference(dist, root, budget, max_depth, V):
         for path in itertools.product(range(V), repeat=d):
             cum = 1.0
             for i in range(d):  # same multiplication order as the builder: root to leaf
-                cum = cum * dist((root,) + path[:i])[path[i]]
+                q = dist((root,) + path[:i])
+                cum = cum * (q / q.sum())[path[i]]  # builders renormalise what dist_fn returns
             if cum > 0:
                 nodes.append((-cum, d, path))
     top = sorted(sorted(nodes)[:budget], key=lambda n: (n[1], n[2]))
@@ -126,7 +127,8 @@ def test_best_first_equals_brute_force(seed, V, budget, max_depth):
     assert tree.tokens.tolist() == tokens and tree.parents.tolist() == parents
     assert tree.kind == "deterministic"
     for i in range(1, len(tree)):  # q is the draft probability under the parent's distribution
-        assert tree.q[i] == dist(context(tree.tokens, tree.parents, tree.parents[i]))[tree.tokens[i]]
+        q = dist(context(tree.tokens, tree.parents, tree.parents[i]))
+        assert tree.q[i] == (q / q.sum())[tree.tokens[i]]
     # The partial tree handed to dist_fn only grows by appending, and each call expands new nodes.
     for (tok, par, _), (tok2, par2, _) in zip(calls, calls[1:]):
         assert tok2[:len(tok)] == tok and par2[:len(par)] == par

@@ -1,0 +1,36 @@
+"""Where models come from: the embedded tiny pair + trigram shipped in `weights/`, or real GPT-2.
+
+`load_model("tiny-target")`, `load_model("gpt2-large")` (after `make weights`) or a directory path.
+The tokenizer follows from the vocabulary size (see `tokenizer.get_encoding`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import checkpoint, ngram
+from .gpt2 import GPT2
+from .tokenizer import get_encoding
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+EMBEDDED_TARGET, EMBEDDED_DRAFT = "tiny-target", "tiny-draft"
+EMBEDDED_NGRAM = WEIGHTS_DIR / "tiny-trigram.npz"
+
+
+def load_model(name_or_path, dtype=np.float32) -> GPT2:
+    """A model by name (embedded tiny-*, a real GPT-2 name) or by directory."""
+    return checkpoint.load(checkpoint.resolve(name_or_path), dtype=dtype)
+
+
+def load_ngram(path=None):
+    """The Katz trigram at `path`, by default the embedded one (fitted on the tiny draft's samples)."""
+    return ngram.load(EMBEDDED_NGRAM if path is None else path)
+
+
+def load_embedded(dtype=np.float32):
+    """(target, draft, trigram, encoding) of the embedded default: everything runs offline."""
+    target = load_model(EMBEDDED_TARGET, dtype)
+    draft = load_model(EMBEDDED_DRAFT, dtype)
+    return target, draft, load_ngram(), get_encoding(target.config.n_vocab)

@@ -1,0 +1,57 @@
+"""Export the trained tiny models through specdec_np's own saver (Hugging Face GPT-2 layout, fp16).
+
+    python weights/export_tiny.py            # needs PyTorch (the training venv); writes weights/tiny-*/
+
+Checks, for each model, that specdec_np's forward pass on the exported file gives the logits of the
+PyTorch model it came from *with its weights rounded to fp16*, and records held-out losses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import train_tiny as T  # noqa: E402
+from specdec_np import checkpoint  # noqa: E402
+from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache  # noqa: E402
+
+
+def export(name: str) -> dict:
+    import torch
+
+    model, cfg = T.load_run(name)
+    with torch.no_grad():  # round the torch weights to fp16, exactly what the file will hold
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg.n_ctx, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head)
+    out_dir = HERE / f"tiny-{name}"
+    checkpoint.save(GPT2(config, T.to_numpy_params(model, cfg)), out_dir, dtype=np.float16)
+    ours = checkpoint.load(out_dir)
+
+    held = np.load(T.WORK / "heldout.npy")
+    window = held[1000:1000 + 256].astype(np.int64)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(window)[None])[0].numpy()
+    got = forward(ours, window, new_cache(ours))
+    err = float(np.abs(got - ref).max())
+    print(f"{name}: max |logit difference| specdec_np vs torch(fp16 weights) = {err:.2e}")
+    assert err < 2e-3, f"{name}: exported model disagrees with torch ({err})"
+    ck = torch.load(T.WORK / f"{name}_final.pt", weights_only=False)
+    info = {"params": ours.n_params, "weight_bytes_fp32": ours.weight_bytes,
+            "flops_per_token": 2 * (ours.n_params - cfg.n_ctx * cfg.n_embd),
+            "train_tokens": int(ck["tokens"]), "train_minutes": round(ck["elapsed"] / 60, 1),
+            "heldout_nats": round(T.evaluate(model, cfg, held), 4), "max_logit_diff_vs_torch": err}
+    return info
+
+
+if __name__ == "__main__":
+    report = {name: export(name) for name in ("target", "draft")}
+    (HERE / "work" / "export.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
