@@ -41,6 +41,8 @@ class Stats:
     time_draft: float = 0.0  # seconds building trees (draft passes and n-gram queries)
     time_target: float = 0.0  # seconds in target forward passes
     time_verify: float = 0.0
+    target_blocks: list = field(default_factory=list)  # tokens per target pass (for the cost model)
+    draft_blocks: list = field(default_factory=list)  # tokens per draft pass
     trees: list = field(default_factory=list)  # (tree, accepted path) per step, if keep_trees
 
     @property
@@ -171,6 +173,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         emitted = [int(t.tokens[i]) for i in path[1:]] + [int(nxt)]
         credit = [credit_of(method, drafter, k) for k in keys] + [0]
         stats.target_passes += 1
+        stats.target_blocks.append(n_c + len(t.tokens))
         stats.time_draft += t1 - t0
         stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
@@ -193,6 +196,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     if drafter:
         drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
         stats.ngram_queries += drafter.ngram_queries
+        stats.draft_blocks = drafter.block_sizes
     stats.target_bytes = stats.target_passes * target.weight_bytes
     stats.draft_bytes = stats.draft_passes * (draft.weight_bytes if draft is not None else 0)
     return Result(new, stats, stop, cache, drafter.cache if drafter else None)

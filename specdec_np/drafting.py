@@ -54,7 +54,8 @@ class ModelDrafter:
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=max_scratch)
         self.settings = draft_settings(temperature, top_k, top_p)
         self.ngram, self.spec_len = ngram, spec_len
-        self.passes = self.ngram_queries = self.tokens_fed = 0
+        self.passes = self.ngram_queries = 0
+        self.block_sizes = []  # tokens fed per draft pass
 
     # -- one decoding step ---------------------------------------------------------------------
     def begin(self, seq, max_depth: int) -> None:
@@ -63,15 +64,21 @@ class ModelDrafter:
         self.max_depth = max_depth
         self.root_pos = len(self.seq) - 1  # the root (last emitted token) sits at this position
         self.slot: dict[tuple, int] = {}  # path key -> cache slot of a node fed this step
-        self.dist: dict[tuple, np.ndarray] = {}  # path key -> draft distribution q at that node
+        self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits at that node
+        self.dist: dict[tuple, np.ndarray] = {}  # path key -> draft distribution q (computed on demand)
         self.guessed: set[tuple] = set()  # keys the n-gram proposed (for the paper's Fig. 3 credit)
         self.cache.truncate(min(self.cache.length, self.root_pos))
 
     def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
         keys = [path_key(tokens, parents, i) for i in nodes]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.dist]
+        missing = [k for k in dict.fromkeys(keys) if k not in self.logits]
         if missing:
             self._draft_pass(missing)
+        # Softmax only the rows asked for: most n-gram guesses are never needed (or needed once).
+        todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
+        if todo:
+            for k, q in zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings)):
+                self.dist[k] = q
         return np.stack([self.dist[k] for k in keys])
 
     def commit(self, accepted_keys) -> None:
@@ -98,7 +105,7 @@ class ModelDrafter:
             self.ngram_queries += len(guess)
             for j in range(1, len(guess) + 1):
                 g = k + tuple(guess[:j])
-                if g not in self.dist and g not in extra:
+                if g not in self.logits and g not in extra:
                     extra.append(g)
                     self.guessed.add(g)
         return extra
@@ -122,13 +129,12 @@ class ModelDrafter:
             for j in range(len(k) + 1):
                 anc = k[:j]
                 mask[n_c + i, self.slot.get(anc, new_slot.get(anc))] = True
-        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask)
-        q = process(logits[n_c:], *self.settings)  # [len(keys), V]
+        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask)  # [n, V]
         for i, k in enumerate(keys):
             self.slot[k] = new_slot[k]
-            self.dist[k] = q[i]
+            self.logits[k] = logits[n_c + i]
         self.passes += 1
-        self.tokens_fed += n
+        self.block_sizes.append(n)
 
 
 def ngram_dist_fn(model, seq, counter: list | None = None):

@@ -6,15 +6,13 @@ The tokenizer follows from the vocabulary size (see `tokenizer.get_encoding`).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from . import checkpoint, ngram
 from .gpt2 import GPT2
 from .tokenizer import get_encoding
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+WEIGHTS_DIR = checkpoint.WEIGHTS_DIR  # SPECDEC_NP_WEIGHTS overrides it
 EMBEDDED_TARGET, EMBEDDED_DRAFT = "tiny-target", "tiny-draft"
 EMBEDDED_NGRAM = WEIGHTS_DIR / "tiny-trigram.npz"
 

