@@ -77,10 +77,10 @@ class Progress:
             sys.stderr.flush()
 
 
-def cost_curves(target, draft, prefix_len: int = 200) -> dict:
+def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
     """Measured ms of one forward pass against block size, for target and draft (this machine)."""
-    return {"target": block_cost_ms(target, COST_BLOCKS, prefix_len=prefix_len),
-            "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len)}
+    return {"target": block_cost_ms(target, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats),
+            "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats)}
 
 
 def interp(curve: dict, k: int) -> float:
@@ -207,6 +207,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
+    ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--roofline", action="store_true", help="only measure and print the cost curves")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --roofline: also GPT-2 small/medium/large shapes (random weights)")
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     target, draft, ngram, enc = load_embedded()
-    curves = cost_curves(target, draft)
+    curves = cost_curves(target, draft, repeats=a.cost_repeats)
     print("cost curve, ms per forward pass (embedded models, 200-token prefix):")
     print("| tokens | " + " | ".join(str(k) for k in COST_BLOCKS) + " |")
     print("|---" * (len(COST_BLOCKS) + 1) + "|")

@@ -1,0 +1,84 @@
+"""The command line, the demo and the benchmark run offline on the embedded models (few subprocesses:
+the functions behind them are called directly where possible)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec_np import bench, demo
+from specdec_np.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "prompts.jsonl"
+
+
+def run_cli(*args, stdin=None):
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "specdec_np", *args], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("method", ["ar", "speculative", "tree", "staged"])
+def test_generate_each_method(method, capsys):
+    assert main(["generate", "def add(a, b):", "--method", method, "--max-new-tokens", "12", "--stats"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("def add(a, b):") and len(out) > len("def add(a, b):")
+    assert "target passes" in err and "tokens/s" in err
+
+
+def test_generate_same_text_for_every_method(capsys):
+    texts = []
+    for method in ("ar", "staged"):
+        main(["generate", "class Stack:", "--method", method, "--max-new-tokens", "20"])
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1]
+
+
+def test_generate_reads_stdin_and_reports_errors_in_one_line():
+    r = run_cli("generate", "-", "--max-new-tokens", "5", "--method", "ar", stdin="import os\n")
+    assert r.returncode == 0 and r.stdout.startswith("import os\n")
+    for args, needle in ((["generate", "x", "--temperature", "-1"], "temperature"),
+                         (["generate", "x", "--top-p", "0", "--temperature", "1"], "top_p"),
+                         (["generate", "x", "--target", "gpt2-large"], "make weights"),
+                         (["bench", "--prompts", "missing.jsonl"], "missing.jsonl")):
+        r = run_cli(*args)
+        assert r.returncode != 0
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+
+
+def test_help_has_examples():
+    r = run_cli("generate", "--help")
+    assert r.returncode == 0 and "examples:" in r.stdout and "--method" in r.stdout
+
+
+def test_demo_small(capsys):
+    assert demo.main(["--max-new-tokens", "24"]) == 0
+    out = capsys.readouterr().out
+    assert "identical completion" in out or "differs from autoregressive" in out
+    assert "| staged" in out and "(root)" in out and "sampled decoding" in out
+
+
+def test_bench_with_fixture(tmp_path, capsys):
+    assert bench.main(["--prompts", str(FIXTURE), "--limit", "2", "--max-new-tokens", "16", "--out", str(tmp_path),
+                       "--cost-repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| staged |" in out and "### greedy" in out and "### top-k" in out
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["prompts"] == 2
+    g = res["summary"]["greedy"]
+    assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
+    assert all(g[m]["same_as_baseline"] for m in g)
+    assert g["staged"]["tokens"] == g["ar"]["tokens"]
+
+
+def test_read_prompts_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "x"}\n')
+    with pytest.raises(ValueError, match="no \"prompt\" field"):
+        bench.read_prompts(bad)
+    assert len(bench.read_prompts(FIXTURE)) == 3

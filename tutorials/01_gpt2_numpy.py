@@ -1,0 +1,124 @@
+# %% [markdown]
+# # Lesson 1: GPT-2 in NumPy
+#
+# A GPT-2 forward pass is a handful of array operations: look up token and position embeddings,
+# run a stack of identical blocks (attention, then an MLP, each added back to a residual stream),
+# normalise, and multiply by the embedding table again to score every vocabulary token.
+#
+# We walk a short prompt through the embedded tiny target model step by step, with the same
+# small functions `specdec_np/gpt2.py` is built from, and check that we land on exactly what the
+# library's `forward` computes. Run it with `python tutorials/01_gpt2_numpy.py`, or open it cell by
+# cell (`# %%` markers) in VS Code, PyCharm or Jupyter (via jupytext).
+
+# %%
+import math
+
+import numpy as np
+
+from specdec_np.gpt2 import attention, forward, gelu, layer_norm, linear, new_cache, softmax
+from specdec_np.models import load_model
+from specdec_np.tokenizer import decode, encode, get_encoding
+
+model = load_model("tiny-target")  # the small GPT-2 shipped in weights/ (no network needed)
+cfg, params = model.config, model.params
+enc = get_encoding(cfg.n_vocab)  # GPT-2's BPE, cut to this model's vocabulary
+print(cfg)
+print(f"{model.n_params / 1e6:.1f}M parameters, {model.weight_bytes / 1e6:.1f} MB of float32 weights")
+
+# %% [markdown]
+# ## Tokens and embeddings
+#
+# The prompt becomes token ids. Each id picks a row of `wte` (what the token is) and each position
+# picks a row of `wpe` (where it is); their sum is the residual stream `x`, one row per token.
+
+# %%
+prompt = "def add(a, b):\n    return a"
+tokens = np.array(encode(enc, prompt))  # [n]
+n = tokens.size
+print(f"{n} tokens:", [decode(enc, [t]) for t in tokens])
+
+x = params["wte"][tokens] + params["wpe"][np.arange(n)]  # [n] -> [n, n_embd]
+print("residual stream x:", x.shape)
+
+# %% [markdown]
+# ## One transformer block, by hand
+#
+# Attention first. A linear layer makes a query, key and value for every token; they are split
+# into `n_head` heads of `head_dim` numbers. Each token's query is compared with every key
+# (scaled dot product); the causal mask hides the future, so token i only mixes the values of
+# tokens 0..i. Below we write the scores and the softmax out, then check the library's `attention`.
+
+# %%
+block = params["blocks"][0]
+h, hd = cfg.n_head, cfg.head_dim
+
+a_in = layer_norm(x, **block["ln_1"], eps=cfg.layer_norm_epsilon)  # [n, n_embd], pre-LayerNorm
+qkv = linear(a_in, **block["attn"]["c_attn"])  # [n, n_embd] -> [n, 3*n_embd]
+q, k, v = qkv.reshape(n, 3, h, hd).transpose(1, 2, 0, 3)  # -> 3 x [n_head, n, head_dim]
+causal = np.tril(np.ones((n, n), dtype=bool))  # [n, n]: row i sees columns 0..i
+
+scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n]
+scores = np.where(causal, scores, -np.inf)
+weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+weights /= weights.sum(axis=-1, keepdims=True)  # softmax over the keys: each row sums to 1
+mixed = weights @ v  # [n_head, n, head_dim]
+
+assert np.allclose(mixed, attention(q, k, v, causal), atol=1e-6), "inline attention != gpt2.attention"
+print("inline attention == gpt2.attention")
+last = weights[0, -1]  # head 0: how much the last token attends to each token
+print("head 0, last token attends to:")
+for t, w in zip(tokens, last):
+    print(f"  {decode(enc, [t])!r:>12} {'#' * int(round(40 * w)):<40} {w:.2f}")
+
+# %% [markdown]
+# The heads are concatenated back to `[n, n_embd]`, projected, and added to the residual stream.
+# Then the MLP: LayerNorm, widen 4x, GELU, project back, add. That is the whole block.
+
+# %%
+x1 = x + linear(mixed.transpose(1, 0, 2).reshape(n, cfg.n_embd), **block["attn"]["c_proj"])  # [n, n_embd]
+m_in = layer_norm(x1, **block["ln_2"], eps=cfg.layer_norm_epsilon)
+hidden = gelu(linear(m_in, **block["mlp"]["c_fc"]))  # [n, n_embd] -> [n, 4*n_embd]
+x1 = x1 + linear(hidden, **block["mlp"]["c_proj"])  # -> [n, n_embd]
+print("after block 0:", x1.shape)
+
+# %% [markdown]
+# ## The rest of the stack and the LM head
+#
+# Every block has the same shape, so the remaining ones are a loop over the same code. The
+# final LayerNorm and the *tied* head (the token embedding `wte` reused) turn each row into one
+# score (logit) per vocabulary token: row i predicts the token after token i.
+
+# %%
+def block_by_hand(x, block):  # [n, n_embd] -> [n, n_embd]
+    qkv = linear(layer_norm(x, **block["ln_1"], eps=cfg.layer_norm_epsilon), **block["attn"]["c_attn"])
+    q, k, v = qkv.reshape(n, 3, h, hd).transpose(1, 2, 0, 3)  # -> 3 x [n_head, n, head_dim]
+    att = attention(q, k, v, causal).transpose(1, 0, 2).reshape(n, cfg.n_embd)  # -> [n, n_embd]
+    x = x + linear(att, **block["attn"]["c_proj"])
+    return x + linear(gelu(linear(layer_norm(x, **block["ln_2"], eps=cfg.layer_norm_epsilon),
+                                  **block["mlp"]["c_fc"])), **block["mlp"]["c_proj"])
+
+
+assert np.allclose(block_by_hand(x, block), x1, atol=1e-5)  # the loop body is the block we just did
+y = x
+for blk in params["blocks"]:
+    y = block_by_hand(y, blk)
+y = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon)
+logits_by_hand = y @ params["wte"].T  # [n, n_embd] -> [n, n_vocab]
+print("logits:", logits_by_hand.shape)
+
+probs = softmax(logits_by_hand[-1])  # the next-token distribution after the prompt
+top = np.argsort(-probs)[:5]
+print("most likely next tokens:", ", ".join(f"{decode(enc, [t])!r} {probs[t]:.2f}" for t in top))
+
+# %% [markdown]
+# ## The same thing, from the library
+#
+# `forward(model, tokens, cache)` does all of the above (plus the KV cache of lesson 2, and the
+# tree masks of lesson 4). Our hand-written walk must agree with it.
+
+# %%
+logits = forward(model, tokens, new_cache(model))  # [n, n_vocab]
+diff = np.abs(logits - logits_by_hand).max()
+print(f"largest difference from forward(): {diff:.2e}")
+assert np.allclose(logits, logits_by_hand, atol=1e-4, rtol=1e-4), "the walk-through disagrees with forward()"
+print("OK: the walk-through reproduces gpt2.forward")
