@@ -20,8 +20,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# make bench ARGS="--limit 10"
-bench: $(STAMP)
+# The benchmark's prompts (HumanEval) come from an optional extra, never needed by demo or test.
+$(VENV)/.bench: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[bench]"
+	touch $@
+
+# make bench ARGS="--limit 10"   (ARGS="--roofline", "--tune", "--plot" ...: see --help)
+bench: $(VENV)/.bench
 	$(PY) -m specdec_np bench $(ARGS)
 
 # Real GPT-2 checkpoints from the Hugging Face hub (the only target that needs the network).

@@ -25,6 +25,7 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
+from .tuning import predicted_ms, save as save_tuned, tune
 
 METHODS = ("ar", "speculative", "tree", "staged")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged"}
@@ -81,17 +82,6 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
     """Measured ms of one forward pass against block size, for target and draft (this machine)."""
     return {"target": block_cost_ms(target, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats),
             "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats)}
-
-
-def interp(curve: dict, k: int) -> float:
-    ks = np.array(sorted(curve))
-    return float(np.interp(k, ks, [curve[x] for x in ks]))
-
-
-def predicted_ms(stats, curves) -> float:
-    """Cost model: every pass costs what the roofline says a block of its size costs."""
-    return (sum(interp(curves["target"], k) for k in stats.target_blocks)
-            + sum(interp(curves["draft"], k) for k in stats.draft_blocks))
 
 
 def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
@@ -210,6 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--roofline", action="store_true", help="only measure and print the cost curves")
+    ap.add_argument("--tune", action="store_true", help="choose the default tree shape from the cost model on the "
+                    "first --limit prompts (default 8) and store it in weights/tuned.json")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --roofline: also GPT-2 small/medium/large shapes (random weights)")
     a = ap.parse_args(argv)
     for s in a.settings.split(","):
@@ -230,6 +222,12 @@ def main(argv=None) -> int:
         if a.gpt2_shapes:
             gpt2_shapes_report()
         (out_dir / "roofline.json").write_text(json.dumps(curves, indent=1))
+        return 0
+    if a.tune:
+        prompts = [encode(enc, p) for p in read_prompts(a.prompts, a.limit or 8)]
+        tuned = tune(target, draft, ngram, prompts, curves)
+        save_tuned(tuned)
+        print(f"stored budget {tuned['budget']}, depth {tuned['depth']}, chain {tuned['chain']} in weights/tuned.json")
         return 0
     prompts = read_prompts(a.prompts, a.limit)
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}

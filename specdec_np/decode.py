@@ -22,11 +22,10 @@ from .gpt2 import GPT2, KVCache, forward
 from .ngram import prompt_lookup
 from .sampling import Rand, check_settings, process
 from .tree import Tree, attention_mask, depths
+from .tuning import defaults
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
 SOURCES = ("target", "draft", "ngram")  # who produced each emitted token (the paper's Fig. 3)
-# Documented fallback tree shape when no measured choice exists (see the benchmark's roofline).
-DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_CHAIN = 16, 6, 4
 
 
 @dataclass
@@ -115,6 +114,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     method: "ar" (target alone), "speculative" (draft chain of `depth` tokens), "tree" (draft
       token tree), "staged" (draft tree whose expansion is speculated by the n-gram), "ngram"
       (the n-gram drafts the tree itself), "lookup" (prompt-lookup chain, no model).
+    budget, depth: drafted tokens per target pass and maximum depth (chain length for speculative
+      and lookup); default: the shape `bench --tune` measured fastest for this pair on this machine
+      (weights/tuned.json), else budget 8, depth 6, chain 4 (see tuning.py).
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
     sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
       At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
@@ -129,8 +131,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     eos = target.config.n_vocab - 1 if eos is None else eos
     n_ctx = target.config.n_ctx
     chain = method in ("speculative", "lookup")
-    depth = (DEFAULT_CHAIN if chain else DEFAULT_DEPTH) if depth is None else depth
-    budget = DEFAULT_BUDGET if budget is None else budget
+    shape = defaults(target, draft)  # measured on this machine by `bench --tune`, else constants
+    depth = (shape["chain"] if chain else shape["depth"]) if depth is None else depth
+    budget = shape["budget"] if budget is None else budget
     if method == "speculative" and temperature > 0 and sampled is None:
         sampled = "with"
     rand = Rand(seed)

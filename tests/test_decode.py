@@ -211,3 +211,45 @@ def _path(tree, node):
         out.append(node)
         node = int(tree.parents[node])
     return out[::-1]
+
+
+NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
+
+
+def test_staged_sampling_matches_target_distribution():
+    assert tv_from_samples(method="staged", tree="fixed", widths=[2, 1], sampled="with", ngram=NGRAM_TINY) < TV_BOUND
+
+
+def test_staged_sampled_children_are_exact_samples_of_q():
+    """Stage 2 only precomputes the draft's distributions: a sampled tree drafted with it has exactly
+    the distribution of one drafted without it, and that is the product of the draft's q along it."""
+    from specdec_np import build, exact
+    from specdec_np.drafting import ModelDrafter
+
+    def tree_distribution(trigram):
+        def fn(rand):
+            d = ModelDrafter(D_TINY, temperature=1.0, ngram=trigram, spec_len=2)
+            d.begin(PROMPT, 3)
+            t = build.build_fixed(PROMPT[-1], d.dist_fn, [2, 1, 1], rand=rand, replacement=False)
+            return tuple(zip(t.tokens.tolist(), t.parents.tolist()))
+        return exact.outcomes(fn)
+
+    unstaged, staged = tree_distribution(None), tree_distribution(NGRAM_TINY)
+    assert set(unstaged) == set(staged)
+    assert max(abs(unstaged[k] - staged[k]) for k in unstaged) < 1e-12
+
+    def q(context):  # the draft's own next-token distribution, from a plain forward pass
+        return process(forward(D_TINY, list(context), new_cache(D_TINY))[-1], 1.0)
+
+    for tree, prob in list(unstaged.items())[:20]:
+        toks = [t for t, _ in tree]
+        parents = [p for _, p in tree]
+        kids = [i for i in range(1, len(toks)) if parents[i] == 0]
+        root_q = q(PROMPT)  # without replacement: first child ~ q, second ~ q without the first
+        want = root_q[toks[kids[0]]] * root_q[toks[kids[1]]] / (1 - root_q[toks[kids[0]]])
+        for c in kids:  # each depth-1 node has one child drawn from q at its context, and so on
+            node, ctx = c, PROMPT + [toks[c]]
+            while (nxt := [i for i in range(len(toks)) if parents[i] == node]):
+                want *= q(ctx)[toks[nxt[0]]]
+                node, ctx = nxt[0], ctx + [toks[nxt[0]]]
+        assert prob == pytest.approx(want, abs=1e-12)

@@ -51,7 +51,48 @@ def export(name: str) -> dict:
     return info
 
 
+FIXTURE = HERE.parent / "tests" / "fixtures" / "heldout_slice.txt"
+
+
+def slice_text(n_chars: int = 6000) -> str:
+    """A fixed slice of held-out stdlib code (the first held-out files, in path order)."""
+    root, rel = T.stdlib_files()
+    text = ""
+    for r in rel:
+        if T.is_heldout(r):
+            try:
+                text += (root / r).read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            if len(text) >= n_chars:
+                break
+    return text[:n_chars]
+
+
+def slice_loss_torch(name: str, tokens: np.ndarray) -> float:
+    """Mean next-token NLL of the fp16-rounded torch model on `tokens` (one window of <= n_ctx)."""
+    import torch
+    import torch.nn.functional as F
+
+    model, cfg = T.load_run(name)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+        x = torch.from_numpy(tokens.astype(np.int64))[None]
+        logits = model(x[:, :-1])[0]
+        return float(F.cross_entropy(logits, x[0, 1:]))
+
+
 if __name__ == "__main__":
     report = {name: export(name) for name in ("target", "draft")}
+    from specdec_np.tokenizer import encode, get_encoding
+
+    text = slice_text()
+    FIXTURE.write_text(text, encoding="utf-8")
+    toks = np.array(encode(get_encoding(T.N_VOCAB), text)[:512])
+    for name in ("target", "draft"):
+        report[name]["heldout_slice_nats"] = round(slice_loss_torch(name, toks), 5)
+    (HERE / "eval.json").write_text(json.dumps({n: {"heldout_slice_nats": report[n]["heldout_slice_nats"]}
+                                                for n in ("target", "draft")}, indent=1) + "\n")
     (HERE / "work" / "export.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

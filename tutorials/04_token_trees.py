@@ -1,0 +1,146 @@
+# %% [markdown]
+# # Lesson 4: token trees and tree attention
+#
+# A chain of guesses is fragile: guess 5 is only useful if guesses 1-4 were all right. The paper's
+# first idea is to spend the same batch on a **tree**: near the root, where being right is most
+# likely, also try the draft's 2nd and 3rd choices. The target still checks everything in one
+# forward pass, thanks to two tricks:
+#
+# * **positions** = prefix length + depth (siblings are alternatives for the same slot), and
+# * an **attention mask** that lets each node see the cached prefix, its ancestors and itself,
+#   so every root-to-node path is scored as if it had been the only continuation.
+
+# %%
+import numpy as np
+
+from specdec_np import build
+from specdec_np.decode import generate
+from specdec_np.drafting import ModelDrafter
+from specdec_np.gpt2 import forward, new_cache
+from specdec_np.models import load_embedded
+from specdec_np.tokenizer import decode, encode
+from specdec_np.tree import attention_mask, children, cumulative_q, depths, draw_mask, path_to, positions, render
+
+# %% [markdown]
+# ## A tree from a table
+#
+# A `Tree` is three flat arrays: `tokens`, `parents` (parent index, always smaller; the root's
+# is -1) and `q` (the draft's probability of each token given its parent). `build.build_fixed`
+# grows one from a draft callback: here a hand-written next-word table, two children per node at
+# depths 1 and 2, one at depth 3.
+
+# %%
+WORDS = ["the", " cat", " dog", " sat", " ran", "."]
+Q = np.array([  # Q[w] = the draft's distribution of the word after w
+    [0.00, 0.60, 0.40, 0.00, 0.00, 0.00],
+    [0.00, 0.00, 0.00, 0.70, 0.20, 0.10],
+    [0.00, 0.00, 0.00, 0.30, 0.60, 0.10],
+    [0.50, 0.00, 0.00, 0.00, 0.00, 0.50],
+    [0.30, 0.00, 0.00, 0.00, 0.00, 0.70],
+    [0.90, 0.05, 0.05, 0.00, 0.00, 0.00],
+])
+
+
+def table_fn(tokens, parents, nodes):  # the builder asks: the draft's distribution after these nodes
+    return Q[tokens[nodes]]  # [len(nodes), V]
+
+
+tree = build.build_fixed(0, table_fn, widths=[2, 2, 1])  # the top-2, top-2, top-1 tokens of q
+print(render(tree, decode_fn=WORDS.__getitem__))
+print("\nparents:  ", tree.parents.tolist())
+print("depths:   ", depths(tree).tolist())
+print("positions:", positions(tree, prefix_len=7).tolist(), " (root = last emitted token, at position 7)")
+print("\nattention mask (row i: the nodes node i may see; the cached prefix is always visible):")
+print(draw_mask(tree))
+assert len(tree) == 1 + 2 + 4 + 4
+assert all(attention_mask(tree)[i, path_to(tree, i)].all() and attention_mask(tree)[i].sum() == len(path_to(tree, i))
+           for i in range(len(tree)))
+
+# %% [markdown]
+# ## A tree pass equals running every path separately
+#
+# Now a real tree: the embedded draft model proposes it (`ModelDrafter` answers the builder's
+# callback with batched, tree-masked draft passes), keeping the 10 nodes of highest cumulative
+# draft probability (`build_best_first`). The target scores the whole tree in **one** pass; then we
+# run each root-to-leaf path as an ordinary chain on a copy of the same cached prefix. The logits
+# must agree node for node.
+
+# %%
+target, draft, _, enc = load_embedded()
+prompt = encode(enc, "def is_even(n):\n    return n % 2 ==")
+root = prompt[-1]  # the root is the last emitted token: not yet in the target's cache
+
+drafter = ModelDrafter(draft)  # greedy: ranks alternatives by softmax of the draft's logits
+drafter.begin(prompt, max_depth=4)
+tree = build.build_best_first(root, drafter.dist_fn, budget=10, max_depth=4)
+print(render(tree, decode_fn=lambda t: decode(enc, [t])))
+
+prefix = new_cache(target)
+forward(target, prompt[:-1], prefix)  # the cached prefix
+tree_cache = prefix.copy()
+logits = forward(target, tree.tokens, tree_cache, positions=positions(tree, prefix.length),
+                 mask=attention_mask(tree))  # [n_nodes, V]: one pass for the whole tree
+
+leaves = [i for i in range(len(tree)) if children(tree, i).size == 0]
+fed = 0
+for leaf in leaves:
+    path = path_to(tree, leaf)
+    chain = forward(target, tree.tokens[path], prefix.copy())  # plain causal pass over this path
+    fed += len(path)
+    assert np.allclose(logits[path], chain, atol=1e-4, rtol=1e-4), f"path to node {leaf} differs"
+print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
+
+# Positions matter: numbering the nodes 0..n-1 instead of by depth gives different (wrong) logits.
+if (depths(tree) != np.arange(len(tree))).any():  # (unless the tree happens to be a single chain)
+    wrong = forward(target, tree.tokens, prefix.copy(), positions=prefix.length + np.arange(len(tree)),
+                    mask=attention_mask(tree))
+    assert not np.allclose(wrong, logits, atol=1e-4), "node-index positions should not match"
+    print("and numbering nodes by index instead of depth breaks it, as it should")
+
+# %% [markdown]
+# ## Why a tree accepts more than a chain of the same size
+#
+# If the draft's probabilities were right, a node would be accepted with probability equal to
+# its **cumulative** q (the product of q along its path), and the expected number of accepted
+# tokens per pass would be the sum of cumulative q over the nodes. A chain of B nodes follows the
+# draft's argmax; the best-first tree takes the B nodes of highest cumulative q among all paths,
+# so its sum can never be smaller. Both trees below come from the same draft, same root.
+
+# %%
+B = 8
+drafter.begin(prompt, max_depth=B)
+chain = build.build_chain(root, drafter.dist_fn, B)
+bushy = build.build_best_first(root, drafter.dist_fn, budget=B, max_depth=B)
+e_chain, e_tree = cumulative_q(chain)[1:].sum(), cumulative_q(bushy)[1:].sum()
+print(f"{B} drafted nodes. Expected accepted per pass if the draft were right: chain {e_chain:.2f}, tree {e_tree:.2f}")
+assert len(chain) == len(bushy) == B + 1
+assert e_tree >= e_chain - 1e-12
+
+# %% [markdown]
+# Now measured, on the real target, greedy: speculative decoding with a chain of B guesses vs a
+# best-first tree of budget B. Greedy speculative decoding must reproduce the target's own
+# greedy text token for token; we run in float64 so that a float32 near-tie (two logits within
+# rounding of each other) cannot flip a token between different block shapes.
+
+# %%
+target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
+n_new = 40
+runs = {"ar": generate(target64, prompt, n_new, method="ar"),
+        "chain": generate(target64, prompt, n_new, method="speculative", draft=draft64, depth=B),
+        "tree": generate(target64, prompt, n_new, method="tree", draft=draft64, budget=B, depth=B, keep_trees=True)}
+print(f"{'':<6} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
+for name, r in runs.items():
+    print(f"{name:<6} {r.stats.target_passes:>13} {r.stats.tokens_per_pass:>11.2f} {r.stats.draft_passes:>12}")
+print(repr(decode(enc, runs["ar"].tokens)))
+assert runs["chain"].tokens == runs["ar"].tokens == runs["tree"].tokens, "greedy speculative must be lossless"
+assert runs["ar"].stats.target_passes == n_new
+
+t, path = max(runs["tree"].stats.trees, key=lambda tp: len(tp[1]))
+print(f"\nThe tree of the best step: {len(path) - 1} drafted tokens accepted (*), then one from the target")
+print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
+
+# %% [markdown]
+# With a well-trained draft the tree usually yields more tokens per target pass than the chain:
+# a wrong first guess sinks the whole chain, while the tree still has the runner-up. (With a
+# poorly trained draft both stay near 1 token per pass.) Whether that makes decoding *faster*
+# depends on what the extra tokens in a pass cost on this machine: lesson 7.

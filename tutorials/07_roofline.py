@@ -1,0 +1,143 @@
+# %% [markdown]
+# # Lesson 7: your machine's roofline, and the tree budget it implies
+#
+# Speculative decoding pays when checking B+1 tokens in one target pass costs much less than
+# B+1 passes. How much less depends on the hardware: on the paper's GPU dozens of tokens are
+# nearly free; on a laptop CPU only a few are. So the right tree size is not a constant from a
+# paper, it is read off **this machine's cost curve**: milliseconds of one forward pass against
+# the number of tokens in it.
+#
+# Timings in this lesson are measured, printed and explained, never asserted: they vary from
+# run to run and machine to machine.
+
+# %%
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specdec_np.decode import generate
+from specdec_np.models import load_embedded
+from specdec_np.roofline import block_cost_ms, matvec_gbps
+from specdec_np.tokenizer import encode
+
+target, draft, _, enc = load_embedded()
+prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
+
+# %% [markdown]
+# ## The cost curve
+#
+# `block_cost_ms` times one forward pass of k new tokens after a cached prefix (the median of a
+# few repeats). The mark `|` on each bar is the memory-bound floor of lesson 2: the time
+# just to stream the weights once.
+
+# %%
+KS = [1, 2, 4, 8, 12, 16, 24, 32]
+gbps = matvec_gbps(2048, 2048, repeats=9)
+curves = {"target": block_cost_ms(target, KS, prefix_len=len(prompt), repeats=5),
+          "draft": block_cost_ms(draft, KS, prefix_len=len(prompt), repeats=5)}
+floor = {"target": target.weight_bytes / gbps / 1e6, "draft": draft.weight_bytes / gbps / 1e6}  # ms
+
+
+def cost(curve, k):
+    """ms of a pass of k tokens, interpolated linearly between the measured block sizes."""
+    return float(np.interp(k, list(curve), list(curve.values())))
+
+
+def bar_chart(curve, floor_ms, width=48):
+    """One line per block size: a bar proportional to ms, the floor marked with '|'."""
+    top = max(curve.values())
+    lines = []
+    for k, ms in curve.items():
+        bar = list("#" * max(1, round(width * ms / top)) + " " * width)[:width]
+        f = min(width - 1, round(width * floor_ms / top))
+        bar[f] = "|"
+        lines.append(f"k={k:>3} {''.join(bar)} {ms:6.2f} ms  {ms / k:5.2f} ms/token")
+    return "\n".join(lines)
+
+
+print(f"matrix-vector streaming rate: {gbps:.1f} GB/s\n")
+for name, curve in curves.items():
+    print(f"{name}: ms per forward pass of k tokens (floor {floor[name]:.2f} ms)")
+    print(bar_chart(curve, floor[name]))
+    print()
+assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
+
+try:  # a PNG as well, only if matplotlib happens to be installed (never required)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, c in curves.items():
+        ax.plot(list(c), list(c.values()), marker="o", label=name)
+    ax.set_xlabel("tokens in the block")
+    ax.set_ylabel("ms per forward pass")
+    ax.legend()
+    Path("out").mkdir(exist_ok=True)
+    fig.savefig("out/tutorial_07_cost_curve.png")
+    print("wrote out/tutorial_07_cost_curve.png")
+except ImportError:
+    pass
+
+# %% [markdown]
+# Read the curve as "how many extra tokens does a pass absorb": where ms/token keeps falling,
+# batching pays. If you see wild jumps (tens of ms for a handful of tokens), another process is
+# probably competing for the cores and OpenBLAS's threads wait on each other: try
+# `OPENBLAS_NUM_THREADS=1`.
+#
+# ## A cost model for the tree budget
+#
+# A step with a tree of B drafted tokens costs one target pass of B+1 tokens plus the draft
+# passes that built the tree, and yields `tokens_per_pass` tokens on average:
+#
+#     predicted ms per token = (C_target(B+1) + draft_passes * C_draft(draft block)) / tokens_per_pass
+#
+# The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
+# and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
+# The predicted speedup is the ratio; we set it next to the measured one.
+
+# %%
+n_new = 40
+generate(target, prompt, 4, method="tree", draft=draft, budget=4)  # warm-up
+t0 = time.perf_counter()
+ar = generate(target, prompt, n_new, method="ar")
+ar_ms = 1e3 * (time.perf_counter() - t0) / len(ar.tokens)
+c_ar = cost(curves["target"], 1)
+
+rows = []
+for B in (2, 4, 8, 16):
+    t0 = time.perf_counter()
+    r = generate(target, prompt, n_new, method="tree", draft=draft, budget=B)
+    ms = 1e3 * (time.perf_counter() - t0) / len(r.tokens)
+    s = r.stats
+    dpp = s.draft_passes / s.target_passes  # draft passes per step
+    pred = (cost(curves["target"], B + 1) + dpp * cost(curves["draft"], np.mean(s.draft_blocks))) / s.tokens_per_pass
+    rows.append((B, s.tokens_per_pass, dpp, pred, c_ar / pred, ar_ms / ms))
+    # Counts that follow from the algorithm, whatever the models: one target pass per step, a
+    # tree never larger than its budget (after the first pass, which also prefills the prompt).
+    assert s.target_passes == len(s.accepted) and sum(s.accepted) >= len(r.tokens)
+    assert max(s.target_blocks[1:], default=0) <= B + 1
+    assert s.target_bytes == s.target_passes * target.weight_bytes
+
+print(f"plain decoding: predicted {c_ar:.2f} ms/token, measured {ar_ms:.2f} ms/token\n")
+print(f"{'budget':>6} {'tokens/pass':>11} {'draft passes/step':>17} {'predicted ms/tok':>16} "
+      f"{'predicted speedup':>17} {'measured speedup':>16}")
+for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
+    print(f"{B:>6} {tpp:>11.2f} {dpp:>17.2f} {pred:>16.2f} {sp_pred:>16.2f}x {sp_meas:>15.2f}x")
+best = min(rows, key=lambda row: row[3])
+print(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
+      f"the best measured was budget {max(rows, key=lambda row: row[5])[0]}.")
+if best[4] < 1:
+    print("Predicted speedup below 1: with these models on this machine, plain decoding is faster.")
+
+# %% [markdown]
+# The prediction counts only forward passes. The measured time also includes what happens
+# between them in Python (building the tree, softmaxes of the draft's rows, verification), the
+# prompt's prefill, and the noise of a shared machine, so the measured speedup is usually below
+# the predicted one; the gap is the overhead worth engineering away. When the draft predicts the
+# target poorly (tokens per pass near 1), every budget *loses* time: speculation only pays when
+# `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
+# `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
+# --roofline` prints the full cost curves).
