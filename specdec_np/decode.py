@@ -79,6 +79,8 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree):
 def default_rule(method: str, temperature: float, tree_kind: str) -> str:
     if temperature == 0:
         return "greedy"
+    if method == "speculative" and tree_kind == "with_replacement":
+        return "chain"  # classic speculative sampling (the recursive rule reduces to it on a chain)
     return {"deterministic": "point_mass", "with_replacement": "recursive",
             "without_replacement": "recursive_wor"}[tree_kind]
 

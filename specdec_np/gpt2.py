@@ -193,6 +193,10 @@ def layer_norm(x, g, b, eps: float = 1e-5):
 
 
 def linear(x, w, b):  # [n, n_in] -> [n, n_out]
+    if x.shape[0] == 1:
+        # One token: a matrix-vector product. OpenBLAS streams the weights through gemv much faster
+        # than through a one-row gemm, and at batch 1 streaming the weights is the whole cost.
+        return (x[0] @ w + b)[None]
     return x @ w + b
 
 
@@ -274,6 +278,8 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None):
     x = layer_norm(x, **p["ln_f"], eps=c.layer_norm_epsilon)
     # Tied head: [n, n_embd] -> [n, n_vocab]. Written as (wte @ x.T).T because OpenBLAS is ~1.5x
     # slower at x @ wte.T (a transposed operand) for blocks of a few tokens.
+    if n == 1:
+        return (p["wte"] @ x[0])[None]  # gemv, as in `linear`
     return (p["wte"] @ x.T).T
 
 

@@ -48,12 +48,12 @@ from __future__ import annotations
 
 import argparse
 import operator
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .checkpoint import atomic_file
 
 FORMAT = "specdec_np.ngram"
 VERSION = 1
@@ -355,14 +355,8 @@ def save(model: Trigram, path) -> None:
     path = Path(path)
     meta = {"format": np.array(FORMAT), "version": np.array(VERSION), "n_vocab": np.array(model.n_vocab),
             "katz_k": np.array(model.katz_k), "min_count": np.array(model.min_count)}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **meta, **model.counts)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        np.savez_compressed(f, **meta, **model.counts)
 
 
 def load(path) -> Trigram:
