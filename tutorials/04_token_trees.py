@@ -53,8 +53,8 @@ print("positions:", positions(tree, prefix_len=7).tolist(), " (root = last emitt
 print("\nattention mask (row i: the nodes node i may see; the cached prefix is always visible):")
 print(draw_mask(tree))
 assert len(tree) == 1 + 2 + 4 + 4
-assert all(attention_mask(tree)[i, path_to(tree, i)].all() and attention_mask(tree)[i].sum() == len(path_to(tree, i))
-           for i in range(len(tree)))
+mask = attention_mask(tree)  # [n, n]
+assert all(np.flatnonzero(mask[i]).tolist() == path_to(tree, i) for i in range(len(tree)))  # ancestors + itself
 
 # %% [markdown]
 # ## A tree pass equals running every path separately

@@ -8,7 +8,7 @@
 # | rule (`verify.py`) | children were | at each node |
 # |---|---|---|
 # | `verify_greedy` | anything (temperature 0) | follow the child equal to argmax p |
-# | `verify_point_mass` | deterministic (the draft's top-k) | accept child c with prob. p(c) (renormalised over the children not yet tried); else draw from what is left |
+# | `verify_point_mass` | deterministic (the draft's top-k) | try children in order: accept c with prob. p(c) / (1 - p(children already tried)); if none, draw from p without the children |
 # | `verify_recursive` | drawn from q *with* replacement | test each with min(1, p/q); on rejection p := norm(max(p - q, 0)) |
 # | `verify_recursive_wor` | drawn from q *without* replacement | as above, and also remove the rejected token from q and renormalise |
 #
