@@ -149,6 +149,9 @@ def atomic_file(path, mode="wb"):
     try:
         with os.fdopen(fd, mode) as f:
             yield f
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

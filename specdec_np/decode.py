@@ -109,7 +109,7 @@ def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
              ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
              budget: int | None = None, depth: int | None = None, tree: str = "best_first",
-             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int = 3,
+             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int = 3, spec_width: int = 1,
              eos: int | None = None, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` and return the new tokens with statistics.
 
@@ -122,6 +122,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
     sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
       At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
+    spec_len, spec_width: stage 2 (staged only): below each node the draft evaluates, the n-gram
+      guesses `spec_width` children continued to `spec_len` levels, evaluated in the same draft pass.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
       tree's construction assumes (a mismatched explicit rule raises).
     eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
@@ -143,7 +145,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     drafter = None
     if method in ("speculative", "tree", "staged"):
         drafter = ModelDrafter(draft, temperature, top_k, top_p,
-                               ngram=ngram if method == "staged" else None, spec_len=spec_len)
+                               ngram=ngram if method == "staged" else None, spec_len=spec_len,
+                               spec_width=spec_width)
     cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, budget + 1, depth + 1))
     seq, new = list(prompt), []
     stop = "max_new_tokens"

@@ -49,11 +49,13 @@ class ModelDrafter:
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 spec_len: int = 3, max_scratch: int = 1024):
+                 spec_len: int = 3, spec_width: int = 1, max_scratch: int = 1024):
         self.model = model
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=max_scratch)
         self.settings = draft_settings(temperature, top_k, top_p)
-        self.ngram, self.spec_len = ngram, spec_len
+        # Stage 2: below every node the draft evaluates, the n-gram guesses `spec_width` children,
+        # each continued greedily to `spec_len` levels in all.
+        self.ngram, self.spec_len, self.spec_width = ngram, spec_len, spec_width
         self.passes = self.ngram_queries = 0
         self.block_sizes = []  # tokens fed per draft pass
 
@@ -101,13 +103,17 @@ class ModelDrafter:
             n = min(self.spec_len, self.max_depth - 1 - len(k))
             if n <= 0:
                 continue
-            guess = ngram_lib.greedy_continuation(self.ngram, self.seq + list(k), n)
-            self.ngram_queries += len(guess)
-            for j in range(1, len(guess) + 1):
-                g = k + tuple(guess[:j])
-                if g not in self.logits and g not in extra:
-                    extra.append(g)
-                    self.guessed.add(g)
+            context = self.seq + list(k)
+            firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)  # the n-gram's best children
+            self.ngram_queries += 1
+            for first in firsts:
+                guess = [int(first)] + ngram_lib.greedy_continuation(self.ngram, context + [int(first)], n - 1)
+                self.ngram_queries += n - 1
+                for j in range(1, len(guess) + 1):  # each guessed node, below its guessed parent
+                    g = k + tuple(guess[:j])
+                    if g not in self.logits and g not in extra:
+                        extra.append(g)
+                        self.guessed.add(g)
         return extra
 
     def _draft_pass(self, keys) -> None:

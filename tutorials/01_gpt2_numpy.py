@@ -56,6 +56,8 @@ a_in = layer_norm(x, **block["ln_1"], eps=cfg.layer_norm_epsilon)  # [n, n_embd]
 qkv = linear(a_in, **block["attn"]["c_attn"])  # [n, n_embd] -> [n, 3*n_embd]
 q, k, v = qkv.reshape(n, 3, h, hd).transpose(1, 2, 0, 3)  # -> 3 x [n_head, n, head_dim]
 causal = np.tril(np.ones((n, n), dtype=bool))  # [n, n]: row i sees columns 0..i
+# The library takes the mask as an additive bias (0 = visible, -inf = hidden), built once per pass.
+bias = np.where(causal, 0.0, -np.inf).astype(np.float32)
 
 scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n]
 scores = np.where(causal, scores, -np.inf)
@@ -63,7 +65,7 @@ weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
 weights /= weights.sum(axis=-1, keepdims=True)  # softmax over the keys: each row sums to 1
 mixed = weights @ v  # [n_head, n, head_dim]
 
-assert np.allclose(mixed, attention(q, k, v, causal), atol=1e-6), "inline attention != gpt2.attention"
+assert np.allclose(mixed, attention(q, k, v, bias), atol=1e-6), "inline attention != gpt2.attention"
 print("inline attention == gpt2.attention")
 last = weights[0, -1]  # head 0: how much the last token attends to each token
 print("head 0, last token attends to:")
@@ -92,7 +94,7 @@ print("after block 0:", x1.shape)
 def block_by_hand(x, block):  # [n, n_embd] -> [n, n_embd]
     qkv = linear(layer_norm(x, **block["ln_1"], eps=cfg.layer_norm_epsilon), **block["attn"]["c_attn"])
     q, k, v = qkv.reshape(n, 3, h, hd).transpose(1, 2, 0, 3)  # -> 3 x [n_head, n, head_dim]
-    att = attention(q, k, v, causal).transpose(1, 0, 2).reshape(n, cfg.n_embd)  # -> [n, n_embd]
+    att = attention(q, k, v, bias).transpose(1, 0, 2).reshape(n, cfg.n_embd)  # -> [n, n_embd]
     x = x + linear(att, **block["attn"]["c_proj"])
     return x + linear(gelu(linear(layer_norm(x, **block["ln_2"], eps=cfg.layer_norm_epsilon),
                                   **block["mlp"]["c_fc"])), **block["mlp"]["c_proj"])
