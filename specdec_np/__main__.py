@@ -81,7 +81,7 @@ def cmd_generate(a) -> int:
               f"stop: {res.stop_reason}\n"
               f"target passes {s.target_passes}, tokens per target pass {s.tokens_per_pass:.2f}, "
               f"draft passes {s.draft_passes}, n-gram queries {s.ngram_queries}\n"
-              f"weight traffic {(s.target_bytes + s.draft_bytes) / max(1, len(res.tokens)) / target.weight_bytes:.2f}"
+              f"weight traffic {s.weight_traffic:.2f}"
               f" x autoregressive; time: draft {s.time_draft:.2f} s, target {s.time_target:.2f} s, verify {s.time_verify:.2f} s\n"
               f"tokens by stage: " + ", ".join(f"{n} {s.source.count(i)}" for i, n in enumerate(("target", "draft", "n-gram"))),
               file=sys.stderr)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import build, verify
-from .drafting import ModelDrafter, ngram_dist_fn, path_key
+from .drafting import ModelDrafter, ngram_dist_fn
 from .gpt2 import GPT2, KVCache, forward
 from .ngram import prompt_lookup
 from .sampling import Rand, check_settings, process
@@ -37,6 +37,7 @@ class Stats:
     source: list = field(default_factory=list)  # per emitted token: index into SOURCES
     target_bytes: int = 0  # weight bytes read: every tensor once per forward pass
     draft_bytes: int = 0
+    target_weight_bytes: int = 0  # what one target pass reads: the unit of weight traffic
     time_draft: float = 0.0  # seconds building trees (draft passes and n-gram queries)
     time_target: float = 0.0  # seconds in target forward passes
     time_verify: float = 0.0
@@ -47,6 +48,11 @@ class Stats:
     @property
     def tokens_per_pass(self) -> float:
         return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+    @property
+    def weight_traffic(self) -> float:
+        """Weight bytes read (target + draft) per emitted token, relative to autoregressive decoding."""
+        return (self.target_bytes + self.draft_bytes) / (max(1, len(self.source)) * self.target_weight_bytes)
 
 
 @dataclass
@@ -173,12 +179,12 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         verify.check_tree(t, r)
         path, nxt = verify.RULES[r](t, p, rand)
         cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
-        keys = [path_key(t.tokens, t.parents, i) for i in path[1:]]
+        emitted = verify.emitted(t, path, nxt)
+        keys = [tuple(emitted[:j]) for j in range(1, len(path))]  # each accepted node's path key
         if drafter:
             drafter.commit(keys)
         t3 = time.perf_counter()
 
-        emitted = [int(t.tokens[i]) for i in path[1:]] + [int(nxt)]
         credit = [credit_of(method, drafter, k) for k in keys] + [0]
         stats.target_passes += 1
         stats.target_blocks.append(n_c + len(t.tokens))
@@ -205,6 +211,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
         stats.ngram_queries += drafter.ngram_queries
         stats.draft_blocks = drafter.block_sizes
+    stats.target_weight_bytes = target.weight_bytes
     stats.target_bytes = stats.target_passes * target.weight_bytes
     stats.draft_bytes = stats.draft_passes * (draft.weight_bytes if draft is not None else 0)
     return Result(new, stats, stop, cache, drafter.cache if drafter else None)

@@ -79,17 +79,16 @@ def run_methods(target, draft, ngram, prompt, n_new, methods, **kw):
     return results
 
 
-def table(results, target, draft, base="ar") -> str:
-    t_base = results[base][0].tokens and len(results[base][0].tokens) / results[base][1]
+def table(results, base="ar") -> str:
+    t_base = len(results[base][0].tokens) / results[base][1]
     rows = [f"| {'method':<12} | {'tokens/s':>8} | {'speedup':>7} | {'target passes':>13} | {'tokens/pass':>11} | "
             f"{'draft passes':>12} | {'weight traffic':>14} |",
             "|" + "|".join("-" * w for w in (14, 10, 9, 15, 13, 14, 16)) + "|"]
     for m, (res, dt) in results.items():
-        s, n = res.stats, max(1, len(res.tokens))
+        s = res.stats
         tps = len(res.tokens) / dt
-        traffic = (s.target_bytes + s.draft_bytes) / (n * target.weight_bytes)
         rows.append(f"| {m:<12} | {tps:>8.1f} | {tps / t_base:>6.2f}x | {s.target_passes:>13} | "
-                    f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {traffic:>14.2f} |")
+                    f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {s.weight_traffic:>14.2f} |")
     return "\n".join(rows)
 
 
@@ -123,7 +122,7 @@ def main(argv=None) -> int:
                   f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
     if same:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), as lossless decoding must.\n")
-    print(table(results, target, draft))
+    print(table(results))
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
@@ -140,6 +139,6 @@ def main(argv=None) -> int:
         sk = dict(temperature=1.0, top_k=50, seed=1, **kw)
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, ["ar", "staged"], **sk)
         print()
-        print(table(sampled, target, draft))
+        print(table(sampled))
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0

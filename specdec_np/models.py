@@ -19,7 +19,7 @@ EMBEDDED_NGRAM = WEIGHTS_DIR / "tiny-trigram.npz"
 
 def load_model(name_or_path, dtype=np.float32) -> GPT2:
     """A model by name (embedded tiny-*, a real GPT-2 name) or by directory."""
-    return checkpoint.load(checkpoint.resolve(name_or_path), dtype=dtype)
+    return checkpoint.load(name_or_path, dtype=dtype)
 
 
 def load_ngram(path=None):

@@ -16,6 +16,8 @@ import numbers
 
 import numpy as np
 
+from .gpt2 import softmax  # the same softmax as the model's attention
+
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
@@ -27,12 +29,6 @@ def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
                               or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] (None or 1.0 = off), got {top_p!r}")
-
-
-def softmax(x):  # [..., V] -> [..., V]
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    e /= e.sum(axis=-1, keepdims=True)
-    return e
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]

@@ -13,6 +13,7 @@ from specdec_np import ngram, verify
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, map_params, new_cache, random_params
 from specdec_np.sampling import process
+from specdec_np.tree import path_to
 
 CFG = GPT2Config(n_vocab=40, n_ctx=64, n_embd=16, n_layer=2, n_head=2)
 TARGET = random_params(CFG, seed=3, dtype=np.float64, scale=0.5)
@@ -199,18 +200,10 @@ def test_sampling_negative_control_always_accept(monkeypatch):
         node = 0
         while len(kids := np.flatnonzero(tree.parents == node)):
             node = int(kids[0])
-        return verify.path_to(tree, node) if hasattr(verify, "path_to") else _path(tree, node), rand.draw(p[node])
+        return path_to(tree, node), rand.draw(p[node])
 
     monkeypatch.setitem(verify.RULES, "recursive", always_accept)
     assert tv_from_samples(method="tree", tree="fixed", widths=[2, 2], sampled="with") > 2 * TV_BOUND
-
-
-def _path(tree, node):
-    out = []
-    while node >= 0:
-        out.append(node)
-        node = int(tree.parents[node])
-    return out[::-1]
 
 
 NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
