@@ -33,7 +33,7 @@ SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "tree": (None, None), "staged": (298, 0.35)}}
-COST_BLOCKS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `tuning.pad_size`
 
 
 def read_prompts(path=None, limit=None) -> list[str]:

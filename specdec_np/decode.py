@@ -22,7 +22,7 @@ from .gpt2 import GPT2, KVCache, forward
 from .ngram import prompt_lookup
 from .sampling import Rand, check_settings, process
 from .tree import Tree, attention_mask, depths
-from .tuning import defaults
+from .tuning import defaults, padding, tuned_curves
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
 SOURCES = ("target", "draft", "ngram")  # who produced each emitted token (the paper's Fig. 3)
@@ -64,11 +64,12 @@ class Result:
     draft_cache: KVCache | None = None
 
 
-def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree):
+def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=None):
     """Target logits at every tree node [n, V]; feeds committed tokens the cache lacks, then the tree.
 
     The tree's root is `seq[-1]` at position len(seq) - 1; a node at depth d sits at len(seq)-1+d.
     Returns (logits, start, n_catch_up) so the caller can `keep` the accepted path afterwards.
+    `pad(n)`: the block size to compute n tokens as (`tuning.padding`); default unpadded.
     """
     start, root_pos = cache.length, len(seq) - 1
     catch_up = list(seq[start:root_pos])
@@ -78,7 +79,8 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree):
     mask[n_c:, :n_c] = True
     mask[n_c:, n_c:] = attention_mask(tree)
     positions = np.concatenate([start + np.arange(n_c), root_pos + depths(tree)])
-    logits = forward(target, catch_up + [int(t) for t in tree.tokens], cache, positions=positions, mask=mask)
+    logits = forward(target, catch_up + [int(t) for t in tree.tokens], cache, positions=positions, mask=mask,
+                     pad_to=pad(n) if pad else None)
     return logits[n_c:], start, n_c
 
 
@@ -148,11 +150,14 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         sampled = "with"
     rand = Rand(seed)
     stats = Stats()
+    # Blocks are padded to the cheapest measured size at least as large (no curve, no padding).
+    curves = tuned_curves(target, draft) or {}
+    pad_target, pad_draft = padding(curves.get("target")), padding(curves.get("draft"))
     drafter = None
     if method in ("speculative", "tree", "staged"):
         drafter = ModelDrafter(draft, temperature, top_k, top_p,
                                ngram=ngram if method == "staged" else None, spec_len=spec_len,
-                               spec_width=spec_width)
+                               spec_width=spec_width, pad=pad_draft)
     cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, budget + 1, depth + 1))
     seq, new = list(prompt), []
     stop = "max_new_tokens"
@@ -172,7 +177,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         if drafter:
             stats.draft_passes += drafter.passes - passes_before
         t1 = time.perf_counter()
-        logits, start, n_c = verify_pass(target, cache, seq, t)
+        logits, start, n_c = verify_pass(target, cache, seq, t, pad_target)
         t2 = time.perf_counter()
         p = process(logits, temperature, top_k, top_p)  # [n, V]
         r = rule or default_rule(method, temperature, t.kind)

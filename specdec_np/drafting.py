@@ -49,8 +49,9 @@ class ModelDrafter:
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 spec_len: int = 3, spec_width: int = 1, max_scratch: int = 1024):
+                 spec_len: int = 3, spec_width: int = 1, max_scratch: int = 1024, pad=None):
         self.model = model
+        self.pad = pad  # block size to compute n tokens as (tuning.padding); None: unpadded
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=max_scratch)
         self.settings = draft_settings(temperature, top_k, top_p)
         # Stage 2: below every node the draft evaluates, the n-gram guesses `spec_width` children,
@@ -135,7 +136,8 @@ class ModelDrafter:
             for j in range(len(k) + 1):
                 anc = k[:j]
                 mask[n_c + i, self.slot.get(anc, new_slot.get(anc))] = True
-        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask)  # [n, V]
+        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask,
+                         pad_to=self.pad(n) if self.pad else None)  # [n, V]
         for i, k in enumerate(keys):
             self.slot[k] = new_slot[k]
             self.logits[k] = logits[n_c + i]

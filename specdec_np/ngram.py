@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import argparse
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +90,9 @@ class Trigram:
     tri_tok: np.ndarray     # [n_tri]
     tri_p: np.ndarray       # [n_tri]
     tri_bow: np.ndarray     # [n_tri_ctx]
+    # top_k answers by (bigram history, trigram history, k): they depend on nothing else, and a
+    # staged drafter asks the same few contexts over and over (code repeats itself).
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------- fitting
@@ -310,6 +313,15 @@ def top_k(model: Trigram, context, k: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"k={k} must be >= 1")
     k = min(k, model.n_vocab)
     i2, i3 = _history(model, context)
+    found = model.memo.get((i2, i3, k))
+    if found is None:
+        if len(model.memo) >= 100_000:  # bounded: a long run must not grow it without end
+            model.memo.clear()
+        found = model.memo[(i2, i3, k)] = _top_k(model, i2, i3, k)
+    return found
+
+
+def _top_k(model: Trigram, i2: int, i3: int, k: int):
     skip = np.zeros(model.n_vocab, bool)                         # [V] tokens already in a higher group
     n_skip = 0
     toks, probs, scales = [], [], []

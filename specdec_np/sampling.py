@@ -16,7 +16,6 @@ import numbers
 
 import numpy as np
 
-from .gpt2 import softmax  # the same softmax as the model's attention
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
@@ -45,20 +44,25 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
     return ids[np.argsort(-probs[ids], kind="stable")][:k]
 
 
-def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
-    """Zero all but the k most probable tokens (exactly k: ties to the lower id) and renormalise."""
-    V = probs.shape[-1]
-    if k >= V:
-        return probs
-    kth = np.partition(probs, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
-    above = probs > kth
-    tied = probs == kth
+def top_k_mask(values, k: int):  # [..., V] -> [..., V] bool
+    """Where the k largest values are (exactly k: ties to the lower id)."""
+    V = values.shape[-1]
+    kth = np.partition(values, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
+    above = values > kth
+    tied = values == kth
     keep = (above | tied).reshape(-1, V)  # [rows, V]
     # Rows with more tokens tied at the k-th value than places left: keep the lowest tied ids.
     n_left = k - above.reshape(-1, V).sum(axis=-1)  # [rows]
     for r in np.flatnonzero(tied.reshape(-1, V).sum(axis=-1) > n_left):
         keep[r, np.flatnonzero(tied.reshape(-1, V)[r])[n_left[r]:]] = False
-    kept = np.where(keep.reshape(probs.shape), probs, 0.0)
+    return keep.reshape(values.shape)
+
+
+def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
+    """Zero all but the k most probable tokens (exactly k: ties to the lower id) and renormalise."""
+    if k >= probs.shape[-1]:
+        return probs
+    kept = np.where(top_k_mask(probs, k), probs, 0.0)
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
@@ -106,20 +110,30 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
     probabilities compare exactly (near-ties flip in float32).
     """
     check_settings(temperature, top_k, top_p)
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = np.asarray(logits)
+    if not np.issubdtype(logits.dtype, np.floating):
+        logits = logits.astype(np.float64)
     if logits.ndim not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"logits must be [V] or [n, V] with V >= 1, got shape {logits.shape}")
-    row_max = logits.max(axis=-1)  # NaN if a row has a NaN, +inf if +inf, -inf if all -inf
+    row_max = logits.max(axis=-1, keepdims=True)  # NaN if a row has a NaN, +inf if +inf, -inf if all -inf
     if not np.isfinite(row_max).all():
         raise ValueError("logits contain NaN or +inf, or a row is all -inf (no token possible)")
     if temperature == 0:
         return greedy(logits)
-    probs = softmax(logits if temperature == 1 else logits / temperature)
-    if top_k is not None:
-        probs = keep_top_k(probs, top_k)
+    # softmax((logits - max) / T) in float64, in place on one fresh array (this runs per tree node).
+    z = logits.astype(np.float64)  # [..., V]
+    z -= row_max
+    if temperature != 1:
+        z /= temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        # Top-k of the logits is top-k of the probabilities (exp is monotone): drop the rest
+        # before exponentiating, and the normalisation below is top-k's renormalisation.
+        z[~top_k_mask(z, top_k)] = -np.inf
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
     if top_p is not None:
-        probs = keep_top_p(probs, top_p)
-    return probs
+        z = keep_top_p(z, top_p)
+    return z
 
 
 class Rand:

@@ -47,10 +47,42 @@ def interp(curve: dict, k: int) -> float:
     return float(np.interp(k, ks, [curve[x] if x in curve else curve[str(x)] for x in ks]))
 
 
+def pad_size(curve: dict, k: int) -> int:
+    """The block size to compute k tokens as: the measured size >= k that costs least (ties: the
+    smaller), or k itself. OpenBLAS works in panels of 4 and 8 columns, so on this machine 5-7
+    tokens cost more than 8 and 13-15 more than 16: padding with dummy rows is free speed."""
+    best, best_ms = k, interp(curve, k)
+    for size in sorted(int(x) for x in curve):
+        if size > k and interp(curve, size) < best_ms:
+            best, best_ms = size, interp(curve, size)
+    return best
+
+
+def block_ms(curve: dict, k: int) -> float:
+    """What a pass of k tokens costs when padded as `pad_size` says."""
+    return interp(curve, pad_size(curve, k))
+
+
+def tuned_curves(target, draft) -> dict | None:
+    """The cost curves `bench --tune` measured for this pair on this machine, if any."""
+    tuned = _read(str(TUNED_FILE)) if TUNED_FILE.is_file() else {}
+    if draft is not None and tuned.get("models") == model_key(target, draft):
+        return tuned.get("cost_curves_ms")
+    return None
+
+
+def padding(curve: dict | None, limit: int = 64):
+    """pad[k] for k = 0..limit from a measured curve (no padding without one); larger k: unpadded."""
+    if not curve:
+        return lambda k: k
+    table = [0] + [pad_size(curve, k) for k in range(1, limit + 1)]
+    return lambda k: table[k] if k <= limit else k
+
+
 def predicted_ms(stats, curves) -> float:
-    """Cost model: the sum over passes of the measured cost of a block of that size."""
-    return (sum(interp(curves["target"], k) for k in stats.target_blocks)
-            + sum(interp(curves["draft"], k) for k in stats.draft_blocks))
+    """Cost model: the sum over passes of the measured cost of a block of that size (padded)."""
+    return (sum(block_ms(curves["target"], k) for k in stats.target_blocks)
+            + sum(block_ms(curves["draft"], k) for k in stats.draft_blocks))
 
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(2, 4, 6, 8, 12, 16, 24),

@@ -30,7 +30,7 @@ def hf_tensors(model, prefix=""):
             out[h + ln + ".weight"], out[h + ln + ".bias"] = b[ln]["g"], b[ln]["b"]
         for mod, sub in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
             out[f"{h}{mod}.{sub}.weight"], out[f"{h}{mod}.{sub}.bias"] = b[mod][sub]["w"], b[mod][sub]["b"]
-    return {k: np.array(v, dtype=np.float32) for k, v in out.items()}  # copies: tests mutate them
+    return {k: np.array(v, dtype=np.float32, order="C") for k, v in out.items()}  # C-order copies: tests mutate them
 
 
 def hf_config(config=CONFIG, **overrides):

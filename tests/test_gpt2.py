@@ -89,6 +89,35 @@ def test_keep_accepted_path_then_continue_equals_fresh_prefill(prefix, data):
                                rtol=0, atol=1e-10)
 
 
+@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=15), st.data())
+@settings(max_examples=25)
+def test_padded_block_computes_exactly_the_unpadded_one(prefix, data):
+    # Dummy rows must be invisible to the real ones: same logits, same cache, same length.
+    parents, tokens = random_tree(data)
+    mask, depth = tree_mask_and_depth(parents)
+    pad_to = len(tokens) + data.draw(st.integers(0, 9))
+    caches = []
+    for pad in (None, pad_to):
+        cache = new_cache(MODEL, max_block=16)
+        forward(MODEL, prefix, cache)
+        logits = forward(MODEL, tokens, cache, positions=len(prefix) + depth, mask=mask, pad_to=pad)
+        assert logits.shape == (len(tokens), CFG.n_vocab) and cache.length == len(prefix) + len(tokens)
+        caches.append((logits, cache))
+    (a, ca), (b, cb) = caches
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-12)
+    n = ca.length
+    np.testing.assert_allclose(cb.k[:, :, :n], ca.k[:, :, :n], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cb.v[:, :, :n], ca.v[:, :, :n], rtol=0, atol=1e-12)
+
+
+def test_padding_past_the_cache_is_refused():
+    cache = KVCache(CFG, capacity=12, dtype=np.float64)
+    forward(MODEL, list(range(8)), cache)
+    with pytest.raises(ValueError, match="KV cache overflow: 8 cached \\+ 8 padded > capacity 12"):
+        forward(MODEL, [1, 2], cache, pad_to=8)
+    assert cache.length == 8
+
+
 def test_truncate_then_redo_equals_fresh():
     toks = list(range(10))
     cache = new_cache(MODEL)

@@ -209,6 +209,25 @@ def test_top_k_agrees_with_sorting_the_full_distribution(stream, min_count, data
         np.testing.assert_array_equal(probs, p[want])                   # bit-identical to dist()
 
 
+@given(streams, st.data())
+@settings(max_examples=20)
+def test_memoised_top_k_equals_a_fresh_query(stream, data):
+    # top_k memoises by (histories, k): asking again, or asking a context with the same last two
+    # tokens, must give what an empty memo computes.
+    V, tokens = stream
+    m = fit(np.array(tokens), V)
+    queries = data.draw(st.lists(st.tuples(st.lists(st.integers(0, V - 1), max_size=4), st.integers(1, V)),
+                                 min_size=1, max_size=8))
+    for ctx, k in queries + queries[::-1]:
+        toks, probs = top_k(m, ctx, k)
+        saved = dict(m.memo)
+        m.memo.clear()
+        want_toks, want_probs = top_k(m, ctx, k)
+        m.memo.update(saved)
+        np.testing.assert_array_equal(toks, want_toks)
+        np.testing.assert_array_equal(probs, want_probs)
+
+
 def test_top_k_breaks_ties_by_token_id():
     # Stream 0 1 0 1 2: P(.|0,1) = [0.25, 0.5, 0.25] ties tokens 0 and 2.
     m = fit(np.array([0, 1, 0, 1, 2]), 3)
