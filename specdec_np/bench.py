@@ -6,7 +6,8 @@ baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage
 Reported per method: tokens/s, speedup over baseline (total and median over prompts), relative
 weight traffic (bytes of weights read by target + draft per emitted token, over the baseline's:
 the paper's Table 1), tokens per target pass, draft passes per target pass, and the speedup a
-cost model predicts from this machine's measured cost curve (`--roofline`) and the counted work.
+cost model predicts from this machine's measured cost curve (`--roofline`), the counted work and
+the per-pass overheads `--tune` fitted on its calibration prompts (see tuning.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
-from .tuning import predicted_ms, save as save_tuned, tune
+from .tuning import predicted_ms, save as save_tuned, tune, tuned_overheads
 
 METHODS = ("ar", "speculative", "tree", "staged")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged"}
@@ -34,6 +35,7 @@ SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "tree": (None, None), "staged": (298, 0.35)}}
 COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `tuning.pad_size`
+SHOWN_BLOCKS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64)  # the printed table (JSON has them all)
 
 
 def read_prompts(path=None, limit=None) -> list[str]:
@@ -87,6 +89,7 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
 def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
         methods=METHODS, curves=None) -> dict:
     records = {s: {m: [] for m in methods} for s in settings}
+    overheads = tuned_overheads(target, draft)  # fitted by --tune on calibration prompts
     bar = Progress(len(prompts) * len(settings), "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
@@ -101,7 +104,7 @@ def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, dep
                     "tokens": len(res.tokens), "seconds": dt, "target_passes": s.target_passes,
                     "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries,
                     "bytes": s.target_bytes + s.draft_bytes, "source": [s.source.count(j) for j in range(3)],
-                    "predicted_ms": predicted_ms(s, curves) if curves else None,
+                    "predicted_ms": predicted_ms(s, curves, overheads) if curves else None,
                     "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
                     "same_as_baseline": m == "ar" or sname != "greedy" or res.tokens == records[sname]["ar"][-1]["ids"],
                     "ids": res.tokens})
@@ -214,10 +217,10 @@ def main(argv=None) -> int:
     target, draft, ngram, enc = load_embedded()
     curves = cost_curves(target, draft, repeats=a.cost_repeats)
     print("cost curve, ms per forward pass (embedded models, 200-token prefix):")
-    print("| tokens | " + " | ".join(str(k) for k in COST_BLOCKS) + " |")
-    print("|---" * (len(COST_BLOCKS) + 1) + "|")
+    print("| tokens | " + " | ".join(str(k) for k in SHOWN_BLOCKS) + " |")
+    print("|---" * (len(SHOWN_BLOCKS) + 1) + "|")
     for name, c in curves.items():
-        print(f"| {name} | " + " | ".join(f"{c[k]:.2f}" for k in COST_BLOCKS) + " |")
+        print(f"| {name} | " + " | ".join(f"{c[k]:.2f}" for k in SHOWN_BLOCKS) + " |")
     if a.roofline:
         if a.gpt2_shapes:
             gpt2_shapes_report()
@@ -227,7 +230,9 @@ def main(argv=None) -> int:
         prompts = [encode(enc, p) for p in read_prompts(a.prompts, a.limit or 8)]
         tuned = tune(target, draft, ngram, prompts, curves)
         save_tuned(tuned)
-        print(f"stored budget {tuned['budget']}, depth {tuned['depth']}, chain {tuned['chain']} in weights/tuned.json")
+        for name, shape in tuned["shapes"].items():
+            print(f"{name}: stored budget {shape['budget']}, depth {shape['depth']}, chain {shape['chain']}")
+        print("wrote weights/tuned.json")
         return 0
     prompts = read_prompts(a.prompts, a.limit)
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}

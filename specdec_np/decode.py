@@ -125,8 +125,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       token tree), "staged" (draft tree whose expansion is speculated by the n-gram), "ngram"
       (the n-gram drafts the tree itself), "lookup" (prompt-lookup chain, no model).
     budget, depth: drafted tokens per target pass and maximum depth (chain length for speculative
-      and lookup); default: the shape `bench --tune` measured fastest for this pair on this machine
-      (weights/tuned.json), else budget 8, depth 6, chain 4 (see tuning.py).
+      and lookup); default: the shape the cost model predicts fastest for this pair, machine and
+      setting (greedy or sampled; `bench --tune` stores it in weights/tuned.json), else budget 8,
+      depth 6, chain 4 (see tuning.py).
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
     sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
       At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
@@ -143,7 +144,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     eos = target.config.n_vocab - 1 if eos is None else eos
     n_ctx = target.config.n_ctx
     chain = method in ("speculative", "lookup")
-    shape = defaults(target, draft)  # measured on this machine by `bench --tune`, else constants
+    shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
     depth = (shape["chain"] if chain else shape["depth"]) if depth is None else depth
     budget = shape["budget"] if budget is None else budget
     if method == "speculative" and temperature > 0 and sampled is None:

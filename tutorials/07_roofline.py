@@ -82,6 +82,34 @@ except ImportError:
     pass
 
 # %% [markdown]
+# ## Odd sizes, and padding a block
+#
+# The curve is not smooth. OpenBLAS's matrix kernels work on panels of 4 and 8 columns (here:
+# tokens), so on many machines a block of 5-7 tokens costs *more* than one of 8, and 13-15 more
+# than 16. A verifier can exploit that for free: compute a 5-token tree as an 8-token block
+# whose 3 extra rows are dummies that no real token attends to (`forward(..., pad_to=8)`). The
+# real rows compute exactly what they would alone; the decoder pads each block to the cheapest
+# measured size at least as large (`tuning.pad_size`, read off the curve `bench --tune` stores).
+
+# %%
+from specdec_np.gpt2 import forward, new_cache  # noqa: E402
+from specdec_np.tuning import pad_size  # noqa: E402
+
+odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
+print("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
+print("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
+
+cache = new_cache(target)
+forward(target, prompt, cache)
+plain = forward(target, prompt[:5], cache)
+cache.truncate(len(prompt))
+padded = forward(target, prompt[:5], cache, pad_to=8)
+print(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
+      f"cache length {cache.length}")
+assert padded.shape == plain.shape and cache.length == len(prompt) + 5
+assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in another order
+
+# %% [markdown]
 # Read the curve as "how many extra tokens does a pass absorb": where ms/token keeps falling,
 # batching pays. If you see wild jumps (tens of ms for a handful of tokens), another process is
 # probably competing for the cores and OpenBLAS's threads wait on each other: try
@@ -96,7 +124,8 @@ except ImportError:
 #
 # The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
-# The predicted speedup is the ratio; we set it next to the measured one.
+# The predicted speedup is the ratio; we set it next to the measured one. (`tuning.py` refines
+# this model with padding and with fixed overheads per pass, fitted by `bench --tune`.)
 
 # %%
 n_new = 40
