@@ -117,7 +117,8 @@ def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
              ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
              budget: int | None = None, depth: int | None = None, tree: str = "best_first",
-             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int = 3, spec_width: int = 1,
+             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int | None = None,
+             spec_width: int = 1, spec_rows: int | str | None = None,
              eos: int | None = None, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` and return the new tokens with statistics.
 
@@ -131,8 +132,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
     sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
       At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
-    spec_len, spec_width: stage 2 (staged only): below each node the draft evaluates, the n-gram
-      guesses `spec_width` children continued to `spec_len` levels, evaluated in the same draft pass.
+    spec_len, spec_width, spec_rows: stage 2 (staged only): below each node the draft evaluates,
+      the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
+      same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
+      rows a padded pass computes anyway). Default spec_len and spec_rows: tuned, else 3 and 4.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
       tree's construction assumes (a mismatched explicit rule raises).
     eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
@@ -147,6 +150,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
     depth = (shape["chain"] if chain else shape["depth"]) if depth is None else depth
     budget = shape["budget"] if budget is None else budget
+    spec_len = shape["spec_len"] if spec_len is None else spec_len
+    spec_rows = shape["spec_rows"] if spec_rows is None else spec_rows
     if method == "speculative" and temperature > 0 and sampled is None:
         sampled = "with"
     rand = Rand(seed)
@@ -158,7 +163,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     if method in ("speculative", "tree", "staged"):
         drafter = ModelDrafter(draft, temperature, top_k, top_p,
                                ngram=ngram if method == "staged" else None, spec_len=spec_len,
-                               spec_width=spec_width, pad=pad_draft)
+                               spec_width=spec_width, spec_rows=spec_rows, pad=pad_draft)
     cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, budget + 1, depth + 1))
     seq, new = list(prompt), []
     stop = "max_new_tokens"

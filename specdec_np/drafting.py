@@ -49,7 +49,8 @@ class ModelDrafter:
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 spec_len: int = 3, spec_width: int = 1, max_scratch: int = 1024, pad=None):
+                 spec_len: int = 3, spec_width: int = 1, spec_rows: int | str = "pad", max_scratch: int = 1024,
+                 pad=None):
         self.model = model
         self.pad = pad  # block size to compute n tokens as (tuning.padding); None: unpadded
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=max_scratch)
@@ -57,6 +58,9 @@ class ModelDrafter:
         # Stage 2: below every node the draft evaluates, the n-gram guesses `spec_width` children,
         # each continued greedily to `spec_len` levels in all.
         self.ngram, self.spec_len, self.spec_width = ngram, spec_len, spec_width
+        # At most spec_rows guessed nodes per pass; "pad": as many as fit in the rows the padded
+        # block computes anyway (free on this machine's cost curve; none without padding).
+        self.spec_rows = spec_rows
         self.passes = self.ngram_queries = 0
         self.block_sizes = []  # tokens fed per draft pass
 
@@ -95,14 +99,15 @@ class ModelDrafter:
 
     # -- the forward pass ----------------------------------------------------------------------
     def _speculate(self, keys):
-        """Stage 2: for each key to evaluate, the n-gram's greedy guess of the next levels below it."""
+        """Stage 2: for each key to evaluate, the n-gram's greedy guess of the next levels below it
+        (at most `self.room` guessed nodes in all)."""
         extra = []
         if self.ngram is None or self.spec_len <= 0:
             return extra
         for k in keys:
             # Leaves (depth max_depth) are never expanded: guessing below depth max_depth - 1 is waste.
             n = min(self.spec_len, self.max_depth - 1 - len(k))
-            if n <= 0:
+            if n <= 0 or len(extra) >= self.room:
                 continue
             context = self.seq + list(k)
             firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)  # the n-gram's best children
@@ -112,17 +117,21 @@ class ModelDrafter:
                 self.ngram_queries += n - 1
                 for j in range(1, len(guess) + 1):  # each guessed node, below its guessed parent
                     g = k + tuple(guess[:j])
-                    if g not in self.logits and g not in extra:
+                    if g not in self.logits and g not in extra and len(extra) < self.room:
                         extra.append(g)
                         self.guessed.add(g)
         return extra
 
     def _draft_pass(self, keys) -> None:
-        keys = keys + self._speculate(keys)
         start = self.cache.length
         catch_up = []
         if () in keys:  # first pass of the step: also feed committed tokens the cache lacks
             catch_up = self.seq[start:self.root_pos]
+        self.room = self.spec_rows
+        if self.spec_rows == "pad":  # guesses fill the rows the padded block computes anyway
+            n_real = len(catch_up) + len(keys)
+            self.room = (self.pad(n_real) if self.pad else n_real) - n_real
+        keys = keys + self._speculate(keys)
         n_c, n = len(catch_up), len(catch_up) + len(keys)
         new_slot = {k: start + n_c + i for i, k in enumerate(keys)}
         tokens = catch_up + [k[-1] if k else self.seq[-1] for k in keys]

@@ -316,10 +316,9 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)
     cache.length = start + n_real
     x = layer_norm(x[:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need no logits
-    n = n_real
     # Tied head: [n, n_embd] -> [n, n_vocab]. Written as (wte @ x.T).T because OpenBLAS is ~1.5x
     # slower at x @ wte.T (a transposed operand) for blocks of a few tokens.
-    if n == 1:
+    if n_real == 1:
         return (p["wte"] @ x[0])[None]  # gemv, as in `linear`
     return (p["wte"] @ x.T).T
 

@@ -23,7 +23,7 @@ def load_model(name_or_path, dtype=np.float32) -> GPT2:
 
 
 def load_ngram(path=None):
-    """The Katz trigram at `path`, by default the embedded one (fitted on the tiny draft's samples)."""
+    """The Katz trigram at `path`, by default the embedded one (fitted on the training corpus)."""
     return ngram.load(EMBEDDED_NGRAM if path is None else path)
 
 

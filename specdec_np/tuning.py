@@ -1,16 +1,19 @@
 """The cost model, and the default tree shape chosen from it instead of a GPU paper's constant.
 
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
-`pad_size` says), plus a fixed overhead per target pass, per draft pass and per n-gram query: the
-Python and NumPy work around the forward passes (building trees and masks, processing logits,
+`pad_size` says; target passes scaled by how much slower they run inside the decoding loop than
+alone), plus a fixed overhead per target pass, per draft pass and per n-gram query: the Python
+and NumPy work around the forward passes (building trees and masks, processing logits,
 verifying, moving the caches). On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits the three overheads on a few
-calibration prompts (autoregressive, tree and staged runs), then runs the staged decoder for each
-candidate (budget, depth) and the chain decoder for each chain length, greedily and with top-k
-sampling, and stores the shapes the model predicts fastest in `weights/tuned.json` with the
-models they were measured for. `generate` uses them for those models, and the documented
-constants otherwise: budget 8, depth 6 (tree/staged) and a chain of 4 (speculative).
+`python -m specdec_np bench --tune` measures the cost curves, fits those four parameters (least
+squares on timed runs of every method over a few calibration prompts), then runs the staged
+decoder for each candidate (budget, depth), then each stage-2 setting (guess depth, guessed rows
+per pass) for the best shape, and the chain decoder for each chain length, greedily and with
+top-k sampling, and stores what the model predicts fastest in `weights/tuned.json` with the
+models it was measured for. `generate` uses it for those models, and the documented constants
+of FALLBACK otherwise: budget 8, depth 6 (tree/staged), a chain of 4 (speculative), n-gram
+guesses 3 deep and at most 4 guessed rows per draft pass.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-FALLBACK = {"budget": 8, "depth": 6, "chain": 4}
+FALLBACK = {"budget": 8, "depth": 6, "chain": 4, "spec_len": 3, "spec_rows": 4}
 TUNED_FILE = Path(__file__).resolve().parent.parent / "weights" / "tuned.json"
 
 
@@ -51,9 +54,9 @@ def setting_name(temperature) -> str:
 
 
 def defaults(target, draft, temperature=0.0) -> dict:
-    """{"budget", "depth", "chain"} measured for this pair and setting, else the documented FALLBACK."""
+    """The FALLBACK keys (tree shape, chain, stage 2) measured for this pair and setting, else FALLBACK."""
     shape = tuned_for(target, draft).get("shapes", {}).get(setting_name(temperature))
-    return {k: int(shape[k]) for k in FALLBACK} if shape else dict(FALLBACK)
+    return {k: shape.get(k, v) for k, v in FALLBACK.items()} if shape else dict(FALLBACK)
 
 
 def tuned_curves(target, draft) -> dict | None:
@@ -97,42 +100,65 @@ def padding(curve: dict | None, limit: int = 64):
     """pad[k] for k = 0..limit from a measured curve (no padding without one); larger k: unpadded."""
     if not curve:
         return lambda k: k
-    table = [0] + [pad_size(curve, k) for k in range(1, limit + 1)]
+    table = _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items())), limit)
     return lambda k: table[k] if k <= limit else k
+
+
+@functools.lru_cache(maxsize=8)
+def _pad_table(curve_items: tuple, limit: int) -> tuple:  # computed once per curve, not per call
+    curve = dict(curve_items)
+    return (0,) + tuple(pad_size(curve, k) for k in range(1, limit + 1))
 
 
 # ----------------------------------------------------------------------------- the cost model
 
-def forward_ms(stats, curves) -> float:
-    """The forward passes of a run, as the measured curves price them."""
-    return (sum(block_ms(curves["target"], k) for k in stats.target_blocks)
-            + sum(block_ms(curves["draft"], k) for k in stats.draft_blocks))
+def target_ms(stats, curves) -> float:
+    return sum(block_ms(curves["target"], k) for k in stats.target_blocks)
+
+
+def draft_ms(stats, curves) -> float:
+    return sum(block_ms(curves["draft"], k) for k in stats.draft_blocks)
 
 
 def predicted_ms(stats, curves, overheads=None) -> float:
-    """Cost model: every pass at its (padded) measured cost, plus the fixed overheads per target
-    pass, draft pass and n-gram query (none when not measured)."""
+    """Cost model: every pass at its (padded) measured cost, the target's scaled by how much slower
+    a pass runs inside the decoding loop than alone (`target_scale`), plus fixed overheads per
+    target pass, draft pass and n-gram query (none of these when not measured)."""
     o = overheads or {}
-    return (forward_ms(stats, curves) + o.get("target_pass", 0.0) * stats.target_passes
-            + o.get("draft_pass", 0.0) * stats.draft_passes + o.get("ngram_query", 0.0) * stats.ngram_queries)
+    return (o.get("target_scale", 1.0) * target_ms(stats, curves) + draft_ms(stats, curves)
+            + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
+            + o.get("ngram_query", 0.0) * stats.ngram_queries)
+
+
+OVERHEADS = ("target_scale", "target_pass", "draft_pass", "ngram_query")
+
+
+def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
+    """Least squares with every coefficient >= 0: one that comes out negative is fixed at 0 and
+    the rest refitted."""
+    free = [j for j in range(features.shape[1]) if features[:, j].any()]
+    while True:
+        x = np.zeros(features.shape[1])
+        if free:
+            x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]
+        if (x >= 0).all():
+            return x
+        free = [j for j in free if x[j] > 0]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """Overheads (ms) from timed runs [(method, stats, wall seconds)]: per target pass from the
-    autoregressive runs, then per draft pass from the tree runs, then per n-gram query from the
-    staged runs, each the wall time the curves and the earlier overheads do not explain."""
-    def residual(method, o):
-        rs = [(1000 * sec - predicted_ms(s, curves, o), s) for m, s, sec in runs if m == method]
-        return sum(r for r, _ in rs), rs
+    """The cost model's four parameters from timed runs [(method, stats, wall seconds)].
 
-    o = {}
-    total, rs = residual("ar", o)
-    o["target_pass"] = max(0.0, total / max(1, sum(s.target_passes for _, s in rs)))
-    total, rs = residual("tree", o)
-    o["draft_pass"] = max(0.0, total / max(1, sum(s.draft_passes for _, s in rs)))
-    total, rs = residual("staged", o)
-    o["ngram_query"] = max(0.0, total / max(1, sum(s.ngram_queries for _, s in rs)))
-    return o
+    Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
+    target's and the draft's costs are not traded against each other: the wall time outside
+    drafting against the target's curve time and its pass count, and the drafting time beyond
+    the draft's curve against the counts of draft passes and n-gram queries.
+    """
+    target = nonnegative_lstsq(np.array([[target_ms(s, curves), s.target_passes] for _, s, _ in runs], dtype=float),
+                               np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
+    draft = nonnegative_lstsq(np.array([[s.draft_passes, s.ngram_queries] for _, s, _ in runs], dtype=float),
+                              np.array([1000 * s.time_draft - draft_ms(s, curves) for _, s, _ in runs]))
+    return dict(zip(OVERHEADS, map(float, [*target, *draft])))
 
 
 # ----------------------------------------------------------------------------- tuning
@@ -141,23 +167,26 @@ SAMPLED = {"temperature": 1.0, "top_k": 50}  # the sampled setting tuned (and be
 
 
 def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=print) -> dict:
-    """Time autoregressive, tree and staged runs (greedy) and fit the per-pass overheads."""
+    """Time every method on the calibration prompts, greedily, with the current default shape and
+    a small one (so the counts vary independently), and fit the per-pass overheads."""
     from .decode import generate
 
     runs = []
     for p in prompts:
-        for m in ("ar", "tree", "staged"):
-            t0 = time.perf_counter()
-            res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram)
-            runs.append((m, res.stats, time.perf_counter() - t0))
+        for m in ("ar", "speculative", "tree", "staged"):
+            for shape in ({}, {"budget": 3, "depth": 3}):
+                t0 = time.perf_counter()
+                res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, **shape)
+                runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
-    out(f"overheads: {o['target_pass']:.3f} ms per target pass, {o['draft_pass']:.3f} ms per draft pass, "
-        f"{o['ngram_query']:.4f} ms per n-gram query")
+    out(f"cost model: target passes x{o['target_scale']:.2f} their curve; overheads {o['target_pass']:.3f} ms per "
+        f"target pass, {o['draft_pass']:.3f} ms per draft pass, {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
-         depths=(3, 4, 6, 8), chains=(1, 2, 3, 4, 6), out=print) -> dict:
+         depths=(3, 4, 6, 8), chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8),
+         out=print) -> dict:
     """Pick (budget, depth) for tree/staged and the chain length for speculative, per setting,
     by the cost model's predicted ms per token."""
     from .decode import generate
@@ -175,14 +204,18 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
     shapes, predicted = {}, {}
     for name, setting in (("greedy", {}), ("sampled", SAMPLED)):
         base = cost("ar", setting)
-        tree = min(((cost("staged", dict(setting, budget=b, depth=d)), b, d) for b in budgets for d in depths if d <= b),
-                   key=lambda x: x[0])
+        pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
+        tree = min(((cost("staged", dict(setting, budget=b, depth=d)), b, d) for b, d in pairs), key=lambda x: x[0])
+        shape = {"budget": tree[1], "depth": tree[2]}
+        # Stage 2 for that shape: how deep the n-gram guesses, and how many guessed rows a pass takes.
+        spec = min(((cost("staged", dict(setting, **shape, spec_len=n, spec_rows=r)), n, r)
+                    for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
-        out(f"{name}: autoregressive {base:.2f} ms/token; staged budget {tree[1]}, depth {tree[2]}: "
-            f"{tree[0]:.2f} ms/token ({base / tree[0]:.2f}x); speculative chain {chain[1]}: "
-            f"{chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
-        shapes[name] = {"budget": tree[1], "depth": tree[2], "chain": chain[1]}
-        predicted[name] = {"ar": base, "staged": tree[0], "speculative": chain[0]}
+        out(f"{name}: autoregressive {base:.2f} ms/token; staged budget {tree[1]}, depth {tree[2]}, "
+            f"n-gram guesses {spec[1]} deep, {spec[2]} rows: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
+            f"speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
+        shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2])
+        predicted[name] = {"ar": base, "staged": spec[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
             "overheads_ms": overheads, "machine": {"cpus": os.cpu_count()}, "cost_curves_ms": curves}
 

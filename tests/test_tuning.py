@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from specdec_np.tuning import block_ms, fit_overheads, forward_ms, interp, pad_size, padding, predicted_ms
+from specdec_np.tuning import block_ms, draft_ms, fit_overheads, interp, pad_size, padding, predicted_ms, target_ms
 
 # A curve like this machine's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -21,18 +21,19 @@ def test_padding_table_without_a_curve_is_the_identity():
     assert [pad(k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
 
 
-def stats(target_blocks, draft_blocks=(), ngram_queries=0):
+def stats(target_blocks, draft_blocks=(), ngram_queries=0, time_draft=0.0):
     return SimpleNamespace(target_blocks=list(target_blocks), draft_blocks=list(draft_blocks),
                            target_passes=len(target_blocks), draft_passes=len(draft_blocks),
-                           ngram_queries=ngram_queries)
+                           ngram_queries=ngram_queries, time_draft=time_draft)
 
 
 def test_cost_model_charges_padded_blocks_and_overheads():
     s = stats([1, 5, 3], [2, 7], ngram_queries=10)
     curves = {"target": CURVE, "draft": CURVE}
-    assert forward_ms(s, curves) == (1.0 + 3.0 + 2.5) + (2.0 + 3.0)
-    o = {"target_pass": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
-    assert abs(predicted_ms(s, curves, o) - (11.5 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01)) < 1e-12
+    assert target_ms(s, curves) == 1.0 + 3.0 + 2.5 and draft_ms(s, curves) == 2.0 + 3.0
+    assert predicted_ms(s, curves) == 11.5
+    o = {"target_scale": 1.2, "target_pass": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
+    assert abs(predicted_ms(s, curves, o) - (1.2 * 6.5 + 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01)) < 1e-12
 
 
 def test_interp_extends_past_the_last_measured_size():
@@ -42,10 +43,20 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"target_pass": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
+    truth = {"target_scale": 1.25, "target_pass": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
-                      ("tree", stats([40, 8, 5], [1, 2, 4, 2])), ("staged", stats([30, 8], [1, 4], ngram_queries=12))]:
+                      ("tree", stats([40, 8, 5], [1, 2, 4, 2])), ("tree", stats([8, 8, 8, 16], [1, 1, 7])),
+                      ("staged", stats([30, 8], [1, 4], ngram_queries=12))]:
+        s.time_draft = (draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries) / 1000
         runs.append((method, s, predicted_ms(s, curves, truth) / 1000))
     got = fit_overheads(runs, curves)
     assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
+
+
+def test_fit_overheads_never_returns_a_negative_overhead():
+    curves = {"target": CURVE, "draft": CURVE}
+    # Wall times below what the curves charge: no overhead can explain them, none goes negative.
+    runs = [("ar", stats([2, 1, 1]), 0.001), ("tree", stats([8, 4], [1, 2]), 0.002)]
+    got = fit_overheads(runs, curves)
+    assert all(v >= 0 for v in got.values()), got

@@ -4,7 +4,8 @@
 # Big trees move the bottleneck: the target checks a whole tree in one pass, but the draft needs
 # one pass per round of expansion (a tree of depth 6 takes at least 6 draft passes). The paper's
 # second idea is to speculate the *draft* too, with something far cheaper: a Katz backoff trigram
-# (`ngram.py`), a lookup table fitted on text the draft generated.
+# (`ngram.py`), a lookup table. The paper fitted it on text the draft generated; the embedded one
+# is fitted on the training corpus, which agreed slightly more with the draft (weights/README.md).
 #
 # How it works here (`drafting.ModelDrafter(..., ngram=...)`): whenever the draft runs a pass to
 # expand some tree nodes, the trigram also guesses the next few tokens below each of them, and the
