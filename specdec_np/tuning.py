@@ -2,11 +2,11 @@
 
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
 `pad_size` says; target passes scaled by how much slower they run inside the decoding loop than
-alone), plus a fixed overhead per target pass, per draft pass and per n-gram query: the Python
+alone, single tokens and blocks apart), plus a fixed overhead per target pass, per draft pass and per n-gram query: the Python
 and NumPy work around the forward passes (building trees and masks, processing logits,
 verifying, moving the caches). On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those four parameters (least
+`python -m specdec_np bench --tune` measures the cost curves, fits those five parameters (least
 squares on timed runs of every method over a few calibration prompts), then runs the staged
 decoder for each candidate (budget, depth), then each stage-2 setting (guess depth, guessed rows
 per pass) for the best shape, and the chain decoder for each chain length, greedily and with
@@ -112,8 +112,10 @@ def _pad_table(curve_items: tuple, limit: int) -> tuple:  # computed once per cu
 
 # ----------------------------------------------------------------------------- the cost model
 
-def target_ms(stats, curves) -> float:
-    return sum(block_ms(curves["target"], k) for k in stats.target_blocks)
+def target_ms(stats, curves, blocks: bool | None = None) -> float:
+    """The target's passes at their curve cost: all, or only the single-token (blocks=False) or
+    the multi-token ones (blocks=True)."""
+    return sum(block_ms(curves["target"], k) for k in stats.target_blocks if blocks is None or (k > 1) == blocks)
 
 
 def draft_ms(stats, curves) -> float:
@@ -122,15 +124,17 @@ def draft_ms(stats, curves) -> float:
 
 def predicted_ms(stats, curves, overheads=None) -> float:
     """Cost model: every pass at its (padded) measured cost, the target's scaled by how much slower
-    a pass runs inside the decoding loop than alone (`target_scale`), plus fixed overheads per
-    target pass, draft pass and n-gram query (none of these when not measured)."""
+    it runs inside the decoding loop than alone (`step_scale` for one token, a matrix-vector
+    product; `block_scale` for blocks, matrix-matrix products, which suffer more), plus fixed
+    overheads per target pass, draft pass and n-gram query (none of these when not measured)."""
     o = overheads or {}
-    return (o.get("target_scale", 1.0) * target_ms(stats, curves) + draft_ms(stats, curves)
+    return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
+            + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True) + draft_ms(stats, curves)
             + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries)
 
 
-OVERHEADS = ("target_scale", "target_pass", "draft_pass", "ngram_query")
+OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_pass", "ngram_query")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -147,14 +151,16 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's four parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's five parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
-    drafting against the target's curve time and its pass count, and the drafting time beyond
+    drafting against the target's curve time (single tokens and blocks apart) and its pass
+    count, and the drafting time beyond
     the draft's curve against the counts of draft passes and n-gram queries.
     """
-    target = nonnegative_lstsq(np.array([[target_ms(s, curves), s.target_passes] for _, s, _ in runs], dtype=float),
+    target = nonnegative_lstsq(np.array([[target_ms(s, curves, False), target_ms(s, curves, True), s.target_passes]
+                                         for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
     draft = nonnegative_lstsq(np.array([[s.draft_passes, s.ngram_queries] for _, s, _ in runs], dtype=float),
                               np.array([1000 * s.time_draft - draft_ms(s, curves) for _, s, _ in runs]))
@@ -179,7 +185,8 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
                 res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, **shape)
                 runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
-    out(f"cost model: target passes x{o['target_scale']:.2f} their curve; overheads {o['target_pass']:.3f} ms per "
+    out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve; "
+        f"overheads {o['target_pass']:.3f} ms per "
         f"target pass, {o['draft_pass']:.3f} ms per draft pass, {o['ngram_query']:.4f} ms per n-gram query")
     return o
 

@@ -125,7 +125,8 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 # The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
 # The predicted speedup is the ratio; we set it next to the measured one. (`tuning.py` refines
-# this model with padding and with fixed overheads per pass, fitted by `bench --tune`.)
+# this model with padding, with how much slower passes run inside the decoding loop than alone,
+# and with fixed overheads per pass, all fitted by `bench --tune`.)
 
 # %%
 n_new = 40
