@@ -98,16 +98,16 @@ class ModelDrafter:
         self.cache.keep(self.root_pos, [self.slot[k] - self.root_pos for k in kept])
 
     # -- the forward pass ----------------------------------------------------------------------
-    def _speculate(self, keys):
+    def _speculate(self, keys, room: int):
         """Stage 2: for each key to evaluate, the n-gram's greedy guess of the next levels below it
-        (at most `self.room` guessed nodes in all)."""
+        (at most `room` guessed nodes in all)."""
         extra = []
         if self.ngram is None or self.spec_len <= 0:
             return extra
         for k in keys:
             # Leaves (depth max_depth) are never expanded: guessing below depth max_depth - 1 is waste.
             n = min(self.spec_len, self.max_depth - 1 - len(k))
-            if n <= 0 or len(extra) >= self.room:
+            if n <= 0 or len(extra) >= room:
                 continue
             context = self.seq + list(k)
             firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)  # the n-gram's best children
@@ -117,7 +117,7 @@ class ModelDrafter:
                 self.ngram_queries += n - 1
                 for j in range(1, len(guess) + 1):  # each guessed node, below its guessed parent
                     g = k + tuple(guess[:j])
-                    if g not in self.logits and g not in extra and len(extra) < self.room:
+                    if g not in self.logits and g not in extra and len(extra) < room:
                         extra.append(g)
                         self.guessed.add(g)
         return extra
@@ -127,11 +127,11 @@ class ModelDrafter:
         catch_up = []
         if () in keys:  # first pass of the step: also feed committed tokens the cache lacks
             catch_up = self.seq[start:self.root_pos]
-        self.room = self.spec_rows
-        if self.spec_rows == "pad":  # guesses fill the rows the padded block computes anyway
+        room = self.spec_rows
+        if room == "pad":  # guesses fill the rows the padded block computes anyway
             n_real = len(catch_up) + len(keys)
-            self.room = (self.pad(n_real) if self.pad else n_real) - n_real
-        keys = keys + self._speculate(keys)
+            room = (self.pad(n_real) if self.pad else n_real) - n_real
+        keys = keys + self._speculate(keys, room)
         n_c, n = len(catch_up), len(catch_up) + len(keys)
         new_slot = {k: start + n_c + i for i, k in enumerate(keys)}
         tokens = catch_up + [k[-1] if k else self.seq[-1] for k in keys]

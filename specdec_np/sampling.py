@@ -17,7 +17,6 @@ import numbers
 import numpy as np
 
 
-
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \

@@ -92,8 +92,8 @@ def pad_size(curve: dict, k: int) -> int:
 
 
 def block_ms(curve: dict, k: int) -> float:
-    """What a pass of k tokens costs when padded as `pad_size` says."""
-    return interp(curve, pad_size(curve, k))
+    """What a pass of k tokens costs when padded as `pad_size` says (the cached `padding` table)."""
+    return interp(curve, padding(curve)(k))
 
 
 def padding(curve: dict | None, limit: int = 64):
