@@ -2,8 +2,10 @@
 
 For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the methods
 run one after the other on the same prompt (interleaved, so machine noise hits all alike):
-baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2) and staged.
-Reported per method: tokens/s, speedup over baseline (total and median over prompts), relative
+baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2) and staged,
+plus one reference outside the paper: prompt lookup (a chain copied from an earlier occurrence of
+the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
+nearly free). Reported per method: tokens/s, speedup over baseline (total and median over prompts), relative
 weight traffic (bytes of weights read by target + draft per emitted token, over the baseline's:
 the paper's Table 1), tokens per target pass, draft passes per target pass, and the speedup a
 cost model predicts from this machine's measured cost curve (`--roofline`), the counted work and
@@ -28,12 +30,15 @@ from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
 from .tuning import predicted_ms, save as save_tuned, tune, tuned_overheads
 
-METHODS = ("ar", "speculative", "tree", "staged")
-NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged"}
+METHODS = ("ar", "speculative", "tree", "staged", "lookup")
+NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
+         "lookup": "(ref.) prompt lookup"}
 SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090).
-PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23)},
-         "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "tree": (None, None), "staged": (298, 0.35)}}
+PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23),
+                    "lookup": (None, None)},
+         "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "tree": (None, None), "staged": (298, 0.35),
+                   "lookup": (None, None)}}
 COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `tuning.pad_size`
 SHOWN_BLOCKS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64)  # the printed table (JSON has them all)
 
@@ -134,6 +139,10 @@ def summarize(records, target) -> dict:
                 "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
                 "same_as_baseline": all(r["same_as_baseline"] for r in recs),
                 "tokens_by_stage": dict(zip(("target", "draft", "ngram"), np.sum([r["source"] for r in recs], axis=0).tolist())),
+                # Where the time goes: ms per target pass spent drafting, in the target's forward
+                # pass, and verifying (processing logits, the rule, cache compaction).
+                "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
+                                       for k in ("draft", "target", "verify")},
             }
     return out
 
@@ -152,6 +161,10 @@ def markdown(summary) -> str:
             lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x / {r['median_speedup']:.2f}x | "
                          f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
                          f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
+        lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
+        for m, r in per.items():
+            t = r["ms_per_target_pass"]
+            lines.append(f"| {NAMES[m]} | {t['draft']:.2f} | {t['target']:.2f} | {t['verify']:.2f} |")
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else

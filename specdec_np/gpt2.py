@@ -317,10 +317,12 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
     cache.length = start + n_real
     x = layer_norm(x[:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need no logits
     # Tied head: [n, n_embd] -> [n, n_vocab]. Written as (wte @ x.T).T because OpenBLAS is ~1.5x
-    # slower at x @ wte.T (a transposed operand) for blocks of a few tokens.
+    # slower at x @ wte.T (a transposed operand) for blocks of a few tokens; the result is copied
+    # back to row-major, since every consumer works along rows (a softmax over a column-major
+    # [n, V] costs 5-10x more than the copy).
     if n_real == 1:
         return (p["wte"] @ x[0])[None]  # gemv, as in `linear`
-    return (p["wte"] @ x.T).T
+    return np.ascontiguousarray((p["wte"] @ x.T).T)
 
 
 def pad_block(tokens, positions, mask, size: int):

@@ -67,7 +67,8 @@ def test_bench_with_fixture(tmp_path, capsys):
     assert bench.main(["--prompts", str(FIXTURE), "--limit", "2", "--max-new-tokens", "16", "--out", str(tmp_path),
                        "--cost-repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| staged |" in out and "### greedy" in out and "### top-k" in out
+    assert "| staged |" in out and "| (ref.) prompt lookup |" in out and "### greedy" in out and "### top-k" in out
+    assert "ms per target pass" in out
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["prompts"] == 2
     g = res["summary"]["greedy"]

@@ -134,6 +134,13 @@ def test_float32_is_close_to_float64():
     np.testing.assert_allclose(got, full_logits(toks), atol=1e-4)
 
 
+def test_logits_are_row_major():
+    # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
+    m32 = MODEL.astype(np.float32)
+    for n in (1, 3):
+        assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
+
+
 def test_errors_are_clear():
     cache = new_cache(MODEL)
     with pytest.raises(ValueError, match="outside the vocabulary"):
