@@ -28,7 +28,7 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
-from .tuning import predicted_ms, save as save_tuned, tune, tuned_overheads
+from .tuning import describe, predicted_ms, save as save_tuned, tune, tuned_overheads
 
 METHODS = ("ar", "speculative", "tree", "staged", "lookup")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
         tuned = tune(target, draft, ngram, prompts, curves)
         save_tuned(tuned)
         for name, shape in tuned["shapes"].items():
-            print(f"{name}: stored budget {shape['budget']}, depth {shape['depth']}, chain {shape['chain']}")
+            print(f"{name}: stored {describe(shape)}, chain {shape['chain']}")
         print("wrote weights/tuned.json")
         return 0
     prompts = read_prompts(a.prompts, a.limit)

@@ -128,10 +128,15 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     budget, depth: drafted tokens per target pass and maximum depth (chain length for speculative
       and lookup); default: the shape the cost model predicts fastest for this pair, machine and
       setting (greedy or sampled; `bench --tune` stores it in weights/tuned.json), else budget 8,
-      depth 6, chain 4 (see tuning.py).
-    tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth).
-    sampled: None (deterministic children), "with" or "without" replacement (children drawn from q).
-      At temperature > 0, `speculative` draws its chain from q (classic speculative sampling).
+      depth 6, chain 4 (see tuning.py). A fixed-width tree is len(widths) deep by default.
+    tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth;
+      default widths: tuned for the setting, else 2, 2, 1, 1, 1, 1, cut or extended with single
+      children to an explicit `depth`). Trees with sampled children always have fixed widths.
+    sampled: how children are chosen. "no": the draft's top tokens (deterministic; the point-mass
+      rule verifies them at temperature > 0); "with" / "without" replacement: drawn from q.
+      Default (None): "no" at temperature 0; at temperature > 0 "with" for `speculative` (classic
+      speculative sampling) and "without" for tree and staged, whose drawn children are accepted
+      far more often than the draft's top tokens (recursive rejection sampling, never a duplicate).
     spec_len, spec_width, spec_rows: stage 2 (staged only): below each node the draft evaluates,
       the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
       same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
@@ -146,14 +151,24 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         raise ValueError(f"method {method!r} needs an n-gram model")
     eos = target.config.n_vocab - 1 if eos is None else eos
     n_ctx = target.config.n_ctx
+    if tree not in ("best_first", "fixed"):
+        raise ValueError(f"unknown tree {tree!r}: choose best_first or fixed")
+    if sampled not in (None, "no", "with", "without"):
+        raise ValueError(f"sampled={sampled!r}: choose no, with or without (or None for the setting's default)")
+    if sampled is None:
+        sampled = "no" if temperature == 0 else "with" if method == "speculative" else "without"
     chain = method in ("speculative", "lookup")
+    fixed = method in ("tree", "staged") and (tree == "fixed" or sampled != "no")
     shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
-    depth = (shape["chain"] if chain else shape["depth"]) if depth is None else depth
+    default_widths = widths is None
+    widths = [int(w) for w in (shape["widths"] if default_widths else widths)]
+    if depth is None:
+        depth = shape["chain"] if chain else len(widths) if fixed else shape["depth"]
+    elif default_widths:
+        widths = (widths + [1] * depth)[:depth]
     budget = shape["budget"] if budget is None else budget
     spec_len = shape["spec_len"] if spec_len is None else spec_len
     spec_rows = shape["spec_rows"] if spec_rows is None else spec_rows
-    if method == "speculative" and temperature > 0 and sampled is None:
-        sampled = "with"
     rand = Rand(seed)
     stats = Stats()
     # Blocks are padded to the cheapest measured size at least as large (no curve, no padding).
@@ -252,10 +267,9 @@ def make_tree(method, seq, depth, budget, shape, widths, sampled, rand, drafter,
         stats.ngram_queries += counter[0]
         return t
     fn = drafter.dist_fn
-    r = rand if sampled else None
+    r = None if sampled == "no" else rand
     if method == "speculative":
         return build.build_chain(root, fn, depth, rand=r)
-    if shape == "fixed" or sampled:
-        w = list(widths) if widths is not None else [2, 2] + [1] * max(0, depth - 2)
-        return build.build_fixed(root, fn, w[:depth], rand=r, replacement=sampled != "without")
+    if shape == "fixed" or r is not None:
+        return build.build_fixed(root, fn, widths[:depth], rand=r, replacement=sampled != "without")
     return build.build_best_first(root, fn, budget, depth)

@@ -8,12 +8,14 @@ verifying, moving the caches). On a 10M-parameter target that work is not small 
 
 `python -m specdec_np bench --tune` measures the cost curves, fits those five parameters (least
 squares on timed runs of every method over a few calibration prompts), then runs the staged
-decoder for each candidate (budget, depth), then each stage-2 setting (guess depth, guessed rows
-per pass) for the best shape, and the chain decoder for each chain length, greedily and with
-top-k sampling, and stores what the model predicts fastest in `weights/tuned.json` with the
-models it was measured for. `generate` uses it for those models, and the documented constants
-of FALLBACK otherwise: budget 8, depth 6 (tree/staged), a chain of 4 (speculative), n-gram
-guesses 3 deep and at most 4 guessed rows per draft pass.
+decoder for each candidate tree shape (greedy: best-first (budget, depth); top-k sampling:
+widths of trees whose children are drawn without replacement), then each stage-2 setting
+(guess depth, guessed rows per pass) for the best shape, and the chain decoder for each chain
+length, and stores what the model predicts fastest in `weights/tuned.json` with the models it
+was measured for. `generate` uses it for those models, and the documented constants of FALLBACK
+otherwise: budget 8, depth 6 (best-first trees), widths 2, 2, 1, 1, 1, 1 (fixed and sampled
+trees), a chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft
+pass.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-FALLBACK = {"budget": 8, "depth": 6, "chain": 4, "spec_len": 3, "spec_rows": 4}
+FALLBACK = {"budget": 8, "depth": 6, "widths": [2, 2, 1, 1, 1, 1], "chain": 4, "spec_len": 3, "spec_rows": 4}
 TUNED_FILE = Path(__file__).resolve().parent.parent / "weights" / "tuned.json"
 
 
@@ -192,10 +194,12 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
 
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
-         depths=(3, 4, 6, 8), chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8),
-         out=print) -> dict:
-    """Pick (budget, depth) for tree/staged and the chain length for speculative, per setting,
-    by the cost model's predicted ms per token."""
+         depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
+                                      (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1)),
+         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), out=print) -> dict:
+    """Pick the tree shape for tree/staged (greedy: best-first (budget, depth); sampled: the widths
+    of trees whose children are drawn without replacement, `generate`'s default there), stage 2's
+    settings and the chain length for speculative, per setting, by the predicted ms per token."""
     from .decode import generate
 
     overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
@@ -211,20 +215,30 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
     shapes, predicted = {}, {}
     for name, setting in (("greedy", {}), ("sampled", SAMPLED)):
         base = cost("ar", setting)
-        pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
-        tree = min(((cost("staged", dict(setting, budget=b, depth=d)), b, d) for b, d in pairs), key=lambda x: x[0])
-        shape = {"budget": tree[1], "depth": tree[2]}
+        if name == "greedy":
+            shapes_tried = [{"budget": b, "depth": d}
+                            for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
+        else:
+            shapes_tried = [{"widths": list(w)} for w in widths]
+        _, shape = min(((cost("staged", dict(setting, **c)), c) for c in shapes_tried), key=lambda x: x[0])
         # Stage 2 for that shape: how deep the n-gram guesses, and how many guessed rows a pass takes.
         spec = min(((cost("staged", dict(setting, **shape, spec_len=n, spec_rows=r)), n, r)
                     for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
-        out(f"{name}: autoregressive {base:.2f} ms/token; staged budget {tree[1]}, depth {tree[2]}, "
+        out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape)}, "
             f"n-gram guesses {spec[1]} deep, {spec[2]} rows: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
             f"speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
         shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2])
         predicted[name] = {"ar": base, "staged": spec[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
             "overheads_ms": overheads, "machine": {"cpus": os.cpu_count()}, "cost_curves_ms": curves}
+
+
+def describe(shape: dict) -> str:
+    """A stored tree shape in words."""
+    if "widths" in shape:
+        return f"widths {','.join(map(str, shape['widths']))} (children drawn without replacement)"
+    return f"budget {shape['budget']}, depth {shape['depth']}"
 
 
 def save(tuned: dict, path: Path = TUNED_FILE) -> None:

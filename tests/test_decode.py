@@ -13,7 +13,7 @@ from specdec_np import ngram, verify
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, map_params, new_cache, random_params
 from specdec_np.sampling import process
-from specdec_np.tree import path_to
+from specdec_np.tree import children, depths, path_to
 
 CFG = GPT2Config(n_vocab=40, n_ctx=64, n_embd=16, n_layer=2, n_head=2)
 TARGET = random_params(CFG, seed=3, dtype=np.float64, scale=0.5)
@@ -141,6 +141,25 @@ def test_bad_input_raises():
         generate(TARGET, [1], 5, temperature=1, top_p=0)
     with pytest.raises(ValueError, match="point_mass"):
         generate(TARGET, [1], 5, method="tree", draft=DRAFT, temperature=1, sampled="with", rule="point_mass")
+    with pytest.raises(ValueError, match="sampled='maybe'"):
+        generate(TARGET, [1], 5, method="tree", draft=DRAFT, sampled="maybe")
+    with pytest.raises(ValueError, match="unknown tree 'bushy'"):
+        generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="bushy")
+
+
+@pytest.mark.parametrize("method, temperature, sampled, kind", [
+    ("tree", 0.0, None, "deterministic"), ("staged", 0.0, None, "deterministic"),
+    ("tree", 1.0, None, "without_replacement"), ("staged", 1.0, None, "without_replacement"),
+    ("speculative", 1.0, None, "with_replacement"), ("tree", 1.0, "no", "deterministic"),
+    ("speculative", 1.0, "no", "deterministic"), ("tree", 0.0, "with", "with_replacement")])
+def test_default_tree_construction_per_setting(method, temperature, sampled, kind):
+    res = generate(TARGET, [1, 2, 3], 12, method=method, draft=DRAFT, ngram=NGRAM, temperature=temperature,
+                   sampled=sampled, eos=-1, keep_trees=True)
+    assert {t.kind for t, _ in res.stats.trees} == {kind}
+    if kind != "deterministic" and method != "speculative":
+        # Sampled children come in the fallback's fixed widths 2, 2, 1, ... (these models are not tuned).
+        assert max(len(children(t, 0)) for t, _ in res.stats.trees) == 2
+        assert max(int(depths(t).max()) for t, _ in res.stats.trees) <= 6
 
 
 def test_same_seed_same_tokens():
@@ -184,7 +203,8 @@ TV_BOUND = 0.08
 SAMPLING_METHODS = [
     dict(method="ar"),
     dict(method="speculative", depth=2),
-    dict(method="tree", budget=4, depth=2),
+    dict(method="tree", budget=4, depth=2, sampled="no"),  # best-first top tokens, point-mass rule
+    dict(method="tree", depth=2),  # the default at temperature > 0: widths 2, 2 drawn without replacement
     dict(method="tree", tree="fixed", widths=[2, 2], sampled="with"),
     dict(method="tree", tree="fixed", widths=[2, 1], sampled="without"),
 ]

@@ -61,3 +61,33 @@ def test_fit_overheads_never_returns_a_negative_overhead():
     runs = [("ar", stats([2, 1, 1]), 0.001), ("tree", stats([8, 4], [1, 2]), 0.002)]
     got = fit_overheads(runs, curves)
     assert all(v >= 0 for v in got.values()), got
+
+
+def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monkeypatch):
+    import numpy as np
+
+    from specdec_np import ngram, tuning
+    from specdec_np.decode import generate
+    from specdec_np.gpt2 import GPT2Config, random_params
+    from specdec_np.tree import children
+
+    cfg = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
+    target, draft = random_params(cfg, seed=1), random_params(cfg, seed=2)
+    trigram = ngram.fit(np.random.default_rng(0).integers(0, 30, 500), 30)
+    curves = {"target": CURVE, "draft": CURVE}
+    tuned = tuning.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], curves, max_new_tokens=6, budgets=(1, 3),
+                        depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1,), spec_rows=("pad",),
+                        out=lambda *_: None)
+    greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
+    assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and "widths" not in greedy
+    assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
+    assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
+
+    # generate reads the stored shape for this pair: force sampled widths 3, 1 and check the trees.
+    tuned["shapes"]["sampled"]["widths"] = [3, 1]
+    monkeypatch.setattr(tuning, "TUNED_FILE", tmp_path / "tuned.json")
+    tuning.save(tuned, tuning.TUNED_FILE)
+    res = generate(target, [1, 2], 8, method="tree", draft=draft, temperature=1.0, eos=-1, keep_trees=True)
+    assert {len(children(t, 0)) for t, _ in res.stats.trees} == {3}
+    assert {t.kind for t, _ in res.stats.trees} == {"without_replacement"}
+    tuning._read.cache_clear()

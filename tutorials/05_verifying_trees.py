@@ -127,8 +127,8 @@ prompt = encode(enc, "class Stack:\n    def __init__(self):\n        self.items 
 W = [2, 2, 1, 1]
 configs = {
     "chain of 4 (chain rule)": dict(method="speculative", depth=4),
-    "best-first 14 (point_mass)": dict(method="tree", budget=14, depth=4),
-    "top-k tree (point_mass)": dict(method="tree", tree="fixed", widths=W, depth=4),
+    "best-first 14 (point_mass)": dict(method="tree", budget=14, depth=4, sampled="no"),
+    "top-k tree (point_mass)": dict(method="tree", tree="fixed", widths=W, depth=4, sampled="no"),
     "sampled with (recursive)": dict(method="tree", widths=W, depth=4, sampled="with"),
     "sampled w/o (recursive_wor)": dict(method="tree", widths=W, depth=4, sampled="without"),
 }
