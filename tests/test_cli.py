@@ -30,6 +30,13 @@ def test_generate_each_method(method, capsys):
     assert "target passes" in err and "tokens/s" in err
 
 
+def test_generate_sampled_tree_with_widths(capsys):
+    assert main(["generate", "def add(a, b):", "--method", "staged", "--temperature", "1", "--top-k", "50",
+                 "--widths", "3,1", "--max-new-tokens", "12", "--stats"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("def add(a, b):") and "target passes" in err
+
+
 def test_generate_same_text_for_every_method(capsys):
     texts = []
     for method in ("ar", "staged"):
@@ -44,6 +51,7 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
     for args, needle in ((["generate", "x", "--temperature", "-1"], "temperature"),
                          (["generate", "x", "--top-p", "0", "--temperature", "1"], "top_p"),
                          (["generate", "x", "--target", "gpt2-large"], "make weights"),
+                         (["generate", "x", "--method", "tree", "--widths", "2,x"], "--widths"),
                          (["bench", "--prompts", "missing.jsonl"], "missing.jsonl")):
         r = run_cli(*args)
         assert r.returncode != 0
