@@ -180,7 +180,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         drafter = ModelDrafter(draft, temperature, top_k, top_p,
                                ngram=ngram if method == "staged" else None, spec_len=spec_len,
                                spec_width=spec_width, spec_rows=spec_rows, pad=pad_draft)
-    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, budget + 1, depth + 1))
+    tree_size = int(np.cumprod(widths[:depth]).sum()) if fixed else budget  # drafted nodes per pass, at most
+    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, tree_size + 1, depth + 1))
     seq, new = list(prompt), []
     stop = "max_new_tokens"
     while len(new) < max_new_tokens:

@@ -266,3 +266,9 @@ def test_staged_sampled_children_are_exact_samples_of_q():
                 want *= q(ctx)[toks[nxt[0]]]
                 node, ctx = nxt[0], ctx + [toks[nxt[0]]]
         assert prob == pytest.approx(want, abs=1e-12)
+
+
+def test_wide_fixed_tree_runs_to_the_end_of_the_context():
+    # 4 + 16 + 64 = 84 drafted nodes per pass: more than the cache's default headroom of 64 slots.
+    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, tree="fixed", widths=[4, 4, 4], eos=-1)
+    assert res.stop_reason == "context" and res.tokens == ar_greedy([1, 2], len(res.tokens))
