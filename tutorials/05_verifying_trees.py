@@ -119,7 +119,10 @@ except ValueError as e:
 # are reproducible on one machine, but a short run is a small sample: differences of a few
 # tenths are noise. Which shape wins depends on how well the draft matches the target; sampling
 # with replacement can draw the same token twice and waste a node, which sampling without
-# replacement avoids.
+# replacement avoids. That is why `generate` draws children without replacement by default at
+# temperature > 0 (`sampled="no"`, as below, asks for the draft's top tokens instead): at
+# temperature 1 the target's probability of any one top token is small, so the point-mass rule
+# accepts little, while drawn children are accepted as often as p and q overlap.
 
 # %%
 target_model, draft_model, _, enc = load_embedded()
