@@ -171,3 +171,51 @@ if best[4] < 1:
 # `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
 # `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
 # --roofline` prints the full cost curves).
+
+# %% [markdown]
+# ## Why a pass costs more inside the loop than on the curve
+#
+# The curve times each pass back to back, with the target's weights (41 MB) still warm in the
+# caches. Inside speculative decoding the target waits while the draft runs, and its weights
+# cool: on a shared machine the next block pays for it even when the pause touched no memory
+# at all. Time the same 4-token block both ways:
+
+# %%
+from specdec_np.gpt2 import forward, new_cache  # noqa: E402
+
+cache = new_cache(target)
+forward(target, prompt, cache)
+block = prompt[-4:]
+
+
+def block_ms(pause_ms, repeats=40):
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        while time.perf_counter() - t < pause_ms / 1e3:  # busy Python, no memory traffic
+            pass
+        t = time.perf_counter()
+        forward(target, block, cache)
+        times.append(time.perf_counter() - t)
+        cache.truncate(len(prompt))
+    return 1e3 * float(np.median(times))
+
+
+for pause in (0, 2):
+    print(f"4-token block after a {pause} ms pause: {block_ms(pause):.2f} ms")
+
+# %% [markdown]
+# A slower block after a pause is why `tuning.py` fits an in-loop factor for blocks, and it is
+# one more reason drafting time hurts twice: directly, and by cooling the target. A drafter that
+# costs almost nothing, prompt lookup (copy what followed the last earlier occurrence of the
+# final tokens; `method="lookup"`), shows what verification alone can earn on this machine:
+
+# %%
+t0 = time.perf_counter()
+lk = generate(target, prompt, n_new, method="lookup", depth=3)
+lk_ms = 1e3 * (time.perf_counter() - t0) / len(lk.tokens)
+# Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lesson 3 tests it in float64).
+print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
+print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
+      f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")
+
