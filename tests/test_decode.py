@@ -229,8 +229,9 @@ def test_sampling_negative_control_always_accept(monkeypatch):
 NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
 
 
-def test_staged_sampling_matches_target_distribution():
-    assert tv_from_samples(method="staged", tree="fixed", widths=[2, 1], sampled="with", ngram=NGRAM_TINY) < TV_BOUND
+@pytest.mark.parametrize("sampled", ["with", None])  # None: the default at T > 0, without replacement
+def test_staged_sampling_matches_target_distribution(sampled):
+    assert tv_from_samples(method="staged", tree="fixed", widths=[2, 1], sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
 
 
 def test_staged_sampled_children_are_exact_samples_of_q():
