@@ -5,11 +5,12 @@ run one after the other on the same prompt (interleaved, so machine noise hits a
 baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2) and staged,
 plus one reference outside the paper: prompt lookup (a chain copied from an earlier occurrence of
 the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
-nearly free). Reported per method: tokens/s, speedup over baseline (total and median over prompts), relative
-weight traffic (bytes of weights read by target + draft per emitted token, over the baseline's:
-the paper's Table 1), tokens per target pass, draft passes per target pass, and the speedup a
-cost model predicts from this machine's measured cost curve (`--roofline`), the counted work and
-the per-pass overheads `--tune` fitted on its calibration prompts (see tuning.py).
+nearly free). Reported per method: tokens/s, speedup over baseline (total and median over
+prompts), relative weight traffic (bytes of weights read by target + draft per emitted token,
+over the baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
+milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
+speedup a cost model predicts from this machine's measured cost curve (`--roofline`), the counted
+work and the per-pass overheads `--tune` fitted on its calibration prompts (see tuning.py).
 """
 
 from __future__ import annotations
