@@ -10,7 +10,7 @@ EXAMPLES = """examples:
   python -m specdec_np generate "def fibonacci(n):" --method staged --stats
   echo "import os" | python -m specdec_np generate - --temperature 1 --top-k 50 --seed 1
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6
-  python -m specdec_np generate "def f(x):" --method staged --temperature 1 --top-k 50 --widths 2,1,1
+  python -m specdec_np generate "def f(x):" --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
   python -m specdec_np generate "Hello" --target gpt2-large --draft gpt2 --method tree   (after make weights)
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
@@ -34,13 +34,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=int, default=None, help="drafted tokens per target pass of a best-first tree "
-                   "(temperature 0, or --sampled no; default: measured choice or documented constant)")
+                   "(default: measured choice or documented constant)")
     p.add_argument("--depth", type=int, default=None, help="maximum tree depth / chain length")
-    p.add_argument("--widths", default=None, help="children per depth of a fixed-width tree, e.g. 2,1,1 (the tree "
-                   "shape at temperature > 0; default: measured choice or documented constant)")
-    p.add_argument("--sampled", default=None, choices=("no", "with", "without"),
-                   help="tree children: the draft's top tokens (no) or drawn from it with/without replacement "
-                   "(default: no at temperature 0; at temperature > 0 with for speculative, without for trees)")
+    p.add_argument("--widths", default=None, help="a fixed-width tree instead: children per depth, e.g. 2,1,1")
+    p.add_argument("--sampled", default=None, choices=("with", "without"),
+                   help="draw tree children from the draft with/without replacement (a fixed-width tree; "
+                   "default: the draft's top tokens, or at temperature > 0 a sampled chain for speculative)")
     p.add_argument("--stats", action="store_true", help="print decoding statistics to stderr")
 
 
@@ -91,7 +90,8 @@ def cmd_generate(a) -> int:
     t0 = time.perf_counter()
     res = generate(target, tokens, a.max_new_tokens, method=a.method, draft=draft, ngram=ngram,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
-                   budget=a.budget, depth=a.depth, widths=parse_widths(a.widths), sampled=a.sampled)
+                   budget=a.budget, depth=a.depth, tree="fixed" if a.widths else "best_first",
+                   widths=parse_widths(a.widths), sampled=a.sampled)
     dt = time.perf_counter() - t0
     sys.stdout.write(text + decode(enc, res.tokens) + "\n")
     if a.stats:

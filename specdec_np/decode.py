@@ -133,11 +133,11 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth;
       default widths: tuned for the setting, else 2, 2, 1, 1, 1, 1, cut or extended with single
       children to an explicit `depth`). Trees with sampled children always have fixed widths.
-    sampled: how children are chosen. "no": the draft's top tokens (deterministic; the point-mass
-      rule verifies them at temperature > 0); "with" / "without" replacement: drawn from q.
-      Default (None): "no" at temperature 0; at temperature > 0 "with" for `speculative` (classic
-      speculative sampling) and "without" for tree and staged, whose drawn children are accepted
-      far more often than the draft's top tokens (recursive rejection sampling, never a duplicate).
+    sampled: None (deterministic children: the draft's top tokens, verified at temperature > 0 by
+      the point-mass rule), "with" or "without" replacement (children drawn from q, verified by
+      recursive rejection sampling; at temperature 1 they are accepted far more often than top
+      tokens). At temperature > 0, `speculative` draws its chain from q (classic speculative
+      sampling) unless sampled is given.
     spec_len, spec_width, spec_rows: stage 2 (staged only): below each node the draft evaluates,
       the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
       same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
@@ -154,12 +154,12 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     n_ctx = target.config.n_ctx
     if tree not in ("best_first", "fixed"):
         raise ValueError(f"unknown tree {tree!r}: choose best_first or fixed")
-    if sampled not in (None, "no", "with", "without"):
-        raise ValueError(f"sampled={sampled!r}: choose no, with or without (or None for the setting's default)")
-    if sampled is None:
-        sampled = "no" if temperature == 0 else "with" if method == "speculative" else "without"
+    if sampled not in (None, "with", "without"):
+        raise ValueError(f"sampled={sampled!r}: choose None (deterministic children), with or without")
+    if method == "speculative" and temperature > 0 and sampled is None:
+        sampled = "with"
     chain = method in ("speculative", "lookup")
-    fixed = method in ("tree", "staged") and (tree == "fixed" or sampled != "no")
+    fixed = method in ("tree", "staged") and (tree == "fixed" or sampled is not None)
     shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
     default_widths = widths is None
     widths = [int(w) for w in (shape["widths"] if default_widths else widths)]
@@ -269,7 +269,7 @@ def make_tree(method, seq, depth, budget, shape, widths, sampled, rand, drafter,
         stats.ngram_queries += counter[0]
         return t
     fn = drafter.dist_fn
-    r = None if sampled == "no" else rand
+    r = rand if sampled else None
     if method == "speculative":
         return build.build_chain(root, fn, depth, rand=r)
     if shape == "fixed" or r is not None:

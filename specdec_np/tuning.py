@@ -8,10 +8,10 @@ verifying, moving the caches). On a 10M-parameter target that work is not small 
 
 `python -m specdec_np bench --tune` measures the cost curves, fits those five parameters (least
 squares on timed runs of every method over a few calibration prompts), then runs the staged
-decoder for each candidate tree shape (greedy: best-first (budget, depth); top-k sampling:
-widths of trees whose children are drawn without replacement), then each stage-2 setting
-(guess depth, guessed rows per pass) for the best shape, and the chain decoder for each chain
-length, and stores what the model predicts fastest in `weights/tuned.json` with the models it
+decoder for each candidate best-first (budget, depth), then each stage-2 setting (guess depth,
+guessed rows per pass) for the best shape, and the chain decoder for each chain length, greedily
+and with top-k sampling (where it also picks the widths of trees whose children are drawn
+without replacement, `sampled="without"`, the trees `bench` samples with), and stores what the model predicts fastest in `weights/tuned.json` with the models it
 was measured for. `generate` uses it for those models, and the documented constants of FALLBACK
 otherwise: budget 8, depth 6 (best-first trees), widths 2, 2, 1, 1, 1, 1 (fixed and sampled
 trees), a chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft
@@ -197,9 +197,9 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
                                       (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1)),
          chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), out=print) -> dict:
-    """Pick the tree shape for tree/staged (greedy: best-first (budget, depth); sampled: the widths
-    of trees whose children are drawn without replacement, `generate`'s default there), stage 2's
-    settings and the chain length for speculative, per setting, by the predicted ms per token."""
+    """Pick, per setting, the best-first (budget, depth) for tree/staged, stage 2's settings for it
+    and the chain length for speculative by the predicted ms per token; in the sampled setting
+    also the widths of trees whose children are drawn without replacement (`sampled="without"`)."""
     from .decode import generate
 
     overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
@@ -215,12 +215,9 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
     shapes, predicted = {}, {}
     for name, setting in (("greedy", {}), ("sampled", SAMPLED)):
         base = cost("ar", setting)
-        if name == "greedy":
-            shapes_tried = [{"budget": b, "depth": d}
-                            for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
-        else:
-            shapes_tried = [{"widths": list(w)} for w in widths]
-        _, shape = min(((cost("staged", dict(setting, **c)), c) for c in shapes_tried), key=lambda x: x[0])
+        pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
+        tree = min(((cost("staged", dict(setting, budget=b, depth=d)), b, d) for b, d in pairs), key=lambda x: x[0])
+        shape = {"budget": tree[1], "depth": tree[2]}
         # Stage 2 for that shape: how deep the n-gram guesses, and how many guessed rows a pass takes.
         spec = min(((cost("staged", dict(setting, **shape, spec_len=n, spec_rows=r)), n, r)
                     for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
@@ -228,6 +225,12 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape)}, "
             f"n-gram guesses {spec[1]} deep, {spec[2]} rows: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
             f"speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
+        if name == "sampled":  # trees whose children are drawn from q: fixed widths instead of a budget
+            sampled = min(((cost("staged", dict(setting, sampled="without", widths=list(w), spec_len=spec[1],
+                                                spec_rows=spec[2])), list(w)) for w in widths), key=lambda x: x[0])
+            shape["widths"] = sampled[1]
+            out(f"{name}: staged with children drawn without replacement, widths "
+                f"{','.join(map(str, sampled[1]))}: {sampled[0]:.2f} ms/token ({base / sampled[0]:.2f}x)")
         shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2])
         predicted[name] = {"ar": base, "staged": spec[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
@@ -236,9 +239,10 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
 
 def describe(shape: dict) -> str:
     """A stored tree shape in words."""
+    text = f"budget {shape['budget']}, depth {shape['depth']}"
     if "widths" in shape:
-        return f"widths {','.join(map(str, shape['widths']))} (children drawn without replacement)"
-    return f"budget {shape['budget']}, depth {shape['depth']}"
+        text += f"; sampled trees: widths {','.join(map(str, shape['widths']))}"
+    return text
 
 
 def save(tuned: dict, path: Path = TUNED_FILE) -> None:

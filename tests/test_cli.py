@@ -32,7 +32,7 @@ def test_generate_each_method(method, capsys):
 
 def test_generate_sampled_tree_with_widths(capsys):
     assert main(["generate", "def add(a, b):", "--method", "staged", "--temperature", "1", "--top-k", "50",
-                 "--widths", "3,1", "--max-new-tokens", "12", "--stats"]) == 0
+                 "--sampled", "without", "--widths", "3,1", "--max-new-tokens", "12", "--stats"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("def add(a, b):") and "target passes" in err
 

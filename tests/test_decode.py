@@ -148,15 +148,15 @@ def test_bad_input_raises():
 
 
 @pytest.mark.parametrize("method, temperature, sampled, kind", [
-    ("tree", 0.0, None, "deterministic"), ("staged", 0.0, None, "deterministic"),
-    ("tree", 1.0, None, "without_replacement"), ("staged", 1.0, None, "without_replacement"),
-    ("speculative", 1.0, None, "with_replacement"), ("tree", 1.0, "no", "deterministic"),
-    ("speculative", 1.0, "no", "deterministic"), ("tree", 0.0, "with", "with_replacement")])
-def test_default_tree_construction_per_setting(method, temperature, sampled, kind):
+    ("tree", 0.0, None, "deterministic"), ("staged", 1.0, None, "deterministic"),
+    ("speculative", 1.0, None, "with_replacement"), ("speculative", 0.0, None, "deterministic"),
+    ("tree", 1.0, "without", "without_replacement"), ("staged", 1.0, "without", "without_replacement"),
+    ("tree", 0.0, "with", "with_replacement")])
+def test_tree_construction_per_setting(method, temperature, sampled, kind):
     res = generate(TARGET, [1, 2, 3], 12, method=method, draft=DRAFT, ngram=NGRAM, temperature=temperature,
                    sampled=sampled, eos=-1, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
-    if kind != "deterministic" and method != "speculative":
+    if sampled is not None:
         # Sampled children come in the fallback's fixed widths 2, 2, 1, ... (these models are not tuned).
         assert max(len(children(t, 0)) for t, _ in res.stats.trees) == 2
         assert max(int(depths(t).max()) for t, _ in res.stats.trees) <= 6
@@ -203,8 +203,8 @@ TV_BOUND = 0.08
 SAMPLING_METHODS = [
     dict(method="ar"),
     dict(method="speculative", depth=2),
-    dict(method="tree", budget=4, depth=2, sampled="no"),  # best-first top tokens, point-mass rule
-    dict(method="tree", depth=2),  # the default at temperature > 0: widths 2, 2 drawn without replacement
+    dict(method="tree", budget=4, depth=2),
+    dict(method="tree", depth=2, sampled="without"),  # the default widths (2, 2), drawn without replacement
     dict(method="tree", tree="fixed", widths=[2, 2], sampled="with"),
     dict(method="tree", tree="fixed", widths=[2, 1], sampled="without"),
 ]
@@ -229,7 +229,7 @@ def test_sampling_negative_control_always_accept(monkeypatch):
 NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
 
 
-@pytest.mark.parametrize("sampled", ["with", None])  # None: the default at T > 0, without replacement
+@pytest.mark.parametrize("sampled", ["with", "without"])
 def test_staged_sampling_matches_target_distribution(sampled):
     assert tv_from_samples(method="staged", tree="fixed", widths=[2, 1], sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
 

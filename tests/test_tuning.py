@@ -80,6 +80,7 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
                         out=lambda *_: None)
     greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
     assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and "widths" not in greedy
+    assert (sampled["budget"], sampled["depth"]) in {(1, 1), (3, 1), (3, 2)}
     assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
     assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
 
@@ -87,7 +88,8 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     tuned["shapes"]["sampled"]["widths"] = [3, 1]
     monkeypatch.setattr(tuning, "TUNED_FILE", tmp_path / "tuned.json")
     tuning.save(tuned, tuning.TUNED_FILE)
-    res = generate(target, [1, 2], 8, method="tree", draft=draft, temperature=1.0, eos=-1, keep_trees=True)
+    res = generate(target, [1, 2], 8, method="tree", draft=draft, temperature=1.0, sampled="without", eos=-1,
+                   keep_trees=True)
     assert {len(children(t, 0)) for t, _ in res.stats.trees} == {3}
     assert {t.kind for t, _ in res.stats.trees} == {"without_replacement"}
     tuning._read.cache_clear()

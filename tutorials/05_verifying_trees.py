@@ -119,10 +119,10 @@ except ValueError as e:
 # are reproducible on one machine, but a short run is a small sample: differences of a few
 # tenths are noise. Which shape wins depends on how well the draft matches the target; sampling
 # with replacement can draw the same token twice and waste a node, which sampling without
-# replacement avoids. That is why `generate` draws children without replacement by default at
-# temperature > 0 (`sampled="no"`, as below, asks for the draft's top tokens instead): at
-# temperature 1 the target's probability of any one top token is small, so the point-mass rule
-# accepts little, while drawn children are accepted as often as p and q overlap.
+# replacement avoids. At temperature 1 the target's probability of any one top token is small,
+# so the point-mass rule accepts little, while drawn children are accepted as often as p and q
+# overlap. `make bench` samples its top-k trees without replacement for that reason;
+# `generate`'s default stays the deterministic tree (pass `sampled="without"` to draw).
 
 # %%
 target_model, draft_model, _, enc = load_embedded()
@@ -130,8 +130,8 @@ prompt = encode(enc, "class Stack:\n    def __init__(self):\n        self.items 
 W = [2, 2, 1, 1]
 configs = {
     "chain of 4 (chain rule)": dict(method="speculative", depth=4),
-    "best-first 14 (point_mass)": dict(method="tree", budget=14, depth=4, sampled="no"),
-    "top-k tree (point_mass)": dict(method="tree", tree="fixed", widths=W, depth=4, sampled="no"),
+    "best-first 14 (point_mass)": dict(method="tree", budget=14, depth=4),
+    "top-k tree (point_mass)": dict(method="tree", tree="fixed", widths=W, depth=4),
     "sampled with (recursive)": dict(method="tree", widths=W, depth=4, sampled="with"),
     "sampled w/o (recursive_wor)": dict(method="tree", widths=W, depth=4, sampled="without"),
 }
