@@ -1,12 +1,12 @@
 """The cost model, and the default tree shape chosen from it instead of a GPU paper's constant.
 
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
-`pad_size` says; the target's blocks scaled by how much slower they run inside the decoding loop
-than alone), plus a fixed overhead per target pass, per draft pass and per n-gram query: the
-Python and NumPy work around the forward passes (building trees and masks, processing logits,
+`pad_size` says; target passes scaled by how much slower they run inside the decoding loop than
+alone, single tokens and blocks apart), plus a fixed overhead per target pass, per draft pass and per n-gram query: the Python
+and NumPy work around the forward passes (building trees and masks, processing logits,
 verifying, moving the caches). On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those four parameters (least
+`python -m specdec_np bench --tune` measures the cost curves, fits those five parameters (least
 squares on timed runs of every method over a few calibration prompts), then runs the staged
 decoder for each candidate best-first (budget, depth), then each stage-2 setting (guess depth,
 guessed rows per pass) for the best shape, and the chain decoder for each chain length, greedily
@@ -125,19 +125,18 @@ def draft_ms(stats, curves) -> float:
 
 
 def predicted_ms(stats, curves, overheads=None) -> float:
-    """Cost model: every pass at its (padded) measured cost, the target's blocks scaled by how much
-    slower they run inside the decoding loop than alone (`block_scale`: the target waits while the
-    draft runs and its weights cool; single-token steps run back to back, as the curve is
-    measured), plus fixed overheads per target pass, draft pass and n-gram query (none of these
-    when not measured)."""
+    """Cost model: every pass at its (padded) measured cost, the target's scaled by how much slower
+    it runs inside the decoding loop than alone (`step_scale` for one token, a matrix-vector
+    product; `block_scale` for blocks, matrix-matrix products, which suffer more), plus fixed
+    overheads per target pass, draft pass and n-gram query (none of these when not measured)."""
     o = overheads or {}
-    return (target_ms(stats, curves, blocks=False)
+    return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
             + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True) + draft_ms(stats, curves)
             + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries)
 
 
-OVERHEADS = ("block_scale", "target_pass", "draft_pass", "ngram_query")
+OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_pass", "ngram_query")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -154,19 +153,17 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's four parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's five parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
-    drafting, beyond the single-token steps' curve time, against the blocks' curve time and the
-    pass count; and the drafting time beyond the draft's curve against the counts of draft passes
-    and n-gram queries. (A scale for single-token steps as well could not be told apart from the
-    per-pass overhead: the baseline's runs pin only their sum.)
+    drafting against the target's curve time (single tokens and blocks apart) and its pass
+    count, and the drafting time beyond
+    the draft's curve against the counts of draft passes and n-gram queries.
     """
-    target = nonnegative_lstsq(np.array([[target_ms(s, curves, True), s.target_passes] for _, s, _ in runs],
-                                        dtype=float),
-                               np.array([1000 * (sec - s.time_draft) - target_ms(s, curves, False)
-                                         for _, s, sec in runs]))
+    target = nonnegative_lstsq(np.array([[target_ms(s, curves, False), target_ms(s, curves, True), s.target_passes]
+                                         for _, s, _ in runs], dtype=float),
+                               np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
     draft = nonnegative_lstsq(np.array([[s.draft_passes, s.ngram_queries] for _, s, _ in runs], dtype=float),
                               np.array([1000 * s.time_draft - draft_ms(s, curves) for _, s, _ in runs]))
     return dict(zip(OVERHEADS, map(float, [*target, *draft])))
@@ -190,7 +187,8 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
                 res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, **shape)
                 runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
-    out(f"cost model: target blocks x{o['block_scale']:.2f} their curve; overheads {o['target_pass']:.3f} ms per "
+    out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve; "
+        f"overheads {o['target_pass']:.3f} ms per "
         f"target pass, {o['draft_pass']:.3f} ms per draft pass, {o['ngram_query']:.4f} ms per n-gram query")
     return o
 

@@ -32,8 +32,8 @@ def test_cost_model_charges_padded_blocks_and_overheads():
     curves = {"target": CURVE, "draft": CURVE}
     assert target_ms(s, curves) == 1.0 + 3.0 + 2.5 and draft_ms(s, curves) == 2.0 + 3.0
     assert predicted_ms(s, curves) == 11.5
-    o = {"block_scale": 1.2, "target_pass": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
-    want = 1.0 + 1.2 * (3.0 + 2.5) + 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01
+    o = {"step_scale": 1.1, "block_scale": 1.2, "target_pass": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
+    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -44,7 +44,7 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"block_scale": 1.4, "target_pass": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "target_pass": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2])), ("tree", stats([8, 8, 8, 16], [1, 1, 7])),
