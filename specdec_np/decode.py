@@ -196,7 +196,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         passes_before = drafter.passes if drafter else 0
         if drafter:
             drafter.begin(seq, d)
-        t = make_tree(method, seq, d, budget, tree, widths, sampled, rand, drafter, ngram, stats)
+        t = make_tree(method, seq, d, budget, fixed, widths, sampled, rand, drafter, ngram, stats)
         if drafter:
             stats.draft_passes += drafter.passes - passes_before
         t1 = time.perf_counter()
@@ -253,7 +253,7 @@ def credit_of(method, drafter, key) -> int:
     return 2 if drafter is not None and key in drafter.guessed else 1
 
 
-def make_tree(method, seq, depth, budget, shape, widths, sampled, rand, drafter, ngram, stats) -> Tree:
+def make_tree(method, seq, depth, budget, fixed, widths, sampled, rand, drafter, ngram, stats) -> Tree:
     root = seq[-1]
     if method == "ar" or depth <= 0 or budget <= 0:
         return Tree(tokens=[root], parents=[-1], q=[1.0])
@@ -272,6 +272,6 @@ def make_tree(method, seq, depth, budget, shape, widths, sampled, rand, drafter,
     r = rand if sampled else None
     if method == "speculative":
         return build.build_chain(root, fn, depth, rand=r)
-    if shape == "fixed" or r is not None:
+    if fixed:  # tree="fixed", or sampled children
         return build.build_fixed(root, fn, widths[:depth], rand=r, replacement=sampled != "without")
     return build.build_best_first(root, fn, budget, depth)

@@ -106,8 +106,10 @@ class ModelDrafter:
             return extra
         for k in keys:
             # Leaves (depth max_depth) are never expanded: guessing below depth max_depth - 1 is waste.
+            if len(extra) >= room:
+                break
             n = min(self.spec_len, self.max_depth - 1 - len(k))
-            if n <= 0 or len(extra) >= room:
+            if n <= 0:
                 continue
             context = self.seq + list(k)
             firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)  # the n-gram's best children

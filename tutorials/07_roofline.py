@@ -188,7 +188,7 @@ forward(target, prompt, cache)
 block = prompt[-4:]
 
 
-def block_ms(pause_ms, repeats=40):
+def block_after_pause_ms(pause_ms, repeats=40):
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -202,7 +202,7 @@ def block_ms(pause_ms, repeats=40):
 
 
 for pause in (0, 2):
-    print(f"4-token block after a {pause} ms pause: {block_ms(pause):.2f} ms")
+    print(f"4-token block after a {pause} ms pause: {block_after_pause_ms(pause):.2f} ms")
 
 # %% [markdown]
 # A slower block after a pause is why `tuning.py` fits an in-loop factor for blocks, and it is
