@@ -90,8 +90,7 @@ def cmd_generate(a) -> int:
     t0 = time.perf_counter()
     res = generate(target, tokens, a.max_new_tokens, method=a.method, draft=draft, ngram=ngram,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
-                   budget=a.budget, depth=a.depth, tree="fixed" if a.widths else "best_first",
-                   widths=parse_widths(a.widths), sampled=a.sampled)
+                   budget=a.budget, depth=a.depth, widths=parse_widths(a.widths), sampled=a.sampled)
     dt = time.perf_counter() - t0
     sys.stdout.write(text + decode(enc, res.tokens) + "\n")
     if a.stats:

@@ -29,7 +29,7 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
-from .tuning import describe, predicted_ms, save as save_tuned, tune, tuned_overheads
+from .tuning import describe, machine, model_key, predicted_ms, save as save_tuned, tune, tuned_for, tuned_overheads
 
 METHODS = ("ar", "speculative", "tree", "staged", "lookup")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
@@ -242,6 +242,9 @@ def main(argv=None) -> int:
         (out_dir / "roofline.json").write_text(json.dumps(curves, indent=1))
         return 0
     if a.tune:
+        # Tune against the curves just measured (generate pads blocks by the stored curve) and
+        # without an earlier tuning's shapes (defaults are FALLBACK's until the result is stored).
+        save_tuned({"models": model_key(target, draft), "machine": machine(), "cost_curves_ms": curves})
         prompts = [encode(enc, p) for p in read_prompts(a.prompts, a.limit or 8)]
         tuned = tune(target, draft, ngram, prompts, curves)
         save_tuned(tuned)
@@ -249,6 +252,10 @@ def main(argv=None) -> int:
             print(f"{name}: stored {describe(shape)}, chain {shape['chain']}")
         print("wrote weights/tuned.json")
         return 0
+    if not tuned_for(target, draft):
+        m = machine()
+        print(f"note: weights/tuned.json has no entry for these models on this machine ({m['cpu']}, {m['cpus']} "
+              "cores): default shapes are tuning.FALLBACK's, unpadded; `make bench ARGS=--tune` measures them")
     prompts = read_prompts(a.prompts, a.limit)
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
     t0 = time.time()

@@ -19,7 +19,7 @@ def normalise(rows):  # [k, V] -> [k, V]
     """Rows as exact probability vectors (what a draw samples from, and so what q must be)."""
     rows = np.asarray(rows, dtype=np.float64)
     total = rows.sum(axis=-1, keepdims=True)
-    if np.any(~(total > 0)) or np.any(rows < 0):
+    if not (total > 0).all() or rows.min() < 0:  # reductions: no [k, V] temporaries
         raise ValueError("dist_fn returned a row that is not a distribution (negative, NaN or zero mass)")
     return rows / total
 

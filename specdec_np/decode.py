@@ -116,7 +116,7 @@ def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
 
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
              ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
-             budget: int | None = None, depth: int | None = None, tree: str = "best_first",
+             budget: int | None = None, depth: int | None = None, tree: str | None = None,
              widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int | None = None,
              spec_width: int = 1, spec_rows: int | str | None = None,
              eos: int | None = None, keep_trees: bool = False) -> Result:
@@ -132,7 +132,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       depth 6, chain 4 (see tuning.py). A fixed-width tree is len(widths) deep by default.
     tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth;
       default widths: tuned for the setting, else 2, 2, 1, 1, 1, 1, cut or extended with single
-      children to an explicit `depth`). Trees with sampled children always have fixed widths.
+      children to an explicit `depth`). Default: "fixed" if widths are given, "best_first" if a
+      budget is, else the kind the cost model found fastest (tuned; else best_first). Trees with
+      sampled children always have fixed widths.
     sampled: None (deterministic children: the draft's top tokens, verified at temperature > 0 by
       the point-mass rule), "with" or "without" replacement (children drawn from q, verified by
       recursive rejection sampling; at temperature 1 they are accepted far more often than top
@@ -152,15 +154,19 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         raise ValueError(f"method {method!r} needs an n-gram model")
     eos = target.config.n_vocab - 1 if eos is None else eos
     n_ctx = target.config.n_ctx
-    if tree not in ("best_first", "fixed"):
+    if tree not in (None, "best_first", "fixed"):
         raise ValueError(f"unknown tree {tree!r}: choose best_first or fixed")
     if sampled not in (None, "with", "without"):
         raise ValueError(f"sampled={sampled!r}: choose None (deterministic children), with or without")
+    if tree == "best_first" and widths is not None and sampled is None:
+        raise ValueError("widths shape fixed-width trees: pass tree='fixed' (or no tree), or a budget for best_first")
     if method == "speculative" and temperature > 0 and sampled is None:
         sampled = "with"
+    shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
+    if tree is None:
+        tree = "fixed" if widths is not None else "best_first" if budget is not None else shape["tree"]
     chain = method in ("speculative", "lookup")
     fixed = method in ("tree", "staged") and (tree == "fixed" or sampled is not None)
-    shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
     default_widths = widths is None
     widths = [int(w) for w in (shape["widths"] if default_widths else widths)]
     if depth is None:

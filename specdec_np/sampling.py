@@ -35,6 +35,8 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
     O(V) with a partition (the full vocabulary can be 50257 wide), then a small stable sort.
     """
     V = probs.size
+    if k == 1:  # a chain's step: argmax already breaks ties to the lower id
+        return np.array([np.argmax(probs)])
     if k < V:
         kth = np.partition(probs, V - k)[V - k]  # the k-th largest value
         ids = np.flatnonzero(probs >= kth)  # ascending ids, every tie at kth included

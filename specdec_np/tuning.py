@@ -1,21 +1,26 @@
 """The cost model, and the default tree shape chosen from it instead of a GPU paper's constant.
 
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
-`pad_size` says; target passes scaled by how much slower they run inside the decoding loop than
-alone, single tokens and blocks apart), plus a fixed overhead per target pass, per draft pass and per n-gram query: the Python
+`pad_size` says; scaled by how much slower passes run inside the decoding loop than alone, where
+the other model has just pushed their weights out of the cache: the target's single tokens and
+blocks apart, the draft's passes by a factor of their own), plus a fixed overhead per target
+pass, per draft pass and per n-gram query: the Python
 and NumPy work around the forward passes (building trees and masks, processing logits,
 verifying, moving the caches). On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those five parameters (least
-squares on timed runs of every method over a few calibration prompts), then runs the staged
-decoder for each candidate best-first (budget, depth), then each stage-2 setting (guess depth,
-guessed rows per pass) for the best shape, and the chain decoder for each chain length, greedily
-and with top-k sampling (where it also picks the widths of trees whose children are drawn
-without replacement, `sampled="without"`, the trees `bench` samples with), and stores what the model predicts fastest in `weights/tuned.json` with the models it
-was measured for. `generate` uses it for those models, and the documented constants of FALLBACK
-otherwise: budget 8, depth 6 (best-first trees), widths 2, 2, 1, 1, 1, 1 (fixed and sampled
-trees), a chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft
-pass.
+`python -m specdec_np bench --tune` measures the cost curves, fits those six parameters (least
+squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
+top-k sampling), runs the staged decoder for each candidate best-first (budget, depth) and,
+greedily, each fixed-width tree (chains included: where draft passes are dear, the cheapest tree
+to draft can win), then each stage-2 setting (guess depth, guessed rows per pass) for the best
+shape, and the chain decoder for each chain length; in the sampled setting also the widths of
+trees whose children are drawn without replacement (`sampled="without"`, the trees `bench`
+samples with). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
+pair of models and machine (CPU model and core count: a cost curve says nothing about another
+CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
+documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
+and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
+n-gram guesses 3 deep and at most 4 guessed rows per draft pass.
 """
 
 from __future__ import annotations
@@ -23,18 +28,32 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-FALLBACK = {"budget": 8, "depth": 6, "widths": [2, 2, 1, 1, 1, 1], "chain": 4, "spec_len": 3, "spec_rows": 4}
+FALLBACK = {"tree": "best_first", "budget": 8, "depth": 6, "widths": [2, 2, 1, 1, 1, 1], "chain": 4,
+            "spec_len": 3, "spec_rows": 4}
 TUNED_FILE = Path(__file__).resolve().parent.parent / "weights" / "tuned.json"
 
 
 def model_key(target, draft) -> str:
     """Which pair a measurement belongs to (parameter counts are enough to tell ours apart)."""
     return f"{target.n_params}+{draft.n_params if draft is not None else 0}"
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict:
+    """What a measurement depends on besides the models: the CPU model and the number of cores."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": cpu or platform.processor() or platform.machine(), "cpus": os.cpu_count()}
 
 
 @functools.lru_cache(maxsize=4)
@@ -45,10 +64,18 @@ def _read(path: str) -> dict:
         return {}
 
 
+def entries(path: Path | None = None) -> list:
+    """Every stored measurement: one per (models, machine)."""
+    path = TUNED_FILE if path is None else Path(path)
+    return _read(str(path)).get("entries", []) if path.is_file() else []
+
+
 def tuned_for(target, draft) -> dict:
     """What `bench --tune` stored for this pair on this machine ({} if nothing)."""
-    tuned = _read(str(TUNED_FILE)) if TUNED_FILE.is_file() else {}
-    return tuned if draft is not None and tuned.get("models") == model_key(target, draft) else {}
+    if draft is None:
+        return {}
+    key = model_key(target, draft)
+    return next((e for e in entries() if e.get("models") == key and e.get("machine") == machine()), {})
 
 
 def setting_name(temperature) -> str:
@@ -125,18 +152,20 @@ def draft_ms(stats, curves) -> float:
 
 
 def predicted_ms(stats, curves, overheads=None) -> float:
-    """Cost model: every pass at its (padded) measured cost, the target's scaled by how much slower
-    it runs inside the decoding loop than alone (`step_scale` for one token, a matrix-vector
-    product; `block_scale` for blocks, matrix-matrix products, which suffer more), plus fixed
-    overheads per target pass, draft pass and n-gram query (none of these when not measured)."""
+    """Cost model: every pass at its (padded) measured cost, scaled by how much slower it runs
+    inside the decoding loop than alone (the target's `step_scale` for one token, a matrix-vector
+    product, and `block_scale` for blocks, matrix-matrix products, which suffer differently; the
+    draft's `draft_scale`), plus fixed overheads per target pass, draft pass and n-gram query
+    (none of these when not measured)."""
     o = overheads or {}
     return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
-            + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True) + draft_ms(stats, curves)
+            + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True)
+            + o.get("draft_scale", 1.0) * draft_ms(stats, curves)
             + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries)
 
 
-OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_pass", "ngram_query")
+OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_scale", "draft_pass", "ngram_query")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -153,19 +182,20 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's five parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's six parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
     drafting against the target's curve time (single tokens and blocks apart) and its pass
-    count, and the drafting time beyond
-    the draft's curve against the counts of draft passes and n-gram queries.
+    count, and the drafting time against the draft's curve time and the counts of draft passes
+    and n-gram queries.
     """
     target = nonnegative_lstsq(np.array([[target_ms(s, curves, False), target_ms(s, curves, True), s.target_passes]
                                          for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
-    draft = nonnegative_lstsq(np.array([[s.draft_passes, s.ngram_queries] for _, s, _ in runs], dtype=float),
-                              np.array([1000 * s.time_draft - draft_ms(s, curves) for _, s, _ in runs]))
+    draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries] for _, s, _ in runs],
+                                       dtype=float),
+                              np.array([1000 * s.time_draft for _, s, _ in runs]))
     return dict(zip(OVERHEADS, map(float, [*target, *draft])))
 
 
@@ -187,7 +217,8 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
                 res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, **shape)
                 runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
-    out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve; "
+    out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve, "
+        f"draft passes x{o['draft_scale']:.2f}; "
         f"overheads {o['target_pass']:.3f} ms per "
         f"target pass, {o['draft_pass']:.3f} ms per draft pass, {o['ngram_query']:.4f} ms per n-gram query")
     return o
@@ -195,11 +226,12 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
-                                      (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1)),
+                                      (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
          chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), out=print) -> dict:
-    """Pick, per setting, the best-first (budget, depth) for tree/staged, stage 2's settings for it
-    and the chain length for speculative by the predicted ms per token; in the sampled setting
-    also the widths of trees whose children are drawn without replacement (`sampled="without"`)."""
+    """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
+    widths if faster), stage 2's settings for it and the chain length for speculative by the
+    predicted ms per token; in the sampled setting also the widths of trees whose children are
+    drawn without replacement (`sampled="without"`)."""
     from .decode import generate
 
     overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
@@ -217,9 +249,17 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         base = cost("ar", setting)
         pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
         tree = min(((cost("staged", dict(setting, budget=b, depth=d)), b, d) for b, d in pairs), key=lambda x: x[0])
-        shape = {"budget": tree[1], "depth": tree[2]}
+        shape = {"tree": "best_first", "budget": tree[1], "depth": tree[2]}
+        if name == "greedy":  # fixed widths too (a chain is widths 1, 1, ...): whichever is faster
+            fixed = min(((cost("staged", dict(setting, tree="fixed", widths=list(w))), list(w)) for w in widths),
+                        key=lambda x: x[0])
+            shape["widths"] = fixed[1]
+            if fixed[0] < tree[0]:
+                shape["tree"] = "fixed"
+        kind = ({"tree": "fixed", "widths": shape["widths"]} if shape["tree"] == "fixed"
+                else {"budget": shape["budget"], "depth": shape["depth"]})
         # Stage 2 for that shape: how deep the n-gram guesses, and how many guessed rows a pass takes.
-        spec = min(((cost("staged", dict(setting, **shape, spec_len=n, spec_rows=r)), n, r)
+        spec = min(((cost("staged", dict(setting, **kind, spec_len=n, spec_rows=r)), n, r)
                     for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
         out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape)}, "
@@ -234,19 +274,23 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2])
         predicted[name] = {"ar": base, "staged": spec[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
-            "overheads_ms": overheads, "machine": {"cpus": os.cpu_count()}, "cost_curves_ms": curves}
+            "overheads_ms": overheads, "machine": machine(), "cost_curves_ms": curves}
 
 
 def describe(shape: dict) -> str:
     """A stored tree shape in words."""
-    text = f"budget {shape['budget']}, depth {shape['depth']}"
-    if "widths" in shape:
-        text += f"; sampled trees: widths {','.join(map(str, shape['widths']))}"
-    return text
+    widths = ",".join(map(str, shape.get("widths", ())))
+    if shape.get("tree") == "fixed":
+        return f"fixed widths {widths}"
+    text = f"best-first budget {shape['budget']}, depth {shape['depth']}"
+    return text + (f"; sampled trees: widths {widths}" if widths else "")
 
 
-def save(tuned: dict, path: Path = TUNED_FILE) -> None:
+def save(tuned: dict, path: Path | None = None) -> None:
+    """Store `tuned` in place of any entry for the same models and machine (atomically)."""
+    path = TUNED_FILE if path is None else Path(path)
+    kept = [e for e in entries(path) if (e.get("models"), e.get("machine")) != (tuned["models"], tuned["machine"])]
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(tuned, indent=1) + "\n")
+    tmp.write_text(json.dumps({"entries": kept + [tuned]}, indent=1) + "\n")
     os.replace(tmp, path)
     _read.cache_clear()

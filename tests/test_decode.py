@@ -145,6 +145,8 @@ def test_bad_input_raises():
         generate(TARGET, [1], 5, method="tree", draft=DRAFT, sampled="maybe")
     with pytest.raises(ValueError, match="unknown tree 'bushy'"):
         generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="bushy")
+    with pytest.raises(ValueError, match="widths shape fixed-width trees"):  # not silently ignored
+        generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="best_first", widths=[2, 1])
 
 
 @pytest.mark.parametrize("method, temperature, sampled, kind", [

@@ -32,8 +32,9 @@ def test_cost_model_charges_padded_blocks_and_overheads():
     curves = {"target": CURVE, "draft": CURVE}
     assert target_ms(s, curves) == 1.0 + 3.0 + 2.5 and draft_ms(s, curves) == 2.0 + 3.0
     assert predicted_ms(s, curves) == 11.5
-    o = {"step_scale": 1.1, "block_scale": 1.2, "target_pass": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
-    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01
+    o = {"step_scale": 1.1, "block_scale": 1.2, "target_pass": 0.5, "draft_scale": 1.5, "draft_pass": 0.25,
+         "ngram_query": 0.01}
+    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -44,12 +45,14 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"step_scale": 1.05, "block_scale": 1.4, "target_pass": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "target_pass": 0.3, "draft_scale": 1.7, "draft_pass": 0.2,
+             "ngram_query": 0.05}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2])), ("tree", stats([8, 8, 8, 16], [1, 1, 7])),
-                      ("staged", stats([30, 8], [1, 4], ngram_queries=12))]:
-        s.time_draft = (draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries) / 1000
+                      ("staged", stats([30, 8], [1, 4], ngram_queries=12)),
+                      ("staged", stats([30, 4, 8], [7, 8, 1], ngram_queries=5))]:
+        s.time_draft = (1.7 * draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries) / 1000
         runs.append((method, s, predicted_ms(s, curves, truth) / 1000))
     got = fit_overheads(runs, curves)
     assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
@@ -79,7 +82,8 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
                         depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1,), spec_rows=("pad",),
                         out=lambda *_: None)
     greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
-    assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and "widths" not in greedy
+    assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and greedy["widths"] in ([1], [3, 1])
+    assert greedy["tree"] in ("best_first", "fixed") and sampled["tree"] == "best_first"
     assert (sampled["budget"], sampled["depth"]) in {(1, 1), (3, 1), (3, 2)}
     assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
     assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
@@ -92,4 +96,38 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
                    keep_trees=True)
     assert {len(children(t, 0)) for t, _ in res.stats.trees} == {3}
     assert {t.kind for t, _ in res.stats.trees} == {"without_replacement"}
+
+    # Greedy: a stored fixed-width tree is the default tree; an explicit budget asks for best-first.
+    tuned["shapes"]["greedy"].update(tree="fixed", widths=[3, 1], budget=2, depth=1)
+    tuning.save(tuned, tuning.TUNED_FILE)
+    res = generate(target, [1, 2], 8, method="staged", draft=draft, ngram=trigram, eos=-1, keep_trees=True)
+    assert {len(t.tokens) for t, _ in res.stats.trees} == {1 + 3 + 3}
+    res = generate(target, [1, 2], 8, method="tree", draft=draft, budget=5, eos=-1, keep_trees=True)
+    assert {len(t.tokens) for t, _ in res.stats.trees} == {1 + 5}  # best-first: 5 nodes, all at the stored depth 1
     tuning._read.cache_clear()
+
+
+def test_tuned_entries_belong_to_a_machine(tmp_path, monkeypatch):
+    """A cost curve measured on another CPU says nothing about this one: its entry is kept in the
+    file but not used here; saving replaces only the entry for the same models and machine."""
+    from specdec_np import tuning
+    from specdec_np.gpt2 import GPT2Config, random_params
+
+    cfg = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
+    target, draft = random_params(cfg, seed=1), random_params(cfg, seed=2)
+    monkeypatch.setattr(tuning, "TUNED_FILE", tmp_path / "tuned.json")
+    here = {"models": tuning.model_key(target, draft), "machine": tuning.machine(),
+            "shapes": {"greedy": {"budget": 5}}, "cost_curves_ms": {"target": CURVE, "draft": CURVE}}
+    elsewhere = dict(here, machine={"cpu": "some other CPU", "cpus": 64}, shapes={"greedy": {"budget": 2}})
+    try:
+        tuning.save(elsewhere)
+        assert tuning.tuned_for(target, draft) == {} and tuning.tuned_curves(target, draft) is None
+        assert tuning.defaults(target, draft) == tuning.FALLBACK
+        tuning.save(here)
+        assert tuning.defaults(target, draft)["budget"] == 5 and tuning.tuned_curves(target, draft) == here["cost_curves_ms"]
+        tuning.save(dict(here, shapes={"greedy": {"budget": 9}}))
+        assert tuning.defaults(target, draft)["budget"] == 9
+        assert sorted(e["shapes"]["greedy"]["budget"] for e in tuning.entries()) == [2, 9]
+        assert tuning.tuned_for(random_params(cfg, seed=3), None) == {}  # no draft, no tuned shape
+    finally:
+        tuning._read.cache_clear()
