@@ -20,9 +20,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The benchmark's prompts (HumanEval) come from an optional extra, never needed by demo or test.
+# The benchmark's prompts (HumanEval) and its --plot charts (matplotlib) come from optional extras,
+# never needed by demo or test.
 $(VENV)/.bench: $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[bench]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[bench,plot]"
 	touch $@
 
 # make bench ARGS="--limit 10"   (ARGS="--roofline", "--tune", "--plot" ...: see --help)

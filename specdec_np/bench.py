@@ -227,6 +227,8 @@ def main(argv=None) -> int:
             raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
     if a.limit is not None and a.limit < 1:
         raise ValueError("--limit must be >= 1")
+    if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
+        raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     target, draft, ngram, enc = load_embedded()
@@ -249,7 +251,7 @@ def main(argv=None) -> int:
         tuned = tune(target, draft, ngram, prompts, curves)
         save_tuned(tuned)
         for name, shape in tuned["shapes"].items():
-            print(f"{name}: stored {describe(shape)}, chain {shape['chain']}")
+            print(f"{name}: stored {describe(shape, sampled=name == 'sampled')}, chain {shape['chain']}")
         print("wrote weights/tuned.json")
         return 0
     if not tuned_for(target, draft):

@@ -20,6 +20,7 @@ from .gpt2 import forward, new_cache
 from .models import load_embedded
 from .tokenizer import decode, encode
 from .tree import render
+from .tuning import defaults, describe, tuned_for
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -123,6 +124,12 @@ def main(argv=None) -> int:
     if same:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), as lossless decoding must.\n")
     print(table(results))
+    if a.budget is None and a.depth is None:
+        shape = defaults(target, draft)
+        origin = ("this machine's entry in weights/tuned.json" if tuned_for(target, draft)
+                  else "the built-in defaults: no weights/tuned.json entry for this machine")
+        print(f"\nShapes ({origin}): tree and staged {describe(shape)}, speculative a chain of {shape['chain']}; "
+              "--budget N asks for a best-first tree of N nodes.")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))

@@ -277,13 +277,14 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             "overheads_ms": overheads, "machine": machine(), "cost_curves_ms": curves}
 
 
-def describe(shape: dict) -> str:
-    """A stored tree shape in words."""
+def describe(shape: dict, sampled: bool = False) -> str:
+    """A stored tree shape in words (with `sampled`, also the widths of sampled trees)."""
     widths = ",".join(map(str, shape.get("widths", ())))
     if shape.get("tree") == "fixed":
-        return f"fixed widths {widths}"
-    text = f"best-first budget {shape['budget']}, depth {shape['depth']}"
-    return text + (f"; sampled trees: widths {widths}" if widths else "")
+        text = f"fixed widths {widths}"
+    else:
+        text = f"best-first budget {shape['budget']}, depth {shape['depth']}"
+    return text + (f"; sampled trees: widths {widths}" if sampled and widths else "")
 
 
 def save(tuned: dict, path: Path | None = None) -> None:

@@ -91,3 +91,11 @@ def test_read_prompts_errors(tmp_path):
     with pytest.raises(ValueError, match="no \"prompt\" field"):
         bench.read_prompts(bad)
     assert len(bench.read_prompts(FIXTURE)) == 3
+
+
+def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatch):
+    real = bench.importlib.util.find_spec
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    with pytest.raises(ValueError, match="--plot needs matplotlib"):
+        bench.main(["--prompts", str(FIXTURE), "--plot", "--out", str(tmp_path)])
+    assert not (tmp_path / "results.json").exists()

@@ -175,10 +175,11 @@ if best[4] < 1:
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
 #
-# The curve times each pass back to back, with the target's weights (41 MB) still warm in the
-# caches. Inside speculative decoding the target waits while the draft runs, and its weights
-# cool: on a shared machine the next block pays for it even when the pause touched no memory
-# at all. Time the same 4-token block both ways:
+# The curve times each pass back to back, with as much of the target's weights (41 MB) warm in
+# the caches as they hold. Inside speculative decoding the target waits while the draft runs,
+# and its weights cool: the draft's passes push them out, and on a shared machine the next
+# block pays even when the pause touched no memory at all. The draft suffers the same way after
+# every target pass. Time the same 4-token block both ways:
 
 # %%
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
