@@ -30,7 +30,7 @@ def matvec_gbps(rows: int = 32768, cols: int = 4096, repeats: int = 9) -> float:
     """Weight-streaming rate of one large float32 matrix-vector product (GB/s): the memory bound.
 
     Large means larger than the caches: the default is 512 MB. (A 4096x4096 matrix, 64 MB, fits
-    in the last-level cache this VM reports, 480 MB shared, and measures ~2x the DRAM rate.)
+    in some machines' last-level cache: on a VM reporting 480 MB it measured ~2x the DRAM rate.)
     """
     rng = np.random.default_rng(0)
     w = rng.standard_normal((rows, cols), dtype=np.float32)
