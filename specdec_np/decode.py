@@ -80,8 +80,8 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=None):
     mask[n_c:, n_c:] = attention_mask(tree)
     positions = np.concatenate([start + np.arange(n_c), root_pos + depths(tree)])
     logits = forward(target, catch_up + [int(t) for t in tree.tokens], cache, positions=positions, mask=mask,
-                     pad_to=pad(n) if pad else None)
-    return logits[n_c:], start, n_c
+                     pad_to=pad(n) if pad else None, logits_from=n_c)  # [len(tree), V]
+    return logits, start, n_c
 
 
 def default_rule(method: str, temperature: float, tree_kind: str) -> str:

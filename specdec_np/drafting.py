@@ -148,10 +148,10 @@ class ModelDrafter:
                 anc = k[:j]
                 mask[n_c + i, self.slot.get(anc, new_slot.get(anc))] = True
         logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask,
-                         pad_to=self.pad(n) if self.pad else None)  # [n, V]
-        for i, k in enumerate(keys):
+                         pad_to=self.pad(n) if self.pad else None, logits_from=n_c)  # [len(keys), V]
+        for k, row in zip(keys, logits):
             self.slot[k] = new_slot[k]
-            self.logits[k] = logits[n_c + i]
+            self.logits[k] = row
         self.passes += 1
         self.block_sizes.append(n)
 

@@ -219,14 +219,29 @@ def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
     return g * xc / np.sqrt(var + eps) + b
 
 
+# Blocks of up to this many tokens are multiplied one row at a time (matrix-vector products).
+GEMV_ROWS = 3
+
+
+def matmul_rows(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
+    """x @ w, as the BLAS routine that is fastest for this many rows.
+
+    One token: a matrix-vector product (gemv), which streams the weights once. A matrix product
+    (gemm) first packs the whole weight matrix into a scratch buffer, which for a few rows costs
+    more than the arithmetic: up to GEMV_ROWS rows, one gemv per row is cheaper (the weights are
+    read from memory once, then from the cache). Larger blocks: w.T @ x.T, with w.T contiguous
+    (`fast_layout`); OpenBLAS is 20-40% faster this way round than x @ w for 4-16 rows.
+    """
+    if x.shape[0] <= GEMV_ROWS:
+        out = np.empty((x.shape[0], w.shape[1]), dtype=np.result_type(x, w))
+        for row, res in zip(x, out):
+            np.matmul(row, w, out=res)
+        return out
+    return (w.T @ x.T).T  # [n_out, n_in] @ [n_in, n] -> [n_out, n] -> [n, n_out]
+
+
 def linear(x, w, b):  # [n, n_in] -> [n, n_out]
-    if x.shape[0] == 1:
-        # One token: a matrix-vector product. OpenBLAS streams the weights through gemv much faster
-        # than through a one-row gemm, and at batch 1 streaming the weights is the whole cost.
-        return (x[0] @ w + b)[None]
-    # A few tokens: the same product as w.T @ x.T, with w.T contiguous (`fast_layout`). OpenBLAS is
-    # 20-40% faster this way round for 3-16 rows, the blocks speculative decoding verifies.
-    return (w.T @ x.T).T + b  # [n_out, n_in] @ [n_in, n] -> [n_out, n] -> [n, n_out]
+    return matmul_rows(x, w) + b
 
 
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, L] or None -> [h, n, d]
@@ -266,8 +281,9 @@ def full_mask(block_mask, prefix_len: int):
     return np.concatenate([np.ones((n, prefix_len), dtype=bool), block_mask], axis=1)
 
 
-def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None):
-    """Logits [n_new, n_vocab] for a block of new tokens appended after the cached prefix.
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
+            logits_from: int = 0):
+    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix.
 
     tokens:    [n_new] token ids.
     positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain). For a token tree
@@ -278,6 +294,9 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
     pad_to:    compute the block as `pad_to` >= n_new rows, the extra rows dummies that no real
                token attends to (their K/V land in scratch slots past `cache.length`). BLAS kernels
                work in column panels of 4 and 8: 8 tokens can cost less than 5 (see `tuning.padding`).
+    logits_from: the first `logits_from` tokens get no logits: a decoder feeds committed tokens
+               only to catch its cache up, and the head (a large share of a small model's weights)
+               is then computed for the rows someone reads.
     The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
     """
     c = model.config
@@ -296,6 +315,8 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
     if start + n > cache.capacity:
         raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
+    if not 0 <= logits_from < n:
+        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
     if mask is None:
         mask = np.tril(np.ones((n, n), dtype=bool))
     mask = np.asarray(mask, dtype=bool)
@@ -315,13 +336,13 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
     for layer, block in enumerate(p["blocks"]):
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)
     cache.length = start + n_real
-    x = layer_norm(x[:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need no logits
-    # Tied head: [n, n_embd] -> [n, n_vocab]. Written as (wte @ x.T).T because OpenBLAS is ~1.5x
-    # slower at x @ wte.T (a transposed operand) for blocks of a few tokens; the result is copied
-    # back to row-major, since every consumer works along rows (a softmax over a column-major
-    # [n, V] costs 5-10x more than the copy).
-    if n_real == 1:
-        return (p["wte"] @ x[0])[None]  # gemv, as in `linear`
+    x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need none either
+    # Tied head: [n, n_embd] -> [n, n_vocab]. A few rows: one gemv each, as in `linear`. More:
+    # (wte @ x.T).T, because OpenBLAS is ~1.5x slower at x @ wte.T (a transposed operand); the
+    # result is copied back to row-major, since every consumer works along rows (a softmax over a
+    # column-major [n, V] costs 5-10x more than the copy).
+    if x.shape[0] <= GEMV_ROWS:
+        return matmul_rows(x, p["wte"].T)
     return np.ascontiguousarray((p["wte"] @ x.T).T)
 
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
+from specdec_np.gpt2 import GEMV_ROWS, GPT2Config, KVCache, forward, matmul_rows, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
 MODEL = random_params(CFG, seed=1, dtype=np.float64, scale=0.3)  # large scale: non-trivial attention
@@ -137,8 +137,31 @@ def test_float32_is_close_to_float64():
 def test_logits_are_row_major():
     # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
     m32 = MODEL.astype(np.float32)
-    for n in (1, 3):
+    for n in (1, GEMV_ROWS, GEMV_ROWS + 1, 8):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
+
+
+@pytest.mark.parametrize("n", range(1, GEMV_ROWS + 3))
+def test_matmul_rows_is_the_matrix_product(n):
+    # Row by row (gemv) up to GEMV_ROWS rows, one gemm above: the same product either way.
+    rng = np.random.default_rng(n)
+    x, w = rng.standard_normal((n, 7)), np.asfortranarray(rng.standard_normal((7, 5)))
+    np.testing.assert_allclose(matmul_rows(x, w), x @ w, rtol=0, atol=1e-12)
+
+
+def test_logits_from_skips_only_the_head():
+    # Catch-up rows get no logits, but their K/V land in the cache exactly as without logits_from.
+    toks = list(range(3, 9))
+    ref_cache, cache = new_cache(MODEL), new_cache(MODEL)
+    ref = forward(MODEL, toks, ref_cache)
+    for skip in range(len(toks)):
+        cache.truncate(0)
+        got = forward(MODEL, toks, cache, logits_from=skip)
+        assert got.shape == (len(toks) - skip, CFG.n_vocab)
+        np.testing.assert_allclose(got, ref[skip:], rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(cache.k[:, :, :len(toks)], ref_cache.k[:, :, :len(toks)])
+    with pytest.raises(ValueError, match="logits_from=6"):
+        forward(MODEL, toks, new_cache(MODEL), logits_from=len(toks))
 
 
 def test_errors_are_clear():
