@@ -9,8 +9,9 @@ nearly free). Reported per method: tokens/s, speedup over baseline (total and me
 prompts), relative weight traffic (bytes of weights read by target + draft per emitted token,
 over the baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
 milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
-speedup a cost model predicts from this machine's measured cost curve (`--roofline`), the counted
-work and the per-pass overheads `--tune` fitted on its calibration prompts (see tuning.py).
+speedup a cost model predicts from the counted work, the cost curve `--tune` measured on this
+machine and the per-pass overheads it fitted against that curve on its calibration prompts (see
+tuning.py; the curve printed at the start is measured afresh, for reading).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
-from .tuning import describe, machine, model_key, predicted_ms, save as save_tuned, tune, tuned_for, tuned_overheads
+from .tuning import (describe, machine, model_key, predicted_ms, save as save_tuned, tune, tuned_curves, tuned_for,
+                     tuned_overheads)
 
 METHODS = ("ar", "speculative", "tree", "staged", "lookup")
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
@@ -95,7 +97,11 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
 def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
         methods=METHODS, curves=None) -> dict:
     records = {s: {m: [] for m in methods} for s in settings}
+    # The fitted overheads and in-loop factors belong to the curve they were fitted against (the
+    # one --tune stored): on a noisy machine a fresh curve has another shape, and mixing the two
+    # mispredicts by 20%. The fresh `curves` are only a fallback before any --tune.
     overheads = tuned_overheads(target, draft)  # fitted by --tune on calibration prompts
+    curves = (tuned_curves(target, draft) if overheads else None) or curves
     bar = Progress(len(prompts) * len(settings), "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
