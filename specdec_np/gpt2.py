@@ -337,13 +337,11 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)
     cache.length = start + n_real
     x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need none either
-    # Tied head: [n, n_embd] -> [n, n_vocab]. A few rows: one gemv each, as in `linear`. More:
-    # (wte @ x.T).T, because OpenBLAS is ~1.5x slower at x @ wte.T (a transposed operand); the
-    # result is copied back to row-major, since every consumer works along rows (a softmax over a
-    # column-major [n, V] costs 5-10x more than the copy).
-    if x.shape[0] <= GEMV_ROWS:
-        return matmul_rows(x, p["wte"].T)
-    return np.ascontiguousarray((p["wte"] @ x.T).T)
+    # Tied head: [n, n_embd] -> [n, n_vocab], the product `linear` uses with w = wte.T (so blocks
+    # compute (wte @ x.T).T: OpenBLAS is ~1.5x slower at x @ wte.T, a transposed operand). A block's
+    # result is column-major; it is copied back to row-major, since every consumer works along
+    # rows (a softmax over a column-major [n, V] costs 5-10x more than the copy).
+    return np.ascontiguousarray(matmul_rows(x, p["wte"].T))
 
 
 def pad_block(tokens, positions, mask, size: int):

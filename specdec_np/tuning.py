@@ -155,8 +155,8 @@ def predicted_ms(stats, curves, overheads=None) -> float:
     """Cost model: every pass at its (padded) measured cost, scaled by how much slower it runs
     inside the decoding loop than alone (the target's `step_scale` for one token, which the
     baseline runs back to back, and `block_scale` for blocks, which follow a drafting gap: they
-    suffer differently; the draft's `draft_scale`), plus fixed overheads per target pass, draft pass and n-gram query
-    (none of these when not measured)."""
+    suffer differently; the draft's `draft_scale`), plus fixed overheads per target pass, draft
+    pass and n-gram query (none of these when not measured)."""
     o = overheads or {}
     return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
             + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True)
