@@ -49,13 +49,12 @@ def top_k_mask(values, k: int):  # [..., V] -> [..., V] bool
     """Where the k largest values are (exactly k: ties to the lower id)."""
     V = values.shape[-1]
     kth = np.partition(values, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
-    above = values > kth
-    tied = values == kth
-    keep = (above | tied).reshape(-1, V)  # [rows, V]
-    # Rows with more tokens tied at the k-th value than places left: keep the lowest tied ids.
-    n_left = k - above.reshape(-1, V).sum(axis=-1)  # [rows]
-    for r in np.flatnonzero(tied.reshape(-1, V).sum(axis=-1) > n_left):
-        keep[r, np.flatnonzero(tied.reshape(-1, V)[r])[n_left[r]:]] = False
+    keep = (values >= kth).reshape(-1, V)  # [rows, V]
+    # Rows with more than k values at or above the k-th (ties at it): keep the lowest tied ids.
+    for r in np.flatnonzero(np.count_nonzero(keep, axis=-1) > k):
+        row, cut = values.reshape(-1, V)[r], kth.reshape(-1)[r]
+        n_left = k - np.count_nonzero(row > cut)
+        keep[r, np.flatnonzero(row == cut)[n_left:]] = False
     return keep.reshape(values.shape)
 
 
@@ -127,10 +126,15 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
     if temperature != 1:
         z /= temperature
     if top_k is not None and top_k < z.shape[-1]:
-        # Top-k of the logits is top-k of the probabilities (exp is monotone): drop the rest
-        # before exponentiating, and the normalisation below is top-k's renormalisation.
-        z[~top_k_mask(z, top_k)] = -np.inf
-    np.exp(z, out=z)
+        # Top-k of the logits is top-k of the probabilities (exp is monotone): exponentiate only
+        # the kept k (float64 exp is slow here: no SIMD for it on AVX2), the rest are exact zeros,
+        # and the normalisation below is top-k's renormalisation.
+        keep = top_k_mask(z, top_k)
+        kept = np.exp(z[keep])
+        z[:] = 0.0
+        z[keep] = kept
+    else:
+        np.exp(z, out=z)
     z /= z.sum(axis=-1, keepdims=True)
     if top_p is not None:
         z = keep_top_p(z, top_p)
