@@ -7,8 +7,9 @@ A builder asks "what is the draft's next-token distribution at these nodes of th
   its own KV cache, and after verification keeps only the accepted path, like the target.
 - `ModelDrafter(..., ngram=...)`: the **staged** drafter (the paper's second stage). With every
   pass the draft also evaluates the n-gram's guess of the next few levels below each node it
-  expands. When the builder later asks for a node the n-gram guessed, its distribution is already
-  there: no draft pass. The distributions are the draft's own, so the tree is *identical* to the
+  expands (what followed the same tokens earlier in the context, else the trigram's). When the
+  builder later asks for a node the n-gram guessed, its distribution is already there: no draft
+  pass. The distributions are the draft's own, so the tree is *identical* to the
   unstaged one: stage 2 changes the cost, never the result (and sampled children stay exact
   samples of q, because the builder samples them from these same distributions).
 - `ngram_dist_fn`: the Katz trigram drafts the tree directly (no draft model).
@@ -98,9 +99,29 @@ class ModelDrafter:
         self.cache.keep(self.root_pos, [self.slot[k] - self.root_pos for k in kept])
 
     # -- the forward pass ----------------------------------------------------------------------
+    def _guesses(self, context, n: int) -> list[list[int]]:
+        """Stage 2's guesses of the n tokens after `context`, `spec_width` of them: first what
+        followed the latest earlier occurrence of the context's last three tokens (prompt lookup:
+        code repeats its own names, which no corpus statistic knows), then the trigram's best next
+        tokens; each guess continued greedily by the trigram to n tokens."""
+        out = []
+        copied = ngram_lib.prompt_lookup(context, min_ngram=3, k=n)  # [] if they are new
+        self.ngram_queries += 1
+        if copied:
+            out.append(copied)
+        firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)
+        self.ngram_queries += 1
+        out += [[int(t)] for t in firsts if not copied or int(t) != copied[0]]
+        out = out[:self.spec_width]
+        for g in out:
+            missing = n - len(g)
+            g += ngram_lib.greedy_continuation(self.ngram, context + g, missing)
+            self.ngram_queries += missing
+        return out
+
     def _speculate(self, keys, room: int):
-        """Stage 2: for each key to evaluate, the n-gram's greedy guess of the next levels below it
-        (at most `room` guessed nodes in all)."""
+        """Stage 2: for each key to evaluate, the guesses of the next levels below it (at most
+        `room` guessed nodes in all)."""
         extra = []
         if self.ngram is None or self.spec_len <= 0:
             return extra
@@ -111,12 +132,7 @@ class ModelDrafter:
             n = min(self.spec_len, self.max_depth - 1 - len(k))
             if n <= 0:
                 continue
-            context = self.seq + list(k)
-            firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)  # the n-gram's best children
-            self.ngram_queries += 1
-            for first in firsts:
-                guess = [int(first)] + ngram_lib.greedy_continuation(self.ngram, context + [int(first)], n - 1)
-                self.ngram_queries += n - 1
+            for guess in self._guesses(self.seq + list(k), n):
                 for j in range(1, len(guess) + 1):  # each guessed node, below its guessed parent
                     g = k + tuple(guess[:j])
                     if g not in self.logits and g not in extra and len(extra) < room:

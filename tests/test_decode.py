@@ -78,6 +78,25 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
         assert 2 in staged.stats.source  # some emitted tokens are credited to the n-gram
 
 
+def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier():
+    """Stage 2 guesses a continuation copied from the context when its last three tokens occurred
+    before (code repeats its names), else the trigram's greedy continuation."""
+    from specdec_np.drafting import ModelDrafter
+
+    def guessed(seq):
+        d = ModelDrafter(DRAFT, ngram=NGRAM, spec_len=2, spec_rows=2)
+        d.begin(seq, 5)
+        d.dist_fn(np.array([seq[-1]]), np.array([-1]), np.array([0]))  # the root's pass
+        return d.guessed
+
+    repeat = [7, 8, 9, 30, 31, 20, 7, 8, 9]
+    assert ngram.greedy_continuation(NGRAM, repeat, 2) != [30, 31]  # the copy is not the trigram's guess
+    assert guessed(repeat) == {(30,), (30, 31)}
+    fresh = [7, 8, 9, 30, 31, 20, 21, 8, 9]  # "7 8 9" does not recur: the trigram guesses
+    g = ngram.greedy_continuation(NGRAM, fresh, 2)
+    assert guessed(fresh) == {(g[0],), tuple(g)}
+
+
 @pytest.mark.parametrize("kw", [dict(method="staged"), dict(method="tree", temperature=1.0, top_k=10, seed=4),
                                 dict(method="speculative", temperature=0.8, seed=5)])
 def test_caches_equal_a_fresh_prefill(kw):

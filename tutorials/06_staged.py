@@ -8,8 +8,10 @@
 # is fitted on the training corpus, which agreed slightly more with the draft (weights/README.md).
 #
 # How it works here (`drafting.ModelDrafter(..., ngram=...)`): whenever the draft runs a pass to
-# expand some tree nodes, the trigram also guesses the next few tokens below each of them, and the
-# draft evaluates those guesses **in the same pass** (more rows, same weights read). When the tree
+# expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the
+# draft evaluates those guesses **in the same pass** (more rows, same weights read). The guess is
+# the trigram's, unless the last three tokens occurred earlier in the context: then it is what
+# followed them there (prompt lookup; code repeats its own names, which no corpus table knows). When the tree
 # builder later wants to expand a guessed node, its distribution is already there: no extra pass.
 # The distributions are still the draft's own, so the tree is **identical** to the unstaged one.
 # Stage 2 changes the cost, never the result.
@@ -61,7 +63,7 @@ for (t1, path1), (t2, path2) in zip(tree_run.stats.trees, staged_run.stats.trees
 assert staged_run.stats.draft_passes <= tree_run.stats.draft_passes
 
 print(f"{len(tree_run.stats.trees)} steps, identical trees and tokens.\n")
-print(f"{'':<7} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12} {'tokens/draft pass':>17} {'trigram queries':>15}")
+print(f"{'':<7} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12} {'tokens/draft pass':>17} {'n-gram queries':>15}")
 for name, r in (("tree", tree_run), ("staged", staged_run)):
     s = r.stats
     print(f"{name:<7} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12} "
