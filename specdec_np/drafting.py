@@ -7,9 +7,9 @@ A builder asks "what is the draft's next-token distribution at these nodes of th
   its own KV cache, and after verification keeps only the accepted path, like the target.
 - `ModelDrafter(..., ngram=...)`: the **staged** drafter (the paper's second stage). With every
   pass the draft also evaluates the n-gram's guess of the next few levels below each node it
-  expands (what followed the same tokens earlier in the context, else the trigram's). When the
-  builder later asks for a node the n-gram guessed, its distribution is already there: no draft
-  pass. The distributions are the draft's own, so the tree is *identical* to the
+  expands (what followed the same three tokens earlier in the context, else the trigram's).
+  When the builder later asks for a node the n-gram guessed, its distribution is already there:
+  no draft pass. The distributions are the draft's own, so the tree is *identical* to the
   unstaged one: stage 2 changes the cost, never the result (and sampled children stay exact
   samples of q, because the builder samples them from these same distributions).
 - `ngram_dist_fn`: the Katz trigram drafts the tree directly (no draft model).
@@ -105,7 +105,7 @@ class ModelDrafter:
         code repeats its own names, which no corpus statistic knows), then the trigram's best next
         tokens; each guess continued greedily by the trigram to n tokens."""
         out = []
-        copied = ngram_lib.prompt_lookup(context, min_ngram=3, k=n)  # [] if they are new
+        copied = ngram_lib.prompt_lookup(context, max_ngram=3, min_ngram=3, k=n)  # [] if they are new
         self.ngram_queries += 1
         if copied:
             out.append(copied)

@@ -11,8 +11,9 @@
 # expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the
 # draft evaluates those guesses **in the same pass** (more rows, same weights read). The guess is
 # the trigram's, unless the last three tokens occurred earlier in the context: then it is what
-# followed them there (prompt lookup; code repeats its own names, which no corpus table knows). When the tree
-# builder later wants to expand a guessed node, its distribution is already there: no extra pass.
+# followed them there (prompt lookup; code repeats its own names, which no corpus table knows).
+# When the tree builder later wants to expand a guessed node, its distribution is already there:
+# no extra pass.
 # The distributions are still the draft's own, so the tree is **identical** to the unstaged one.
 # Stage 2 changes the cost, never the result.
 
