@@ -109,10 +109,11 @@ class ModelDrafter:
         self.ngram_queries += 1
         if copied:
             out.append(copied)
-        firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)
-        self.ngram_queries += 1
-        out += [[int(t)] for t in firsts if not copied or int(t) != copied[0]]
-        out = out[:self.spec_width]
+        if len(out) < self.spec_width:  # the trigram fills the places the copy left
+            firsts, _ = ngram_lib.top_k(self.ngram, context, self.spec_width)
+            self.ngram_queries += 1
+            out += [[int(t)] for t in firsts if not copied or int(t) != copied[0]]
+            out = out[:self.spec_width]
         for g in out:
             missing = n - len(g)
             g += ngram_lib.greedy_continuation(self.ngram, context + g, missing)
