@@ -40,6 +40,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampled", default=None, choices=("with", "without"),
                    help="draw tree children from the draft with/without replacement (a fixed-width tree; "
                    "default: the draft's top tokens, or at temperature > 0 a sampled chain for speculative)")
+    p.add_argument("--lookup-depth", type=int, default=None, help="staged: when the last three tokens occurred "
+                   "earlier, verify up to N tokens that followed them with no draft pass; 0 = always draft "
+                   "(default: measured choice or documented constant)")
     p.add_argument("--stats", action="store_true", help="print decoding statistics to stderr")
 
 
@@ -86,11 +89,14 @@ def cmd_generate(a) -> int:
         ngram = load_ngram(a.ngram)
         if ngram.n_vocab != target.config.n_vocab:
             raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's ({target.config.n_vocab})")
+    if a.lookup_depth is not None and a.method != "staged":
+        raise ValueError("--lookup-depth is for --method staged")
     tokens = encode(enc, text)
     t0 = time.perf_counter()
     res = generate(target, tokens, a.max_new_tokens, method=a.method, draft=draft, ngram=ngram,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
-                   budget=a.budget, depth=a.depth, widths=parse_widths(a.widths), sampled=a.sampled)
+                   budget=a.budget, depth=a.depth, widths=parse_widths(a.widths), sampled=a.sampled,
+                   lookup_depth=a.lookup_depth)
     dt = time.perf_counter() - t0
     sys.stdout.write(text + decode(enc, res.tokens) + "\n")
     if a.stats:

@@ -2,7 +2,8 @@
 
 For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the methods
 run one after the other on the same prompt (interleaved, so machine noise hits all alike):
-baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2) and staged,
+baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2), staged, and
+staged with drafts only (no chains copied straight to the target: the paper's staged decoding),
 plus one reference outside the paper: prompt lookup (a chain copied from an earlier occurrence of
 the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
 nearly free). Reported per method: tokens/s, speedup over baseline (total and median over
@@ -33,9 +34,13 @@ from .tokenizer import encode
 from .tuning import (describe, machine, model_key, predicted_ms, save as save_tuned, tune, tuned_curves, tuned_for,
                      tuned_overheads)
 
-METHODS = ("ar", "speculative", "tree", "staged", "lookup")
+# name -> generate's arguments. "staged, drafts only" is the ablation of staged's copied chains
+# (lookup_depth 0: every step drafted by the draft model, as in the paper).
+METHODS = {"ar": {"method": "ar"}, "speculative": {"method": "speculative"}, "tree": {"method": "tree"},
+           "staged": {"method": "staged"}, "staged_drafts": {"method": "staged", "lookup_depth": 0},
+           "lookup": {"method": "lookup"}}
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
-         "lookup": "(ref.) prompt lookup"}
+         "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
 # Top-k trees draw their children from the draft (without replacement, recursive rejection
 # sampling): at temperature 1 the point-mass rule accepts the draft's top tokens far less often.
 SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50, sampled="without")}
@@ -108,8 +113,8 @@ def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, dep
         for sname, skw in settings.items():
             for m in methods:
                 t0 = time.perf_counter()
-                res = generate(target, prompt, max_new_tokens, method=m, draft=draft, ngram=ngram,
-                               budget=budget, depth=depth, seed=i, **skw)
+                res = generate(target, prompt, max_new_tokens, draft=draft, ngram=ngram,
+                               budget=budget, depth=depth, seed=i, **METHODS[m], **skw)
                 dt = time.perf_counter() - t0
                 s = res.stats
                 records[sname][m].append({

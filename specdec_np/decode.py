@@ -3,7 +3,9 @@
 Each step: a drafter proposes a token tree rooted at the last emitted token; the target scores
 every node in one tree-masked pass; a verification rule accepts a root-to-node path and emits one
 more token (correction or bonus); both KV caches keep only the accepted path. Autoregressive
-decoding is the same loop with a root-only tree.
+decoding is the same loop with a root-only tree. In staged decoding the cheapest stage may also
+propose to the target directly: when the context's last three tokens occurred earlier, the step's
+tree is the chain of what followed them (prompt lookup), and the draft model is not run at all.
 
 Stopping: at `<|endoftext|>` (emitted, then stop), at `max_new_tokens` (a longer accepted path is
 cut), or cleanly when the sequence fills the target's context (`stop_reason == "context"`).
@@ -118,7 +120,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
              budget: int | None = None, depth: int | None = None, tree: str | None = None,
              widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int | None = None,
-             spec_width: int = 1, spec_rows: int | str | None = None,
+             spec_width: int = 1, spec_rows: int | str | None = None, lookup_depth: int | None = None,
              eos: int | None = None, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` and return the new tokens with statistics.
 
@@ -144,6 +146,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
       same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
       rows a padded pass computes anyway). Default spec_len and spec_rows: tuned, else 3 and 4.
+    lookup_depth: stage 2 proposing to the target (staged only): when the context's last three
+      tokens occurred earlier in it, the step verifies up to `lookup_depth` tokens that followed
+      them, with no draft pass (code and small models repeat themselves, and a copy is free to
+      draft); 0: the draft model drafts every step. Default: tuned, else 6.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
       tree's construction assumes (a mismatched explicit rule raises).
     eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
@@ -176,6 +182,11 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     budget = shape["budget"] if budget is None else budget
     spec_len = shape["spec_len"] if spec_len is None else spec_len
     spec_rows = shape["spec_rows"] if spec_rows is None else spec_rows
+    lookup_depth = shape["lookup_depth"] if lookup_depth is None else lookup_depth
+    if isinstance(lookup_depth, bool) or not isinstance(lookup_depth, (int, np.integer)) or lookup_depth < 0:
+        raise ValueError(f"lookup_depth must be an integer >= 0 (0 = off), got {lookup_depth!r}")
+    if method != "staged":
+        lookup_depth = 0
     rand = Rand(seed)
     stats = Stats()
     # Blocks are padded to the cheapest measured size at least as large (no curve, no padding).
@@ -187,7 +198,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
                                ngram=ngram if method == "staged" else None, spec_len=spec_len,
                                spec_width=spec_width, spec_rows=spec_rows, pad=pad_draft)
     tree_size = int(np.cumprod(widths[:depth]).sum()) if fixed else budget  # drafted nodes per pass, at most
-    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, tree_size + 1, depth + 1))
+    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, tree_size + 1, depth + 1, lookup_depth + 1))
     seq, new = list(prompt), []
     stop = "max_new_tokens"
     while len(new) < max_new_tokens:
@@ -199,12 +210,19 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
             d = min(d, draft.config.n_ctx - len(seq))  # the draft feeds nodes up to depth d - 1
 
         t0 = time.perf_counter()
-        passes_before = drafter.passes if drafter else 0
-        if drafter:
-            drafter.begin(seq, d)
-        t = make_tree(method, seq, d, budget, fixed, widths, sampled, rand, drafter, ngram, stats)
-        if drafter:
-            stats.draft_passes += drafter.passes - passes_before
+        copied, n_copy = [], min(lookup_depth, n_ctx - len(seq) - 1)
+        if n_copy > 0:  # stage 2 proposes to the target directly, and the draft sits this step out
+            copied = prompt_lookup(seq, max_ngram=3, min_ngram=3, k=n_copy)
+            stats.ngram_queries += 1
+        if copied:
+            t = copied_chain(seq[-1], copied)
+        else:
+            passes_before = drafter.passes if drafter else 0
+            if drafter:
+                drafter.begin(seq, d)
+            t = make_tree(method, seq, d, budget, fixed, widths, sampled, rand, drafter, ngram, stats)
+            if drafter:
+                stats.draft_passes += drafter.passes - passes_before
         t1 = time.perf_counter()
         logits, start, n_c = verify_pass(target, cache, seq, t, pad_target)
         t2 = time.perf_counter()
@@ -215,11 +233,11 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
         emitted = verify.emitted(t, path, nxt)
         keys = [tuple(emitted[:j]) for j in range(1, len(path))]  # each accepted node's path key
-        if drafter:
+        if drafter and not copied:  # after a copied step the draft's next pass catches its cache up
             drafter.commit(keys)
         t3 = time.perf_counter()
 
-        credit = [credit_of(method, drafter, k) for k in keys] + [0]
+        credit = [2 if copied else credit_of(method, drafter, k) for k in keys] + [0]
         stats.target_passes += 1
         stats.target_blocks.append(n_c + len(t.tokens))
         stats.time_draft += t1 - t0
@@ -259,16 +277,21 @@ def credit_of(method, drafter, key) -> int:
     return 2 if drafter is not None and key in drafter.guessed else 1
 
 
+def copied_chain(root: int, tokens) -> Tree:
+    """Prompt lookup's proposal as a deterministic chain below `root`: no draft probabilities
+    (q = 1), every node proposed by the n-gram stage (source 1)."""
+    n = len(tokens)
+    return Tree(tokens=np.array([root] + [int(t) for t in tokens], dtype=np.int64),
+                parents=np.arange(-1, n, dtype=np.int64), q=np.ones(n + 1), kind="deterministic",
+                source=np.array([0] + [1] * n))
+
+
 def make_tree(method, seq, depth, budget, fixed, widths, sampled, rand, drafter, ngram, stats) -> Tree:
     root = seq[-1]
     if method == "ar" or depth <= 0 or budget <= 0:
         return Tree(tokens=[root], parents=[-1], q=[1.0])
     if method == "lookup":
-        proposal = prompt_lookup(seq, k=depth)
-        n = len(proposal)
-        return Tree(tokens=np.array([root] + list(proposal), dtype=np.int64),
-                    parents=np.arange(-1, n, dtype=np.int64), q=np.ones(n + 1), kind="deterministic",
-                    draft_dists=None)
+        return copied_chain(root, prompt_lookup(seq, k=depth))
     if method == "ngram":
         counter = [0]
         t = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), budget, depth)

@@ -130,12 +130,15 @@ def main(argv=None) -> int:
                   else "the built-in defaults: no weights/tuned.json entry for this machine")
         print(f"\nShapes ({origin}): tree and staged {describe(shape)}, speculative a chain of {shape['chain']}; "
               "--budget N asks for a best-first tree of N nodes.")
+        if shape["lookup_depth"]:
+            print(f"When the context's last three tokens occurred earlier, staged has the target verify up to "
+                  f"{shape['lookup_depth']} tokens that followed them, with no draft pass (n-gram tokens below).")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     counts = {n: staged.stats.source.count(i) for i, n in enumerate(SOURCES)}
     print(f"\ntokens by stage: {counts}")
-    trees = staged.stats.trees
+    trees = [tp for tp in staged.stats.trees if not tp[0].source.any()]  # drafted, not copied
     if trees:
         tree, path = max(trees[: len(trees) // 2 + 1], key=lambda tp: len(tp[1]))
         print(f"\nOne verification tree ({len(tree.tokens) - 1} drafted tokens; * = accepted path, "

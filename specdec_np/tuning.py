@@ -15,12 +15,13 @@ greedily, each fixed-width tree (chains included: where draft passes are dear, t
 to draft can win), then each stage-2 setting (guess depth, guessed rows per pass) for the best
 shape, and the chain decoder for each chain length; in the sampled setting also the widths of
 trees whose children are drawn without replacement (`sampled="without"`, the trees `bench`
-samples with). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
+samples with), and last how long a chain stage 2 may copy straight to the target (`lookup_depth`,
+0 = never). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
 pair of models and machine (CPU model and core count: a cost curve says nothing about another
 CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
 documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
-n-gram guesses 3 deep and at most 4 guessed rows per draft pass.
+n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of up to 6 tokens.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 FALLBACK = {"tree": "best_first", "budget": 8, "depth": 6, "widths": [2, 2, 1, 1, 1, 1], "chain": 4,
-            "spec_len": 3, "spec_rows": 4}
+            "spec_len": 3, "spec_rows": 4, "lookup_depth": 6}
 TUNED_FILE = Path(__file__).resolve().parent.parent / "weights" / "tuned.json"
 
 
@@ -227,11 +228,13 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
                                       (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
-         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), out=print) -> dict:
+         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), lookup_depths=(0, 2, 4, 6, 8),
+         out=print) -> dict:
     """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
     widths if faster), stage 2's settings for it and the chain length for speculative by the
     predicted ms per token; in the sampled setting also the widths of trees whose children are
-    drawn without replacement (`sampled="without"`)."""
+    drawn without replacement (`sampled="without"`); then staged's `lookup_depth` for the tree
+    `bench` runs in that setting."""
     from .decode import generate
 
     overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
@@ -271,8 +274,13 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             shape["widths"] = sampled[1]
             out(f"{name}: staged with children drawn without replacement, widths "
                 f"{','.join(map(str, sampled[1]))}: {sampled[0]:.2f} ms/token ({base / sampled[0]:.2f}x)")
-        shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2])
-        predicted[name] = {"ar": base, "staged": spec[0], "speculative": chain[0]}
+        staged = dict(setting, **kind) if name == "greedy" else dict(setting, sampled="without", widths=shape["widths"])
+        look = min(((cost("staged", dict(staged, spec_len=spec[1], spec_rows=spec[2], lookup_depth=n)), n)
+                    for n in lookup_depths), key=lambda x: x[0])
+        out(f"{name}: staged copying up to {look[1]} tokens of a repeat to the target: {look[0]:.2f} ms/token "
+            f"({base / look[0]:.2f}x)")
+        shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2], lookup_depth=look[1])
+        predicted[name] = {"ar": base, "staged": look[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
             "overheads_ms": overheads, "machine": machine(), "cost_curves_ms": curves}
 

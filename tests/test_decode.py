@@ -64,7 +64,9 @@ def test_drafts_are_really_accepted(kw):
 
 
 def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
-    kw = dict(draft=DRAFT, ngram=NGRAM, budget=10, depth=5, keep_trees=True, eos=-1)
+    # lookup_depth=0: stage 2 only speculates the draft (the paper's staged decoding), so every
+    # step's tree is the draft's own.
+    kw = dict(draft=DRAFT, ngram=NGRAM, budget=10, depth=5, keep_trees=True, eos=-1, lookup_depth=0)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
         tree = generate(TARGET, prompt, 30, method="tree", **kw)
         staged = generate(TARGET, prompt, 30, method="staged", **kw)
@@ -95,6 +97,25 @@ def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier():
     fresh = [7, 8, 9, 30, 31, 20, 21, 8, 9]  # "7 8 9" does not recur: the trigram guesses
     g = ngram.greedy_continuation(NGRAM, fresh, 2)
     assert guessed(fresh) == {(g[0],), tuple(g)}
+
+
+def test_staged_copies_a_repeat_straight_to_the_target():
+    """When the context's last three tokens occurred before, staged decoding verifies what followed
+    them with no draft pass (the random target's greedy text cycles, like a small model's does):
+    still exactly the target's greedy tokens, with fewer draft passes than without the copies."""
+    start = [5, 6, 7, 8]
+    prompt = start + ar_greedy(start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
+    ref = ar_greedy(prompt, 30)
+    kw = dict(draft=DRAFT, ngram=NGRAM, eos=-1, keep_trees=True, method="staged")
+    copying = generate(TARGET, prompt, 30, lookup_depth=6, **kw)
+    drafting = generate(TARGET, prompt, 30, lookup_depth=0, **kw)
+    assert copying.tokens == drafting.tokens == ref
+    copied = [(t, path) for t, path in copying.stats.trees if t.source.any()]
+    assert copied and all(len(t) <= 7 and (t.source[1:] == 1).all() for t, _ in copied)
+    assert sum(len(path) - 1 for _, path in copied) > 0  # copied tokens are accepted, not just proposed
+    assert not any(t.source.any() for t, _ in drafting.stats.trees)
+    assert copying.stats.draft_passes < drafting.stats.draft_passes
+    assert copying.stats.source.count(2) > 0
 
 
 @pytest.mark.parametrize("kw", [dict(method="staged"), dict(method="tree", temperature=1.0, top_k=10, seed=4),
@@ -166,6 +187,9 @@ def test_bad_input_raises():
         generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="bushy")
     with pytest.raises(ValueError, match="widths shape fixed-width trees"):  # not silently ignored
         generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="best_first", widths=[2, 1])
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="lookup_depth must be an integer"):
+            generate(TARGET, [1], 5, method="staged", draft=DRAFT, ngram=NGRAM, lookup_depth=bad)
 
 
 @pytest.mark.parametrize("method, temperature, sampled, kind", [
@@ -288,6 +312,58 @@ def test_staged_sampled_children_are_exact_samples_of_q():
                 want *= q(ctx)[toks[nxt[0]]]
                 node, ctx = nxt[0], ctx + [toks[nxt[0]]]
         assert prob == pytest.approx(want, abs=1e-12)
+
+
+COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at the first step
+
+
+def staged_copy_distribution(monkeypatch, n=3):
+    """The exact distribution of staged decoding's first n tokens after COPY_PROMPT at T=1, by
+    enumerating every random branch of `generate` itself (its Rand replaced by the enumerator's).
+    Copied chains (point-mass rule) and sampled draft chains (recursive rule) alternate."""
+    from specdec_np import decode, exact
+
+    current = []
+    monkeypatch.setattr(decode, "Rand", lambda seed: current[0])
+    steps = {"copied": 0, "drafted": 0}
+
+    def fn(rand):
+        current[:] = [rand]
+        res = generate(T_TINY, COPY_PROMPT, n, method="staged", draft=D_TINY, ngram=NGRAM_TINY, temperature=1.0,
+                       tree="fixed", widths=[1], sampled="without", lookup_depth=2, keep_trees=True, eos=-1)
+        for t, _ in res.stats.trees:
+            steps["copied" if t.source.any() else "drafted"] += 1
+        return tuple(res.tokens)
+
+    return exact.outcomes(fn), steps
+
+
+def exact_continuations(prompt, n):
+    out = {}
+    for xs in itertools.product(range(TINY.n_vocab), repeat=n):
+        probs = process(forward(T_TINY, prompt + list(xs), new_cache(T_TINY))[len(prompt) - 1:], 1.0)
+        out[xs] = float(np.prod([probs[i, x] for i, x in enumerate(xs)]))
+    return out
+
+
+def test_staged_copies_are_lossless_when_sampling(monkeypatch):
+    got, steps = staged_copy_distribution(monkeypatch)
+    assert steps["copied"] > 0 and steps["drafted"] > 0  # both kinds of step were exercised
+    want = exact_continuations(COPY_PROMPT, 3)
+    assert set(got) <= set(want)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+def test_staged_copies_negative_control_always_accept(monkeypatch):
+    """The same check rejects a point-mass rule that accepts the copied chain without a test."""
+    def always_accept(tree, p, rand):
+        node = len(tree) - 1  # a chain's last node
+        return path_to(tree, node), rand.draw(p[node])
+
+    monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
+    got, _ = staged_copy_distribution(monkeypatch)
+    want = exact_continuations(COPY_PROMPT, 3)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
 
 
 def test_wide_fixed_tree_runs_to_the_end_of_the_context():

@@ -80,12 +80,13 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     curves = {"target": CURVE, "draft": CURVE}
     tuned = tuning.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], curves, max_new_tokens=6, budgets=(1, 3),
                         depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1,), spec_rows=("pad",),
-                        out=lambda *_: None)
+                        lookup_depths=(0, 2), out=lambda *_: None)
     greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
     assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and greedy["widths"] in ([1], [3, 1])
     assert greedy["tree"] in ("best_first", "fixed") and sampled["tree"] == "best_first"
     assert (sampled["budget"], sampled["depth"]) in {(1, 1), (3, 1), (3, 2)}
     assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
+    assert greedy["lookup_depth"] in (0, 2) and sampled["lookup_depth"] in (0, 2)
     assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
 
     # generate reads the stored shape for this pair: force sampled widths 3, 1 and check the trees.
@@ -98,10 +99,19 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     assert {t.kind for t, _ in res.stats.trees} == {"without_replacement"}
 
     # Greedy: a stored fixed-width tree is the default tree; an explicit budget asks for best-first.
-    tuned["shapes"]["greedy"].update(tree="fixed", widths=[3, 1], budget=2, depth=1)
+    tuned["shapes"]["greedy"].update(tree="fixed", widths=[3, 1], budget=2, depth=1, lookup_depth=0)
     tuning.save(tuned, tuning.TUNED_FILE)
     res = generate(target, [1, 2], 8, method="staged", draft=draft, ngram=trigram, eos=-1, keep_trees=True)
     assert {len(t.tokens) for t, _ in res.stats.trees} == {1 + 3 + 3}
+    # The stored lookup_depth: a prompt ending in a repeat of "1 2 3" starts with a copied chain.
+    for depth in (0, 2):
+        tuned["shapes"]["greedy"]["lookup_depth"] = depth
+        tuning.save(tuned, tuning.TUNED_FILE)
+        res = generate(target, [1, 2, 3, 4, 5, 1, 2, 3], 4, method="staged", draft=draft, ngram=trigram, eos=-1,
+                       keep_trees=True)
+        first = res.stats.trees[0][0]
+        assert first.source.any() == (depth > 0)
+        assert first.tokens.tolist() == ([3, 4, 5] if depth else first.tokens.tolist())
     res = generate(target, [1, 2], 8, method="tree", draft=draft, budget=5, eos=-1, keep_trees=True)
     assert {len(t.tokens) for t, _ in res.stats.trees} == {1 + 5}  # best-first: 5 nodes, all at the stored depth 1
     tuning._read.cache_clear()
