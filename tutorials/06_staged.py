@@ -16,6 +16,10 @@
 # no extra pass.
 # The distributions are still the draft's own, so the tree is **identical** to the unstaged one.
 # Stage 2 changes the cost, never the result.
+#
+# One step further (the last section): when the context's last three tokens did occur earlier,
+# the copy is often right as it stands, so stage 2 may also propose it to the *target* directly,
+# and the draft model sits that step out.
 
 # %%
 import numpy as np
@@ -48,13 +52,14 @@ assert abs(ngram.dist(trigram, prompt).sum() - 1) < 1e-9  # a proper distributio
 # Greedy decoding, tree method vs staged method, same budget. We keep every verification tree and
 # compare them step by step. (float64, so that the draft's logits for a node do not depend on
 # which other rows shared its pass, even by rounding: the trees must match exactly.)
+# `lookup_depth=0` keeps the draft model drafting every step (the copies come last).
 
 # %%
 target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
 kw = dict(draft=draft64, ngram=trigram, budget=16, depth=6, keep_trees=True)
 n_new = 48
 tree_run = generate(target64, prompt, n_new, method="tree", **kw)
-staged_run = generate(target64, prompt, n_new, method="staged", **kw)
+staged_run = generate(target64, prompt, n_new, method="staged", lookup_depth=0, **kw)
 
 assert staged_run.tokens == tree_run.tokens, "staging must not change the output"
 assert len(staged_run.stats.trees) == len(tree_run.stats.trees)
@@ -91,3 +96,27 @@ print("\ntokens by stage:", counts)
 assert sum(counts.values()) == len(staged_run.tokens)
 assert counts["target"] >= staged_run.stats.target_passes - 1  # every pass but perhaps a cut last one adds one
 assert 2 not in tree_run.stats.source  # without stage 2 no token can be credited to the trigram
+
+# %% [markdown]
+# ## Stage 2 proposing to the target
+#
+# A guess copied from the context is evaluated by the draft, which then (greedily) proposes
+# whatever it would have proposed anyway. When the copy is long and right, that draft pass buys
+# little: the target could check the copy itself. With `lookup_depth=N` (the default comes from
+# the cost model, `weights/tuned.json`), a step whose last three tokens occurred earlier in the
+# context skips the draft model: its tree is the chain of up to N tokens that followed them.
+# Any chain is a valid tree for the verification rules (greedy, or the point-mass rule when
+# sampling), so this is as lossless as every other step; the tests check it by exact enumeration.
+# A small model repeats itself, and code repeats its names: on HumanEval most of staged
+# decoding's greedy speedup on this CPU comes from these copies (README, results).
+
+# %%
+copy_run = generate(target64, prompt, n_new, method="staged", lookup_depth=8, **kw)
+assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
+copied = [t for t, _ in copy_run.stats.trees if t.source.any()]  # source 1: proposed by the n-gram stage
+print(f"{len(copied)} of {len(copy_run.stats.trees)} steps verified a copied chain\n")
+print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
+for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
+    s = r.stats
+    print(f"{name:<16} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
+assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
