@@ -151,7 +151,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       them, with no draft pass (code and small models repeat themselves, and a copy is free to
       draft); 0: the draft model drafts every step. Default: tuned, else 6.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
-      tree's construction assumes (a mismatched explicit rule raises).
+      tree's construction assumes (a mismatched explicit rule raises; staged's copied chains are
+      deterministic trees, so a rule for sampled trees also needs lookup_depth=0).
     eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
     """
     check_settings(temperature, top_k, top_p)
