@@ -21,7 +21,7 @@ import numpy as np
 from . import build, verify
 from .drafting import ModelDrafter, ngram_dist_fn
 from .gpt2 import GPT2, KVCache, forward
-from .ngram import prompt_lookup
+from .ngram import prompt_lookup, repeat_continuation
 from .sampling import Rand, check_settings, process
 from .tree import Tree, attention_mask, depths
 from .tuning import defaults, padding, tuned_curves
@@ -213,7 +213,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         t0 = time.perf_counter()
         copied, n_copy = [], min(lookup_depth, n_ctx - len(seq) - 1)
         if n_copy > 0:  # stage 2 proposes to the target directly, and the draft sits this step out
-            copied = prompt_lookup(seq, max_ngram=3, min_ngram=3, k=n_copy)
+            copied = repeat_continuation(seq, n_copy)
             stats.ngram_queries += 1
         if copied:
             t = copied_chain(seq[-1], copied)
@@ -238,7 +238,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
             drafter.commit(keys)
         t3 = time.perf_counter()
 
-        credit = [2 if copied else credit_of(method, drafter, k) for k in keys] + [0]
+        credit = [credit_of(method, drafter, k, bool(copied)) for k in keys] + [0]
         stats.target_passes += 1
         stats.target_blocks.append(n_c + len(t.tokens))
         stats.time_draft += t1 - t0
@@ -270,10 +270,11 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     return Result(new, stats, stop, cache, drafter.cache if drafter else None)
 
 
-def credit_of(method, drafter, key) -> int:
-    """The cheapest stage that proposed an accepted token: n-gram if it guessed it (and the draft
-    kept it in the tree), else the draft."""
-    if method in ("ngram", "lookup"):
+def credit_of(method, drafter, key, copied: bool = False) -> int:
+    """The cheapest stage that proposed an accepted token: n-gram if it proposed the tree (a copied
+    chain, or the ngram/lookup methods) or guessed the token (and the draft kept it in the tree),
+    else the draft."""
+    if copied or method in ("ngram", "lookup"):
         return 2
     return 2 if drafter is not None and key in drafter.guessed else 1
 

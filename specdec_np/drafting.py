@@ -105,7 +105,7 @@ class ModelDrafter:
         code repeats its own names, which no corpus statistic knows), then the trigram's best next
         tokens; each guess continued greedily by the trigram to n tokens."""
         out = []
-        copied = ngram_lib.prompt_lookup(context, max_ngram=3, min_ngram=3, k=n)  # [] if they are new
+        copied = ngram_lib.repeat_continuation(context, n)  # [] if the last three tokens are new
         self.ngram_queries += 1
         if copied:
             out.append(copied)

@@ -419,6 +419,13 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
     return []
 
 
+def repeat_continuation(tokens, k: int) -> list[int]:
+    """Staged decoding's copy: up to k tokens that followed the latest earlier occurrence of the
+    last *three* tokens ([] if they are new). Stage 2 guesses it below the draft's nodes, and sends
+    it to the target directly; a one- or two-token match is too weak evidence for either."""
+    return prompt_lookup(tokens, max_ngram=3, min_ngram=3, k=k)
+
+
 # ------------------------------------------------------------------------------------------------- CLI
 
 def main(argv=None) -> int:

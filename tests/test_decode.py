@@ -221,12 +221,12 @@ PROMPT = [1, 2]
 N_SAMPLES = 1500
 
 
-def exact_target_distribution(m=2):
-    """P_target(x_1..x_m) by enumerating the target autoregressively."""
+def exact_target_distribution(prompt=PROMPT, m=2):
+    """P_target(x_1..x_m | prompt) by enumerating the target autoregressively."""
     out = {}
     for xs in itertools.product(range(TINY.n_vocab), repeat=m):
-        logits = forward(T_TINY, PROMPT + list(xs), new_cache(T_TINY))
-        probs = process(logits[len(PROMPT) - 1:], 1.0)
+        logits = forward(T_TINY, prompt + list(xs), new_cache(T_TINY))
+        probs = process(logits[len(prompt) - 1:], 1.0)
         out[xs] = float(np.prod([probs[i, x] for i, x in enumerate(xs)]))
     return out
 
@@ -260,13 +260,15 @@ def test_sampling_matches_target_distribution(kw):
     assert tv_from_samples(**kw) < TV_BOUND
 
 
-def test_sampling_negative_control_always_accept(monkeypatch):
-    def always_accept(tree, p, rand):
-        node = 0
-        while len(kids := np.flatnonzero(tree.parents == node)):
-            node = int(kids[0])
-        return path_to(tree, node), rand.draw(p[node])
+def always_accept(tree, p, rand):
+    """A broken rule for the negative controls: accept the first child down to a leaf, untested."""
+    node = 0
+    while len(kids := np.flatnonzero(tree.parents == node)):
+        node = int(kids[0])
+    return path_to(tree, node), rand.draw(p[node])
 
+
+def test_sampling_negative_control_always_accept(monkeypatch):
     monkeypatch.setitem(verify.RULES, "recursive", always_accept)
     assert tv_from_samples(method="tree", tree="fixed", widths=[2, 2], sampled="with") > 2 * TV_BOUND
 
@@ -338,31 +340,19 @@ def staged_copy_distribution(monkeypatch, n=3):
     return exact.outcomes(fn), steps
 
 
-def exact_continuations(prompt, n):
-    out = {}
-    for xs in itertools.product(range(TINY.n_vocab), repeat=n):
-        probs = process(forward(T_TINY, prompt + list(xs), new_cache(T_TINY))[len(prompt) - 1:], 1.0)
-        out[xs] = float(np.prod([probs[i, x] for i, x in enumerate(xs)]))
-    return out
-
-
 def test_staged_copies_are_lossless_when_sampling(monkeypatch):
     got, steps = staged_copy_distribution(monkeypatch)
     assert steps["copied"] > 0 and steps["drafted"] > 0  # both kinds of step were exercised
-    want = exact_continuations(COPY_PROMPT, 3)
+    want = exact_target_distribution(COPY_PROMPT, 3)
     assert set(got) <= set(want)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
 
 
 def test_staged_copies_negative_control_always_accept(monkeypatch):
     """The same check rejects a point-mass rule that accepts the copied chain without a test."""
-    def always_accept(tree, p, rand):
-        node = len(tree) - 1  # a chain's last node
-        return path_to(tree, node), rand.draw(p[node])
-
     monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
     got, _ = staged_copy_distribution(monkeypatch)
-    want = exact_continuations(COPY_PROMPT, 3)
+    want = exact_target_distribution(COPY_PROMPT, 3)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
 
 
