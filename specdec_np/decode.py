@@ -5,7 +5,8 @@ every node in one tree-masked pass; a verification rule accepts a root-to-node p
 more token (correction or bonus); both KV caches keep only the accepted path. Autoregressive
 decoding is the same loop with a root-only tree. In staged decoding the cheapest stage may also
 propose to the target directly: when the context's last three tokens occurred earlier, the step's
-tree is the chain of what followed them (prompt lookup), and the draft model is not run at all.
+tree is the chain of what followed them (prompt lookup; round the loop if the sequence is repeating
+itself), and the draft model is not run at all.
 
 Stopping: at `<|endoftext|>` (emitted, then stop), at `max_new_tokens` (a longer accepted path is
 cut), or cleanly when the sequence fills the target's context (`stop_reason == "context"`).
@@ -147,9 +148,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
       rows a padded pass computes anyway). Default spec_len and spec_rows: tuned, else 3 and 4.
     lookup_depth: stage 2 proposing to the target (staged only): when the context's last three
-      tokens occurred earlier in it, the step verifies up to `lookup_depth` tokens that followed
-      them, with no draft pass (code and small models repeat themselves, and a copy is free to
-      draft); 0: the draft model drafts every step. Default: tuned, else 6.
+      tokens occurred earlier in it, the step verifies the `lookup_depth` tokens that followed
+      them (continuing round the loop when the match is recent), with no draft pass (code and
+      small models repeat themselves, and a copy is free to draft); 0: the draft model drafts
+      every step. Default: tuned, else 6.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
       tree's construction assumes (a mismatched explicit rule raises; staged's copied chains are
       deterministic trees, so a rule for sampled trees also needs lookup_depth=0).

@@ -398,9 +398,11 @@ def load(path) -> Trigram:
 # --------------------------------------------------------------------------------------- prompt lookup
 
 def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
-    """Propose up to k tokens: what followed the most recent earlier occurrence of the last n tokens.
+    """Propose k tokens: what followed the most recent earlier occurrence of the last n tokens.
 
     Tries n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
+    A match close to the end runs into the tokens being proposed: the sequence is then repeating a
+    loop (period = distance to the match), and the proposal goes on around that loop.
     """
     if not 1 <= min_ngram <= max_ngram:
         raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
@@ -414,13 +416,13 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
         windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # [L-n, n]
         hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
         if len(hits):
-            i = hits[-1]
-            return t[i + n:i + n + k].tolist()
+            loop = t[hits[-1] + n:]                                # [L - i - n]: what followed the match
+            return np.resize(loop, k).tolist()                       # repeated cyclically to k tokens
     return []
 
 
 def repeat_continuation(tokens, k: int) -> list[int]:
-    """Staged decoding's copy: up to k tokens that followed the latest earlier occurrence of the
+    """Staged decoding's copy: k tokens that followed the latest earlier occurrence of the
     last *three* tokens ([] if they are new). Stage 2 guesses it below the draft's nodes, and sends
     it to the target directly; a one- or two-token match is too weak evidence for either."""
     return prompt_lookup(tokens, max_ngram=3, min_ngram=3, k=k)

@@ -329,7 +329,8 @@ def test_prompt_lookup_proposes_continuation_of_most_recent_match():
     tokens = [5, 6, 7, 1, 5, 6, 8, 2, 5, 6]
     # Suffix [5, 6] occurs at 0 and 4; the most recent is 4, followed by 8, 2, 5, 6.
     assert prompt_lookup(tokens, max_ngram=2, k=3) == [8, 2, 5]
-    assert prompt_lookup(tokens, max_ngram=2, k=10) == [8, 2, 5, 6]    # up to the end of the sequence
+    # Past the end of the sequence the proposal goes round the loop it found (period 4 here).
+    assert prompt_lookup(tokens, max_ngram=2, k=10) == [8, 2, 5, 6, 8, 2, 5, 6, 8, 2]
     # Longest match first: suffix [1, 5, 6] occurs once (at 3), beating the more recent [5, 6].
     tokens = [1, 5, 6, 9, 4, 5, 6, 3, 1, 5, 6]
     assert prompt_lookup(tokens, max_ngram=3, k=2) == [9, 4]
@@ -343,8 +344,9 @@ def test_prompt_lookup_nothing_to_propose():
     assert prompt_lookup([1, 2, 3, 4]) == []                            # last token never seen before
     assert prompt_lookup([]) == [] and prompt_lookup([3]) == []
     # A repeated token matches its own earlier copy; overlapping matches are fine.
-    assert prompt_lookup([3, 3], k=4) == [3]
-    assert prompt_lookup([4, 4, 4, 4], max_ngram=3, k=4) == [4]         # [4,4,4] at 0, followed by 4
+    assert prompt_lookup([3, 3], k=4) == [3, 3, 3, 3]
+    assert prompt_lookup([4, 4, 4, 4], max_ngram=3, k=4) == [4, 4, 4, 4]  # [4,4,4] at 0: a loop of one token
+    assert prompt_lookup([1, 2, 3, 1, 2], max_ngram=2, k=5) == [3, 1, 2, 3, 1]  # a loop of three
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         prompt_lookup([1, 2], max_ngram=1, min_ngram=2)
 
@@ -356,7 +358,10 @@ def test_prompt_lookup_matches_brute_force(tokens, max_ngram, k):
     for n in range(max_ngram, 0, -1):
         starts = [i for i in range(len(tokens) - n) if tokens[i:i + n] == tokens[len(tokens) - n:]]
         if starts:
-            want = tokens[starts[-1] + n:starts[-1] + n + k]
+            ext = list(tokens)  # the proposal continues the sequence: copy token by token
+            for j in range(k):
+                ext.append(ext[starts[-1] + n + j])
+            want = ext[len(tokens):]
             break
     assert prompt_lookup(tokens, max_ngram=max_ngram, k=k) == want
 

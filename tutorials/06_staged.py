@@ -104,7 +104,9 @@ assert 2 not in tree_run.stats.source  # without stage 2 no token can be credite
 # whatever it would have proposed anyway. When the copy is long and right, that draft pass buys
 # little: the target could check the copy itself. With `lookup_depth=N` (the default comes from
 # the cost model, `weights/tuned.json`), a step whose last three tokens occurred earlier in the
-# context skips the draft model: its tree is the chain of up to N tokens that followed them.
+# context skips the draft model: its tree is the chain of N tokens that followed them. If that
+# occurrence is recent, the copy runs into the tokens it proposes: the sequence is going round a
+# loop (a small model's greedy output often does), and the copy goes round it too.
 # Any chain is a valid tree for the verification rules (greedy, or the point-mass rule when
 # sampling), so this is as lossless as every other step; the tests check it by exact enumeration.
 # A small model repeats itself, and code repeats its names: on HumanEval most of staged
