@@ -35,6 +35,7 @@ SOURCES = ("target", "draft", "ngram")  # who produced each emitted token (the p
 class Stats:
     target_passes: int = 0
     draft_passes: int = 0
+    draft_steps: int = 0  # steps that ran the draft: their first pass is cold (the target evicted it)
     ngram_queries: int = 0
     accepted: list = field(default_factory=list)  # tokens emitted per target pass
     source: list = field(default_factory=list)  # per emitted token: index into SOURCES
@@ -226,6 +227,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
             t = make_tree(method, seq, d, budget, fixed, widths, sampled, rand, drafter, ngram, stats)
             if drafter:
                 stats.draft_passes += drafter.passes - passes_before
+                stats.draft_steps += drafter.passes > passes_before
         t1 = time.perf_counter()
         logits, start, n_c = verify_pass(target, cache, seq, t, pad_target)
         t2 = time.perf_counter()

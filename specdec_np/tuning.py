@@ -4,11 +4,12 @@ Cost model: a decoding run costs the measured cost curve of every forward pass i
 `pad_size` says; scaled by how much slower passes run inside the decoding loop than alone, where
 the other model has just pushed their weights out of the cache: the target's single tokens and
 blocks apart, the draft's passes by a factor of their own), plus a fixed overhead per target
-pass, per draft pass and per n-gram query: the Python
-and NumPy work around the forward passes (building trees and masks, processing logits,
-verifying, moving the caches). On a 10M-parameter target that work is not small next to a pass.
+pass, per draft pass and per n-gram query: the Python and NumPy work around the forward passes
+(building trees and masks, processing logits, verifying, moving the caches), and per step that
+runs the draft: its first pass reads the draft's weights back from memory, its later passes
+find them in the cache. On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those six parameters (least
+`python -m specdec_np bench --tune` measures the cost curves, fits those seven parameters (least
 squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
 top-k sampling), runs the staged decoder for each candidate best-first (budget, depth) and,
 greedily, each fixed-width tree (chains included: where draft passes are dear, the cheapest tree
@@ -21,7 +22,7 @@ pair of models and machine (CPU model and core count: a cost curve says nothing 
 CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
 documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
-n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of up to 6 tokens.
+n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 6 tokens.
 """
 
 from __future__ import annotations
@@ -157,16 +158,16 @@ def predicted_ms(stats, curves, overheads=None) -> float:
     inside the decoding loop than alone (the target's `step_scale` for one token, which the
     baseline runs back to back, and `block_scale` for blocks, which follow a drafting gap: they
     suffer differently; the draft's `draft_scale`), plus fixed overheads per target pass, draft
-    pass and n-gram query (none of these when not measured)."""
+    pass, n-gram query and step that runs the draft (none of these when not measured)."""
     o = overheads or {}
     return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
             + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True)
             + o.get("draft_scale", 1.0) * draft_ms(stats, curves)
             + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
-            + o.get("ngram_query", 0.0) * stats.ngram_queries)
+            + o.get("ngram_query", 0.0) * stats.ngram_queries + o.get("draft_cold", 0.0) * stats.draft_steps)
 
 
-OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_scale", "draft_pass", "ngram_query")
+OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_scale", "draft_pass", "ngram_query", "draft_cold")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -183,19 +184,19 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's six parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's seven parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
     drafting against the target's curve time (single tokens and blocks apart) and its pass
-    count, and the drafting time against the draft's curve time and the counts of draft passes
-    and n-gram queries.
+    count, and the drafting time against the draft's curve time and the counts of draft passes,
+    n-gram queries and steps that ran the draft (cold first passes).
     """
     target = nonnegative_lstsq(np.array([[target_ms(s, curves, False), target_ms(s, curves, True), s.target_passes]
                                          for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
-    draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries] for _, s, _ in runs],
-                                       dtype=float),
+    draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries, s.draft_steps]
+                                        for _, s, _ in runs], dtype=float),
                               np.array([1000 * s.time_draft for _, s, _ in runs]))
     return dict(zip(OVERHEADS, map(float, [*target, *draft])))
 
@@ -220,15 +221,15 @@ def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=prin
     o = fit_overheads(runs, curves)
     out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve, "
         f"draft passes x{o['draft_scale']:.2f}; "
-        f"overheads {o['target_pass']:.3f} ms per "
-        f"target pass, {o['draft_pass']:.3f} ms per draft pass, {o['ngram_query']:.4f} ms per n-gram query")
+        f"overheads {o['target_pass']:.3f} ms per target pass, {o['draft_pass']:.3f} ms per draft pass "
+        f"(+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
                                       (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
-         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), lookup_depths=(0, 2, 4, 6, 8),
+         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), lookup_depths=(0, 4, 8, 12, 16),
          out=print) -> dict:
     """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
     widths if faster), stage 2's settings for it and the chain length for speculative by the
@@ -277,7 +278,7 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         staged = dict(setting, **kind) if name == "greedy" else dict(setting, sampled="without", widths=shape["widths"])
         look = min(((cost("staged", dict(staged, spec_len=spec[1], spec_rows=spec[2], lookup_depth=n)), n)
                     for n in lookup_depths), key=lambda x: x[0])
-        out(f"{name}: staged copying up to {look[1]} tokens of a repeat to the target: {look[0]:.2f} ms/token "
+        out(f"{name}: staged copying {look[1]} tokens of a repeat to the target: {look[0]:.2f} ms/token "
             f"({base / look[0]:.2f}x)")
         shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2], lookup_depth=look[1])
         predicted[name] = {"ar": base, "staged": look[0], "speculative": chain[0]}

@@ -116,6 +116,11 @@ def test_staged_copies_a_repeat_straight_to_the_target():
     assert not any(t.source.any() for t, _ in drafting.stats.trees)
     assert copying.stats.draft_passes < drafting.stats.draft_passes
     assert copying.stats.source.count(2) > 0
+    # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
+    assert 0 < copying.stats.draft_steps <= len(copying.stats.trees) - len(copied)
+    assert copying.stats.draft_steps <= copying.stats.draft_passes
+    spec = generate(TARGET, prompt, 30, draft=DRAFT, eos=-1, method="speculative", depth=3)
+    assert spec.stats.draft_steps == spec.stats.target_passes  # a chain is drafted every step
 
 
 @pytest.mark.parametrize("kw", [dict(method="staged"), dict(method="tree", temperature=1.0, top_k=10, seed=4),

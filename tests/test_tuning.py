@@ -21,20 +21,21 @@ def test_padding_table_without_a_curve_is_the_identity():
     assert [pad(k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
 
 
-def stats(target_blocks, draft_blocks=(), ngram_queries=0, time_draft=0.0):
+def stats(target_blocks, draft_blocks=(), ngram_queries=0, time_draft=0.0, draft_steps=None):
     return SimpleNamespace(target_blocks=list(target_blocks), draft_blocks=list(draft_blocks),
                            target_passes=len(target_blocks), draft_passes=len(draft_blocks),
-                           ngram_queries=ngram_queries, time_draft=time_draft)
+                           ngram_queries=ngram_queries, time_draft=time_draft,
+                           draft_steps=len(draft_blocks) if draft_steps is None else draft_steps)
 
 
 def test_cost_model_charges_padded_blocks_and_overheads():
-    s = stats([1, 5, 3], [2, 7], ngram_queries=10)
+    s = stats([1, 5, 3], [2, 7], ngram_queries=10, draft_steps=1)
     curves = {"target": CURVE, "draft": CURVE}
     assert target_ms(s, curves) == 1.0 + 3.0 + 2.5 and draft_ms(s, curves) == 2.0 + 3.0
     assert predicted_ms(s, curves) == 11.5
     o = {"step_scale": 1.1, "block_scale": 1.2, "target_pass": 0.5, "draft_scale": 1.5, "draft_pass": 0.25,
-         "ngram_query": 0.01}
-    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01
+         "ngram_query": 0.01, "draft_cold": 0.4}
+    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -46,13 +47,15 @@ def test_interp_extends_past_the_last_measured_size():
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
     truth = {"step_scale": 1.05, "block_scale": 1.4, "target_pass": 0.3, "draft_scale": 1.7, "draft_pass": 0.2,
-             "ngram_query": 0.05}
+             "ngram_query": 0.05, "draft_cold": 0.4}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
-                      ("tree", stats([40, 8, 5], [1, 2, 4, 2])), ("tree", stats([8, 8, 8, 16], [1, 1, 7])),
-                      ("staged", stats([30, 8], [1, 4], ngram_queries=12)),
-                      ("staged", stats([30, 4, 8], [7, 8, 1], ngram_queries=5))]:
-        s.time_draft = (1.7 * draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries) / 1000
+                      ("tree", stats([40, 8, 5], [1, 2, 4, 2], draft_steps=2)),
+                      ("tree", stats([8, 8, 8, 16], [1, 1, 7], draft_steps=3)),
+                      ("staged", stats([30, 8], [1, 4], ngram_queries=12, draft_steps=1)),
+                      ("staged", stats([30, 4, 8], [7, 8, 1], ngram_queries=5, draft_steps=2))]:
+        s.time_draft = (1.7 * draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries
+                        + 0.4 * s.draft_steps) / 1000
         runs.append((method, s, predicted_ms(s, curves, truth) / 1000))
     got = fit_overheads(runs, curves)
     assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
