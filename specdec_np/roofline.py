@@ -40,19 +40,25 @@ def matvec_gbps(rows: int = 32768, cols: int = 4096, repeats: int = 9) -> float:
 
 
 def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
-    """Median ms of one forward pass of k new tokens after a cached prefix, for each k."""
+    """Median ms of one forward pass of k new tokens after a cached prefix, for each k.
+
+    The sizes are timed round-robin (one pass of each per round, `repeats` rounds) rather than
+    one size at a time: on a shared machine a burst of noise then lands on every size a little,
+    instead of on a few sizes a lot (which bends the curve the cost model and padding rely on).
+    """
     cache = new_cache(model, max_block=max(block_sizes))
     forward(model, np.arange(prefix_len) % model.config.n_vocab, cache)
-    out = {}
-    for k in block_sizes:
-        toks = np.arange(k) % model.config.n_vocab
-
-        def step():
+    times = {k: [] for k in block_sizes}
+    for r in range(repeats + 1):  # round 0 warms up
+        for k in block_sizes:
+            toks = np.arange(k) % model.config.n_vocab
+            t = time.perf_counter()
             forward(model, toks, cache)
+            dt = time.perf_counter() - t
             cache.truncate(prefix_len)
-
-        out[k] = median_ms(step, repeats=repeats)
-    return out
+            if r:
+                times[k].append(dt)
+    return {k: 1000 * float(np.median(ts)) for k, ts in times.items()}
 
 
 def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 8, 16, 32),
