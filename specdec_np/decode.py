@@ -152,7 +152,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       tokens occurred earlier in it, the step verifies the `lookup_depth` tokens that followed
       them (continuing round the loop when the match is recent), with no draft pass (code and
       small models repeat themselves, and a copy is free to draft); 0: the draft model drafts
-      every step. Default: tuned, else 6.
+      every step. Default: tuned, else 12.
     rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
       tree's construction assumes (a mismatched explicit rule raises; staged's copied chains are
       deterministic trees, so a rule for sampled trees also needs lookup_depth=0).

@@ -22,7 +22,7 @@ pair of models and machine (CPU model and core count: a cost curve says nothing 
 CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
 documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
-n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 6 tokens.
+n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 12 tokens.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 FALLBACK = {"tree": "best_first", "budget": 8, "depth": 6, "widths": [2, 2, 1, 1, 1, 1], "chain": 4,
-            "spec_len": 3, "spec_rows": 4, "lookup_depth": 6}
+            "spec_len": 3, "spec_rows": 4, "lookup_depth": 12}
 TUNED_FILE = Path(__file__).resolve().parent.parent / "weights" / "tuned.json"
 
 
