@@ -41,7 +41,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
                    help="draw tree children from the draft with/without replacement (a fixed-width tree; "
                    "default: the draft's top tokens, or at temperature > 0 a sampled chain for speculative)")
     p.add_argument("--lookup-depth", type=int, default=None, help="staged: when the last three tokens occurred "
-                   "earlier, verify up to N tokens that followed them with no draft pass; 0 = always draft "
+                   "earlier, verify the N tokens that followed them (round the loop if the match is recent) with no "
+                   "draft pass; 0 = always draft "
                    "(default: measured choice or documented constant)")
     p.add_argument("--stats", action="store_true", help="print decoding statistics to stderr")
 

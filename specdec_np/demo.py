@@ -131,8 +131,9 @@ def main(argv=None) -> int:
         print(f"\nShapes ({origin}): tree and staged {describe(shape)}, speculative a chain of {shape['chain']}; "
               "--budget N asks for a best-first tree of N nodes.")
         if shape["lookup_depth"]:
-            print(f"When the context's last three tokens occurred earlier, staged has the target verify up to "
-                  f"{shape['lookup_depth']} tokens that followed them, with no draft pass (n-gram tokens below).")
+            print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
+                  f"{shape['lookup_depth']} tokens that followed them (round the loop if the match is recent), "
+                  "with no draft pass (n-gram tokens below).")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
