@@ -13,11 +13,11 @@ find them in the cache. On a 10M-parameter target that work is not small next to
 squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
 top-k sampling), runs the staged decoder for each candidate best-first (budget, depth) and,
 greedily, each fixed-width tree (chains included: where draft passes are dear, the cheapest tree
-to draft can win), then each stage-2 setting (guess depth, guessed rows per pass) for the best
-shape, and the chain decoder for each chain length; in the sampled setting also the widths of
-trees whose children are drawn without replacement (`sampled="without"`, the trees `bench`
-samples with), and last how long a chain stage 2 may copy straight to the target (`lookup_depth`,
-0 = never). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
+to draft can win); in the sampled setting each width of trees whose children are drawn without
+replacement (`sampled="without"`, the trees `bench` samples with); then, for the tree staged runs
+in that setting, each stage-2 setting (guess depth, guessed rows per pass), the chain decoder for
+each chain length, and last how long a chain stage 2 may copy straight to the target
+(`lookup_depth`, 0 = never). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
 pair of models and machine (CPU model and core count: a cost curve says nothing about another
 CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
 documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
@@ -232,10 +232,10 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
          chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), lookup_depths=(0, 4, 8, 12, 16),
          out=print) -> dict:
     """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
-    widths if faster), stage 2's settings for it and the chain length for speculative by the
-    predicted ms per token; in the sampled setting also the widths of trees whose children are
-    drawn without replacement (`sampled="without"`); then staged's `lookup_depth` for the tree
-    `bench` runs in that setting."""
+    widths if faster; in the sampled setting also the widths of trees whose children are drawn
+    without replacement, `sampled="without"`), then stage 2's settings and `lookup_depth` for the
+    tree `bench` runs in that setting, and the chain length for speculative, by the predicted ms
+    per token."""
     from .decode import generate
 
     overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
@@ -260,22 +260,21 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             shape["widths"] = fixed[1]
             if fixed[0] < tree[0]:
                 shape["tree"] = "fixed"
-        kind = ({"tree": "fixed", "widths": shape["widths"]} if shape["tree"] == "fixed"
-                else {"budget": shape["budget"], "depth": shape["depth"]})
-        # Stage 2 for that shape: how deep the n-gram guesses, and how many guessed rows a pass takes.
-        spec = min(((cost("staged", dict(setting, **kind, spec_len=n, spec_rows=r)), n, r)
+        if name == "sampled":  # trees whose children are drawn from q (what bench runs): fixed widths
+            sampled = min(((cost("staged", dict(setting, sampled="without", widths=list(w))), list(w)) for w in widths),
+                          key=lambda x: x[0])
+            shape["widths"] = sampled[1]
+        # Stage 2 for the tree staged runs in this setting: how deep the n-gram guesses, and how
+        # many guessed rows a draft pass takes (for a tree one level deep there is nothing to guess).
+        staged = (dict(setting, tree="fixed", widths=shape["widths"]) if shape["tree"] == "fixed"
+                  else dict(setting, budget=shape["budget"], depth=shape["depth"]) if name == "greedy"
+                  else dict(setting, sampled="without", widths=shape["widths"]))
+        spec = min(((cost("staged", dict(staged, spec_len=n, spec_rows=r)), n, r)
                     for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
-        out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape)}, "
+        out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape, sampled=name == 'sampled')}, "
             f"n-gram guesses {spec[1]} deep, {spec[2]} rows: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
             f"speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
-        if name == "sampled":  # trees whose children are drawn from q: fixed widths instead of a budget
-            sampled = min(((cost("staged", dict(setting, sampled="without", widths=list(w), spec_len=spec[1],
-                                                spec_rows=spec[2])), list(w)) for w in widths), key=lambda x: x[0])
-            shape["widths"] = sampled[1]
-            out(f"{name}: staged with children drawn without replacement, widths "
-                f"{','.join(map(str, sampled[1]))}: {sampled[0]:.2f} ms/token ({base / sampled[0]:.2f}x)")
-        staged = dict(setting, **kind) if name == "greedy" else dict(setting, sampled="without", widths=shape["widths"])
         look = min(((cost("staged", dict(staged, spec_len=spec[1], spec_rows=spec[2], lookup_depth=n)), n)
                     for n in lookup_depths), key=lambda x: x[0])
         out(f"{name}: staged copying {look[1]} tokens of a repeat to the target: {look[0]:.2f} ms/token "

@@ -81,9 +81,17 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     target, draft = random_params(cfg, seed=1), random_params(cfg, seed=2)
     trigram = ngram.fit(np.random.default_rng(0).integers(0, 30, 500), 30)
     curves = {"target": CURVE, "draft": CURVE}
+    calls = []  # every decoding the tune costs
+
+    def recording(*args, **kw):
+        calls.append(kw)
+        return generate(*args, **kw)
+
+    monkeypatch.setattr("specdec_np.decode.generate", recording)
     tuned = tuning.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], curves, max_new_tokens=6, budgets=(1, 3),
-                        depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1,), spec_rows=("pad",),
+                        depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1, 2), spec_rows=("pad", 2),
                         lookup_depths=(0, 2), out=lambda *_: None)
+    monkeypatch.undo()
     greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
     assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and greedy["widths"] in ([1], [3, 1])
     assert greedy["tree"] in ("best_first", "fixed") and sampled["tree"] == "best_first"
@@ -91,6 +99,19 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
     assert greedy["lookup_depth"] in (0, 2) and sampled["lookup_depth"] in (0, 2)
     assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
+    # Stage 2 and copies are tuned on the tree staged runs in each setting: sampled, the trees
+    # whose children are drawn from q with the chosen widths (not the best-first tree).
+    for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        tried = [c for c in calls if c.get("method") == "staged" and c.get("temperature", 0.0) == temperature
+                 and ("spec_len" in c or "lookup_depth" in c)]
+        assert {(c["spec_len"], c["spec_rows"]) for c in tried if "lookup_depth" not in c} == {(1, "pad"), (1, 2), (2, "pad"), (2, 2)}
+        assert {c["lookup_depth"] for c in tried if "lookup_depth" in c} == {0, 2}
+        if name == "sampled":
+            assert all(c["sampled"] == "without" and c["widths"] == sampled["widths"] for c in tried)
+        elif greedy["tree"] == "best_first":
+            assert all((c["budget"], c["depth"]) == (greedy["budget"], greedy["depth"]) for c in tried)
+        else:
+            assert all(c["widths"] == greedy["widths"] for c in tried)
 
     # generate reads the stored shape for this pair: force sampled widths 3, 1 and check the trees.
     tuned["shapes"]["sampled"]["widths"] = [3, 1]
