@@ -17,12 +17,14 @@ to draft can win); in the sampled setting each width of trees whose children are
 replacement (`sampled="without"`, the trees `bench` samples with); then, for the tree staged runs
 in that setting, each stage-2 setting (guess depth, guessed rows per pass), the chain decoder for
 each chain length, and last how long a chain stage 2 may copy straight to the target
-(`lookup_depth`, 0 = never). It stores what the model predicts fastest in `weights/tuned.json`, one entry per
-pair of models and machine (CPU model and core count: a cost curve says nothing about another
-CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
-documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
-and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
-n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 12 tokens.
+(`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s defaults (FALLBACK's:
+`bench --tune` drops the stored shapes first). It stores what the model predicts fastest in
+`weights/tuned.json`, one entry per pair of models and machine (CPU model and core count: a cost
+curve says nothing about another CPU). `generate` uses the entry for its pair on the machine it
+runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a curve):
+best-first trees of budget 8 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a
+chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies
+of 12 tokens.
 """
 
 from __future__ import annotations
