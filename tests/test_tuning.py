@@ -90,8 +90,13 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     monkeypatch.setattr("specdec_np.decode.generate", recording)
     tuned = tuning.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], curves, max_new_tokens=6, budgets=(1, 3),
                         depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1, 2), spec_rows=("pad", 2),
-                        lookup_depths=(0, 2), out=lambda *_: None)
+                        lookup_depths=(0, 2), sampled_seeds=2, out=lambda *_: None)
     monkeypatch.undo()
+    # Greedy decoding is deterministic: one run per prompt. Sampled: each prompt with 2 seeds.
+    for temperature, n_seeds in ((0.0, 1), (1.0, 2)):
+        seeds = [c["seed"] for c in calls if c.get("method") == "staged" and c.get("lookup_depth") == 2
+                 and c.get("temperature", 0.0) == temperature]  # one candidate, on the 2 prompts
+        assert len(seeds) == len(set(seeds)) == 2 * n_seeds
     greedy, sampled = tuned["shapes"]["greedy"], tuned["shapes"]["sampled"]
     assert (greedy["budget"], greedy["depth"]) in {(1, 1), (3, 1), (3, 2)} and greedy["widths"] in ([1], [3, 1])
     assert greedy["tree"] in ("best_first", "fixed") and sampled["tree"] == "best_first"
