@@ -18,7 +18,10 @@ replacement (`sampled="without"`, the trees `bench` samples with); then, for the
 in that setting, each stage-2 setting (guess depth, guessed rows per pass), the chain decoder for
 each chain length, and last how long a chain stage 2 may copy straight to the target
 (`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s defaults (FALLBACK's:
-`bench --tune` drops the stored shapes first). It stores what the model predicts fastest in
+`bench --tune` drops the stored shapes first). Sampled candidates are costed over several seeds
+per prompt (their acceptance is random); the seven parameters are fitted on greedy runs only, so
+the sampled setting's extra work per node (drawing children, the recursive rule) is charged
+through them as greedy work is. It stores what the model predicts fastest in
 `weights/tuned.json`, one entry per pair of models and machine (CPU model and core count: a cost
 curve says nothing about another CPU). `generate` uses the entry for its pair on the machine it
 runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a curve):
