@@ -269,15 +269,16 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             shape["widths"] = fixed[1]
             if fixed[0] < tree[0]:
                 shape["tree"] = "fixed"
-        if name == "sampled":  # trees whose children are drawn from q (what bench runs): fixed widths
+                staged = dict(setting, tree="fixed", widths=fixed[1])  # the tree staged runs here
+            else:
+                staged = dict(setting, budget=tree[1], depth=tree[2])
+        else:  # sampled: trees whose children are drawn from q (what bench runs), fixed widths
             sampled = min(((cost("staged", dict(setting, sampled="without", widths=list(w))), list(w)) for w in widths),
                           key=lambda x: x[0])
             shape["widths"] = sampled[1]
+            staged = dict(setting, sampled="without", widths=sampled[1])
         # Stage 2 for the tree staged runs in this setting: how deep the n-gram guesses, and how
         # many guessed rows a draft pass takes (for a tree one level deep there is nothing to guess).
-        staged = (dict(setting, tree="fixed", widths=shape["widths"]) if shape["tree"] == "fixed"
-                  else dict(setting, budget=shape["budget"], depth=shape["depth"]) if name == "greedy"
-                  else dict(setting, sampled="without", widths=shape["widths"]))
         spec = min(((cost("staged", dict(staged, spec_len=n, spec_rows=r)), n, r)
                     for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
