@@ -6,13 +6,16 @@ baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage
 staged with drafts only (no chains copied straight to the target: the paper's staged decoding),
 plus one reference outside the paper: prompt lookup (a chain copied from an earlier occurrence of
 the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
-nearly free). Reported per method: tokens/s, speedup over baseline (total and median over
-prompts), relative weight traffic (bytes of weights read by target + draft per emitted token,
+nearly free). Top-k acceptance is random: `--seeds N` runs each prompt N times there, each with
+its own seed. Reported per method: tokens/s, speedup over baseline (total, and median over runs),
+relative weight traffic (bytes of weights read by target + draft per emitted token,
 over the baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
 milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
 speedup a cost model predicts from the counted work, the cost curve `--tune` measured on this
 machine and the per-pass overheads it fitted against that curve on its calibration prompts (see
-tuning.py; the curve printed at the start is measured afresh, for reading).
+tuning.py; the curve printed at the start is measured afresh, for reading). And whether staged
+is the fastest beyond the noise: its tokens/s over each other method's, with a 95% interval
+from resampling the prompts.
 """
 
 from __future__ import annotations
@@ -100,33 +103,60 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
 
 
 def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
-        methods=METHODS, curves=None) -> dict:
+        methods=METHODS, curves=None, seeds=1) -> dict:
+    """Every method on every prompt, side by side; in sampled settings `seeds` runs per prompt
+    (seeds i, i + 1000, ..., as `--tune` costs them), each run of every method with the same seed."""
     records = {s: {m: [] for m in methods} for s in settings}
     # The fitted overheads and in-loop factors belong to the curve they were fitted against (the
     # one --tune stored): on a noisy machine a fresh curve has another shape, and mixing the two
     # mispredicts by 20%. The fresh `curves` are only a fallback before any --tune.
-    overheads = tuned_overheads(target, draft)  # fitted by --tune on calibration prompts
-    curves = (tuned_curves(target, draft) if overheads else None) or curves
-    bar = Progress(len(prompts) * len(settings), "bench")
+    overheads = {s: tuned_overheads(target, draft, skw["temperature"]) for s, skw in settings.items()}  # by --tune
+    curves = (tuned_curves(target, draft) if any(overheads.values()) else None) or curves
+    runs = {s: seeds if skw.get("temperature", 0) > 0 else 1 for s, skw in settings.items()}  # greedy is deterministic
+    bar = Progress(len(prompts) * sum(runs.values()), "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
-            for m in methods:
-                t0 = time.perf_counter()
-                res = generate(target, prompt, max_new_tokens, draft=draft, ngram=ngram,
-                               budget=budget, depth=depth, seed=i, **METHODS[m], **skw)
-                dt = time.perf_counter() - t0
-                s = res.stats
-                records[sname][m].append({
-                    "tokens": len(res.tokens), "seconds": dt, "target_passes": s.target_passes,
-                    "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries,
-                    "bytes": s.target_bytes + s.draft_bytes, "source": [s.source.count(j) for j in range(3)],
-                    "predicted_ms": predicted_ms(s, curves, overheads) if curves else None,
-                    "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
-                    "same_as_baseline": m == "ar" or sname != "greedy" or res.tokens == records[sname]["ar"][-1]["ids"],
-                    "ids": res.tokens})
-            bar.step(sname)
+            for seed in range(i, i + 1000 * runs[sname], 1000):
+                for m in methods:
+                    t0 = time.perf_counter()
+                    res = generate(target, prompt, max_new_tokens, draft=draft, ngram=ngram,
+                                   budget=budget, depth=depth, seed=seed, **METHODS[m], **skw)
+                    dt = time.perf_counter() - t0
+                    s = res.stats
+                    records[sname][m].append({
+                        "prompt": i, "seed": seed, "tokens": len(res.tokens), "seconds": dt,
+                        "target_passes": s.target_passes, "draft_passes": s.draft_passes,
+                        "ngram_queries": s.ngram_queries, "bytes": s.target_bytes + s.draft_bytes,
+                        "source": [s.source.count(j) for j in range(3)],
+                        "predicted_ms": predicted_ms(s, curves, overheads[sname]) if curves else None,
+                        "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
+                        "same_as_baseline": (m == "ar" or sname != "greedy"
+                                             or res.tokens == records[sname]["ar"][-1]["ids"]),
+                        "ids": res.tokens})
+                bar.step(sname)
     return records
+
+
+def paired_ratio(recs, base, resamples=2000, seed=0) -> list:
+    """[ratio, low, high]: tokens/s of `recs` over `base`'s (the same prompts and seeds, run side
+    by side), with a 95% interval from resampling prompts with replacement. A prompt's runs are
+    resampled together (they share its text, so they are not independent of each other)."""
+    prompts = sorted({r["prompt"] for r in base})
+    col = {p: j for j, p in enumerate(prompts)}
+    tokens, seconds = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
+    for row, rs in enumerate((recs, base)):
+        for r in rs:
+            tokens[row, col[r["prompt"]]] += r["tokens"]
+            seconds[row, col[r["prompt"]]] += r["seconds"]
+
+    def ratio(w):  # [draws, prompts] how often each prompt is drawn -> [draws]
+        return (w @ tokens[0] / (w @ seconds[0])) / (w @ tokens[1] / (w @ seconds[1]))
+
+    n = len(prompts)
+    draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples)  # [resamples, n]
+    low, high = np.percentile(ratio(draws), [2.5, 97.5])
+    return [float(ratio(np.ones((1, n)))[0]), float(low), float(high)]
 
 
 def summarize(records, target) -> dict:
@@ -156,6 +186,9 @@ def summarize(records, target) -> dict:
                 "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
                                        for k in ("draft", "target", "verify")},
             }
+        if "staged" in per:  # is staged the fastest? Its speed over each other method's, with an interval
+            out[sname]["staged"]["against"] = {m: paired_ratio(per["staged"], recs)
+                                               for m, recs in per.items() if m != "staged"}
     return out
 
 
@@ -177,6 +210,9 @@ def markdown(summary) -> str:
         for m, r in per.items():
             t = r["ms_per_target_pass"]
             lines.append(f"| {NAMES[m]} | {t['draft']:.2f} | {t['target']:.2f} | {t['verify']:.2f} |")
+        if "against" in per.get("staged", {}):
+            lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
+                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per["staged"]["against"].items()))
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
@@ -225,6 +261,8 @@ def main(argv=None) -> int:
                     "sampled with fixed widths; default: weights/tuned.json)")
     ap.add_argument("--depth", type=int, default=None, help="tree depth / chain length (default: weights/tuned.json)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
+    ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed (the "
+                    "acceptance is random; greedy runs once)")
     ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
     ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
@@ -238,6 +276,8 @@ def main(argv=None) -> int:
             raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
     if a.limit is not None and a.limit < 1:
         raise ValueError("--limit must be >= 1")
+    if a.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
     out_dir = Path(a.out)
@@ -272,12 +312,14 @@ def main(argv=None) -> int:
     prompts = read_prompts(a.prompts, a.limit)
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
     t0 = time.time()
-    records = run(prompts, target, draft, ngram, enc, a.max_new_tokens, a.budget, a.depth, settings, curves=curves)
+    records = run(prompts, target, draft, ngram, enc, a.max_new_tokens, a.budget, a.depth, settings, curves=curves,
+                  seeds=a.seeds)
     summary = summarize(records, target)
     md = markdown(summary)
-    print(f"\n{len(prompts)} prompts, {a.max_new_tokens} new tokens each, {time.time() - t0:.0f} s")
+    seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""
+    print(f"\n{len(prompts)} prompts, {a.max_new_tokens} new tokens each{seeds}, {time.time() - t0:.0f} s")
     print(md)
-    res = {"prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "cost_curves_ms": curves,
+    res = {"prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds, "cost_curves_ms": curves,
            "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
                        for s, per in summary.items()},
            "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()} for s, per in summary.items()}}

@@ -2,15 +2,15 @@
 
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
 `pad_size` says; scaled by how much slower passes run inside the decoding loop than alone, where
-the other model has just pushed their weights out of the cache: the target's single tokens and
-blocks apart, the draft's passes by a factor of their own), plus a fixed overhead per target
+the other model has just pushed their weights out of the cache: the target's single tokens,
+blocks of up to 4 rows and wider blocks apart, the draft's passes by a factor of their own), plus a fixed overhead per target
 pass, per draft pass and per n-gram query: the Python and NumPy work around the forward passes
 (building trees and masks, processing logits, verifying, moving the caches), and per step that
 runs the draft: its first pass reads the draft's weights back from memory, its later passes
 find them in the cache. On a 10M-parameter target that work is not small next to a pass.
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those seven parameters (least
-squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
+`python -m specdec_np bench --tune` measures the cost curves, fits those eight parameters per
+setting (least squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
 top-k sampling), runs the staged decoder for each candidate best-first (budget, depth) and,
 greedily, each fixed-width tree (chains included: where draft passes are dear, the cheapest tree
 to draft can win); in the sampled setting each width of trees whose children are drawn without
@@ -19,9 +19,7 @@ in that setting, each stage-2 setting (guess depth, guessed rows per pass), the 
 each chain length, and last how long a chain stage 2 may copy straight to the target
 (`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s defaults (FALLBACK's:
 `bench --tune` drops the stored shapes first). Sampled candidates are costed over several seeds
-per prompt (their acceptance is random); the seven parameters are fitted on greedy runs only, so
-the sampled setting's extra work per node (drawing children, the recursive rule) is charged
-through them as greedy work is. It stores what the model predicts fastest in
+per prompt (their acceptance is random). It stores what the model predicts fastest in
 `weights/tuned.json`, one entry per pair of models and machine (CPU model and core count: a cost
 curve says nothing about another CPU). `generate` uses the entry for its pair on the machine it
 runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a curve):
@@ -100,8 +98,9 @@ def tuned_curves(target, draft) -> dict | None:
     return tuned_for(target, draft).get("cost_curves_ms")
 
 
-def tuned_overheads(target, draft) -> dict | None:
-    return tuned_for(target, draft).get("overheads_ms")
+def tuned_overheads(target, draft, temperature=0.0) -> dict | None:
+    """The cost model `bench --tune` fitted for this pair, machine and setting, if any."""
+    return (tuned_for(target, draft).get("overheads_ms") or {}).get(setting_name(temperature))
 
 
 # ----------------------------------------------------------------------------- the cost curve
@@ -148,10 +147,22 @@ def _pad_table(curve_items: tuple, limit: int) -> tuple:  # computed once per cu
 
 # ----------------------------------------------------------------------------- the cost model
 
-def target_ms(stats, curves, blocks: bool | None = None) -> float:
-    """The target's passes at their curve cost: all, or only the single-token (blocks=False) or
-    the multi-token ones (blocks=True)."""
-    return sum(block_ms(curves["target"], k) for k in stats.target_blocks if blocks is None or (k > 1) == blocks)
+# Target blocks padded to more than this many rows are scaled apart from smaller ones: in the
+# decoding loop at top-k an 8-row block ran 12% slower than a 4-row one, against 4-6% on the
+# curve (wider attention over contexts longer than the curve's 200-token prefix, and in-loop
+# effects). With one scale for all blocks the model ranked wide sampled trees first; they ran last.
+WIDE = 4
+SIZES = ("step", "block", "wide")  # one token; 2..WIDE rows; more (after padding)
+
+
+def size_class(curve: dict, k: int) -> str:
+    return "step" if k == 1 else "block" if padding(curve)(k) <= WIDE else "wide"
+
+
+def target_ms(stats, curves, size: str | None = None) -> float:
+    """The target's passes at their curve cost: all, or those of one size class (SIZES)."""
+    return sum(block_ms(curves["target"], k) for k in stats.target_blocks
+               if size is None or size_class(curves["target"], k) == size)
 
 
 def draft_ms(stats, curves) -> float:
@@ -161,18 +172,19 @@ def draft_ms(stats, curves) -> float:
 def predicted_ms(stats, curves, overheads=None) -> float:
     """Cost model: every pass at its (padded) measured cost, scaled by how much slower it runs
     inside the decoding loop than alone (the target's `step_scale` for one token, which the
-    baseline runs back to back, and `block_scale` for blocks, which follow a drafting gap: they
-    suffer differently; the draft's `draft_scale`), plus fixed overheads per target pass, draft
-    pass, n-gram query and step that runs the draft (none of these when not measured)."""
+    baseline runs back to back, `block_scale` for blocks of up to WIDE rows and `wide_scale` for
+    wider ones, which follow a drafting gap: they suffer differently; the draft's
+    `draft_scale`), plus fixed overheads per target pass, draft pass, n-gram query and step that
+    runs the draft (none of these when not measured)."""
     o = overheads or {}
-    return (o.get("step_scale", 1.0) * target_ms(stats, curves, blocks=False)
-            + o.get("block_scale", 1.0) * target_ms(stats, curves, blocks=True)
+    return (sum(o.get(size + "_scale", 1.0) * target_ms(stats, curves, size) for size in SIZES)
             + o.get("draft_scale", 1.0) * draft_ms(stats, curves)
             + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries + o.get("draft_cold", 0.0) * stats.draft_steps)
 
 
-OVERHEADS = ("step_scale", "block_scale", "target_pass", "draft_scale", "draft_pass", "ngram_query", "draft_cold")
+OVERHEADS = ("step_scale", "block_scale", "wide_scale", "target_pass",
+             "draft_scale", "draft_pass", "ngram_query", "draft_cold")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -189,15 +201,15 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's seven parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's eight parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
-    drafting against the target's curve time (single tokens and blocks apart) and its pass
-    count, and the drafting time against the draft's curve time and the counts of draft passes,
-    n-gram queries and steps that ran the draft (cold first passes).
+    drafting against the target's curve time (per size class) and its pass count, and the
+    drafting time against the draft's curve time and the counts of draft passes, n-gram queries
+    and steps that ran the draft (cold first passes).
     """
-    target = nonnegative_lstsq(np.array([[target_ms(s, curves, False), target_ms(s, curves, True), s.target_passes]
+    target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] + [s.target_passes]
                                          for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
     draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries, s.draft_steps]
@@ -211,39 +223,49 @@ def fit_overheads(runs, curves) -> dict:
 SAMPLED = {"temperature": 1.0, "top_k": 50}  # the sampled setting tuned (and benchmarked)
 
 
-def calibrate(target, draft, ngram, prompts, curves, max_new_tokens=64, out=print) -> dict:
-    """Time every method on the calibration prompts, greedily, with the current default shape and
-    a small one (so the counts vary independently), and fit the per-pass overheads."""
+def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64, out=print) -> dict:
+    """Time every method on the calibration prompts in one setting (SETTINGS' name) and fit the
+    cost model on those runs, two shapes each (so the counts vary independently): greedily, the
+    current default shape and a small one; sampled, trees drawn from the draft as bench runs them
+    (`sampled="without"`, widths 2,2,1,1 with the default chain, and widths 1,1 with a chain of 2).
+    Each setting has its own fit: sampling does more work per node (drawing children, the
+    recursive rule) and its trees have other sizes."""
     from .decode import generate
 
+    kw, shapes = ({}, ({}, {"budget": 3, "depth": 3})) if setting == "greedy" else \
+        (SAMPLED, ({"sampled": "without", "widths": [2, 2, 1, 1]}, {"sampled": "without", "depth": 2, "widths": [1, 1]}))
     runs = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         for m in ("ar", "speculative", "tree", "staged"):
-            for shape in ({}, {"budget": 3, "depth": 3}):
+            for shape in shapes if m != "ar" else ({},):
                 t0 = time.perf_counter()
-                res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, **shape)
+                res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, seed=i, **kw, **shape)
                 runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
-    out(f"cost model: target steps x{o['step_scale']:.2f} and blocks x{o['block_scale']:.2f} their curve, "
-        f"draft passes x{o['draft_scale']:.2f}; "
-        f"overheads {o['target_pass']:.3f} ms per target pass, {o['draft_pass']:.3f} ms per draft pass "
-        f"(+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
+    out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
+        f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft passes "
+        f"x{o['draft_scale']:.2f}; overheads {o['target_pass']:.3f} ms per target pass, {o['draft_pass']:.3f} ms "
+        f"per draft pass (+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
                                       (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
-         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8), lookup_depths=(0, 4, 8, 12, 16),
+         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8),
+         lookup_depths=(0, 3, 4, 7, 8, 12, 15, 16),
          sampled_seeds=3, out=print) -> dict:
     """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
     widths if faster; in the sampled setting also the widths of trees whose children are drawn
     without replacement, `sampled="without"`), then stage 2's settings and `lookup_depth` for the
     tree `bench` runs in that setting, and the chain length for speculative, by the predicted ms
-    per token (in the sampled setting averaged over `sampled_seeds` seeds per prompt)."""
+    per token (in the sampled setting averaged over `sampled_seeds` seeds per prompt). Copies of
+    3, 7 and 15 tokens are among the candidates because with the root they fill a block of 4, 8
+    or 16 rows, where the target's cost curve dips: a copy of 4 is padded to 8 rows."""
     from .decode import generate
 
-    overheads = calibrate(target, draft, ngram, prompts, curves, max_new_tokens, out)
+    overheads = {name: calibrate(target, draft, ngram, prompts, curves, name, max_new_tokens, out)
+                 for name in ("greedy", "sampled")}
 
     def cost(method, kw):
         # Sampled acceptance is random: on 8 prompts one shape's predicted speedup moved by 0.11x
@@ -253,7 +275,7 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             for i, p in enumerate(prompts):
                 res = generate(target, p, max_new_tokens, method=method, draft=draft, ngram=ngram,
                                seed=i + 1000 * s, **kw)
-                ms += predicted_ms(res.stats, curves, overheads)
+                ms += predicted_ms(res.stats, curves, overheads[setting_name(kw.get("temperature", 0))])
                 tokens += len(res.tokens)
         return ms / tokens
 

@@ -52,7 +52,8 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--top-p", "0", "--temperature", "1"], "top_p"),
                          (["generate", "x", "--target", "gpt2-large"], "make weights"),
                          (["generate", "x", "--method", "tree", "--widths", "2,x"], "--widths"),
-                         (["bench", "--prompts", "missing.jsonl"], "missing.jsonl")):
+                         (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
+                         (["bench", "--seeds", "0"], "--seeds")):
         r = run_cli(*args)
         assert r.returncode != 0
         lines = r.stderr.strip().splitlines()
@@ -73,16 +74,42 @@ def test_demo_small(capsys):
 
 def test_bench_with_fixture(tmp_path, capsys):
     assert bench.main(["--prompts", str(FIXTURE), "--limit", "2", "--max-new-tokens", "16", "--out", str(tmp_path),
-                       "--cost-repeats", "1"]) == 0
+                       "--cost-repeats", "1", "--seeds", "2"]) == 0
     out = capsys.readouterr().out
     assert "| staged |" in out and "| (ref.) prompt lookup |" in out and "### greedy" in out and "### top-k" in out
-    assert "ms per target pass" in out
+    assert "ms per target pass" in out and "staged's tokens/s over each method's" in out
     res = json.loads((tmp_path / "results.json").read_text())
-    assert res["prompts"] == 2
+    assert res["prompts"] == 2 and res["seeds"] == 2
+    # Top-k runs each prompt with 2 seeds; greedy once (it is deterministic).
+    assert [len(res["per_prompt_speedup"][s]["staged"]) for s in ("greedy", "top-k")] == [2, 4]
+    against = res["summary"]["top-k"]["staged"]["against"]
+    assert set(against) == set(bench.METHODS) - {"staged"} and all(lo <= r <= hi for r, lo, hi in against.values())
     g = res["summary"]["greedy"]
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)
     assert g["staged"]["tokens"] == g["ar"]["tokens"]
+
+
+def timed(prompt, tokens, seconds):
+    return {"prompt": prompt, "tokens": tokens, "seconds": seconds}
+
+
+def test_paired_ratio_is_exact_when_every_prompt_agrees():
+    base = [timed(p, 100, 1.0 + p) for p in range(6)]
+    twice = [timed(p, 100, (1.0 + p) / 2) for p in range(6)]  # twice as fast on every prompt
+    assert bench.paired_ratio(twice, base) == pytest.approx([2.0, 2.0, 2.0])
+    assert bench.paired_ratio(base, base) == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_paired_ratio_interval_covers_a_mixed_result_and_groups_a_prompts_runs():
+    base = [timed(p, 100, 1.0) for p in range(20)]
+    mixed = [timed(p, 100, 0.8 if p % 2 else 1.25) for p in range(20)]  # faster on half, slower on half
+    r, lo, hi = bench.paired_ratio(mixed, base)
+    assert lo < 1.0 < hi and lo < r < hi
+    assert bench.paired_ratio(mixed, base) == [r, lo, hi]  # seeded: the same interval every time
+    # A prompt's runs (seeds) are resampled together: splitting every run in two halves changes nothing.
+    halves = lambda rs: [timed(x["prompt"], x["tokens"] / 2, x["seconds"] / 2) for x in rs for _ in range(2)]
+    assert bench.paired_ratio(halves(mixed), halves(base)) == pytest.approx([r, lo, hi])
 
 
 def test_read_prompts_errors(tmp_path):

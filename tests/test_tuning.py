@@ -2,7 +2,8 @@
 
 from types import SimpleNamespace
 
-from specdec_np.tuning import block_ms, draft_ms, fit_overheads, interp, pad_size, padding, predicted_ms, target_ms
+from specdec_np.tuning import (block_ms, draft_ms, fit_overheads, interp, pad_size, padding, predicted_ms, size_class,
+                               target_ms)
 
 # A curve like this machine's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -33,9 +34,12 @@ def test_cost_model_charges_padded_blocks_and_overheads():
     curves = {"target": CURVE, "draft": CURVE}
     assert target_ms(s, curves) == 1.0 + 3.0 + 2.5 and draft_ms(s, curves) == 2.0 + 3.0
     assert predicted_ms(s, curves) == 11.5
-    o = {"step_scale": 1.1, "block_scale": 1.2, "target_pass": 0.5, "draft_scale": 1.5, "draft_pass": 0.25,
-         "ngram_query": 0.01, "draft_cold": 0.4}
-    want = 1.1 * 1.0 + 1.2 * (3.0 + 2.5) + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
+    # 5 tokens are padded to 8 rows (a wide block), 3 to 4 (a block).
+    assert [size_class(CURVE, k) for k in (1, 2, 3, 4, 5, 8, 16)] == ["step"] + ["block"] * 3 + ["wide"] * 3
+    assert [target_ms(s, curves, size) for size in ("step", "block", "wide")] == [1.0, 2.5, 3.0]
+    o = {"step_scale": 1.1, "block_scale": 1.2, "wide_scale": 1.3, "target_pass": 0.5, "draft_scale": 1.5,
+         "draft_pass": 0.25, "ngram_query": 0.01, "draft_cold": 0.4}
+    want = 1.1 * 1.0 + 1.2 * 2.5 + 1.3 * 3.0 + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -46,8 +50,8 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"step_scale": 1.05, "block_scale": 1.4, "target_pass": 0.3, "draft_scale": 1.7, "draft_pass": 0.2,
-             "ngram_query": 0.05, "draft_cold": 0.4}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "target_pass": 0.3, "draft_scale": 1.7,
+             "draft_pass": 0.2, "ngram_query": 0.05, "draft_cold": 0.4}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2], draft_steps=2)),
@@ -103,7 +107,10 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     assert (sampled["budget"], sampled["depth"]) in {(1, 1), (3, 1), (3, 2)}
     assert sampled["widths"] in ([1], [3, 1]) and sampled["chain"] in (1, 2)
     assert greedy["lookup_depth"] in (0, 2) and sampled["lookup_depth"] in (0, 2)
-    assert set(tuned["overheads_ms"]) == set(tuning.OVERHEADS)
+    # A cost model per setting, each fitted on its own calibration runs (sampled: trees drawn from q).
+    assert {k: set(o) for k, o in tuned["overheads_ms"].items()} == {n: set(tuning.OVERHEADS) for n in ("greedy", "sampled")}
+    assert any(c.get("temperature") == 1.0 and c.get("sampled") == "without" and c.get("widths") == [2, 2, 1, 1]
+               for c in calls)
     # Stage 2 and copies are tuned on the tree staged runs in each setting: sampled, the trees
     # whose children are drawn from q with the chosen widths (not the best-first tree).
     for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
