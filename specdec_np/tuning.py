@@ -3,29 +3,32 @@
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
 `pad_size` says; scaled by how much slower passes run inside the decoding loop than alone, where
 the other model has just pushed their weights out of the cache: the target's single tokens,
-blocks of up to 4 rows and wider blocks apart, the draft's passes by a factor of their own), plus a fixed overhead per target
-pass, per draft pass and per n-gram query: the Python and NumPy work around the forward passes
-(building trees and masks, processing logits, verifying, moving the caches), and per step that
-runs the draft: its first pass reads the draft's weights back from memory, its later passes
-find them in the cache. On a 10M-parameter target that work is not small next to a pass.
+blocks of up to 4 rows and wider blocks apart, the draft's passes by a factor of their own),
+plus a fixed overhead per draft pass and per n-gram query: the Python and NumPy work around the
+draft's passes (building trees, processing logits, drawing), and per step that runs the draft:
+its first pass reads the draft's weights back from memory, its later passes find them in the
+cache. The target's own fixed work per pass (masks, logits, verifying, moving the cache) is in
+its scales: a fixed overhead per target pass beside them made the fit ill-posed (each size class
+costs about the same per pass, so its scale and a per-pass term trade off; one fit put 4 ms per
+target pass and scaled single tokens by 0.27).
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those eight parameters per
-setting (least squares on timed runs of every method over a few calibration prompts), then, per setting (greedy;
-top-k sampling), runs the staged decoder for each candidate best-first (budget, depth) and,
-greedily, each fixed-width tree (chains included: where draft passes are dear, the cheapest tree
-to draft can win); in the sampled setting each width of trees whose children are drawn without
-replacement (`sampled="without"`, the trees `bench` samples with); then, for the tree staged runs
-in that setting, each stage-2 setting (guess depth, guessed rows per pass), the chain decoder for
-each chain length, and last how long a chain stage 2 may copy straight to the target
-(`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s defaults (FALLBACK's:
-`bench --tune` drops the stored shapes first). Sampled candidates are costed over several seeds
-per prompt (their acceptance is random). It stores what the model predicts fastest in
-`weights/tuned.json`, one entry per pair of models and machine (CPU model and core count: a cost
-curve says nothing about another CPU). `generate` uses the entry for its pair on the machine it
-runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a curve):
-best-first trees of budget 8 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a
-chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies
-of 12 tokens.
+`python -m specdec_np bench --tune` measures the cost curves, fits those seven parameters per
+setting (least squares on timed runs of every method over a few calibration prompts, greedy and
+sampled apart), then, per setting (greedy; top-k sampling), runs the staged decoder for each
+candidate best-first (budget, depth) and, greedily, each fixed-width tree (chains included: where
+draft passes are dear, the cheapest tree to draft can win); in the sampled setting each width of
+trees whose children are drawn without replacement (`sampled="without"`, the trees `bench` samples
+with); then, for the tree staged runs in that setting, each stage-2 setting (guess depth, guessed
+rows per pass), the chain decoder for each chain length, and last how long a chain stage 2 may copy
+straight to the target (`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s
+defaults (FALLBACK's: `bench --tune` drops the stored shapes first). Sampled candidates are costed
+over several seeds per prompt (their acceptance is random). It stores what the model predicts
+fastest in `weights/tuned.json`, one entry per pair of models and machine (CPU model and core
+count: a cost curve says nothing about another CPU). `generate` uses the entry for its pair on the
+machine it runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a
+curve): best-first trees of budget 8 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled
+trees, a chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft pass,
+copies of 12 tokens.
 """
 
 from __future__ import annotations
@@ -174,17 +177,16 @@ def predicted_ms(stats, curves, overheads=None) -> float:
     inside the decoding loop than alone (the target's `step_scale` for one token, which the
     baseline runs back to back, `block_scale` for blocks of up to WIDE rows and `wide_scale` for
     wider ones, which follow a drafting gap: they suffer differently; the draft's
-    `draft_scale`), plus fixed overheads per target pass, draft pass, n-gram query and step that
-    runs the draft (none of these when not measured)."""
+    `draft_scale`), plus fixed overheads per draft pass, n-gram query and step that runs the
+    draft (none of these when not measured)."""
     o = overheads or {}
     return (sum(o.get(size + "_scale", 1.0) * target_ms(stats, curves, size) for size in SIZES)
             + o.get("draft_scale", 1.0) * draft_ms(stats, curves)
-            + o.get("target_pass", 0.0) * stats.target_passes + o.get("draft_pass", 0.0) * stats.draft_passes
+            + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries + o.get("draft_cold", 0.0) * stats.draft_steps)
 
 
-OVERHEADS = ("step_scale", "block_scale", "wide_scale", "target_pass",
-             "draft_scale", "draft_pass", "ngram_query", "draft_cold")
+OVERHEADS = ("step_scale", "block_scale", "wide_scale", "draft_scale", "draft_pass", "ngram_query", "draft_cold")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -201,16 +203,15 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's eight parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's seven parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
-    drafting against the target's curve time (per size class) and its pass count, and the
+    drafting against the target's curve time (per size class), and the
     drafting time against the draft's curve time and the counts of draft passes, n-gram queries
     and steps that ran the draft (cold first passes).
     """
-    target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] + [s.target_passes]
-                                         for _, s, _ in runs], dtype=float),
+    target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
     draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries, s.draft_steps]
                                         for _, s, _ in runs], dtype=float),
@@ -224,12 +225,12 @@ SAMPLED = {"temperature": 1.0, "top_k": 50}  # the sampled setting tuned (and be
 
 
 def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64, out=print) -> dict:
-    """Time every method on the calibration prompts in one setting (SETTINGS' name) and fit the
-    cost model on those runs, two shapes each (so the counts vary independently): greedily, the
-    current default shape and a small one; sampled, trees drawn from the draft as bench runs them
-    (`sampled="without"`, widths 2,2,1,1 with the default chain, and widths 1,1 with a chain of 2).
-    Each setting has its own fit: sampling does more work per node (drawing children, the
-    recursive rule) and its trees have other sizes."""
+    """Time every method on the calibration prompts in one setting ("greedy" or "sampled") and
+    fit the cost model on those runs, two shapes each (so the counts vary independently):
+    greedily, the current default shape and a small one; sampled, trees drawn from the draft as
+    bench runs them (`sampled="without"`, widths 2,2,1,1 with the default chain, and widths 1,1
+    with a chain of 2). Each setting has its own fit: sampling does more work per node (drawing
+    children, the recursive rule) and its trees have other sizes."""
     from .decode import generate
 
     kw, shapes = ({}, ({}, {"budget": 3, "depth": 3})) if setting == "greedy" else \
@@ -244,8 +245,7 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
     o = fit_overheads(runs, curves)
     out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
         f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft passes "
-        f"x{o['draft_scale']:.2f}; overheads {o['target_pass']:.3f} ms per target pass, {o['draft_pass']:.3f} ms "
-        f"per draft pass (+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
+        f"x{o['draft_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 

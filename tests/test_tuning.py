@@ -37,9 +37,9 @@ def test_cost_model_charges_padded_blocks_and_overheads():
     # 5 tokens are padded to 8 rows (a wide block), 3 to 4 (a block).
     assert [size_class(CURVE, k) for k in (1, 2, 3, 4, 5, 8, 16)] == ["step"] + ["block"] * 3 + ["wide"] * 3
     assert [target_ms(s, curves, size) for size in ("step", "block", "wide")] == [1.0, 2.5, 3.0]
-    o = {"step_scale": 1.1, "block_scale": 1.2, "wide_scale": 1.3, "target_pass": 0.5, "draft_scale": 1.5,
-         "draft_pass": 0.25, "ngram_query": 0.01, "draft_cold": 0.4}
-    want = 1.1 * 1.0 + 1.2 * 2.5 + 1.3 * 3.0 + 1.5 * 5.0 + 3 * 0.5 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
+    o = {"step_scale": 1.1, "block_scale": 1.2, "wide_scale": 1.3, "draft_scale": 1.5, "draft_pass": 0.25,
+         "ngram_query": 0.01, "draft_cold": 0.4}
+    want = 1.1 * 1.0 + 1.2 * 2.5 + 1.3 * 3.0 + 1.5 * 5.0 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -50,8 +50,8 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "target_pass": 0.3, "draft_scale": 1.7,
-             "draft_pass": 0.2, "ngram_query": 0.05, "draft_cold": 0.4}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "draft_scale": 1.7, "draft_pass": 0.2,
+             "ngram_query": 0.05, "draft_cold": 0.4}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2], draft_steps=2)),
