@@ -19,8 +19,9 @@ candidate best-first (budget, depth) and, greedily, each fixed-width tree (chain
 draft passes are dear, the cheapest tree to draft can win); in the sampled setting each width of
 trees whose children are drawn without replacement (`sampled="without"`, the trees `bench` samples
 with); then, for the tree staged runs in that setting, each stage-2 setting (guess depth, guessed
-rows per pass), the chain decoder for each chain length, and last how long a chain stage 2 may copy
-straight to the target (`lookup_depth`, 0 = never); what is not chosen yet stays at `generate`'s
+rows per pass), the chain decoder for each chain length, how long a chain stage 2 may copy
+straight to the target (`lookup_depth`, 0 = never), and last the fixed or sampled trees' widths
+once more with those; what is not chosen yet stays at `generate`'s
 defaults (FALLBACK's: `bench --tune` drops the stored shapes first). Sampled candidates are costed
 over several seeds per prompt (their acceptance is random). It stores what the model predicts
 fastest in `weights/tuned.json`, one entry per pair of models and machine (CPU model and core
@@ -311,8 +312,21 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
                     for n in lookup_depths), key=lambda x: x[0])
         out(f"{name}: staged copying {look[1]} tokens of a repeat to the target: {look[0]:.2f} ms/token "
             f"({base / look[0]:.2f}x)")
+        # The widths once more, with that stage 2 and those copies: the first round ran with
+        # FALLBACK's copies of 12, which at T=1 are seldom accepted and cost a 16-row block, and
+        # so favoured trees that left little to copy (one tune: a depth-1 tree of 2 over a chain).
+        final = look
+        if "widths" in staged:
+            kind = {k: v for k, v in staged.items() if k != "widths"}
+            final = min([look] + [(cost("staged", dict(kind, widths=list(w), spec_len=spec[1], spec_rows=spec[2],
+                                                       lookup_depth=look[1])), list(w))
+                                  for w in widths if list(w) != shape["widths"]], key=lambda x: x[0])
+            if final is not look:
+                shape["widths"] = final[1]
+                out(f"{name}: then widths {','.join(map(str, final[1]))}: {final[0]:.2f} ms/token "
+                    f"({base / final[0]:.2f}x)")
         shapes[name] = dict(shape, chain=chain[1], spec_len=spec[1], spec_rows=spec[2], lookup_depth=look[1])
-        predicted[name] = {"ar": base, "staged": look[0], "speculative": chain[0]}
+        predicted[name] = {"ar": base, "staged": final[0], "speculative": chain[0]}
     return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
             "overheads_ms": overheads, "machine": machine(), "cost_curves_ms": curves}
 

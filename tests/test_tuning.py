@@ -112,19 +112,26 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
     assert any(c.get("temperature") == 1.0 and c.get("sampled") == "without" and c.get("widths") == [2, 2, 1, 1]
                for c in calls)
     # Stage 2 and copies are tuned on the tree staged runs in each setting: sampled, the trees
-    # whose children are drawn from q with the chosen widths (not the best-first tree).
+    # whose children are drawn from q with the first round's widths (not the best-first tree);
+    # then the widths once more with the chosen stage 2 and copies.
     for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         tried = [c for c in calls if c.get("method") == "staged" and c.get("temperature", 0.0) == temperature
                  and ("spec_len" in c or "lookup_depth" in c)]
-        stage2 = {(c["spec_len"], c["spec_rows"]) for c in tried if "lookup_depth" not in c}
-        assert stage2 == {(1, "pad"), (1, 2), (2, "pad"), (2, 2)}
+        stage2 = [c for c in tried if "lookup_depth" not in c]
+        assert {(c["spec_len"], c["spec_rows"]) for c in stage2} == {(1, "pad"), (1, 2), (2, "pad"), (2, 2)}
         assert {c["lookup_depth"] for c in tried if "lookup_depth" in c} == {0, 2}
+        chosen = tuned["shapes"][name]
+        second = [c for c in tried if "lookup_depth" in c and c["lookup_depth"] == chosen["lookup_depth"]
+                  and (c["spec_len"], c["spec_rows"]) == (chosen["spec_len"], chosen["spec_rows"])]
         if name == "sampled":
-            assert all(c["sampled"] == "without" and c["widths"] == sampled["widths"] for c in tried)
+            assert all(c["sampled"] == "without" for c in tried)
+            assert len({tuple(c["widths"]) for c in stage2}) == 1  # one tree for stage 2
+            assert {tuple(c["widths"]) for c in second} == {(1,), (3, 1)}  # every width, second round
         elif greedy["tree"] == "best_first":
             assert all((c["budget"], c["depth"]) == (greedy["budget"], greedy["depth"]) for c in tried)
         else:
-            assert all(c["widths"] == greedy["widths"] for c in tried)
+            assert len({tuple(c["widths"]) for c in stage2}) == 1
+            assert {tuple(c["widths"]) for c in second} == {(1,), (3, 1)}
 
     # generate reads the stored shape for this pair: force sampled widths 3, 1 and check the trees.
     tuned["shapes"]["sampled"]["widths"] = [3, 1]
