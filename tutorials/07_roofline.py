@@ -125,8 +125,9 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 # The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
 # The predicted speedup is the ratio; we set it next to the measured one. (`tuning.py` refines
-# this model with padding, with how much slower passes run inside the decoding loop than alone,
-# and with fixed overheads per pass, all fitted by `bench --tune`.)
+# this model with padding, with how much slower passes run inside the decoding loop than alone
+# (single tokens, blocks of up to 4 rows and wider ones apart), and with fixed overheads per draft
+# pass and n-gram query, fitted by `bench --tune` on greedy and sampled runs separately.)
 
 # %%
 n_new = 40
