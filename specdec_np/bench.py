@@ -34,8 +34,8 @@ from .decode import generate
 from .models import load_embedded
 from .roofline import block_cost_ms, gpt2_shapes_report
 from .tokenizer import encode
-from .tuning import (describe, machine, model_key, predicted_ms, save as save_tuned, tune, tuned_curves, tuned_for,
-                     tuned_overheads)
+from .tuning import (describe, machine, model_key, predicted_ms, run_seeds, save as save_tuned, tune, tuned_curves,
+                     tuned_for, tuned_overheads)
 
 # name -> generate's arguments. "staged, drafts only" is the ablation of staged's copied chains
 # (lookup_depth 0: every step drafted by the draft model, as in the paper).
@@ -105,19 +105,19 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
 def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
         methods=METHODS, curves=None, seeds=1) -> dict:
     """Every method on every prompt, side by side; in sampled settings `seeds` runs per prompt
-    (seeds i, i + 1000, ..., as `--tune` costs them), each run of every method with the same seed."""
+    (`tuning.run_seeds`, as `--tune` costs them), each run of every method with the same seed."""
     records = {s: {m: [] for m in methods} for s in settings}
     # The fitted overheads and in-loop factors belong to the curve they were fitted against (the
     # one --tune stored): on a noisy machine a fresh curve has another shape, and mixing the two
     # mispredicts by 20%. The fresh `curves` are only a fallback before any --tune.
     overheads = {s: tuned_overheads(target, draft, skw["temperature"]) for s, skw in settings.items()}  # by --tune
     curves = (tuned_curves(target, draft) if any(overheads.values()) else None) or curves
-    runs = {s: seeds if skw.get("temperature", 0) > 0 else 1 for s, skw in settings.items()}  # greedy is deterministic
-    bar = Progress(len(prompts) * sum(runs.values()), "bench")
+    bar = Progress(len(prompts) * sum(len(run_seeds(0, skw["temperature"], seeds)) for skw in settings.values()),
+                   "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
-            for seed in range(i, i + 1000 * runs[sname], 1000):
+            for seed in run_seeds(i, skw["temperature"], seeds):
                 for m in methods:
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, draft=draft, ngram=ngram,

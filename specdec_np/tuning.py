@@ -91,6 +91,12 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
+def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
+    """The seeds the prompt at `prompt_index` runs with, in tuning and in bench alike: n of them
+    (i, i + 1000, ...) when sampling, whose acceptance is random; one when greedy (deterministic)."""
+    return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
+
+
 def defaults(target, draft, temperature=0.0) -> dict:
     """The FALLBACK keys (tree shape, chain, stage 2) measured for this pair and setting, else FALLBACK."""
     shape = tuned_for(target, draft).get("shapes", {}).get(setting_name(temperature))
@@ -272,11 +278,11 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         # Sampled acceptance is random: on 8 prompts one shape's predicted speedup moved by 0.11x
         # from one set of seeds to the next, more than the shapes differ. Average several.
         ms = tokens = 0
-        for s in range(sampled_seeds if kw.get("temperature", 0) > 0 else 1):
-            for i, p in enumerate(prompts):
-                res = generate(target, p, max_new_tokens, method=method, draft=draft, ngram=ngram,
-                               seed=i + 1000 * s, **kw)
-                ms += predicted_ms(res.stats, curves, overheads[setting_name(kw.get("temperature", 0))])
+        temperature = kw.get("temperature", 0)
+        for i, p in enumerate(prompts):
+            for seed in run_seeds(i, temperature, sampled_seeds):
+                res = generate(target, p, max_new_tokens, method=method, draft=draft, ngram=ngram, seed=seed, **kw)
+                ms += predicted_ms(res.stats, curves, overheads[setting_name(temperature)])
                 tokens += len(res.tokens)
         return ms / tokens
 
