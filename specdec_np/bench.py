@@ -8,8 +8,8 @@ plus one reference outside the paper: prompt lookup (a chain copied from an earl
 the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
 nearly free). Top-k acceptance is random: `--seeds N` runs each prompt N times there, each with
 its own seed. Reported per method: tokens/s, speedup over baseline (total, and median over runs),
-relative weight traffic (bytes of weights read by target + draft per emitted token,
-over the baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
+relative weight traffic (bytes of weights read by target + draft per emitted token, over the
+baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
 milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
 speedup a cost model predicts from the counted work, the cost curve `--tune` measured on this
 machine and the per-pass overheads it fitted against that curve on its calibration prompts (see

@@ -19,17 +19,16 @@ candidate best-first (budget, depth) and, greedily, each fixed-width tree (chain
 draft passes are dear, the cheapest tree to draft can win); in the sampled setting each width of
 trees whose children are drawn without replacement (`sampled="without"`, the trees `bench` samples
 with); then, for the tree staged runs in that setting, each stage-2 setting (guess depth, guessed
-rows per pass), the chain decoder for each chain length, how long a chain stage 2 may copy
-straight to the target (`lookup_depth`, 0 = never), and last the fixed or sampled trees' widths
-once more with those; what is not chosen yet stays at `generate`'s
-defaults (FALLBACK's: `bench --tune` drops the stored shapes first). Sampled candidates are costed
-over several seeds per prompt (their acceptance is random). It stores what the model predicts
-fastest in `weights/tuned.json`, one entry per pair of models and machine (CPU model and core
-count: a cost curve says nothing about another CPU). `generate` uses the entry for its pair on the
-machine it runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a
-curve): best-first trees of budget 8 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled
-trees, a chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft pass,
-copies of 12 tokens.
+rows per pass), the chain decoder for each chain length, how long a chain stage 2 may copy straight
+to the target (`lookup_depth`, 0 = never), and last the fixed or sampled trees' widths once more
+with those; what is not chosen yet stays at `generate`'s defaults (FALLBACK's: `bench --tune` drops
+the stored shapes first). Sampled candidates are costed over several seeds per prompt (their
+acceptance is random). It stores what the model predicts fastest in `weights/tuned.json`, one entry
+per pair of models and machine (CPU model and core count: a cost curve says nothing about another
+CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
+documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
+and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
+n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 12 tokens.
 """
 
 from __future__ import annotations
@@ -214,9 +213,9 @@ def fit_overheads(runs, curves) -> dict:
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
-    drafting against the target's curve time (per size class), and the
-    drafting time against the draft's curve time and the counts of draft passes, n-gram queries
-    and steps that ran the draft (cold first passes).
+    drafting against the target's curve time (per size class), and the drafting time against the
+    draft's curve time and the counts of draft passes, n-gram queries and steps that ran the draft
+    (cold first passes).
     """
     target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
@@ -240,8 +239,11 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
     children, the recursive rule) and its trees have other sizes."""
     from .decode import generate
 
-    kw, shapes = ({}, ({}, {"budget": 3, "depth": 3})) if setting == "greedy" else \
-        (SAMPLED, ({"sampled": "without", "widths": [2, 2, 1, 1]}, {"sampled": "without", "depth": 2, "widths": [1, 1]}))
+    if setting == "greedy":
+        kw, shapes = {}, ({}, {"budget": 3, "depth": 3})
+    else:
+        kw, shapes = SAMPLED, ({"sampled": "without", "widths": [2, 2, 1, 1]},
+                               {"sampled": "without", "depth": 2, "widths": [1, 1]})
     runs = []
     for i, p in enumerate(prompts):
         for m in ("ar", "speculative", "tree", "staged"):
@@ -252,7 +254,8 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
     o = fit_overheads(runs, curves)
     out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
         f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft passes "
-        f"x{o['draft_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
+        f"x{o['draft_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms "
+        f"for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 
