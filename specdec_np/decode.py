@@ -147,7 +147,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     spec_len, spec_width, spec_rows: stage 2 (staged only): below each node the draft evaluates,
       the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
       same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
-      rows a padded pass computes anyway). Default spec_len and spec_rows: tuned, else 3 and 4.
+      rows a padded pass computes anyway); spec_len 0: no guesses (at T=1 on this CPU the draft's
+      2-row passes cost more than the guesses it samples save). Default spec_len and spec_rows:
+      tuned, else 3 and 4.
     lookup_depth: stage 2 proposing to the target (staged only): when the context's last three
       tokens occurred earlier in it, the step verifies the `lookup_depth` tokens that followed
       them (continuing round the loop when the match is recent), with no draft pass (code and
@@ -187,8 +189,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     spec_len = shape["spec_len"] if spec_len is None else spec_len
     spec_rows = shape["spec_rows"] if spec_rows is None else spec_rows
     lookup_depth = shape["lookup_depth"] if lookup_depth is None else lookup_depth
-    if isinstance(lookup_depth, bool) or not isinstance(lookup_depth, (int, np.integer)) or lookup_depth < 0:
-        raise ValueError(f"lookup_depth must be an integer >= 0 (0 = off), got {lookup_depth!r}")
+    for name, value in (("spec_len", spec_len), ("lookup_depth", lookup_depth)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0 (0 = off), got {value!r}")
     if method != "staged":
         lookup_depth = 0
     rand = Rand(seed)

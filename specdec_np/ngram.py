@@ -409,12 +409,17 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
     if k < 1:
         raise ValueError(f"k={k} must be >= 1")
     t = np.asarray(tokens, dtype=np.int64)                       # [L]
+    L = len(t)
     for n in range(max_ngram, min_ngram - 1, -1):
-        if len(t) < n + 1:
+        if L < n + 1:
             continue
-        # Window i is t[i:i+n]; windows of t[:-1] exclude the suffix itself and always have a next token.
-        windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # [L-n, n]
-        hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
+        # Window i is t[i:i+n], for i < L - n: windows of t[:-1] exclude the suffix itself and
+        # always have a next token. It matches the suffix t[L-n:] if it agrees at every offset j:
+        # n shifted comparisons (a sliding_window_view costs more than the search, per call).
+        match = t[:L - n] == t[L - n]                                # [L-n]
+        for j in range(1, n):
+            match &= t[j:L - n + j] == t[L - n + j]
+        hits = np.flatnonzero(match)
         if len(hits):
             loop = t[hits[-1] + n:]                                # [L - i - n]: what followed the match
             return np.resize(loop, k).tolist()                       # repeated cyclically to k tokens

@@ -3,7 +3,7 @@
 Cost model: a decoding run costs the measured cost curve of every forward pass it made (padded as
 `pad_size` says; scaled by how much slower passes run inside the decoding loop than alone, where
 the other model has just pushed their weights out of the cache: the target's single tokens,
-blocks of up to 4 rows and wider blocks apart, the draft's passes by a factor of their own),
+blocks of up to 4 rows and wider blocks apart, the draft's single tokens and blocks apart),
 plus a fixed overhead per draft pass and per n-gram query: the Python and NumPy work around the
 draft's passes (building trees, processing logits, drawing), and per step that runs the draft:
 its first pass reads the draft's weights back from memory, its later passes find them in the
@@ -12,7 +12,7 @@ its scales: a fixed overhead per target pass beside them made the fit ill-posed 
 costs about the same per pass, so its scale and a per-pass term trade off; one fit put 4 ms per
 target pass and scaled single tokens by 0.27).
 
-`python -m specdec_np bench --tune` measures the cost curves, fits those seven parameters per
+`python -m specdec_np bench --tune` measures the cost curves, fits those eight parameters per
 setting (least squares on timed runs of every method over a few calibration prompts, greedy and
 sampled apart), then, per setting (greedy; top-k sampling), runs the staged decoder for each
 candidate best-first (budget, depth) and, greedily, each fixed-width tree (chains included: where
@@ -174,8 +174,18 @@ def target_ms(stats, curves, size: str | None = None) -> float:
                if size is None or size_class(curves["target"], k) == size)
 
 
-def draft_ms(stats, curves) -> float:
-    return sum(block_ms(curves["draft"], k) for k in stats.draft_blocks)
+def draft_ms(stats, curves, size: str | None = None) -> float:
+    """The draft's passes at their curve cost: all, or those of one size ("step": one token,
+    "block": more)."""
+    return sum(block_ms(curves["draft"], k) for k in stats.draft_blocks
+               if size is None or (k == 1) == (size == "step"))
+
+
+# The draft's passes of one token and of several are scaled apart: in the decoding loop at top-k
+# a 2-row draft pass (a node and stage 2's guess below it) took 1.7x a 1-row one, against 1.07x on
+# the curve. With one scale for both the model valued stage 2's guesses at T=1 (a guess is right
+# only as often as the draft samples it) above the chain, which ran faster.
+DRAFT_SIZES = ("step", "block")
 
 
 def predicted_ms(stats, curves, overheads=None) -> float:
@@ -183,16 +193,17 @@ def predicted_ms(stats, curves, overheads=None) -> float:
     inside the decoding loop than alone (the target's `step_scale` for one token, which the
     baseline runs back to back, `block_scale` for blocks of up to WIDE rows and `wide_scale` for
     wider ones, which follow a drafting gap: they suffer differently; the draft's
-    `draft_scale`), plus fixed overheads per draft pass, n-gram query and step that runs the
-    draft (none of these when not measured)."""
+    `draft_step_scale` and `draft_block_scale`), plus fixed overheads per draft pass, n-gram query
+    and step that runs the draft (none of these when not measured)."""
     o = overheads or {}
     return (sum(o.get(size + "_scale", 1.0) * target_ms(stats, curves, size) for size in SIZES)
-            + o.get("draft_scale", 1.0) * draft_ms(stats, curves)
+            + sum(o.get(f"draft_{size}_scale", 1.0) * draft_ms(stats, curves, size) for size in DRAFT_SIZES)
             + o.get("draft_pass", 0.0) * stats.draft_passes
             + o.get("ngram_query", 0.0) * stats.ngram_queries + o.get("draft_cold", 0.0) * stats.draft_steps)
 
 
-OVERHEADS = ("step_scale", "block_scale", "wide_scale", "draft_scale", "draft_pass", "ngram_query", "draft_cold")
+OVERHEADS = ("step_scale", "block_scale", "wide_scale", "draft_step_scale", "draft_block_scale", "draft_pass",
+             "ngram_query", "draft_cold")
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -209,18 +220,18 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
 
 
 def fit_overheads(runs, curves) -> dict:
-    """The cost model's seven parameters from timed runs [(method, stats, wall seconds)].
+    """The cost model's eight parameters from timed runs [(method, stats, wall seconds)].
 
     Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
     target's and the draft's costs are not traded against each other: the wall time outside
     drafting against the target's curve time (per size class), and the drafting time against the
-    draft's curve time and the counts of draft passes, n-gram queries and steps that ran the draft
-    (cold first passes).
+    draft's curve time (per size class) and the counts of draft passes, n-gram queries and steps
+    that ran the draft (cold first passes).
     """
     target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] for _, s, _ in runs], dtype=float),
                                np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
-    draft = nonnegative_lstsq(np.array([[draft_ms(s, curves), s.draft_passes, s.ngram_queries, s.draft_steps]
-                                        for _, s, _ in runs], dtype=float),
+    draft = nonnegative_lstsq(np.array([[*(draft_ms(s, curves, size) for size in DRAFT_SIZES), s.draft_passes,
+                                         s.ngram_queries, s.draft_steps] for _, s, _ in runs], dtype=float),
                               np.array([1000 * s.time_draft for _, s, _ in runs]))
     return dict(zip(OVERHEADS, map(float, [*target, *draft])))
 
@@ -235,8 +246,8 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
     fit the cost model on those runs, two shapes each (so the counts vary independently):
     greedily, the current default shape and a small one; sampled, trees drawn from the draft as
     bench runs them (`sampled="without"`, widths 2,2,1,1 with the default chain, and widths 1,1
-    with a chain of 2). Each setting has its own fit: sampling does more work per node (drawing
-    children, the recursive rule) and its trees have other sizes."""
+    with a chain of 2), two seeds per prompt (`run_seeds`). Each setting has its own fit: sampling
+    does more work per node (drawing children, the recursive rule) and its trees have other sizes."""
     from .decode import generate
 
     if setting == "greedy":
@@ -246,15 +257,19 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
                                {"sampled": "without", "depth": 2, "widths": [1, 1]})
     runs = []
     for i, p in enumerate(prompts):
-        for m in ("ar", "speculative", "tree", "staged"):
-            for shape in shapes if m != "ar" else ({},):
-                t0 = time.perf_counter()
-                res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, seed=i, **kw, **shape)
-                runs.append((m, res.stats, time.perf_counter() - t0))
+        # Two runs per prompt when sampling: on one, the split between blocks and wider blocks
+        # moved from 3% to 10% between two calibrations of the same session.
+        for seed in run_seeds(i, kw.get("temperature", 0.0), 2):
+            for m in ("ar", "speculative", "tree", "staged"):
+                for shape in shapes if m != "ar" else ({},):
+                    t0 = time.perf_counter()
+                    res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, seed=seed, **kw,
+                                   **shape)
+                    runs.append((m, res.stats, time.perf_counter() - t0))
     o = fit_overheads(runs, curves)
     out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
-        f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft passes "
-        f"x{o['draft_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms "
+        f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft single tokens "
+        f"x{o['draft_step_scale']:.2f} and blocks x{o['draft_block_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms "
         f"for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
     return o
 
@@ -262,7 +277,7 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
 def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
          depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
                                       (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
-         chains=(1, 2, 3, 4, 6), spec_lens=(1, 2, 3, 4), spec_rows=("pad", 2, 4, 8),
+         chains=(1, 2, 3, 4, 6), spec_lens=(0, 1, 2, 3, 4), spec_rows=("pad", 2, 4, 8),
          lookup_depths=(0, 3, 4, 7, 8, 12, 15, 16),
          sampled_seeds=3, out=print) -> dict:
     """Pick, per setting, the tree for tree/staged (best-first (budget, depth), or greedily fixed
@@ -310,12 +325,15 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
             shape["widths"] = sampled[1]
             staged = dict(setting, sampled="without", widths=sampled[1])
         # Stage 2 for the tree staged runs in this setting: how deep the n-gram guesses, and how
-        # many guessed rows a draft pass takes (for a tree one level deep there is nothing to guess).
-        spec = min(((cost("staged", dict(staged, spec_len=n, spec_rows=r)), n, r)
-                    for n in spec_lens for r in spec_rows), key=lambda x: (x[0], str(x[2])))
+        # many guessed rows a draft pass takes (for a tree one level deep there is nothing to guess;
+        # depth 0: no guesses, the n-gram only copies to the target, and the rows do not matter).
+        stage2 = [(n, r) for n in spec_lens for r in (spec_rows if n else spec_rows[:1])]
+        spec = min(((cost("staged", dict(staged, spec_len=n, spec_rows=r)), n, r) for n, r in stage2),
+                   key=lambda x: (x[0], str(x[2])))
         chain = min(((cost("speculative", dict(setting, depth=k)), k) for k in chains), key=lambda x: x[0])
+        guesses = f"n-gram guesses {spec[1]} deep, {spec[2]} rows" if spec[1] else "no n-gram guesses for the draft"
         out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(shape, sampled=name == 'sampled')}, "
-            f"n-gram guesses {spec[1]} deep, {spec[2]} rows: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
+            f"{guesses}: {spec[0]:.2f} ms/token ({base / spec[0]:.2f}x); "
             f"speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
         look = min(((cost("staged", dict(staged, spec_len=spec[1], spec_rows=spec[2], lookup_depth=n)), n)
                     for n in lookup_depths), key=lambda x: x[0])

@@ -80,6 +80,19 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
         assert 2 in staged.stats.source  # some emitted tokens are credited to the n-gram
 
 
+def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does():
+    # spec_len=0 (what --tune may pick at T=1): the draft gets no guessed rows, so with copies off
+    # too staged makes exactly the tree decoder's draft passes; the same run with guesses does not.
+    kw = dict(draft=DRAFT, ngram=NGRAM, widths=[2, 1, 1], sampled="without", temperature=1.0, seed=5, eos=-1,
+              lookup_depth=0)
+    tree = generate(TARGET, [1, 2, 3], 30, method="tree", **kw)
+    bare = generate(TARGET, [1, 2, 3], 30, method="staged", spec_len=0, **kw)
+    guessing = generate(TARGET, [1, 2, 3], 30, method="staged", spec_len=2, spec_rows=2, **kw)
+    assert bare.tokens == tree.tokens == guessing.tokens  # the draft's trees, the same random draws
+    assert bare.stats.draft_blocks == tree.stats.draft_blocks and bare.stats.ngram_queries == 0
+    assert guessing.stats.draft_blocks != tree.stats.draft_blocks and guessing.stats.ngram_queries > 0
+
+
 def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier():
     """Stage 2 guesses a continuation copied from the context when its last three tokens occurred
     before (code repeats its names), else the trigram's greedy continuation."""
@@ -195,6 +208,8 @@ def test_bad_input_raises():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="lookup_depth must be an integer"):
             generate(TARGET, [1], 5, method="staged", draft=DRAFT, ngram=NGRAM, lookup_depth=bad)
+        with pytest.raises(ValueError, match="spec_len must be an integer"):
+            generate(TARGET, [1], 5, method="staged", draft=DRAFT, ngram=NGRAM, spec_len=bad)
 
 
 @pytest.mark.parametrize("method, temperature, sampled, kind", [

@@ -37,9 +37,14 @@ def test_cost_model_charges_padded_blocks_and_overheads():
     # 5 tokens are padded to 8 rows (a wide block), 3 to 4 (a block).
     assert [size_class(CURVE, k) for k in (1, 2, 3, 4, 5, 8, 16)] == ["step"] + ["block"] * 3 + ["wide"] * 3
     assert [target_ms(s, curves, size) for size in ("step", "block", "wide")] == [1.0, 2.5, 3.0]
-    o = {"step_scale": 1.1, "block_scale": 1.2, "wide_scale": 1.3, "draft_scale": 1.5, "draft_pass": 0.25,
-         "ngram_query": 0.01, "draft_cold": 0.4}
+    # The draft's 2 tokens and 7 (padded to 8) are both blocks; a single token is a step.
+    assert [draft_ms(stats([], [1, 2, 7]), curves, size) for size in ("step", "block")] == [1.0, 2.0 + 3.0]
+    o = {"step_scale": 1.1, "block_scale": 1.2, "wide_scale": 1.3, "draft_step_scale": 1.7, "draft_block_scale": 1.5,
+         "draft_pass": 0.25, "ngram_query": 0.01, "draft_cold": 0.4}
     want = 1.1 * 1.0 + 1.2 * 2.5 + 1.3 * 3.0 + 1.5 * 5.0 + 2 * 0.25 + 10 * 0.01 + 1 * 0.4
+    assert abs(predicted_ms(s, curves, o) - want) < 1e-12
+    s = stats([1, 5, 3], [2, 7, 1], ngram_queries=10, draft_steps=1)  # one single-token draft pass more
+    want += 1.7 * 1.0 + 0.25
     assert abs(predicted_ms(s, curves, o) - want) < 1e-12
 
 
@@ -50,16 +55,18 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "draft_scale": 1.7, "draft_pass": 0.2,
-             "ngram_query": 0.05, "draft_cold": 0.4}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "draft_step_scale": 1.3, "draft_block_scale": 1.7,
+             "draft_pass": 0.2, "ngram_query": 0.05, "draft_cold": 0.4}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2], draft_steps=2)),
                       ("tree", stats([8, 8, 8, 16], [1, 1, 7], draft_steps=3)),
                       ("staged", stats([30, 8], [1, 4], ngram_queries=12, draft_steps=1)),
-                      ("staged", stats([30, 4, 8], [7, 8, 1], ngram_queries=5, draft_steps=2))]:
-        s.time_draft = (1.7 * draft_ms(s, curves) + 0.2 * s.draft_passes + 0.05 * s.ngram_queries
-                        + 0.4 * s.draft_steps) / 1000
+                      ("staged", stats([30, 4, 8], [7, 8, 1], ngram_queries=5, draft_steps=2)),
+                      ("speculative", stats([4, 4], [1, 1, 1, 1, 1, 1], draft_steps=2)),
+                      ("tree", stats([8], [2, 2, 1, 3], draft_steps=1))]:
+        s.time_draft = (1.3 * draft_ms(s, curves, "step") + 1.7 * draft_ms(s, curves, "block") + 0.2 * s.draft_passes
+                        + 0.05 * s.ngram_queries + 0.4 * s.draft_steps) / 1000
         runs.append((method, s, predicted_ms(s, curves, truth) / 1000))
     got = fit_overheads(runs, curves)
     assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
