@@ -126,8 +126,9 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
 # The predicted speedup is the ratio; we set it next to the measured one. (`tuning.py` refines
 # this model with padding, with how much slower passes run inside the decoding loop than alone
-# (single tokens, blocks of up to 4 rows and wider ones apart), and with fixed overheads per draft
-# pass and n-gram query, fitted by `bench --tune` on greedy and sampled runs separately.)
+# (the target's single tokens, blocks of up to 4 rows and wider ones apart; the draft's single
+# tokens and blocks apart), and with fixed overheads per draft pass and n-gram query, fitted by
+# `bench --tune` on greedy and sampled runs separately.)
 
 # %%
 n_new = 40
