@@ -18,17 +18,18 @@ sampled apart), then, per setting (greedy; top-k sampling), runs the staged deco
 candidate best-first (budget, depth) and, greedily, each fixed-width tree (chains included: where
 draft passes are dear, the cheapest tree to draft can win); in the sampled setting each width of
 trees whose children are drawn without replacement (`sampled="without"`, the trees `bench` samples
-with); then, for the tree staged runs in that setting, each stage-2 setting (guess depth, guessed
-rows per pass), the chain decoder for each chain length, how long a chain stage 2 may copy straight
-to the target (`lookup_depth`, 0 = never), and last the fixed or sampled trees' widths once more
-with those; what is not chosen yet stays at `generate`'s defaults (FALLBACK's: `bench --tune` drops
-the stored shapes first). Sampled candidates are costed over several seeds per prompt (their
-acceptance is random). It stores what the model predicts fastest in `weights/tuned.json`, one entry
-per pair of models and machine (CPU model and core count: a cost curve says nothing about another
-CPU). `generate` uses the entry for its pair on the machine it runs on, and otherwise the
-documented constants of FALLBACK, unpadded (padding needs a curve): best-first trees of budget 8
-and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a chain of 4 (speculative),
-n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies of 12 tokens.
+with); then, for the tree staged runs in that setting, each stage-2 setting (guess depth, 0 for
+none, and guessed rows per pass), the chain decoder for each chain length, how long a chain stage 2
+may copy straight to the target (`lookup_depth`, 0 = never), and last the fixed or sampled trees'
+widths once more with those; what is not chosen yet stays at `generate`'s defaults (FALLBACK's:
+`bench --tune` drops the stored shapes first). Sampled candidates are costed over several seeds per
+prompt (their acceptance is random). It stores what the model predicts fastest in
+`weights/tuned.json`, one entry per pair of models and machine (CPU model and core count: a cost
+curve says nothing about another CPU). `generate` uses the entry for its pair on the machine it
+runs on, and otherwise the documented constants of FALLBACK, unpadded (padding needs a curve):
+best-first trees of budget 8 and depth 6, widths 2, 2, 1, 1, 1, 1 for fixed and sampled trees, a
+chain of 4 (speculative), n-gram guesses 3 deep and at most 4 guessed rows per draft pass, copies
+of 12 tokens.
 """
 
 from __future__ import annotations
@@ -257,8 +258,8 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
                                {"sampled": "without", "depth": 2, "widths": [1, 1]})
     runs = []
     for i, p in enumerate(prompts):
-        # Two runs per prompt when sampling: on one, the split between blocks and wider blocks
-        # moved from 3% to 10% between two calibrations of the same session.
+        # Two runs per prompt when sampling: with one, the fitted gap between the target's blocks
+        # and wider blocks moved from 3% to 10% between two calibrations in one session.
         for seed in run_seeds(i, kw.get("temperature", 0.0), 2):
             for m in ("ar", "speculative", "tree", "staged"):
                 for shape in shapes if m != "ar" else ({},):
@@ -269,8 +270,9 @@ def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64,
     o = fit_overheads(runs, curves)
     out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
         f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft single tokens "
-        f"x{o['draft_step_scale']:.2f} and blocks x{o['draft_block_scale']:.2f}; overheads {o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms "
-        f"for a step's first), {o['ngram_query']:.4f} ms per n-gram query")
+        f"x{o['draft_step_scale']:.2f} and blocks x{o['draft_block_scale']:.2f}; overheads "
+        f"{o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms for a step's first), "
+        f"{o['ngram_query']:.4f} ms per n-gram query")
     return o
 
 

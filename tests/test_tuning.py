@@ -55,8 +55,8 @@ def test_interp_extends_past_the_last_measured_size():
 
 def test_fit_overheads_recovers_known_overheads():
     curves = {"target": CURVE, "draft": CURVE}
-    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "draft_step_scale": 1.3, "draft_block_scale": 1.7,
-             "draft_pass": 0.2, "ngram_query": 0.05, "draft_cold": 0.4}
+    truth = {"step_scale": 1.05, "block_scale": 1.4, "wide_scale": 1.6, "draft_step_scale": 1.3,
+             "draft_block_scale": 1.7, "draft_pass": 0.2, "ngram_query": 0.05, "draft_cold": 0.4}
     runs = []
     for method, s in [("ar", stats([40, 1, 1, 1])), ("ar", stats([30, 1])),
                       ("tree", stats([40, 8, 5], [1, 2, 4, 2], draft_steps=2)),
@@ -100,7 +100,7 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
 
     monkeypatch.setattr("specdec_np.decode.generate", recording)
     tuned = tuning.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], curves, max_new_tokens=6, budgets=(1, 3),
-                        depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(1, 2), spec_rows=("pad", 2),
+                        depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2), spec_lens=(0, 1, 2), spec_rows=("pad", 2),
                         lookup_depths=(0, 2), sampled_seeds=2, out=lambda *_: None)
     monkeypatch.undo()
     # Greedy decoding is deterministic: one run per prompt. Sampled: each prompt with 2 seeds.
@@ -125,7 +125,9 @@ def test_tune_stores_a_shape_per_setting_that_generate_then_uses(tmp_path, monke
         tried = [c for c in calls if c.get("method") == "staged" and c.get("temperature", 0.0) == temperature
                  and ("spec_len" in c or "lookup_depth" in c)]
         stage2 = [c for c in tried if "lookup_depth" not in c]
-        assert {(c["spec_len"], c["spec_rows"]) for c in stage2} == {(1, "pad"), (1, 2), (2, "pad"), (2, 2)}
+        assert {(c["spec_len"], c["spec_rows"]) for c in stage2} == {(0, "pad"), (1, "pad"), (1, 2), (2, "pad"), (2, 2)}
+        # No guesses: the rows do not matter, so spec_len 0 is one candidate (2 prompts x its seeds).
+        assert len([c for c in stage2 if c["spec_len"] == 0]) == 2 * (2 if temperature else 1)
         assert {c["lookup_depth"] for c in tried if "lookup_depth" in c} == {0, 2}
         chosen = tuned["shapes"][name]
         second = [c for c in tried if "lookup_depth" in c and c["lookup_depth"] == chosen["lookup_depth"]
