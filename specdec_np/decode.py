@@ -1,62 +1,161 @@
-"""The decoding loop: one loop for autoregressive, speculative (chain), tree and staged decoding.
+"""The decoding loop: autoregressive, speculative (chain), tree and staged decoding in one loop.
 
-Each step: a drafter proposes a token tree rooted at the last emitted token; the target scores
-every node in one tree-masked pass; a verification rule accepts a root-to-node path and emits one
-more token (correction or bonus); both KV caches keep only the accepted path. Autoregressive
-decoding is the same loop with a root-only tree. In staged decoding the cheapest stage may also
-propose to the target directly: when the context's last three tokens occurred earlier, the step's
-tree is the chain of what followed them (prompt lookup; round the loop if the sequence is repeating
-itself), and the draft model is not run at all.
+Each step: a drafter proposes a token tree rooted at the last emitted token (`propose`); the target
+scores every node in one tree-masked pass (`verify_pass`); a lossless rule accepts a root-to-node
+path and adds one target token (`accept`); both KV caches keep only the accepted path (`compact`).
+Autoregressive decoding is the same loop with a root-only tree. How the tree is shaped, what stage
+2 does and which rule verifies travel in one `Plan`, whose defaults are constants: the output is a
+function of the arguments only. The tools (`specdec_np.tools`) measure a machine and pass in the
+plan that is fastest there.
 
 Stopping: at `<|endoftext|>` (emitted, then stop), at `max_new_tokens` (a longer accepted path is
-cut), or cleanly when the sequence fills the target's context (`stop_reason == "context"`).
+cut), or when the sequence fills the target's context (`stop_reason == "context"`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import build, verify
-from .drafting import ModelDrafter, ngram_dist_fn
+from . import build, staged, verify
+from .drafting import ModelDrafter, ngram_dist_fn, padded
 from .gpt2 import GPT2, KVCache, forward
-from .ngram import prompt_lookup, repeat_continuation
 from .sampling import Rand, check_settings, process
-from .tree import Tree, attention_mask, depths
-from .tuning import defaults, padding, tuned_curves
+from .tree import NGRAM, TARGET, Tree, block, path_key
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
-SOURCES = ("target", "draft", "ngram")  # who produced each emitted token (the paper's Fig. 3)
+DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft model
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to decode: the draft tree's shape, stage 2's work, the verification rule, block padding.
+
+    tree: "best_first" (the `budget` drafted nodes of highest cumulative draft probability, at most
+      `depth` deep; cf. EAGLE-2) or "fixed" (`widths[d]` children under every node at depth d).
+      Trees whose children are drawn from q (`sampled`) always have fixed widths.
+    chain: drafted tokens per step of the chain methods (speculative, lookup).
+    sampled: None (children are the draft's top tokens) or "with" / "without" replacement
+      (children drawn from q: at temperature 1 they are accepted far more often than top tokens).
+    guess_len, guess_rows: stage 2 for the draft (staged): below each node the draft evaluates, the
+      n-gram guesses `guess_len` levels, evaluated in the same pass, at most `guess_rows` guessed
+      nodes per pass ("pad": as many as fill the rows a padded pass computes anyway); 0: none.
+    copy_len: stage 2 for the target (staged): when the last three tokens occurred earlier, the
+      step verifies the `copy_len` tokens that followed them, with no draft pass; 0: never.
+    rule: the verification rule (verify.RULES); None: greedy at temperature 0, else the lossless
+      rule the tree's construction assumes.
+    target_pad, draft_pad: block sizes to compute passes of 1, 2, ... rows as (padding[k - 1] >= k;
+      a measured cost curve can make a larger block cheaper); () = unpadded.
+    """
+
+    tree: str = "best_first"
+    budget: int = 8
+    depth: int = 6
+    widths: tuple = (2, 2, 1, 1, 1, 1)
+    chain: int = 4
+    sampled: str | None = None
+    guess_len: int = 3
+    guess_rows: int | str = 4
+    copy_len: int = 12
+    rule: str | None = None
+    target_pad: tuple = ()
+    draft_pad: tuple = ()
+
+    def __post_init__(self):
+        def integer(name, low):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise ValueError(f"plan: {name} must be an integer >= {low}, got {value!r}")
+            object.__setattr__(self, name, int(value))
+
+        if self.tree not in ("best_first", "fixed"):
+            raise ValueError(f"plan: tree must be 'best_first' or 'fixed', got {self.tree!r}")
+        for name, low in (("budget", 1), ("depth", 1), ("chain", 1), ("guess_len", 0), ("copy_len", 0)):
+            integer(name, low)
+        widths = tuple(self.widths) if isinstance(self.widths, (list, tuple)) else None
+        if not widths or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in widths):
+            raise ValueError(f"plan: widths must be a non-empty list of integers >= 1, got {self.widths!r}")
+        object.__setattr__(self, "widths", tuple(int(w) for w in widths))
+        if self.sampled not in (None, "with", "without"):
+            raise ValueError(f"plan: sampled must be None, 'with' or 'without', got {self.sampled!r}")
+        if self.guess_rows != "pad":
+            integer("guess_rows", 0)
+        if self.rule is not None and self.rule not in verify.RULES:
+            raise ValueError(f"plan: unknown rule {self.rule!r}: choose one of {', '.join(verify.RULES)}")
+        for name in ("target_pad", "draft_pad"):
+            pad = tuple(int(k) for k in getattr(self, name))
+            if any(size < k for k, size in enumerate(pad, 1)):
+                raise ValueError(f"plan: {name}[k - 1] must be >= k (a block is padded, never cut), got {pad}")
+            object.__setattr__(self, name, pad)
+
+    def fixed(self, method: str) -> bool:
+        """Whether the draft tree of `method` has fixed widths (sampled trees always do)."""
+        return method in ("tree", "staged") and (self.tree == "fixed" or self.sampled is not None)
+
+    def max_depth(self, method: str) -> int:
+        if method in ("speculative", "lookup"):
+            return self.chain
+        return len(self.widths) if self.fixed(method) else self.depth
+
+    def max_nodes(self, method: str) -> int:
+        """The most drafted nodes a step's tree can have (its size in the target's pass, less the root)."""
+        if method == "ar":
+            return 0
+        if method in ("speculative", "lookup"):
+            return self.chain
+        return int(np.cumprod(self.widths).sum()) if self.fixed(method) else self.budget
+
+
+@dataclass
+class Step:
+    """What one decoding step did: the record every statistic is computed from."""
+
+    tokens: list  # the tokens it emitted (after a cut at max_new_tokens or end-of-text)
+    source: list  # per emitted token, who proposed it: an index into tree.SOURCES
+    target_block: int  # rows in the target's pass: catch-up tokens and tree nodes
+    draft_blocks: list  # rows in each of the draft's passes
+    ngram_queries: int
+    seconds: tuple  # (drafting, the target's pass, verifying and compacting)
+    tree: Tree | None = None  # the verified tree and its accepted path (with keep_trees)
+    path: list | None = None
 
 
 @dataclass
 class Stats:
-    target_passes: int = 0
-    draft_passes: int = 0
-    draft_steps: int = 0  # steps that ran the draft: their first pass is cold (the target evicted it)
-    ngram_queries: int = 0
-    accepted: list = field(default_factory=list)  # tokens emitted per target pass
-    source: list = field(default_factory=list)  # per emitted token: index into SOURCES
-    target_bytes: int = 0  # weight bytes read: every tensor once per forward pass
-    draft_bytes: int = 0
-    target_weight_bytes: int = 0  # what one target pass reads: the unit of weight traffic
-    time_draft: float = 0.0  # seconds building trees (draft passes and n-gram queries)
-    time_target: float = 0.0  # seconds in target forward passes
-    time_verify: float = 0.0
-    target_blocks: list = field(default_factory=list)  # tokens per target pass (for the cost model)
-    draft_blocks: list = field(default_factory=list)  # tokens per draft pass
-    trees: list = field(default_factory=list)  # (tree, accepted path) per step, if keep_trees
+    """Totals over a run's steps. Weight traffic: bytes of weights read (every tensor once per
+    forward pass) per emitted token, relative to autoregressive decoding (the paper's Table 1)."""
+
+    steps: list = field(default_factory=list)
+    target_weight_bytes: int = 0  # what one target pass reads
+    draft_weight_bytes: int = 0
+
+    target_passes = property(lambda self: len(self.steps))
+    accepted = property(lambda self: [len(s.tokens) for s in self.steps])  # tokens emitted per target pass
+    source = property(lambda self: [x for s in self.steps for x in s.source])
+    target_blocks = property(lambda self: [s.target_block for s in self.steps])
+    draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
+    draft_passes = property(lambda self: sum(len(s.draft_blocks) for s in self.steps))
+    draft_steps = property(lambda self: sum(bool(s.draft_blocks) for s in self.steps))  # steps that ran the draft
+    ngram_queries = property(lambda self: sum(s.ngram_queries for s in self.steps))
+    time_draft = property(lambda self: sum(s.seconds[0] for s in self.steps))
+    time_target = property(lambda self: sum(s.seconds[1] for s in self.steps))
+    time_verify = property(lambda self: sum(s.seconds[2] for s in self.steps))
+    target_bytes = property(lambda self: self.target_passes * self.target_weight_bytes)
+    draft_bytes = property(lambda self: self.draft_passes * self.draft_weight_bytes)
+    trees = property(lambda self: [(s.tree, s.path) for s in self.steps if s.tree is not None])
 
     @property
     def tokens_per_pass(self) -> float:
-        return float(np.mean(self.accepted)) if self.accepted else 0.0
+        return sum(self.accepted) / self.target_passes if self.steps else 0.0
 
     @property
     def weight_traffic(self) -> float:
-        """Weight bytes read (target + draft) per emitted token, relative to autoregressive decoding."""
-        return (self.target_bytes + self.draft_bytes) / (max(1, len(self.source)) * self.target_weight_bytes)
+        tokens = sum(self.accepted)
+        return (self.target_bytes + self.draft_bytes) / (max(1, tokens) * self.target_weight_bytes)
 
 
 @dataclass
@@ -68,27 +167,153 @@ class Result:
     draft_cache: KVCache | None = None
 
 
-def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=None):
-    """Target logits at every tree node [n, V]; feeds committed tokens the cache lacks, then the tree.
+def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
+             ngram=None, plan: Plan | None = None, temperature: float = 0.0, top_k=None, top_p=None,
+             seed: int = 0, rand=None, eos: int | None = None, keep_trees: bool = False) -> Result:
+    """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
-    The tree's root is `seq[-1]` at position len(seq) - 1; a node at depth d sits at len(seq)-1+d.
-    Returns (logits, start, n_catch_up) so the caller can `keep` the accepted path afterwards.
-    `pad(n)`: the block size to compute n tokens as (`tuning.padding`); default unpadded.
+    method: "ar" (target alone), "speculative" (a draft chain), "tree" (a draft token tree),
+      "staged" (a draft tree speculated by the n-gram, which also copies repeats to the target),
+      "ngram" (the n-gram drafts the tree itself), "lookup" (prompt lookup's chain, no model).
+    plan: the tree's shape, stage 2 and the rule (`Plan()`'s constants by default).
+    temperature, top_k, top_p: the target distribution to sample from; 0 = greedy.
+    rand: the source of randomness (`sampling.Rand`; the exact enumerator passes its own);
+      default `Rand(seed)`. At temperature > 0 speculative draws its chain from q unless
+      plan.sampled says otherwise (classic speculative sampling).
+    eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
+    keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     """
-    start, root_pos = cache.length, len(seq) - 1
-    catch_up = list(seq[start:root_pos])
-    n_c, n = len(catch_up), len(catch_up) + len(tree.tokens)
-    mask = np.zeros((n, n), dtype=bool)
-    mask[:n_c, :n_c] = np.tril(np.ones((n_c, n_c), dtype=bool))
-    mask[n_c:, :n_c] = True
-    mask[n_c:, n_c:] = attention_mask(tree)
-    positions = np.concatenate([start + np.arange(n_c), root_pos + depths(tree)])
-    logits = forward(target, catch_up + [int(t) for t in tree.tokens], cache, positions=positions, mask=mask,
-                     pad_to=pad(n) if pad else None, logits_from=n_c)  # [len(tree), V]
-    return logits, start, n_c
+    plan = Plan() if plan is None else plan
+    prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed)
+    if method == "speculative" and temperature > 0 and plan.sampled is None:
+        plan = dataclasses.replace(plan, sampled="with")  # classic speculative sampling
+    rand = Rand(seed) if rand is None else rand
+    eos = target.config.n_vocab - 1 if eos is None else eos
+    drafter = None
+    if method in DRAFTED:
+        # Best-first expands at most `budget` nodes per level; other trees expand fewer than they hold.
+        expanded = plan.max_nodes(method) if plan.fixed(method) or method == "speculative" else plan.budget * plan.depth
+        drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=ngram if method == "staged" else None,
+                               guess_len=plan.guess_len, guess_rows=plan.guess_rows, max_nodes=expanded,
+                               pad=plan.draft_pad)
+    copy_len = plan.copy_len if method == "staged" else 0
+    widest = max(plan.max_nodes(method), copy_len) + 1  # the most rows a step's tree feeds the target
+    cache = KVCache(target.config, dtype=target.dtype, max_block=padded(plan.target_pad, widest))
+    stats = Stats(target_weight_bytes=target.weight_bytes, draft_weight_bytes=draft.weight_bytes if drafter else 0)
+    seq, new, stop = list(prompt), [], "max_new_tokens"
+    while len(new) < max_new_tokens and stop == "max_new_tokens":
+        if len(seq) >= target.config.n_ctx:
+            stop = "context"
+            break
+        t0, passes, queries = time.perf_counter(), len(drafter.block_sizes) if drafter else 0, ngram_queries(drafter)
+        # A draft tree rooted at seq[-1], or stage 2's copy of a repeat (then no draft pass).
+        tree, copied, step_queries = propose(method, seq, plan, copy_len, target.config.n_ctx, drafter, ngram, rand)
+        t1 = time.perf_counter()
+        # The target scores every node in one tree-masked pass: p[i] follows node i.
+        p, start, n_c = verify_pass(target, cache, seq, tree, plan.target_pad, temperature, top_k, top_p)
+        t2 = time.perf_counter()
+        # A lossless rule keeps a root-to-node path and draws one more token from the target.
+        rule = default_rule(method, temperature, tree.kind) if copied or plan.rule is None else plan.rule
+        path, token = accept(tree, p, rule, rand)
+        # Both caches keep only the accepted path, in contiguous slots.
+        keys = compact(cache, start, n_c, tree, path, None if copied else drafter)
+        t3 = time.perf_counter()
+        tokens, source, stop = emit(tree, path, token, keys, method, copied, drafter, max_new_tokens - len(new), eos)
+        new += tokens
+        seq += tokens
+        stats.steps.append(Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
+                                step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2),
+                                tree if keep_trees else None, path if keep_trees else None))
+    # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
+    cache.truncate(min(cache.length, len(seq) - 1))
+    if drafter:
+        drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
+    return Result(new, stats, stop, cache, drafter.cache if drafter else None)
+
+
+def propose(method, seq, plan: Plan, copy_len: int, n_ctx: int, drafter, ngram, rand) -> tuple[Tree, bool, int]:
+    """The step's tree, whether it is stage 2's copy, and the n-gram queries spent outside the drafter."""
+    room = n_ctx - len(seq) - 1  # a node at depth d sits at position len(seq) - 1 + d < n_ctx
+    queries = 0
+    if copy_len and room > 0:  # stage 2 looks for a repeat to copy straight to the target
+        copied, queries = staged.copied_chain(seq, min(copy_len, room)), 1
+        if copied is not None:
+            return copied, True, queries
+    root, depth = seq[-1], min(plan.max_depth(method), room)
+    if drafter is not None:
+        depth = min(depth, drafter.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
+    if method == "ar" or depth <= 0:
+        return Tree(tokens=[root], parents=[-1], q=[1.0]), False, queries
+    if method == "lookup":
+        return staged_lookup(seq, depth), False, queries
+    if method == "ngram":
+        counter = [0]
+        tree = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), plan.budget, depth)
+        return tree, False, queries + counter[0]
+    drafter.begin(seq, depth)
+    r = rand if plan.sampled else None
+    if method == "speculative":
+        return build.build_chain(root, drafter.dist_fn, depth, rand=r), False, queries
+    if plan.fixed(method):
+        tree = build.build_fixed(root, drafter.dist_fn, plan.widths[:depth], rand=r, replacement=plan.sampled != "without")
+    else:
+        tree = build.build_best_first(root, drafter.dist_fn, plan.budget, depth)
+    return tree, False, queries
+
+
+def staged_lookup(seq, k: int) -> Tree:
+    """The lookup method's tree: prompt lookup's chain (a match of 3, 2 or 1 tokens), proposed by no model."""
+    tokens = staged.prompt_lookup(seq, k=k)
+    n = len(tokens)
+    return Tree(tokens=[seq[-1]] + tokens, parents=np.arange(-1, n), q=np.ones(n + 1), source=[TARGET] + [NGRAM] * n)
+
+
+def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=(), temperature=0.0, top_k=None, top_p=None):
+    """The target's processed distribution after every tree node [n, V], from one forward pass that
+    also feeds the committed tokens its cache lacks. Returns (p, start, n_catch_up): the block began
+    at slot `start`, so `compact` can keep the accepted path afterwards."""
+    start = cache.length
+    tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
+    logits = forward(target, tokens, cache, positions=positions, mask=mask, pad_to=padded(pad, len(tokens)),
+                     logits_from=n_c)  # [len(tree), V]
+    return process(logits, temperature, top_k, top_p), start, n_c
+
+
+def accept(tree: Tree, p, rule: str, rand):
+    """(path, next token): the rule's accepted root-to-node path and the target's token after it."""
+    verify.check_tree(tree, rule)
+    return verify.RULES[rule](tree, p, rand)
+
+
+def compact(cache: KVCache, start: int, n_c: int, tree: Tree, path, drafter) -> list[tuple]:
+    """Keep the catch-up rows and the accepted path in the target's cache (and the drafter's);
+    returns the accepted nodes' path keys. After a copied step (no drafter) the draft's next pass
+    feeds what it missed as catch-up rows."""
+    cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
+    keys = [path_key(tree.tokens, tree.parents, node) for node in path[1:]]
+    if drafter is not None:
+        drafter.commit(keys)
+    return keys
+
+
+def emit(tree: Tree, path, token, keys, method, copied, drafter, room: int, eos: int):
+    """The tokens the step emits (at most `room`, up to an end-of-text), who proposed each, and
+    the stop reason ("max_new_tokens" while there is room left)."""
+    tokens = verify.emitted(tree, path, token)
+    guessed = drafter.guessed if drafter else ()
+    source = [NGRAM if method in ("ngram", "lookup") else staged.credit(k, copied, guessed) for k in keys] + [TARGET]
+    stop = "max_new_tokens"
+    if eos in tokens[:room]:
+        room, stop = tokens.index(eos) + 1, "eos"
+    return tokens[:room], source[:room], stop
+
+
+def ngram_queries(drafter) -> int:
+    return drafter.ngram_queries if drafter else 0
 
 
 def default_rule(method: str, temperature: float, tree_kind: str) -> str:
+    """Greedy at temperature 0; else the lossless rule for how the tree's children were chosen."""
     if temperature == 0:
         return "greedy"
     if method == "speculative" and tree_kind == "with_replacement":
@@ -97,9 +322,20 @@ def default_rule(method: str, temperature: float, tree_kind: str) -> str:
             "without_replacement": "recursive_wor"}[tree_kind]
 
 
-def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
+def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed):
+    """The prompt as a list of ints, or a one-line ValueError/TypeError naming the bad argument."""
+    check_settings(temperature, top_k, top_p)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a decode.Plan, got {type(plan).__name__}")
+    if isinstance(prompt, (str, bytes)):
+        raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
+                        "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
+    prompt = list(prompt)
+    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in prompt):
+        bad = next(t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral))
+        raise TypeError(f"prompt must be integer token ids, got {bad!r}")
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
@@ -107,209 +343,18 @@ def check_inputs(target: GPT2, prompt, draft, method, max_new_tokens):
     if bad:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{target.config.n_vocab - 1})")
     if len(prompt) >= target.config.n_ctx:
-        raise ValueError(f"the prompt has {len(prompt)} tokens: it must be shorter than the context (n_ctx={target.config.n_ctx})")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if method in ("speculative", "tree", "staged"):
+        raise ValueError(f"the prompt has {len(prompt)} tokens: it must be shorter than the context "
+                         f"(n_ctx={target.config.n_ctx})")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if method in DRAFTED:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
         if draft.config.n_vocab != target.config.n_vocab:
-            raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} != {draft.config.n_vocab}")
-    return prompt
-
-
-def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
-             ngram=None, temperature: float = 0.0, top_k=None, top_p=None, seed: int = 0,
-             budget: int | None = None, depth: int | None = None, tree: str | None = None,
-             widths=None, sampled: str | None = None, rule: str | None = None, spec_len: int | None = None,
-             spec_width: int = 1, spec_rows: int | str | None = None, lookup_depth: int | None = None,
-             eos: int | None = None, keep_trees: bool = False) -> Result:
-    """Decode up to `max_new_tokens` after `prompt` and return the new tokens with statistics.
-
-    method: "ar" (target alone), "speculative" (draft chain of `depth` tokens), "tree" (draft
-      token tree), "staged" (draft tree whose expansion is speculated by the n-gram), "ngram"
-      (the n-gram drafts the tree itself), "lookup" (prompt-lookup chain, no model).
-    budget, depth: drafted tokens per target pass (best-first trees only: chains and fixed-width
-      trees have their size from depth and widths) and maximum depth (chain length for speculative
-      and lookup); default: the shape the cost model predicts fastest for this pair, machine and
-      setting (greedy or sampled; `bench --tune` stores it in weights/tuned.json), else budget 8,
-      depth 6, chain 4 (see tuning.py). A fixed-width tree is len(widths) deep by default.
-    tree: "best_first" (`budget` nodes, depth <= `depth`) or "fixed" (`widths` children per depth;
-      default widths: tuned for the setting, else 2, 2, 1, 1, 1, 1, cut or extended with single
-      children to an explicit `depth`). Default: "fixed" if widths are given, "best_first" if a
-      budget is, else the kind the cost model found fastest (tuned; else best_first). Trees with
-      sampled children always have fixed widths.
-    sampled: None (deterministic children: the draft's top tokens, verified at temperature > 0 by
-      the point-mass rule), "with" or "without" replacement (children drawn from q, verified by
-      recursive rejection sampling; at temperature 1 they are accepted far more often than top
-      tokens). At temperature > 0, `speculative` draws its chain from q (classic speculative
-      sampling) unless sampled is given.
-    spec_len, spec_width, spec_rows: stage 2 (staged only): below each node the draft evaluates,
-      the n-gram guesses `spec_width` children continued to `spec_len` levels, evaluated in the
-      same draft pass; at most `spec_rows` guessed nodes per pass ("pad": only as many as fill the
-      rows a padded pass computes anyway); spec_len 0: no guesses (at T=1 on this CPU the draft's
-      2-row passes cost more than the guesses it samples save). Default spec_len and spec_rows:
-      tuned, else 3 and 4.
-    lookup_depth: stage 2 proposing to the target (staged only): when the context's last three
-      tokens occurred earlier in it, the step verifies the `lookup_depth` tokens that followed
-      them (continuing round the loop when the match is recent), with no draft pass (code and
-      small models repeat themselves, and a copy is free to draft); 0: the draft model drafts
-      every step. Default: tuned, else 12.
-    rule: the verification rule; by default greedy at temperature 0, else the lossless rule the
-      tree's construction assumes (a mismatched explicit rule raises; staged's copied chains are
-      deterministic trees, so a rule for sampled trees also needs lookup_depth=0).
-    eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
-    """
-    check_settings(temperature, top_k, top_p)
-    prompt = check_inputs(target, prompt, draft, method, max_new_tokens)
+            raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} "
+                             f"!= {draft.config.n_vocab}")
     if method in ("staged", "ngram") and ngram is None:
         raise ValueError(f"method {method!r} needs an n-gram model")
-    eos = target.config.n_vocab - 1 if eos is None else eos
-    n_ctx = target.config.n_ctx
-    if tree not in (None, "best_first", "fixed"):
-        raise ValueError(f"unknown tree {tree!r}: choose best_first or fixed")
-    if sampled not in (None, "with", "without"):
-        raise ValueError(f"sampled={sampled!r}: choose None (deterministic children), with or without")
-    if tree == "best_first" and widths is not None and sampled is None:
-        raise ValueError("widths shape fixed-width trees: pass tree='fixed' (or no tree), or a budget for best_first")
-    if method == "speculative" and temperature > 0 and sampled is None:
-        sampled = "with"
-    shape = defaults(target, draft, temperature)  # measured here by `bench --tune`, else constants
-    if tree is None:
-        tree = "fixed" if widths is not None else "best_first" if budget is not None else shape["tree"]
-    chain = method in ("speculative", "lookup")
-    fixed = method in ("tree", "staged") and (tree == "fixed" or sampled is not None)
-    default_widths = widths is None
-    widths = [int(w) for w in (shape["widths"] if default_widths else widths)]
-    if depth is None:
-        depth = shape["chain"] if chain else len(widths) if fixed else shape["depth"]
-    elif default_widths:
-        widths = (widths + [1] * depth)[:depth]
-    budget = shape["budget"] if budget is None else budget
-    spec_len = shape["spec_len"] if spec_len is None else spec_len
-    spec_rows = shape["spec_rows"] if spec_rows is None else spec_rows
-    lookup_depth = shape["lookup_depth"] if lookup_depth is None else lookup_depth
-    for name, value in (("spec_len", spec_len), ("lookup_depth", lookup_depth)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0 (0 = off), got {value!r}")
-    if method != "staged":
-        lookup_depth = 0
-    rand = Rand(seed)
-    stats = Stats()
-    # Blocks are padded to the cheapest measured size at least as large (no curve, no padding).
-    curves = tuned_curves(target, draft) or {}
-    pad_target, pad_draft = padding(curves.get("target")), padding(curves.get("draft"))
-    drafter = None
-    if method in ("speculative", "tree", "staged"):
-        drafter = ModelDrafter(draft, temperature, top_k, top_p,
-                               ngram=ngram if method == "staged" else None, spec_len=spec_len,
-                               spec_width=spec_width, spec_rows=spec_rows, pad=pad_draft)
-    tree_size = int(np.cumprod(widths[:depth]).sum()) if fixed else budget  # drafted nodes per pass, at most
-    cache = KVCache(target.config, dtype=target.dtype, max_block=max(64, tree_size + 1, depth + 1, lookup_depth + 1))
-    seq, new = list(prompt), []
-    stop = "max_new_tokens"
-    while len(new) < max_new_tokens:
-        if len(seq) >= n_ctx:
-            stop = "context"
-            break
-        d = min(depth, n_ctx - len(seq) - 1)  # keep every fed position and the result inside n_ctx
-        if drafter:
-            d = min(d, draft.config.n_ctx - len(seq))  # the draft feeds nodes up to depth d - 1
-
-        t0 = time.perf_counter()
-        copied, n_copy = [], min(lookup_depth, n_ctx - len(seq) - 1)
-        if n_copy > 0:  # stage 2 proposes to the target directly, and the draft sits this step out
-            copied = repeat_continuation(seq, n_copy)
-            stats.ngram_queries += 1
-        if copied:
-            t = copied_chain(seq[-1], copied)
-        else:
-            passes_before = drafter.passes if drafter else 0
-            if drafter:
-                drafter.begin(seq, d)
-            t = make_tree(method, seq, d, budget, fixed, widths, sampled, rand, drafter, ngram, stats)
-            if drafter:
-                stats.draft_passes += drafter.passes - passes_before
-                stats.draft_steps += drafter.passes > passes_before
-        t1 = time.perf_counter()
-        logits, start, n_c = verify_pass(target, cache, seq, t, pad_target)
-        t2 = time.perf_counter()
-        p = process(logits, temperature, top_k, top_p)  # [n, V]
-        r = rule or default_rule(method, temperature, t.kind)
-        verify.check_tree(t, r)
-        path, nxt = verify.RULES[r](t, p, rand)
-        cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
-        emitted = verify.emitted(t, path, nxt)
-        keys = [tuple(emitted[:j]) for j in range(1, len(path))]  # each accepted node's path key
-        if drafter and not copied:  # after a copied step the draft's next pass catches its cache up
-            drafter.commit(keys)
-        t3 = time.perf_counter()
-
-        credit = [credit_of(method, drafter, k, bool(copied)) for k in keys] + [0]
-        stats.target_passes += 1
-        stats.target_blocks.append(n_c + len(t.tokens))
-        stats.time_draft += t1 - t0
-        stats.time_target += t2 - t1
-        stats.time_verify += t3 - t2
-        if keep_trees:
-            stats.trees.append((t, path))
-        for tok, src in zip(emitted, credit):
-            if len(new) == max_new_tokens:
-                break
-            new.append(tok)
-            seq.append(tok)
-            stats.source.append(src)
-            if tok == eos:
-                stop = "eos"
-                break
-        stats.accepted.append(len(emitted))
-        if stop == "eos":
-            break
-    # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
-    cache.truncate(min(cache.length, len(seq) - 1))
-    if drafter:
-        drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
-        stats.ngram_queries += drafter.ngram_queries
-        stats.draft_blocks = drafter.block_sizes
-    stats.target_weight_bytes = target.weight_bytes
-    stats.target_bytes = stats.target_passes * target.weight_bytes
-    stats.draft_bytes = stats.draft_passes * (draft.weight_bytes if draft is not None else 0)
-    return Result(new, stats, stop, cache, drafter.cache if drafter else None)
-
-
-def credit_of(method, drafter, key, copied: bool = False) -> int:
-    """The cheapest stage that proposed an accepted token: n-gram if it proposed the tree (a copied
-    chain, or the ngram/lookup methods) or guessed the token (and the draft kept it in the tree),
-    else the draft."""
-    if copied or method in ("ngram", "lookup"):
-        return 2
-    return 2 if drafter is not None and key in drafter.guessed else 1
-
-
-def copied_chain(root: int, tokens) -> Tree:
-    """Prompt lookup's proposal as a deterministic chain below `root`: no draft probabilities
-    (q = 1), every node proposed by the n-gram stage (source 1)."""
-    n = len(tokens)
-    return Tree(tokens=np.array([root] + [int(t) for t in tokens], dtype=np.int64),
-                parents=np.arange(-1, n, dtype=np.int64), q=np.ones(n + 1), kind="deterministic",
-                source=np.array([0] + [1] * n))
-
-
-def make_tree(method, seq, depth, budget, fixed, widths, sampled, rand, drafter, ngram, stats) -> Tree:
-    root = seq[-1]
-    if method == "ar" or depth <= 0 or budget <= 0:
-        return Tree(tokens=[root], parents=[-1], q=[1.0])
-    if method == "lookup":
-        return copied_chain(root, prompt_lookup(seq, k=depth))
-    if method == "ngram":
-        counter = [0]
-        t = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), budget, depth)
-        stats.ngram_queries += counter[0]
-        return t
-    fn = drafter.dist_fn
-    r = rand if sampled else None
-    if method == "speculative":
-        return build.build_chain(root, fn, depth, rand=r)
-    if fixed:  # tree="fixed", or sampled children
-        return build.build_fixed(root, fn, widths[:depth], rand=r, replacement=sampled != "without")
-    return build.build_best_first(root, fn, budget, depth)
+    return prompt

@@ -1,4 +1,4 @@
-"""Stage-2 drafters: a Katz backoff trigram model, and "prompt lookup" (n-gram matching in the context).
+"""The Katz backoff trigram: the cheapest drafter, stage 2 of staged speculative decoding (`staged.py`).
 
 Katz backoff trigram (Katz 1987), fitted from one token stream of ids 0..V-1:
 
@@ -39,14 +39,10 @@ Queries use the last two tokens of the context. Each history's continuations are
 (probability desc, token id asc) in flat CSR-like arrays, and the unigram order is precomputed, so
 `top_k` merges three short sorted candidate lists (trigram-seen, bigram-seen, unigram) instead of
 building and sorting the full [V] distribution.
-
-Prompt lookup (`prompt_lookup`) needs no training: it finds the most recent earlier occurrence of the
-last n tokens of the sequence and proposes what followed it.
 """
 
 from __future__ import annotations
 
-import argparse
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -393,74 +389,3 @@ def load(path) -> Trigram:
         raise ValueError(f"{path}: uni_count has shape {arrays['uni_count'].shape}, expected ({V},)")
     counts = {name: arrays[name] for name in _SAVED}
     return _build(counts, V, int(arrays["katz_k"]), int(arrays["min_count"]))
-
-
-# --------------------------------------------------------------------------------------- prompt lookup
-
-def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
-    """Propose k tokens: what followed the most recent earlier occurrence of the last n tokens.
-
-    Tries n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
-    A match close to the end runs into the tokens being proposed: the sequence is then repeating a
-    loop (period = distance to the match), and the proposal goes on around that loop.
-    """
-    if not 1 <= min_ngram <= max_ngram:
-        raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
-    if k < 1:
-        raise ValueError(f"k={k} must be >= 1")
-    t = np.asarray(tokens, dtype=np.int64)                       # [L]
-    L = len(t)
-    for n in range(max_ngram, min_ngram - 1, -1):
-        if L < n + 1:
-            continue
-        # Window i is t[i:i+n], for i < L - n: windows of t[:-1] exclude the suffix itself and
-        # always have a next token. It matches the suffix t[L-n:] if it agrees at every offset j:
-        # n shifted comparisons (a sliding_window_view costs more than the search, per call).
-        match = t[:L - n] == t[L - n]                                # [L-n]
-        for j in range(1, n):
-            match &= t[j:L - n + j] == t[L - n + j]
-        hits = np.flatnonzero(match)
-        if len(hits):
-            loop = t[hits[-1] + n:]                                # [L - i - n]: what followed the match
-            return np.resize(loop, k).tolist()                       # repeated cyclically to k tokens
-    return []
-
-
-def repeat_continuation(tokens, k: int) -> list[int]:
-    """Staged decoding's copy: k tokens that followed the latest earlier occurrence of the
-    last *three* tokens ([] if they are new). Stage 2 guesses it below the draft's nodes, and sends
-    it to the target directly; a one- or two-token match is too weak evidence for either."""
-    return prompt_lookup(tokens, max_ngram=3, min_ngram=3, k=k)
-
-
-# ------------------------------------------------------------------------------------------------- CLI
-
-def main(argv=None) -> int:
-    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257]`; argv starts after `ngram`."""
-    from specdec_np.tokenizer import encode, get_encoding
-
-    ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
-                                 description="Fit a Katz backoff trigram on GPT-2 BPE tokens of text files.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fit", help="tokenize FILES (joined by <|endoftext|>) and fit a trigram")
-    f.add_argument("files", nargs="+", type=Path)
-    f.add_argument("--out", required=True, type=Path, help="output .npz")
-    f.add_argument("--n-vocab", type=int, default=50257, help="vocabulary size of the model it drafts for")
-    f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
-    f.add_argument("--katz-k", type=int, default=5, help="counts above this are not discounted")
-    args = ap.parse_args(argv)
-
-    enc = get_encoding(args.n_vocab)
-    tokens = []
-    for i, name in enumerate(args.files):
-        if not name.is_file():
-            raise FileNotFoundError(f"text file {name} does not exist")
-        if i:
-            tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, name.read_text(encoding="utf-8")))
-    model = fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
-    save(model, args.out)
-    print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
-          f"{len(model.bi_tok)} bigrams, {len(model.tri_tok)} trigrams -> {args.out} "
-          f"({args.out.stat().st_size / 1e6:.1f} MB)")
-    return 0

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("deterministic", "with_replacement", "without_replacement")
+SOURCES = ("target", "draft", "ngram")  # who proposed a node, or produced an emitted token (paper's Fig. 3)
+TARGET, DRAFT, NGRAM = range(3)
 
 
 @dataclass
@@ -22,8 +24,8 @@ class Tree:
     q[i] is the draft probability of tokens[i] under draft_dists[parents[i]] (the distribution its
     siblings were chosen from; root 1.0). For the sampled kinds, draft_dists[i] is exactly the
     distribution node i's children were drawn from (zeros for nodes without children): the
-    rejection rules divide by it, so it must be that distribution and no other. source[i] labels
-    which drafter proposed node i (e.g. 0 = draft model, 1 = n-gram).
+    rejection rules divide by it, so it must be that distribution and no other. source[i] is who
+    proposed node i, an index into SOURCES (default: the draft; the root, emitted earlier, TARGET).
     """
 
     tokens: np.ndarray
@@ -57,8 +59,10 @@ class Tree:
         elif self.kind != "deterministic":
             raise ValueError(f"Tree: draft_dists is required for a {self.kind} tree "
                              "(the rejection rules need the distribution children were drawn from)")
-        self.source = (np.zeros(n, dtype=np.int8) if self.source is None
-                       else np.asarray(self.source, dtype=np.int8).reshape(-1))
+        if self.source is None:
+            self.source = np.full(n, DRAFT, dtype=np.int8)
+            self.source[0] = TARGET
+        self.source = np.asarray(self.source, dtype=np.int8).reshape(-1)
         if self.source.size != n:
             raise ValueError(f"Tree: source must have length {n}, got {self.source.size}")
 
@@ -73,9 +77,14 @@ def n_drafted(tree: Tree) -> int:
 
 def depths(tree: Tree):  # -> [n]
     """Depth of each node (root 0)."""
-    d = np.zeros(len(tree), dtype=np.int64)
-    for i in range(1, len(tree)):
-        d[i] = d[tree.parents[i]] + 1
+    return parent_depths(tree.parents)
+
+
+def parent_depths(parents):  # [n] -> [n]
+    """Depths from a parents array (parents[i] < i, root -1)."""
+    d = np.zeros(len(parents), dtype=np.int64)
+    for i in range(1, len(parents)):
+        d[i] = d[parents[i]] + 1
     return d
 
 
@@ -90,13 +99,60 @@ def positions(tree: Tree, prefix_len: int):  # -> [n]
 
 def attention_mask(tree: Tree):  # -> [n, n] bool
     """mask[i, j] = node i may attend to node j: j is i itself or one of its ancestors."""
-    n = len(tree)
+    return ancestor_mask(tree.parents)
+
+
+def ancestor_mask(parents):  # [n] -> [n, n] bool
+    """attention_mask from a parents array: a node's row is its parent's row plus itself."""
+    n = len(parents)
     mask = np.zeros((n, n), dtype=bool)
     for i in range(n):
         if i:
-            mask[i] = mask[tree.parents[i]]
+            mask[i] = mask[parents[i]]
         mask[i, i] = True
     return mask
+
+
+def block(seq, cache_len: int, tokens, parents, first: int = 0):
+    """The inputs of one forward pass that feeds tree nodes first..n-1 after a KV cache.
+
+    tokens, parents: [n] a tree in the order its nodes are fed, node 0 the root (= seq[-1], the last
+    emitted token). Node i sits at cache slot root + i and at position root + depth(i), where
+    root = len(seq) - 1: siblings share a position, being alternatives for one place in the text.
+    The cache holds seq's first `cache_len` tokens and, on later passes of a step, nodes 0..first-1
+    (so cache_len == root + first). A step's first pass (first == 0) first feeds the committed
+    tokens the cache lacks, seq[cache_len:root] ("catch-up" rows, causal). Every tree node sees the
+    whole committed prefix, its ancestors and itself. The target feeds a whole tree in one pass; the
+    draft feeds the tree it is growing, one frontier per pass.
+
+    Returns (tokens [m], positions [m], mask [m, cache_len + m], n_catch_up), m = n_catch_up + n - first.
+    """
+    root, n = len(seq) - 1, len(parents)
+    if first == 0 and not 0 <= cache_len <= root:
+        raise ValueError(f"block: a first pass needs cache_len <= {root}, got {cache_len}")
+    if first and cache_len != root + first:
+        raise ValueError(f"block: nodes 0..{first - 1} should end the cache at {root + first}, got {cache_len}")
+    catch_up = [int(t) for t in seq[cache_len:root]] if first == 0 else []
+    n_c = len(catch_up)
+    m = n_c + n - first
+    mask = np.zeros((m, cache_len + m), dtype=bool)
+    mask[:n_c, :cache_len] = True
+    mask[:n_c, cache_len:root] = np.tril(np.ones((n_c, n_c), dtype=bool))
+    mask[n_c:, :root] = True  # the committed prefix, catch-up rows included
+    mask[n_c:, root:] = ancestor_mask(parents)[first:]  # node j at column root + j, in cache or block
+    feed = np.concatenate([np.asarray(catch_up, dtype=np.int64), np.asarray(tokens, dtype=np.int64)[first:]])
+    pos = np.concatenate([cache_len + np.arange(n_c), root + parent_depths(parents)[first:]])
+    return feed, pos, mask, n_c
+
+
+def path_key(tokens, parents, node: int) -> tuple:
+    """The tokens from the root (excluded) down to `node`: a node's identity across the trees of one
+    step (the draft's growing tree, stage 2's guesses, the verified tree)."""
+    out = []
+    while node > 0:
+        out.append(int(tokens[node]))
+        node = int(parents[node])
+    return tuple(out[::-1])
 
 
 def path_to(tree: Tree, node: int) -> list[int]:
@@ -131,7 +187,7 @@ def render(tree: Tree, decode_fn=None, accepted=None) -> str:
     """
     on_path = set(int(i) for i in (accepted or ()))
     cum = cumulative_q(tree)
-    show_source = bool(np.any(tree.source))
+    show_source = bool(np.any(tree.source[1:] != DRAFT))
 
     def label(i):
         tok = int(tree.tokens[i])
@@ -142,7 +198,7 @@ def render(tree: Tree, decode_fn=None, accepted=None) -> str:
     def visit(node, depth):
         for c in children(tree, node):
             mark = "*" if c in on_path else " "
-            src = f" src={tree.source[c]}" if show_source else ""
+            src = f" ({SOURCES[tree.source[c]]})" if show_source else ""
             lines.append(f"{mark} {'  ' * depth}[{c}] {label(c)}  q={tree.q[c]:.3f} cum={cum[c]:.3f}{src}")
             visit(c, depth + 1)
 

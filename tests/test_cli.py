@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec_np import bench, demo
-from specdec_np.__main__ import main
+from specdec_np.tools import bench, demo
+from specdec_np.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "prompts.jsonl"
@@ -37,12 +37,20 @@ def test_generate_sampled_tree_with_widths(capsys):
     assert out.startswith("def add(a, b):") and "target passes" in err
 
 
-def test_generate_same_text_for_every_method(capsys):
+def test_generate_same_text_for_every_method_and_plan(capsys):
     texts = []
-    for method in ("ar", "staged"):
-        main(["generate", "class Stack:", "--method", method, "--max-new-tokens", "20"])
+    for args in (["--method", "ar"], ["--method", "staged"], ["--method", "staged", "--plan", "default"],
+                 ["--method", "tree", "--budget", "5", "--depth", "3"], ["--method", "speculative", "--depth", "2"],
+                 ["--method", "staged", "--copy-len", "0", "--widths", "2,1"]):
+        assert main(["generate", "class Stack:", "--max-new-tokens", "20", *args]) == 0
         texts.append(capsys.readouterr().out)
-    assert texts[0] == texts[1]
+    assert len(set(texts)) == 1 and len(texts[0]) > len("class Stack:\n")
+
+
+def test_generate_stats_name_the_plan(capsys):
+    main(["generate", "class Stack:", "--max-new-tokens", "8", "--plan", "default", "--stats"])
+    err = capsys.readouterr().err
+    assert "plan (the constant plan): best-first, 8 nodes at most 6 deep" in err and "copies of 12" in err
 
 
 def test_generate_reads_stdin_and_reports_errors_in_one_line():
@@ -52,6 +60,8 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--top-p", "0", "--temperature", "1"], "top_p"),
                          (["generate", "x", "--target", "gpt2-large"], "make weights"),
                          (["generate", "x", "--method", "tree", "--widths", "2,x"], "--widths"),
+                         (["generate", "x", "--method", "tree", "--budget", "0"], "--budget"),
+                         (["generate", "x", "--method", "tree", "--copy-len", "3"], "--copy-len"),
                          (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
                          (["bench", "--seeds", "0"], "--seeds")):
         r = run_cli(*args)
@@ -68,8 +78,8 @@ def test_help_has_examples():
 def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
-    assert "identical completion" in out or "differs from autoregressive" in out
-    assert "| staged" in out and "(root)" in out and "sampled decoding" in out
+    assert "All 4 methods produced the identical completion" in out and "differs" not in out
+    assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plan (" in out
 
 
 def test_bench_with_fixture(tmp_path, capsys):

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import ngram, verify
-from specdec_np.decode import generate
+from specdec_np.decode import Plan, generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, map_params, new_cache, random_params
 from specdec_np.sampling import process
+from specdec_np.tree import NGRAM as NGRAM_SOURCE
 from specdec_np.tree import children, depths, path_to
 
 CFG = GPT2Config(n_vocab=40, n_ctx=64, n_embd=16, n_layer=2, n_head=2)
@@ -33,10 +34,17 @@ for s in range(12):
     _stream += [EOS] + list(range(s, s + 3)) + ar_greedy(list(range(s, s + 3)), 30)
 NGRAM = ngram.fit(np.array(_stream), CFG.n_vocab)
 
+def plan(**shape):
+    """A Plan for these tests: `depth` is the best-first tree's depth and the chain's length."""
+    if "depth" in shape:
+        shape.setdefault("chain", shape["depth"])
+    return Plan(**shape)
+
+
 METHODS = [
     dict(method="speculative"),
     dict(method="tree"),
-    dict(method="tree", tree="fixed", widths=[3, 2, 1]),
+    dict(method="tree", tree="fixed", widths=(3, 2, 1)),
     dict(method="staged"),
     dict(method="ngram"),
     dict(method="lookup"),
@@ -49,24 +57,25 @@ prompts = st.lists(st.integers(0, CFG.n_vocab - 2), min_size=1, max_size=12)
 @settings(max_examples=15)
 def test_greedy_equals_autoregressive(kw, prompt, budget, depth):
     ref = ar_greedy(prompt, 24)
-    res = generate(TARGET, prompt, 24, draft=DRAFT, ngram=NGRAM, budget=budget, depth=depth, eos=-1, **kw)
+    kw = dict(kw)
+    res = generate(TARGET, prompt, 24, kw.pop("method"), DRAFT, NGRAM, plan(budget=budget, depth=depth, **kw), eos=-1)
     assert res.tokens == ref
-    assert sum(res.stats.accepted) >= len(res.tokens)
+    assert sum(res.stats.accepted) == len(res.tokens)
 
 
 @pytest.mark.parametrize("kw", METHODS[:4], ids=lambda kw: "-".join(map(str, kw.values())))
 def test_drafts_are_really_accepted(kw):
     """The equivalence above is not vacuous: multi-token acceptance and compaction happen."""
-    res = generate(TARGET, [1, 2, 3], 40, draft=DRAFT, ngram=NGRAM, budget=10, depth=4, eos=-1, **kw)
+    res = generate(TARGET, [1, 2, 3], 40, kw["method"], DRAFT, NGRAM, plan(budget=10, depth=4), eos=-1)
     assert res.tokens == ar_greedy([1, 2, 3], 40)
     assert res.stats.tokens_per_pass > 1.5
     assert res.stats.target_passes < 40
 
 
 def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
-    # lookup_depth=0: stage 2 only speculates the draft (the paper's staged decoding), so every
+    # copy_len=0: stage 2 only speculates the draft (the paper's staged decoding), so every
     # step's tree is the draft's own.
-    kw = dict(draft=DRAFT, ngram=NGRAM, budget=10, depth=5, keep_trees=True, eos=-1, lookup_depth=0)
+    kw = dict(draft=DRAFT, ngram=NGRAM, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=-1)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
         tree = generate(TARGET, prompt, 30, method="tree", **kw)
         staged = generate(TARGET, prompt, 30, method="staged", **kw)
@@ -81,13 +90,13 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
 
 
 def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does():
-    # spec_len=0 (what --tune may pick at T=1): the draft gets no guessed rows, so with copies off
-    # too staged makes exactly the tree decoder's draft passes; the same run with guesses does not.
-    kw = dict(draft=DRAFT, ngram=NGRAM, widths=[2, 1, 1], sampled="without", temperature=1.0, seed=5, eos=-1,
-              lookup_depth=0)
-    tree = generate(TARGET, [1, 2, 3], 30, method="tree", **kw)
-    bare = generate(TARGET, [1, 2, 3], 30, method="staged", spec_len=0, **kw)
-    guessing = generate(TARGET, [1, 2, 3], 30, method="staged", spec_len=2, spec_rows=2, **kw)
+    # guess_len=0: the draft gets no guessed rows, so with copies off too staged makes exactly the
+    # tree decoder's draft passes; the same run with guesses does not.
+    kw = dict(draft=DRAFT, ngram=NGRAM, temperature=1.0, seed=5, eos=-1)
+    shape = dict(widths=(2, 1, 1), sampled="without", copy_len=0)
+    tree = generate(TARGET, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
+    bare = generate(TARGET, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
+    guessing = generate(TARGET, [1, 2, 3], 30, method="staged", plan=plan(guess_len=2, guess_rows=2, **shape), **kw)
     assert bare.tokens == tree.tokens == guessing.tokens  # the draft's trees, the same random draws
     assert bare.stats.draft_blocks == tree.stats.draft_blocks and bare.stats.ngram_queries == 0
     assert guessing.stats.draft_blocks != tree.stats.draft_blocks and guessing.stats.ngram_queries > 0
@@ -99,7 +108,7 @@ def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier():
     from specdec_np.drafting import ModelDrafter
 
     def guessed(seq):
-        d = ModelDrafter(DRAFT, ngram=NGRAM, spec_len=2, spec_rows=2)
+        d = ModelDrafter(DRAFT, ngram=NGRAM, guess_len=2, guess_rows=2)
         d.begin(seq, 5)
         d.dist_fn(np.array([seq[-1]]), np.array([-1]), np.array([0]))  # the root's pass
         return d.guessed
@@ -120,26 +129,26 @@ def test_staged_copies_a_repeat_straight_to_the_target():
     prompt = start + ar_greedy(start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
     ref = ar_greedy(prompt, 30)
     kw = dict(draft=DRAFT, ngram=NGRAM, eos=-1, keep_trees=True, method="staged")
-    copying = generate(TARGET, prompt, 30, lookup_depth=6, **kw)
-    drafting = generate(TARGET, prompt, 30, lookup_depth=0, **kw)
+    copying = generate(TARGET, prompt, 30, plan=plan(copy_len=6), **kw)
+    drafting = generate(TARGET, prompt, 30, plan=plan(copy_len=0), **kw)
     assert copying.tokens == drafting.tokens == ref
-    copied = [(t, path) for t, path in copying.stats.trees if t.source.any()]
-    assert copied and all(len(t) <= 7 and (t.source[1:] == 1).all() for t, _ in copied)
+    copied = [(t, path) for t, path in copying.stats.trees if (t.source == NGRAM_SOURCE).any()]
+    assert copied and all(len(t) <= 7 and (t.source[1:] == NGRAM_SOURCE).all() for t, _ in copied)
     assert sum(len(path) - 1 for _, path in copied) > 0  # copied tokens are accepted, not just proposed
-    assert not any(t.source.any() for t, _ in drafting.stats.trees)
+    assert not any((t.source == NGRAM_SOURCE).any() for t, _ in drafting.stats.trees)
     assert copying.stats.draft_passes < drafting.stats.draft_passes
-    assert copying.stats.source.count(2) > 0
+    assert copying.stats.source.count(NGRAM_SOURCE) > 0
     # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
     assert 0 < copying.stats.draft_steps <= len(copying.stats.trees) - len(copied)
     assert copying.stats.draft_steps <= copying.stats.draft_passes
-    spec = generate(TARGET, prompt, 30, draft=DRAFT, eos=-1, method="speculative", depth=3)
+    spec = generate(TARGET, prompt, 30, draft=DRAFT, eos=-1, method="speculative", plan=plan(chain=3))
     assert spec.stats.draft_steps == spec.stats.target_passes  # a chain is drafted every step
 
 
 @pytest.mark.parametrize("kw", [dict(method="staged"), dict(method="tree", temperature=1.0, top_k=10, seed=4),
                                 dict(method="speculative", temperature=0.8, seed=5)])
 def test_caches_equal_a_fresh_prefill(kw):
-    res = generate(TARGET, [4, 5, 6], 30, draft=DRAFT, ngram=NGRAM, budget=8, depth=4, eos=-1, **kw)
+    res = generate(TARGET, [4, 5, 6], 30, draft=DRAFT, ngram=NGRAM, plan=plan(budget=8, depth=4), eos=-1, **kw)
     seq = [4, 5, 6] + res.tokens
     for model, cache in ((TARGET, res.target_cache), (DRAFT, res.draft_cache)):
         fresh = new_cache(model)
@@ -151,29 +160,29 @@ def test_caches_equal_a_fresh_prefill(kw):
     assert res.target_cache.length == len(seq) - 1
 
 
-def test_budget_zero_or_depth_zero_is_autoregressive():
+def test_budget_one_depth_one_drafts_one_token_per_step():
     ref = generate(TARGET, [1, 2], 20, method="ar", eos=-1)
-    for kw in (dict(budget=0), dict(depth=0)):
-        res = generate(TARGET, [1, 2], 20, method="tree", draft=DRAFT, eos=-1, **kw)
-        assert res.tokens == ref.tokens
-        assert res.stats.target_passes == ref.stats.target_passes == 20
+    res = generate(TARGET, [1, 2], 20, method="tree", draft=DRAFT, plan=plan(budget=1, depth=1), eos=-1, keep_trees=True)
+    assert res.tokens == ref.tokens
+    assert {len(t) for t, _ in res.stats.trees} == {2}
 
 
 def test_eos_and_max_new_tokens_mid_path():
     ref = ar_greedy([1, 2, 3], 30)
     eos = ref[7]
     first = ref.index(eos)
-    res = generate(TARGET, [1, 2, 3], 30, method="tree", draft=DRAFT, budget=10, depth=4, eos=eos)
+    res = generate(TARGET, [1, 2, 3], 30, method="tree", draft=DRAFT, plan=plan(budget=10, depth=4), eos=eos)
     assert res.tokens == ref[:first + 1] and res.stop_reason == "eos"
     for n in range(1, 9):  # cut wherever an accepted path would overshoot
-        res = generate(TARGET, [1, 2, 3], n, method="tree", draft=DRAFT, budget=10, depth=5, eos=-1)
+        res = generate(TARGET, [1, 2, 3], n, method="tree", draft=DRAFT, plan=plan(budget=10, depth=5), eos=-1)
         assert res.tokens == ref[:n] and res.stop_reason == "max_new_tokens"
+        assert sum(res.stats.accepted) == n  # statistics count what was emitted, not what was accepted
 
 
 def test_context_limit_stops_cleanly():
     prompt = [i % (CFG.n_vocab - 1) for i in range(CFG.n_ctx - 5)]
     for method in ("ar", "tree", "staged"):
-        res = generate(TARGET, prompt, 50, method=method, draft=DRAFT, ngram=NGRAM, budget=8, depth=4, eos=-1)
+        res = generate(TARGET, prompt, 50, method=method, draft=DRAFT, ngram=NGRAM, plan=plan(budget=8, depth=4), eos=-1)
         assert res.stop_reason == "context"
         assert len(prompt) + len(res.tokens) == CFG.n_ctx
         assert res.tokens == ar_greedy(prompt, 50)[:5]
@@ -198,18 +207,33 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="top_p"):
         generate(TARGET, [1], 5, temperature=1, top_p=0)
     with pytest.raises(ValueError, match="point_mass"):
-        generate(TARGET, [1], 5, method="tree", draft=DRAFT, temperature=1, sampled="with", rule="point_mass")
-    with pytest.raises(ValueError, match="sampled='maybe'"):
-        generate(TARGET, [1], 5, method="tree", draft=DRAFT, sampled="maybe")
-    with pytest.raises(ValueError, match="unknown tree 'bushy'"):
-        generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="bushy")
-    with pytest.raises(ValueError, match="widths shape fixed-width trees"):  # not silently ignored
-        generate(TARGET, [1], 5, method="tree", draft=DRAFT, tree="best_first", widths=[2, 1])
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="lookup_depth must be an integer"):
-            generate(TARGET, [1], 5, method="staged", draft=DRAFT, ngram=NGRAM, lookup_depth=bad)
-        with pytest.raises(ValueError, match="spec_len must be an integer"):
-            generate(TARGET, [1], 5, method="staged", draft=DRAFT, ngram=NGRAM, spec_len=bad)
+        generate(TARGET, [1], 5, method="tree", draft=DRAFT, temperature=1, plan=plan(sampled="with", rule="point_mass"))
+    with pytest.raises(TypeError, match="token ids, not text"):
+        generate(TARGET, "def f(x):", 5)
+    with pytest.raises(TypeError, match="integer token ids"):
+        generate(TARGET, [1.5], 5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(TARGET, [1], None)
+    with pytest.raises(ValueError, match="seed"):
+        generate(TARGET, [1], 5, seed="abc")
+
+
+@pytest.mark.parametrize("shape, message", [
+    (dict(sampled="maybe"), "sampled must be"), (dict(tree="bushy"), "tree must be"),
+    (dict(budget=0), "budget must be an integer >= 1"), (dict(depth=-1), "depth must be an integer >= 1"),
+    (dict(chain=1.5), "chain must be"), (dict(widths=()), "widths must be"), (dict(widths=(2, 0)), "widths must be"),
+    (dict(copy_len=-1), "copy_len must be an integer >= 0"), (dict(guess_len=True), "guess_len must be"),
+    (dict(guess_rows="lots"), "guess_rows must be"), (dict(rule="magic"), "unknown rule"),
+    (dict(target_pad=(1, 1)), "target_pad")])
+def test_plan_validates_itself(shape, message):
+    with pytest.raises(ValueError, match=message):
+        Plan(**shape)
+
+
+def test_plan_defaults_are_constants():
+    assert Plan() == Plan(tree="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4, sampled=None,
+                          guess_len=3, guess_rows=4, copy_len=12, rule=None, target_pad=(), draft_pad=())
+    assert Plan(widths=[2, 1]).widths == (2, 1)  # lists are accepted and frozen
 
 
 @pytest.mark.parametrize("method, temperature, sampled, kind", [
@@ -219,16 +243,16 @@ def test_bad_input_raises():
     ("tree", 0.0, "with", "with_replacement")])
 def test_tree_construction_per_setting(method, temperature, sampled, kind):
     res = generate(TARGET, [1, 2, 3], 12, method=method, draft=DRAFT, ngram=NGRAM, temperature=temperature,
-                   sampled=sampled, eos=-1, keep_trees=True)
+                   plan=plan(sampled=sampled, copy_len=0), eos=-1, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
     if sampled is not None:
-        # Sampled children come in the fallback's fixed widths 2, 2, 1, ... (these models are not tuned).
+        # Sampled children come in the plan's fixed widths 2, 2, 1, ...
         assert max(len(children(t, 0)) for t, _ in res.stats.trees) == 2
         assert max(int(depths(t).max()) for t, _ in res.stats.trees) <= 6
 
 
 def test_same_seed_same_tokens():
-    kw = dict(method="tree", draft=DRAFT, temperature=1.0, top_k=20, budget=6, depth=3, eos=-1)
+    kw = dict(method="tree", draft=DRAFT, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=-1)
     assert generate(TARGET, [1, 2], 25, seed=11, **kw).tokens == generate(TARGET, [1, 2], 25, seed=11, **kw).tokens
 
 
@@ -254,10 +278,11 @@ def exact_target_distribution(prompt=PROMPT, m=2):
 EXACT = exact_target_distribution()
 
 
-def tv_from_samples(**kw):
+def tv_from_samples(method, ngram=None, **shape):
     counts = {}
     for seed in range(N_SAMPLES):
-        toks = tuple(generate(T_TINY, PROMPT, 2, draft=D_TINY, temperature=1.0, seed=seed, eos=-1, **kw).tokens)
+        toks = tuple(generate(T_TINY, PROMPT, 2, method, D_TINY, ngram, plan(**shape), temperature=1.0, seed=seed,
+                              eos=-1).tokens)
         counts[toks] = counts.get(toks, 0) + 1
     return 0.5 * sum(abs(counts.get(k, 0) / N_SAMPLES - p) for k, p in EXACT.items())
 
@@ -269,9 +294,9 @@ SAMPLING_METHODS = [
     dict(method="ar"),
     dict(method="speculative", depth=2),
     dict(method="tree", budget=4, depth=2),
-    dict(method="tree", depth=2, sampled="without"),  # the default widths (2, 2), drawn without replacement
-    dict(method="tree", tree="fixed", widths=[2, 2], sampled="with"),
-    dict(method="tree", tree="fixed", widths=[2, 1], sampled="without"),
+    dict(method="tree", widths=(2, 2), sampled="without"),
+    dict(method="tree", tree="fixed", widths=(2, 2), sampled="with"),
+    dict(method="tree", tree="fixed", widths=(2, 1), sampled="without"),
 ]
 
 
@@ -290,7 +315,7 @@ def always_accept(tree, p, rand):
 
 def test_sampling_negative_control_always_accept(monkeypatch):
     monkeypatch.setitem(verify.RULES, "recursive", always_accept)
-    assert tv_from_samples(method="tree", tree="fixed", widths=[2, 2], sampled="with") > 2 * TV_BOUND
+    assert tv_from_samples(method="tree", tree="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
 
 
 NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
@@ -298,7 +323,7 @@ NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), 
 
 @pytest.mark.parametrize("sampled", ["with", "without"])
 def test_staged_sampling_matches_target_distribution(sampled):
-    assert tv_from_samples(method="staged", tree="fixed", widths=[2, 1], sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
+    assert tv_from_samples(method="staged", tree="fixed", widths=(2, 1), sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
 
 
 def test_staged_sampled_children_are_exact_samples_of_q():
@@ -309,7 +334,7 @@ def test_staged_sampled_children_are_exact_samples_of_q():
 
     def tree_distribution(trigram):
         def fn(rand):
-            d = ModelDrafter(D_TINY, temperature=1.0, ngram=trigram, spec_len=2)
+            d = ModelDrafter(D_TINY, temperature=1.0, ngram=trigram, guess_len=2, guess_rows=8)
             d.begin(PROMPT, 3)
             t = build.build_fixed(PROMPT[-1], d.dist_fn, [2, 1, 1], rand=rand, replacement=False)
             return tuple(zip(t.tokens.tolist(), t.parents.tolist()))
@@ -339,29 +364,27 @@ def test_staged_sampled_children_are_exact_samples_of_q():
 COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at the first step
 
 
-def staged_copy_distribution(monkeypatch, n=3):
+def staged_copy_distribution(n=3):
     """The exact distribution of staged decoding's first n tokens after COPY_PROMPT at T=1, by
-    enumerating every random branch of `generate` itself (its Rand replaced by the enumerator's).
+    enumerating every random branch of `generate` itself (the enumerator is its `rand`).
     Copied chains (point-mass rule) and sampled draft chains (recursive rule) alternate."""
-    from specdec_np import decode, exact
+    from specdec_np import exact
 
-    current = []
-    monkeypatch.setattr(decode, "Rand", lambda seed: current[0])
     steps = {"copied": 0, "drafted": 0}
+    shape = plan(tree="fixed", widths=(1,), sampled="without", copy_len=2)
 
     def fn(rand):
-        current[:] = [rand]
         res = generate(T_TINY, COPY_PROMPT, n, method="staged", draft=D_TINY, ngram=NGRAM_TINY, temperature=1.0,
-                       tree="fixed", widths=[1], sampled="without", lookup_depth=2, keep_trees=True, eos=-1)
+                       plan=shape, rand=rand, keep_trees=True, eos=-1)
         for t, _ in res.stats.trees:
-            steps["copied" if t.source.any() else "drafted"] += 1
+            steps["copied" if (t.source == NGRAM_SOURCE).any() else "drafted"] += 1
         return tuple(res.tokens)
 
     return exact.outcomes(fn), steps
 
 
-def test_staged_copies_are_lossless_when_sampling(monkeypatch):
-    got, steps = staged_copy_distribution(monkeypatch)
+def test_staged_copies_are_lossless_when_sampling():
+    got, steps = staged_copy_distribution()
     assert steps["copied"] > 0 and steps["drafted"] > 0  # both kinds of step were exercised
     want = exact_target_distribution(COPY_PROMPT, 3)
     assert set(got) <= set(want)
@@ -371,12 +394,12 @@ def test_staged_copies_are_lossless_when_sampling(monkeypatch):
 def test_staged_copies_negative_control_always_accept(monkeypatch):
     """The same check rejects a point-mass rule that accepts the copied chain without a test."""
     monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
-    got, _ = staged_copy_distribution(monkeypatch)
+    got, _ = staged_copy_distribution()
     want = exact_target_distribution(COPY_PROMPT, 3)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
 
 
 def test_wide_fixed_tree_runs_to_the_end_of_the_context():
     # 4 + 16 + 64 = 84 drafted nodes per pass: more than the cache's default headroom of 64 slots.
-    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, tree="fixed", widths=[4, 4, 4], eos=-1)
+    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, plan=plan(tree="fixed", widths=(4, 4, 4)), eos=-1)
     assert res.stop_reason == "context" and res.tokens == ar_greedy([1, 2], len(res.tokens))

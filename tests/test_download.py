@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from specdec_np import checkpoint, download as dl
+from specdec_np import checkpoint
+from specdec_np.tools import download as dl
 from specdec_np.gpt2 import GPT2Config, iter_params, random_params
 
 MODEL = random_params(GPT2Config(n_vocab=29, n_ctx=8, n_embd=8, n_layer=1, n_head=2), seed=5)

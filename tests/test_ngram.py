@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import ngram
-from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, prompt_lookup, save, top_k
+from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, save, top_k
+from specdec_np.staged import prompt_lookup
+from specdec_np.tools.cli import cmd_ngram
 
 
 def all_contexts(V):
@@ -373,7 +375,7 @@ def test_fit_command_joins_files_with_endoftext(tmp_path):
     a.write_text("def f(x):\n    return x\n")
     b.write_text("def g(y):\n    return y\n")
     out = tmp_path / "tri.npz"
-    assert ngram.main(["fit", str(a), str(b), "--out", str(out), "--n-vocab", "8193"]) == 0
+    assert cmd_ngram(["fit", str(a), str(b), "--out", str(out), "--n-vocab", "8193"]) == 0
     m = load(out)
     assert m.n_vocab == 8193
     assert m.counts["uni_count"][8192] == 1                             # one <|endoftext|> between 2 files
@@ -383,7 +385,7 @@ def test_fit_command_joins_files_with_endoftext(tmp_path):
     last_a, first_b = encode(enc, a.read_text())[-1], encode(enc, b.read_text())[0]
     assert top_k(m, [last_a, 8192], 1)[0][0] == first_b
     with pytest.raises(FileNotFoundError, match="nope.py does not exist"):
-        ngram.main(["fit", str(tmp_path / "nope.py"), "--out", str(out)])
+        cmd_ngram(["fit", str(tmp_path / "nope.py"), "--out", str(out)])
 
 
 def test_top_k_ties_among_many_tokens():

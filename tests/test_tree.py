@@ -35,7 +35,7 @@ def test_derived_arrays_of_a_hand_made_tree():
     assert children(HAND, 0).tolist() == [1, 2] and children(HAND, 2).tolist() == []
     assert n_drafted(HAND) == 4 and len(HAND) == 5
     np.testing.assert_allclose(cumulative_q(HAND), [1, 0.5, 0.25, 0.4, 0.2])
-    assert HAND.source.tolist() == [0] * 5
+    assert HAND.source.tolist() == [0] + [1] * 4  # the root was emitted by the target; the rest drafted
 
 
 def test_render_and_mask_drawing():

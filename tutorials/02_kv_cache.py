@@ -19,7 +19,7 @@ import numpy as np
 
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
-from specdec_np.roofline import block_cost_ms, matvec_gbps
+from specdec_np.tools.costcurve import block_cost_ms, matvec_gbps
 from specdec_np.tokenizer import decode, encode, get_encoding
 
 model = load_model("tiny-target")

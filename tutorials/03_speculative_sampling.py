@@ -19,7 +19,7 @@
 import numpy as np
 
 from specdec_np import build, exact, verify
-from specdec_np.decode import generate
+from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import decode, encode
 
@@ -153,7 +153,7 @@ assert abs(sum(per_pass.values()) - 1) < 1e-12 and set(per_pass) <= {1, 2, 3, 4}
 target_model, draft_model, _, enc = load_embedded()
 prompt = encode(enc, "def fibonacci(n):\n    ")
 kw = dict(temperature=1.0, top_k=50, seed=0)
-res = generate(target_model, prompt, 32, method="speculative", draft=draft_model, depth=4, **kw)
+res = generate(target_model, prompt, 32, method="speculative", draft=draft_model, plan=Plan(chain=4), **kw)
 ar = generate(target_model, prompt, 32, method="ar", **kw)
 s = res.stats
 print(repr(decode(enc, res.tokens)))

@@ -14,7 +14,7 @@
 import numpy as np
 
 from specdec_np import build
-from specdec_np.decode import generate
+from specdec_np.decode import Plan, generate
 from specdec_np.drafting import ModelDrafter
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
@@ -126,8 +126,9 @@ assert e_tree >= e_chain - 1e-12
 target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
 n_new = 40
 runs = {"ar": generate(target64, prompt, n_new, method="ar"),
-        "chain": generate(target64, prompt, n_new, method="speculative", draft=draft64, depth=B),
-        "tree": generate(target64, prompt, n_new, method="tree", draft=draft64, budget=B, depth=B, keep_trees=True)}
+        "chain": generate(target64, prompt, n_new, method="speculative", draft=draft64, plan=Plan(chain=B)),
+        "tree": generate(target64, prompt, n_new, method="tree", draft=draft64, plan=Plan(budget=B, depth=B),
+                         keep_trees=True)}
 print(f"{'':<6} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in runs.items():
     print(f"{name:<6} {r.stats.target_passes:>13} {r.stats.tokens_per_pass:>11.2f} {r.stats.draft_passes:>12}")

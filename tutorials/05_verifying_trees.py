@@ -19,7 +19,7 @@
 import numpy as np
 
 from specdec_np import build, exact, verify
-from specdec_np.decode import generate
+from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
 from specdec_np.sampling import process
 from specdec_np.tokenizer import encode
@@ -122,24 +122,24 @@ except ValueError as e:
 # replacement avoids. At temperature 1 the target's probability of any one top token is small,
 # so the point-mass rule accepts little, while drawn children are accepted as often as p and q
 # overlap. `make bench` samples its top-k trees without replacement for that reason;
-# `generate`'s default stays the deterministic tree (pass `sampled="without"` to draw).
+# `Plan()`'s default stays the deterministic tree (pass `Plan(sampled="without")` to draw).
 
 # %%
 target_model, draft_model, _, enc = load_embedded()
 prompt = encode(enc, "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n")
 W = [2, 2, 1, 1]
 configs = {
-    "chain of 4 (chain rule)": dict(method="speculative", depth=4),
-    "best-first 14 (point_mass)": dict(method="tree", budget=14, depth=4),
-    "top-k tree (point_mass)": dict(method="tree", tree="fixed", widths=W, depth=4),
-    "sampled with (recursive)": dict(method="tree", widths=W, depth=4, sampled="with"),
-    "sampled w/o (recursive_wor)": dict(method="tree", widths=W, depth=4, sampled="without"),
+    "chain of 4 (chain rule)": ("speculative", Plan(chain=4)),
+    "best-first 14 (point_mass)": ("tree", Plan(budget=14, depth=4)),
+    "top-k tree (point_mass)": ("tree", Plan(tree="fixed", widths=W)),
+    "sampled with (recursive)": ("tree", Plan(widths=W, sampled="with")),
+    "sampled w/o (recursive_wor)": ("tree", Plan(widths=W, sampled="without")),
 }
 n_new = 24
 print(f"{'tree (rule)':<28} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
-for name, kw in configs.items():
-    r = generate(target_model, prompt, n_new, draft=draft_model, temperature=1.0, top_k=50, seed=0, **kw)
+for name, (method, plan) in configs.items():
+    r = generate(target_model, prompt, n_new, method, draft_model, plan=plan, temperature=1.0, top_k=50, seed=0)
     s = r.stats
     print(f"{name:<28} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
-    assert s.target_passes == len(s.accepted) and sum(s.accepted) >= len(r.tokens)
+    assert s.target_passes == len(s.accepted) and sum(s.accepted) == len(r.tokens)
     assert max(s.accepted) <= 5  # at most depth 4 drafted tokens + 1 from the target

@@ -25,10 +25,11 @@
 import numpy as np
 
 from specdec_np import ngram
-from specdec_np.decode import SOURCES, generate
-from specdec_np.demo import colour_by_stage, legend, use_color
+from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import decode, encode
+from specdec_np.tools.demo import colour_by_stage, legend, use_color
+from specdec_np.tree import NGRAM, SOURCES
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
@@ -52,14 +53,15 @@ assert abs(ngram.dist(trigram, prompt).sum() - 1) < 1e-9  # a proper distributio
 # Greedy decoding, tree method vs staged method, same budget. We keep every verification tree and
 # compare them step by step. (float64, so that the draft's logits for a node do not depend on
 # which other rows shared its pass, even by rounding: the trees must match exactly.)
-# `lookup_depth=0` keeps the draft model drafting every step (the copies come last).
+# `Plan(copy_len=0)` keeps the draft model drafting every step (the copies come last).
 
 # %%
 target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
-kw = dict(draft=draft64, ngram=trigram, budget=16, depth=6, keep_trees=True)
+kw = dict(draft=draft64, ngram=trigram, keep_trees=True)
+shape = dict(budget=16, depth=6)
 n_new = 48
-tree_run = generate(target64, prompt, n_new, method="tree", **kw)
-staged_run = generate(target64, prompt, n_new, method="staged", lookup_depth=0, **kw)
+tree_run = generate(target64, prompt, n_new, method="tree", plan=Plan(**shape), **kw)
+staged_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=0, **shape), **kw)
 
 assert staged_run.tokens == tree_run.tokens, "staging must not change the output"
 assert len(staged_run.stats.trees) == len(tree_run.stats.trees)
@@ -95,15 +97,15 @@ counts = {name: staged_run.stats.source.count(i) for i, name in enumerate(SOURCE
 print("\ntokens by stage:", counts)
 assert sum(counts.values()) == len(staged_run.tokens)
 assert counts["target"] >= staged_run.stats.target_passes - 1  # every pass but perhaps a cut last one adds one
-assert 2 not in tree_run.stats.source  # without stage 2 no token can be credited to the trigram
+assert NGRAM not in tree_run.stats.source  # without stage 2 no token can be credited to the trigram
 
 # %% [markdown]
 # ## Stage 2 proposing to the target
 #
 # A guess copied from the context is evaluated by the draft, which then (greedily) proposes
 # whatever it would have proposed anyway. When the copy is long and right, that draft pass buys
-# little: the target could check the copy itself. With `lookup_depth=N` (the default comes from
-# the cost model, `weights/tuned.json`), a step whose last three tokens occurred earlier in the
+# little: the target could check the copy itself. With `Plan(copy_len=N)` (12 by default; the
+# tools pick this machine's best), a step whose last three tokens occurred earlier in the
 # context skips the draft model: its tree is the chain of N tokens that followed them. If that
 # occurrence is recent, the copy runs into the tokens it proposes: the sequence is going round a
 # loop (a small model's greedy output often does), and the copy goes round it too.
@@ -113,9 +115,9 @@ assert 2 not in tree_run.stats.source  # without stage 2 no token can be credite
 # decoding's greedy speedup on this CPU comes from these copies (README, results).
 
 # %%
-copy_run = generate(target64, prompt, n_new, method="staged", lookup_depth=8, **kw)
+copy_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=8, **shape), **kw)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
-copied = [t for t, _ in copy_run.stats.trees if t.source.any()]  # source 1: proposed by the n-gram stage
+copied = [t for t, _ in copy_run.stats.trees if (t.source == NGRAM).any()]  # proposed by stage 2
 print(f"{len(copied)} of {len(copy_run.stats.trees)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in (("drafts only", staged_run), ("with copies", copy_run)):

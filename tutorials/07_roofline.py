@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec_np.decode import generate
+from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
-from specdec_np.roofline import block_cost_ms, matvec_gbps
+from specdec_np.tools.costcurve import block_cost_ms, matvec_gbps
 from specdec_np.tokenizer import encode
 
 target, draft, _, enc = load_embedded()
@@ -89,11 +89,11 @@ except ImportError:
 # than 16. A verifier can exploit that for free: compute a 5-token tree as an 8-token block
 # whose 3 extra rows are dummies that no real token attends to (`forward(..., pad_to=8)`). The
 # real rows compute exactly what they would alone; the decoder pads each block to the cheapest
-# measured size at least as large (`tuning.pad_size`, read off the curve `bench --tune` stores).
+# measured size at least as large (`costmodel.pad_size`; the tools put the table in the Plan).
 
 # %%
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
-from specdec_np.tuning import pad_size  # noqa: E402
+from specdec_np.tools.costmodel import pad_size  # noqa: E402
 
 odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
 print("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
@@ -124,7 +124,7 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 #
 # The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
-# The predicted speedup is the ratio; we set it next to the measured one. (`tuning.py` refines
+# The predicted speedup is the ratio; we set it next to the measured one. (`costmodel.py` refines
 # this model with padding, with how much slower passes run inside the decoding loop than alone
 # (the target's single tokens, blocks of up to 4 rows and wider ones apart; the draft's single
 # tokens and blocks apart), and with fixed overheads per draft pass and n-gram query, fitted by
@@ -132,7 +132,7 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 
 # %%
 n_new = 40
-generate(target, prompt, 4, method="tree", draft=draft, budget=4)  # warm-up
+generate(target, prompt, 4, method="tree", draft=draft, plan=Plan(budget=4))  # warm-up
 t0 = time.perf_counter()
 ar = generate(target, prompt, n_new, method="ar")
 ar_ms = 1e3 * (time.perf_counter() - t0) / len(ar.tokens)
@@ -141,7 +141,7 @@ c_ar = cost(curves["target"], 1)
 rows = []
 for B in (2, 4, 8, 16):
     t0 = time.perf_counter()
-    r = generate(target, prompt, n_new, method="tree", draft=draft, budget=B)
+    r = generate(target, prompt, n_new, method="tree", draft=draft, plan=Plan(budget=B))
     ms = 1e3 * (time.perf_counter() - t0) / len(r.tokens)
     s = r.stats
     dpp = s.draft_passes / s.target_passes  # draft passes per step
@@ -149,7 +149,7 @@ for B in (2, 4, 8, 16):
     rows.append((B, s.tokens_per_pass, dpp, pred, c_ar / pred, ar_ms / ms))
     # Counts that follow from the algorithm, whatever the models: one target pass per step, a
     # tree never larger than its budget (after the first pass, which also prefills the prompt).
-    assert s.target_passes == len(s.accepted) and sum(s.accepted) >= len(r.tokens)
+    assert s.target_passes == len(s.accepted) and sum(s.accepted) == len(r.tokens)
     assert max(s.target_blocks[1:], default=0) <= B + 1
     assert s.target_bytes == s.target_passes * target.weight_bytes
 
@@ -172,7 +172,7 @@ if best[4] < 1:
 # target poorly (tokens per pass near 1), every budget *loses* time: speculation only pays when
 # `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
 # `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
-# --roofline` prints the full cost curves).
+# --curves` prints the full cost curves).
 
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
@@ -208,14 +208,14 @@ for pause in (0, 2):
     print(f"4-token block after a {pause} ms pause: {block_after_pause_ms(pause):.2f} ms")
 
 # %% [markdown]
-# A slower block after a pause is why `tuning.py` fits an in-loop factor for blocks, and it is
+# A slower block after a pause is why `costmodel.py` fits an in-loop factor for blocks, and it is
 # one more reason drafting time hurts twice: directly, and by cooling the target. A drafter that
 # costs almost nothing, prompt lookup (copy what followed the last earlier occurrence of the
 # final tokens; `method="lookup"`), shows what verification alone can earn on this machine:
 
 # %%
 t0 = time.perf_counter()
-lk = generate(target, prompt, n_new, method="lookup", depth=3)
+lk = generate(target, prompt, n_new, method="lookup", plan=Plan(chain=3))
 lk_ms = 1e3 * (time.perf_counter() - t0) / len(lk.tokens)
 # Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lesson 3 tests it in float64).
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")

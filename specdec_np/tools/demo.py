@@ -9,18 +9,19 @@ Fig. 3), and one verification tree. Then one sampled run (top-k 50, T=1) against
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 
 import numpy as np
 
-from .decode import SOURCES, generate
-from .gpt2 import forward, new_cache
-from .models import load_embedded
-from .tokenizer import decode, encode
-from .tree import render
-from .tuning import defaults, describe, tuned_for
+from ..decode import Plan, generate
+from ..gpt2 import forward, new_cache
+from ..models import load_embedded
+from ..tokenizer import decode, encode
+from ..tree import NGRAM, SOURCES, render
+from .plan import describe, plan_for
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -93,24 +94,38 @@ def table(results, base="ar") -> str:
     return "\n".join(rows)
 
 
+def choose_plan(a, target, draft, temperature) -> tuple[Plan, str]:
+    plan, origin = plan_for(target, draft, temperature) if a.plan == "machine" else (Plan(), "the constant plan")
+    if a.budget is not None or a.depth is not None:
+        plan = dataclasses.replace(plan, tree="best_first", sampled=None, budget=a.budget or plan.budget,
+                                   depth=a.depth or plan.depth)
+        origin += " with --budget/--depth"
+    return plan, origin
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=None)
-    ap.add_argument("--depth", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per completion (default: %(default)s)")
+    ap.add_argument("--plan", default="machine", choices=("machine", "default"),
+                    help="this machine's stored plan, or the core's constant one (default: %(default)s)")
+    ap.add_argument("--budget", type=int, default=None, help="a best-first tree of this many drafted tokens")
+    ap.add_argument("--depth", type=int, default=None, help="its maximum depth")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
     a = ap.parse_args(argv)
+    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
     target, draft, ngram, enc = load_embedded()
     color = use_color()
     prompt = encode(enc, PROMPT)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
-    kw = dict(budget=a.budget, depth=a.depth)
-    generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram)  # warm up caches and BLAS
+    plan, origin = choose_plan(a, target, draft, 0.0)
+    generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=plan)  # warm up caches and BLAS
     methods = ["ar", "speculative", "tree", "staged"]
-    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, methods, **kw)
+    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, methods, plan=plan)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
     same = True
@@ -122,24 +137,20 @@ def main(argv=None) -> int:
             print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
                   f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
     if same:
-        print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), as lossless decoding must.\n")
+        print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
+              "as lossless decoding must.\n")
     print(table(results))
-    if a.budget is None and a.depth is None:
-        shape = defaults(target, draft)
-        origin = ("this machine's entry in weights/tuned.json" if tuned_for(target, draft)
-                  else "the built-in defaults: no weights/tuned.json entry for this machine")
-        print(f"\nShapes ({origin}): tree and staged {describe(shape)}, speculative a chain of {shape['chain']}; "
-              "--budget N asks for a best-first tree of N nodes.")
-        if shape["lookup_depth"]:
-            print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
-                  f"{shape['lookup_depth']} tokens that followed them (round the loop if the match is recent), "
-                  "with no draft pass (n-gram tokens below).")
+    print(f"\nPlan ({origin}): speculative {describe(plan, 'speculative')}; tree {describe(plan, 'tree')}; "
+          f"staged {describe(plan, 'staged')}.")
+    if plan.copy_len:
+        print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
+              f"{plan.copy_len} tokens that followed them, with no draft pass (n-gram tokens below).")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     counts = {n: staged.stats.source.count(i) for i, n in enumerate(SOURCES)}
     print(f"\ntokens by stage: {counts}")
-    trees = [tp for tp in staged.stats.trees if not tp[0].source.any()]  # drafted, not copied
+    trees = [tp for tp in staged.stats.trees if not (tp[0].source == NGRAM).any()]  # drafted, not copied
     if trees:
         tree, path = max(trees[: len(trees) // 2 + 1], key=lambda tp: len(tp[1]))
         print(f"\nOne verification tree ({len(tree.tokens) - 1} drafted tokens; * = accepted path, "
@@ -147,9 +158,11 @@ def main(argv=None) -> int:
         print(render(tree, decode_fn=lambda t: decode(enc, [t]), accepted=path))
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
-        sk = dict(temperature=1.0, top_k=50, seed=1, **kw)
-        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, ["ar", "staged"], **sk)
+        sk = dict(temperature=1.0, top_k=50, seed=1)
+        splan, sorigin = choose_plan(a, target, draft, 1.0)
+        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, ["ar", "staged"], plan=splan, **sk)
         print()
         print(table(sampled))
+        print(f"\nPlan ({sorigin}): staged {describe(splan, 'staged')}.")
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0

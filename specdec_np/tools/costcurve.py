@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from .gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
+from ..gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:

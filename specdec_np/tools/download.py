@@ -21,8 +21,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from . import checkpoint
-from .checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE, WEIGHTS_DIR
+from .. import checkpoint
+from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE, WEIGHTS_DIR
 
 HUB_URL = "https://huggingface.co"
 FILES = (CONFIG_FILE, MODEL_FILE)
