@@ -35,7 +35,7 @@ DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft mo
 class Plan:
     """How to decode: the draft tree's shape, stage 2's work, the verification rule, block padding.
 
-    tree: "best_first" (the `budget` drafted nodes of highest cumulative draft probability, at most
+    shape: "best_first" (the `budget` drafted nodes of highest cumulative draft probability, at most
       `depth` deep; cf. EAGLE-2) or "fixed" (`widths[d]` children under every node at depth d).
       Trees whose children are drawn from q (`sampled`) always have fixed widths.
     chain: drafted tokens per step of the chain methods (speculative, lookup).
@@ -52,7 +52,7 @@ class Plan:
       a measured cost curve can make a larger block cheaper); () = unpadded.
     """
 
-    tree: str = "best_first"
+    shape: str = "best_first"
     budget: int = 8
     depth: int = 6
     widths: tuple = (2, 2, 1, 1, 1, 1)
@@ -72,8 +72,8 @@ class Plan:
                 raise ValueError(f"plan: {name} must be an integer >= {low}, got {value!r}")
             object.__setattr__(self, name, int(value))
 
-        if self.tree not in ("best_first", "fixed"):
-            raise ValueError(f"plan: tree must be 'best_first' or 'fixed', got {self.tree!r}")
+        if self.shape not in ("best_first", "fixed"):
+            raise ValueError(f"plan: shape must be 'best_first' or 'fixed', got {self.shape!r}")
         for name, low in (("budget", 1), ("depth", 1), ("chain", 1), ("guess_len", 0), ("copy_len", 0)):
             integer(name, low)
         widths = tuple(self.widths) if isinstance(self.widths, (list, tuple)) else None
@@ -94,7 +94,7 @@ class Plan:
 
     def fixed(self, method: str) -> bool:
         """Whether the draft tree of `method` has fixed widths (sampled trees always do)."""
-        return method in ("tree", "staged") and (self.tree == "fixed" or self.sampled is not None)
+        return method in ("tree", "staged") and (self.shape == "fixed" or self.sampled is not None)
 
     def max_depth(self, method: str) -> int:
         if method in ("speculative", "lookup"):

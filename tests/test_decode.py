@@ -44,7 +44,7 @@ def plan(**shape):
 METHODS = [
     dict(method="speculative"),
     dict(method="tree"),
-    dict(method="tree", tree="fixed", widths=(3, 2, 1)),
+    dict(method="tree", shape="fixed", widths=(3, 2, 1)),
     dict(method="staged"),
     dict(method="ngram"),
     dict(method="lookup"),
@@ -219,7 +219,7 @@ def test_bad_input_raises():
 
 
 @pytest.mark.parametrize("shape, message", [
-    (dict(sampled="maybe"), "sampled must be"), (dict(tree="bushy"), "tree must be"),
+    (dict(sampled="maybe"), "sampled must be"), (dict(shape="bushy"), "shape must be"),
     (dict(budget=0), "budget must be an integer >= 1"), (dict(depth=-1), "depth must be an integer >= 1"),
     (dict(chain=1.5), "chain must be"), (dict(widths=()), "widths must be"), (dict(widths=(2, 0)), "widths must be"),
     (dict(copy_len=-1), "copy_len must be an integer >= 0"), (dict(guess_len=True), "guess_len must be"),
@@ -231,7 +231,7 @@ def test_plan_validates_itself(shape, message):
 
 
 def test_plan_defaults_are_constants():
-    assert Plan() == Plan(tree="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4, sampled=None,
+    assert Plan() == Plan(shape="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4, sampled=None,
                           guess_len=3, guess_rows=4, copy_len=12, rule=None, target_pad=(), draft_pad=())
     assert Plan(widths=[2, 1]).widths == (2, 1)  # lists are accepted and frozen
 
@@ -295,8 +295,8 @@ SAMPLING_METHODS = [
     dict(method="speculative", depth=2),
     dict(method="tree", budget=4, depth=2),
     dict(method="tree", widths=(2, 2), sampled="without"),
-    dict(method="tree", tree="fixed", widths=(2, 2), sampled="with"),
-    dict(method="tree", tree="fixed", widths=(2, 1), sampled="without"),
+    dict(method="tree", shape="fixed", widths=(2, 2), sampled="with"),
+    dict(method="tree", shape="fixed", widths=(2, 1), sampled="without"),
 ]
 
 
@@ -315,7 +315,7 @@ def always_accept(tree, p, rand):
 
 def test_sampling_negative_control_always_accept(monkeypatch):
     monkeypatch.setitem(verify.RULES, "recursive", always_accept)
-    assert tv_from_samples(method="tree", tree="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
+    assert tv_from_samples(method="tree", shape="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
 
 
 NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
@@ -323,7 +323,7 @@ NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), 
 
 @pytest.mark.parametrize("sampled", ["with", "without"])
 def test_staged_sampling_matches_target_distribution(sampled):
-    assert tv_from_samples(method="staged", tree="fixed", widths=(2, 1), sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
+    assert tv_from_samples(method="staged", shape="fixed", widths=(2, 1), sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
 
 
 def test_staged_sampled_children_are_exact_samples_of_q():
@@ -371,7 +371,7 @@ def staged_copy_distribution(n=3):
     from specdec_np import exact
 
     steps = {"copied": 0, "drafted": 0}
-    shape = plan(tree="fixed", widths=(1,), sampled="without", copy_len=2)
+    shape = plan(shape="fixed", widths=(1,), sampled="without", copy_len=2)
 
     def fn(rand):
         res = generate(T_TINY, COPY_PROMPT, n, method="staged", draft=D_TINY, ngram=NGRAM_TINY, temperature=1.0,
@@ -401,5 +401,5 @@ def test_staged_copies_negative_control_always_accept(monkeypatch):
 
 def test_wide_fixed_tree_runs_to_the_end_of_the_context():
     # 4 + 16 + 64 = 84 drafted nodes per pass: more than the cache's default headroom of 64 slots.
-    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, plan=plan(tree="fixed", widths=(4, 4, 4)), eos=-1)
+    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, plan=plan(shape="fixed", widths=(4, 4, 4)), eos=-1)
     assert res.stop_reason == "context" and res.tokens == ar_greedy([1, 2], len(res.tokens))

@@ -131,7 +131,7 @@ W = [2, 2, 1, 1]
 configs = {
     "chain of 4 (chain rule)": ("speculative", Plan(chain=4)),
     "best-first 14 (point_mass)": ("tree", Plan(budget=14, depth=4)),
-    "top-k tree (point_mass)": ("tree", Plan(tree="fixed", widths=W)),
+    "top-k tree (point_mass)": ("tree", Plan(shape="fixed", widths=W)),
     "sampled with (recursive)": ("tree", Plan(widths=W, sampled="with")),
     "sampled w/o (recursive_wor)": ("tree", Plan(widths=W, sampled="without")),
 }

@@ -110,7 +110,7 @@ def setting_plan(target, draft, temperature, budget=None, depth=None, default=Fa
         plan = dataclasses.replace(plan, sampled="without")
     change = {}
     if budget is not None and temperature == 0:
-        change.update(tree="best_first", budget=budget)
+        change.update(shape="best_first", budget=budget)
     if depth is not None:
         change.update(chain=depth, **({"depth": depth} if temperature == 0 else {}))
     return dataclasses.replace(plan, **change), origin

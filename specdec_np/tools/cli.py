@@ -67,12 +67,12 @@ def choose_plan(a, target, draft, temperature):
     plan, origin = plan_for(target, draft, temperature) if a.plan == "machine" else (Plan(), "the constant plan")
     change = {}
     if a.budget is not None or (a.depth is not None and a.method not in ("speculative", "lookup")):
-        change.update(tree="best_first", budget=a.budget if a.budget is not None else plan.budget,
+        change.update(shape="best_first", budget=a.budget if a.budget is not None else plan.budget,
                       depth=a.depth if a.depth is not None else plan.depth)
     if a.depth is not None and a.method in ("speculative", "lookup"):
         change["chain"] = a.depth
     if a.widths is not None:
-        change.update(tree="fixed", widths=parse_widths(a.widths))
+        change.update(shape="fixed", widths=parse_widths(a.widths))
     if a.sampled is not None:
         change["sampled"] = a.sampled
     if a.copy_len is not None:

@@ -97,7 +97,7 @@ def table(results, base="ar") -> str:
 def choose_plan(a, target, draft, temperature) -> tuple[Plan, str]:
     plan, origin = plan_for(target, draft, temperature) if a.plan == "machine" else (Plan(), "the constant plan")
     if a.budget is not None or a.depth is not None:
-        plan = dataclasses.replace(plan, tree="best_first", sampled=None, budget=a.budget or plan.budget,
+        plan = dataclasses.replace(plan, shape="best_first", sampled=None, budget=a.budget or plan.budget,
                                    depth=a.depth or plan.depth)
         origin += " with --budget/--depth"
     return plan, origin

@@ -24,7 +24,7 @@ from ..decode import Plan, generate
 from .costmodel import WIDE, fit_overheads, padding, predicted_ms
 
 TUNED_FILE = Path(__file__).resolve().parents[2] / "weights" / "tuned.json"
-SHAPE_KEYS = ("tree", "budget", "depth", "widths", "chain", "sampled", "guess_len", "guess_rows", "copy_len")
+SHAPE_KEYS = ("shape", "budget", "depth", "widths", "chain", "sampled", "guess_len", "guess_rows", "copy_len")
 
 
 def model_key(target, draft) -> str:
@@ -171,7 +171,7 @@ def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2
         base = cost("ar", setting)
         if name == "greedy":  # best-first trees, and fixed widths (a chain is widths 1, 1, ...)
             pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
-            trees = [{"budget": b, "depth": d} for b, d in pairs] + [{"tree": "fixed", "widths": w} for w in widths]
+            trees = [{"budget": b, "depth": d} for b, d in pairs] + [{"shape": "fixed", "widths": w} for w in widths]
         else:  # children drawn from q: fixed widths
             trees = [{"sampled": "without", "widths": w} for w in widths]
         ms, shape = best(trees)
@@ -199,7 +199,7 @@ def describe(plan: Plan, method: str = "staged") -> str:
         return f"a chain of {plan.chain}"
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
-    elif plan.tree == "fixed":
+    elif plan.shape == "fixed":
         text = f"the draft's top tokens, widths {widths}"
     else:
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
