@@ -26,7 +26,7 @@ $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[bench,plot]"
 	touch $@
 
-# make bench ARGS="--limit 10"   (ARGS="--curves", "--tune", "--plot" ...: see --help)
+# make bench ARGS="--limit 10"   (ARGS="--curves", "--seeds 2", "--plot" ...: see --help)
 bench: $(VENV)/.bench
 	$(PY) -m specdec_np bench $(ARGS)
 

@@ -357,4 +357,18 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
                              f"!= {draft.config.n_vocab}")
     if method in ("staged", "ngram") and ngram is None:
         raise ValueError(f"method {method!r} needs an n-gram model")
+    # A step's tree is one block of the target's pass: cap it at the context length, before any work.
+    nodes = max(plan.max_nodes(method), plan.copy_len if method == "staged" else 0)
+    if nodes > target.config.n_ctx:
+        raise ValueError(f"plan: up to {nodes} drafted tokens per step ({tree_size_words(plan, method)}) exceed the "
+                         f"cap of n_ctx={target.config.n_ctx}")
     return prompt
+
+
+def tree_size_words(plan: Plan, method: str) -> str:
+    """What sets a plan's drafted tokens per step, in the plan's terms."""
+    if method in ("speculative", "lookup"):
+        return f"chain={plan.chain}"
+    if plan.fixed(method):
+        return f"widths={','.join(map(str, plan.widths))}"
+    return f"budget={plan.budget}" + (f", copy_len={plan.copy_len}" if method == "staged" else "")

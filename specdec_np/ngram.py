@@ -375,8 +375,8 @@ def load(path) -> Trigram:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
-    except Exception as e:
-        raise ValueError(f"{path} is not a specdec_np n-gram model (.npz): {e}") from e
+    except Exception as e:  # not an .npz, or one that holds pickled objects
+        raise ValueError(f"{path} is not a specdec_np n-gram model") from e
     if arrays.get("format", np.array("")).item() != FORMAT:
         raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
     missing = [name for name in ("version", "n_vocab", "katz_k", "min_count", *_SAVED) if name not in arrays]

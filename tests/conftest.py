@@ -1,10 +1,63 @@
-"""Shared test settings: hypothesis without deadlines (noisy 2-core CI), derandomized under CI."""
+"""Shared test settings: hypothesis without deadlines (noisy 2-core CI), derandomized under CI.
+
+And the models several tests share, as session-scoped fixtures: each is built once, on first use,
+and no test module builds, fits or decodes anything at import time. (Hypothesis `@given` tests may
+use them: only function-scoped fixtures are refused there.)
+"""
 
 import os
+import tempfile
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
+
+from helpers import SMALL, TINY, TINY_PROMPT, Models, ar_greedy, exact_target_distribution
+from specdec_np import ngram
+from specdec_np.gpt2 import GPT2, map_params, random_params
 
 settings.register_profile("dev", deadline=None, max_examples=30,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# The tools cache this machine's measured costs in the user's cache directory: tests (and the
+# command lines they start) use a temporary one instead, never the user's, never the repository.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec_np-test-cache-")
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """(target, draft, trigram, encoding): the shipped tiny models, as `load_embedded()` returns them."""
+    from specdec_np.models import load_embedded
+    return load_embedded()
+
+
+@pytest.fixture(scope="session")
+def small():
+    """A random target, a perturbed copy of it as the draft (often, not always, right), and a trigram
+    fitted on the target's own greedy text (so that its guesses are often right)."""
+    target = random_params(SMALL, seed=3, dtype=np.float64, scale=0.5)
+    noise = np.random.default_rng(7)
+    draft = GPT2(SMALL, map_params(lambda a: a + noise.normal(0, 0.03, a.shape), target.params))
+    eos = SMALL.n_vocab - 1
+    stream = []
+    for s in range(12):
+        stream += [eos] + list(range(s, s + 3)) + ar_greedy(target, list(range(s, s + 3)), 30)
+    return Models(target, draft, ngram.fit(np.array(stream), SMALL.n_vocab))
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """Two different random models over 4 tokens (real rejections; small enough to enumerate) and a
+    trigram fitted on random tokens."""
+    target = random_params(TINY, seed=11, dtype=np.float64, scale=0.8)
+    draft = random_params(TINY, seed=12, dtype=np.float64, scale=0.8)
+    trigram = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
+    return Models(target, draft, trigram)
+
+
+@pytest.fixture(scope="session")
+def tiny_exact(tiny):
+    """{(x1, x2): P_target(x1, x2 | TINY_PROMPT)}: the tiny target's exact distribution of two tokens."""
+    return exact_target_distribution(tiny.target, TINY_PROMPT, 2)

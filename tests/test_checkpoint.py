@@ -16,7 +16,11 @@ from specdec_np import checkpoint as ck
 from specdec_np.gpt2 import GPT2Config, iter_params, map_params, random_params
 
 CONFIG = GPT2Config(n_vocab=37, n_ctx=11, n_embd=8, n_layer=2, n_head=2, layer_norm_epsilon=1e-4)
-MODEL = random_params(CONFIG, seed=3)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_params(CONFIG, seed=3)
 
 
 def hf_tensors(model, prefix=""):
@@ -47,6 +51,13 @@ def write_dir(path, tensors, config=None):
     return path
 
 
+def assert_refused(path, tensors, match, config=None):
+    """Write a checkpoint dir; loading it raises a CheckpointError whose message matches `match`."""
+    write_dir(path, tensors, config)
+    with pytest.raises(ck.CheckpointError, match=match):
+        ck.load(path)
+
+
 def assert_params_equal(a, b):
     for x, y in zip(iter_params(a.params), iter_params(b.params), strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
@@ -67,31 +78,31 @@ def bf16_reference(x):
 
 # ----------------------------------------------------------------------------- round trips
 
-def test_roundtrip_fp32_is_exact(tmp_path):
-    ck.save(MODEL, tmp_path, dtype=np.float32)
+def test_roundtrip_fp32_is_exact(model, tmp_path):
+    ck.save(model, tmp_path, dtype=np.float32)
     loaded = ck.load(tmp_path)
     assert loaded.config == CONFIG
-    assert_params_equal(loaded, MODEL)
+    assert_params_equal(loaded, model)
 
 
-def test_roundtrip_fp16_is_rounding_to_fp16(tmp_path):
-    ck.save(MODEL, tmp_path)  # float16 is the default
-    assert_params_equal(ck.load(tmp_path), MODEL.astype(np.float16).astype(np.float32))
+def test_roundtrip_fp16_is_rounding_to_fp16(model, tmp_path):
+    ck.save(model, tmp_path)  # float16 is the default
+    assert_params_equal(ck.load(tmp_path), model.astype(np.float16).astype(np.float32))
 
 
-def test_roundtrip_bf16_is_rounding_to_bf16(tmp_path):
-    ck.save(MODEL, tmp_path, dtype="bfloat16")
+def test_roundtrip_bf16_is_rounding_to_bf16(model, tmp_path):
+    ck.save(model, tmp_path, dtype="bfloat16")
     with safe_open(str(tmp_path / "model.safetensors"), "np") as f:  # only reads the header here
         assert f.metadata() == {"format": "pt"}
     header, _ = ck.read_header(tmp_path / "model.safetensors")
     assert {e["dtype"] for e in header.values()} == {"BF16"}
-    expected = type(MODEL)(CONFIG, map_params(bf16_reference, MODEL.params))
+    expected = type(model)(CONFIG, map_params(bf16_reference, model.params))
     assert_params_equal(ck.load(tmp_path), expected)
 
 
-def test_load_float64(tmp_path):
-    ck.save(MODEL, tmp_path, dtype=np.float32)
-    assert_params_equal(ck.load(tmp_path, dtype=np.float64), MODEL.astype(np.float64))
+def test_load_float64(model, tmp_path):
+    ck.save(model, tmp_path, dtype=np.float32)
+    assert_params_equal(ck.load(tmp_path, dtype=np.float64), model.astype(np.float64))
     with pytest.raises(ValueError, match="dtype"):
         ck.load(tmp_path, dtype=np.float16)
 
@@ -118,10 +129,10 @@ def test_bf16_widening_is_exact_for_every_bit_pattern():
     np.testing.assert_array_equal(ck.bf16_to_f32(bits[finite].astype(np.uint16)).astype(np.float64), value[finite])
 
 
-def test_saved_files_are_hf_gpt2(tmp_path):
-    ck.save(MODEL, tmp_path, dtype=np.float32, extra_config={"note": "tiny"})
+def test_saved_files_are_hf_gpt2(model, tmp_path):
+    ck.save(model, tmp_path, dtype=np.float32, extra_config={"note": "tiny"})
     tensors = load_file(str(tmp_path / "model.safetensors"))  # the reference reader accepts our file
-    expected = hf_tensors(MODEL)
+    expected = hf_tensors(model)
     assert set(tensors) == set(expected)
     for k in expected:
         np.testing.assert_array_equal(tensors[k], expected[k])
@@ -135,10 +146,10 @@ def test_saved_files_are_hf_gpt2(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files
 
 
-def test_save_errors_leave_nothing(tmp_path):
+def test_save_errors_leave_nothing(model, tmp_path):
     with pytest.raises(ValueError, match="dtype"):
-        ck.save(MODEL, tmp_path, dtype=np.int32)
-    big = type(MODEL)(CONFIG, map_params(lambda a: a.copy(), MODEL.params))
+        ck.save(model, tmp_path, dtype=np.int32)
+    big = type(model)(CONFIG, map_params(lambda a: a.copy(), model.params))
     big.params["blocks"][1]["mlp"]["c_fc"]["w"][0, 0] = 1e6  # beyond float16's range
     with pytest.raises(ValueError, match=r"h\.1\.mlp\.c_fc\.weight"):
         ck.save(big, tmp_path, dtype=np.float16)
@@ -148,43 +159,39 @@ def test_save_errors_leave_nothing(tmp_path):
 # ----------------------------------------------------------------------------- layouts
 
 @pytest.mark.parametrize("prefix", ["", "transformer."])
-def test_both_key_layouts(tmp_path, prefix):
-    write_dir(tmp_path, hf_tensors(MODEL, prefix))
-    assert_params_equal(ck.load(tmp_path), MODEL)
+def test_both_key_layouts(model, tmp_path, prefix):
+    write_dir(tmp_path, hf_tensors(model, prefix))
+    assert_params_equal(ck.load(tmp_path), model)
 
 
 @pytest.mark.parametrize("prefix", ["", "transformer."])
-def test_tied_lm_head_present_is_checked_and_ignored(tmp_path, prefix):
-    tensors = hf_tensors(MODEL, prefix)
+def test_tied_lm_head_present_is_checked_and_ignored(model, tmp_path, prefix):
+    tensors = hf_tensors(model, prefix)
     tensors["lm_head.weight"] = tensors[prefix + "wte.weight"].copy()
     write_dir(tmp_path, tensors)
-    assert_params_equal(ck.load(tmp_path), MODEL)
+    assert_params_equal(ck.load(tmp_path), model)
 
     tensors["lm_head.weight"][3, 4] += 1.0  # an untied head: a different model
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: tensor 'lm_head\.weight' differs from wte"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"model\.safetensors: tensor 'lm_head\.weight' differs from wte")
 
     tensors["lm_head.weight"] = tensors["lm_head.weight"][:-1]
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: tensor 'lm_head\.weight' has shape \(36, 8\)"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"model\.safetensors: tensor 'lm_head\.weight' has shape \(36, 8\)")
 
 
-def test_attention_buffers_are_ignored(tmp_path):
-    tensors = hf_tensors(MODEL, "transformer.")
+def test_attention_buffers_are_ignored(model, tmp_path):
+    tensors = hf_tensors(model, "transformer.")
     tril = np.tril(np.ones((11, 11)))[None, None]
     tensors["transformer.h.0.attn.bias"] = tril.astype(np.float32)  # old transformers: float mask
     tensors["transformer.h.1.attn.bias"] = tril.astype(bool)  # newer: a bool mask
     tensors["transformer.h.0.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
     tensors["transformer.h.1.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
     write_dir(tmp_path, tensors)
-    assert_params_equal(ck.load(tmp_path), MODEL)
+    assert_params_equal(ck.load(tmp_path), model)
 
 
-def test_fp16_file_from_reference_writer(tmp_path):
-    write_dir(tmp_path, {k: v.astype(np.float16) for k, v in hf_tensors(MODEL).items()})
-    assert_params_equal(ck.load(tmp_path), MODEL.astype(np.float16).astype(np.float32))
+def test_fp16_file_from_reference_writer(model, tmp_path):
+    write_dir(tmp_path, {k: v.astype(np.float16) for k, v in hf_tensors(model).items()})
+    assert_params_equal(ck.load(tmp_path), model.astype(np.float16).astype(np.float32))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -201,69 +208,52 @@ def test_missing_files(tmp_path):
         ck.load(tmp_path)
 
 
-def test_missing_tensor(tmp_path):
-    tensors = hf_tensors(MODEL)
+def test_missing_tensor(model, tmp_path):
+    tensors = hf_tensors(model)
     del tensors["h.1.mlp.c_fc.bias"]
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: missing tensor 'h\.1\.mlp\.c_fc\.bias'"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"model\.safetensors: missing tensor 'h\.1\.mlp\.c_fc\.bias'")
 
 
-def test_unexpected_tensor(tmp_path):
-    tensors = hf_tensors(MODEL)
+def test_unexpected_tensor(model, tmp_path):
+    tensors = hf_tensors(model)
     tensors["h.0.attn.c_attn.extra"] = np.zeros(3, np.float32)
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: unexpected tensor 'h\.0\.attn\.c_attn\.extra'"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"model\.safetensors: unexpected tensor 'h\.0\.attn\.c_attn\.extra'")
 
 
-def test_more_layers_than_config(tmp_path):
-    write_dir(tmp_path, hf_tensors(MODEL), hf_config(n_layer=1))
-    with pytest.raises(ck.CheckpointError, match=r"unexpected tensor 'h\.1\.\w+"):
-        ck.load(tmp_path)
-    write_dir(tmp_path, hf_tensors(MODEL), hf_config(n_layer=3))
-    with pytest.raises(ck.CheckpointError, match=r"missing tensor 'h\.2\.ln_1\.weight'"):
-        ck.load(tmp_path)
+def test_more_layers_than_config(model, tmp_path):
+    assert_refused(tmp_path, hf_tensors(model), r"unexpected tensor 'h\.1\.\w+", hf_config(n_layer=1))
+    assert_refused(tmp_path, hf_tensors(model), r"missing tensor 'h\.2\.ln_1\.weight'", hf_config(n_layer=3))
 
 
-def test_wrong_shape(tmp_path):
-    tensors = hf_tensors(MODEL)
+def test_wrong_shape(model, tmp_path):
+    tensors = hf_tensors(model)
     tensors["h.0.attn.c_attn.weight"] = np.ascontiguousarray(tensors["h.0.attn.c_attn.weight"].T)
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError,
-                       match=r"model\.safetensors: tensor 'h\.0\.attn\.c_attn\.weight' has shape \(24, 8\), expected \(8, 24\)"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors,
+                   r"model\.safetensors: tensor 'h\.0\.attn\.c_attn\.weight' has shape \(24, 8\), expected \(8, 24\)")
 
 
-def test_config_tensor_mismatch(tmp_path):
-    write_dir(tmp_path, hf_tensors(MODEL), hf_config(vocab_size=50257))
-    with pytest.raises(ck.CheckpointError, match=r"'wte\.weight' has shape \(37, 8\).*vocab_size=50257"):
-        ck.load(tmp_path)
-    write_dir(tmp_path, hf_tensors(MODEL), hf_config(n_positions=1024))
-    with pytest.raises(ck.CheckpointError, match=r"'wpe\.weight'.*n_positions=1024"):
-        ck.load(tmp_path)
+def test_config_tensor_mismatch(model, tmp_path):
+    assert_refused(tmp_path, hf_tensors(model), r"'wte\.weight' has shape \(37, 8\).*vocab_size=50257",
+                   hf_config(vocab_size=50257))
+    assert_refused(tmp_path, hf_tensors(model), r"'wpe\.weight'.*n_positions=1024", hf_config(n_positions=1024))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_weights(tmp_path, bad):
-    tensors = hf_tensors(MODEL)
+def test_non_finite_weights(model, tmp_path, bad):
+    tensors = hf_tensors(model)
     tensors["h.1.ln_2.bias"][5] = bad
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: tensor 'h\.1\.ln_2\.bias' has non-finite"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"model\.safetensors: tensor 'h\.1\.ln_2\.bias' has non-finite")
 
 
-def test_non_float_tensor(tmp_path):
-    tensors = hf_tensors(MODEL)
+def test_non_float_tensor(model, tmp_path):
+    tensors = hf_tensors(model)
     tensors["ln_f.bias"] = np.zeros(8, dtype=np.int64)
-    write_dir(tmp_path, tensors)
-    with pytest.raises(ck.CheckpointError, match=r"'ln_f\.bias' has dtype I64"):
-        ck.load(tmp_path)
+    assert_refused(tmp_path, tensors, r"'ln_f\.bias' has dtype I64")
 
 
-def raw_file(tmp_path):
+def raw_file(model, tmp_path):
     """A valid checkpoint dir; -> (file path, header dict, header length, file bytes)."""
-    write_dir(tmp_path, hf_tensors(MODEL))
+    write_dir(tmp_path, hf_tensors(model))
     file = tmp_path / "model.safetensors"
     data = file.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
@@ -275,8 +265,8 @@ def rewrite(file, header, data, n):
     file.write_bytes(struct.pack("<Q", len(blob)) + blob + data[8 + n:])
 
 
-def test_truncated_file(tmp_path):
-    file, header, n, data = raw_file(tmp_path)
+def test_truncated_file(model, tmp_path):
+    file, header, n, data = raw_file(model, tmp_path)
     last = max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][1])
     file.write_bytes(data[:-10])
     with pytest.raises(ck.CheckpointError, match=rf"model\.safetensors: truncated .*tensor '{last}'"):
@@ -289,8 +279,8 @@ def test_truncated_file(tmp_path):
         ck.load(tmp_path)
 
 
-def test_corrupt_header(tmp_path):
-    file, header, n, data = raw_file(tmp_path)
+def test_corrupt_header(model, tmp_path):
+    file, header, n, data = raw_file(model, tmp_path)
     file.write_bytes(struct.pack("<Q", 9) + b"{not json" + data[8 + n:])
     with pytest.raises(ck.CheckpointError, match=r"model\.safetensors: corrupt safetensors header \(bad JSON"):
         ck.load(tmp_path)
@@ -315,8 +305,8 @@ def test_corrupt_header(tmp_path):
         ck.load(tmp_path)
 
 
-def test_bad_config(tmp_path):
-    write_dir(tmp_path, hf_tensors(MODEL))
+def test_bad_config(model, tmp_path):
+    write_dir(tmp_path, hf_tensors(model))
     (tmp_path / "config.json").write_text("{oops")
     with pytest.raises(ck.CheckpointError, match=r"config\.json: not a valid config\.json"):
         ck.load(tmp_path)
@@ -333,13 +323,13 @@ def test_errors_are_value_errors():
 
 # ----------------------------------------------------------------------------- resolve
 
-def test_resolve(tmp_path, monkeypatch):
+def test_resolve(model, tmp_path, monkeypatch):
     monkeypatch.setattr(ck, "WEIGHTS_DIR", tmp_path)
     assert ck.resolve(tmp_path) == tmp_path
     with pytest.raises(FileNotFoundError, match=r"make weights MODELS=gpt2-xl.*python -m specdec_np weights gpt2-xl"):
         ck.resolve("gpt2-xl")
     with pytest.raises(FileNotFoundError, match="not a known model name"):
         ck.resolve("gpt5")
-    ck.save(MODEL, tmp_path / "distilgpt2", dtype=np.float32)
+    ck.save(model, tmp_path / "distilgpt2", dtype=np.float32)
     assert ck.resolve("distilgpt2") == tmp_path / "distilgpt2"
-    assert_params_equal(ck.load("distilgpt2"), MODEL)
+    assert_params_equal(ck.load("distilgpt2"), model)

@@ -50,7 +50,11 @@ def test_generate_same_text_for_every_method_and_plan(capsys):
 def test_generate_stats_name_the_plan(capsys):
     main(["generate", "class Stack:", "--max-new-tokens", "8", "--plan", "default", "--stats"])
     err = capsys.readouterr().err
-    assert "plan (the constant plan): best-first, 8 nodes at most 6 deep" in err and "copies of 12" in err
+    assert "method staged: best-first, 8 nodes at most 6 deep; n-gram guesses 3 deep (4 rows); copies of 12 " \
+           "(the constant plan)" in err
+    main(["generate", "class Stack:", "--max-new-tokens", "8", "--stats"])  # this machine's plan, whatever it is
+    err = capsys.readouterr().err
+    assert "this machine's, predicted" in err and "x plain decoding" in err
 
 
 def test_generate_reads_stdin_and_reports_errors_in_one_line():
@@ -79,12 +83,12 @@ def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
     assert "All 4 methods produced the identical completion" in out and "differs" not in out
-    assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plan (" in out
+    assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
 
 
 def test_bench_with_fixture(tmp_path, capsys):
     assert bench.main(["--prompts", str(FIXTURE), "--limit", "2", "--max-new-tokens", "16", "--out", str(tmp_path),
-                       "--cost-repeats", "1", "--seeds", "2"]) == 0
+                       "--seeds", "2", "--results", str(tmp_path / "results.md")]) == 0
     out = capsys.readouterr().out
     assert "| staged |" in out and "| (ref.) prompt lookup |" in out and "### greedy" in out and "### top-k" in out
     assert "ms per target pass" in out and "staged's tokens/s over each method's" in out
@@ -94,6 +98,21 @@ def test_bench_with_fixture(tmp_path, capsys):
     assert [len(res["per_prompt_speedup"][s]["staged"]) for s in ("greedy", "top-k")] == [2, 4]
     against = res["summary"]["top-k"]["staged"]["against"]
     assert set(against) == set(bench.METHODS) - {"staged"} and all(lo <= r <= hi for r, lo, hi in against.values())
+    assert all(lo <= r <= hi for per in res["summary"].values() for r, lo, hi in
+               (row["over_baseline"] for row in per.values()))
+    assert set(res["plans"]["greedy"]) == set(bench.METHODS) and res["machine"]["cpus"] >= 1
+    section = (tmp_path / "results.md").read_text()
+    assert f"## {bench.machine_name()}" in section and "python -m specdec_np bench --prompts" in section
+
+
+def test_results_file_keeps_one_section_per_machine(tmp_path):
+    path = tmp_path / "results.md"
+    path.write_text("# Results\n\nintro\n\n## Machine A\n\nold A\n\n## Machine B\n\nB's table\n")
+    bench.update_results(path, "Machine A", "new A")
+    bench.update_results(path, "Machine C", "C's table")
+    text = path.read_text()
+    assert "old A" not in text and text.count("## Machine A") == 1 and "new A" in text
+    assert text.index("intro") < text.index("new A") < text.index("B's table") < text.index("C's table")
     g = res["summary"]["greedy"]
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)

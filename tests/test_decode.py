@@ -1,38 +1,25 @@
 """End to end: every decoding method emits exactly the target's greedy tokens, caches stay exact,
 staged drafting builds the identical tree with fewer draft passes, and sampled decoding follows the
-target's distribution (with a broken rule caught by the same check)."""
+target's distribution (with a broken rule caught by the same check).
 
-import itertools
+The models are conftest's session fixtures: `small` (a random target, a perturbed draft, a trigram
+fitted on the target's greedy text) and `tiny` (two 4-token models one can enumerate)."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import SMALL as CFG
+from helpers import TINY_PROMPT as PROMPT
+from helpers import always_accept, ar_greedy, exact_target_distribution
 from specdec_np import ngram, verify
 from specdec_np.decode import Plan, generate
-from specdec_np.gpt2 import GPT2, GPT2Config, forward, map_params, new_cache, random_params
+from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
 from specdec_np.sampling import process
 from specdec_np.tree import NGRAM as NGRAM_SOURCE
-from specdec_np.tree import children, depths, path_to
+from specdec_np.tree import children, depths
 
-CFG = GPT2Config(n_vocab=40, n_ctx=64, n_embd=16, n_layer=2, n_head=2)
-TARGET = random_params(CFG, seed=3, dtype=np.float64, scale=0.5)
-_noise = np.random.default_rng(7)
-# A perturbed copy of the target: drafts that are often, not always, right.
-DRAFT = GPT2(CFG, map_params(lambda a: a + _noise.normal(0, 0.03, a.shape), TARGET.params))
-EOS = CFG.n_vocab - 1
-
-
-def ar_greedy(prompt, n):
-    return generate(TARGET, prompt, n, method="ar", eos=-1).tokens
-
-
-# A trigram fitted on the target's own greedy text, so that its guesses are often right.
-_stream = []
-for s in range(12):
-    _stream += [EOS] + list(range(s, s + 3)) + ar_greedy(list(range(s, s + 3)), 30)
-NGRAM = ngram.fit(np.array(_stream), CFG.n_vocab)
 
 def plan(**shape):
     """A Plan for these tests: `depth` is the best-first tree's depth and the chain's length."""
@@ -55,30 +42,33 @@ prompts = st.lists(st.integers(0, CFG.n_vocab - 2), min_size=1, max_size=12)
 @pytest.mark.parametrize("kw", METHODS, ids=lambda kw: "-".join(map(str, kw.values())))
 @given(prompt=prompts, budget=st.integers(1, 12), depth=st.integers(1, 5))
 @settings(max_examples=15)
-def test_greedy_equals_autoregressive(kw, prompt, budget, depth):
-    ref = ar_greedy(prompt, 24)
+def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
+    target, draft, trigram = small
+    ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(TARGET, prompt, 24, kw.pop("method"), DRAFT, NGRAM, plan(budget=budget, depth=depth, **kw), eos=-1)
+    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=-1)
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 
 
 @pytest.mark.parametrize("kw", METHODS[:4], ids=lambda kw: "-".join(map(str, kw.values())))
-def test_drafts_are_really_accepted(kw):
+def test_drafts_are_really_accepted(small, kw):
     """The equivalence above is not vacuous: multi-token acceptance and compaction happen."""
-    res = generate(TARGET, [1, 2, 3], 40, kw["method"], DRAFT, NGRAM, plan(budget=10, depth=4), eos=-1)
-    assert res.tokens == ar_greedy([1, 2, 3], 40)
+    target, draft, trigram = small
+    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=-1)
+    assert res.tokens == ar_greedy(target, [1, 2, 3], 40)
     assert res.stats.tokens_per_pass > 1.5
     assert res.stats.target_passes < 40
 
 
-def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
+def test_staged_builds_the_identical_tree_with_fewer_draft_passes(small):
+    target, draft, trigram = small
     # copy_len=0: stage 2 only speculates the draft (the paper's staged decoding), so every
     # step's tree is the draft's own.
-    kw = dict(draft=DRAFT, ngram=NGRAM, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=-1)
+    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=-1)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
-        tree = generate(TARGET, prompt, 30, method="tree", **kw)
-        staged = generate(TARGET, prompt, 30, method="staged", **kw)
+        tree = generate(target, prompt, 30, method="tree", **kw)
+        staged = generate(target, prompt, 30, method="staged", **kw)
         assert staged.tokens == tree.tokens
         for (a, pa), (b, pb) in zip(tree.stats.trees, staged.stats.trees):
             np.testing.assert_array_equal(a.tokens, b.tokens)
@@ -89,48 +79,52 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes():
         assert 2 in staged.stats.source  # some emitted tokens are credited to the n-gram
 
 
-def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does():
+def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
+    target, draft, trigram = small
     # guess_len=0: the draft gets no guessed rows, so with copies off too staged makes exactly the
     # tree decoder's draft passes; the same run with guesses does not.
-    kw = dict(draft=DRAFT, ngram=NGRAM, temperature=1.0, seed=5, eos=-1)
+    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=-1)
     shape = dict(widths=(2, 1, 1), sampled="without", copy_len=0)
-    tree = generate(TARGET, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
-    bare = generate(TARGET, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
-    guessing = generate(TARGET, [1, 2, 3], 30, method="staged", plan=plan(guess_len=2, guess_rows=2, **shape), **kw)
+    tree = generate(target, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
+    bare = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
+    guessing = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=2, guess_rows=2, **shape), **kw)
     assert bare.tokens == tree.tokens == guessing.tokens  # the draft's trees, the same random draws
     assert bare.stats.draft_blocks == tree.stats.draft_blocks and bare.stats.ngram_queries == 0
     assert guessing.stats.draft_blocks != tree.stats.draft_blocks and guessing.stats.ngram_queries > 0
 
 
-def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier():
+def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier(small):
     """Stage 2 guesses a continuation copied from the context when its last three tokens occurred
     before (code repeats its names), else the trigram's greedy continuation."""
     from specdec_np.drafting import ModelDrafter
 
+    _, draft, trigram = small
+
     def guessed(seq):
-        d = ModelDrafter(DRAFT, ngram=NGRAM, guess_len=2, guess_rows=2)
+        d = ModelDrafter(draft, ngram=trigram, guess_len=2, guess_rows=2)
         d.begin(seq, 5)
         d.dist_fn(np.array([seq[-1]]), np.array([-1]), np.array([0]))  # the root's pass
         return d.guessed
 
     repeat = [7, 8, 9, 30, 31, 20, 7, 8, 9]
-    assert ngram.greedy_continuation(NGRAM, repeat, 2) != [30, 31]  # the copy is not the trigram's guess
+    assert ngram.greedy_continuation(trigram, repeat, 2) != [30, 31]  # the copy is not the trigram's guess
     assert guessed(repeat) == {(30,), (30, 31)}
     fresh = [7, 8, 9, 30, 31, 20, 21, 8, 9]  # "7 8 9" does not recur: the trigram guesses
-    g = ngram.greedy_continuation(NGRAM, fresh, 2)
+    g = ngram.greedy_continuation(trigram, fresh, 2)
     assert guessed(fresh) == {(g[0],), tuple(g)}
 
 
-def test_staged_copies_a_repeat_straight_to_the_target():
+def test_staged_copies_a_repeat_straight_to_the_target(small):
     """When the context's last three tokens occurred before, staged decoding verifies what followed
     them with no draft pass (the random target's greedy text cycles, like a small model's does):
     still exactly the target's greedy tokens, with fewer draft passes than without the copies."""
+    target, draft, trigram = small
     start = [5, 6, 7, 8]
-    prompt = start + ar_greedy(start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
-    ref = ar_greedy(prompt, 30)
-    kw = dict(draft=DRAFT, ngram=NGRAM, eos=-1, keep_trees=True, method="staged")
-    copying = generate(TARGET, prompt, 30, plan=plan(copy_len=6), **kw)
-    drafting = generate(TARGET, prompt, 30, plan=plan(copy_len=0), **kw)
+    prompt = start + ar_greedy(target, start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
+    ref = ar_greedy(target, prompt, 30)
+    kw = dict(draft=draft, ngram=trigram, eos=-1, keep_trees=True, method="staged")
+    copying = generate(target, prompt, 30, plan=plan(copy_len=6), **kw)
+    drafting = generate(target, prompt, 30, plan=plan(copy_len=0), **kw)
     assert copying.tokens == drafting.tokens == ref
     copied = [(t, path) for t, path in copying.stats.trees if (t.source == NGRAM_SOURCE).any()]
     assert copied and all(len(t) <= 7 and (t.source[1:] == NGRAM_SOURCE).all() for t, _ in copied)
@@ -141,16 +135,17 @@ def test_staged_copies_a_repeat_straight_to_the_target():
     # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
     assert 0 < copying.stats.draft_steps <= len(copying.stats.trees) - len(copied)
     assert copying.stats.draft_steps <= copying.stats.draft_passes
-    spec = generate(TARGET, prompt, 30, draft=DRAFT, eos=-1, method="speculative", plan=plan(chain=3))
+    spec = generate(target, prompt, 30, draft=draft, eos=-1, method="speculative", plan=plan(chain=3))
     assert spec.stats.draft_steps == spec.stats.target_passes  # a chain is drafted every step
 
 
 @pytest.mark.parametrize("kw", [dict(method="staged"), dict(method="tree", temperature=1.0, top_k=10, seed=4),
                                 dict(method="speculative", temperature=0.8, seed=5)])
-def test_caches_equal_a_fresh_prefill(kw):
-    res = generate(TARGET, [4, 5, 6], 30, draft=DRAFT, ngram=NGRAM, plan=plan(budget=8, depth=4), eos=-1, **kw)
+def test_caches_equal_a_fresh_prefill(small, kw):
+    target, draft, trigram = small
+    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=-1, **kw)
     seq = [4, 5, 6] + res.tokens
-    for model, cache in ((TARGET, res.target_cache), (DRAFT, res.draft_cache)):
+    for model, cache in ((target, res.target_cache), (draft, res.draft_cache)):
         fresh = new_cache(model)
         forward(model, seq[:cache.length], fresh)
         assert cache.length >= len(seq) - 6  # the draft may lag by the last accepted leaves
@@ -160,62 +155,69 @@ def test_caches_equal_a_fresh_prefill(kw):
     assert res.target_cache.length == len(seq) - 1
 
 
-def test_budget_one_depth_one_drafts_one_token_per_step():
-    ref = generate(TARGET, [1, 2], 20, method="ar", eos=-1)
-    res = generate(TARGET, [1, 2], 20, method="tree", draft=DRAFT, plan=plan(budget=1, depth=1), eos=-1, keep_trees=True)
+def test_budget_one_depth_one_drafts_one_token_per_step(small):
+    target, draft, _ = small
+    ref = generate(target, [1, 2], 20, method="ar", eos=-1)
+    res = generate(target, [1, 2], 20, method="tree", draft=draft, plan=plan(budget=1, depth=1), eos=-1,
+                   keep_trees=True)
     assert res.tokens == ref.tokens
     assert {len(t) for t, _ in res.stats.trees} == {2}
 
 
-def test_eos_and_max_new_tokens_mid_path():
-    ref = ar_greedy([1, 2, 3], 30)
+def test_eos_and_max_new_tokens_mid_path(small):
+    target, draft, _ = small
+    ref = ar_greedy(target, [1, 2, 3], 30)
     eos = ref[7]
     first = ref.index(eos)
-    res = generate(TARGET, [1, 2, 3], 30, method="tree", draft=DRAFT, plan=plan(budget=10, depth=4), eos=eos)
+    res = generate(target, [1, 2, 3], 30, method="tree", draft=draft, plan=plan(budget=10, depth=4), eos=eos)
     assert res.tokens == ref[:first + 1] and res.stop_reason == "eos"
     for n in range(1, 9):  # cut wherever an accepted path would overshoot
-        res = generate(TARGET, [1, 2, 3], n, method="tree", draft=DRAFT, plan=plan(budget=10, depth=5), eos=-1)
+        res = generate(target, [1, 2, 3], n, method="tree", draft=draft, plan=plan(budget=10, depth=5), eos=-1)
         assert res.tokens == ref[:n] and res.stop_reason == "max_new_tokens"
         assert sum(res.stats.accepted) == n  # statistics count what was emitted, not what was accepted
 
 
-def test_context_limit_stops_cleanly():
+def test_context_limit_stops_cleanly(small):
+    target, draft, trigram = small
     prompt = [i % (CFG.n_vocab - 1) for i in range(CFG.n_ctx - 5)]
     for method in ("ar", "tree", "staged"):
-        res = generate(TARGET, prompt, 50, method=method, draft=DRAFT, ngram=NGRAM, plan=plan(budget=8, depth=4), eos=-1)
+        res = generate(target, prompt, 50, method=method, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4),
+                       eos=-1)
         assert res.stop_reason == "context"
         assert len(prompt) + len(res.tokens) == CFG.n_ctx
-        assert res.tokens == ar_greedy(prompt, 50)[:5]
+        assert res.tokens == ar_greedy(target, prompt, 50)[:5]
 
 
-def test_bad_input_raises():
+def test_bad_input_raises(small):
+    target, draft, _ = small
     with pytest.raises(ValueError, match="empty"):
-        generate(TARGET, [], 5)
+        generate(target, [], 5)
     with pytest.raises(ValueError, match="token id 40 is outside"):
-        generate(TARGET, [1, 40], 5)
+        generate(target, [1, 40], 5)
     with pytest.raises(ValueError, match="shorter than the context"):
-        generate(TARGET, [1] * CFG.n_ctx, 5)
+        generate(target, [1] * CFG.n_ctx, 5)
     with pytest.raises(ValueError, match="unknown method"):
-        generate(TARGET, [1], 5, method="magic")
+        generate(target, [1], 5, method="magic")
     with pytest.raises(ValueError, match="needs a draft"):
-        generate(TARGET, [1], 5, method="tree")
+        generate(target, [1], 5, method="tree")
     other = random_params(GPT2Config(n_vocab=41, n_ctx=64, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match="share the tokenizer"):
-        generate(TARGET, [1], 5, method="tree", draft=other)
+        generate(target, [1], 5, method="tree", draft=other)
     with pytest.raises(ValueError, match="temperature"):
-        generate(TARGET, [1], 5, temperature=-1)
+        generate(target, [1], 5, temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
-        generate(TARGET, [1], 5, temperature=1, top_p=0)
+        generate(target, [1], 5, temperature=1, top_p=0)
     with pytest.raises(ValueError, match="point_mass"):
-        generate(TARGET, [1], 5, method="tree", draft=DRAFT, temperature=1, plan=plan(sampled="with", rule="point_mass"))
+        generate(target, [1], 5, method="tree", draft=draft, temperature=1,
+                 plan=plan(sampled="with", rule="point_mass"))
     with pytest.raises(TypeError, match="token ids, not text"):
-        generate(TARGET, "def f(x):", 5)
+        generate(target, "def f(x):", 5)
     with pytest.raises(TypeError, match="integer token ids"):
-        generate(TARGET, [1.5], 5)
+        generate(target, [1.5], 5)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        generate(TARGET, [1], None)
+        generate(target, [1], None)
     with pytest.raises(ValueError, match="seed"):
-        generate(TARGET, [1], 5, seed="abc")
+        generate(target, [1], 5, seed="abc")
 
 
 @pytest.mark.parametrize("shape, message", [
@@ -241,8 +243,9 @@ def test_plan_defaults_are_constants():
     ("speculative", 1.0, None, "with_replacement"), ("speculative", 0.0, None, "deterministic"),
     ("tree", 1.0, "without", "without_replacement"), ("staged", 1.0, "without", "without_replacement"),
     ("tree", 0.0, "with", "with_replacement")])
-def test_tree_construction_per_setting(method, temperature, sampled, kind):
-    res = generate(TARGET, [1, 2, 3], 12, method=method, draft=DRAFT, ngram=NGRAM, temperature=temperature,
+def test_tree_construction_per_setting(small, method, temperature, sampled, kind):
+    target, draft, trigram = small
+    res = generate(target, [1, 2, 3], 12, method=method, draft=draft, ngram=trigram, temperature=temperature,
                    plan=plan(sampled=sampled, copy_len=0), eos=-1, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
     if sampled is not None:
@@ -251,40 +254,25 @@ def test_tree_construction_per_setting(method, temperature, sampled, kind):
         assert max(int(depths(t).max()) for t, _ in res.stats.trees) <= 6
 
 
-def test_same_seed_same_tokens():
-    kw = dict(method="tree", draft=DRAFT, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=-1)
-    assert generate(TARGET, [1, 2], 25, seed=11, **kw).tokens == generate(TARGET, [1, 2], 25, seed=11, **kw).tokens
+def test_same_seed_same_tokens(small):
+    target, draft, _ = small
+    kw = dict(method="tree", draft=draft, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=-1)
+    assert generate(target, [1, 2], 25, seed=11, **kw).tokens == generate(target, [1, 2], 25, seed=11, **kw).tokens
 
 
 # ----------------------------------------------------------------------------- sampling, end to end
 
-TINY = GPT2Config(n_vocab=4, n_ctx=16, n_embd=8, n_layer=1, n_head=2)
-T_TINY = random_params(TINY, seed=11, dtype=np.float64, scale=0.8)
-D_TINY = random_params(TINY, seed=12, dtype=np.float64, scale=0.8)  # a different model: real rejections
-PROMPT = [1, 2]
 N_SAMPLES = 1500
 
 
-def exact_target_distribution(prompt=PROMPT, m=2):
-    """P_target(x_1..x_m | prompt) by enumerating the target autoregressively."""
-    out = {}
-    for xs in itertools.product(range(TINY.n_vocab), repeat=m):
-        logits = forward(T_TINY, prompt + list(xs), new_cache(T_TINY))
-        probs = process(logits[len(prompt) - 1:], 1.0)
-        out[xs] = float(np.prod([probs[i, x] for i, x in enumerate(xs)]))
-    return out
-
-
-EXACT = exact_target_distribution()
-
-
-def tv_from_samples(method, ngram=None, **shape):
+def tv_from_samples(tiny, tiny_exact, method, ngram=None, **shape):
+    """Total variation between N_SAMPLES seeded runs of the tiny pair and the target's exact distribution."""
     counts = {}
     for seed in range(N_SAMPLES):
-        toks = tuple(generate(T_TINY, PROMPT, 2, method, D_TINY, ngram, plan(**shape), temperature=1.0, seed=seed,
-                              eos=-1).tokens)
+        toks = tuple(generate(tiny.target, PROMPT, 2, method, tiny.draft, ngram, plan(**shape), temperature=1.0,
+                              seed=seed, eos=-1).tokens)
         counts[toks] = counts.get(toks, 0) + 1
-    return 0.5 * sum(abs(counts.get(k, 0) / N_SAMPLES - p) for k, p in EXACT.items())
+    return 0.5 * sum(abs(counts.get(k, 0) / N_SAMPLES - p) for k, p in tiny_exact.items())
 
 
 # With 16 outcomes and 1500 samples the TV of an exact sampler is ~0.04 (fixed seeds: no flakes);
@@ -301,32 +289,23 @@ SAMPLING_METHODS = [
 
 
 @pytest.mark.parametrize("kw", SAMPLING_METHODS, ids=lambda kw: "-".join(map(str, kw.values())))
-def test_sampling_matches_target_distribution(kw):
-    assert tv_from_samples(**kw) < TV_BOUND
+def test_sampling_matches_target_distribution(tiny, tiny_exact, kw):
+    assert tv_from_samples(tiny, tiny_exact, **kw) < TV_BOUND
 
 
-def always_accept(tree, p, rand):
-    """A broken rule for the negative controls: accept the first child down to a leaf, untested."""
-    node = 0
-    while len(kids := np.flatnonzero(tree.parents == node)):
-        node = int(kids[0])
-    return path_to(tree, node), rand.draw(p[node])
-
-
-def test_sampling_negative_control_always_accept(monkeypatch):
+def test_sampling_negative_control_always_accept(tiny, tiny_exact, monkeypatch):
     monkeypatch.setitem(verify.RULES, "recursive", always_accept)
-    assert tv_from_samples(method="tree", shape="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
-
-
-NGRAM_TINY = ngram.fit(np.random.default_rng(0).integers(0, TINY.n_vocab, 300), TINY.n_vocab)
+    assert tv_from_samples(tiny, tiny_exact, method="tree", shape="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
 
 
 @pytest.mark.parametrize("sampled", ["with", "without"])
-def test_staged_sampling_matches_target_distribution(sampled):
-    assert tv_from_samples(method="staged", shape="fixed", widths=(2, 1), sampled=sampled, ngram=NGRAM_TINY) < TV_BOUND
+def test_staged_sampling_matches_target_distribution(tiny, tiny_exact, sampled):
+    tv = tv_from_samples(tiny, tiny_exact, method="staged", shape="fixed", widths=(2, 1), sampled=sampled,
+                         ngram=tiny.trigram)
+    assert tv < TV_BOUND
 
 
-def test_staged_sampled_children_are_exact_samples_of_q():
+def test_staged_sampled_children_are_exact_samples_of_q(tiny):
     """Stage 2 only precomputes the draft's distributions: a sampled tree drafted with it has exactly
     the distribution of one drafted without it, and that is the product of the draft's q along it."""
     from specdec_np import build, exact
@@ -334,18 +313,18 @@ def test_staged_sampled_children_are_exact_samples_of_q():
 
     def tree_distribution(trigram):
         def fn(rand):
-            d = ModelDrafter(D_TINY, temperature=1.0, ngram=trigram, guess_len=2, guess_rows=8)
+            d = ModelDrafter(tiny.draft, temperature=1.0, ngram=trigram, guess_len=2, guess_rows=8)
             d.begin(PROMPT, 3)
             t = build.build_fixed(PROMPT[-1], d.dist_fn, [2, 1, 1], rand=rand, replacement=False)
             return tuple(zip(t.tokens.tolist(), t.parents.tolist()))
         return exact.outcomes(fn)
 
-    unstaged, staged = tree_distribution(None), tree_distribution(NGRAM_TINY)
+    unstaged, staged = tree_distribution(None), tree_distribution(tiny.trigram)
     assert set(unstaged) == set(staged)
     assert max(abs(unstaged[k] - staged[k]) for k in unstaged) < 1e-12
 
     def q(context):  # the draft's own next-token distribution, from a plain forward pass
-        return process(forward(D_TINY, list(context), new_cache(D_TINY))[-1], 1.0)
+        return process(forward(tiny.draft, list(context), new_cache(tiny.draft))[-1], 1.0)
 
     for tree, prob in list(unstaged.items())[:20]:
         toks = [t for t, _ in tree]
@@ -364,7 +343,7 @@ def test_staged_sampled_children_are_exact_samples_of_q():
 COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at the first step
 
 
-def staged_copy_distribution(n=3):
+def staged_copy_distribution(tiny, n=3):
     """The exact distribution of staged decoding's first n tokens after COPY_PROMPT at T=1, by
     enumerating every random branch of `generate` itself (the enumerator is its `rand`).
     Copied chains (point-mass rule) and sampled draft chains (recursive rule) alternate."""
@@ -374,8 +353,8 @@ def staged_copy_distribution(n=3):
     shape = plan(shape="fixed", widths=(1,), sampled="without", copy_len=2)
 
     def fn(rand):
-        res = generate(T_TINY, COPY_PROMPT, n, method="staged", draft=D_TINY, ngram=NGRAM_TINY, temperature=1.0,
-                       plan=shape, rand=rand, keep_trees=True, eos=-1)
+        res = generate(tiny.target, COPY_PROMPT, n, method="staged", draft=tiny.draft, ngram=tiny.trigram,
+                       temperature=1.0, plan=shape, rand=rand, keep_trees=True, eos=-1)
         for t, _ in res.stats.trees:
             steps["copied" if (t.source == NGRAM_SOURCE).any() else "drafted"] += 1
         return tuple(res.tokens)
@@ -383,23 +362,28 @@ def staged_copy_distribution(n=3):
     return exact.outcomes(fn), steps
 
 
-def test_staged_copies_are_lossless_when_sampling():
-    got, steps = staged_copy_distribution()
+def test_staged_copies_are_lossless_when_sampling(tiny):
+    got, steps = staged_copy_distribution(tiny)
     assert steps["copied"] > 0 and steps["drafted"] > 0  # both kinds of step were exercised
-    want = exact_target_distribution(COPY_PROMPT, 3)
+    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
     assert set(got) <= set(want)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
 
 
-def test_staged_copies_negative_control_always_accept(monkeypatch):
+def test_staged_copies_negative_control_always_accept(tiny, monkeypatch):
     """The same check rejects a point-mass rule that accepts the copied chain without a test."""
     monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
-    got, _ = staged_copy_distribution()
-    want = exact_target_distribution(COPY_PROMPT, 3)
+    got, _ = staged_copy_distribution(tiny)
+    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
 
 
-def test_wide_fixed_tree_runs_to_the_end_of_the_context():
-    # 4 + 16 + 64 = 84 drafted nodes per pass: more than the cache's default headroom of 64 slots.
-    res = generate(TARGET, [1, 2], 100, method="tree", draft=DRAFT, plan=plan(shape="fixed", widths=(4, 4, 4)), eos=-1)
-    assert res.stop_reason == "context" and res.tokens == ar_greedy([1, 2], len(res.tokens))
+def test_wide_fixed_tree_runs_to_the_end_of_the_context(small):
+    # 3 + 9 + 45 = 57 drafted nodes per pass, near the cap (n_ctx = 64): the caches are sized
+    # from the tree, and a bigger tree is refused before any work.
+    target, draft, _ = small
+    wide = plan(shape="fixed", widths=(3, 3, 5))
+    res = generate(target, [1, 2], 100, method="tree", draft=draft, plan=wide, eos=-1)
+    assert res.stop_reason == "context" and res.tokens == ar_greedy(target, [1, 2], len(res.tokens))
+    with pytest.raises(ValueError, match="widths=4,4,4\\) exceed the cap of n_ctx=64"):
+        generate(target, [1, 2], 100, method="tree", draft=draft, plan=plan(shape="fixed", widths=(4, 4, 4)))

@@ -19,13 +19,16 @@ from specdec_np import checkpoint
 from specdec_np.tools import download as dl
 from specdec_np.gpt2 import GPT2Config, iter_params, random_params
 
-MODEL = random_params(GPT2Config(n_vocab=29, n_ctx=8, n_embd=8, n_layer=1, n_head=2), seed=5)
+
+@pytest.fixture(scope="module")
+def model():
+    return random_params(GPT2Config(n_vocab=29, n_ctx=8, n_embd=8, n_layer=1, n_head=2), seed=5)
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    """The bytes of a small checkpoint: {file name: bytes}."""
-    d = checkpoint.save(MODEL, tmp_path_factory.mktemp("src"), dtype=np.float32)
+def files(model, tmp_path_factory):
+    """The bytes of a small checkpoint of `model`: {file name: bytes}."""
+    d = checkpoint.save(model, tmp_path_factory.mktemp("src"), dtype=np.float32)
     return {name: (d / name).read_bytes() for name in dl.FILES}
 
 
@@ -113,14 +116,14 @@ def blob_gets(hub):
     return [(p, r) for m, p, r in hub.log if m == "GET" and p.startswith("/cdn/")]
 
 
-def test_full_download(tmp_path, hub, files):
+def test_full_download(tmp_path, hub, files, model):
     dest = get(tmp_path, hub)
     assert dest == tmp_path / "gpt2"
     assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors"]
     for name, data in files.items():
         assert (dest / name).read_bytes() == data
     loaded = checkpoint.load(dest)
-    for a, b in zip(iter_params(loaded.params), iter_params(MODEL.params), strict=True):
+    for a, b in zip(iter_params(loaded.params), iter_params(model.params), strict=True):
         np.testing.assert_array_equal(a, b)
     assert blob_gets(hub) == [("/cdn/openai-community/gpt2/resolve/main/model.safetensors", None)]
     get(tmp_path, hub)  # already there: nothing fetched again

@@ -1,5 +1,6 @@
 """The shipped models load through the normal loader and tokenizer, and a real model catches a broken
-forward pass: the target's recorded held-out loss is reproduced on a fixed slice of held-out code."""
+forward pass: the target's recorded held-out loss is reproduced on a fixed slice of held-out code.
+The models come from conftest's session fixture `embedded` (target, draft, trigram, encoding)."""
 
 import json
 from pathlib import Path
@@ -9,17 +10,16 @@ import pytest
 
 from specdec_np import ngram
 from specdec_np.gpt2 import forward, new_cache
-from specdec_np.models import EMBEDDED_NGRAM, load_embedded
+from specdec_np.models import EMBEDDED_NGRAM
 from specdec_np.tokenizer import decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL = json.loads((ROOT / "weights" / "eval.json").read_text())
 SLICE = (ROOT / "tests" / "fixtures" / "heldout_slice.txt").read_text(encoding="utf-8")
-TARGET, DRAFT, TRIGRAM, ENC = load_embedded()
 
 
-def slice_loss(model) -> float:
-    toks = np.array(encode(ENC, SLICE)[:512])
+def slice_loss(model, enc) -> float:
+    toks = np.array(encode(enc, SLICE)[:512])
     logits = forward(model, toks[:-1], new_cache(model)).astype(np.float64)  # [n, V]
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -27,21 +27,24 @@ def slice_loss(model) -> float:
 
 
 @pytest.mark.parametrize("name", ["target", "draft"])
-def test_recorded_heldout_loss_is_reproduced(name):
-    model = TARGET if name == "target" else DRAFT
-    assert slice_loss(model) == pytest.approx(EVAL[name]["heldout_slice_nats"], rel=0.01)
+def test_recorded_heldout_loss_is_reproduced(embedded, name):
+    target, draft, _, enc = embedded
+    model = target if name == "target" else draft
+    assert slice_loss(model, enc) == pytest.approx(EVAL[name]["heldout_slice_nats"], rel=0.01)
 
 
-def test_shipped_files_fit_together():
-    assert TARGET.config.n_vocab == DRAFT.config.n_vocab == TRIGRAM.n_vocab == ENC.n_vocab == 8193
-    assert decode(ENC, encode(ENC, SLICE)) == SLICE
-    assert TARGET.n_params > 10 * DRAFT.n_params / 2  # a much smaller draft
+def test_shipped_files_fit_together(embedded):
+    target, draft, trigram, enc = embedded
+    assert target.config.n_vocab == draft.config.n_vocab == trigram.n_vocab == enc.n_vocab == 8193
+    assert decode(enc, encode(enc, SLICE)) == SLICE
+    assert target.n_params > 10 * draft.n_params / 2  # a much smaller draft
     assert ngram.load(EMBEDDED_NGRAM).n_vocab == 8193
 
 
-def test_target_is_better_than_draft_and_trigram_is_normalised():
-    assert slice_loss(TARGET) < slice_loss(DRAFT)
-    p = ngram.dist(TRIGRAM, encode(ENC, "    def __init__(self"))
+def test_target_is_better_than_draft_and_trigram_is_normalised(embedded):
+    target, draft, trigram, enc = embedded
+    assert slice_loss(target, enc) < slice_loss(draft, enc)
+    p = ngram.dist(trigram, encode(enc, "    def __init__(self"))
     assert p.shape == (8193,) and abs(p.sum() - 1) < 1e-9
 
 

@@ -8,20 +8,24 @@ from hypothesis import strategies as st
 from specdec_np.gpt2 import GEMV_ROWS, GPT2Config, KVCache, forward, matmul_rows, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
-MODEL = random_params(CFG, seed=1, dtype=np.float64, scale=0.3)  # large scale: non-trivial attention
 
 
-def full_logits(tokens):
-    return forward(MODEL, tokens, new_cache(MODEL))
+@pytest.fixture(scope="module")
+def model():
+    return random_params(CFG, seed=1, dtype=np.float64, scale=0.3)  # large scale: non-trivial attention
+
+
+def full_logits(model, tokens):
+    return forward(model, tokens, new_cache(model))
 
 
 @given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=2, max_size=30), st.data())
 @settings(max_examples=30)
-def test_incremental_decoding_equals_full_pass(tokens, data):
-    ref = full_logits(tokens)
-    cache = new_cache(MODEL)
+def test_incremental_decoding_equals_full_pass(model, tokens, data):
+    ref = full_logits(model, tokens)
+    cache = new_cache(model)
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(tokens) - 1), max_size=4))))
-    out = [forward(MODEL, tokens[a:b], cache) for a, b in zip([0] + cuts, cuts + [len(tokens)])]
+    out = [forward(model, tokens[a:b], cache) for a, b in zip([0] + cuts, cuts + [len(tokens)])]
     np.testing.assert_allclose(np.concatenate(out), ref, rtol=0, atol=1e-10)
     assert cache.length == len(tokens)
 
@@ -52,55 +56,57 @@ def path(parents, i):
     return out[::-1]
 
 
-@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=20), st.data())
-@settings(max_examples=30)
-def test_tree_pass_equals_each_root_to_node_path(prefix, data):
+def tree_pass(model, prefix, data):
+    """A random tree run in one pass after `prefix`, in a fresh cache: (parents, tokens, its logits, cache)."""
     parents, tokens = random_tree(data)
     mask, depth = tree_mask_and_depth(parents)
-    cache = new_cache(MODEL)
-    forward(MODEL, prefix, cache)
-    logits = forward(MODEL, tokens, cache, positions=len(prefix) + depth, mask=mask)
+    cache = new_cache(model)
+    forward(model, prefix, cache)
+    logits = forward(model, tokens, cache, positions=len(prefix) + depth, mask=mask)
+    return parents, tokens, logits, cache
+
+
+@given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=20), st.data())
+@settings(max_examples=30)
+def test_tree_pass_equals_each_root_to_node_path(model, prefix, data):
+    parents, tokens, logits, _ = tree_pass(model, prefix, data)
     for i in range(len(tokens)):
         seq = list(prefix) + list(tokens[path(parents, i)])
-        np.testing.assert_allclose(logits[i], full_logits(seq)[-1], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(logits[i], full_logits(model, seq)[-1], rtol=0, atol=1e-10)
 
 
 @given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=15), st.data())
 @settings(max_examples=25)
-def test_keep_accepted_path_then_continue_equals_fresh_prefill(prefix, data):
-    parents, tokens = random_tree(data)
-    mask, depth = tree_mask_and_depth(parents)
-    cache = new_cache(MODEL)
-    forward(MODEL, prefix, cache)
-    start = cache.length
-    forward(MODEL, tokens, cache, positions=start + depth, mask=mask)
+def test_keep_accepted_path_then_continue_equals_fresh_prefill(model, prefix, data):
+    parents, tokens, _, cache = tree_pass(model, prefix, data)
+    start = len(prefix)  # where the tree's rows begin in the cache
     node = data.draw(st.integers(0, len(tokens) - 1))
     kept = path(parents, node)
     cache.keep(start, kept)
     accepted = list(prefix) + list(tokens[kept])
     assert cache.length == len(accepted)
-    fresh = new_cache(MODEL)
-    forward(MODEL, accepted, fresh)
+    fresh = new_cache(model)
+    forward(model, accepted, fresh)
     n = len(accepted)
     np.testing.assert_allclose(cache.k[:, :, :n], fresh.k[:, :, :n], rtol=0, atol=1e-12)
     np.testing.assert_allclose(cache.v[:, :, :n], fresh.v[:, :, :n], rtol=0, atol=1e-12)
     nxt = data.draw(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=4))
-    np.testing.assert_allclose(forward(MODEL, nxt, cache), full_logits(accepted + nxt)[-len(nxt):],
+    np.testing.assert_allclose(forward(model, nxt, cache), full_logits(model, accepted + nxt)[-len(nxt):],
                                rtol=0, atol=1e-10)
 
 
 @given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=15), st.data())
 @settings(max_examples=25)
-def test_padded_block_computes_exactly_the_unpadded_one(prefix, data):
+def test_padded_block_computes_exactly_the_unpadded_one(model, prefix, data):
     # Dummy rows must be invisible to the real ones: same logits, same cache, same length.
     parents, tokens = random_tree(data)
     mask, depth = tree_mask_and_depth(parents)
     pad_to = len(tokens) + data.draw(st.integers(0, 9))
     caches = []
     for pad in (None, pad_to):
-        cache = new_cache(MODEL, max_block=16)
-        forward(MODEL, prefix, cache)
-        logits = forward(MODEL, tokens, cache, positions=len(prefix) + depth, mask=mask, pad_to=pad)
+        cache = new_cache(model, max_block=16)
+        forward(model, prefix, cache)
+        logits = forward(model, tokens, cache, positions=len(prefix) + depth, mask=mask, pad_to=pad)
         assert logits.shape == (len(tokens), CFG.n_vocab) and cache.length == len(prefix) + len(tokens)
         caches.append((logits, cache))
     (a, ca), (b, cb) = caches
@@ -110,33 +116,33 @@ def test_padded_block_computes_exactly_the_unpadded_one(prefix, data):
     np.testing.assert_allclose(cb.v[:, :, :n], ca.v[:, :, :n], rtol=0, atol=1e-12)
 
 
-def test_padding_past_the_cache_is_refused():
+def test_padding_past_the_cache_is_refused(model):
     cache = KVCache(CFG, capacity=12, dtype=np.float64)
-    forward(MODEL, list(range(8)), cache)
+    forward(model, list(range(8)), cache)
     with pytest.raises(ValueError, match="KV cache overflow: 8 cached \\+ 8 padded > capacity 12"):
-        forward(MODEL, [1, 2], cache, pad_to=8)
+        forward(model, [1, 2], cache, pad_to=8)
     assert cache.length == 8
 
 
-def test_truncate_then_redo_equals_fresh():
+def test_truncate_then_redo_equals_fresh(model):
     toks = list(range(10))
-    cache = new_cache(MODEL)
-    forward(MODEL, toks, cache)
+    cache = new_cache(model)
+    forward(model, toks, cache)
     cache.truncate(6)
-    np.testing.assert_allclose(forward(MODEL, [7, 8], cache), full_logits(toks[:6] + [7, 8])[-2:], atol=1e-10)
+    np.testing.assert_allclose(forward(model, [7, 8], cache), full_logits(model, toks[:6] + [7, 8])[-2:], atol=1e-10)
 
 
-def test_float32_is_close_to_float64():
-    m32 = MODEL.astype(np.float32)
+def test_float32_is_close_to_float64(model):
+    m32 = model.astype(np.float32)
     toks = list(range(20))
     got = forward(m32, toks, new_cache(m32))
     assert got.dtype == np.float32
-    np.testing.assert_allclose(got, full_logits(toks), atol=1e-4)
+    np.testing.assert_allclose(got, full_logits(model, toks), atol=1e-4)
 
 
-def test_logits_are_row_major():
+def test_logits_are_row_major(model):
     # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
-    m32 = MODEL.astype(np.float32)
+    m32 = model.astype(np.float32)
     for n in (1, GEMV_ROWS, GEMV_ROWS + 1, 8):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
 
@@ -149,37 +155,37 @@ def test_matmul_rows_is_the_matrix_product(n):
     np.testing.assert_allclose(matmul_rows(x, w), x @ w, rtol=0, atol=1e-12)
 
 
-def test_logits_from_skips_only_the_head():
+def test_logits_from_skips_only_the_head(model):
     # Catch-up rows get no logits, but their K/V land in the cache exactly as without logits_from.
     toks = list(range(3, 9))
-    ref_cache, cache = new_cache(MODEL), new_cache(MODEL)
-    ref = forward(MODEL, toks, ref_cache)
+    ref_cache, cache = new_cache(model), new_cache(model)
+    ref = forward(model, toks, ref_cache)
     for skip in range(len(toks)):
         cache.truncate(0)
-        got = forward(MODEL, toks, cache, logits_from=skip)
+        got = forward(model, toks, cache, logits_from=skip)
         assert got.shape == (len(toks) - skip, CFG.n_vocab)
         np.testing.assert_allclose(got, ref[skip:], rtol=0, atol=1e-12)
         np.testing.assert_array_equal(cache.k[:, :, :len(toks)], ref_cache.k[:, :, :len(toks)])
     with pytest.raises(ValueError, match="logits_from=6"):
-        forward(MODEL, toks, new_cache(MODEL), logits_from=len(toks))
+        forward(model, toks, new_cache(model), logits_from=len(toks))
 
 
-def test_errors_are_clear():
-    cache = new_cache(MODEL)
+def test_errors_are_clear(model):
+    cache = new_cache(model)
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        forward(MODEL, [CFG.n_vocab], cache)
+        forward(model, [CFG.n_vocab], cache)
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        forward(MODEL, [-1], cache)
+        forward(model, [-1], cache)
     with pytest.raises(ValueError, match="context overflow"):
-        forward(MODEL, [1] * (CFG.n_ctx + 1), cache)
+        forward(model, [1] * (CFG.n_ctx + 1), cache)
     with pytest.raises(ValueError, match="at least one"):
-        forward(MODEL, [], cache)
+        forward(model, [], cache)
     with pytest.raises(ValueError, match="mask shape"):
-        forward(MODEL, [1, 2], cache, mask=np.ones((3, 3), bool))
+        forward(model, [1, 2], cache, mask=np.ones((3, 3), bool))
     small = KVCache(CFG, capacity=4, dtype=np.float64)
     with pytest.raises(ValueError, match="KV cache overflow"):
-        forward(MODEL, [1] * 5, small)
-    forward(MODEL, [1, 2, 3], cache)
+        forward(model, [1] * 5, small)
+    forward(model, [1, 2, 3], cache)
     with pytest.raises(ValueError, match="ascending"):
         cache.keep(1, [1, 0])
     with pytest.raises(ValueError, match="truncate"):

@@ -1,4 +1,8 @@
-"""The tools' plan: the tuner's search, the stored plan per machine, and the core's independence from both."""
+"""The tools' plan: the acceptance profile's counts, the choice on a machine's costs, the cache of
+those costs in the user's cache directory, and the core's independence from all of it."""
+
+import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,126 +11,155 @@ from specdec_np import ngram
 from specdec_np.decode import Plan, generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import plan as plans
-from specdec_np.tools.costmodel import OVERHEADS
-from specdec_np.tree import children
+from specdec_np.tools import profile as profiles
 
-# A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
-CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
+PROMPTS = [[1, 2, 3, 1, 2], [4, 5, 6, 7], [3, 3, 9, 1, 2, 3]]
+GRID = [("ar", {}), ("lookup", {"chain": 3}), ("speculative", {"chain": 2}),
+        ("staged", {"shape": "fixed", "widths": (2, 1), "guess_len": 1, "guess_rows": 2, "copy_len": 3})]
 
 
 @pytest.fixture(scope="module")
 def pair():
-    target, draft = random_params(CFG, seed=1), random_params(CFG, seed=2)
+    target = random_params(CFG, seed=1, dtype=np.float64, scale=0.5)
+    draft = random_params(CFG, seed=1, dtype=np.float64, scale=0.5)  # the same model: drafts are accepted
     return target, draft, ngram.fit(np.random.default_rng(0).integers(0, 30, 500), 30)
 
 
-@pytest.fixture
-def tuned_file(tmp_path, monkeypatch):
-    """weights/tuned.json replaced by a temporary file (tests never write to the repository)."""
-    monkeypatch.setattr(plans, "TUNED_FILE", tmp_path / "tuned.json")
-    plans._read.cache_clear()
-    yield plans.TUNED_FILE
-    plans._read.cache_clear()
-
-
-def test_tune_searches_each_setting_and_its_plan_is_what_generate_runs(pair, monkeypatch, tuned_file):
+@pytest.fixture(scope="module")
+def profile(pair):
     target, draft, trigram = pair
-    calls = []  # (method, plan, temperature, seed) of every decoding the tuner costs
+    grid = {"greedy": GRID, "sampled": [(m, dict(s, sampled="without") if m == "staged" else s) for m, s in GRID]}
+    return profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, seeds=2, grid=grid)
 
-    def recording(*args, **kw):
-        calls.append((kw["method"], kw["plan"], kw.get("temperature", 0.0), kw["seed"]))
-        return generate(*args, **kw)
 
-    monkeypatch.setattr(plans, "generate", recording)
-    tuned = plans.tune(target, draft, trigram, [[1, 2, 3], [4, 5]], {"target": CURVE, "draft": CURVE},
-                       max_new_tokens=6, budgets=(1, 3), depths=(1, 2), widths=((1,), (3, 1)), chains=(1, 2),
-                       guess_lens=(0, 1, 2), guess_rows=("pad", 2), copy_lens=(0, 2), sampled_seeds=2,
-                       out=lambda *_: None)
-    staged = [c for c in calls if c[0] == "staged"]
-    # Every candidate ran padded as the curve says, greedy once per prompt, sampled with 2 seeds.
-    assert all(p.target_pad == plans.padding(CURVE) and p.draft_pad == plans.padding(CURVE) for _, p, _, _ in calls)
-    for temperature, n_seeds in ((0.0, 1), (1.0, 2)):
-        copies2 = [c for c in staged if c[2] == temperature and c[1].copy_len == 2]
-        assert len({c[3] for c in copies2}) == 2 * n_seeds
-    # Stage 2's candidates: guess_len 0 is one candidate (the rows do not matter), not one per rows.
+def curve(per_token, fixed):  # ms of a pass of k tokens: fixed + per_token * k
+    return {k: fixed + per_token * k for k in (1, 2, 4, 8, 16, 32)}
+
+
+def costs(per_token, fixed=1.0):
+    c = curve(per_token, fixed)
+    return {"curves": {"target": {"warm": c, "cold": c}, "draft": {"warm": curve(0.01, 0.1), "cold": curve(0.01, 0.1)}},
+            "overheads": {s: {"step": 0.0, "draft_pass": 0.0, "ngram_query": 0.0} for s in ("greedy", "sampled")}}
+
+
+def test_profile_counts_what_each_run_did_past_its_prefill(pair):
+    target, draft, trigram = pair
+    ar = generate(target, PROMPTS[0], 10, "ar", eos=-1)
+    c = profiles.counts(ar.stats)
+    assert c == {"tokens": 9, "steps": 9, "ngram_queries": 0, "target": {"cold": {}, "warm": {1: 9}},
+                 "draft": {"cold": {}, "warm": {}}}
+    spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=-1)
+    c = profiles.counts(spec.stats)
+    steps = spec.stats.steps[1:]
+    assert c["tokens"] == sum(len(s.tokens) for s in steps) and c["steps"] == len(steps)
+    assert c["target"] == {"cold": {3: len(steps)}, "warm": {}}  # the draft ran before every pass
+    assert sum(c["draft"]["cold"].values()) == len(steps)  # each step's first draft pass is cold
+    assert sum(c["draft"]["warm"].values()) == len(steps)  # a chain of 2: one more pass per step
+    assert profiles.counts(spec.stats, skip_first=False)["tokens"] == len(spec.tokens)
+
+
+def test_the_plan_drafts_only_where_drafting_pays(profile):
+    """Blocks nearly free (memory-bound): a drafting plan wins; blocks costing k times a single
+    token (compute-bound): plain decoding is the plan, never a slower drafting one."""
     for temperature in (0.0, 1.0):
-        stage2 = {(p.guess_len, p.guess_rows) for m, p, t, _ in staged if t == temperature}
-        assert {(0, "pad"), (1, "pad"), (1, 2), (2, "pad"), (2, 2)} <= stage2 and (0, 2) not in stage2
-    # Sampled: only trees drawn from the draft without replacement are tried.
-    assert all(p.sampled == "without" for _, p, t, _ in staged if t == 1.0)
-    greedy, sampled = (Plan(**{k: tuple(v) if isinstance(v, list) else v for k, v in tuned["shapes"][s].items()})
-                       for s in ("greedy", "sampled"))
-    assert sampled.sampled == "without" and sampled.widths in ((1,), (3, 1)) and greedy.chain in (1, 2)
-    assert {k: set(o) for k, o in tuned["overheads_ms"].items()} == {n: set(OVERHEADS) for n in ("greedy", "sampled")}
-    # The stored choice is what the tools' plan_for returns on this machine, with padding.
-    tuned["shapes"]["sampled"]["widths"] = [3, 1]
-    plans.save(tuned)
-    plan, origin = plans.plan_for(target, draft, 1.0)
-    assert "weights/tuned.json" in origin and plan.widths == (3, 1) and plan.target_pad == plans.padding(CURVE)
-    res = generate(target, [1, 2], 8, method="tree", draft=draft, plan=plan, temperature=1.0, eos=-1, keep_trees=True)
-    assert {len(children(t, 0)) for t, _ in res.stats.trees} == {3}
-    assert {t.kind for t, _ in res.stats.trees} == {"without_replacement"}
+        cheap = plans.choose(profile, costs(per_token=0.01), temperature)
+        assert cheap.method != "ar" and cheap.speedup >= plans.MARGIN
+        dear = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature)
+        assert dear.method == "ar" and dear.plan == Plan(target_pad=dear.plan.target_pad, draft_pad=dear.plan.draft_pad)
+        # One method's best plan is still available when asked for (here slower than plain decoding).
+        spec = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature, "speculative")
+        assert spec.method == "speculative" and spec.plan.chain == 2 and spec.speedup < 1
+    with pytest.raises(ValueError, match="no candidate"):
+        plans.choose(profile, costs(0.01), 0.0, "tree")  # not in this profile
+    # Without a draft model or an n-gram the plan is made of what can run.
+    assert plans.choose(profile, costs(0.01), 0.0, has_draft=False).method in ("ar", "lookup")
 
 
-def test_stored_plans_belong_to_a_machine(pair, tuned_file):
-    """A plan measured on another CPU says nothing about this one: its entry is kept in the file but
-    not used here; saving replaces only the entry for the same models and machine."""
-    target, draft, _ = pair
-    here = {"models": plans.model_key(target, draft), "machine": plans.machine(),
-            "shapes": {"greedy": {"budget": 5}}, "cost_curves_ms": {"target": CURVE, "draft": CURVE}}
-    elsewhere = dict(here, machine={"cpu": "some other CPU", "cpus": 64}, shapes={"greedy": {"budget": 2}})
-    plans.save(elsewhere)
-    assert plans.tuned_for(target, draft) == {} and plans.plan_for(target, draft)[0] == Plan()
-    plans.save(here)
-    assert plans.plan_for(target, draft)[0] == Plan(budget=5, target_pad=plans.padding(CURVE),
-                                                    draft_pad=plans.padding(CURVE))
-    plans.save(dict(here, shapes={"greedy": {"budget": 9}}))
-    assert plans.plan_for(target, draft)[0].budget == 9
-    assert sorted(e["shapes"]["greedy"]["budget"] for e in plans.entries()) == [2, 9]
-    assert plans.plan_for(target, draft, 1.0)[0] == Plan()  # no sampled plan stored: the constants
-    assert plans.tuned_for(random_params(CFG, seed=3), None) == {}  # no draft, no stored plan
+def test_a_profile_round_trips_through_json(tmp_path, profile):
+    profiles.save(profile, tmp_path / "p.json")
+    assert profiles.load(tmp_path / "p.json") == profile
+    with pytest.raises(ValueError, match="not a specdec_np acceptance profile"):
+        profiles.from_json({"format": "something else"})
 
 
-def test_the_core_ignores_stored_plans_and_the_machine_identity(pair, tuned_file, monkeypatch):
-    """generate's defaults give the same tokens for a seed whatever plan is stored for this machine
-    and whatever the machine says it is; the tools' plan_for does follow both (the control)."""
+def test_costs_are_cached_in_the_users_cache_directory(pair, tmp_path, monkeypatch):
     target, draft, trigram = pair
-    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=-1, keep_trees=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    measured = []
+
+    def fake_measure(*args, **kw):
+        measured.append(1)
+        return {"version": plans.CALIBRATION_VERSION, "n": len(measured)}
+
+    monkeypatch.setattr(plans, "measure_costs", fake_measure)
+    first, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    assert fresh and first["n"] == 1
+    files = list((tmp_path / "cache" / "specdec_np").glob("costs-*.json"))
+    assert len(files) == 1 and not list((tmp_path / "cache" / "specdec_np").glob("*.tmp"))
+    again, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    assert not fresh and again["n"] == 1 and len(measured) == 1  # later runs start at once
+    assert plans.calibration(target, draft, trigram, PROMPTS, recalibrate=True)[0]["n"] == 2
+    # Another machine (or BLAS, or model pair) is another key: measured anew, in its own file.
+    monkeypatch.setattr(plans, "machine", lambda: {"cpu": "another CPU", "cpus": 64})
+    assert plans.calibration(target, draft, trigram, PROMPTS)[1]
+    other = random_params(CFG, seed=9, dtype=np.float64)
+    assert plans.calibration(target, other, trigram, PROMPTS)[1]
+    assert len(list((tmp_path / "cache" / "specdec_np").glob("costs-*.json"))) == 3
+
+
+def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
+    target, draft, trigram = pair
+    got = plans.measure_costs(target, draft, trigram, PROMPTS)
+    assert set(got["curves"]) == {"target", "draft"}
+    assert all(set(c) == {"warm", "cold"} and all(v > 0 for v in c["warm"].values()) for c in got["curves"].values())
+    assert set(got["overheads"]) == {"greedy", "sampled"}
+    assert all(set(o) == {"step", "draft_pass", "ngram_query"} and min(o.values()) >= 0
+               for o in got["overheads"].values())
+
+
+def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, tmp_path, monkeypatch):
+    """generate's defaults give the same tokens for a seed whatever costs are cached and whatever
+    the machine says it is; the tools' choice does follow the costs (the control)."""
+    target, draft, trigram = pair
+    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=-1)
     before = generate(target, [1, 2, 3, 1, 2], 24, **kw)
-    stored = {"models": plans.model_key(target, draft), "machine": plans.machine(),
-              "shapes": {"sampled": {"sampled": "without", "widths": [3, 1], "copy_len": 0}},
-              "cost_curves_ms": {"target": CURVE, "draft": CURVE}}
-    plans.save(stored)
-    assert plans.plan_for(target, draft, 1.0)[0].widths == (3, 1)  # the tools see the stored plan
-    monkeypatch.setattr(plans, "machine", lambda: {"cpu": "a different CPU", "cpus": 96})
-    assert plans.plan_for(target, draft, 1.0)[0] == Plan()  # ... and the machine identity
-    for machine in (lambda: stored["machine"], lambda: {"cpu": "a different CPU", "cpus": 96}):
-        monkeypatch.setattr(plans, "machine", machine)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for cpu, cost in (("a memory-bound CPU", costs(0.01)), ("a compute-bound CPU", costs(5.0, 0.0))):
+        monkeypatch.setattr(plans, "machine", lambda cpu=cpu: {"cpu": cpu, "cpus": 96})
+        monkeypatch.setattr(plans, "measure_costs", lambda *a, cost=cost, **k: cost)
+        plans.calibration(target, draft, trigram, PROMPTS)
         after = generate(target, [1, 2, 3, 1, 2], 24, **kw)
         assert after.tokens == before.tokens and after.stats.accepted == before.stats.accepted
-    # The control: the stored plan, passed explicitly, decodes with other trees.
-    monkeypatch.setattr(plans, "machine", lambda: stored["machine"])
-    explicit = generate(target, [1, 2, 3, 1, 2], 24, plan=plans.plan_for(target, draft, 1.0)[0], **kw)
-    assert {t.kind for t, _ in before.stats.trees} == {"deterministic"}
-    assert {t.kind for t, _ in explicit.stats.trees} == {"without_replacement"}
+    assert plans.choose(profile, costs(0.01), 1.0).method != plans.choose(profile, costs(5.0, 0.0), 1.0).method
 
 
 def test_the_core_imports_no_tool_and_reads_no_file():
-    """The layering, checked on the source: no core module imports the tools or reads a file,
-    /proc/cpuinfo or the stored plans; the tools import the core."""
-    import ast
-    from pathlib import Path
-
+    """The layering, checked on the source: no core module imports the tools, reads /proc/cpuinfo or a
+    cost cache; only the loaders of models, vocabularies and n-grams open files."""
     core = Path(plans.__file__).resolve().parents[1]
+    loaders = ("checkpoint.py", "models.py", "tokenizer.py", "ngram.py")
     for path in sorted(core.glob("*.py")):
-        if path.name in ("__main__.py", "checkpoint.py", "models.py", "tokenizer.py", "ngram.py"):
-            continue  # the entry point, and the loaders of models, vocabularies and n-grams
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                assert "tools" not in (node.module or ""), f"{path.name} imports {node.module}"
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
-                raise AssertionError(f"{path.name} opens a file")
         text = path.read_text()
-        assert "cpuinfo" not in text and "tuned.json" not in text, path.name
+        if path.name != "__main__.py":  # the entry point hands over to the tools
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.ImportFrom):
+                    assert "tools" not in (node.module or ""), f"{path.name} imports {node.module}"
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                    assert path.name in loaders, f"{path.name} opens a file"
+        assert "cpuinfo" not in text and "XDG" not in text and "profile.json" not in text, path.name
+
+
+def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path, monkeypatch):
+    target, draft, trigram = pair
+    grid = {"greedy": GRID[:2]}
+    journal = tmp_path / "journal.jsonl"
+    first = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    assert len(journal.read_text().splitlines()) == 2
+
+    def no_decoding(*args, **kw):
+        raise AssertionError("a journalled candidate was decoded again")
+
+    monkeypatch.setattr(profiles, "generate", no_decoding)
+    again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import callback, context, table
 from specdec_np import exact
 from specdec_np.build import build_best_first, build_chain, build_fixed
 from specdec_np.tree import (Tree, attention_mask, children, cumulative_q, depths, draw_mask, n_drafted,
@@ -64,40 +65,8 @@ def test_tree_rejects_malformed_input(kwargs, match):
 
 
 # ----------------------------------------------------------------------------- draft tables
-
-WEIGHTS = np.array([0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 0.5])  # zeros and exact ties are common
-
-
-def table(seed: int, V: int):
-    """ctx tuple -> [V] distribution, generated lazily and deterministically per context."""
-    memo = {}
-
-    def dist(ctx):
-        if ctx not in memo:
-            rng = np.random.default_rng([seed, len(ctx), *ctx])
-            w = rng.choice(WEIGHTS, size=V)
-            if w.sum() == 0:
-                w[rng.integers(V)] = 1.0
-            memo[ctx] = w / w.sum()
-        return memo[ctx]
-    return dist
-
-
-def context(tokens, parents, node):
-    out = []
-    while node != -1:
-        out.append(int(tokens[node]))
-        node = parents[node]
-    return tuple(out[::-1])
-
-
-def callback(dist, calls=None):
-    """A dist_fn over a table; records (tokens, parents, nodes) of every call if `calls` is a list."""
-    def dist_fn(tokens, parents, nodes):
-        if calls is not None:
-            calls.append((list(tokens), list(parents), list(nodes)))
-        return np.array([dist(context(tokens, parents, i)) for i in nodes])
-    return dist_fn
+# helpers.table(seed, V): a lazily generated distribution per context; helpers.callback serves it
+# to the builders as their dist_fn.
 
 
 def best_first_reference(dist, root, budget, max_depth, V):

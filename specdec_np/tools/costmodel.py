@@ -1,15 +1,11 @@
-"""The cost model: what a decoding run costs on this machine, from its counted work and a cost curve.
+"""The cost model: what a decoding plan costs on this machine, from counted work and measured costs.
 
-A run costs the measured cost curve (`costcurve.py`) of every forward pass it made (padded as
-`pad_size` says), scaled by how much slower passes run inside the decoding loop than alone, where
-the other model has just pushed their weights out of the cache (the target's single tokens, blocks
-of up to WIDE rows and wider blocks apart; the draft's single tokens and blocks apart), plus a fixed
-overhead per draft pass, per n-gram query and per step that runs the draft (its first pass reads
-the draft's weights back from memory). The target's own fixed work per pass (masks, logits,
-verifying, moving the cache) is in its scales: a per-pass term beside them is not identifiable,
-since each size class costs about the same per pass.
-
-`fit_overheads` fits those eight parameters on timed decoding runs; `predicted_ms` applies them.
+A plan's milliseconds per token = (every forward pass it makes, at this machine's cost curve for
+its block size, padded as the plan says, "cold" when the other model ran just before it and
+"warm" otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a
+fixed overhead per step, per draft pass and per n-gram query) / the tokens it emits. The counts
+come from the pair's acceptance profile (`profile.py`) or from a run's own statistics; the curve
+and the overheads from this machine (`calibrate`, a few seconds).
 """
 
 from __future__ import annotations
@@ -62,54 +58,31 @@ def _pad_table(curve_items: tuple, limit: int) -> tuple:  # computed once per cu
 
 # ----------------------------------------------------------------------------- the cost model
 
-# Target blocks padded to more than this many rows are scaled apart from smaller ones: in the
-# decoding loop at top-k an 8-row block ran 12% slower than a 4-row one, against 4-6% on the
-# curve (wider attention over contexts longer than the curve's 200-token prefix, and in-loop
-# effects). With one scale for all blocks the model ranked wide sampled trees first; they ran last.
-WIDE = 4
-SIZES = ("step", "block", "wide")  # one token; 2..WIDE rows; more (after padding)
+
+def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float:
+    """The forward passes of a count record (`profile.counts`) at the curve's costs, padded."""
+    ms = 0.0
+    for model, pad in (("target", target_pad), ("draft", draft_pad)):
+        for state, blocks in record[model].items():
+            if not blocks:
+                continue
+            curve = curves[model].get(state) or curves[model]["warm"]
+            ms += sum(n * interp(curve, padded(pad, int(k))) for k, n in blocks.items())
+    return ms
 
 
-def size_class(curve: dict, k: int) -> str:
-    return "step" if k == 1 else "block" if padded(padding(curve), k) <= WIDE else "wide"
+OVERHEADS = ("step", "draft_pass", "ngram_query")
 
 
-def target_ms(stats, curves, size: str | None = None) -> float:
-    """The target's passes at their curve cost: all, or those of one size class (SIZES)."""
-    return sum(block_ms(curves["target"], k) for k in stats.target_blocks
-               if size is None or size_class(curves["target"], k) == size)
+def work(record: dict) -> list:
+    """The counts the overheads multiply: steps, draft passes, n-gram queries."""
+    return [record["steps"], sum(sum(c.values()) for c in record["draft"].values()), record["ngram_queries"]]
 
 
-def draft_ms(stats, curves, size: str | None = None) -> float:
-    """The draft's passes at their curve cost: all, or those of one size ("step": one token,
-    "block": more)."""
-    return sum(block_ms(curves["draft"], k) for k in stats.draft_blocks
-               if size is None or (k == 1) == (size == "step"))
-
-
-# The draft's passes of one token and of several are scaled apart: in the decoding loop at top-k
-# a 2-row draft pass (a node and stage 2's guess below it) took 1.7x a 1-row one, against 1.07x on
-# the curve. With one scale for both the model valued stage 2's guesses at T=1 (a guess is right
-# only as often as the draft samples it) above the chain, which ran faster.
-DRAFT_SIZES = ("step", "block")
-
-
-def predicted_ms(stats, curves, overheads=None) -> float:
-    """Cost model: every pass at its (padded) measured cost, scaled by how much slower it runs
-    inside the decoding loop than alone (the target's `step_scale` for one token, which the
-    baseline runs back to back, `block_scale` for blocks of up to WIDE rows and `wide_scale` for
-    wider ones, which follow a drafting gap: they suffer differently; the draft's
-    `draft_step_scale` and `draft_block_scale`), plus fixed overheads per draft pass, n-gram query
-    and step that runs the draft (none of these when not measured)."""
-    o = overheads or {}
-    return (sum(o.get(size + "_scale", 1.0) * target_ms(stats, curves, size) for size in SIZES)
-            + sum(o.get(f"draft_{size}_scale", 1.0) * draft_ms(stats, curves, size) for size in DRAFT_SIZES)
-            + o.get("draft_pass", 0.0) * stats.draft_passes
-            + o.get("ngram_query", 0.0) * stats.ngram_queries + o.get("draft_cold", 0.0) * stats.draft_steps)
-
-
-OVERHEADS = ("step_scale", "block_scale", "wide_scale", "draft_step_scale", "draft_block_scale", "draft_pass",
-             "ngram_query", "draft_cold")
+def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
+    """Predicted milliseconds for all the work of a count record."""
+    return forward_ms(record, curves, target_pad, draft_pad) + sum(
+        overheads.get(name, 0.0) * n for name, n in zip(OVERHEADS, work(record)))
 
 
 def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
@@ -125,20 +98,14 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
         free = [j for j in free if x[j] > 0]
 
 
-def fit_overheads(runs, curves) -> dict:
-    """The cost model's eight parameters from timed runs [(method, stats, wall seconds)].
-
-    Each side is fitted on its own clock (`Stats.time_draft` times the drafting), so that the
-    target's and the draft's costs are not traded against each other: the wall time outside
-    drafting against the target's curve time (per size class), and the drafting time against the
-    draft's curve time (per size class) and the counts of draft passes, n-gram queries and steps
-    that ran the draft (cold first passes).
-    """
-    target = nonnegative_lstsq(np.array([[target_ms(s, curves, size) for size in SIZES] for _, s, _ in runs], dtype=float),
-                               np.array([1000 * (sec - s.time_draft) for _, s, sec in runs]))
-    draft = nonnegative_lstsq(np.array([[*(draft_ms(s, curves, size) for size in DRAFT_SIZES), s.draft_passes,
-                                         s.ngram_queries, s.draft_steps] for _, s, _ in runs], dtype=float),
-                              np.array([1000 * s.time_draft for _, s, _ in runs]))
-    return dict(zip(OVERHEADS, map(float, [*target, *draft])))
-
-
+def fit_overheads(runs, curves, known=None) -> dict:
+    """The per-step, per-draft-pass and per-query overheads (ms) from timed runs [(record, ms)]:
+    what the wall time spends beyond the forward passes the curve prices (least squares, >= 0);
+    `known` overheads are taken as given and the others fitted."""
+    known = known or {}
+    features = np.array([work(r) for r, _ in runs], dtype=float)
+    y = np.array([ms - forward_ms(r, curves) for r, ms in runs])
+    y -= features @ np.array([known.get(name, 0.0) for name in OVERHEADS])
+    free = [j for j, name in enumerate(OVERHEADS) if name not in known]
+    fitted = dict(zip([OVERHEADS[j] for j in free], nonnegative_lstsq(features[:, free], y)))
+    return {name: float(known[name] if name in known else fitted[name]) for name in OVERHEADS}

@@ -21,7 +21,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import describe, plan_for
+from .plan import describe, plan_for, progress_bar
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -72,11 +72,12 @@ def logit_gap(target, prompt, tokens, i) -> float:
     return float(top2[1] - top2[0])
 
 
-def run_methods(target, draft, ngram, prompt, n_new, methods, **kw):
+def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
     results = {}
-    for m in methods:
+    for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, keep_trees=(m == "staged"), **kw)
+        res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=(m == "staged"),
+                       **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
 
@@ -94,13 +95,22 @@ def table(results, base="ar") -> str:
     return "\n".join(rows)
 
 
-def choose_plan(a, target, draft, temperature) -> tuple[Plan, str]:
-    plan, origin = plan_for(target, draft, temperature) if a.plan == "machine" else (Plan(), "the constant plan")
-    if a.budget is not None or a.depth is not None:
-        plan = dataclasses.replace(plan, shape="best_first", sampled=None, budget=a.budget or plan.budget,
-                                   depth=a.depth or plan.depth)
-        origin += " with --budget/--depth"
-    return plan, origin
+def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
+    """{method: (plan, where it came from)}: this machine's best plan for each method, or the
+    constants (with --budget/--depth's best-first tree)."""
+    out = {}
+    for m in methods:
+        if a.plan == "default":
+            plan, origin = Plan(), "the constant plan"
+        else:
+            choice = plan_for(target, draft, ngram, enc, temperature, m, progress=progress_bar("measuring this machine"))
+            plan, origin = choice.plan, f"this machine's, predicted {choice.speedup:.2f}x"
+        if a.budget is not None or a.depth is not None:
+            plan = dataclasses.replace(plan, shape="best_first", sampled=None, budget=a.budget or plan.budget,
+                                       depth=a.depth or plan.depth, chain=a.depth or plan.chain)
+            origin += ", with --budget/--depth"
+        out[m] = (plan, origin)
+    return out
 
 
 def main(argv=None) -> int:
@@ -108,7 +118,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per completion (default: %(default)s)")
     ap.add_argument("--plan", default="machine", choices=("machine", "default"),
-                    help="this machine's stored plan, or the core's constant one (default: %(default)s)")
+                    help="each method with the plan predicted fastest on this machine, or the core's constant "
+                    "plan (default: %(default)s)")
     ap.add_argument("--budget", type=int, default=None, help="a best-first tree of this many drafted tokens")
     ap.add_argument("--depth", type=int, default=None, help="its maximum depth")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
@@ -122,10 +133,10 @@ def main(argv=None) -> int:
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
-    plan, origin = choose_plan(a, target, draft, 0.0)
-    generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=plan)  # warm up caches and BLAS
     methods = ["ar", "speculative", "tree", "staged"]
-    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, methods, plan=plan)
+    chosen = plans(a, target, draft, ngram, enc, 0.0, methods)
+    generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
+    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
     same = True
@@ -140,11 +151,12 @@ def main(argv=None) -> int:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
     print(table(results))
-    print(f"\nPlan ({origin}): speculative {describe(plan, 'speculative')}; tree {describe(plan, 'tree')}; "
-          f"staged {describe(plan, 'staged')}.")
-    if plan.copy_len:
+    print("\nPlans:")
+    for m, (plan, origin) in chosen.items():
+        print(f"  {m}: {describe(plan, m)} ({origin})")
+    if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
-              f"{plan.copy_len} tokens that followed them, with no draft pass (n-gram tokens below).")
+              f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (n-gram tokens below).")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
@@ -159,10 +171,10 @@ def main(argv=None) -> int:
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
         sk = dict(temperature=1.0, top_k=50, seed=1)
-        splan, sorigin = choose_plan(a, target, draft, 1.0)
-        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, ["ar", "staged"], plan=splan, **sk)
+        splans = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])
+        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
         print()
         print(table(sampled))
-        print(f"\nPlan ({sorigin}): staged {describe(splan, 'staged')}.")
+        print(f"\nPlan: staged {describe(splans['staged'][0], 'staged')} ({splans['staged'][1]}).")
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0

@@ -212,10 +212,16 @@ def download(name: str, dest_root=None, base_url: str | None = None, retries: in
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL
     dest = Path(WEIGHTS_DIR if dest_root is None else dest_root) / name
+    created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
-    for file in FILES:
-        if not (dest / file).is_file():
-            download_file(file_url(base_url, name, file), dest / file, retries, timeout, progress)
+    try:
+        for file in FILES:
+            if not (dest / file).is_file():
+                download_file(file_url(base_url, name, file), dest / file, retries, timeout, progress)
+    except BaseException:
+        if created and not any(dest.iterdir()):  # nothing fetched: leave no empty directory behind
+            dest.rmdir()
+        raise
     header, _ = checkpoint.read_header(dest / MODEL_FILE)
     checkpoint.match_tensors(dest / MODEL_FILE, header, checkpoint.read_config(dest / CONFIG_FILE))
     return dest
@@ -230,13 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default=None, help=f"hub URL (default $SPECDEC_NP_HUB_URL or {HUB_URL})")
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
-    for name in args.names:
+    failed = []
+    for name in args.names:  # every model is tried, whatever happened to the ones before
         try:
-            path = download(name, args.dest, args.base_url, retries=args.retries)
+            print(download(name, args.dest, args.base_url, retries=args.retries))
         except (DownloadError, ValueError, OSError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(path)
+            print(f"error: {name}: {e}", file=sys.stderr)
+            failed.append(name)
+    if failed:
+        print(f"error: not fetched: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

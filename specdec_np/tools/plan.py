@@ -1,69 +1,57 @@
-"""The machine's plan: the decoding plan the cost model predicts fastest for a model pair on this CPU.
+"""The machine's plan: the method and Plan the cost model predicts fastest for a model pair on this CPU.
 
-The core decodes whatever `Plan` it is given (constants by default); this module chooses one.
-`python -m specdec_np bench --tune` measures the cost curves (`costcurve.py`), fits the cost model
-(`costmodel.py`) per setting on timed runs of every method over a few calibration prompts
-(`calibrate`), then searches, per setting (greedy; top-k sampling), the tree staged runs, stage 2's
-guesses, the copy length and the speculative chain by predicted milliseconds per token (`tune`). It
-stores the result in `weights/tuned.json`, one entry per pair of models and machine (CPU model and
-core count: a cost curve says nothing about another CPU). `plan_for` turns this machine's entry
-into a Plan, padding included; without an entry it is `Plan()`.
+The core decodes whatever `Plan` it is given (constants by default); this module chooses one,
+Sequoia-style, from two things measured apart:
+
+- the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
+  property of the models, shipped for the embedded pair and measured once for any other pair;
+- this machine's costs (`calibrate`, a few seconds on first use): the forward pass against its
+  block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, draft pass and
+  n-gram query (fitted on a few short timed runs), cached in the user's cache directory under a
+  key of everything they depend on (CPU, cores, BLAS, the models' weights, dtype).
+
+The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
+prompt lookup are always candidates, and a plan that drafts must be predicted at least MARGIN
+faster than plain decoding, so where drafting does not pay, the plan does not draft.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from .. import ngram as ngram_lib
+from .. import staged
 from ..decode import Plan, generate
-from .costmodel import WIDE, fit_overheads, padding, predicted_ms
+from . import profile as profiles
+from .costcurve import loop_curves
+from .costmodel import fit_overheads, padding, record_ms
 
-TUNED_FILE = Path(__file__).resolve().parents[2] / "weights" / "tuned.json"
-SHAPE_KEYS = ("shape", "budget", "depth", "widths", "chain", "sampled", "guess_len", "guess_rows", "copy_len")
-
-
-def model_key(target, draft) -> str:
-    """Which pair a measurement belongs to (parameter counts are enough to tell ours apart)."""
-    return f"{target.n_params}+{draft.n_params if draft is not None else 0}"
+MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
+CALIBRATION_VERSION = 1
 
 
-@functools.lru_cache(maxsize=1)
-def machine() -> dict:
-    """What a measurement depends on besides the models: the CPU model and the number of cores."""
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": cpu or platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A method and its plan, with the cost model's prediction (ms per token) and plain decoding's."""
 
+    method: str
+    plan: Plan
+    ms_per_token: float
+    baseline_ms_per_token: float
 
-@functools.lru_cache(maxsize=4)
-def _read(path: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def entries(path: Path | None = None) -> list:
-    """Every stored measurement: one per (models, machine)."""
-    path = TUNED_FILE if path is None else Path(path)
-    return _read(str(path)).get("entries", []) if path.is_file() else []
-
-
-def tuned_for(target, draft) -> dict:
-    """What `bench --tune` stored for this pair on this machine ({} if nothing)."""
-    if draft is None:
-        return {}
-    key = model_key(target, draft)
-    return next((e for e in entries() if e.get("models") == key and e.get("machine") == machine()), {})
+    @property
+    def speedup(self) -> float:
+        return self.baseline_ms_per_token / self.ms_per_token
 
 
 def setting_name(temperature) -> str:
@@ -71,132 +59,196 @@ def setting_name(temperature) -> str:
 
 
 def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
-    """The seeds the prompt at `prompt_index` runs with, in tuning and in bench alike: n of them
+    """The seeds the prompt at `prompt_index` runs with in bench and calibration: n of them
     (i, i + 1000, ...) when sampling, whose acceptance is random; one when greedy (deterministic)."""
     return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
 
 
-def padded_plan(curves: dict | None, **shape) -> Plan:
-    """A Plan with `shape` and the padding tables of measured cost curves (none without)."""
-    curves = curves or {}
-    return Plan(**shape, target_pad=padding(curves.get("target")), draft_pad=padding(curves.get("draft")))
+def last_level_cache() -> str:
+    """The size of the CPU's largest cache, as Linux reports it ("" if unknown)."""
+    kib = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()  # e.g. "32768K"
+            kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
+        except (OSError, ValueError):
+            pass
+    if not kib:
+        return ""
+    return f"{max(kib) // 1024} MB" if max(kib) >= 1024 else f"{max(kib)} KB"
 
 
-def plan_for(target, draft, temperature=0.0) -> tuple[Plan, str]:
-    """(the plan, where it came from): this machine's stored plan for the pair and setting, or Plan()."""
-    entry = tuned_for(target, draft)
-    shape = entry.get("shapes", {}).get(setting_name(temperature))
-    if not shape:
-        return Plan(), "the built-in constants (no weights/tuned.json entry for this machine)"
-    shape = {k: tuple(v) if isinstance(v, list) else v for k, v in shape.items() if k in SHAPE_KEYS}
-    return padded_plan(entry.get("cost_curves_ms"), **shape), "this machine's entry in weights/tuned.json"
+def machine_name() -> str:
+    """The machine kind in words: CPU model, last-level cache, cores."""
+    m = machine()
+    return f"{m['cpu']}, {m['llc'] or 'unknown'} last-level cache, {m['cpus']} cores"
 
 
-def tuned_curves(target, draft) -> dict | None:
-    """The cost curves `bench --tune` measured for this pair on this machine, if any."""
-    return tuned_for(target, draft).get("cost_curves_ms")
+@functools.lru_cache(maxsize=1)
+def machine() -> dict:
+    """What a cost measurement depends on besides the models: CPU model and cache, cores, BLAS."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # older NumPy: no dict form
+        blas = "unknown"
+    return {"cpu": cpu or platform.processor() or platform.machine(), "llc": last_level_cache(),
+            "cpus": os.cpu_count(), "blas": blas, "numpy": np.__version__}
 
 
-def tuned_overheads(target, draft, temperature=0.0) -> dict | None:
-    """The cost model `bench --tune` fitted for this pair, machine and setting, if any."""
-    return (tuned_for(target, draft).get("overheads_ms") or {}).get(setting_name(temperature))
+def cache_dir() -> Path:
+    """The user's cache directory for specdec_np (XDG_CACHE_HOME, else ~/.cache): never the repository."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec_np"
 
 
-SAMPLED = {"temperature": 1.0, "top_k": 50}  # the sampled setting tuned (and benchmarked)
+def cache_path(kind: str, key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"{kind}-{digest}.json"
 
 
-def calibrate(target, draft, ngram, prompts, curves, setting, max_new_tokens=64, out=print) -> dict:
-    """Time every method on the calibration prompts in one setting ("greedy" or "sampled") and
-    fit the cost model on those runs, two shapes each (so the counts vary independently):
-    greedily, the constant plan's shape and a small one; sampled, trees drawn from the draft
-    (widths 2,2,1,1 with the default chain, and widths 1,1 with a chain of 2), two seeds per prompt
-    (`run_seeds`). Each setting has its own fit: sampling does more work per node (drawing
-    children, the recursive rule) and its trees have other sizes."""
-    if setting == "greedy":
-        kw, shapes = {}, ({}, {"budget": 3, "depth": 3, "chain": 3})
-    else:
-        kw, shapes = SAMPLED, ({"sampled": "without", "widths": (2, 2, 1, 1)},
-                               {"sampled": "without", "chain": 2, "widths": (1, 1)})
-    runs = []
-    for i, p in enumerate(prompts):
-        # Two runs per prompt when sampling: with one, the fitted gap between the target's blocks
-        # and wider blocks is not stable from one calibration to the next.
-        for seed in run_seeds(i, kw.get("temperature", 0.0), 2):
-            for m in ("ar", "speculative", "tree", "staged"):
-                for shape in shapes if m != "ar" else ({},):
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomically: a temporary file renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def progress_bar(label: str):
+    """A one-line progress indicator on stderr: progress(done, total)."""
+    def show(done, total):
+        bar = "#" * int(20 * done / total)
+        sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
+        sys.stderr.flush()
+    return show
+
+
+# ----------------------------------------------------------------------------- this machine's costs
+
+def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
+    """This machine's cost curves and per-setting overheads (ms): a few seconds."""
+    curves = loop_curves(target, draft, progress=(lambda d, t: progress(d, t + 2)) if progress else None)
+    query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
+    overheads = {}
+    for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
+        runs = []
+        shapes = [("ar", Plan())]
+        if draft is not None:
+            shapes += [("speculative", Plan(chain=3, sampled="without" if kw["temperature"] else None)),
+                       ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
+                                       sampled="without" if kw["temperature"] else None))]
+        for _ in range(2):  # the second round is the one kept warm
+            runs = []
+            for i, prompt in enumerate(prompts[:2]):
+                for method, plan in shapes:
                     t0 = time.perf_counter()
-                    res = generate(target, p, max_new_tokens, method=m, draft=draft, ngram=ngram, seed=seed,
-                                   plan=padded_plan(curves, **shape), **kw)
-                    runs.append((m, res.stats, time.perf_counter() - t0))
-    o = fit_overheads(runs, curves)
-    out(f"cost model ({setting}): target steps x{o['step_scale']:.2f}, blocks of up to {WIDE} rows "
-        f"x{o['block_scale']:.2f} and wider x{o['wide_scale']:.2f} their curve, draft single tokens "
-        f"x{o['draft_step_scale']:.2f} and blocks x{o['draft_block_scale']:.2f}; overheads "
-        f"{o['draft_pass']:.3f} ms per draft pass (+{o['draft_cold']:.3f} ms for a step's first), "
-        f"{o['ngram_query']:.4f} ms per n-gram query")
-    return o
+                    res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
+                    ms = 1000 * (time.perf_counter() - t0 - sum(res.stats.steps[0].seconds))
+                    runs.append((profiles.counts(res.stats), ms))
+        overheads[setting] = fit_overheads(runs, curves, {"ngram_query": query_ms})
+        if progress:
+            progress(6 + n + 1, 8)
+    return {"version": CALIBRATION_VERSION, "machine": machine(), "curves": curves, "overheads": overheads}
 
 
-def tune(target, draft, ngram, prompts, curves, max_new_tokens=64, budgets=(1, 2, 3, 5, 7, 9, 11, 15, 23, 31),
-         depths=(3, 4, 6, 8), widths=((1,), (2,), (1, 1), (2, 1), (3, 1), (2, 2), (1, 1, 1), (2, 1, 1), (3, 1, 1),
-                                      (2, 2, 1), (1, 1, 1, 1), (2, 1, 1, 1), (1,) * 5, (1,) * 6),
-         chains=(1, 2, 3, 4, 6), guess_lens=(0, 1, 2, 3, 4), guess_rows=("pad", 2, 4, 8),
-         copy_lens=(0, 3, 4, 7, 8, 12, 15, 16), sampled_seeds=3, out=print) -> dict:
-    """Pick, per setting, the tree for tree/staged (greedily: best-first (budget, depth) or fixed
-    widths, whichever is faster; sampled: the widths of trees whose children are drawn without
-    replacement), then stage 2's guesses and copy length for that tree, the widths once more with
-    those, and the chain length for speculative, by the predicted ms per token (sampled: averaged
-    over `sampled_seeds` seeds per prompt, as acceptance is random). Copies of 3, 7 and 15 tokens
-    are candidates because with the root they fill a block of 4, 8 or 16 rows, where the target's
-    cost curve often dips."""
-    overheads = {name: calibrate(target, draft, ngram, prompts, curves, name, max_new_tokens, out)
-                 for name in ("greedy", "sampled")}
+def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
+    """ms per n-gram query (a repeat looked up, or one token of the trigram's guess): timed directly,
+    since in decoding runs it is nearly collinear with the draft's passes."""
+    context = list(context)
+    t0 = time.perf_counter()
+    for i in range(repeats):
+        ctx = context[:len(context) - i % 16]  # other histories, so that memos do not answer alone
+        staged.repeat_continuation(ctx, 4)
+        ngram_lib.greedy_continuation(ngram, ctx, 1)
+    return 1000 * (time.perf_counter() - t0) / (2 * repeats)
 
-    def cost(method, setting, **shape):
-        ms = tokens = 0
-        temperature = setting.get("temperature", 0)
-        for i, p in enumerate(prompts):
-            for seed in run_seeds(i, temperature, sampled_seeds):
-                res = generate(target, p, max_new_tokens, method=method, draft=draft, ngram=ngram, seed=seed,
-                               plan=padded_plan(curves, **shape), **setting)
-                ms += predicted_ms(res.stats, curves, overheads[setting_name(temperature)])
-                tokens += len(res.tokens)
-        return ms / tokens
 
-    def best(candidates):  # [(shape, ...)] -> (ms per token, shape) of the cheapest staged run
-        return min(((cost("staged", setting, **c), c) for c in candidates), key=lambda x: (x[0], str(x[1])))
+def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
+    """(this machine's costs for the pair, whether they were measured now): from the cache, or
+    measured (and cached) on first use or with `recalibrate`."""
+    key = {"machine": machine(), "models": profiles.pair_key(target, draft, ngram), "dtype": str(target.dtype),
+           "version": CALIBRATION_VERSION}
+    path = cache_path("costs", key)
+    if not recalibrate and (cached := read_json(path)) is not None:
+        return cached, False
+    costs = measure_costs(target, draft, ngram, prompts, progress)
+    write_json(path, costs)
+    return costs, True
 
-    shapes, predicted = {}, {}
-    for name, setting in (("greedy", {}), ("sampled", SAMPLED)):
-        base = cost("ar", setting)
-        if name == "greedy":  # best-first trees, and fixed widths (a chain is widths 1, 1, ...)
-            pairs = [(b, d) for b in budgets for d in sorted(set(depths) | {min(b, max(depths))}) if d <= b]
-            trees = [{"budget": b, "depth": d} for b, d in pairs] + [{"shape": "fixed", "widths": w} for w in widths]
-        else:  # children drawn from q: fixed widths
-            trees = [{"sampled": "without", "widths": w} for w in widths]
-        ms, shape = best(trees)
-        # Stage 2 for that tree: how deep the n-gram guesses and how many guessed rows a pass takes
-        # (guess_len 0: none, and the rows do not matter), then how long a copy to the target is.
-        ms, shape = best([dict(shape, guess_len=n, guess_rows=r) for n in guess_lens
-                          for r in (guess_rows if n else guess_rows[:1])])
-        ms, shape = best([dict(shape, copy_len=n) for n in copy_lens])
-        if "widths" in shape:  # the widths once more, with that stage 2 and those copies
-            ms, shape = best([dict(shape, widths=w) for w in widths])
-        chain = min(((cost("speculative", setting, chain=k), k) for k in chains), key=lambda x: x[0])
-        shape["chain"] = chain[1]
-        out(f"{name}: autoregressive {base:.2f} ms/token; staged {describe(Plan(**shape))}: {ms:.2f} ms/token "
-            f"({base / ms:.2f}x); speculative chain {chain[1]}: {chain[0]:.2f} ms/token ({base / chain[0]:.2f}x)")
-        shapes[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in shape.items()}
-        predicted[name] = {"ar": base, "staged": ms, "speculative": chain[0]}
-    return {"models": model_key(target, draft), "shapes": shapes, "predicted_ms_per_token": predicted,
-            "overheads_ms": overheads, "machine": machine(), "cost_curves_ms": curves}
+
+# ----------------------------------------------------------------------------- the pair's profile
+
+def acceptance_profile(target, draft, ngram, prompts, progress=None) -> dict:
+    """The pair's acceptance profile: the shipped one for the embedded pair, else the cached one,
+    else measured now on a smaller grid (a few minutes) and cached."""
+    key = profiles.pair_key(target, draft, ngram)
+    if profiles.PROFILE_FILE.is_file():
+        shipped = profiles.load(profiles.PROFILE_FILE)
+        if shipped["models"] == key:
+            return shipped
+    path = cache_path("profile", {"models": key, "version": profiles.VERSION})
+    if (cached := read_json(path)) is not None:
+        return profiles.from_json(cached)
+    measured = profiles.measure(target, draft, ngram, prompts, quick=True, progress=progress)
+    write_json(path, profiles.to_json(measured))
+    return measured
+
+
+def choose(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
+           has_ngram=True, keep=None) -> Choice:
+    """The fastest candidate of the profile on these costs: of one `method`, or of all (then a
+    drafting plan must beat plain decoding by MARGIN); `keep(record)` may narrow the candidates."""
+    setting = setting_name(temperature)
+    curves, overheads = costs["curves"], costs["overheads"][setting]
+    pads = {"target_pad": padding(curves["target"]["warm"]),
+            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
+    usable = {"ar", "lookup"} | ({"speculative", "tree"} if has_draft else set()) | \
+        ({"staged"} if has_draft and has_ngram else set())
+    priced = []
+    for r in profile["settings"][setting]:
+        if r["method"] in usable and (method is None or r["method"] == method) and r["tokens"] \
+                and (keep is None or keep(r)):
+            ms = record_ms(r, curves, overheads, **pads) / r["tokens"]
+            priced.append((ms, r["method"], r["shape"]))
+    if not priced:
+        raise ValueError(f"the profile has no candidate for method {method!r}")
+    base = next(record_ms(r, curves, overheads) / r["tokens"] for r in profile["settings"][setting]
+                if r["method"] == "ar")
+    ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
+    if method is None and m != "ar" and base / ms < MARGIN:
+        ms, m, shape = base, "ar", {}
+    return Choice(m, Plan(**shape, **pads), ms, base)
+
+
+def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None) -> Choice:
+    """This machine's plan for the pair and setting (of one `method`, or the fastest of all); `enc`
+    encodes the calibration prompts."""
+    prompts = profiles.calibration_prompts(enc)
+    costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
+    return choose(acceptance_profile(target, draft, ngram, prompts, progress), costs, temperature, method,
+                  draft is not None, ngram is not None)
 
 
 def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
+    if method == "ar":
+        return "plain decoding (no drafts)"
     if method in ("speculative", "lookup"):
-        return f"a chain of {plan.chain}"
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "")
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif plan.shape == "fixed":
@@ -208,13 +260,3 @@ def describe(plan: Plan, method: str = "staged") -> str:
         copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
         text += f"; {guesses}; {copies}"
     return text + ("; padded blocks" if plan.target_pad or plan.draft_pad else "")
-
-
-def save(tuned: dict, path: Path | None = None) -> None:
-    """Store `tuned` in place of any entry for the same models and machine (atomically)."""
-    path = TUNED_FILE if path is None else Path(path)
-    kept = [e for e in entries(path) if (e.get("models"), e.get("machine")) != (tuned["models"], tuned["machine"])]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"entries": kept + [tuned]}, indent=1) + "\n")
-    os.replace(tmp, path)
-    _read.cache_clear()

@@ -1,0 +1,176 @@
+"""The pair's acceptance profile: what each candidate plan does per emitted token, whatever the machine.
+
+Sequoia (Chen et al. 2024, arXiv 2402.12374) chooses a tree from two things apart: what belongs to
+the models (how many tokens each tree shape gets accepted) and what belongs to the hardware (what
+a forward pass of k tokens costs). This is the first: for every candidate (a method and a plan
+shape) and setting (greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts
+what it did: tokens emitted, target passes by block size and by whether the draft ran before
+them, draft passes by size and by whether they were a step's first, n-gram queries. Counts
+depend only on the models and the prompts, so the embedded pair's profile ships in `weights/`;
+`costmodel.py` prices it on this machine's cost curve, and `plan.py` picks the cheapest.
+
+Counts skip each run's first step (the prompt's prefill, the same for every candidate). Stage 2's
+"pad" rows depend on a machine's padding, so candidates use a fixed number of guessed rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ..decode import Plan, generate
+from ..tokenizer import encode
+
+FORMAT = "specdec_np.profile"
+VERSION = 1
+SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
+PROFILE_FILE = Path(__file__).resolve().parents[2] / "weights" / "profile.json"
+PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.jsonl"
+
+
+def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
+    """(method, plan shape) pairs to profile in a setting: plain decoding, prompt lookup and the
+    speculative chains always; staged trees (the draft's top tokens greedily, children drawn from
+    q when sampling) with and without stage 2's guesses and copies. `quick`: a smaller grid for
+    a pair profiled on first use."""
+    chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
+    out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
+    out += [("speculative", {"chain": k}) for k in chains]
+    if setting == "greedy":
+        trees = [{"shape": "fixed", "widths": w} for w in ((1,), (2,), (1, 1), (2, 1), (1, 1, 1), (2, 1, 1))]
+        if not quick:
+            trees += [{"shape": "fixed", "widths": w} for w in ((1, 1, 1, 1), (2, 2, 1))]
+            trees += [{"budget": b, "depth": d} for b, d in ((3, 3), (5, 3), (8, 4), (8, 6), (16, 6))]
+    else:
+        widths = ((1,), (2,), (1, 1), (2, 1), (1, 1, 1)) + (() if quick else ((3,), (2, 1, 1), (1, 1, 1, 1)))
+        trees = [{"sampled": "without", "widths": w} for w in widths]
+    stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
+    copies = (0, 3, 7, 15)
+    for tree in trees:
+        out.append(("tree", tree))
+        out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
+    return out
+
+
+def counts(stats, skip_first: bool = True) -> dict:
+    """What a run did (past its first step, the prompt's prefill): the profile's unit, summed over runs."""
+    steps = stats.steps[1:] if skip_first else stats.steps
+    target = {"cold": Counter(), "warm": Counter()}
+    draft = {"cold": Counter(), "warm": Counter()}
+    for s in steps:
+        target["cold" if s.draft_blocks else "warm"][s.target_block] += 1
+        for i, k in enumerate(s.draft_blocks):
+            draft["cold" if i == 0 else "warm"][k] += 1
+    return {"tokens": sum(len(s.tokens) for s in steps), "steps": len(steps),
+            "ngram_queries": sum(s.ngram_queries for s in steps),
+            "target": {state: dict(c) for state, c in target.items()},
+            "draft": {state: dict(c) for state, c in draft.items()}}
+
+
+def add(total: dict, c: dict) -> dict:
+    """The sum of two count records."""
+    out = {k: total.get(k, 0) + c[k] for k in ("tokens", "steps", "ngram_queries")}
+    for model in ("target", "draft"):
+        out[model] = {state: dict(Counter(total.get(model, {}).get(state, {})) + Counter(c[model][state]))
+                      for state in ("cold", "warm")}
+    return out
+
+
+def measure(target, draft, ngram, prompts, max_new_tokens: int = 64, seeds: int = 2, quick: bool = False,
+            progress=None, grid=None, journal=None) -> dict:
+    """The profile of a pair on calibration prompts (token ids): every candidate of every setting
+    (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
+    with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so
+    that an interrupted measurement resumes where it stopped."""
+    settings = {}
+    grid = grid or {s: candidates(s, quick) for s in SETTINGS}
+    todo = [(s, c) for s in grid for c in grid[s]]
+    done = {}
+    if journal is not None and Path(journal).is_file():
+        for line in Path(journal).read_text().splitlines():
+            rec = json.loads(line)
+            done[(rec["setting"], rec["method"], json.dumps(rec["shape"], sort_keys=True))] = rec["record"]
+    for n, (setting, (method, shape)) in enumerate(todo):
+        kw = SETTINGS[setting]
+        key = (setting, method, json.dumps(to_json(shape), sort_keys=True))
+        total = done.get(key)
+        if total is None:
+            total = {}
+            for i, prompt in enumerate(prompts):
+                for seed in range(i, i + 1000 * (seeds if kw["temperature"] else 1), 1000):
+                    res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
+                    total = add(total, counts(res.stats))
+            total = to_json(total)
+            if journal is not None:
+                with open(journal, "a") as f:
+                    f.write(json.dumps({"setting": setting, "method": method, "shape": to_json(shape),
+                                        "record": total}) + "\n")
+        settings.setdefault(setting, []).append({"method": method, "shape": shape, **from_json_record(total)})
+        if progress:
+            progress(n + 1, len(todo))
+    return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
+            "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
+
+
+def pair_key(target, draft, ngram) -> str:
+    """A digest of the models' weights (and the n-gram's counts): what a profile belongs to."""
+    h = hashlib.sha256()
+    for model in (target, draft):
+        if model is not None:
+            h.update(repr(model.config).encode())
+            h.update(np.ascontiguousarray(model.params["wte"][:256]).tobytes())
+            h.update(np.ascontiguousarray(model.params["blocks"][-1]["mlp"]["c_proj"]["w"]).tobytes())
+    if ngram is not None:
+        h.update(np.ascontiguousarray(ngram.p1).tobytes())
+    return h.hexdigest()[:16]
+
+
+def to_json(profile: dict) -> dict:
+    """Tuples as lists and block sizes as strings: JSON's types."""
+    def fix(x):
+        if isinstance(x, dict):
+            return {str(k): fix(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [fix(v) for v in x]
+        return x
+    return fix(profile)
+
+
+def from_json_record(r: dict) -> dict:
+    """A count record read back: block sizes as ints again."""
+    return dict(r, **{model: {state: {int(k): n for k, n in c.items()} for state, c in r[model].items()}
+                      for model in ("target", "draft")})
+
+
+def from_json(data: dict) -> dict:
+    """A profile read back: widths as tuples and block sizes as ints again."""
+    if data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise ValueError("not a specdec_np acceptance profile (or another version)")
+    data["settings"] = {setting: [dict(from_json_record(r), shape={k: tuple(v) if isinstance(v, list) else v
+                                                                   for k, v in r["shape"].items()})
+                                  for r in records] for setting, records in data["settings"].items()}
+    return data
+
+
+def save(profile: dict, path) -> None:
+    """Write atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(to_json(profile), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load(path) -> dict:
+    return from_json(json.loads(Path(path).read_text()))
+
+
+def calibration_prompts(enc, path=None) -> list[list[int]]:
+    """The calibration prompts (code held out from the embedded models' training), as token ids."""
+    path = PROMPTS_FILE if path is None else Path(path)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [encode(enc, rec["prompt"]) for rec in lines]

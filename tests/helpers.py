@@ -1,0 +1,136 @@
+"""Helpers shared by several test files (pytest puts tests/ on sys.path: `from helpers import ...`).
+
+- The small random model configurations behind conftest's `small` and `tiny` fixtures, the target's
+  greedy text and its exact sampling distribution.
+- Lazily generated probability tables (one distribution per context tuple) and `callback`, which
+  serves a table to the tree builders as their `dist_fn`.
+- `always_accept`, a deliberately broken verification rule for the negative controls.
+"""
+
+import itertools
+from typing import NamedTuple
+
+import numpy as np
+
+from specdec_np.decode import generate
+from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
+from specdec_np.ngram import Trigram
+from specdec_np.sampling import process
+from specdec_np.tree import path_to
+
+# ----------------------------------------------------------------------------- small random models
+
+SMALL = GPT2Config(n_vocab=40, n_ctx=64, n_embd=16, n_layer=2, n_head=2)  # conftest's `small`
+TINY = GPT2Config(n_vocab=4, n_ctx=16, n_embd=8, n_layer=1, n_head=2)  # conftest's `tiny`: enumerable
+TINY_PROMPT = [1, 2]  # conftest's `tiny_exact` is the tiny target's distribution after it
+
+
+class Models(NamedTuple):
+    """A target, its draft and a trigram over the same vocabulary."""
+    target: GPT2
+    draft: GPT2
+    trigram: Trigram
+
+
+def ar_greedy(model, prompt, n):
+    """The model's own greedy continuation: what every decoding method must emit at temperature 0."""
+    return generate(model, prompt, n, method="ar", eos=-1).tokens
+
+
+def exact_target_distribution(model, prompt, m):
+    """P_target(x_1..x_m | prompt) at temperature 1, by enumerating the model autoregressively."""
+    out = {}
+    for xs in itertools.product(range(model.config.n_vocab), repeat=m):
+        logits = forward(model, prompt + list(xs), new_cache(model))
+        probs = process(logits[len(prompt) - 1:], 1.0)
+        out[xs] = float(np.prod([probs[i, x] for i, x in enumerate(xs)]))
+    return out
+
+
+# ----------------------------------------------------------------------------- draft and target tables
+
+TIES = np.array([0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 0.5])  # zeros and exact ties are common
+NEAR_TIES = np.append(TIES, [1e-3, 1.0 + 1e-12])  # ... and near-ties
+DRAFT_MODES = ("independent", "same", "disjoint", "near", "one_hot")
+
+
+def weights(rng, V, values=NEAR_TIES, allowed=None):  # -> [V] a distribution with mass only where `allowed`
+    w = rng.choice(values, size=V)
+    if allowed is not None:
+        w = np.where(allowed, w, 0.0)
+    if w.sum() == 0:
+        w[rng.choice(np.flatnonzero(allowed)) if allowed is not None else rng.integers(V)] = 1.0
+    return w / w.sum()
+
+
+def table(seed: int, V: int, values=TIES):
+    """ctx tuple -> [V] distribution, generated lazily and deterministically per context."""
+    memo = {}
+
+    def dist(ctx):
+        if ctx not in memo:
+            memo[ctx] = weights(np.random.default_rng([seed, len(ctx), *ctx]), V, values)
+        return memo[ctx]
+    return dist
+
+
+def tables(seed: int, V: int, modes=DRAFT_MODES):
+    """target(ctx), draft(ctx) -> [V]: lazily generated per context tuple, deterministic in (seed, ctx).
+
+    The draft at each context is, at random: independent of the target, equal to it, on the
+    complement of its support (disjoint), a 1e-9 perturbation of it (near), or one-hot.
+    """
+    memo = {}
+
+    def pair(ctx):
+        if ctx not in memo:
+            rng = np.random.default_rng([seed, len(ctx), *ctx])
+            p = weights(rng, V)
+            mode = modes[rng.integers(len(modes))]
+            if mode == "same":
+                q = p.copy()
+            elif mode == "disjoint" and (p == 0).any():
+                q = weights(rng, V, allowed=p == 0)
+            elif mode == "near":
+                q = p * (1 + 1e-9 * rng.random(V))
+                q = q / q.sum()
+            elif mode == "one_hot":
+                q = np.eye(V)[rng.integers(V)]
+            else:
+                q = weights(rng, V)
+            memo[ctx] = (p, q)
+        return memo[ctx]
+
+    return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])
+
+
+def context(tokens, parents, node):
+    """The tokens from the root down to `node` of a (partial) tree, as a tuple: a table's key."""
+    out = []
+    while node != -1:
+        out.append(int(tokens[node]))
+        node = parents[node]
+    return tuple(out[::-1])
+
+
+def callback(dist, calls=None):
+    """dist_fn for the builders: the table's distribution after each requested node of the partial tree.
+
+    Records (tokens, parents, nodes) of every call if `calls` is a list.
+    """
+    def dist_fn(tokens, parents, nodes):
+        if calls is not None:
+            calls.append((list(tokens), list(parents), list(nodes)))
+        return np.array([dist(context(tokens, parents, i)) for i in nodes])
+    return dist_fn
+
+
+# ----------------------------------------------------------------------------- a broken rule
+
+def always_accept(tree, p, rand):
+    """Broken, for the negative controls: accept the first child down to a leaf, untested, then a
+    bonus token from the target's distribution there."""
+    node = 0
+    while len(kids := np.flatnonzero(tree.parents == node)):
+        node = int(kids[0])
+    return path_to(tree, node), rand.draw(p[node])

@@ -1,0 +1,135 @@
+"""Bad input gets a one-line error naming the argument, and the statistics follow from what was emitted."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_np import ngram
+from specdec_np.decode import METHODS, Plan, generate
+from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
+from specdec_np.tools import download
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = GPT2Config(n_vocab=24, n_ctx=40, n_embd=16, n_layer=1, n_head=2)
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_params(CFG, seed=5, dtype=np.float64, scale=0.5)
+    noise = np.random.default_rng(1)
+    draft = GPT2(CFG, map_params(lambda a: a + noise.normal(0, 0.05, a.shape), target.params))
+    # The trigram sees the target's own repetitive text, so stage 2's guesses and copies happen.
+    trigram = ngram.fit(np.tile(np.arange(6), 50), CFG.n_vocab)
+    return target, draft, trigram
+
+
+def run_cli(*args, stdin=None):
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "specdec_np", *args], input=stdin, capture_output=True,
+                          cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--method", "tree", "--widths", "100,100"], "--widths: a tree of up to 10100 drafted tokens"),
+    (["--method", "tree", "--budget", "5000"], "--budget: a tree of up to 5000"),
+    (["--method", "speculative", "--depth", "600"], "--depth: a tree of up to 600"),
+    (["--depth", "0"], "--depth must be >= 1"), (["--depth", "-1"], "--depth must be >= 1"),
+    (["--budget", "0"], "--budget must be >= 1"), (["--budget", "-5"], "--budget must be >= 1"),
+    (["--seed", "-1"], "--seed must be >= 0"), (["--top-k", "0"], "--top-k must be >= 1"),
+    (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1]"),
+    (["--temperature", "-1"], "--temperature must be"),
+    (["--copy-len", "2000"], "--copy-len must be at most"),
+    (["--ngram", "weights/README.md"], "is not a specdec_np n-gram model"),
+    (["--target", "no/such/dir"], "no checkpoint directory"),
+])
+def test_generate_rejects_bad_options_in_one_line(args, needle):
+    r = run_cli("generate", "x", "--plan", "default", *args)
+    lines = r.stderr.decode().strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+    assert "pickle" not in lines[0]
+
+
+def test_a_target_without_a_known_draft_asks_for_one(tmp_path):
+    from specdec_np import checkpoint
+
+    checkpoint.save(random_params(GPT2Config(n_vocab=8193, n_ctx=32, n_embd=8, n_layer=1, n_head=2)), tmp_path / "mine")
+    r = run_cli("generate", "x", "--plan", "default", "--method", "tree", "--target", str(tmp_path / "mine"))
+    lines = r.stderr.decode().strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "no default draft model for --target" in lines[0], r.stderr
+    assert "--draft" in lines[0]
+    r = run_cli("generate", "x", "--plan", "default", "--method", "ar", "--target", str(tmp_path / "mine"),
+                "--max-new-tokens", "3")
+    assert r.returncode == 0, r.stderr  # plain decoding needs no draft
+
+
+def test_prompt_that_is_not_utf8_is_refused_from_stdin_and_file(tmp_path):
+    bad = b"def f():\n    return '\xff\xfe'\n"
+    (tmp_path / "bad.py").write_bytes(bad)
+    for args, stdin in ((["-"], bad), (["--file", str(tmp_path / "bad.py")], None)):
+        r = run_cli("generate", *args, "--plan", "default", stdin=stdin)
+        lines = r.stderr.decode().strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "is not UTF-8 text" in lines[0], r.stderr
+
+
+def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end_is_said():
+    r = run_cli("generate", "def f(x):", "--target", "weights/tiny-target", "--plan", "default",
+                "--max-new-tokens", "4")
+    assert r.returncode == 0 and r.stdout.decode().startswith("def f(x):"), r.stderr
+    r = run_cli("generate", "x", "--method", "ar", "--plan", "default", "--max-new-tokens", "600")
+    assert r.returncode == 0 and "end of the target's context (512 tokens)" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("kw, error, needle", [
+    (dict(prompt="def f(x):"), TypeError, "token ids, not text"),
+    (dict(prompt=[1.5]), TypeError, "integer token ids"),
+    (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
+    (dict(seed="abc"), ValueError, "seed"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(plan={"budget": 3}), TypeError, "plan must be a decode.Plan"),
+    (dict(method="tree", plan=Plan(widths=(100, 100), sampled="with")), ValueError, "exceed the cap of n_ctx=40"),
+    (dict(method="staged", plan=Plan(copy_len=100)), ValueError, "copy_len=100"),
+])
+def test_api_rejects_bad_arguments_naming_them(models, kw, error, needle):
+    target, draft, trigram = models
+    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", draft=draft, ngram=trigram) | kw
+    with pytest.raises(error, match=needle):
+        generate(target, **args)
+
+
+def test_a_failed_download_leaves_nothing_and_names_every_model(tmp_path, capsys):
+    # A hub that is not there: every model fails, no directory is left, and all are named.
+    code = download.main(["gpt2", "distilgpt2", "--dest", str(tmp_path), "--base-url", "http://127.0.0.1:9",
+                          "--retries", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "not fetched: gpt2, distilgpt2" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@given(method=st.sampled_from(METHODS), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
+       prompt=st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=8), eos=st.sampled_from([-1, 3, 5]),
+       copy_len=st.sampled_from([0, 4]), seed=st.integers(0, 3))
+@settings(max_examples=60)
+def test_statistics_follow_from_the_emitted_tokens(models, method, temperature, n, prompt, eos, copy_len, seed):
+    """Every figure is computed from what was emitted, also when the last step was cut at
+    max_new_tokens or at end-of-text."""
+    target, draft, trigram = models
+    res = generate(target, prompt, n, method, draft, trigram, Plan(budget=5, depth=3, chain=3, copy_len=copy_len),
+                   temperature=temperature, seed=seed, eos=eos)
+    s = res.stats
+    assert sum(s.accepted) == len(res.tokens) == len(s.source)
+    assert s.tokens_per_pass * s.target_passes == pytest.approx(len(res.tokens))
+    assert [x for step in s.steps for x in step.tokens] == res.tokens
+    assert s.target_bytes == s.target_passes * target.weight_bytes
+    if res.tokens:
+        want = (s.target_passes * target.weight_bytes + s.draft_passes * s.draft_weight_bytes) \
+            / (len(res.tokens) * target.weight_bytes)
+        assert s.weight_traffic == pytest.approx(want)
+    assert res.stop_reason == ("eos" if eos in res.tokens else "max_new_tokens" if len(res.tokens) == n else "context")
+    if eos in res.tokens:
+        assert res.tokens.index(eos) == len(res.tokens) - 1
