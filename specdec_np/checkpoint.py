@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .gpt2 import GPT2, GPT2Config, fast_layout
+from .fastpath import fast_layout
+from .gpt2 import GPT2, GPT2Config
 
 WEIGHTS_DIR = Path(os.environ.get("SPECDEC_NP_WEIGHTS", Path(__file__).resolve().parent.parent / "weights"))
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"

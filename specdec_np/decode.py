@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import build, staged, verify
-from .drafting import ModelDrafter, ngram_dist_fn, padded
-from .gpt2 import GPT2, KVCache, forward
+from .drafting import ModelDrafter, ngram_dist_fn
+from .fastpath import padded
+from .gpt2 import GPT2, forward
+from .kvcache import KVCache
 from .sampling import Rand, check_settings, process
 from .tree import NGRAM, TARGET, Tree, block, path_key
 

@@ -16,7 +16,9 @@ import numpy as np
 
 from . import ngram as ngram_lib
 from . import staged
-from .gpt2 import GPT2, KVCache, forward
+from .fastpath import padded
+from .gpt2 import GPT2, forward
+from .kvcache import KVCache
 from .sampling import process
 from .tree import block, path_key
 
@@ -27,11 +29,6 @@ def draft_settings(temperature, top_k, top_p):
     if temperature == 0:
         return 1.0, None, None
     return temperature, top_k, top_p
-
-
-def padded(table, n: int) -> int:
-    """The block size to compute n rows as: table[n - 1] when the table covers n, else n."""
-    return table[n - 1] if n <= len(table) else n
 
 
 class ModelDrafter:

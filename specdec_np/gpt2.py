@@ -1,16 +1,18 @@
 """GPT-2 in NumPy: the forward pass over a block of new tokens (a chain or a token tree) with a KV cache.
 
-Numerically what GPT-2 computes: learned positions, pre-LayerNorm blocks, GELU (tanh
-approximation), a tied LM head. Parameters are plain arrays in a nested dict (picoGPT's layout):
+What GPT-2 computes (Radford et al. 2019; OpenAI's gpt-2 code), written after picoGPT's small pure
+functions: learned positions, pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head.
+One addition for speculative decoding: `forward` takes each new token's position and which
+tokens it may attend to, so a whole token tree is scored in one pass (tree attention).
+Parameters are plain arrays in a nested dict (picoGPT's layout; linear weights [n_in, n_out],
+GPT-2's Conv1D orientation, so `x @ w + b`):
 
     params = {"wte": [n_vocab, n_embd], "wpe": [n_ctx, n_embd], "ln_f": {"g", "b"},
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-Linear weights have shape [n_in, n_out] (the orientation of GPT-2's Conv1D), so `x @ w + b`.
-They are kept in column-major (Fortran) order, so that `w.T` is a contiguous [n_out, n_in] matrix:
-OpenBLAS multiplies a block of a few tokens fastest as `w.T @ x.T` (see `linear`). Any layout
-computes the same numbers; this one is only faster.
+How the products are dispatched to BLAS, and other speed tricks that change no number, live in
+`fastpath.py`; the KV cache in `kvcache.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,130 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fastpath import fast_layout, matmul_rows, pad_block, softmax_, tied_head
+from .kvcache import KVCache, new_cache  # noqa: F401 (part of this module's interface)
+
+# ----------------------------------------------------------------------------- the math
+
+# Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(x):  # GPT-2's tanh approximation
+    # x * x * x, not x ** 3: NumPy's float32 power is a slow generic pow (~100x slower).
+    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
+    # Sums rather than np.mean/np.var: the same math, a fraction of the per-call overhead, which is
+    # what dominates at one token.
+    d = x.shape[-1]
+    xc = x - x.sum(axis=-1, keepdims=True) / d
+    var = (xc * xc).sum(axis=-1, keepdims=True) / d
+    return g * xc / np.sqrt(var + eps) + b
+
+
+def linear(x, w, b):  # [n, n_in] -> [n, n_out]
+    return matmul_rows(x, w) + b
+
+
+def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, L] or None -> [h, n, d]
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
+    if bias is not None:
+        scores += bias  # 0 where the mask allows, -inf elsewhere; every row sees itself
+    return softmax_(scores) @ v
+
+
+def mha(x, c_attn, c_proj, n_head, cache, layer, bias):  # [n, n_embd] -> [n, n_embd]
+    n, d = x.shape
+    qkv = linear(x, **c_attn)  # [n, n_embd] -> [n, 3*n_embd]
+    qkv = qkv.reshape(n, 3, n_head, d // n_head).transpose(1, 2, 0, 3)  # -> [3, n_head, n, head_dim]
+    start = cache.length
+    cache.k[layer, :, start:start + n] = qkv[1]  # the block's keys and values join the cache
+    cache.v[layer, :, start:start + n] = qkv[2]
+    k = cache.k[layer, :, :start + n]  # [n_head, L, head_dim], L = prefix + n
+    v = cache.v[layer, :, :start + n]
+    out = attention(qkv[0], k, v, bias)  # [n_head, n, head_dim]
+    out = out.transpose(1, 0, 2).reshape(n, d)  # -> [n, n_embd]
+    return linear(out, **c_proj)
+
+
+def mlp(x, c_fc, c_proj):  # [n, n_embd] -> [n, n_embd]
+    return linear(gelu(linear(x, **c_fc)), **c_proj)  # via [n, 4*n_embd]
+
+
+def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd] -> [n, n_embd]
+    x = x + mha(layer_norm(x, **block["ln_1"], eps=eps), **block["attn"], n_head=n_head,
+                cache=cache, layer=layer, bias=bias)
+    return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
+
+
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
+            logits_from: int = 0):
+    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix.
+
+    tokens:    [n_new] token ids.
+    positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain). For a token tree
+               a node's position is prefix + its depth, not its index in the block.
+    mask:      bool, [n_new, n_new] among the new tokens (the prefix is always visible) or
+               [n_new, prefix + n_new]; default causal. Row i says which tokens node i attends to:
+               for a tree, its ancestors and itself.
+    pad_to:    compute the block as `pad_to` >= n_new rows, the extra rows dummies that no real
+               token attends to (`fastpath.pad_block`; the tools' cost model chooses padding).
+    logits_from: the first `logits_from` tokens get no logits: a decoder feeds committed tokens
+               only to catch its cache up, and the head (a large share of a small model's weights)
+               is then computed for the rows someone reads.
+    The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
+    """
+    c, p = model.config, model.params
+    tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)
+    bias = None if mask.all() else np.where(mask, 0.0, -np.inf).astype(model.dtype)  # [n, prefix + n]
+    x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
+    for layer, block in enumerate(p["blocks"]):
+        x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
+    cache.length += n_real  # padding rows' K/V stay in scratch slots past the end
+    x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n_real - logits_from, n_embd]
+    return tied_head(x, p["wte"])  # -> [n_real - logits_from, n_vocab]
+
+
+def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
+    """forward's arguments checked and completed: (tokens [n], positions [n], mask [n, prefix + n],
+    n_real), padded to `pad_to` rows; a ValueError names what is wrong."""
+    c = model.config
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    n, start = tokens.size, cache.length
+    if n == 0:
+        raise ValueError("forward needs at least one new token")
+    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
+        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
+    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
+    if positions.size != n:
+        raise ValueError(f"{positions.size} positions for {n} tokens")
+    if positions.max() >= c.n_ctx:
+        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
+    if start + n > cache.capacity:
+        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
+    if not 0 <= logits_from < n:
+        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
+    mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
+    if mask.shape == (n, n):
+        mask = np.concatenate([np.ones((n, start), dtype=bool), mask], axis=1)  # the prefix: seen by all
+    elif mask.shape != (n, start + n):
+        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
+    if pad_to is not None and pad_to > n:
+        if start + pad_to > cache.capacity:
+            raise ValueError(f"KV cache overflow: {start} cached + {pad_to} padded > capacity {cache.capacity}")
+        tokens, positions, mask, _ = pad_block(tokens, positions, mask, pad_to)
+    return tokens, positions, mask, n
+
+
+# ----------------------------------------------------------------------------- the model
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -95,17 +221,6 @@ def iter_params(tree):
         yield tree
 
 
-def fast_layout(params: dict) -> dict:
-    """The same parameters with every linear weight in column-major order (see `linear`)."""
-    def fix(tree):
-        if isinstance(tree, list):
-            return [fix(v) for v in tree]
-        if "w" in tree:  # a linear layer {"w", "b"}
-            return {"w": np.asfortranarray(tree["w"]), "b": tree["b"]}
-        return {k: fix(v) if isinstance(v, (dict, list)) else v for k, v in tree.items()}
-    return fix(params)
-
-
 def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: float = 0.02) -> GPT2:
     """A GPT-2 with random weights (GPT-2's init scale), for tests and cost measurements."""
     rng = np.random.default_rng(seed)
@@ -130,234 +245,3 @@ def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: fl
         "ln_f": ln(),
     }
     return GPT2(config, fast_layout(map_params(lambda a: np.ascontiguousarray(a, dtype=dtype), params)))
-
-
-# ----------------------------------------------------------------------------- KV cache
-
-class KVCache:
-    """Preallocated keys and values of one model: `k, v` are [n_layer, n_head, capacity, head_dim].
-
-    `k` is a transposed view of [n_layer, n_head, head_dim, capacity] storage, so that the scores
-    `q @ k.T` of a block are a plain matrix product over contiguous rows (3x cheaper at 8 tokens).
-
-    Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
-    its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative
-    decoder then `keep`s only the accepted root-to-node path of that block (compacted into
-    contiguous slots) or `truncate`s. Nothing is ever concatenated: a step costs O(new tokens).
-    Size it for the context plus the largest block (a tree occupies slots it will not keep).
-    """
-
-    def __init__(self, config: GPT2Config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
-        self.config = config
-        self.capacity = capacity if capacity is not None else config.n_ctx + max_block
-        shape = (config.n_layer, config.n_head, self.capacity, config.head_dim)
-        self.k = np.zeros((config.n_layer, config.n_head, config.head_dim, self.capacity), dtype=dtype).transpose(0, 1, 3, 2)
-        self.v = np.zeros(shape, dtype=dtype)
-        self.length = 0
-
-    def keep(self, start: int, offsets) -> None:
-        """Keep slots `start + offsets` (ascending) at `start, start+1, ...`; drop everything after.
-
-        Used after verification: `start` is where the block began, `offsets` the accepted path's
-        nodes within the block. Their K/V were computed at the right positions (prefix + depth),
-        so moving them into contiguous slots gives exactly the cache a plain prefill would.
-        """
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if offsets.size and (np.any(np.diff(offsets) <= 0) or offsets[0] < 0 or start + offsets[-1] >= self.length):
-            raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block [{start}, {self.length})")
-        if not 0 <= start <= self.length:
-            raise ValueError(f"keep: start {start} outside the cache (length {self.length})")
-        src = start + offsets
-        n = offsets.size
-        # Fancy indexing copies the sources first, so overlapping moves are safe.
-        self.k[:, :, start:start + n] = self.k[:, :, src]
-        self.v[:, :, start:start + n] = self.v[:, :, src]
-        self.length = start + n
-
-    def truncate(self, length: int) -> None:
-        """Forget every slot from `length` on."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"truncate: length {length} outside 0..{self.length}")
-        self.length = length
-
-    def copy(self) -> "KVCache":
-        c = KVCache.__new__(KVCache)
-        c.config, c.capacity, c.length = self.config, self.capacity, self.length
-        c.k, c.v = self.k.copy(order="K"), self.v.copy()  # "K": keep k's transposed storage
-        return c
-
-
-# ----------------------------------------------------------------------------- the math
-
-# Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def gelu(x):  # GPT-2's tanh approximation
-    # x * x * x, not x ** 3: NumPy's float32 power is a slow generic pow (~100x slower here).
-    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
-
-
-def softmax(x, axis=-1):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
-def softmax_(x):  # softmax over the last axis, in place (attention scores: no temporaries)
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x
-
-
-def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
-    # Sums rather than np.mean/np.var: same math, a fraction of the per-call overhead, which is
-    # what dominates at one token.
-    d = x.shape[-1]
-    xc = x - x.sum(axis=-1, keepdims=True) / d
-    var = (xc * xc).sum(axis=-1, keepdims=True) / d
-    return g * xc / np.sqrt(var + eps) + b
-
-
-# Blocks of up to this many tokens are multiplied one row at a time (matrix-vector products).
-GEMV_ROWS = 3
-
-
-def matmul_rows(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
-    """x @ w, as the BLAS routine that is fastest for this many rows.
-
-    One token: a matrix-vector product (gemv), which streams the weights once. A matrix product
-    (gemm) first packs the whole weight matrix into a scratch buffer, which for a few rows costs
-    more than the arithmetic: up to GEMV_ROWS rows, one gemv per row is cheaper (the weights are
-    read from memory once, then from the cache). Larger blocks: w.T @ x.T, with w.T contiguous
-    (`fast_layout`); OpenBLAS is 20-40% faster this way round than x @ w for 4-16 rows.
-    """
-    if x.shape[0] <= GEMV_ROWS:
-        out = np.empty((x.shape[0], w.shape[1]), dtype=np.result_type(x, w))
-        for row, res in zip(x, out):
-            np.matmul(row, w, out=res)
-        return out
-    return (w.T @ x.T).T  # [n_out, n_in] @ [n_in, n] -> [n_out, n] -> [n, n_out]
-
-
-def linear(x, w, b):  # [n, n_in] -> [n, n_out]
-    return matmul_rows(x, w) + b
-
-
-def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, L] or None -> [h, n, d]
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
-    if bias is not None:
-        scores += bias  # 0 where the mask allows, -inf elsewhere; every row sees itself
-    return softmax_(scores) @ v
-
-
-def mha(x, c_attn, c_proj, n_head, cache, layer, bias):  # [n, n_embd] -> [n, n_embd]
-    n, d = x.shape
-    qkv = linear(x, **c_attn)  # [n, n_embd] -> [n, 3*n_embd]
-    qkv = qkv.reshape(n, 3, n_head, d // n_head).transpose(1, 2, 0, 3)  # -> [3, n_head, n, head_dim]
-    start = cache.length
-    cache.k[layer, :, start:start + n] = qkv[1]
-    cache.v[layer, :, start:start + n] = qkv[2]
-    k = cache.k[layer, :, :start + n]  # [n_head, L, head_dim], L = prefix + n
-    v = cache.v[layer, :, :start + n]
-    out = attention(qkv[0], k, v, bias)  # [n_head, n, head_dim]
-    out = out.transpose(1, 0, 2).reshape(n, d)  # -> [n, n_embd]
-    return linear(out, **c_proj)
-
-
-def mlp(x, c_fc, c_proj):  # [n, n_embd] -> [n, n_embd]
-    return linear(gelu(linear(x, **c_fc)), **c_proj)  # via [n, 4*n_embd]
-
-
-def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd] -> [n, n_embd]
-    x = x + mha(layer_norm(x, **block["ln_1"], eps=eps), **block["attn"], n_head=n_head,
-                cache=cache, layer=layer, bias=bias)
-    return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
-
-
-def full_mask(block_mask, prefix_len: int):
-    """[n, n] mask among the new tokens -> [n, prefix + n]: every new token sees the whole prefix."""
-    n = block_mask.shape[0]
-    return np.concatenate([np.ones((n, prefix_len), dtype=bool), block_mask], axis=1)
-
-
-def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
-            logits_from: int = 0):
-    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix.
-
-    tokens:    [n_new] token ids.
-    positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain). For a token tree
-               a node's position is prefix + its depth, not its index in the block.
-    mask:      bool, [n_new, n_new] among the new tokens (the prefix is always visible) or
-               [n_new, prefix + n_new]; default causal. Row i says which tokens node i attends to:
-               for a tree, its ancestors and itself.
-    pad_to:    compute the block as `pad_to` >= n_new rows, the extra rows dummies that no real
-               token attends to (their K/V land in scratch slots past `cache.length`). BLAS kernels
-               work in column panels of 4 and 8: 8 tokens can cost less than 5 (see `tuning.padding`).
-    logits_from: the first `logits_from` tokens get no logits: a decoder feeds committed tokens
-               only to catch its cache up, and the head (a large share of a small model's weights)
-               is then computed for the rows someone reads.
-    The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
-    """
-    c = model.config
-    p = model.params
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    n, start = tokens.size, cache.length
-    if n == 0:
-        raise ValueError("forward needs at least one new token")
-    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
-        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
-        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
-    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
-    if positions.size != n:
-        raise ValueError(f"{positions.size} positions for {n} tokens")
-    if positions.max() >= c.n_ctx:
-        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
-    if start + n > cache.capacity:
-        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
-    if not 0 <= logits_from < n:
-        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
-    if mask is None:
-        mask = np.tril(np.ones((n, n), dtype=bool))
-    mask = np.asarray(mask, dtype=bool)
-    if mask.shape == (n, n):
-        mask = full_mask(mask, start)
-    elif mask.shape != (n, start + n):
-        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
-    n_real = n
-    if pad_to is not None and pad_to > n:
-        if start + pad_to > cache.capacity:
-            raise ValueError(f"KV cache overflow: {start} cached + {pad_to} padded > capacity {cache.capacity}")
-        tokens, positions, mask, n = pad_block(tokens, positions, mask, pad_to)
-
-    # The mask as an additive bias, built once for all layers (None when every token sees everything).
-    bias = None if mask.all() else np.where(mask, 0.0, -np.inf).astype(model.dtype)  # [n, prefix + n]
-    x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
-    for layer, block in enumerate(p["blocks"]):
-        x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)
-    cache.length = start + n_real
-    x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # dummy rows need none either
-    # Tied head: [n, n_embd] -> [n, n_vocab], the product `linear` uses with w = wte.T (so blocks
-    # compute (wte @ x.T).T: OpenBLAS is ~1.5x slower at x @ wte.T, a transposed operand). A block's
-    # result is column-major; it is copied back to row-major, since every consumer works along
-    # rows (a softmax over a column-major [n, V] costs 5-10x more than the copy).
-    return np.ascontiguousarray(matmul_rows(x, p["wte"].T))
-
-
-def pad_block(tokens, positions, mask, size: int):
-    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself, and
-    invisible to every real row (their mask columns are False). Real rows compute exactly what
-    they would alone."""
-    n, width = mask.shape  # width = prefix + n
-    extra = size - n
-    padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]
-    padded[:n, :width] = mask
-    padded[np.arange(n, size), width + np.arange(extra)] = True
-    tokens = np.concatenate([tokens, np.zeros(extra, dtype=np.int64)])
-    positions = np.concatenate([positions, np.full(extra, positions[0], dtype=np.int64)])
-    return tokens, positions, padded, size
-
-
-def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
-    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
-    return KVCache(model.config, dtype=model.dtype, max_block=max_block)

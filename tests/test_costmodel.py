@@ -2,7 +2,7 @@
 
 import pytest
 
-from specdec_np.drafting import padded
+from specdec_np.fastpath import padded
 from specdec_np.tools.costmodel import block_ms, fit_overheads, forward_ms, interp, pad_size, padding, record_ms
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np.gpt2 import GEMV_ROWS, GPT2Config, KVCache, forward, matmul_rows, new_cache, random_params
+from specdec_np.fastpath import GEMV_ROWS, matmul_rows
+from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
 

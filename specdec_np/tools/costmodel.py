@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ..drafting import padded
+from ..fastpath import padded
 
 def interp(curve: dict, k: int) -> float:
     """Cost of a k-token pass: linear between measured sizes, extended linearly past the last two

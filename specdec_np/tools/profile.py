@@ -34,20 +34,18 @@ PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.js
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     """(method, plan shape) pairs to profile in a setting: plain decoding, prompt lookup and the
-    speculative chains always; staged trees (the draft's top tokens greedily, children drawn from
-    q when sampling) with and without stage 2's guesses and copies. `quick`: a smaller grid for
-    a pair profiled on first use."""
+    speculative chains always; trees (the draft's top tokens greedily, children drawn from q when
+    sampling), alone and staged with and without stage 2's guesses and copies. `quick`: a smaller
+    grid for a pair profiled on first use."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     out += [("speculative", {"chain": k}) for k in chains]
+    widths = ((1,), (2,), (1, 1), (2, 1), (1, 1, 1), (2, 1, 1))
     if setting == "greedy":
-        trees = [{"shape": "fixed", "widths": w} for w in ((1,), (2,), (1, 1), (2, 1), (1, 1, 1), (2, 1, 1))]
-        if not quick:
-            trees += [{"shape": "fixed", "widths": w} for w in ((1, 1, 1, 1), (2, 2, 1))]
-            trees += [{"budget": b, "depth": d} for b, d in ((3, 3), (5, 3), (8, 4), (8, 6), (16, 6))]
+        trees = [{"shape": "fixed", "widths": w} for w in widths + (() if quick else ((1, 1, 1, 1), (2, 2, 1)))]
+        trees += [] if quick else [{"budget": b, "depth": d} for b, d in ((5, 3), (8, 6))]
     else:
-        widths = ((1,), (2,), (1, 1), (2, 1), (1, 1, 1)) + (() if quick else ((3,), (2, 1, 1), (1, 1, 1, 1)))
-        trees = [{"sampled": "without", "widths": w} for w in widths]
+        trees = [{"sampled": "without", "widths": w} for w in (widths[:4] if quick else widths)]
     stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
     copies = (0, 3, 7, 15)
     for tree in trees:
@@ -80,7 +78,7 @@ def add(total: dict, c: dict) -> dict:
     return out
 
 
-def measure(target, draft, ngram, prompts, max_new_tokens: int = 64, seeds: int = 2, quick: bool = False,
+def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
             progress=None, grid=None, journal=None) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate of every setting
     (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
