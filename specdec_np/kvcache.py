@@ -8,14 +8,23 @@ computed at its true position (prefix + depth) seeing only its ancestors.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from .gpt2 import GPT2, GPT2Config
 
 
 class KVCache:
     """Preallocated keys and values of one model: `k, v` are [n_layer, n_head, capacity, head_dim].
 
     `k` is a transposed view of [n_layer, n_head, head_dim, capacity] storage, so that the scores
-    `q @ k.T` of a block are a plain matrix product over contiguous rows (3x cheaper at 8 tokens).
+    `q @ k.T` of a block are a plain matrix product over contiguous rows. Writing a block's keys
+    and computing its scores, float32, 12 heads of 64 (GPT-2), 8 new tokens over 208 slots: 31 us
+    from this storage, 103 us from [.., capacity, head_dim] storage (8 heads of 40, the tiny
+    target: 13 vs 45 us); 1 new token: 13.3 vs 11.7 us, no gain (AMD EPYC Zen 4, 2 cores, 32 MB
+    L3, OpenBLAS 0.3.31, minimum of 30 timeit rounds).
 
     Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
     its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative
@@ -64,6 +73,6 @@ class KVCache:
         return c
 
 
-def new_cache(model, max_block: int = 64) -> KVCache:
+def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
     """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
     return KVCache(model.config, dtype=model.dtype, max_block=max_block)
