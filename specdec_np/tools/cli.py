@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..tree import SOURCES
 
-EXAMPLES = r'''examples (the embedded models write Python: give them a signature and a docstring):
+EXAMPLES = r'''examples:
+  (the embedded models write Python: give them a signature and a docstring)
   python -m specdec_np generate $'def is_prime(n):\n    """Return True if n is prime."""\n' --stats
   python -m specdec_np generate --file prompt.py --temperature 1 --top-k 50 --seed 1
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6 --plan default
@@ -70,7 +71,9 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     from ..decode import Plan
     from .plan import describe, plan_for, progress_bar
 
-    if a.plan == "default" or a.method == "ngram":  # the n-gram drafting alone is not profiled
+    if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
+        # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
+        # draft has no pair to profile.
         method, plan, origin = a.method or "staged", Plan(), "the constant plan"
     else:
         choice = plan_for(target, draft, ngram, enc, temperature, a.method, a.recalibrate,
@@ -183,16 +186,25 @@ def cmd_generate(a) -> int:
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    may_draft = a.method is None or a.method in DRAFTED
-    if may_draft:
+    if a.method is None or a.method in DRAFTED:
         draft = load_model(a.draft or default_draft(a.target))
-    if a.method is None or a.method in ("staged", "ngram"):
+    elif a.method == "lookup" and a.plan == "machine":  # the pair's profile holds lookup's chain lengths
+        try:
+            draft = load_model(a.draft or default_draft(a.target))
+        except (ValueError, FileNotFoundError):
+            draft = None
+    # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
+    wants_ngram = a.method in ("staged", "ngram") or (draft is not None and a.plan == "machine")
+    if a.method is None or wants_ngram:
         if a.ngram is None and target.config.n_vocab != 8193:
-            raise ValueError("the embedded trigram is for the tiny vocabulary: fit one for this tokenizer with "
-                             "`python -m specdec_np ngram fit FILES --out FILE` and pass --ngram FILE")
-        ngram = load_ngram(a.ngram)
-        if ngram.n_vocab != target.config.n_vocab:
-            raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's ({target.config.n_vocab})")
+            if a.method in ("staged", "ngram"):
+                raise ValueError("the embedded trigram is for the tiny vocabulary: fit one for this tokenizer with "
+                                 "`python -m specdec_np ngram fit FILES --out FILE` and pass --ngram FILE")
+        else:
+            ngram = load_ngram(a.ngram)
+            if ngram.n_vocab != target.config.n_vocab:
+                raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
+                                 f"({target.config.n_vocab})")
     method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
     if a.copy_len is not None and method != "staged":
         raise ValueError("--copy-len is for --method staged")

@@ -146,10 +146,12 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
         runs = []
         shapes = [("ar", Plan())]
+        sampled = "without" if kw["temperature"] else None
         if draft is not None:
-            shapes += [("speculative", Plan(chain=3, sampled="without" if kw["temperature"] else None)),
-                       ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
-                                       sampled="without" if kw["temperature"] else None))]
+            shapes += [("speculative", Plan(chain=3, sampled=sampled))]
+        if draft is not None and ngram is not None:
+            shapes += [("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
+                                       sampled=sampled))]
         for _ in range(2):  # the second round is the one kept warm
             runs = []
             for i, prompt in enumerate(prompts[:2]):

@@ -86,7 +86,9 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     that an interrupted measurement resumes where it stopped."""
     settings = {}
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
-    todo = [(s, c) for s in grid for c in grid[s]]
+    runnable = {"ar", "lookup"} | ({"speculative", "tree"} if draft is not None else set()) | \
+        ({"staged"} if draft is not None and ngram is not None else set())
+    todo = [(s, c) for s in grid for c in grid[s] if c[0] in runnable]
     done = {}
     if journal is not None and Path(journal).is_file():
         for line in Path(journal).read_text().splitlines():
