@@ -111,6 +111,10 @@ class Plan:
             return self.chain
         return int(np.cumprod(self.widths).sum()) if self.fixed(method) else self.budget
 
+    def max_block(self, method: str) -> int:
+        """The most tokens a step proposes to the target: its tree's, or stage 2's copy (staged)."""
+        return max(self.max_nodes(method), self.copy_len if method == "staged" else 0)
+
 
 @dataclass
 class Step:
@@ -199,7 +203,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
                                guess_len=plan.guess_len, guess_rows=plan.guess_rows, max_nodes=expanded,
                                pad=plan.draft_pad)
     copy_len = plan.copy_len if method == "staged" else 0
-    widest = max(plan.max_nodes(method), copy_len) + 1  # the most rows a step's tree feeds the target
+    widest = plan.max_block(method) + 1  # the most rows a step's tree feeds the target (root included)
     cache = KVCache(target.config, dtype=target.dtype, max_block=padded(plan.target_pad, widest))
     stats = Stats(target_weight_bytes=target.weight_bytes, draft_weight_bytes=draft.weight_bytes if drafter else 0)
     seq, new, stop = list(prompt), [], "max_new_tokens"
@@ -246,8 +250,8 @@ def propose(method, seq, plan: Plan, copy_len: int, n_ctx: int, drafter, ngram, 
         depth = min(depth, drafter.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
     if method == "ar" or depth <= 0:
         return Tree(tokens=[root], parents=[-1], q=[1.0]), False, queries
-    if method == "lookup":
-        return staged_lookup(seq, depth), False, queries
+    if method == "lookup":  # prompt lookup's chain (a match of 3, 2 or 1 tokens), proposed by no model
+        return staged.chain_tree(root, staged.prompt_lookup(seq, k=depth)), False, queries
     if method == "ngram":
         counter = [0]
         tree = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), plan.budget, depth)
@@ -261,13 +265,6 @@ def propose(method, seq, plan: Plan, copy_len: int, n_ctx: int, drafter, ngram, 
     else:
         tree = build.build_best_first(root, drafter.dist_fn, plan.budget, depth)
     return tree, False, queries
-
-
-def staged_lookup(seq, k: int) -> Tree:
-    """The lookup method's tree: prompt lookup's chain (a match of 3, 2 or 1 tokens), proposed by no model."""
-    tokens = staged.prompt_lookup(seq, k=k)
-    n = len(tokens)
-    return Tree(tokens=[seq[-1]] + tokens, parents=np.arange(-1, n), q=np.ones(n + 1), source=[TARGET] + [NGRAM] * n)
 
 
 def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=(), temperature=0.0, top_k=None, top_p=None):
@@ -360,7 +357,7 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
     if method in ("staged", "ngram") and ngram is None:
         raise ValueError(f"method {method!r} needs an n-gram model")
     # A step's tree is one block of the target's pass: cap it at the context length, before any work.
-    nodes = max(plan.max_nodes(method), plan.copy_len if method == "staged" else 0)
+    nodes = plan.max_block(method)
     if nodes > target.config.n_ctx:
         raise ValueError(f"plan: up to {nodes} drafted tokens per step ({tree_size_words(plan, method)}) exceed the "
                          f"cap of n_ctx={target.config.n_ctx}")

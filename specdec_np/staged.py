@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ngram as ngram_lib
-from .tree import DRAFT, NGRAM, Tree
+from .tree import DRAFT, NGRAM, TARGET, Tree
 
 
 def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
@@ -97,11 +97,15 @@ def copied_chain(seq, copy_len: int) -> Tree | None:
     tokens that followed the last three tokens' latest earlier occurrence below the root seq[-1]
     (None if they are new). Deterministic children with no draft probabilities (q = 1)."""
     tokens = repeat_continuation(seq, copy_len) if copy_len > 0 else []
-    if not tokens:
-        return None
+    return chain_tree(seq[-1], tokens) if tokens else None
+
+
+def chain_tree(root: int, tokens) -> Tree:
+    """`tokens` as a deterministic chain below `root`, proposed by stage 2 (q = 1: no draft
+    probabilities); the root alone if there are none."""
     n = len(tokens)
-    return Tree(tokens=np.array([seq[-1]] + tokens, dtype=np.int64), parents=np.arange(-1, n, dtype=np.int64),
-                q=np.ones(n + 1), kind="deterministic", source=np.array([0] + [NGRAM] * n))
+    return Tree(tokens=np.array([root] + list(tokens), dtype=np.int64), parents=np.arange(-1, n, dtype=np.int64),
+                q=np.ones(n + 1), kind="deterministic", source=np.array([TARGET] + [NGRAM] * n))
 
 
 def credit(key: tuple, copied: bool, guessed) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import atomic_file
 from ..decode import Plan, generate
 from ..models import load_embedded
 from ..tokenizer import encode
@@ -360,9 +361,8 @@ def print_curves(costs) -> None:
 
 def write_text(path: Path, text: str) -> None:
     """Atomically: a temporary file renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with atomic_file(path, "w") as f:
+        f.write(text)
 
 
 def update_results(path: Path, heading: str, body: str) -> None:

@@ -21,7 +21,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import describe, plan_for, progress_bar
+from .plan import describe, plans_for, progress_bar
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -99,12 +99,13 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
     """{method: (plan, where it came from)}: this machine's best plan for each method, or the
     constants (with --budget/--depth's best-first tree)."""
     out = {}
+    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
+                                                      progress=progress_bar("measuring this machine"))
     for m in methods:
         if a.plan == "default":
             plan, origin = Plan(), "the constant plan"
         else:
-            choice = plan_for(target, draft, ngram, enc, temperature, m, progress=progress_bar("measuring this machine"))
-            plan, origin = choice.plan, f"this machine's, predicted {choice.speedup:.2f}x"
+            plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
         if a.budget is not None or a.depth is not None:
             plan = dataclasses.replace(plan, shape="best_first", sampled=None, budget=a.budget or plan.budget,
                                        depth=a.depth or plan.depth, chain=a.depth or plan.chain)

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import ngram as ngram_lib
 from .. import staged
+from ..checkpoint import atomic_file
 from ..decode import Plan, generate
 from . import profile as profiles
 from .costcurve import loop_curves
@@ -122,9 +123,8 @@ def read_json(path: Path) -> dict | None:
 def write_json(path: Path, data: dict) -> None:
     """Atomically: a temporary file renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps(data, indent=1) + "\n")
 
 
 def progress_bar(label: str):
@@ -144,7 +144,6 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     overheads = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs = []
         shapes = [("ar", Plan())]
         sampled = "without" if kw["temperature"] else None
         if draft is not None:
@@ -235,13 +234,19 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
     return Choice(m, Plan(**shape, **pads), ms, base)
 
 
-def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None) -> Choice:
-    """This machine's plan for the pair and setting (of one `method`, or the fastest of all); `enc`
-    encodes the calibration prompts."""
+def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False,
+              progress=None) -> dict:
+    """{method: this machine's plan for it} for the pair and setting (method None: the fastest of
+    all), from the profile and costs loaded once; `enc` encodes the calibration prompts."""
     prompts = profiles.calibration_prompts(enc)
     costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
-    return choose(acceptance_profile(target, draft, ngram, prompts, progress), costs, temperature, method,
-                  draft is not None, ngram is not None)
+    profile = acceptance_profile(target, draft, ngram, prompts, progress)
+    return {m: choose(profile, costs, temperature, m, draft is not None, ngram is not None) for m in methods}
+
+
+def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None) -> Choice:
+    """This machine's plan for the pair and setting (of one `method`, or the fastest of all)."""
+    return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress)[method]
 
 
 def describe(plan: Plan, method: str = "staged") -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import atomic_file
 from ..decode import Plan, generate
 from ..tokenizer import encode
 
@@ -160,9 +161,8 @@ def save(profile: dict, path) -> None:
     """Write atomically (a temporary file renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_json(profile), indent=1) + "\n")
-    tmp.replace(path)
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps(to_json(profile), indent=1) + "\n")
 
 
 def load(path) -> dict:
