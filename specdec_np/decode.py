@@ -128,6 +128,8 @@ class Step:
     seconds: tuple  # (drafting, the target's pass, verifying and compacting)
     tree: Tree | None = None  # the verified tree and its accepted path (with keep_trees)
     path: list | None = None
+    rule: str | None = None  # the verification rule that ran, and its checks (with keep_trees)
+    checks: list | None = None
 
 
 @dataclass
@@ -220,7 +222,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         t2 = time.perf_counter()
         # A lossless rule keeps a root-to-node path and draws one more token from the target.
         rule = default_rule(method, temperature, tree.kind) if copied or plan.rule is None else plan.rule
-        path, token = accept(tree, p, rule, rand)
+        checks = [] if keep_trees else None
+        path, token = accept(tree, p, rule, rand, checks)
         # Both caches keep only the accepted path, in contiguous slots.
         keys = compact(cache, start, n_c, tree, path, None if copied else drafter)
         t3 = time.perf_counter()
@@ -229,7 +232,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         seq += tokens
         stats.steps.append(Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
                                 step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2),
-                                tree if keep_trees else None, path if keep_trees else None))
+                                *((tree, path, rule, checks) if keep_trees else ())))
     # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
     cache.truncate(min(cache.length, len(seq) - 1))
     if drafter:
@@ -278,10 +281,11 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=(), temperatu
     return process(logits, temperature, top_k, top_p), start, n_c
 
 
-def accept(tree: Tree, p, rule: str, rand):
-    """(path, next token): the rule's accepted root-to-node path and the target's token after it."""
+def accept(tree: Tree, p, rule: str, rand, log=None):
+    """(path, next token): the rule's accepted root-to-node path and the target's token after it;
+    with a list as `log`, the rule's checks (verify.Check) are appended to it."""
     verify.check_tree(tree, rule)
-    return verify.RULES[rule](tree, p, rand)
+    return verify.RULES[rule](tree, p, rand, log)
 
 
 def compact(cache: KVCache, start: int, n_c: int, tree: Tree, path, drafter) -> list[tuple]:

@@ -1,6 +1,6 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand) -> (path, next_token)`. p: [n, V] is the target's processed
+Every rule is `rule(tree, p, rand, log=None) -> (path, next_token)`. p: [n, V] is the target's processed
 distribution after each tree node (row i = the distribution of the token following node i).
 path: node indices root..last accepted node. next_token: the target's correction (at the first
 rejection) or bonus token (after a leaf). The step emits tree.tokens[path[1:]] + [next_token],
@@ -8,13 +8,56 @@ and for every rule paired with the trees it assumes, that sequence is distribute
 the target had sampled it token by token (the tests enumerate every random branch to prove it).
 
 All randomness goes through rand.coin / rand.draw, so the exact enumerator can explore it.
+With a list as `log`, a rule appends one `Check` per node it examined and one for its final draw:
+the decode loop keeps them (with keep_trees) so a trace can show why each token was kept.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .tree import Tree, children
+
+
+@dataclass
+class Check:
+    """One test a rule made. test: "argmax" (accepted iff token == the target's argmax, `value`),
+    "ratio" (accepted iff the uniform draw `u` < `value`, the acceptance probability; u is None when
+    value is 0 or 1 and no draw was needed), "draw" (node's next token drawn from what p still owes:
+    `token`, accepted is False for a correction, True for the bonus after a leaf).
+    p, q: the probabilities of the token the test compared (after earlier rejections), or None."""
+
+    node: int
+    token: int
+    test: str
+    value: float
+    accepted: bool
+    p: float | None = None
+    q: float | None = None
+    u: float | None = None
+
+
+def coin(rand, prob: float, log, node: int, token: int, p=None, q=None) -> bool:
+    """rand.coin(prob), noted in `log` with the uniform draw it was compared with."""
+    ok = rand.coin(prob)
+    if log is not None:
+        log.append(Check(int(node), int(token), "ratio", float(prob), bool(ok), _float(p), _float(q),
+                         getattr(rand, "last_u", None)))
+    return ok
+
+
+def draw(rand, probs, log, node: int, bonus: bool) -> int:
+    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf)."""
+    x = rand.draw(probs)
+    if log is not None:
+        log.append(Check(int(node), int(x), "draw", float(probs[x] / np.sum(probs)), bool(bonus)))
+    return x
+
+
+def _float(x):
+    return None if x is None else float(x)
 
 
 def emitted(tree: Tree, path, next_token: int) -> list[int]:
@@ -41,19 +84,25 @@ def accept_ratio(p_x: float, q_x: float) -> float:
     return min(1.0, p_x / q_x)
 
 
-def verify_greedy(tree: Tree, p, rand=None):
+def verify_greedy(tree: Tree, p, rand=None, log=None):
     """Temperature 0: follow the child equal to argmax p (ties -> lowest id); emit argmax at the first miss."""
     path = [0]
     while True:
         node = path[-1]
         best = int(np.argmax(p[node]))
-        match = [c for c in children(tree, node) if tree.tokens[c] == best]
+        kids = children(tree, node)
+        match = [int(c) for c in kids if tree.tokens[c] == best]
+        if log is not None:
+            log += [Check(int(c), int(tree.tokens[c]), "argmax", best, int(tree.tokens[c]) == best,
+                          float(p[node][tree.tokens[c]])) for c in kids]
         if not match:
+            if log is not None:
+                log.append(Check(node, best, "draw", 1.0, kids.size == 0))
             return path, best
-        path.append(int(match[0]))
+        path.append(match[0])
 
 
-def verify_point_mass(tree: Tree, p, rand):
+def verify_point_mass(tree: Tree, p, rand, log=None):
     """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
 
     Done sequentially so no work is wasted: accept child c with probability p_res(c)/sum(p_res);
@@ -69,18 +118,18 @@ def verify_point_mass(tree: Tree, p, rand):
         for c in children(tree, node):
             x = tree.tokens[c]
             mass = p_res.sum()
-            if mass > 0 and rand.coin(p_res[x] / mass):
+            if mass > 0 and coin(rand, p_res[x] / mass, log, c, x, p_res[x] / mass, 1.0):
                 accepted = int(c)
                 break
             p_res[x] = 0.0
         if accepted is None:
             # p_res has no mass only if the children covered p's support yet all missed: a
             # probability-0 event (rounding); fall back to p.
-            return path, rand.draw(p_res if p_res.sum() > 0 else p[node])
+            return path, draw(rand, p_res if p_res.sum() > 0 else p[node], log, node, children(tree, node).size == 0)
         path.append(accepted)
 
 
-def verify_chain(tree: Tree, p, rand):
+def verify_chain(tree: Tree, p, rand, log=None):
     """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)).
 
     On rejection emit a draw from norm(max(p - q, 0)); after the whole chain, a bonus draw from p.
@@ -91,16 +140,16 @@ def verify_chain(tree: Tree, p, rand):
         node = path[-1]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, rand.draw(p[node])  # bonus token
+            return path, draw(rand, p[node], log, node, True)  # bonus token
         c = int(kids[0])
         x = tree.tokens[c]
         q = tree.draft_dists[node]  # [V]
-        if not rand.coin(accept_ratio(p[node][x], q[x])):
-            return path, rand.draw(residual(p[node], q))  # correction token
+        if not coin(rand, accept_ratio(p[node][x], q[x]), log, c, x, p[node][x], q[x]):
+            return path, draw(rand, residual(p[node], q), log, node, False)  # correction token
         path.append(c)
 
 
-def verify_recursive(tree: Tree, p, rand, replacement: bool = True):
+def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
     """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
 
     Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
@@ -114,12 +163,12 @@ def verify_recursive(tree: Tree, p, rand, replacement: bool = True):
         p_res = np.array(p[node], dtype=np.float64)  # [V]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, rand.draw(p_res)  # bonus token
+            return path, draw(rand, p_res, log, node, True)  # bonus token
         q_res = np.array(tree.draft_dists[node], dtype=np.float64)  # [V]
         accepted = None
         for c in kids:
             x = tree.tokens[c]
-            if rand.coin(accept_ratio(p_res[x], q_res[x])):
+            if coin(rand, accept_ratio(p_res[x], q_res[x]), log, c, x, p_res[x], q_res[x]):
                 accepted = int(c)
                 break
             p_res = residual(p_res, q_res)
@@ -130,13 +179,13 @@ def verify_recursive(tree: Tree, p, rand, replacement: bool = True):
                     break
                 q_res /= total
         if accepted is None:
-            return path, rand.draw(p_res)  # correction token
+            return path, draw(rand, p_res, log, node, False)  # correction token
         path.append(accepted)
 
 
-def verify_recursive_wor(tree: Tree, p, rand):
+def verify_recursive_wor(tree: Tree, p, rand, log=None):
     """verify_recursive for children drawn without replacement (RSD / Sequoia)."""
-    return verify_recursive(tree, p, rand, replacement=False)
+    return verify_recursive(tree, p, rand, log, replacement=False)
 
 
 RULES = {
