@@ -1,0 +1,293 @@
+"""The best acceptance any lossless verifier can reach, and what the library's rules reach.
+
+One position, k drafts. The draft proposes k tokens from q (drawn with replacement, without, or
+deterministically its top k); a verifier sees them and the target's p, and must output a token y
+distributed exactly as p, whatever the drafts were. It *accepts* when y is one of the drafts.
+Over all lossless verifiers, the best acceptance probability is an optimal-transport value
+(SpecTr, Sun et al. 2023): couple the random set D of drafted tokens with y ~ p so that
+P(y in D) is as large as possible. That is a max-flow: source -> each draft set S (capacity
+P(D = S)) -> each token y in S -> sink (capacity p(y)). By max-flow = min-cut its value is a
+minimum over subsets H of the vocabulary, the dual form of Hu et al. 2025 ("Towards Optimal
+Multi-draft Speculative Decoding"):
+
+    alpha* = min over H of  p(H) + P(D not inside H)  =  1 - max over H of [P(D inside H) - p(H)]
+
+Read it as: if the drafts land inside H more often than p lands in H, the verifier must reject
+at least that excess. For k = 1, max over H of q(H) - p(H) is TV(p, q), so alpha* = sum(min(p, q)),
+lesson 3's acceptance. The optimum depends on how the drafts were drawn, so every function here
+takes the distribution of the drafts, as {tuple of drafted tokens, in order: probability}.
+
+Exhaustive over 2^V subsets: for the tiny vocabularies (3-5 tokens) of the tests and lesson 8.
+The library's rules are measured, not re-derived: `single_position` runs the real rule on a
+one-level tree under `exact.outcomes`. For chains, the same for the expected accepted length.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from . import build, exact, verify
+from .tree import Tree, children, path_key
+
+SCHEMES = ("with", "without", "deterministic")  # how the k drafts are drawn from q
+PAIRED_RULE = {"with": "recursive", "without": "recursive_wor", "deterministic": "point_mass"}
+ROOT = 0  # the root token of the one-level trees: irrelevant, only its children are drafts
+
+
+# ----------------------------------------------------------------------------- the drafts' distribution
+
+def draft_tuples(q, k: int, scheme: str) -> dict:
+    """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them.
+
+    "with": k iid draws from q. "without": each draw from q renormalised without the earlier
+    ones, stopping early once q is exhausted. "deterministic": q's top k (positive probability).
+    """
+    q = np.asarray(q, dtype=np.float64)  # [V]
+    if scheme == "deterministic":
+        return {tuple(int(x) for x in build.top_tokens(q, k)): 1.0}
+    if scheme not in ("with", "without"):
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    out = {(): 1.0}
+    for _ in range(k):
+        new = {}
+        for drafts, prob in out.items():
+            left = q.copy()
+            if scheme == "without":
+                left[list(drafts)] = 0.0
+            if not left.sum() > 0:  # every token q can propose is drafted already
+                new[drafts] = prob
+                continue
+            left /= left.sum()
+            for x in np.flatnonzero(left > 0):
+                new[drafts + (int(x),)] = new.get(drafts + (int(x),), 0.0) + prob * float(left[x])
+        out = new
+    return out
+
+
+def mask_of(tokens) -> int:
+    """A set of tokens as a bitmask: bit x is set when token x is in the set (V <= ~20)."""
+    m = 0
+    for x in tokens:
+        m |= 1 << int(x)
+    return m
+
+
+def draft_sets(drafts: dict) -> dict:
+    """{bitmask of the set of drafted tokens: probability}: acceptance only asks *whether* y was
+    drafted, so order and repeats do not matter to the optimum."""
+    out = {}
+    for tokens, prob in drafts.items():
+        out[mask_of(tokens)] = out.get(mask_of(tokens), 0.0) + prob
+    return out
+
+
+# ----------------------------------------------------------------------------- the optimum (dual)
+
+def subset_bits(V: int):  # -> [2^V, V] bool
+    """Row H is subset number H of the vocabulary: bits[H, x] is True when token x is in it."""
+    return (np.arange(2 ** V)[:, None] >> np.arange(V)) & 1 == 1
+
+
+def cut_values(p, drafts: dict):  # -> [2^V]
+    """p(H) + P(D not inside H) for every subset H (indexed by its bitmask): each is an upper bound
+    on any lossless verifier's acceptance, and the smallest is the optimum.
+
+    Why a bound: y in D and D inside H put y in H, so P(accept) <= P(y in H) + P(D not inside H).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    V = p.size
+    sets = draft_sets(drafts)
+    masks = np.array(list(sets), dtype=np.int64)  # [m]
+    probs = np.array(list(sets.values()))  # [m]
+    H = np.arange(2 ** V)
+    outside = (masks[None, :] & ~H[:, None]) != 0  # [2^V, m] draft set S has a token outside H
+    return subset_bits(V) @ p + outside @ probs
+
+
+def optimal_acceptance(p, drafts: dict) -> float:
+    """alpha* = min over subsets H of p(H) + P(D not inside H): the best any lossless verifier does."""
+    return float(cut_values(p, drafts).min())
+
+
+def bottleneck(p, drafts: dict) -> list[int]:
+    """The tokens of a minimising H: where the drafts crowd in more than p does (ties: smallest mask)."""
+    H = int(np.argmin(cut_values(p, drafts)))
+    return [x for x in range(len(p)) if H >> x & 1]
+
+
+# ----------------------------------------------------------------------------- the optimum (primal)
+
+def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] -> [n, n]
+    """Edmonds-Karp: push flow along shortest augmenting paths until none is left.
+
+    capacity[i, j] >= 0 (np.inf allowed). Returns flow [n, n]: flow[i, j] >= 0 sent along edge i -> j,
+    never both ways. Exact up to rounding: each augmentation saturates an edge, and shortest paths
+    bound their number by O(n * edges).
+    """
+    n = capacity.shape[0]
+    flow = np.zeros((n, n))
+    while True:
+        residual = capacity - flow + flow.T  # pushing back flow already sent is allowed
+        parent = np.full(n, -1)
+        parent[source] = source
+        todo = deque([source])
+        while todo and parent[sink] < 0:
+            i = todo.popleft()
+            for j in np.flatnonzero((residual[i] > tol) & (parent < 0)):
+                parent[j] = i
+                todo.append(j)
+        if parent[sink] < 0:
+            return flow
+        path, j = [], sink
+        while j != source:
+            path.append((parent[j], j))
+            j = parent[j]
+        push = min(residual[i, j] for i, j in path)
+        for i, j in path:
+            back = min(push, flow[j, i])  # cancel reverse flow first, then add forward flow
+            flow[j, i] -= back
+            flow[i, j] += push - back
+
+
+def optimal_plan(p, drafts: dict):
+    """A best coupling, from the max-flow: (masks [m], plan [m, V]).
+
+    plan[i, y] = P(D = masks[i] and the verifier outputs y, accepting it); plan[i, y] > 0 only for
+    y in masks[i], rows sum to <= P(D = masks[i]), columns to <= p(y), and plan.sum() = alpha*.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    V = p.size
+    sets = draft_sets(drafts)
+    masks = list(sets)
+    m = len(masks)
+    # Nodes: 0 source, 1..m draft sets, m+1..m+V tokens, m+V+1 sink.
+    cap = np.zeros((m + V + 2, m + V + 2))
+    for i, mask in enumerate(masks):
+        cap[0, 1 + i] = sets[mask]
+        for y in range(V):
+            if mask >> y & 1:
+                cap[1 + i, 1 + m + y] = np.inf
+    cap[1 + m:1 + m + V, -1] = p
+    flow = max_flow(cap, 0, m + V + 1)
+    return np.array(masks, dtype=np.int64), flow[1:1 + m, 1 + m:1 + m + V]
+
+
+def optimal_rule(p, drafts: dict):
+    """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`.
+
+    Given the drafted set S: accept y in S with probability plan[S, y] / P(S) (descend to the first
+    child with token y); otherwise emit a draw from what p is still owed, p - (accepted mass per
+    token). Rejection has total probability 1 - alpha* = sum(owed), so each y comes out with
+    probability plan[:, y].sum() + owed(y) = p(y): lossless. A max flow
+    leaves no augmenting path, so a set with rejection mass left has all its tokens' p used up:
+    the owed tokens are never drafted ones (zeroing them below only removes rounding).
+    Returns rule(tree, p_rows, rand, log=None) -> (path, next_token), like verify.RULES (it
+    notes no checks in `log`: it is a yardstick for one-level trees, not a decoding rule).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    masks, plan = optimal_plan(p, drafts)
+    sets = draft_sets(drafts)
+    accept = {int(mask): plan[i] / sets[int(mask)] for i, mask in enumerate(masks)}  # [V] per set
+    owed = np.maximum(p - plan.sum(axis=0), 0.0)  # [V]
+
+    def rule(tree: Tree, p_rows, rand, log=None):
+        kids = children(tree, 0)
+        tokens = tree.tokens[kids]
+        w = accept[mask_of(tokens)]  # [V] zero outside the drafted set
+        if rand.coin(w.sum()):
+            y = rand.draw(w)
+            c = int(kids[np.flatnonzero(tokens == y)[0]])
+            return [0, c], rand.draw(p_rows[c])  # the bonus token after the leaf
+        rest = owed.copy()
+        rest[tokens] = 0.0
+        return [0], rand.draw(rest if rest.sum() > 0 else p)
+
+    return rule
+
+
+# ----------------------------------------------------------------------------- the library's rules, measured
+
+def one_level_tree(q, k: int, scheme: str, rand) -> Tree:
+    """Root + k drafted children, built by the library's builder exactly as decoding builds them."""
+    q = np.asarray(q, dtype=np.float64)
+    dist_fn = lambda tokens, parents, nodes: np.tile(q, (len(nodes), 1))  # noqa: E731
+    if scheme == "deterministic":
+        return build.build_fixed(ROOT, dist_fn, [k])
+    if scheme not in ("with", "without"):
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    return build.build_fixed(ROOT, dist_fn, [k], rand=rand, replacement=scheme == "with")
+
+
+def single_position(rule, p, q, k: int, scheme: str) -> dict:
+    """{(accepted, first emitted token): exact probability} of drafting k children and verifying.
+
+    Every random branch of the builder and the rule is enumerated (exact.outcomes). The children's
+    own target rows only feed the bonus token after an accepted child, which plays no part here:
+    they are a point mass, to keep the enumeration small.
+    """
+    p = np.asarray(p, dtype=np.float64)
+
+    def step(rand):
+        tree = one_level_tree(q, k, scheme, rand)
+        rows = np.tile(np.eye(p.size)[0], (len(tree), 1))  # [n, V]
+        rows[0] = p
+        path, nxt = rule(tree, rows, rand)
+        return len(path) == 2, verify.emitted(tree, path, nxt)[0]
+
+    return exact.outcomes(step)
+
+
+def acceptance(outcomes: dict) -> float:
+    """P(accepted) from single_position's outcomes."""
+    return sum(prob for (accepted, _), prob in outcomes.items() if accepted)
+
+
+def output_distribution(outcomes: dict) -> dict:
+    """{first emitted token: probability} from single_position's outcomes: must equal p."""
+    out = {}
+    for (_, y), prob in outcomes.items():
+        out[y] = out.get(y, 0.0) + prob
+    return out
+
+
+# ----------------------------------------------------------------------------- chains
+
+def chain_accepted(rule, target, draft, root: int, length: int) -> dict:
+    """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts.
+
+    target, draft: context tuple -> [V] (the distribution of the next token; the context starts
+    with `root`). The chain is drawn by build.build_chain, as decoding draws it.
+    """
+    def step(rand):
+        dist_fn = lambda tokens, parents, nodes: np.array(  # noqa: E731
+            [draft((root,) + path_key(tokens, parents, i)) for i in nodes])
+        tree = build.build_chain(root, dist_fn, length, rand=rand)
+        rows = np.array([target((root,) + path_key(tree.tokens, tree.parents, i)) for i in range(len(tree))])
+        path, _ = rule(tree, rows, rand)
+        return len(path) - 1
+
+    return exact.outcomes(step)
+
+
+def expected(dist: dict) -> float:
+    """The mean of {value: probability}."""
+    return sum(v * prob for v, prob in dist.items())
+
+
+def chain_coupling_bound(target, draft, root: int, length: int) -> float:
+    """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)).
+
+    An upper bound on any lossless verifier's expected accepted length on a sampled chain:
+    accepting >= j drafts means the output's first j tokens (distributed as p) equal the drafts'
+    (distributed as q), which one coupling can arrange at most with probability 1 - TV of the two
+    j-token distributions. Each j is bounded on its own, so the sum need not be reachable: block
+    verification (Sun et al. 2025), optimal among verifiers, can stay below it.
+    """
+    total = 0.0
+    for j in range(1, length + 1):
+        p_seq = exact.sequence_distribution(target, (root,), j)
+        q_seq = exact.sequence_distribution(draft, (root,), j)
+        total += sum(min(pr, q_seq.get(seq, 0.0)) for seq, pr in p_seq.items())
+    return total

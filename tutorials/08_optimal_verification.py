@@ -1,0 +1,274 @@
+# %% [markdown]
+# # Lesson 8: how close is each rule to the best possible?
+#
+# Lesson 5 proved each tree rule lossless. Lossless is the constraint; acceptance is the goal.
+# How many drafts could *any* lossless rule accept? For one position the question has an exact
+# answer, and it depends on **how the drafts were drawn** (with replacement, without, or the
+# draft's top k), so every number below says which.
+#
+# One position, k drafts: the draft proposes k tokens from q; a verifier sees them and the
+# target's p, and outputs a token y that must be distributed exactly as p. It *accepts* when y is
+# one of the drafts. Over all such verifiers the best acceptance is an optimal-transport problem
+# (SpecTr, Sun et al. 2023): couple the random set D of drafted tokens with y ~ p so that
+# P(y in D) is largest. Its dual (Hu et al. 2025, "Towards Optimal Multi-draft Speculative
+# Decoding") is a minimum over subsets H of the vocabulary:
+#
+#     alpha* = min over H of  p(H) + P(D not inside H)
+#
+# Any H gives an upper bound: if y is accepted and all drafts lie in H, then y is in H; so
+# P(accept) <= P(y in H) + P(D not inside H). The drafts' favourite tokens make the tightest H:
+# the verifier has to reject at least the excess P(D inside H) - p(H).
+
+# %%
+import os
+from pathlib import Path
+
+import numpy as np
+
+from specdec_np import build, exact, optimum, verify
+
+NAMES = "ABCD"
+p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 5)
+q = np.array([0.20, 0.50, 0.05, 0.25])  # draft: too fond of B and D
+SCHEME_NAMES = {"with": "drawn from q with replacement", "without": "drawn from q without replacement",
+                "deterministic": "q's top k (deterministic)"}
+
+
+def names(tokens):
+    return "{" + ",".join(NAMES[x] for x in tokens) + "}"
+
+
+# %% [markdown]
+# ## The subset formula, by hand
+#
+# Two drafts drawn from q with replacement. `optimum.draft_tuples` lists every ordered pair
+# with its probability; `optimum.cut_values` evaluates p(H) + P(D not inside H) for all 16
+# subsets H. The smallest few:
+
+# %%
+drafts = optimum.draft_tuples(q, 2, "with")
+cuts = optimum.cut_values(p, drafts)
+print(f"{len(drafts)} ordered pairs of drafts, e.g. (B, B) with probability {drafts[(1, 1)]:.4f}")
+print("   H          p(H)  P(D not in H)  bound")
+for H in np.argsort(cuts, kind="stable")[:5]:
+    tokens = [x for x in range(4) if H >> x & 1]
+    print(f"  {names(tokens):<10} {p[tokens].sum():.3f}  {cuts[H] - p[tokens].sum():.4f}         {cuts[H]:.4f}")
+best = optimum.optimal_acceptance(p, drafts)
+print(f"alpha* = {best:.4f}, reached at H = {names(optimum.bottleneck(p, drafts))}")
+assert abs(best - cuts.min()) < 1e-15
+# One draft: the best H is where q exceeds p, and alpha* is lesson 3's sum(min(p, q)).
+assert abs(optimum.optimal_acceptance(p, optimum.draft_tuples(q, 1, "with")) - np.minimum(p, q).sum()) < 1e-12
+
+# %% [markdown]
+# ## The bound is reached: a verifier built from the max flow
+#
+# The primal side: send flow from each draft set S (capacity P(D = S)) to the tokens in S and on
+# to the target (capacity p(y)). `optimum.optimal_plan` runs a max flow; its value equals the
+# smallest cut (max-flow = min-cut), which is the subset formula. The flow *is* a verifier: given
+# the drafts S, accept y in S with probability plan[S, y] / P(S), otherwise draw from what p is
+# still owed. We check it like every rule in this project, by enumerating every random branch.
+
+# %%
+masks, plan = optimum.optimal_plan(p, drafts)
+print("draft set  P(set)   accept A     B     C     D")
+for m, row in zip(masks, plan):
+    tokens = [x for x in range(4) if m >> x & 1]
+    print(f"  {names(tokens):<8} {optimum.draft_sets(drafts)[int(m)]:.4f}   " + " ".join(f"{v:.3f}" for v in row))
+out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, 2, "with")
+tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
+print(f"flow value {plan.sum():.4f}; the verifier built from it accepts {optimum.acceptance(out):.4f}, "
+      f"TV from p = {tv:.1e}")
+assert tv < 1e-12 and abs(optimum.acceptance(out) - best) < 1e-12 and abs(plan.sum() - best) < 1e-12
+
+# %% [markdown]
+# ## Each rule next to the optimum
+#
+# For each way of drawing k = 1..3 drafts, the library's paired rule (lesson 5) runs on a tree of
+# one level, the root and its k children, built by `build.build_fixed` exactly as decoding builds
+# it; `optimum.single_position` enumerates every branch of drafting and verifying. In the chart,
+# `#` is the rule's acceptance and `+` what the optimum would add.
+
+# %%
+WIDTH = 50
+
+
+def cells(value, full=1.0):  # how many of WIDTH characters `value` fills (rounding 0.65 and 0.65 + 1e-16 alike)
+    return int(WIDTH * value / full + 0.5 + 1e-9)
+
+
+def bar(got, best):
+    n_got, n_best = cells(got), cells(best)
+    return "#" * n_got + "+" * (n_best - n_got) + "." * (WIDTH - n_best)
+
+
+gaps, optima = {}, {}
+for scheme in optimum.SCHEMES:
+    rule_name = optimum.PAIRED_RULE[scheme]
+    print(f"\ndrafts {SCHEME_NAMES[scheme]}, rule '{rule_name}'")
+    for k in (1, 2, 3):
+        out = optimum.single_position(verify.RULES[rule_name], p, q, k, scheme)
+        got = optimum.acceptance(out)
+        best = optimum.optimal_acceptance(p, optimum.draft_tuples(q, k, scheme))
+        tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
+        print(f"  k={k} {bar(got, best)} {got:.3f} of {best:.3f}")
+        assert tv < 1e-12, "every paired rule is lossless"
+        assert got <= best + 1e-12, "no lossless rule beats the optimum"
+        gaps[scheme, k], optima[scheme, k] = best - got, best
+
+assert gaps["with", 1] < 1e-12 and gaps["without", 1] < 1e-12  # one draft: token-wise rejection is optimal
+assert all(gaps["deterministic", k] < 1e-12 for k in (1, 2, 3))  # point-mass reaches p(drafts)
+assert gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05  # sampled siblings: a real gap
+assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))  # distinct drafts cover more
+
+# %% [markdown]
+# What the chart shows:
+#
+# * **One draft**: all three coincide with sum(min(p, q)) (deterministic: p of q's argmax), and the
+#   rules reach it. The classic rule is optimal for one draft.
+# * **Deterministic drafts**: nothing can be accepted that was not drafted, so the optimum is p of
+#   the drafted set, and point-mass verification reaches it. Here q's top tokens are B and D, which
+#   p does not favour: more drafts help little until A is among them (k = 3).
+# * **Sampled drafts**: recursive rejection sampling falls short, with replacement and without.
+#   It tests the drafts one at a time, each against what is still owed; the first draft's test
+#   cannot know that the second draft will offer the token p wants. With replacement it also wastes
+#   repeats (B twice). The optimum looks at the whole set at once.
+# * Without replacement, the *optimum* is higher than with replacement for the same k: distinct
+#   drafts cover more of p. Choosing how to draw matters as much as how to verify.
+#
+# The optimum is a yardstick, not a faster decoder: the verifier above needs a max flow over all
+# 2^V subsets, hopeless for GPT-2's 50257 tokens. Practical rules trade some acceptance for cost.
+
+# %% [markdown]
+# ## Lossless and accepting are separate claims
+#
+# Staying under the optimum proves nothing about the output. Verifying without-replacement drafts
+# with the with-replacement rule (lesson 5's mismatched pairing) accepts *less* than the optimum,
+# and still changes the output distribution; a rule that always accepts the first draft goes over
+# the bound. The tests run both checks together.
+
+# %%
+drafts_wo = optimum.draft_tuples(q, 2, "without")
+out = optimum.single_position(verify.verify_recursive, p, q, 2, "without")
+tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
+print(f"recursive on without-replacement drafts: accepts {optimum.acceptance(out):.3f} "
+      f"<= optimum {optimum.optimal_acceptance(p, drafts_wo):.3f}, yet TV from p = {tv:.4f}")
+assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo) and tv > 0.005
+
+# %% [markdown]
+# ## Chains: token by token, or the whole block
+#
+# A chain of L drafts drawn one after the other from the draft's table (lesson 3's P and Q, which
+# depend on the previous token). `verify_chain` tests token by token and stops at the first
+# rejection. Block verification (Sun et al., ICLR 2025) decides the accepted prefix jointly, and
+# no lossless verifier of one sampled chain keeps more in expectation. For comparison, a bound any
+# verifier obeys: accepting j drafts makes the output's first j tokens (distributed as p) equal the
+# drafts' (distributed as q), which a coupling achieves at most with probability
+# sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)). Summed over j, that bounds the expected
+# accepted length, but the prefixes are bounded one at a time, so it need not be reachable.
+
+# %%
+P = np.array([p, [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # P[last] = target
+Q = np.array([q, [0.4, 0.3, 0.2, 0.1], [0.1, 0.1, 0.1, 0.7], [0.6, 0.0, 0.2, 0.2]])  # Q[last] = draft
+target, draft = (lambda ctx: P[ctx[-1]]), (lambda ctx: Q[ctx[-1]])
+chain_rules = {"token-wise": verify.verify_chain}
+if "block" in verify.RULES:
+    chain_rules["block"] = verify.RULES["block"]
+else:
+    print("(verify.RULES has no 'block' rule in this version: token-wise only)")
+
+
+def length_bar(value, most):
+    return "#" * cells(value, most)
+
+
+for L in (1, 2, 3, 4):
+    bound = optimum.chain_coupling_bound(target, draft, 0, L)
+    print(f"\nchain of {L}: expected accepted drafts (the bar's full width is {L})")
+    found = {}
+    for name, rule in chain_rules.items():
+        found[name] = optimum.expected(optimum.chain_accepted(rule, target, draft, 0, L))
+        print(f"  {name:<11} {length_bar(found[name], L):<{WIDTH}} {found[name]:.3f}")
+    print(f"  {'bound':<11} {length_bar(bound, L):<{WIDTH}} {bound:.3f}")
+    assert found["token-wise"] <= bound + 1e-12
+    if "block" in found:
+        assert found["token-wise"] - 1e-12 <= found["block"] <= bound + 1e-12
+        if L == 1:  # one draft: block verification is the classic rule
+            assert abs(found["block"] - found["token-wise"]) < 1e-12
+
+# %% [markdown]
+# Sun et al.'s own example makes the three levels exact: two tokens, the target prefers the
+# second (1/3, 2/3), the draft the first (2/3, 1/3), at every position, chains of 2. Token-wise
+# verification accepts 10/9 drafts on average, block verification 11/9, and the per-prefix bound
+# is 12/9, which no lossless verifier of the chain reaches (block verification is optimal).
+
+# %%
+t2, d2 = (lambda ctx: np.array([1 / 3, 2 / 3])), (lambda ctx: np.array([2 / 3, 1 / 3]))
+example = {name: optimum.expected(optimum.chain_accepted(rule, t2, d2, 0, 2)) for name, rule in chain_rules.items()}
+example["bound"] = optimum.chain_coupling_bound(t2, d2, 0, 2)
+print("  ".join(f"{name}: {v * 9:.2f}/9" for name, v in example.items()))
+assert abs(example["token-wise"] - 10 / 9) < 1e-12 and abs(example["bound"] - 12 / 9) < 1e-12
+if "block" in example:
+    assert abs(example["block"] - 11 / 9) < 1e-12
+
+# %% [markdown]
+# ## Trees: traversal verification
+#
+# On a tree, recursive rejection sampling decides top-down: once a node is rejected its whole
+# subtree is gone. Traversal verification (Weng et al. 2025) tests from the leaves towards the
+# root with sequence-level weights, and on a chain it is block verification. Expected accepted
+# drafts on a small tree (2 children at the root, 1 below each) sampled as the rule assumes:
+
+# %%
+def tree_accepted(rule, replacement):
+    def step(rand):
+        tree = build.build_fixed(0, lambda tokens, parents, nodes: Q[tokens[nodes]], [2, 1], rand=rand,
+                                 replacement=replacement)
+        path, _ = rule(tree, P[tree.tokens], rand)
+        return len(path) - 1
+    return optimum.expected(exact.outcomes(step))
+
+
+if "traversal" in verify.RULES:
+    for replacement, base in ((True, "recursive"), (False, "recursive_wor")):
+        kind = "with" if replacement else "without"
+        ours = tree_accepted(verify.RULES[base], replacement)
+        theirs = tree_accepted(verify.RULES["traversal"], replacement)
+        print(f"  siblings drawn {kind:<7} replacement: {base:<13} {ours:.3f}   traversal {theirs:.3f}")
+        assert theirs >= ours - 1e-12
+else:
+    print("(verify.RULES has no 'traversal' rule in this version)")
+
+# %% [markdown]
+# ## A picture (only if matplotlib is installed)
+#
+# The same single-position numbers as a plot, written to `out/` (ignored by git); skipped under
+# the test suite, which must not write files.
+
+# %%
+try:
+    if "PYTEST_CURRENT_TEST" in os.environ:
+        raise ImportError  # tests run every lesson: no files from them
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
+    for ax, scheme in zip(axes, optimum.SCHEMES):
+        ks = [1, 2, 3]
+        got = [optimum.acceptance(optimum.single_position(verify.RULES[optimum.PAIRED_RULE[scheme]], p, q, k, scheme))
+               for k in ks]
+        best = [optimum.optimal_acceptance(p, optimum.draft_tuples(q, k, scheme)) for k in ks]
+        ax.plot(ks, best, marker="o", label="optimum")
+        ax.plot(ks, got, marker="s", label=optimum.PAIRED_RULE[scheme])
+        ax.set_title(SCHEME_NAMES[scheme], fontsize=9)
+        ax.set_xlabel("drafts k")
+        ax.set_xticks(ks)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("P(accept a draft)")
+    Path("out").mkdir(exist_ok=True)
+    fig.tight_layout()
+    fig.savefig("out/tutorial_08_optimum.png")
+    print("wrote out/tutorial_08_optimum.png")
+except ImportError:
+    pass
