@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench weights tutorials venv clean
+.PHONY: demo test bench weights tutorials trace screenshots venv clean
 
 # The venv is (re)installed only when pyproject.toml changes: a second run installs nothing.
 $(STAMP): pyproject.toml
@@ -34,6 +34,30 @@ bench: $(VENV)/.bench
 MODELS ?= gpt2-large gpt2
 weights: $(STAMP)
 	$(PY) -m specdec_np weights $(MODELS)
+
+# One decoding run as a self-contained HTML page, out/trace.html: the demo's prompt, staged, with
+# the constant plan (the same page on every machine). Open it offline; arrow keys step through it.
+TRACE_ARGS ?= --method staged --plan default --max-new-tokens 64
+trace: $(STAMP)
+	mkdir -p out
+	$(PY) -c "from specdec_np.tools.demo import PROMPT; print(PROMPT, end='')" | \
+	  $(PY) -m specdec_np trace - $(TRACE_ARGS) --out out/trace.html
+
+# The trace page as a real browser draws it, at a few steps (out/trace-step-N.png), for a person
+# to look at. Needs Chromium; not part of `make test`. docs/trace.png is step 4 of
+# make screenshots SHOT_STEPS=4 TRACE_ARGS="--method staged --plan default --max-new-tokens 64 \
+#   --temperature 1 --top-k 50 --seed 1 --sampled without --widths 2,2,1"
+CHROMIUM ?= chromium
+SHOT_STEPS ?= 1 3 5 9
+SHOT_SIZE ?= 1100,900
+screenshots: trace
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "screenshots need Chromium: apt-get install chromium"; exit 1; }
+	@for k in $(SHOT_STEPS); do \
+	  $(CHROMIUM) --headless --disable-gpu --hide-scrollbars --virtual-time-budget=2000 \
+	    $$( [ "$$(id -u)" = 0 ] && echo --no-sandbox ) --window-size=$(SHOT_SIZE) \
+	    --screenshot=out/trace-step-$$k.png "file://$(CURDIR)/out/trace.html#step=$$k" >/dev/null 2>&1 \
+	    && test -s out/trace-step-$$k.png && echo "wrote out/trace-step-$$k.png" || exit 1; \
+	done
 
 tutorials: $(STAMP)
 	@ls tutorials/[0-9]*.py >/dev/null 2>&1 || { echo "no tutorials yet"; exit 0; }; \

@@ -126,10 +126,15 @@ class Step:
     draft_blocks: list  # rows in each of the draft's passes
     ngram_queries: int
     seconds: tuple  # (drafting, the target's pass, verifying and compacting)
-    tree: Tree | None = None  # the verified tree and its accepted path (with keep_trees)
+    # With keep_trees, what a trace shows (tools/trace.py); None otherwise.
+    tree: Tree | None = None  # the verified tree and its accepted path
     path: list | None = None
-    rule: str | None = None  # the verification rule that ran, and its checks (with keep_trees)
+    rule: str | None = None  # the verification rule that ran, and its checks (verify.Check)
     checks: list | None = None
+    proposers: list | None = None  # per tree node, who proposed it (credited as emitted tokens are)
+    copied: bool | None = None  # the tree is stage 2's copy of a repeat (no draft pass)
+    p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
+    cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
 
 
 @dataclass
@@ -230,9 +235,15 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         tokens, source, stop = emit(tree, path, token, keys, method, copied, drafter, max_new_tokens - len(new), eos)
         new += tokens
         seq += tokens
-        stats.steps.append(Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
-                                step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2),
-                                *((tree, path, rule, checks) if keep_trees else ())))
+        step = Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
+                    step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2))
+        if keep_trees:
+            step.tree, step.path, step.rule, step.checks, step.copied = tree, path, rule, checks, copied
+            step.proposers = [TARGET] + [proposer(path_key(tree.tokens, tree.parents, i), method, copied, drafter)
+                                         for i in range(1, len(tree))]
+            step.p_nodes = [1.0] + p[tree.parents[1:], tree.tokens[1:]].tolist()
+            step.cache = (start, n_c, cache.length)
+        stats.steps.append(step)
     # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
     cache.truncate(min(cache.length, len(seq) - 1))
     if drafter:
@@ -303,12 +314,19 @@ def emit(tree: Tree, path, token, keys, method, copied, drafter, room: int, eos:
     """The tokens the step emits (at most `room`, up to an end-of-text), who proposed each, and
     the stop reason ("max_new_tokens" while there is room left)."""
     tokens = verify.emitted(tree, path, token)
-    guessed = drafter.guessed if drafter else ()
-    source = [NGRAM if method in ("ngram", "lookup") else staged.credit(k, copied, guessed) for k in keys] + [TARGET]
+    source = [proposer(k, method, copied, drafter) for k in keys] + [TARGET]
     stop = "max_new_tokens"
     if eos in tokens[:room]:
         room, stop = tokens.index(eos) + 1, "eos"
     return tokens[:room], source[:room], stop
+
+
+def proposer(key: tuple, method, copied, drafter) -> int:
+    """Who proposed the drafted node at path `key` (tree.SOURCES; the paper's Fig. 3): the n-gram
+    methods' own trees are the n-gram's, a staged tree's nodes the draft's or stage 2's."""
+    if method in ("ngram", "lookup"):
+        return NGRAM
+    return staged.credit(key, copied, drafter.guessed if drafter else ())
 
 
 def ngram_queries(drafter) -> int:

@@ -145,3 +145,21 @@ print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
 # a wrong first guess sinks the whole chain, while the tree still has the runner-up. (With a
 # poorly trained draft both stay near 1 token per pass.) Whether that makes decoding *faster*
 # depends on what the extra tokens in a pass cost on this machine: lesson 7.
+
+# %% [markdown]
+# ## Watch the run step by step
+#
+# With `keep_trees=True` each step of `stats.steps` keeps its tree, the rule's checks and the
+# accepted path: the record the statistics above are computed from. `tools/trace.py` draws that
+# record as one self-contained HTML page (no network): step through the tree run above with the
+# arrow keys, and see every tree, why each node was accepted or not, and the cache compacted.
+
+# %%
+from pathlib import Path
+
+from specdec_np.tools import trace
+
+Path("out").mkdir(exist_ok=True)
+trace.write("out/tutorial_04_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
+print("wrote out/tutorial_04_trace.html: open it in a browser")
+print('your own staged run: python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')

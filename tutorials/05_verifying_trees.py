@@ -143,3 +143,30 @@ for name, (method, plan) in configs.items():
     print(f"{name:<28} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
     assert s.target_passes == len(s.accepted) and sum(s.accepted) == len(r.tokens)
     assert max(s.accepted) <= 5  # at most depth 4 drafted tokens + 1 from the target
+
+# %% [markdown]
+# ## Every check, step by step
+#
+# The rules note each test they make (`verify.Check`): the acceptance probability min(1, p/q),
+# the uniform draw u it was compared with, the token the target drew at the end. With
+# `keep_trees=True` the decoding loop keeps them per step, and `tools/trace.py` shows them as one
+# self-contained HTML page, next to each step's tree. Here the sampled-without-replacement run
+# again, kept and written out (keeping the record changes nothing: the same seed gives the same tokens).
+
+# %%
+from pathlib import Path
+
+from specdec_np.tools import trace
+
+method, plan = configs["sampled w/o (recursive_wor)"]
+kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
+r = generate(target_model, prompt, n_new, method, draft_model, keep_trees=True, **kw)
+assert r.tokens == generate(target_model, prompt, n_new, method, draft_model, **kw).tokens
+c = next(c for s in r.stats.steps for c in s.checks if c.test == "ratio" and c.u is not None)
+print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
+      f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
+assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
+Path("out").mkdir(exist_ok=True)
+trace.write("out/tutorial_05_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
+            "temperature 1, top-k 50, seed 0")
+print("wrote out/tutorial_05_trace.html: open it in a browser")

@@ -1,4 +1,4 @@
-"""Command line: `python -m specdec_np {generate,demo,bench,weights,ngram} ...` (see --help).
+"""Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
 
 `generate` decodes with this machine's plan (`plan.plan_for`: the method and plan the cost model
 predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
@@ -12,8 +12,13 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..tree import SOURCES
+
+if TYPE_CHECKING:
+    from ..decode import Plan
+    from ..gpt2 import GPT2
 
 EXAMPLES = r'''examples:
   (the embedded models write Python: give them a signature and a docstring)
@@ -23,10 +28,16 @@ EXAMPLES = r'''examples:
   python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
   cat prompt.py | python -m specdec_np generate - --method speculative --depth 3
   python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2 --ngram my-trigram.npz   (after make weights)
+  python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --out trace.html
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
   python -m specdec_np weights gpt2 gpt2-large
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
+'''
+
+TRACE_EXAMPLES = r'''examples:
+  python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --plan default --out trace.html
+  python -m specdec_np trace --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
 '''
 
 
@@ -176,10 +187,23 @@ def check_options(a) -> None:
             raise ValueError(f"{option} must be >= {low}, got {value}")
 
 
-def cmd_generate(a) -> int:
-    from ..decode import DRAFTED, generate
+class Setup(NamedTuple):
+    """What a decoding command decodes: the prompt's text, the models, the method and plan."""
+    text: str
+    target: GPT2
+    draft: GPT2 | None
+    ngram: object  # ngram.Trigram or None
+    enc: object  # tiktoken.Encoding
+    method: str
+    plan: Plan
+    about: str  # the plan in words, and where it came from
+
+
+def setup(a) -> Setup:
+    """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
+    from ..decode import DRAFTED
     from ..models import load_model, load_ngram
-    from ..tokenizer import decode, encode, get_encoding
+    from ..tokenizer import get_encoding
 
     check_options(a)
     text = read_prompt(a)
@@ -208,28 +232,77 @@ def cmd_generate(a) -> int:
     method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
     if a.copy_len is not None and method != "staged":
         raise ValueError("--copy-len is for --method staged")
-    tokens = encode(enc, text)
+    return Setup(text, target, draft, ngram, enc, method, plan, about)
+
+
+def run(a, s: Setup, keep_trees=False):
+    """(the prompt's tokens, generate's Result, seconds) for the options `a`."""
+    from ..decode import generate
+    from ..tokenizer import encode
+
+    tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
-    res = generate(target, tokens, a.max_new_tokens, method=method, draft=draft, ngram=ngram, plan=plan,
-                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
+                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed, keep_trees=keep_trees)
     dt = time.perf_counter() - t0
-    sys.stdout.write(text + decode(enc, res.tokens) + "\n")
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
-              f"({target.config.n_ctx} tokens)", file=sys.stderr)
+              f"({s.target.config.n_ctx} tokens)", file=sys.stderr)
     if a.stats:
-        s = res.stats
-        print(f"method {method}: {about}\n"
-              f"{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} tokens/s), "
-              f"stop: {res.stop_reason}\n"
-              f"target passes {s.target_passes}, tokens per target pass {s.tokens_per_pass:.2f}, "
-              f"draft passes {s.draft_passes}, n-gram queries {s.ngram_queries}\n"
-              f"weight traffic {s.weight_traffic:.2f}"
-              f" x autoregressive; time: draft {s.time_draft:.2f} s, target {s.time_target:.2f} s, "
-              f"verify {s.time_verify:.2f} s\n"
-              f"tokens by stage: " + ", ".join(f"{n} {s.source.count(i)}" for i, n in enumerate(SOURCES)),
-              file=sys.stderr)
+        print_stats(s, res, dt)
+    return tokens, res, dt
+
+
+def print_stats(s: Setup, res, dt: float) -> None:
+    st = res.stats
+    print(f"method {s.method}: {s.about}\n"
+          f"{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} tokens/s), "
+          f"stop: {res.stop_reason}\n"
+          f"target passes {st.target_passes}, tokens per target pass {st.tokens_per_pass:.2f}, "
+          f"draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
+          f"weight traffic {st.weight_traffic:.2f}"
+          f" x autoregressive; time: draft {st.time_draft:.2f} s, target {st.time_target:.2f} s, "
+          f"verify {st.time_verify:.2f} s\n"
+          f"tokens by stage: " + ", ".join(f"{n} {st.source.count(i)}" for i, n in enumerate(SOURCES)),
+          file=sys.stderr)
+
+
+def cmd_generate(a) -> int:
+    from ..tokenizer import decode
+
+    s = setup(a)
+    _, res, _ = run(a, s)
+    sys.stdout.write(s.text + decode(s.enc, res.tokens) + "\n")
     return 0
+
+
+def cmd_trace(a) -> int:
+    """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
+    from .trace import write
+
+    out = Path(a.out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: give the HTML file to write, e.g. {out / 'trace.html'}")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
+    s = setup(a)
+    tokens, res, _ = run(a, s, keep_trees=True)
+    write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
+    print(f"wrote {out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
+          "(arrow keys step through the run)", file=sys.stderr)
+    return 0
+
+
+def sampling_words(a) -> str:
+    """The sampling options in words: "greedy", or "temperature 1, top-k 50, seed 0"."""
+    if a.temperature == 0:
+        return "greedy"
+    words = [f"temperature {a.temperature:g}"]
+    if a.top_k is not None:
+        words.append(f"top-k {a.top_k}")
+    if a.top_p is not None:
+        words.append(f"top-p {a.top_p:g}")
+    return ", ".join(words + [f"seed {a.seed}"])
 
 
 def cmd_ngram(argv) -> int:
@@ -270,10 +343,14 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(prog="python -m specdec_np", description="Staged speculative decoding for GPT-2 in NumPy.",
                                  epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,demo,bench,weights,ngram}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,trace,demo,bench,weights,ngram}")
     g = sub.add_parser("generate", help="generate a completion", epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_generate_args(g)
+    t = sub.add_parser("trace", help="decode like generate and write every step as one HTML page",
+                       epilog=TRACE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_generate_args(t)
+    t.add_argument("--out", default="trace.html", help="the HTML file to write (default: %(default)s)")
     sub.add_parser("demo", help="the offline demo on the embedded models", add_help=False)
     sub.add_parser("bench", help="benchmark: the paper's tables on this CPU", add_help=False)
     sub.add_parser("weights", help="download real GPT-2 checkpoints into weights/", add_help=False)
@@ -286,6 +363,8 @@ def main(argv=None) -> int:
     try:
         if cmd == "generate":
             return cmd_generate(a)
+        if cmd == "trace":
+            return cmd_trace(a)
         if cmd == "weights":
             from .download import main as weights_main
             return weights_main(rest)

@@ -1,0 +1,439 @@
+"""A decoding run as one self-contained HTML page (`python -m specdec_np trace`, `make trace`).
+
+Speculative decoding is easiest to understand by watching it: a tree drafted, scored by the target
+in one pass, a path accepted by a lossless rule, the cache compacted, the text grown by a few
+tokens. The page steps through a real run: per step the tree as a picture (who proposed each
+node: the draft, stage 2's n-gram guess or its copy of a repeat), each node's q and p, every check
+the verification rule made and why it accepted or rejected, the token the target added, the KV
+cache before and after compaction, and the completion coloured by who produced each token (the
+paper's Fig. 3).
+
+The page shows what ran: its data is `generate(..., keep_trees=True)`'s own record of each step
+(`decode.Step`, the record the statistics are computed from), not a recomputation. It needs no
+network: the data, styles and script are inside the file, and it reads without colour (shapes
+and text labels say the same as the colours).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+
+from ..checkpoint import atomic_file
+from ..tokenizer import decode
+from ..tree import SOURCES
+
+
+def step_record(step) -> dict:
+    """One decode.Step as plain JSON values (it must have been kept with keep_trees)."""
+    tree = step.tree
+    return {
+        "tokens": step.tokens, "source": step.source, "target_block": step.target_block,
+        "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
+        "tree": {"tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "q": tree.q.tolist(),
+                 "kind": tree.kind},
+        "proposers": step.proposers, "copied": step.copied, "p": step.p_nodes,
+        "path": step.path, "rule": step.rule, "checks": [dataclasses.asdict(c) for c in step.checks],
+        "cache": list(step.cache),
+    }
+
+
+def record(result, enc, prompt, method: str, about: str = "") -> dict:
+    """The page's data: the run's steps as recorded, its totals, and the text of every token shown."""
+    if any(s.tree is None for s in result.stats.steps):
+        raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
+    stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
+    ids = set(prompt) | set(result.tokens)
+    for step in steps:
+        ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
+        ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
+    return {
+        "method": method, "about": about, "sources": list(SOURCES),
+        "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
+        "tokens": result.tokens, "stop": result.stop_reason,
+        "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
+        "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
+                   "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
+                   "ngram_queries": stats.ngram_queries},
+        "steps": steps,
+    }
+
+
+def page(data: dict) -> str:
+    """The HTML page around `data`: the JSON sits in a script element, every `<` escaped so that no
+    token's text can end it."""
+    payload = json.dumps(data, ensure_ascii=False, default=lambda x: x.item()).replace("<", "\\u003c")
+    title = html.escape(f"specdec_np trace: {data['method']}, {data['totals']['tokens']} tokens")
+    return TEMPLATE.replace("__TITLE__", title).replace("__DATA__", payload)
+
+
+def write(path, result, enc, prompt, method: str, about: str = "") -> dict:
+    """Write the trace page of `result` (decoded with keep_trees=True) to `path`, atomically; returns the data."""
+    data = record(result, enc, prompt, method, about)
+    with atomic_file(path, "w") as f:
+        f.write(page(data))
+    return data
+
+
+TEMPLATE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>__TITLE__</title>
+<style>
+  :root { --draft: #2b6cb0; --ngram: #2f855a; --copy: #276749; --target: #c53030;
+          --draft-bg: #dbe9f8; --ngram-bg: #d7f0df; --copy-bg: #c4e6cf; --target-bg: #fbdcdc; }
+  body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 12px 20px; max-width: 1400px; color: #1a202c; }
+  h1 { font-size: 20px; margin: 4px 0; }
+  h2 { font-size: 15px; margin: 14px 0 6px; }
+  code, pre, .tok, td.mono, svg text { font-family: ui-monospace, Menlo, Consolas, monospace; }
+  .about { color: #4a5568; margin: 2px 0; }
+  nav { display: flex; gap: 10px; align-items: center; margin: 10px 0 4px; flex-wrap: wrap; }
+  nav button { font-size: 15px; padding: 4px 14px; cursor: pointer; }
+  nav input[type=range] { flex: 1; min-width: 120px; }
+  .summary { font-weight: 600; background: #f7fafc; border: 1px solid #cbd5e0; border-radius: 4px; padding: 6px 10px; margin: 6px 0; }
+  .legend { display: flex; gap: 16px; flex-wrap: wrap; color: #2d3748; font-size: 13px; margin: 4px 0; align-items: center; }
+  .legend svg { vertical-align: middle; }
+  .cols { display: grid; grid-template-columns: minmax(0, 1.5fr) minmax(0, 1fr); gap: 0 20px; }
+  svg.fit { max-width: 100%; height: auto; }  /* a long chain shrinks to the page's width */
+  .scroll { overflow-x: auto; border: 1px solid #e2e8f0; border-radius: 4px; padding: 4px; }
+  table { border-collapse: collapse; width: 100%; font-size: 13px; }
+  th, td { border-bottom: 1px solid #e2e8f0; padding: 3px 6px; text-align: left; vertical-align: top; }
+  th { background: #f7fafc; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  tr.yes td { background: #f0fff4; }
+  tr.no td { background: #fff5f5; }
+  tr.skip td { color: #718096; }
+  tr.add td { background: #fffaf0; font-weight: 600; }
+  .verdict, .who, .node { white-space: nowrap; }
+  td.node small { color: #718096; }
+  .verdict { font-weight: 600; }
+  .cache { display: flex; flex-wrap: wrap; gap: 3px; margin: 4px 0 10px; }
+  .cell { border: 1px solid #a0aec0; border-radius: 3px; padding: 1px 5px; font-size: 12px; min-width: 34px; text-align: center; background: #fff; }
+  .cell small { display: block; color: #718096; font-size: 10px; }
+  .cell.prefix { background: #edf2f7; }
+  .cell.kept { border: 2px solid #1a202c; }
+  .cell.dropped { border: 1px dashed #a0aec0; color: #a0aec0; text-decoration: line-through;
+                  background: repeating-linear-gradient(45deg, #fff, #fff 4px, #edf2f7 4px, #edf2f7 8px); }
+  #text { position: relative; white-space: pre-wrap; word-break: break-word; font-size: 13px; line-height: 1.7; margin: 0;
+          border: 1px solid #e2e8f0; border-radius: 4px; padding: 8px; max-height: 400px; overflow-y: auto; }
+  .prompt { color: #718096; }
+  .tok { border-radius: 2px; }
+  .src-target { background: var(--target-bg); border-bottom: 2px solid var(--target); }
+  .src-draft { background: var(--draft-bg); border-bottom: 2px dashed var(--draft); }
+  .src-ngram { background: var(--ngram-bg); border-bottom: 3px double var(--ngram); }
+  .now { outline: 2px solid #1a202c; }
+  body.marks .src-ngram::before { content: "["; } body.marks .src-ngram::after { content: "]"; }
+  body.marks .src-draft::before { content: "{"; } body.marks .src-draft::after { content: "}"; }
+  .hint { color: #718096; font-size: 12px; }
+  @media (max-width: 900px) { .cols { grid-template-columns: 1fr; } }
+</style>
+</head>
+<body>
+<h1 id="head">Speculative decoding, step by step</h1>
+<p class="about" id="about"></p>
+<p class="about" id="totals"></p>
+<p class="about">q and p: the draft's and the target's probability of a node's token after its parent (as sampled
+from: after temperature, top-k and top-p).</p>
+<nav>
+  <button id="prev" title="previous step (left arrow)">&#9664; Back</button>
+  <span id="where"></span>
+  <button id="next" title="next step (right arrow)">Next &#9654;</button>
+  <input type="range" id="slider" min="1" value="1" aria-label="step">
+  <label class="hint"><input type="checkbox" id="marks"> text marks: [n-gram] {draft} target</label>
+  <span class="hint">keys: &larr; &rarr; Home End</span>
+</nav>
+<p class="summary" id="summary"></p>
+<div class="legend" id="legend"></div>
+<div class="cols">
+  <div>
+    <h2>1. The tree the target verified in one pass</h2>
+    <div class="scroll" id="tree"></div>
+  </div>
+  <div>
+    <h2>2. The completion so far, by who proposed each token</h2>
+    <pre id="text"></pre>
+  </div>
+  <div>
+    <h2 id="rule-head">3. The verification rule</h2>
+    <p id="rule"></p>
+    <div class="scroll"><table id="checks"></table></div>
+  </div>
+  <div>
+    <h2>4. The target's KV cache</h2>
+    <div id="cache"></div>
+  </div>
+</div>
+<script type="application/json" id="trace-data">__DATA__</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("trace-data").textContent);
+const $ = id => document.getElementById(id);
+// Who proposed a node: the draft, stage 2's n-gram guess (kept by the draft), stage 2's copy, or
+// the target (the root, and the token the target adds). Each has a colour AND a shape.
+const WHO = {
+  draft: {label: "draft", color: "var(--draft)", bg: "var(--draft-bg)", shape: "circle"},
+  guess: {label: "n-gram guess", color: "var(--ngram)", bg: "var(--ngram-bg)", shape: "diamond"},
+  copy: {label: "copy (stage 2)", color: "var(--copy)", bg: "var(--copy-bg)", shape: "square"},
+  target: {label: "target", color: "var(--target)", bg: "var(--target-bg)", shape: "triangle"},
+};
+const RULES = {
+  greedy: "greedy (temperature 0): follow the child whose token is the target's argmax; at the first node with no such child, or after a leaf, the target adds its argmax.",
+  point_mass: "point mass (children are the draft's top tokens): try the children in order, accepting each with its share of the target's probability not yet tried; the same as drawing x ~ p and descending if x is a child. If none is accepted, the target draws from p without the tried children.",
+  chain: "chain rejection sampling: accept the drafted x ~ q with probability min(1, p(x)/q(x)) against a uniform draw u; on a rejection the target draws from norm(max(p - q, 0)); after the whole chain, a bonus token from p.",
+  recursive: "recursive rejection sampling (children drawn from q with replacement): test each child with min(1, p/q) against a uniform draw u; after a rejection p := norm(max(p - q, 0)) for the next sibling. If all are rejected, the target draws from what p still owes.",
+  recursive_wor: "recursive rejection sampling without replacement: as with replacement, and a rejected token is also removed from q (renormalised) before the next sibling is tested.",
+};
+
+function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
+function text(t) { return D.text[t] !== undefined ? D.text[t] : "#" + t; }
+function visible(s, max) {  // a token with its whitespace shown, shortened to max characters
+  s = s.replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
+  return max && s.length > max ? s.slice(0, max - 1) + "\u2026" : s;
+}
+function tok(t) { return "\u2018" + visible(text(t)) + "\u2019"; }
+function num(x) {  // 3 decimals; a tiny non-zero probability as 2e-5, not 0.000
+  return x === null || x === undefined ? "" : x > 0 && x < 0.001 ? x.toExponential(0) : Number(x).toFixed(3);
+}
+function short(x) {  // 0.94 -> .94, in a node's box
+  return x === 1 || x === 0 ? String(x) : x >= 0.995 ? ">.99" : x < 0.005 ? "<.01" : x.toFixed(2).slice(1);
+}
+function who(step, i) {
+  if (i === 0) return "target";
+  const src = D.sources[step.proposers[i]];
+  if (src === "ngram") return step.copied ? "copy" : "guess";
+  return src === "target" ? "target" : "draft";
+}
+
+function shape(kind, x, y, r, color) {  // a marker centred on (x, y)
+  const s = `fill="${color}" stroke="#1a202c" stroke-width="1"`;
+  if (kind === "circle") return `<circle cx="${x}" cy="${y}" r="${r}" ${s}/>`;
+  if (kind === "square") return `<rect x="${x - r}" y="${y - r}" width="${2 * r}" height="${2 * r}" ${s}/>`;
+  if (kind === "diamond") return `<polygon points="${x},${y - r - 1} ${x + r + 1},${y} ${x},${y + r + 1} ${x - r - 1},${y}" ${s}/>`;
+  return `<polygon points="${x},${y - r} ${x + r},${y + r} ${x - r},${y + r}" ${s}/>`;
+}
+function marker(kind) {
+  return `<svg width="16" height="16" viewBox="0 0 16 16">${shape(WHO[kind].shape, 8, 8, 6, WHO[kind].color)}</svg>`;
+}
+
+function legend() {
+  const items = Object.keys(WHO).map(k => `<span>${marker(k)} ${WHO[k].label}</span>`);
+  items.push('<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
+             '<span>faded, dotted: not examined</span>');
+  items.push('<span>text: <span class="tok src-ngram">n-gram</span> <span class="tok src-draft">draft</span> ' +
+             '<span class="tok src-target">target</span></span>');
+  $("legend").innerHTML = items.join("");
+}
+
+// What the rule concluded about each node: the check on it (a node is tested at most once).
+function verdicts(step) {
+  const byNode = {};
+  step.checks.forEach((c, i) => { if (c.test !== "draw") byNode[c.node] = Object.assign({first: i}, c); });
+  return byNode;
+}
+
+function treeSvg(step) {
+  const t = step.tree, n = t.tokens.length, onPath = new Set(step.path), v = verdicts(step);
+  const kids = Array.from({length: n}, () => []);
+  for (let i = 1; i < n; i++) kids[t.parents[i]].push(i);
+  const depth = [0], row = [];
+  for (let i = 1; i < n; i++) depth[i] = depth[t.parents[i]] + 1;
+  let next = 0;
+  (function place(i) {  // leaves take rows in order; a parent sits level with its first child
+    kids[i].forEach(place);
+    row[i] = kids[i].length ? row[kids[i][0]] : next++;
+  })(0);
+  const last = step.path[step.path.length - 1], added = step.checks[step.checks.length - 1];
+  const W = 110, H = 56, BW = 90, BH = 38, X0 = 14, Y0 = 30;
+  const cols = Math.max(Math.max(...depth) + 1, depth[last] + 2);  // the added token sits right of the path
+  const X = i => X0 + depth[i] * W, Y = i => Y0 + row[i] * H;
+  const out = [];
+  for (let d = 0; d < cols; d++)
+    out.push(`<text x="${X0 + d * W}" y="14" font-size="11" fill="#4a5568">${d === 0 ? "root" : "depth " + d}</text>`);
+  for (let i = 1; i < n; i++) {
+    const p = t.parents[i], path = onPath.has(i);
+    out.push(`<path d="M${X(p) + BW},${Y(p) + BH / 2} C${X(p) + BW + 12},${Y(p) + BH / 2} ${X(i) - 12},${Y(i) + BH / 2} ${X(i)},${Y(i) + BH / 2}"` +
+             ` fill="none" stroke="${path ? "#1a202c" : "#a0aec0"}" stroke-width="${path ? 3 : 1.5}"/>`);
+  }
+  const box = (x, y, kind, label, sub, state, title, idx) => {
+    const dash = state === "no" ? ' stroke-dasharray="5 3"' : state === "skip" ? ' stroke-dasharray="2 2"' : "";
+    const width = state === "yes" || state === "root" ? 3 : state === "no" ? 2 : 1;
+    const mark = state === "yes" ? "\u2713" : state === "no" ? "\u2717" : "";
+    return `<g opacity="${state === "skip" ? 0.55 : 1}"><title>${esc(title)}</title>` +
+      `<rect x="${x}" y="${y}" width="${BW}" height="${BH}" rx="5" fill="${WHO[kind].bg}" stroke="#1a202c" stroke-width="${width}"${dash}/>` +
+      shape(WHO[kind].shape, x + 1, y + 1, 6, WHO[kind].color) +
+      `<text x="${x + 10}" y="${y - 3}" font-size="10" fill="#4a5568">${idx}</text>` +
+      `<text x="${x + BW - 4}" y="${y - 3}" font-size="13" font-weight="700" text-anchor="end">${mark}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 16}" font-size="13" text-anchor="middle">${esc(visible(label, 10))}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 31}" font-size="10" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
+  };
+  for (let i = 0; i < n; i++) {
+    const c = v[i], state = i === 0 ? "root" : c ? (c.accepted ? "yes" : "no") : "skip";
+    const sub = i === 0 ? "last token" : (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}`;
+    const title = i === 0 ? "node 0: the root, the last emitted token" :
+      `node ${i}: ${tok(t.tokens[i])} proposed by ${WHO[who(step, i)].label}; q = ${num(t.q[i])}, p = ${num(step.p[i])}; ` +
+      (c ? (c.accepted ? "accepted" : "rejected") : "not examined");
+    out.push(box(X(i), Y(i), who(step, i), text(t.tokens[i]), sub, state, title, "#" + i));
+  }
+  // The token the target adds after the accepted path (a correction or a bonus draw).
+  const emitted = step.tokens.length === step.path.length;
+  const ax = X0 + (depth[last] + 1) * W, ay = kids[last].length ? Y0 + next * H : Y(last);  // below rejected children
+  out.push(`<path d="M${X(last) + BW},${Y(last) + BH / 2} C${X(last) + BW + 12},${Y(last) + BH / 2} ${ax - 12},${ay + BH / 2} ${ax},${ay + BH / 2}"` +
+           ` fill="none" stroke="var(--target)" stroke-width="2.5" stroke-dasharray="6 3"/>`);
+  out.push(box(ax, ay, "target", text(added.token), emitted ? "target adds" : "cut: not emitted", emitted ? "yes" : "skip",
+               `the target's token after node ${last}: ${tok(added.token)}`, "+"));
+  const height = Y0 + (next + (kids[last].length ? 1 : 0)) * H;
+  const width = X0 + cols * W + 10;
+  return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" class="fit" ` +
+         `aria-label="token tree of step">${out.join("")}</svg>`;
+}
+
+function explain(step, c, t) {
+  if (c.test === "argmax") return c.accepted ? `${tok(c.token)} is the target's argmax` :
+    `the target's argmax is ${tok(c.value)}, not ${tok(c.token)}`;
+  if (c.test === "ratio") {
+    // Siblings rejected before this one: p (and q, for the recursive rules) are then what is left.
+    const before = step.checks.filter((o, i) => i < c.first && o.test === "ratio" && t.parents[o.node] === t.parents[c.node]);
+    const after = before.length ? `after ${before.map(o => "#" + o.node).join(", ")} rejected: ` : "";
+    const prob = step.rule === "point_mass" ? `p(x) / p(untried) = ${num(c.value)}`
+      : `min(1, p/q) = min(1, ${num(c.p)}/${num(c.q)}) = ${num(c.value)}`;
+    const draw = c.u === null ? `, ${c.value >= 1 ? "accepted" : "rejected"} without a draw`
+      : `; u = ${num(c.u)} ${c.accepted ? "<" : "\u2265"} ${num(c.value)}`;
+    return after + prob + draw;
+  }
+  if (c.test === "draw") {
+    if (step.rule === "greedy") return c.accepted ? `a leaf: the target adds its argmax ${tok(c.token)}` :
+      `no child is the argmax: the target adds its argmax ${tok(c.token)}`;
+    if (c.accepted) return `a leaf: the target draws a bonus token from p: ${tok(c.token)} (probability ${num(c.value)})`;
+    const from = step.rule === "point_mass" ? "p without the tried children" : "what p still owes, norm(max(p - q, 0))";
+    return `every child rejected: the target draws ${tok(c.token)} from ${from} (probability ${num(c.value)})`;
+  }
+  return `${c.test}: value ${num(c.value)}` + (c.u === null ? "" : `, u = ${num(c.u)}`);
+}
+
+function checksTable(step) {
+  const t = step.tree, v = verdicts(step), onPath = new Set(step.path);
+  const rows = ['<tr><th>node</th><th>token</th><th>proposed by</th>' +
+                '<th title="the draft\'s probability of the token">q</th>' +
+                '<th title="the target\'s probability of the token after its parent">p</th>' +
+                '<th>the check</th><th>verdict</th></tr>'];
+  const order = step.checks.filter(c => c.test !== "draw").map(c => c.node);
+  for (let i = 1; i < t.tokens.length; i++) if (!order.includes(i)) order.push(i);
+  for (const i of order) {
+    const c = v[i], parent = t.parents[i];
+    const why = c ? explain(step, c, t) : onPath.has(parent) ? "not examined: an earlier sibling was accepted"
+                                                             : `not examined: node #${parent} was not accepted`;
+    const verdict = c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : "\u2014";
+    rows.push(`<tr class="${c ? (c.accepted ? "yes" : "no") : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
+              `<td class="mono">${esc(visible(text(t.tokens[i])))}</td>` +
+              `<td class="who">${marker(who(step, i))} ${WHO[who(step, i)].label}</td><td class="num">${step.copied ? "\u2014" : num(t.q[i])}</td>` +
+              `<td class="num">${num(step.p[i])}</td><td>${esc(why)}</td><td class="verdict">${verdict}</td></tr>`);
+  }
+  const add = step.checks[step.checks.length - 1], last = step.path[step.path.length - 1];
+  const cut = step.tokens.length < step.path.length ? " (cut: not emitted)" : "";
+  rows.push(`<tr class="add"><td class="node">+<small> after #${last}</small></td><td class="mono">${esc(visible(text(add.token)))}</td>` +
+            `<td class="who">${marker("target")} target</td><td></td><td></td>` +
+            `<td>${esc(explain(step, add, t))}</td><td class="verdict">added${cut}</td></tr>`);
+  return rows.join("");
+}
+
+function cell(cls, slot, body, note) {
+  return `<div class="cell ${cls}"><small>${slot}</small>${esc(body)}${note ? `<small>${esc(note)}</small>` : ""}</div>`;
+}
+
+function cacheView(step, seq) {
+  const [start, nc, after] = step.cache, t = step.tree, onPath = new Set(step.path);
+  const prefix = start ? cell("prefix", `0\u2013${start - 1}`, `${start} rows`, "cached") : "";
+  const catchUp = nc === 0 ? "" : nc > 6 ? cell("prefix", `${start}\u2013${start + nc - 1}`, `${nc} rows`, "catch-up")
+    : seq.slice(start, start + nc).map((x, j) => cell("", start + j, visible(text(x), 8), "catch-up")).join("");
+  const before = t.tokens.map((x, i) => cell(onPath.has(i) ? "kept" : "dropped", start + nc + i, visible(text(x), 8),
+                                             `#${i} ${onPath.has(i) ? "kept" : "dropped"}`)).join("");
+  const kept = step.path.map((i, j) => cell("kept", start + nc + j, visible(text(t.tokens[i]), 8), `#${i}`)).join("");
+  const total = start + nc + t.tokens.length;
+  return `<div>Before compaction: ${total} rows. The pass wrote ${nc ? nc + " catch-up rows (committed tokens the cache lacked) and " : ""}` +
+         `the ${t.tokens.length} tree nodes at slots ${start + nc}\u2013${total - 1}, each computed at position prefix + depth.</div>` +
+         `<div class="cache">${prefix}${catchUp}${before}</div>` +
+         `<div>After compaction: ${after} rows. Only the accepted path (${step.path.map(i => "#" + i).join(", ")}) is kept, ` +
+         `moved to contiguous slots: exactly what a plain pass over the accepted text would have written. ` +
+         `The token the target added is fed at the next step.</div>` +
+         `<div class="cache">${prefix}${catchUp}${kept}</div>`;
+}
+
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+
+function summary(step, k) {
+  const t = step.tree, drafted = t.tokens.length - 1, accepted = step.path.length - 1;
+  const chain = t.parents.every((p, i) => p === i - 1);
+  const what = step.copied ? `stage 2 copied a repeat: a chain of ${plural(drafted, "token")}, no draft pass`
+    : drafted === 0 ? "nothing drafted: the target decodes one token"
+    : chain ? `a chain of ${plural(drafted, "drafted token")}` : `a tree of ${plural(drafted, "drafted node")}`;
+  const passes = step.draft_blocks.length;
+  return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, "drafted token")} accepted` +
+    ` + 1 from the target = ${step.tokens.length} emitted` + (step.tokens.length < accepted + 1 ? " (cut at the end)" : "") +
+    `. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}; ` +
+    `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}.`;
+}
+
+function completion(k) {  // the prompt, then every emitted token by who proposed it; this step's framed
+  const parts = [`<span class="prompt">${esc(D.prompt_text)}</span>`];
+  for (let j = 0; j <= k; j++) {
+    const s = D.steps[j], toks = s.tokens.map((x, i) => {
+      const src = D.sources[s.source[i]];
+      return `<span class="tok src-${src}" title="step ${j + 1}: ${src}">${esc(text(x))}</span>`;
+    }).join("");
+    parts.push(j === k ? `<span class="now">${toks}</span>` : toks);
+  }
+  return parts.join("");
+}
+
+let current = 0;
+function show(k) {
+  current = Math.max(0, Math.min(D.steps.length - 1, k));
+  const step = D.steps[current];
+  let seq = D.prompt.slice();
+  for (let j = 0; j < current; j++) seq = seq.concat(D.steps[j].tokens);
+  $("where").textContent = `Step ${current + 1} of ${D.steps.length}`;
+  $("slider").value = current + 1;
+  $("prev").disabled = current === 0;
+  $("next").disabled = current === D.steps.length - 1;
+  $("summary").textContent = summary(step, current);
+  $("tree").innerHTML = treeSvg(step);
+  $("rule-head").textContent = `3. The verification rule: ${step.rule}`;
+  $("rule").textContent = (RULES[step.rule] || `rule ${step.rule}`) +
+    (step.rule === "greedy" ? " (At temperature 0 the target's p is 1 at its argmax, 0 elsewhere.)" : "");
+  $("checks").innerHTML = checksTable(step);
+  $("cache").innerHTML = cacheView(step, seq);
+  $("text").innerHTML = completion(current);
+  const box = $("text"), now = box.querySelector(".now");  // scroll the text box, never the page
+  if (now) box.scrollTop = Math.max(0, now.offsetTop - box.clientHeight / 2);
+  try { history.replaceState(null, "", "#step=" + (current + 1)); } catch (e) { /* a browser may refuse on file: pages */ }
+}
+
+function start() {
+  const T = D.totals;
+  $("head").textContent = `${D.method === "staged" ? "Staged speculative" : "Speculative"} decoding, step by step`;
+  $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
+  $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
+    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.`;
+  legend();
+  if (!D.steps.length) { $("summary").textContent = "The run has no steps (no tokens were asked for)."; return; }
+  $("slider").max = D.steps.length;
+  $("prev").onclick = () => show(current - 1);
+  $("next").onclick = () => show(current + 1);
+  $("slider").oninput = e => show(Number(e.target.value) - 1);
+  $("marks").onchange = e => document.body.classList.toggle("marks", e.target.checked);
+  document.addEventListener("keydown", e => {
+    if (e.target.tagName === "INPUT" && e.target.type === "range") return;  // the slider moves itself
+    const go = {ArrowLeft: current - 1, ArrowRight: current + 1, Home: 0, End: D.steps.length - 1}[e.key];
+    if (go !== undefined) { e.preventDefault(); show(go); }
+  });
+  const m = /step=(\d+)/.exec(location.hash);
+  show(m ? Number(m[1]) - 1 : 0);
+}
+start();
+</script>
+</body>
+</html>
+"""

@@ -1,0 +1,198 @@
+"""The trace page shows the run it claims to: its steps are the decode loop's own record, and replayed
+(each step's checks -> its accepted path and added token) they give exactly the emitted tokens and
+the reported statistics, greedy and sampled. The page parses, embeds every step and references
+nothing outside itself; `python -m specdec_np trace` writes it."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from specdec_np.decode import Plan, generate
+from specdec_np.tokenizer import encode
+from specdec_np.tools import trace
+from specdec_np.tools.cli import main
+from specdec_np.tools.demo import PROMPT
+from specdec_np.tree import NGRAM, SOURCES, TARGET
+
+ROOT = Path(__file__).resolve().parent.parent
+N_NEW = 24
+RUNS = {
+    "greedy": dict(),
+    "sampled": dict(temperature=1.0, top_k=50, seed=1, plan=Plan(shape="fixed", widths=(2, 2, 1), sampled="without")),
+}
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request, embedded):
+    """(Result, the page's data, the page) of a short staged run on the demo's prompt."""
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    res = generate(target, prompt, N_NEW, "staged", draft, ngram, keep_trees=True, **RUNS[request.param])
+    data = trace.record(res, enc, prompt, "staged", request.param)
+    return res, data, trace.page(data)
+
+
+class Page(HTMLParser):
+    """What a test needs of the page: every start tag with its attributes, and each element's text."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.tags, self.text, self.stack = [], {}, []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self.stack.append(len(self.tags) - 1)
+
+    def handle_endtag(self, tag):
+        if self.stack and self.tags[self.stack[-1]][0] == tag:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if self.stack:
+            self.text[self.stack[-1]] = self.text.get(self.stack[-1], "") + data
+
+    def contents(self, tag, **attrs):
+        return [self.text.get(i, "") for i, (t, a) in enumerate(self.tags)
+                if t == tag and all(a.get(k) == v for k, v in attrs.items())]
+
+
+def embedded_data(html):
+    (payload,) = Page(html).contents("script", type="application/json", id="trace-data")
+    return json.loads(payload)
+
+
+def replay(step):
+    """A recorded step's accepted path and emitted tokens, from its checks alone: the nodes the rule
+    accepted, in order, then the token of its final draw."""
+    tree = step["tree"]
+    *tests, draw = step["checks"]
+    assert draw["test"] == "draw"
+    path = [0] + [c["node"] for c in tests if c["accepted"]]
+    assert all(tree["parents"][b] == a for a, b in zip(path, path[1:])), "accepted nodes must form a path"
+    assert draw["node"] == path[-1]
+    return path, [tree["tokens"][i] for i in path[1:]] + [draw["token"]]
+
+
+def test_page_data_is_the_decode_loops_record(run):
+    res, data, html = run
+    assert embedded_data(html) == json.loads(json.dumps(data))  # the page embeds exactly this
+    assert len(data["steps"]) == len(res.stats.steps) > 3
+    for rec, step in zip(data["steps"], res.stats.steps):
+        assert rec["checks"] == [dataclasses.asdict(c) for c in step.checks]
+        assert rec["path"] == step.path and rec["tokens"] == step.tokens and rec["rule"] == step.rule
+        assert rec["tree"]["tokens"] == step.tree.tokens.tolist()
+
+
+def test_replayed_steps_give_the_tokens_and_the_statistics(run):
+    res, _, html = run
+    data = embedded_data(html)
+    tokens, seq = [], list(data["prompt"])
+    for step in data["steps"]:
+        path, emitted = replay(step)
+        assert path == step["path"]
+        assert step["tokens"] == emitted[:len(step["tokens"])]  # cut only by max_new_tokens or end-of-text
+        # Who proposed each emitted token: the accepted nodes' proposers, then the target.
+        assert step["source"] == ([step["proposers"][i] for i in path[1:]] + [TARGET])[:len(step["tokens"])]
+        # The cache: the root (the last emitted token) is the block's first tree row, and compaction
+        # keeps the catch-up rows and the accepted path.
+        start, n_c, after = step["cache"]
+        assert start + n_c == len(seq) - 1 and step["tree"]["tokens"][0] == seq[-1]
+        assert after == start + n_c + len(path)
+        assert step["target_block"] == n_c + len(step["tree"]["tokens"])
+        tokens += step["tokens"]
+        seq += step["tokens"]
+    s, totals, steps = res.stats, data["totals"], data["steps"]
+    assert tokens == res.tokens == data["tokens"] and len(tokens) == N_NEW
+    assert totals == {"tokens": N_NEW, "target_passes": s.target_passes, "tokens_per_pass": s.tokens_per_pass,
+                      "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries}
+    assert len(steps) == s.target_passes and len(tokens) / len(steps) == s.tokens_per_pass
+    assert sum(len(step["draft_blocks"]) for step in steps) == s.draft_passes > 0
+    assert sum(step["ngram_queries"] for step in steps) == s.ngram_queries > 0
+
+
+def test_the_runs_show_what_the_page_explains(run):
+    """Each run exercises what the page draws: drafted and stage 2 nodes, rejections, and for
+    sampled rules the acceptance probability and the uniform draw."""
+    res, data, _ = run
+    proposers = {p for step in data["steps"] for p in step["proposers"][1:]}
+    checks = [c for step in data["steps"] for c in step["checks"]]
+    assert SOURCES.index("draft") in proposers and NGRAM in proposers
+    assert any(not c["accepted"] for c in checks if c["test"] != "draw")
+    if res.stats.steps[0].rule == "greedy":
+        assert any(step["copied"] for step in data["steps"])
+        assert all(c["value"] == c["token"] for c in checks if c["test"] == "argmax" and c["accepted"])
+    else:
+        ratios = [c for c in checks if c["test"] == "ratio"]
+        assert ratios and all(c["accepted"] == (c["u"] is None and c["value"] >= 1 or c["u"] is not None and
+                                                c["u"] < c["value"]) for c in ratios)
+        assert any(c["u"] is not None for c in ratios)
+
+
+def test_keeping_the_record_changes_nothing(embedded):
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    kw = RUNS["sampled"]
+    kept = generate(target, prompt, N_NEW, "staged", draft, ngram, keep_trees=True, **kw)
+    plain = generate(target, prompt, N_NEW, "staged", draft, ngram, **kw)
+    assert kept.tokens == plain.tokens and kept.stats.source == plain.stats.source
+    assert [s.draft_blocks for s in kept.stats.steps] == [s.draft_blocks for s in plain.stats.steps]
+    assert all(s.tree is None and s.checks is None and s.cache is None for s in plain.stats.steps)
+    with pytest.raises(ValueError, match="keep_trees"):
+        trace.record(plain, enc, prompt, "staged")
+
+
+def test_page_is_self_contained(run):
+    _, _, html = run
+    page = Page(html)
+    assert html.startswith("<!doctype html>") and page.contents("title")
+    for tag, attrs in page.tags:
+        assert tag not in ("link", "iframe", "img", "object", "embed", "base"), tag
+        for name in ("src", "href", "action", "xlink:href"):
+            assert name not in attrs or attrs[name].startswith("#"), (tag, name, attrs[name])
+    styles = page.contents("style") + [a["style"] for _, a in page.tags if "style" in a]
+    scripts = page.contents("script", type=None)
+    assert styles and scripts
+    for css in styles:
+        assert "@import" not in css and "url(" not in css and "http" not in css
+    for js in scripts:
+        assert not any(word in js for word in ("fetch(", "XMLHttpRequest", "import(", "http:", "https:", ".src"))
+
+
+def test_token_text_cannot_break_out_of_the_data():
+    data = {"method": "x", "totals": {"tokens": 0}, "text": {"1": "</script><script>alert(1)</script><!--"}}
+    html = trace.page(data)
+    assert embedded_data(html) == data
+    assert sum(tag == "script" for tag, _ in Page(html).tags) == 2
+
+
+def test_cli_writes_the_page(tmp_path):
+    out = tmp_path / "trace.html"
+    env = dict(os.environ, NO_COLOR="1", OPENBLAS_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "specdec_np", "trace", "def add(a, b):", "--method", "staged",
+                        "--plan", "default", "--max-new-tokens", "12", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = embedded_data(out.read_text(encoding="utf-8"))
+    assert data["totals"]["tokens"] == sum(len(s["tokens"]) for s in data["steps"]) == 12
+    assert data["method"] == "staged" and "the constant plan" in data["about"]
+    assert str(out) in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--out", "no/such/dir/trace.html"], "--out"),
+    (["--out", "."], "--out"),
+    (["--top-k", "0", "--temperature", "1"], "--top-k"),
+    (["--method", "tree", "--copy-len", "3"], "--copy-len"),
+])
+def test_cli_errors_in_one_line(args, needle, capsys):
+    assert main(["trace", "def add(a, b):", "--plan", "default", "--max-new-tokens", "4", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
