@@ -3,7 +3,8 @@
 import pytest
 
 from specdec_np.fastpath import padded
-from specdec_np.tools.costmodel import block_ms, fit_overheads, forward_ms, interp, pad_size, padding, record_ms
+from specdec_np.tools.costmodel import (block_ms, fit_overheads, forward_ms, interp, loop_scale, pad_size, padding,
+                                        record_ms, scaled)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -74,3 +75,19 @@ def test_fit_overheads_never_returns_a_negative_overhead():
     runs = [(record(target_warm=[2, 1, 1], steps=3), 0.5), (record(target_cold=[8, 4], draft_cold=[1, 2], steps=2), 1.0)]
     got = fit_overheads(runs, CURVES)
     assert set(got) == {"step", "draft_pass", "ngram_query"} and all(v >= 0 for v in got.values()), got
+
+
+def test_loop_scale_is_the_median_ratio_of_in_loop_passes_to_the_curve():
+    curves = {"warm": CURVE, "cold": COLD}
+    # In the loop, 1-token passes cost 1.5x the curve, 8-token passes 2x (one outlier), cold ones
+    # compared with the cold curve; a size with fewer than 3 passes (16) says nothing.
+    passes = [("warm", 1, 1.5)] * 5 + [("warm", 8, 6.0)] * 3 + [("cold", 8, 12.0)] * 2 + [("warm", 8, 60.0)] \
+        + [("warm", 16, 100.0)] * 2
+    scale = loop_scale(passes, curves)
+    assert set(scale) == {int(k) for k in CURVE}
+    assert scale[1] == 1.5 and scale[8] == 2.0 and scale[16] == 2.0  # held flat past the last seen size
+    assert scale[4] == pytest.approx(1.5 + 0.5 * 3 / 7)  # interpolated between 1 and 8
+    assert scaled(CURVE, scale)["8"] == 6.0 and scaled(CURVE, scale)["1"] == 1.5
+    # A pass between measured sizes counts for the nearest one (7 -> 8), priced at its own size.
+    assert loop_scale([("warm", 7, 8.0)] * 3, curves)[8] == 2.0
+    assert loop_scale([], curves) == {int(k): 1.0 for k in CURVE}  # nothing timed: the curve as it is

@@ -116,6 +116,9 @@ def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     assert set(got["overheads"]) == {"greedy", "sampled"}
     assert all(set(o) == {"step", "draft_pass", "ngram_query"} and min(o.values()) >= 0
                for o in got["overheads"].values())
+    # The target's curve is scaled to what its passes cost in the decoding loop, at every size.
+    assert set(got["target_scale"]) == {int(k) for k in got["curves"]["target"]["warm"]}
+    assert all(v > 0 for v in got["target_scale"].values())
 
 
 def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, tmp_path, monkeypatch):

@@ -59,6 +59,29 @@ def _pad_table(curve_items: tuple, limit: int) -> tuple:  # computed once per cu
 # ----------------------------------------------------------------------------- the cost model
 
 
+def loop_scale(passes, curves: dict) -> dict:
+    """{k: in-loop ms / curve ms} at each size k of the curve, from the target passes of timed
+    decoding runs [(state, k, ms)]: the median ratio over the passes nearest to k, interpolated
+    between sizes that had passes and held flat beyond them. The curve times pass after pass; in the
+    loop Python work comes between passes (BLAS threads go idle), the pass builds its mask and
+    processes its rows, and a VM's speed drifts between measurements: this measures what that adds."""
+    sizes = sorted(int(k) for k in curves["warm"])
+    ratios = {k: [] for k in sizes}
+    for state, k, ms in passes:
+        curve = curves.get(state) or curves["warm"]
+        nearest = min(sizes, key=lambda size: (abs(size - k), size))
+        ratios[nearest].append(ms / interp(curve, k))
+    seen = [(k, float(np.median(r))) for k, r in ratios.items() if len(r) >= 3]
+    if not seen:
+        return {k: 1.0 for k in sizes}
+    return {k: float(np.interp(k, [x for x, _ in seen], [r for _, r in seen])) for k in sizes}
+
+
+def scaled(curve: dict, scale: dict) -> dict:
+    """A cost curve with each size's cost multiplied by its `loop_scale`."""
+    return {k: v * scale.get(int(k), 1.0) for k, v in curve.items()}
+
+
 def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float:
     """The forward passes of a count record (`profile.counts`) at the curve's costs, padded."""
     ms = 0.0

@@ -33,12 +33,13 @@ from .. import ngram as ngram_lib
 from .. import staged
 from ..checkpoint import atomic_file
 from ..decode import Plan, generate
+from ..fastpath import padded
 from . import profile as profiles
 from .costcurve import loop_curves
-from .costmodel import fit_overheads, padding, record_ms
+from .costmodel import fit_overheads, loop_scale, padding, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,30 +140,49 @@ def progress_bar(label: str):
 # ----------------------------------------------------------------------------- this machine's costs
 
 def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
-    """This machine's cost curves and per-setting overheads (ms): a few seconds."""
+    """This machine's cost curves, scaled to what passes cost inside the decoding loop, and
+    per-setting overheads (ms): about ten seconds."""
     curves = loop_curves(target, draft, progress=(lambda d, t: progress(d, t + 2)) if progress else None)
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
-    overheads = {}
+    pads = {"target_pad": padding(curves["target"]["warm"]),
+            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
+    runs = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        shapes = [("ar", Plan())]
-        sampled = "without" if kw["temperature"] else None
-        if draft is not None:
-            shapes += [("speculative", Plan(chain=3, sampled=sampled))]
-        if draft is not None and ngram is not None:
-            shapes += [("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
-                                       sampled=sampled))]
-        for _ in range(2):  # the second round is the one kept warm
-            runs = []
-            for i, prompt in enumerate(prompts[:2]):
-                for method, plan in shapes:
-                    t0 = time.perf_counter()
-                    res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
-                    ms = 1000 * (time.perf_counter() - t0 - sum(res.stats.steps[0].seconds))
-                    runs.append((profiles.counts(res.stats), ms))
-        overheads[setting] = fit_overheads(runs, curves, {"ngram_query": query_ms})
+        runs[setting] = timed_runs(target, draft, ngram, prompts[:2], kw, pads)
         if progress:
             progress(6 + n + 1, 8)
-    return {"version": CALIBRATION_VERSION, "machine": machine(), "curves": curves, "overheads": overheads}
+    # One scale for the target's curve from both settings' passes; the overheads are fitted after it.
+    passes = [p for setting in runs for p in runs[setting][1]]
+    scale = loop_scale(passes, curves["target"])
+    curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
+    overheads = {setting: fit_overheads(timed, curves, {"ngram_query": query_ms}) for setting, (timed, _) in runs.items()}
+    return {"version": CALIBRATION_VERSION, "machine": machine(), "curves": curves, "target_scale": scale,
+            "overheads": overheads}
+
+
+def timed_runs(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
+    """Short decoding runs of a few shapes that span the block sizes plans use (one to sixteen
+    rows): [(count record, wall ms)] past each run's prefill, and every target pass [(state, rows, ms)]."""
+    sampled = "without" if kw["temperature"] else None
+    shapes = [("ar", Plan()), ("lookup", Plan(chain=15))]
+    if draft is not None:
+        shapes += [("speculative", Plan(chain=3, sampled=sampled)),
+                   ("tree", Plan(shape="fixed", widths=(3, 2, 1), sampled=sampled))]
+    if draft is not None and ngram is not None:
+        shapes += [("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
+                                   sampled=sampled))]
+    for _ in range(2):  # the second round is the one kept: warm
+        runs, passes = [], []
+        for i, prompt in enumerate(prompts):
+            for method, plan in shapes:
+                plan = dataclasses.replace(plan, **pads)
+                t0 = time.perf_counter()
+                res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
+                ms = 1000 * (time.perf_counter() - t0 - sum(res.stats.steps[0].seconds))
+                runs.append((profiles.counts(res.stats), ms))
+                passes += [("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
+                            1000 * s.seconds[1]) for s in res.stats.steps[1:]]
+    return runs, passes
 
 
 def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
