@@ -18,15 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tree import Tree, children
+from .tree import Tree, children, path_to
 
 
 @dataclass
 class Check:
     """One test a rule made. test: "argmax" (accepted iff token == the target's argmax, `value`),
     "ratio" (accepted iff the uniform draw `u` < `value`, the acceptance probability; u is None when
-    value is 0 or 1 and no draw was needed), "draw" (node's next token drawn from what p still owes:
-    `token`, accepted is False for a correction, True for the bonus after a leaf).
+    value is 0 or 1 and no draw was needed), "sequence" (block and traversal verification: accepted
+    iff u < `value`, the probability of keeping the whole path to this node once every candidate
+    below it was rejected), "draw" (node's next token drawn from what p still owes: `token`,
+    accepted is False for a correction, True for the bonus after a leaf).
     p, q: the probabilities of the token the test compared (after earlier rejections), or None."""
 
     node: int
@@ -39,11 +41,11 @@ class Check:
     u: float | None = None
 
 
-def coin(rand, prob: float, log, node: int, token: int, p=None, q=None) -> bool:
-    """rand.coin(prob), noted in `log` with the uniform draw it was compared with."""
+def coin(rand, prob: float, log, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
+    """rand.coin(prob), noted in `log` (as a Check of kind `test`) with the uniform draw it was compared with."""
     ok = rand.coin(prob)
     if log is not None:
-        log.append(Check(int(node), int(token), "ratio", float(prob), bool(ok), _float(p), _float(q),
+        log.append(Check(int(node), int(token), test, float(prob), bool(ok), _float(p), _float(q),
                          getattr(rand, "last_u", None)))
     return ok
 
@@ -188,12 +190,138 @@ def verify_recursive_wor(tree: Tree, p, rand, log=None):
     return verify_recursive(tree, p, rand, log, replacement=False)
 
 
+def sequence_weight(a: float, p_x: float, q_x: float) -> float:
+    """min(1, a * p(x) / q(x)): the weight of a path extended by x, from its parent's weight a.
+
+    Along a chain a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1 (the root): a deficit early on
+    (p < q) can be made up by a later token with p > q, which token-wise rejection cannot do.
+    q(x) = 0 cannot happen for a token drawn from q; treat it as 'p decides', as accept_ratio does.
+    """
+    if q_x <= 0:
+        return 1.0 if p_x > 0 else 0.0
+    return min(1.0, a * p_x / q_x)
+
+
+def owed_after(a: float, p, q):  # [V], [V] -> (float, [V])
+    """(S, max(a p - q, 0)): what the target still owes after a node of weight a once the draft's
+    token there, drawn from q, is off the table. S = its mass, sum(max(a p - q, 0))."""
+    r = np.maximum(a * p - q, 0.0)
+    return float(r.sum()), r
+
+
+def stop_weight(a: float, S: float) -> float:
+    """S / (S + 1 - a): the chance of stopping at a node of weight a once every deeper candidate
+    was rejected (Sun et al.'s h_i).
+
+    Given the node's path, rejecting everything below it has probability S + 1 - a (the draft's
+    mass that a p does not cover, sum(max(q - a p, 0))); stopping in a fraction S of that pays
+    exactly what is still owed, and leaves 1 - a to fall through to the parent: the node's weight
+    is spent. S + 1 - a = 0 means the draft's next token is always kept (a = 1, p = q): this point
+    is then reached with probability 0 (only by rounding), and stopping is as good as anything.
+    """
+    total = S + 1.0 - a
+    return S / total if total > 0 else 1.0
+
+
+def verify_block(tree: Tree, p, rand, log=None):
+    """Block verification (Sun et al., ICLR 2025): a sampled chain's accepted prefix, decided jointly.
+
+    Forward, the weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)) of the prefixes x_1..x_i (a_0 = 1).
+    Backward, from the last token towards the root: keep x_1..x_i with probability h_i (h = a at
+    the end of the chain, else stop_weight(a_i, S_i)) and emit a draw from p there (after the whole
+    chain) or from norm(max(a_i p - q, 0)) (a correction); at the root, h_0 = 1.
+
+    Why it is lossless, by induction from the end of the chain: given x_1..x_i, the step keeps
+    x_1..x_i and emits after it a sequence distributed as a_i times the target's continuation,
+    and with probability 1 - a_i keeps none of x_1..x_i (the next token x takes min(q(x), a_i p(x))
+    of a_i p; when it fails, with probability S_i + 1 - a_i, stopping pays the rest, S_i). At i = 0,
+    a_0 = 1: the step emits the target's distribution. It never keeps fewer tokens in expectation
+    than verify_chain, and (Sun et al.'s theorem) no valid verifier of one chain drawn from q keeps
+    more. q = tree.draft_dists[node] must be the exact distribution each x_i was drawn from.
+    """
+    chain = path_to(tree, len(tree) - 1)  # root..leaf; check_tree ensured a chain (nodes in order)
+    a = [1.0]  # [len(chain)] the prefixes' weights
+    for parent, node in zip(chain, chain[1:]):
+        x = tree.tokens[node]
+        a.append(sequence_weight(a[-1], p[parent][x], tree.draft_dists[parent][x]))
+    for i in range(len(chain) - 1, 0, -1):
+        node, parent = chain[i], chain[i - 1]
+        x = tree.tokens[node]
+        if i == len(chain) - 1:
+            h, owed = a[i], p[node]  # nothing below the last token: keep it with its weight, then a bonus
+        else:
+            S, r = owed_after(a[i], p[node], tree.draft_dists[node])
+            h, owed = stop_weight(a[i], S), (r / S if S > 0 else p[node])
+        if coin(rand, h, log, node, x, p[parent][x], tree.draft_dists[parent][x], test="sequence"):
+            return chain[:i + 1], draw(rand, owed, log, node, i == len(chain) - 1)
+    # Every drafted token rejected: with a_0 = 1 the correction is the usual residual norm(max(p - q, 0)).
+    if len(chain) == 1:
+        return chain, draw(rand, p[0], log, 0, True)
+    return chain[:1], draw(rand, residual(p[0], tree.draft_dists[0]), log, 0, False)
+
+
+def verify_traversal(tree: Tree, p, rand, log=None):
+    """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says."""
+    return traverse(tree, p, rand, log, replacement=tree.kind == "with_replacement")
+
+
+def traverse(tree: Tree, p, rand, log=None, replacement: bool = True):
+    """Traversal verification: test the tree's paths from the leaves towards the root, in post-order.
+
+    Every node carries a weight, a = min(1, a_parent p_owed(x)/q_left(x)) when it is first reached
+    (the root: 1). A node is tested only after all of its children were rejected, and kept with its
+    current weight: then the path to it is accepted and the next token drawn from what the node
+    still owes (p after a leaf: the bonus). When a child is rejected, its parent's owed
+    distribution becomes norm(max(a p_owed - q_left, 0)) and its weight stop_weight(a, S) -- as in
+    block verification, which this is on a chain; without replacement the rejected token also
+    leaves q_left (renormalised), as in verify_recursive. On a tree of depth 1 it is recursive
+    rejection sampling.
+
+    Why it is lossless (block verification's induction, per node): given how it was reached, a node
+    of weight a owes a * p_owed. Its next child x, drawn from q_left, pays min(q_left(x), a
+    p_owed(x)) of it through its subtree (the same claim, one level down); when that whole subtree
+    fails, with probability S + 1 - a, what is left is max(a p_owed - q_left, 0), and the new
+    weight and owed distribution are exactly that, conditioned on the failure. So the next sibling
+    must be drawn from q_left: iid siblings keep q, siblings drawn without replacement drop the
+    rejected token, which the residual no longer owes anyway (it was rejected only if q_left > a
+    p_owed there). With nothing left below it a node is kept with its weight, and at the root
+    a = 1: the step emits the target's distribution.
+    """
+    def visit(node: int, a: float, p_x=None, q_x=None):
+        """(path, next token) if the path to `node` or a path below it is accepted, else None.
+        a: the node's weight; p_x, q_x: its token's probabilities when its parent reached it."""
+        kids = children(tree, node)
+        owed = p[node]  # [V] replaced, never changed in place
+        q_left = tree.draft_dists[node] if replacement else np.array(tree.draft_dists[node], dtype=np.float64)  # [V]
+        for c in kids:
+            x = tree.tokens[c]
+            found = visit(int(c), sequence_weight(a, owed[x], q_left[x]), owed[x], q_left[x])
+            if found is not None:
+                return found
+            S, r = owed_after(a, owed, q_left)  # c and everything below it rejected
+            a, owed = stop_weight(a, S), (r / S if S > 0 else owed)
+            if not replacement:
+                q_left[x] = 0.0
+                total = q_left.sum()
+                if not total > 0:  # q exhausted: no sibling can follow
+                    break
+                q_left /= total
+        # The root's weight is 1 here (S / (S + 0)): it is always kept, no test needed.
+        if node == 0 or coin(rand, a, log, node, tree.tokens[node], p_x, q_x, test="sequence"):
+            return path_to(tree, node), draw(rand, owed, log, node, kids.size == 0)
+        return None
+
+    return visit(0, 1.0)
+
+
 RULES = {
     "greedy": verify_greedy,
     "point_mass": verify_point_mass,
     "chain": verify_chain,
     "recursive": verify_recursive,
     "recursive_wor": verify_recursive_wor,
+    "block": verify_block,
+    "traversal": verify_traversal,
 }
 
 # Which tree kinds each rule is lossless for (children chosen the way the rule assumes).
@@ -203,6 +331,8 @@ PAIRINGS = {
     "chain": ("with_replacement",),
     "recursive": ("with_replacement",),
     "recursive_wor": ("without_replacement",),
+    "block": ("with_replacement",),
+    "traversal": ("with_replacement", "without_replacement"),  # it reads tree.kind
 }
 
 
@@ -221,18 +351,23 @@ def check_pairing(tree_kind: str, rule: str) -> None:
                          "trees need 'recursive_wor', deterministic trees 'point_mass'",
             "recursive_wor": "it assumes siblings drawn from q without replacement; with-replacement "
                              "trees need 'recursive', deterministic trees 'point_mass'",
+            "block": "it assumes a chain whose every token was drawn from q (a sampled chain: build_chain "
+                     "with rand), not a copied chain or the draft's top tokens",
+            "traversal": "it assumes children drawn from q (with or without replacement, as the tree's kind "
+                         "says), not the draft's top tokens; deterministic trees need 'point_mass'",
         }[rule]
         raise ValueError(f"rule {rule!r} is not lossless on a {tree_kind} tree: {why}")
 
 
 def check_tree(tree: Tree, rule: str) -> None:
-    """check_pairing plus the shape the rule needs: chains for 'chain', distinct siblings for 'point_mass'."""
+    """check_pairing plus the shape the rule needs: chains for 'chain' and 'block', distinct siblings
+    for 'point_mass'."""
     check_pairing(tree.kind, rule)
-    if rule == "chain":
+    if rule in ("chain", "block"):
         n_children = np.bincount(tree.parents[1:], minlength=len(tree))
         if n_children.max(initial=0) > 1:
-            raise ValueError(f"rule 'chain' needs at most one child per node; node "
-                             f"{int(n_children.argmax())} has {int(n_children.max())} (use 'recursive')")
+            raise ValueError(f"rule {rule!r} needs at most one child per node; node {int(n_children.argmax())} "
+                             f"has {int(n_children.max())} (use 'recursive' or 'traversal')")
     if rule == "point_mass":
         pairs = set(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))
         if len(pairs) != len(tree) - 1:

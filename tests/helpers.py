@@ -5,6 +5,7 @@
 - Lazily generated probability tables (one distribution per context tuple) and `callback`, which
   serves a table to the tree builders as their `dist_fn`.
 - `always_accept`, a deliberately broken verification rule for the negative controls.
+- `processed`, a table served top-k / top-p processed, as the decode loop's distributions are.
 """
 
 import itertools
@@ -15,7 +16,7 @@ import numpy as np
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
-from specdec_np.sampling import process
+from specdec_np.sampling import keep_top_k, keep_top_p, process
 from specdec_np.tree import path_to
 
 # ----------------------------------------------------------------------------- small random models
@@ -134,3 +135,16 @@ def always_accept(tree, p, rand, log=None):
     while len(kids := np.flatnonzero(tree.parents == node)):
         node = int(kids[0])
     return path_to(tree, node), rand.draw(p[node])
+
+
+def processed(dist, top_k=None, top_p=None):
+    """A table as sampling would serve it: top-k, then top-p, renormalised (both distributions of a
+    step are processed alike; the draft's processed rows are what its children are drawn from)."""
+    def out(ctx):
+        probs = np.asarray(dist(ctx), dtype=np.float64)
+        if top_k is not None:
+            probs = keep_top_k(probs, top_k)
+        if top_p is not None:
+            probs = keep_top_p(probs, top_p)
+        return probs
+    return out

@@ -14,6 +14,16 @@ costs, relative weight traffic (bytes of weights read by target and draft per em
 the baseline's: the paper's Table 1), tokens and draft passes per target pass, and milliseconds
 per target pass spent drafting, in the target's forward pass and verifying; and whether staged is
 the fastest beyond the noise: its tokens/s over each other row's, with a 95% interval.
+
+`--rows rules` (or `all`: both groups) runs the verification rules side by side instead, at top-k
+only (at temperature 0 every lossless rule emits greedy's tokens): on the same method, draft and tree shape, the
+token-level rule against the rule that decides whole paths: token-wise against block verification
+on chains of 3 and of 8 tokens drawn from the draft (`verify.verify_chain`, `verify.verify_block`),
+and recursive rejection sampling against traversal verification on the sampled trees of this
+machine's tree and staged plans and on a wider one, widths 2,2,1 (`verify.verify_recursive_wor`,
+`verify.verify_traversal`): all drawn without replacement, as the plans' trees at top-k. Reported
+per pair: tokens per target pass of each, the gain in tokens per target pass and in tokens/s with
+95% intervals from resampling prompts, weight traffic, and ms per target pass spent verifying.
 """
 
 from __future__ import annotations
@@ -112,7 +122,7 @@ def choices(profile, costs, temperature, default=False) -> dict:
 def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
     """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
     in sampled settings `seeds` runs per prompt (`plan.run_seeds`), each run of every row with the same seed."""
-    records = {s: {m: [] for m in METHODS} for s in settings}
+    records = {s: {m: [] for m in plans[s]} for s in settings}
     bar = Progress(len(prompts) * sum(len(run_seeds(0, skw["temperature"], seeds)) for skw in settings.values()),
                    "bench")
     for i, text in enumerate(prompts):
@@ -142,20 +152,21 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
     return records
 
 
-def paired_ratio(recs, base, resamples=2000, seed=0) -> list:
+def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
     """[ratio, low, high]: tokens/s of `recs` over `base`'s (the same prompts and seeds, run side
     by side), with a 95% interval from resampling prompts with replacement. A prompt's runs are
-    resampled together (they share its text, so they are not independent of each other)."""
+    resampled together (they share its text, so they are not independent of each other).
+    per="target_passes": tokens per target pass instead of per second."""
     prompts = sorted({r["prompt"] for r in base})
     col = {p: j for j, p in enumerate(prompts)}
-    tokens, seconds = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
+    tokens, spent = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
     for row, rs in enumerate((recs, base)):
         for r in rs:
             tokens[row, col[r["prompt"]]] += r["tokens"]
-            seconds[row, col[r["prompt"]]] += r["seconds"]
+            spent[row, col[r["prompt"]]] += r[per]
 
     def ratio(w):  # [draws, prompts] how often each prompt is drawn -> [draws]
-        return (w @ tokens[0] / (w @ seconds[0])) / (w @ tokens[1] / (w @ seconds[1]))
+        return (w @ tokens[0] / (w @ spent[0])) / (w @ tokens[1] / (w @ spent[1]))
 
     n = len(prompts)
     draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples)  # [resamples, n]
@@ -230,6 +241,67 @@ def markdown(summary, plans=None) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- the rules side by side
+
+def rule_pairs(plans) -> dict:
+    """{comparison: (token-level Choice, new rule's Choice)} at top-k: the same method, draft and
+    shape, only the rule differs. Chains of 3 and 8 drawn from the draft (with this machine's
+    paddings for speculative); the sampled trees of this machine's tree and staged plans (widths
+    2,1,1 when a plan is not sampled, e.g. with --plan default; a chain when the plan's widths are
+    all 1, where traversal is block verification), and a wider tree, widths 2,2,1, drawn without
+    replacement."""
+    rows = plans["top-k"]
+    pairs = {}
+    for k in (3, 8):
+        plan = dataclasses.replace(rows["speculative"].plan, chain=k, sampled="with")
+        pairs[f"chain of {k}"] = tuple(Choice("speculative", dataclasses.replace(plan, rule=rule), float("nan"),
+                                              float("nan")) for rule in ("chain", "block"))
+    wide = dataclasses.replace(rows["tree"].plan, shape="fixed", widths=(2, 2, 1), sampled="without")
+    for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
+        if not plan.sampled:
+            plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
+        token_level = "recursive_wor" if plan.sampled == "without" else "recursive"
+        pairs[f"{row}: {describe(plan, row)}"] = tuple(
+            Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
+            for rule in (token_level, "traversal"))
+    return pairs
+
+
+def summarize_rules(records, pairs, target) -> dict:
+    """Per comparison: each rule's tokens per target pass, weight traffic and verification ms per
+    pass, and the new rule's gain over the token-level one ([ratio, low, high], 95% intervals)."""
+    out = {}
+    for name, choices_ in pairs.items():
+        recs = [records[f"{name} | {c.plan.rule}"] for c in choices_]
+        rules = {}
+        for c, rs in zip(choices_, recs):
+            tok, passes = sum(r["tokens"] for r in rs), sum(r["target_passes"] for r in rs)
+            rules[c.plan.rule] = {"tokens_per_target_pass": tok / passes,
+                                  "tokens_per_s": tok / sum(r["seconds"] for r in rs),
+                                  "relative_weight_traffic": sum(r["bytes"] for r in rs) / (tok * target.weight_bytes),
+                                  "verify_ms_per_target_pass": 1000 * sum(r["time_verify"] for r in rs) / passes}
+        out[name] = {"rules": rules, "gain_tokens_per_target_pass": paired_ratio(recs[1], recs[0], per="target_passes"),
+                     "gain_tokens_per_s": paired_ratio(recs[1], recs[0])}
+    return out
+
+
+def rules_markdown(summary) -> str:
+    lines = ["\n### verification rules side by side (top-k)\n",
+             "| comparison | rule | tokens/target pass | new rule | tokens/target pass | gain in tokens/target pass "
+             "(95% interval) | gain in tokens/s (95% interval) | weight traffic | verification ms/target pass |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in summary.items():
+        (old, a), (new, b) = r["rules"].items()
+        g, lo, hi = r["gain_tokens_per_target_pass"]
+        t, tlo, thi = r["gain_tokens_per_s"]
+        lines.append(f"| {name} | {old} | {a['tokens_per_target_pass']:.3f} | {new} | "
+                     f"{b['tokens_per_target_pass']:.3f} | {g:.3f}x ({lo:.3f}-{hi:.3f}) | "
+                     f"{t:.3f}x ({tlo:.3f}-{thi:.3f}) | "
+                     f"{a['relative_weight_traffic']:.3f} / {b['relative_weight_traffic']:.3f} | "
+                     f"{a['verify_ms_per_target_pass']:.2f} / {b['verify_ms_per_target_pass']:.2f} |")
+    return "\n".join(lines)
+
+
 def plot(summary, curves, out_dir: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -271,6 +343,9 @@ def main(argv=None) -> int:
                     help="each row with the plan predicted fastest on this machine, or the core's constant plan "
                     "(default: %(default)s)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
+    ap.add_argument("--rows", default="methods", choices=("methods", "rules", "all"),
+                    help="the methods' rows, the verification rules side by side (top-k only), or both "
+                    "(default: %(default)s)")
     ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed (the "
                     "acceptance is random; greedy runs once)")
     ap.add_argument("--out", default="out/bench", help="directory for results.json and results.md (and plots)")
@@ -287,6 +362,8 @@ def main(argv=None) -> int:
     for s in a.settings.split(","):
         if s not in SETTINGS:
             raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
+    if a.rows != "methods" and "top-k" not in a.settings.split(","):
+        raise ValueError("--rows rules compares the rules at top-k: add top-k to --settings")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
@@ -320,19 +397,30 @@ def main(argv=None) -> int:
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
                                         if m in ("plan", "staged")))
     t0 = time.time()
-    records = run(prompts, target, draft, ngram, enc, plans, costs, a.max_new_tokens, settings, a.seeds)
-    summary = summarize(records, target)
+    summary, md = {}, ""
+    res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
+           "costs": costs}
+    if a.rows != "rules":
+        records = run(prompts, target, draft, ngram, enc, plans, costs, a.max_new_tokens, settings, a.seeds)
+        summary = summarize(records, target)
+        md = markdown(summary, plans)
+        res |= {"plans": {s: {m: {"method": c.method, "plan": describe(c.plan, c.method),
+                                  "predicted_speedup": c.speedup} for m, c in rows.items()}
+                          for s, rows in plans.items()},
+                "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
+                            for s, per in summary.items()},
+                "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()}
+                                       for s, per in summary.items()}}
+    if a.rows != "methods":
+        pairs = rule_pairs(plans)
+        rows = {f"{name} | {c.plan.rule}": c for name, pair in pairs.items() for c in pair}
+        records = run(prompts, target, draft, ngram, enc, {"top-k": rows}, costs, a.max_new_tokens,
+                      {"top-k": SETTINGS["top-k"]}, a.seeds)
+        res["rules"] = summarize_rules(records["top-k"], pairs, target)
+        md += "\n" + rules_markdown(res["rules"])
     head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
             if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
-    md = markdown(summary, plans)
     print(f"\n{head}\n{md}")
-    res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
-           "costs": costs, "plans": {s: {m: {"method": c.method, "plan": describe(c.plan, c.method),
-                                              "predicted_speedup": c.speedup} for m, c in rows.items()}
-                                     for s, rows in plans.items()},
-           "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
-                       for s, per in summary.items()},
-           "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()} for s, per in summary.items()}}
     write_text(out_dir / "results.json", json.dumps(res, indent=1) + "\n")
     write_text(out_dir / "results.md", md + "\n")
     if a.results:
@@ -340,7 +428,7 @@ def main(argv=None) -> int:
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
                        f"{head}.\n{md}\n")
         print(f"wrote this machine's section of {a.results}")
-    if a.plot:
+    if a.plot and summary:
         for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'}")
