@@ -226,7 +226,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         p, start, n_c = verify_pass(target, cache, seq, tree, plan.target_pad, temperature, top_k, top_p)
         t2 = time.perf_counter()
         # A lossless rule keeps a root-to-node path and draws one more token from the target.
-        rule = default_rule(method, temperature, tree.kind) if copied or plan.rule is None else plan.rule
+        # The plan's rule verifies the drafts it was chosen for; stage 2's copies, and a tree with
+        # nothing drafted (at the end of the context), take the rule their own kind needs.
+        own = copied or plan.rule is None or len(tree) == 1
+        rule = default_rule(method, temperature, tree.kind) if own else plan.rule
         checks = [] if keep_trees else None
         path, token = accept(tree, p, rule, rand, checks)
         # Both caches keep only the accepted path, in contiguous slots.

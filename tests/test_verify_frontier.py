@@ -347,3 +347,14 @@ def test_bench_rules_rows(tmp_path):
         for ratio, low, high in (r["gain_tokens_per_target_pass"], r["gain_tokens_per_s"]):
             assert low <= ratio <= high
     assert "verification rules side by side" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.parametrize("rule", ["chain", "block", "traversal"])
+def test_an_explicit_rule_decodes_up_to_the_end_of_the_context(small, rule):
+    """Near the end of the context a step drafts nothing (a root-only tree, which no sampled-tree
+    rule is paired with): it is verified by the rule its own kind needs, not the plan's."""
+    n_ctx = small.target.config.n_ctx
+    method, plan = ("speculative", Plan(chain=3, rule=rule)) if rule != "traversal" else \
+        ("tree", Plan(widths=(2, 1), sampled="with", rule=rule))
+    res = generate(small.target, [1] * (n_ctx - 6), 20, method, small.draft, plan=plan, temperature=1.0, seed=3)
+    assert res.stop_reason == "context" and len(res.tokens) == 6
