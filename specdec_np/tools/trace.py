@@ -185,6 +185,8 @@ const RULES = {
   chain: "chain rejection sampling: accept the drafted x ~ q with probability min(1, p(x)/q(x)) against a uniform draw u; on a rejection the target draws from norm(max(p - q, 0)); after the whole chain, a bonus token from p.",
   recursive: "recursive rejection sampling (children drawn from q with replacement): test each child with min(1, p/q) against a uniform draw u; after a rejection p := norm(max(p - q, 0)) for the next sibling. If all are rejected, the target draws from what p still owes.",
   recursive_wor: "recursive rejection sampling without replacement: as with replacement, and a rejected token is also removed from q (renormalised) before the next sibling is tested.",
+  block: "block verification (a chain drawn from q): each prefix x1..xi gets a weight a_i = min(1, a_(i-1) p(xi)/q(xi)), so a later token with p > q can make up for an earlier one with p < q. Testing from the end of the chain back, keep x1..xi with a probability computed from a_i against a uniform draw u; the target then draws from what it still owes there.",
+  traversal: "traversal verification (a tree drawn from q): paths are tested from the leaves towards the root, each node only after all its children were rejected, with the weight of its whole path (as block verification does on a chain). A rejected child lowers its parent's weight and what the parent still owes; the first node kept ends the step, and the target draws from what it owes.",
 };
 
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
@@ -270,11 +272,12 @@ function treeSvg(step) {
       `<text x="${x + BW / 2}" y="${y + 31}" font-size="10" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
   };
   for (let i = 0; i < n; i++) {
-    const c = v[i], state = i === 0 ? "root" : c ? (c.accepted ? "yes" : "no") : "skip";
+    // block and traversal test a path as a whole: its nodes above the one tested are kept with it
+    const c = v[i], state = i === 0 ? "root" : c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
     const sub = i === 0 ? "last token" : (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}`;
     const title = i === 0 ? "node 0: the root, the last emitted token" :
       `node ${i}: ${tok(t.tokens[i])} proposed by ${WHO[who(step, i)].label}; q = ${num(t.q[i])}, p = ${num(step.p[i])}; ` +
-      (c ? (c.accepted ? "accepted" : "rejected") : "not examined");
+      (c ? (c.accepted ? "accepted" : "rejected") : onPath.has(i) ? "accepted with the path below it" : "not examined");
     out.push(box(X(i), Y(i), who(step, i), text(t.tokens[i]), sub, state, title, "#" + i));
   }
   // The token the target adds after the accepted path (a correction or a bonus draw).
@@ -307,8 +310,15 @@ function explain(step, c, t) {
     if (step.rule === "greedy") return c.accepted ? `a leaf: the target adds its argmax ${tok(c.token)}` :
       `no child is the argmax: the target adds its argmax ${tok(c.token)}`;
     if (c.accepted) return `a leaf: the target draws a bonus token from p: ${tok(c.token)} (probability ${num(c.value)})`;
-    const from = step.rule === "point_mass" ? "p without the tried children" : "what p still owes, norm(max(p - q, 0))";
+    const from = step.rule === "point_mass" ? "p without the tried children"
+      : step.checks.some(o => o.test === "sequence") ? "what the target still owes there, norm(max(a p - q, 0)) for the path's weight a"
+      : "what p still owes, norm(max(p - q, 0))";
     return `every child rejected: the target draws ${tok(c.token)} from ${from} (probability ${num(c.value)})`;
+  }
+  if (c.test === "sequence") {
+    const draw = c.u === null ? `, ${c.value >= 1 ? "kept" : "not kept"} without a draw`
+      : `; u = ${num(c.u)} ${c.accepted ? "<" : "\u2265"} ${num(c.value)}`;
+    return `no deeper node kept: keep the path to here with probability ${num(c.value)}` + draw;
   }
   return `${c.test}: value ${num(c.value)}` + (c.u === null ? "" : `, u = ${num(c.u)}`);
 }
@@ -323,10 +333,11 @@ function checksTable(step) {
   for (let i = 1; i < t.tokens.length; i++) if (!order.includes(i)) order.push(i);
   for (const i of order) {
     const c = v[i], parent = t.parents[i];
-    const why = c ? explain(step, c, t) : onPath.has(parent) ? "not examined: an earlier sibling was accepted"
-                                                             : `not examined: node #${parent} was not accepted`;
-    const verdict = c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : "\u2014";
-    rows.push(`<tr class="${c ? (c.accepted ? "yes" : "no") : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
+    const kept = !c && onPath.has(i);  // on the accepted path with no test of its own (block, traversal)
+    const why = c ? explain(step, c, t) : kept ? "kept: the path through it to a deeper node was accepted as a whole"
+      : onPath.has(parent) ? "not examined: an earlier sibling was accepted" : `not examined: node #${parent} was not accepted`;
+    const verdict = c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : kept ? "accepted \u2713" : "\u2014";
+    rows.push(`<tr class="${c ? (c.accepted ? "yes" : "no") : kept ? "yes" : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
               `<td class="mono">${esc(visible(text(t.tokens[i])))}</td>` +
               `<td class="who">${marker(who(step, i))} ${WHO[who(step, i)].label}</td><td class="num">${step.copied ? "\u2014" : num(t.q[i])}</td>` +
               `<td class="num">${num(step.p[i])}</td><td>${esc(why)}</td><td class="verdict">${verdict}</td></tr>`);
