@@ -275,7 +275,8 @@ def describe(plan: Plan, method: str = "staged") -> str:
     if method == "ar":
         return "plain decoding (no drafts)"
     if method in ("speculative", "lookup"):
-        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "")
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + \
+            (f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else "")
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif plan.shape == "fixed":
@@ -286,4 +287,6 @@ def describe(plan: Plan, method: str = "staged") -> str:
         guesses = f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len else "no n-gram guesses"
         copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
         text += f"; {guesses}; {copies}"
+    if plan.rule in ("block", "traversal"):
+        text += f"; {plan.rule} verification"
     return text + ("; padded blocks" if plan.target_pad or plan.draft_pad else "")

@@ -36,8 +36,9 @@ PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.js
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     """(method, plan shape) pairs to profile in a setting: plain decoding, prompt lookup and the
     speculative chains always; trees (the draft's top tokens greedily, children drawn from q when
-    sampling), alone and staged with and without stage 2's guesses and copies. `quick`: a smaller
-    grid for a pair profiled on first use."""
+    sampling), alone and staged with and without stage 2's guesses and copies; when sampling, also
+    the sequence-level rules on the same drafts (block verification of chains, traversal of trees).
+    `quick`: a smaller grid for a pair profiled on first use."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     out += [("speculative", {"chain": k}) for k in chains]
@@ -52,6 +53,13 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     for tree in trees:
         out.append(("tree", tree))
         out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
+    if setting != "greedy":  # the sequence-level rules on the same sampled drafts, with fewer stage-2 settings
+        out += [("speculative", {"chain": k, "rule": "block"}) for k in chains]
+        stage2, copies = ((0, 0),) if quick else ((0, 0), (2, 4)), (0, 15) if quick else (0, 7, 15)
+        for tree in trees:
+            tree = dict(tree, rule="traversal")
+            out.append(("tree", tree))
+            out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
     return out
 
 
