@@ -379,6 +379,9 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         if draft.config.n_vocab != target.config.n_vocab:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} "
                              f"!= {draft.config.n_vocab}")
+    if plan.rule == "greedy" and temperature > 0:
+        raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at temperature 0; "
+                         f"at temperature {temperature} leave rule None (the rule the tree's drafting needs)")
     if method in ("staged", "ngram") and ngram is None:
         raise ValueError(f"method {method!r} needs an n-gram model")
     # A step's tree is one block of the target's pass: cap it at the context length, before any work.

@@ -66,12 +66,25 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--method", "tree", "--widths", "2,x"], "--widths"),
                          (["generate", "x", "--method", "tree", "--budget", "0"], "--budget"),
                          (["generate", "x", "--method", "tree", "--copy-len", "3"], "--copy-len"),
+                         (["generate", "x", "--method", "speculative", "--rule", "block"], "--rule block"),
+                         (["generate", "x", "--method", "tree", "--plan", "default", "--temperature", "1",
+                           "--rule", "traversal"], "--rule traversal"),  # the constant plan drafts top tokens
+                         (["generate", "x", "--method", "tree", "--temperature", "1", "--sampled", "with",
+                           "--widths", "2,1", "--rule", "block"], "--rule block"),
+                         (["generate", "x", "--method", "lookup", "--temperature", "1", "--rule", "block"],
+                          "--rule block"),
                          (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
                          (["bench", "--seeds", "0"], "--seeds")):
         r = run_cli(*args)
         assert r.returncode != 0
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+
+
+def test_generate_with_a_sequence_level_rule():
+    r = run_cli("generate", "def f(x):", "--max-new-tokens", "12", "--method", "speculative", "--plan", "default",
+                "--temperature", "1", "--top-k", "50", "--rule", "block", "--stats")
+    assert r.returncode == 0 and "block verification" in r.stderr, r.stderr
 
 
 def test_help_has_examples():

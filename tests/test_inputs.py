@@ -133,3 +133,10 @@ def test_statistics_follow_from_the_emitted_tokens(models, method, temperature, 
     assert res.stop_reason == ("eos" if eos in res.tokens else "max_new_tokens" if len(res.tokens) == n else "context")
     if eos in res.tokens:
         assert res.tokens.index(eos) == len(res.tokens) - 1
+
+
+def test_the_greedy_rule_is_refused_when_sampling(small):
+    """Keeping the argmax is lossless only at temperature 0."""
+    with pytest.raises(ValueError, match="rule 'greedy'"):
+        generate(small.target, [1, 2], 4, "speculative", small.draft, plan=Plan(rule="greedy"), temperature=1.0)
+    assert len(generate(small.target, [1, 2], 4, "speculative", small.draft, plan=Plan(rule="greedy")).tokens) == 4

@@ -2,7 +2,7 @@
 
 `generate` decodes with this machine's plan (`plan.plan_for`: the method and plan the cost model
 predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
-core's constant one; --method, --budget, --depth, --widths, --sampled and --copy-len change either.
+core's constant one; --method, --budget, --depth, --widths, --sampled, --rule and --copy-len change either.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..tree import SOURCES
+from ..verify import RULES
 
 if TYPE_CHECKING:
     from ..decode import Plan
@@ -72,6 +73,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampled", default=None, choices=("with", "without"),
                    help="draw tree children from the draft with/without replacement (a fixed-width tree; "
                    "default: the draft's top tokens, or at temperature > 0 a sampled chain for speculative)")
+    p.add_argument("--rule", default=None, choices=tuple(RULES), help="the verification rule (default: greedy at "
+                   "temperature 0, else the plan's, or the rejection rule the tree's drafting assumes); block needs a "
+                   "chain and traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
     p.add_argument("--copy-len", type=int, default=None, help="staged: when the last three tokens occurred "
                    "earlier, verify the N tokens that followed them with no draft pass; 0 = always draft")
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
@@ -103,7 +107,10 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         change["sampled"] = a.sampled
     if a.copy_len is not None:
         change["copy_len"] = a.copy_len
+    if a.rule is not None:
+        change["rule"] = a.rule
     plan = dataclasses.replace(plan, **change)
+    check_rule(plan, method, temperature)
     n_ctx = target.config.n_ctx
     nodes = plan.max_nodes(method)
     if nodes > n_ctx:
@@ -113,6 +120,27 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     if method == "staged" and plan.copy_len > n_ctx:
         raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
     return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if change else ''})"
+
+
+def check_rule(plan, method: str, temperature: float) -> None:
+    """A one-line error naming --rule when the plan's rule is not lossless for the trees the method drafts."""
+    from ..verify import check_pairing
+
+    if plan.rule is None or temperature == 0 and plan.rule == "greedy":
+        return
+    if temperature == 0:
+        raise ValueError(f"--rule {plan.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
+    sampled = plan.sampled or ("with" if method == "speculative" else None)
+    kind = {"with": "with_replacement", "without": "without_replacement"}.get(sampled, "deterministic")
+    if method in ("lookup", "ngram"):
+        kind = "deterministic"
+    try:
+        check_pairing(kind, plan.rule)
+    except ValueError as e:
+        raise ValueError(f"--rule {plan.rule}: {e}") from None
+    chain = method in ("speculative", "lookup") or plan.fixed(method) and set(plan.widths) == {1}
+    if plan.rule in ("chain", "block") and not chain:
+        raise ValueError(f"--rule {plan.rule} verifies a chain: use --method speculative, or --widths 1,1,1")
 
 
 def parse_widths(text):
