@@ -2,6 +2,7 @@
 those costs in the user's cache directory, and the core's independence from all of it."""
 
 import ast
+import os
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,16 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     monkeypatch.setattr(profiles, "generate", no_decoding)
     again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
     assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]
+
+
+def test_costs_measured_on_a_busy_machine_come_with_a_warning(pair, tmp_path, monkeypatch, capsys):
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: {"version": plans.CALIBRATION_VERSION})
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
+    plans.calibration(target, draft, trigram, PROMPTS)
+    assert "--recalibrate" in capsys.readouterr().err
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    plans.calibration(target, draft, trigram, PROMPTS, recalibrate=True)
+    assert capsys.readouterr().err == ""

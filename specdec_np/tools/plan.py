@@ -205,9 +205,26 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
     path = cache_path("costs", key)
     if not recalibrate and (cached := read_json(path)) is not None:
         return cached, False
+    busy = busy_warning()
     costs = measure_costs(target, draft, ngram, prompts, progress)
     write_json(path, costs)
+    if busy:
+        sys.stderr.write(busy + "\n")
     return costs, True
+
+
+def busy_warning() -> str:
+    """A warning when other processes keep every core busy: timings taken now are slow and noisy, and
+    they are cached ("" when the machine looks quiet, or its load is unknown)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return ""
+    return (f"note: this machine was busy while its costs were measured (load {load:.1f} on {cores} cores), so the "
+            "plan may be off: measure again when it is quiet with --recalibrate")
 
 
 # ----------------------------------------------------------------------------- the pair's profile
