@@ -66,13 +66,15 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--method", "tree", "--widths", "2,x"], "--widths"),
                          (["generate", "x", "--method", "tree", "--budget", "0"], "--budget"),
                          (["generate", "x", "--method", "tree", "--copy-len", "3"], "--copy-len"),
-                         (["generate", "x", "--method", "speculative", "--rule", "block"], "--rule block"),
+                         # --plan default: these fail at the plan, with no machine measured first
+                         (["generate", "x", "--method", "speculative", "--plan", "default", "--rule", "block"],
+                          "--rule block"),
                          (["generate", "x", "--method", "tree", "--plan", "default", "--temperature", "1",
                            "--rule", "traversal"], "--rule traversal"),  # the constant plan drafts top tokens
-                         (["generate", "x", "--method", "tree", "--temperature", "1", "--sampled", "with",
-                           "--widths", "2,1", "--rule", "block"], "--rule block"),
-                         (["generate", "x", "--method", "lookup", "--temperature", "1", "--rule", "block"],
-                          "--rule block"),
+                         (["generate", "x", "--method", "tree", "--plan", "default", "--temperature", "1",
+                           "--sampled", "with", "--widths", "2,1", "--rule", "block"], "--rule block"),
+                         (["generate", "x", "--method", "lookup", "--plan", "default", "--temperature", "1",
+                           "--rule", "block"], "--rule block"),
                          (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
                          (["bench", "--seeds", "0"], "--seeds")):
         r = run_cli(*args)

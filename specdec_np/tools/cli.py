@@ -213,6 +213,11 @@ def check_options(a) -> None:
     for option, value, low in (("--budget", a.budget, 1), ("--depth", a.depth, 1), ("--copy-len", a.copy_len, 0)):
         if value is not None and value < low:
             raise ValueError(f"{option} must be >= {low}, got {value}")
+    parse_widths(a.widths)
+    if a.copy_len is not None and a.method not in (None, "staged"):
+        raise ValueError("--copy-len is for --method staged")
+    if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
+        raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
 
 
 class Setup(NamedTuple):
