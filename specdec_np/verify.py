@@ -79,6 +79,15 @@ def residual(p, q):  # [V], [V] -> [V]
     return r / total if total > 0 else p
 
 
+def without(q, x: int):  # [V] -> [V] or None
+    """q with token x removed and renormalised: what the next sibling is drawn from when siblings are
+    drawn without replacement; None when nothing is left."""
+    q = np.array(q, dtype=np.float64)
+    q[x] = 0.0
+    total = q.sum()
+    return q / total if total > 0 else None
+
+
 def accept_ratio(p_x: float, q_x: float) -> float:
     """min(1, p(x)/q(x)); q(x) = 0 cannot happen for a token drawn from q, treat it as 'p decides'."""
     if q_x <= 0:
@@ -166,7 +175,7 @@ def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
         kids = children(tree, node)
         if kids.size == 0:
             return path, draw(rand, p_res, log, node, True)  # bonus token
-        q_res = np.array(tree.draft_dists[node], dtype=np.float64)  # [V]
+        q_res = tree.draft_dists[node]  # [V]; `without` copies before changing it
         accepted = None
         for c in kids:
             x = tree.tokens[c]
@@ -175,11 +184,9 @@ def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
                 break
             p_res = residual(p_res, q_res)
             if not replacement:
-                q_res[x] = 0.0
-                total = q_res.sum()
-                if not total > 0:  # q exhausted: no sibling can follow
+                q_res = without(q_res, x)
+                if q_res is None:  # q exhausted: no sibling can follow
                     break
-                q_res /= total
         if accepted is None:
             return path, draw(rand, p_res, log, node, False)  # correction token
         path.append(accepted)
@@ -292,7 +299,7 @@ def traverse(tree: Tree, p, rand, log=None, replacement: bool = True):
         a: the node's weight; p_x, q_x: its token's probabilities when its parent reached it."""
         kids = children(tree, node)
         owed = p[node]  # [V] replaced, never changed in place
-        q_left = tree.draft_dists[node] if replacement else np.array(tree.draft_dists[node], dtype=np.float64)  # [V]
+        q_left = tree.draft_dists[node]  # [V]; `without` copies before changing it
         for c in kids:
             x = tree.tokens[c]
             found = visit(int(c), sequence_weight(a, owed[x], q_left[x]), owed[x], q_left[x])
@@ -301,11 +308,9 @@ def traverse(tree: Tree, p, rand, log=None, replacement: bool = True):
             S, r = owed_after(a, owed, q_left)  # c and everything below it rejected
             a, owed = stop_weight(a, S), (r / S if S > 0 else owed)
             if not replacement:
-                q_left[x] = 0.0
-                total = q_left.sum()
-                if not total > 0:  # q exhausted: no sibling can follow
+                q_left = without(q_left, x)
+                if q_left is None:  # q exhausted: no sibling can follow
                     break
-                q_left /= total
         # The root's weight is 1 here (S / (S + 0)): it is always kept, no test needed.
         if node == 0 or coin(rand, a, log, node, tree.tokens[node], p_x, q_x, test="sequence"):
             return path_to(tree, node), draw(rand, owed, log, node, kids.size == 0)
