@@ -379,9 +379,7 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         if draft.config.n_vocab != target.config.n_vocab:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} "
                              f"!= {draft.config.n_vocab}")
-    if plan.rule == "greedy" and temperature > 0:
-        raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at temperature 0; "
-                         f"at temperature {temperature} leave rule None (the rule the tree's drafting needs)")
+    check_rule(plan, method, temperature)
     if method in ("staged", "ngram") and ngram is None:
         raise ValueError(f"method {method!r} needs an n-gram model")
     # A step's tree is one block of the target's pass: cap it at the context length, before any work.
@@ -390,6 +388,25 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         raise ValueError(f"plan: up to {nodes} drafted tokens per step ({tree_size_words(plan, method)}) exceed the "
                          f"cap of n_ctx={target.config.n_ctx}")
     return prompt
+
+
+def check_rule(plan: Plan, method: str, temperature: float) -> None:
+    """A ValueError, before any work, when plan.rule is not lossless for the trees `method` drafts
+    under `plan` (the pairing `accept` would refuse at the first step; verify.check_pairing)."""
+    if plan.rule is None or method == "ar":  # plain decoding drafts nothing: its root-only trees need no rule
+        return
+    if plan.rule == "greedy":
+        if temperature > 0:
+            raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at temperature "
+                             f"0; at temperature {temperature} leave rule None (the rule the tree's drafting needs)")
+        return
+    sampled = plan.sampled or ("with" if method == "speculative" and temperature > 0 else None)  # as generate does
+    drafted_from_q = method in DRAFTED and sampled is not None
+    verify.check_pairing({"with": "with_replacement", "without": "without_replacement"}[sampled]
+                         if drafted_from_q else "deterministic", plan.rule)
+    chain = method in ("speculative", "lookup") or plan.fixed(method) and set(plan.widths) == {1}
+    if plan.rule in ("chain", "block") and not chain:
+        raise ValueError(f"rule {plan.rule!r} verifies a chain: use method 'speculative', or widths of 1")
 
 
 def tree_size_words(plan: Plan, method: str) -> str:

@@ -123,24 +123,13 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
 
 
 def check_rule(plan, method: str, temperature: float) -> None:
-    """A one-line error naming --rule when the plan's rule is not lossless for the trees the method drafts."""
-    from ..verify import check_pairing
+    """decode.check_rule's error, naming --rule: the plan's rule must be lossless for the trees the method drafts."""
+    from ..decode import check_rule as core_check
 
-    if plan.rule is None or temperature == 0 and plan.rule == "greedy":
-        return
-    if temperature == 0:
-        raise ValueError(f"--rule {plan.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
-    sampled = plan.sampled or ("with" if method == "speculative" else None)
-    kind = {"with": "with_replacement", "without": "without_replacement"}.get(sampled, "deterministic")
-    if method in ("lookup", "ngram"):
-        kind = "deterministic"
     try:
-        check_pairing(kind, plan.rule)
+        core_check(plan, method, temperature)
     except ValueError as e:
         raise ValueError(f"--rule {plan.rule}: {e}") from None
-    chain = method in ("speculative", "lookup") or plan.fixed(method) and set(plan.widths) == {1}
-    if plan.rule in ("chain", "block") and not chain:
-        raise ValueError(f"--rule {plan.rule} verifies a chain: use --method speculative, or --widths 1,1,1")
 
 
 def parse_widths(text):
