@@ -202,11 +202,9 @@ def sequence_weight(a: float, p_x: float, q_x: float) -> float:
 
     Along a chain a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1 (the root): a deficit early on
     (p < q) can be made up by a later token with p > q, which token-wise rejection cannot do.
-    q(x) = 0 cannot happen for a token drawn from q; treat it as 'p decides', as accept_ratio does.
+    It is accept_ratio of the path's owed mass a p(x) against q(x).
     """
-    if q_x <= 0:
-        return 1.0 if p_x > 0 else 0.0
-    return min(1.0, a * p_x / q_x)
+    return accept_ratio(a * p_x, q_x)
 
 
 def owed_after(a: float, p, q):  # [V], [V] -> (float, [V])

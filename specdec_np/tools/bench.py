@@ -261,7 +261,7 @@ def rule_pairs(plans) -> dict:
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
         token_level = "recursive_wor" if plan.sampled == "without" else "recursive"
-        pairs[f"{row}: {describe(plan, row)}"] = tuple(
+        pairs[f"{row}: {describe(dataclasses.replace(plan, rule=None), row)}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))
     return pairs

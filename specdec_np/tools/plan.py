@@ -289,11 +289,11 @@ def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrat
 def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
+    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
     if method == "ar":
         return "plain decoding (no drafts)"
     if method in ("speculative", "lookup"):
-        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + \
-            (f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else "")
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif plan.shape == "fixed":
@@ -304,6 +304,4 @@ def describe(plan: Plan, method: str = "staged") -> str:
         guesses = f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len else "no n-gram guesses"
         copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
         text += f"; {guesses}; {copies}"
-    if plan.rule in ("block", "traversal"):
-        text += f"; {plan.rule} verification"
-    return text + ("; padded blocks" if plan.target_pad or plan.draft_pad else "")
+    return text + rule + ("; padded blocks" if plan.target_pad or plan.draft_pad else "")

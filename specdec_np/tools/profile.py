@@ -55,11 +55,13 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
         out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
     if setting != "greedy":  # the sequence-level rules on the same sampled drafts, with fewer stage-2 settings
         out += [("speculative", {"chain": k, "rule": "block"}) for k in chains]
-        stage2, copies = ((0, 0),) if quick else ((0, 0), (2, 4)), (0, 15) if quick else (0, 7, 15)
+        few_stage2 = ((0, 0),) if quick else ((0, 0), (2, 4))
+        few_copies = (0, 15) if quick else (0, 7, 15)
         for tree in trees:
             tree = dict(tree, rule="traversal")
             out.append(("tree", tree))
-            out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
+            out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in few_stage2
+                    for c in few_copies]
     return out
 
 
