@@ -169,14 +169,29 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]
 
 
-def test_costs_measured_on_a_busy_machine_come_with_a_warning(pair, tmp_path, monkeypatch, capsys):
+def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_path, monkeypatch, capsys):
+    """Timings taken while every core is busy would mislead every later run: they come with a
+    note and serve this run only; a quiet machine's are cached and reused."""
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: {"version": plans.CALIBRATION_VERSION})
+    measured = []
+    monkeypatch.setattr(plans, "measure_costs",
+                        lambda *a, **k: measured.append(1) or {"version": plans.CALIBRATION_VERSION, "n": len(measured)})
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
-    plans.calibration(target, draft, trigram, PROMPTS)
-    assert "--recalibrate" in capsys.readouterr().err
+    assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 1}, True)
+    assert "not cached" in capsys.readouterr().err
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
-    plans.calibration(target, draft, trigram, PROMPTS, recalibrate=True)
+    assert plans.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
     assert capsys.readouterr().err == ""
+    assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 2}, False)
+
+
+def test_progress_bar_off_a_terminal_writes_whole_lines(capsys):
+    """In a log file or CI the indicator is two plain lines, not carriage-return redraws."""
+    show = plans.progress_bar("measuring")
+    for done in range(1, 5):
+        show(done, 4)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert err.splitlines() == ["measuring ...", "measuring: done (4/4)"]

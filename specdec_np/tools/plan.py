@@ -129,10 +129,19 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def progress_bar(label: str):
-    """A one-line progress indicator on stderr: progress(done, total)."""
+    """A one-line progress indicator on stderr: progress(done, total). Redrawn in place on a
+    terminal; elsewhere (a log file, CI) one line when it starts and one when it is done."""
+    started = []
+
     def show(done, total):
-        bar = "#" * int(20 * done / total)
-        sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
+        if sys.stderr.isatty():
+            bar = "#" * int(20 * done / total)
+            sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
+        elif done == total:
+            sys.stderr.write(f"{label}: done ({total}/{total})\n")
+        elif not started:
+            sys.stderr.write(f"{label} ...\n")
+        started.append(done)
         sys.stderr.flush()
     return show
 
@@ -199,7 +208,8 @@ def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
 
 def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
     """(this machine's costs for the pair, whether they were measured now): from the cache, or
-    measured (and cached) on first use or with `recalibrate`."""
+    measured on first use or with `recalibrate`, and cached unless the machine was busy (slow,
+    noisy timings serve this run only; the next run measures again)."""
     key = {"machine": machine(), "models": profiles.pair_key(target, draft, ngram), "dtype": str(target.dtype),
            "version": CALIBRATION_VERSION}
     path = cache_path("costs", key)
@@ -207,15 +217,16 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
         return cached, False
     busy = busy_warning()
     costs = measure_costs(target, draft, ngram, prompts, progress)
-    write_json(path, costs)
     if busy:
         sys.stderr.write(busy + "\n")
+    else:
+        write_json(path, costs)
     return costs, True
 
 
 def busy_warning() -> str:
-    """A warning when other processes keep every core busy: timings taken now are slow and noisy, and
-    they are cached ("" when the machine looks quiet, or its load is unknown)."""
+    """A warning when other processes keep every core busy: timings taken now are slow and noisy
+    ("" when the machine looks quiet, or its load is unknown)."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -223,8 +234,8 @@ def busy_warning() -> str:
     cores = os.cpu_count() or 1
     if load <= cores:
         return ""
-    return (f"note: this machine was busy while its costs were measured (load {load:.1f} on {cores} cores), so the "
-            "plan may be off: measure again when it is quiet with --recalibrate")
+    return (f"note: this machine was busy while its costs were measured (load {load:.1f} on {cores} cores), so "
+            "this run's plan may be off; they are not cached: the next run measures again")
 
 
 # ----------------------------------------------------------------------------- the pair's profile

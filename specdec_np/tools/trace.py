@@ -171,12 +171,13 @@ from: after temperature, top-k and top-p).</p>
 "use strict";
 const D = JSON.parse(document.getElementById("trace-data").textContent);
 const $ = id => document.getElementById(id);
-// Who proposed a node: the draft, stage 2's n-gram guess (kept by the draft), stage 2's copy, or
+// Who proposed a node: the draft, stage 2's n-gram guess (kept by the draft), a copy of a repeat
+// (stage 2's, or prompt lookup's), or
 // the target (the root, and the token the target adds). Each has a colour AND a shape.
 const WHO = {
   draft: {label: "draft", color: "var(--draft)", bg: "var(--draft-bg)", shape: "circle"},
   guess: {label: "n-gram guess", color: "var(--ngram)", bg: "var(--ngram-bg)", shape: "diamond"},
-  copy: {label: "copy (stage 2)", color: "var(--copy)", bg: "var(--copy-bg)", shape: "square"},
+  copy: {label: "copy of a repeat", color: "var(--copy)", bg: "var(--copy-bg)", shape: "square"},
   target: {label: "target", color: "var(--target)", bg: "var(--target-bg)", shape: "triangle"},
 };
 const RULES = {
@@ -205,7 +206,7 @@ function short(x) {  // 0.94 -> .94, in a node's box
 function who(step, i) {
   if (i === 0) return "target";
   const src = D.sources[step.proposers[i]];
-  if (src === "ngram") return step.copied ? "copy" : "guess";
+  if (src === "ngram") return step.copied || D.method === "lookup" ? "copy" : "guess";  // prompt lookup copies
   return src === "target" ? "target" : "draft";
 }
 
