@@ -1,6 +1,7 @@
 """Export the trained tiny models through specdec_np's own saver (Hugging Face GPT-2 layout, fp16).
 
-    python weights/export_tiny.py            # needs PyTorch (the training venv); writes weights/tiny-*/
+    python weights/export_tiny.py                   # needs PyTorch; writes weights/tiny-target/, tiny-draft/
+    python weights/export_tiny.py draft_t1          # only the further-distilled draft, as weights/tiny-draft/
 
 Checks, for each model, that specdec_np's forward pass on the exported file gives the logits of the
 PyTorch model it came from *with its weights rounded to fp16*, and records held-out losses.
@@ -23,6 +24,9 @@ from specdec_np import checkpoint  # noqa: E402
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache  # noqa: E402
 
 
+SHIPPED_AS = {"target": "target", "draft": "draft", "draft_t1": "draft"}  # run -> weights/tiny-NAME/
+
+
 def export(name: str) -> dict:
     import torch
 
@@ -31,7 +35,7 @@ def export(name: str) -> dict:
         for p in model.parameters():
             p.copy_(p.half().float())
     config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg.n_ctx, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head)
-    out_dir = HERE / f"tiny-{name}"
+    out_dir = HERE / f"tiny-{SHIPPED_AS[name]}"
     checkpoint.save(GPT2(config, T.to_numpy_params(model, cfg)), out_dir, dtype=np.float16)
     ours = checkpoint.load(out_dir)
 
@@ -84,15 +88,19 @@ def slice_loss_torch(name: str, tokens: np.ndarray) -> float:
 
 
 if __name__ == "__main__":
-    report = {name: export(name) for name in ("target", "draft")}
+    runs = sys.argv[1:] or ["target", "draft"]
+    for r in runs:
+        assert r in SHIPPED_AS, f"unknown run {r!r} (one of {sorted(SHIPPED_AS)})"
+    report = {name: export(name) for name in runs}
     from specdec_np.tokenizer import encode, get_encoding
 
     text = slice_text()
     FIXTURE.write_text(text, encoding="utf-8")
     toks = np.array(encode(get_encoding(T.N_VOCAB), text)[:512])
-    for name in ("target", "draft"):
+    for name in runs:
         report[name]["heldout_slice_nats"] = round(slice_loss_torch(name, toks), 5)
-    (HERE / "eval.json").write_text(json.dumps({n: {"heldout_slice_nats": report[n]["heldout_slice_nats"]}
-                                                for n in ("target", "draft")}, indent=1) + "\n")
+    evals = json.loads((HERE / "eval.json").read_text()) if (HERE / "eval.json").exists() else {}
+    evals.update({SHIPPED_AS[n]: {"heldout_slice_nats": report[n]["heldout_slice_nats"]} for n in runs})
+    (HERE / "eval.json").write_text(json.dumps(evals, indent=1) + "\n")
     (HERE / "work" / "export.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

@@ -5,6 +5,9 @@ Optional tooling: needs PyTorch (CPU), never needed at run time. See weights/REA
     python weights/train_tiny.py corpus            # tokenize the stdlib -> weights/work/*.npy
     python weights/train_tiny.py train target      # resumable; checkpoints in weights/work/
     python weights/train_tiny.py train draft       # distilled from the trained target
+    python weights/train_tiny.py samples           # the shipped target's top-k 50, T=1 samples
+    python weights/train_tiny.py train draft_t1    # the shipped draft, distilled further on them
+    python weights/train_tiny.py match             # how well the shipped draft matches the shipped target
     python weights/train_tiny.py bench             # tokens/s of the training step, to size a run
 
 Everything is seeded; a run interrupted at any point resumes from its last checkpoint with the
@@ -52,6 +55,10 @@ class RunConfig:
     distill_from: str | None = None  # name of the teacher run (draft only)
     distill_alpha: float = 1.0  # weight of KL(teacher || student); 1 - alpha on the corpus CE
     ckpt_every: int = 100
+    init_from: str | None = None  # start from these weights ("shipped:draft" = weights/tiny-draft)
+    sample_frac: float = 0.0  # fraction of each batch drawn from the teacher's samples (work/samples_train.npy)
+    tvd_weight: float = 0.0  # + tvd_weight x total variation between the top-k processed distributions
+    top_k: int = 50  # the k of that top-k (the benchmark's sampled setting: top-k 50, T=1)
 
 
 RUNS = {
@@ -60,6 +67,12 @@ RUNS = {
     # ~1.5M parameters, ~3 MFLOPs/token (7x fewer than the target), distilled from it.
     "draft": RunConfig("draft", n_layer=2, n_head=4, n_embd=128, steps=1000, lr=3e-3,
                        distill_from="target", distill_alpha=0.8),
+    # The shipped draft, distilled further on contexts the decoder actually meets at T=1 (half the
+    # batch: the target's own top-k 50 samples), matching the top-k processed distributions whose
+    # overlap sum(min(p, q)) is the acceptance rate, not only the full softmax.
+    "draft_t1": RunConfig("draft_t1", n_layer=2, n_head=4, n_embd=128, seq_len=511, steps=300, lr=1e-3, warmup=20,
+                          distill_from="shipped:target", init_from="shipped:draft", sample_frac=0.5,
+                          tvd_weight=1.0),
 }
 
 
@@ -178,6 +191,141 @@ def to_numpy_params(model, cfg: RunConfig) -> dict:
 
 # ----------------------------------------------------------------------------- training
 
+def from_numpy_params(model, params: dict) -> None:
+    """Copy specdec_np parameters into the torch model (the inverse of to_numpy_params)."""
+    import torch
+
+    sd = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
+          "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
+    for i, b in enumerate(params["blocks"]):
+        p = f"h.{i}."
+        sd.update({p + "ln_1.weight": b["ln_1"]["g"], p + "ln_1.bias": b["ln_1"]["b"],
+                   p + "c_attn.weight": b["attn"]["c_attn"]["w"].T, p + "c_attn.bias": b["attn"]["c_attn"]["b"],
+                   p + "c_proj.weight": b["attn"]["c_proj"]["w"].T, p + "c_proj.bias": b["attn"]["c_proj"]["b"],
+                   p + "ln_2.weight": b["ln_2"]["g"], p + "ln_2.bias": b["ln_2"]["b"],
+                   p + "c_fc.weight": b["mlp"]["c_fc"]["w"].T, p + "c_fc.bias": b["mlp"]["c_fc"]["b"],
+                   p + "mlp_proj.weight": b["mlp"]["c_proj"]["w"].T, p + "mlp_proj.bias": b["mlp"]["c_proj"]["b"]})
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()})
+
+
+def get_model(name: str):
+    """A run's final torch model, or "shipped:NAME" = the committed weights/tiny-NAME/ checkpoint."""
+    if not name.startswith("shipped:"):
+        return load_run(name)
+    from specdec_np import checkpoint
+
+    which = name.split(":", 1)[1]
+    cfg = next(c for c in RUNS.values() if c.name == which)
+    model = make_model(cfg)
+    from_numpy_params(model, checkpoint.load(HERE / f"tiny-{which}").params)
+    model.eval()
+    return model, cfg
+
+
+def top_k_probs(logits, k: int):  # [..., V] -> [..., V]: softmax over the k largest logits, 0 elsewhere
+    import torch
+    import torch.nn.functional as F
+
+    v, i = logits.topk(k, dim=-1)
+    return torch.zeros_like(logits).scatter(-1, i, F.softmax(v, dim=-1))
+
+
+def sample(model, cfg: RunConfig, prompts: np.ndarray, n_new: int, top_k: int, seed: int) -> np.ndarray:
+    """Continue each prompt [B, P] by n_new tokens drawn at T=1 from the top-k processed model, with
+    a KV cache (the training forward has none) -> [B, P + n_new]."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    B, d, h = prompts.shape[0], cfg.n_embd, cfg.n_head
+    n = prompts.shape[1] + n_new
+    caches = torch.zeros(cfg.n_layer, 2, B, h, n, d // h)  # [layer, k/v, B, head, position, head dim]
+
+    def last_logits(idx, pos0):  # [B, T] -> [B, V], extending the caches
+        T = idx.shape[1]
+        x = model.wte(idx) + model.wpe(torch.arange(pos0, pos0 + T))
+        for i, blk in enumerate(model.h):
+            q, k, v = blk.c_attn(blk.ln_1(x)).split(d, dim=2)
+            q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (q, k, v))
+            caches[i, 0, :, :, pos0:pos0 + T], caches[i, 1, :, :, pos0:pos0 + T] = k, v
+            k, v = caches[i, 0, :, :, :pos0 + T], caches[i, 1, :, :, :pos0 + T]
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=pos0 == 0)  # one new token sees all
+            x = x + blk.c_proj(a.transpose(1, 2).reshape(B, T, d))
+            x = x + blk.mlp_proj(F.gelu(blk.c_fc(blk.ln_2(x)), approximate="tanh"))
+        return model.ln_f(x[:, -1]) @ model.wte.weight.T
+
+    out = torch.zeros(B, n, dtype=torch.int64)
+    out[:, :prompts.shape[1]] = torch.from_numpy(prompts.astype(np.int64))
+    with torch.no_grad():
+        logits = last_logits(out[:, :prompts.shape[1]], 0)
+        for t in range(prompts.shape[1], n):
+            out[:, t:t + 1] = torch.multinomial(top_k_probs(logits.float(), top_k), 1, generator=gen)  # [B, 1]
+            if t + 1 < n:
+                logits = last_logits(out[:, t:t + 1], t)
+    return out.numpy()
+
+
+SAMPLES = {"train": 2048, "heldout": 64}  # sequences of 512 tokens: 64 of corpus text, 448 sampled
+
+
+def make_samples(batch: int = 64, prefix: int = 64) -> None:
+    """The shipped target's top-k 50, T=1 continuations of corpus prefixes (held-out prefixes for the
+    held-out set), in work/samples_{split}.npy; resumable batch by batch."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "2")))
+    target, cfg = get_model("shipped:target")
+    for split, n in SAMPLES.items():
+        toks = np.load(WORK / f"{split}.npy")
+        path = WORK / f"samples_{split}.npy"
+        done = np.load(path) if path.exists() else np.zeros((0, cfg.n_ctx), np.uint16)
+        t0 = time.time()
+        for b in range(done.shape[0] // batch, n // batch):
+            rng = np.random.default_rng([99, b, split == "heldout"])
+            starts = rng.integers(0, toks.size - prefix, size=batch)
+            prompts = np.stack([toks[s:s + prefix] for s in starts])
+            seqs = sample(target, cfg, prompts, cfg.n_ctx - prefix, 50, seed=b + 1000 * (split == "heldout"))
+            done = np.concatenate([done, seqs.astype(np.uint16)])
+            tmp = path.with_suffix(".tmp.npy")
+            np.save(tmp, done)
+            os.replace(tmp, path)
+            print(f"{split}: {done.shape[0]}/{n} sequences, {time.time() - t0:.0f} s", flush=True)
+
+
+def match(student, teacher, windows: np.ndarray, k: int) -> dict:
+    """How well the student matches the teacher on windows [N, T+1]: the acceptance rate of one
+    drafted token at top-k k, T=1 (sum min(p, q) of the processed distributions), argmax agreement
+    (the greedy acceptance rate) and KL(p || q) of the raw T=1 distributions."""
+    import torch
+    import torch.nn.functional as F
+
+    acc, agree, kl = [], [], []
+    with torch.no_grad():
+        for i in range(0, len(windows), 8):
+            x = torch.from_numpy(windows[i:i + 8, :-1].astype(np.int64))
+            tl, sl = teacher(x).float(), student(x).float()
+            acc.append(torch.minimum(top_k_probs(tl, k), top_k_probs(sl, k)).sum(-1).mean().item())
+            agree.append((tl.argmax(-1) == sl.argmax(-1)).float().mean().item())
+            tp, sp = F.log_softmax(tl, -1), F.log_softmax(sl, -1)
+            kl.append((tp.exp() * (tp - sp)).sum(-1).mean().item())
+    return {"accept_topk": round(float(np.mean(acc)), 4), "argmax_agree": round(float(np.mean(agree)), 4),
+            "kl": round(float(np.mean(kl)), 4)}
+
+
+def report_match() -> None:
+    """The model card's agreement numbers for the shipped pair: on 24 evenly spaced held-out windows
+    of 256 tokens, and on the target's held-out samples."""
+    target, _ = get_model("shipped:target")
+    draft, cfg = get_model("shipped:draft")
+    held = np.load(WORK / "heldout.npy")
+    starts = np.linspace(0, held.size - 300, 24).astype(np.int64)
+    windows = np.stack([held[s:s + 257] for s in starts])
+    print("held-out text:", match(draft, target, windows, 50))
+    if (WORK / "samples_heldout.npy").exists():
+        print("target's held-out samples:", match(draft, target, np.load(WORK / "samples_heldout.npy"), 50))
+    print("held-out loss (nats/token):", round(evaluate(draft, cfg, held), 4))
+
+
 def lr_at(cfg: RunConfig, step: int) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -185,11 +333,16 @@ def lr_at(cfg: RunConfig, step: int) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def batch_at(tokens: np.ndarray, cfg: RunConfig, step: int) -> np.ndarray:
-    """Random windows of seq_len+1 tokens; a pure function of (seed, step), so resuming is exact."""
+def batch_at(tokens: np.ndarray, cfg: RunConfig, step: int, samples: np.ndarray | None = None) -> np.ndarray:
+    """Random windows of seq_len+1 tokens (a fraction sample_frac of them: the first seq_len+1 tokens
+    of random sampled sequences); a pure function of (seed, step), so resuming is exact."""
     rng = np.random.default_rng([cfg.seed, step])
-    starts = rng.integers(0, tokens.size - cfg.seq_len - 1, size=cfg.batch)
-    return np.stack([tokens[s:s + cfg.seq_len + 1] for s in starts]).astype(np.int64)
+    n_samples = round(cfg.batch * cfg.sample_frac) if samples is not None else 0
+    starts = rng.integers(0, tokens.size - cfg.seq_len - 1, size=cfg.batch - n_samples)
+    rows = [tokens[s:s + cfg.seq_len + 1] for s in starts]
+    if n_samples:
+        rows += list(samples[rng.integers(0, len(samples), size=n_samples), :cfg.seq_len + 1])
+    return np.stack(rows).astype(np.int64)
 
 
 def load_run(name: str, which: str = "final"):
@@ -227,8 +380,10 @@ def train(name: str, bf16: bool = True) -> None:
     torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "2")))
     train_toks = np.load(WORK / "train.npy")
     held_toks = np.load(WORK / "heldout.npy")
-    model = make_model(cfg)
-    teacher = load_run(cfg.distill_from)[0] if cfg.distill_from else None
+    model = get_model(cfg.init_from)[0].train() if cfg.init_from else make_model(cfg)
+    teacher = get_model(cfg.distill_from)[0] if cfg.distill_from else None
+    samples = np.load(WORK / "samples_train.npy") if cfg.sample_frac else None
+    held_samples = np.load(WORK / "samples_heldout.npy")[:32] if cfg.sample_frac else None
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -249,7 +404,11 @@ def train(name: str, bf16: bool = True) -> None:
     while step < cfg.steps:
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
-        xb = torch.from_numpy(batch_at(train_toks, cfg, step))
+        if step == 0 and held_samples is not None:  # where the student starts
+            print(json.dumps({"step": 0, "match_samples": match(model.eval(), teacher, held_samples, cfg.top_k)}),
+                  file=log, flush=True)
+            model.train()
+        xb = torch.from_numpy(batch_at(train_toks, cfg, step, samples))
         x, y = xb[:, :-1], xb[:, 1:]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(x)
@@ -257,10 +416,14 @@ def train(name: str, bf16: bool = True) -> None:
             loss = ce
             if teacher is not None:
                 with torch.no_grad():
-                    t_logp = F.log_softmax(teacher(x).float(), dim=-1)
+                    t_logits = teacher(x).float()
+                    t_logp = F.log_softmax(t_logits, dim=-1)
                 s_logp = F.log_softmax(logits.float(), dim=-1)
                 kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
                 loss = cfg.distill_alpha * kl + (1 - cfg.distill_alpha) * ce
+                if cfg.tvd_weight:  # 1 - sum min(p, q) = the rejection rate at top-k, T=1
+                    tvd = 0.5 * (top_k_probs(t_logits, cfg.top_k) - top_k_probs(logits.float(), cfg.top_k)).abs().sum(-1).mean()
+                    loss = loss + cfg.tvd_weight * tvd
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -274,6 +437,8 @@ def train(name: str, bf16: bool = True) -> None:
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 model.eval()
                 rec["heldout_nats"] = round(evaluate(model, cfg, held_toks), 4)
+                if held_samples is not None:
+                    rec["match_samples"] = match(model, teacher, held_samples, cfg.top_k)
                 model.train()
                 tmp = ckpt.with_suffix(".tmp")
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -310,12 +475,16 @@ def bench(name: str, bf16: bool) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=["corpus", "train", "bench"])
+    ap.add_argument("cmd", choices=["corpus", "samples", "train", "match", "bench"])
     ap.add_argument("run", nargs="?", default="target", choices=sorted(RUNS))
     ap.add_argument("--fp32", action="store_true", help="train in float32 instead of bf16 autocast")
     a = ap.parse_args()
     if a.cmd == "corpus":
         build_corpus()
+    elif a.cmd == "samples":
+        make_samples()
+    elif a.cmd == "match":
+        report_match()
     elif a.cmd == "train":
         train(a.run, bf16=not a.fp32)
     else:
