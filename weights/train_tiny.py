@@ -132,12 +132,15 @@ def make_model(cfg: RunConfig):
             self.c_fc = nn.Linear(d, 4 * d)
             self.mlp_proj = nn.Linear(4 * d, d)
 
-        def forward(self, x):
+        def forward(self, x, cache=None, pos0=0):  # cache: [2, B, head, n, head dim] (sampling only)
             B, T, d = x.shape
             q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
             h = cfg.n_head
             q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if cache is not None:  # keys and values of positions pos0.. join the cached ones
+                cache[0, :, :, pos0:pos0 + T], cache[1, :, :, pos0:pos0 + T] = k, v
+                k, v = cache[0, :, :, :pos0 + T], cache[1, :, :, :pos0 + T]
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=pos0 == 0)  # a later token sees all
             x = x + self.c_proj(a.transpose(1, 2).reshape(B, T, d))
             return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
@@ -161,11 +164,11 @@ def make_model(cfg: RunConfig):
             elif isinstance(m, nn.Embedding):
                 nn.init.normal_(m.weight, 0.0, 0.02)
 
-        def forward(self, idx):  # [B, T] -> logits [B, T, n_vocab]
+        def forward(self, idx, caches=None, pos0=0):  # [B, T] -> logits [B, T, n_vocab]
             T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-            for blk in self.h:
-                x = blk(x)
+            x = self.wte(idx) + self.wpe(torch.arange(pos0, pos0 + T, device=idx.device))
+            for i, blk in enumerate(self.h):
+                x = blk(x, None if caches is None else caches[i], pos0)
             return self.ln_f(x) @ self.wte.weight.T  # tied LM head
 
     return GPT()
@@ -232,36 +235,21 @@ def top_k_probs(logits, k: int):  # [..., V] -> [..., V]: softmax over the k lar
 
 def sample(model, cfg: RunConfig, prompts: np.ndarray, n_new: int, top_k: int, seed: int) -> np.ndarray:
     """Continue each prompt [B, P] by n_new tokens drawn at T=1 from the top-k processed model, with
-    a KV cache (the training forward has none) -> [B, P + n_new]."""
+    a KV cache -> [B, P + n_new]."""
     import torch
-    import torch.nn.functional as F
 
     gen = torch.Generator().manual_seed(seed)
-    B, d, h = prompts.shape[0], cfg.n_embd, cfg.n_head
-    n = prompts.shape[1] + n_new
-    caches = torch.zeros(cfg.n_layer, 2, B, h, n, d // h)  # [layer, k/v, B, head, position, head dim]
-
-    def last_logits(idx, pos0):  # [B, T] -> [B, V], extending the caches
-        T = idx.shape[1]
-        x = model.wte(idx) + model.wpe(torch.arange(pos0, pos0 + T))
-        for i, blk in enumerate(model.h):
-            q, k, v = blk.c_attn(blk.ln_1(x)).split(d, dim=2)
-            q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (q, k, v))
-            caches[i, 0, :, :, pos0:pos0 + T], caches[i, 1, :, :, pos0:pos0 + T] = k, v
-            k, v = caches[i, 0, :, :, :pos0 + T], caches[i, 1, :, :, :pos0 + T]
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=pos0 == 0)  # one new token sees all
-            x = x + blk.c_proj(a.transpose(1, 2).reshape(B, T, d))
-            x = x + blk.mlp_proj(F.gelu(blk.c_fc(blk.ln_2(x)), approximate="tanh"))
-        return model.ln_f(x[:, -1]) @ model.wte.weight.T
-
+    B, P = prompts.shape
+    n = P + n_new
+    caches = torch.zeros(cfg.n_layer, 2, B, cfg.n_head, n, cfg.n_embd // cfg.n_head)  # [layer, k/v, B, head, n, head dim]
     out = torch.zeros(B, n, dtype=torch.int64)
-    out[:, :prompts.shape[1]] = torch.from_numpy(prompts.astype(np.int64))
+    out[:, :P] = torch.from_numpy(prompts.astype(np.int64))
     with torch.no_grad():
-        logits = last_logits(out[:, :prompts.shape[1]], 0)
-        for t in range(prompts.shape[1], n):
+        logits = model(out[:, :P], caches)[:, -1]  # [B, V]
+        for t in range(P, n):
             out[:, t:t + 1] = torch.multinomial(top_k_probs(logits.float(), top_k), 1, generator=gen)  # [B, 1]
             if t + 1 < n:
-                logits = last_logits(out[:, t:t + 1], t)
+                logits = model(out[:, t:t + 1], caches, pos0=t)[:, -1]
     return out.numpy()
 
 

@@ -131,9 +131,10 @@ def write_json(path: Path, data: dict) -> None:
 def progress_bar(label: str):
     """A one-line progress indicator on stderr: progress(done, total). Redrawn in place on a
     terminal; elsewhere (a log file, CI) one line when it starts and one when it is done."""
-    started = []
+    started = False
 
     def show(done, total):
+        nonlocal started
         if sys.stderr.isatty():
             bar = "#" * int(20 * done / total)
             sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
@@ -141,7 +142,7 @@ def progress_bar(label: str):
             sys.stderr.write(f"{label}: done ({total}/{total})\n")
         elif not started:
             sys.stderr.write(f"{label} ...\n")
-        started.append(done)
+        started = True
         sys.stderr.flush()
     return show
 
