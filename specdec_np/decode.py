@@ -125,7 +125,7 @@ class Step:
     target_block: int  # rows in the target's pass: catch-up tokens and tree nodes
     draft_blocks: list  # rows in each of the draft's passes
     ngram_queries: int
-    seconds: tuple  # (drafting, the target's pass, verifying and compacting)
+    seconds: tuple  # (drafting, the target's pass, verifying, compacting and emitting)
     # With keep_trees, what a trace shows (tools/trace.py); None otherwise.
     tree: Tree | None = None  # the verified tree and its accepted path
     path: list | None = None
@@ -234,10 +234,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         path, token = accept(tree, p, rule, rand, checks)
         # Both caches keep only the accepted path, in contiguous slots.
         keys = compact(cache, start, n_c, tree, path, None if copied else drafter)
-        t3 = time.perf_counter()
         tokens, source, stop = emit(tree, path, token, keys, method, copied, drafter, max_new_tokens - len(new), eos)
         new += tokens
         seq += tokens
+        t3 = time.perf_counter()
         step = Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
                     step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2))
         if keep_trees:

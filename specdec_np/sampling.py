@@ -16,6 +16,8 @@ import numbers
 
 import numpy as np
 
+from .fastpath import kth_largest
+
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
@@ -38,7 +40,7 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
     if k == 1:  # a chain's step: argmax already breaks ties to the lower id
         return np.array([np.argmax(probs)])
     if k < V:
-        kth = np.partition(probs, V - k)[V - k]  # the k-th largest value
+        kth = kth_largest(probs, k)[0]
         ids = np.flatnonzero(probs >= kth)  # ascending ids, every tie at kth included
     else:
         ids = np.arange(V)
@@ -48,7 +50,7 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
 def top_k_mask(values, k: int):  # [..., V] -> [..., V] bool
     """Where the k largest values are (exactly k: ties to the lower id)."""
     V = values.shape[-1]
-    kth = np.partition(values, V - k, axis=-1)[..., V - k:V - k + 1]  # [..., 1] the k-th largest
+    kth = kth_largest(values, k)  # [..., 1]
     keep = (values >= kth).reshape(-1, V)  # [rows, V]
     # Rows with more than k values at or above the k-th (ties at it): keep the lowest tied ids.
     for r in np.flatnonzero(np.count_nonzero(keep, axis=-1) > k):

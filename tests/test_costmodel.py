@@ -3,8 +3,8 @@
 import pytest
 
 from specdec_np.fastpath import padded
-from specdec_np.tools.costmodel import (block_ms, fit_overheads, forward_ms, interp, loop_scale, pad_size, padding,
-                                        record_ms, scaled)
+from specdec_np.tools.costmodel import (OVERHEADS, block_ms, fit_overheads, forward_ms, interp, loop_scale, pad_size,
+                                        padding, record_ms, scaled, work)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -49,32 +49,39 @@ def test_cost_model_prices_cold_and_warm_passes_padded_and_overheads():
     assert forward_ms(r, CURVES) == 2 * (3.5 + 3.0) + 1.0 + 2 * 2.0 + 4.0 + 1.0
     pad = padding(CURVE)  # 5 -> 8, 3 -> 4, 7 -> 8
     assert forward_ms(r, CURVES, target_pad=pad, draft_pad=pad) == 2 * (3.0 + 2.5) + 1.0 + 2 * 2.0 + 3.0 + 1.0
-    o = {"step": 0.5, "draft_pass": 0.25, "ngram_query": 0.01}
-    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms(r, CURVES) + 3 * 0.5 + 3 * 0.25 + 10 * 0.01)
+    o = {"step": 0.5, "draft_step": 0.25, "draft_row": 0.125, "ngram_query": 0.01}
+    # 3 steps, 1 of them drafting (one cold draft pass), 2 + 7 + 1 = 10 draft rows, 10 queries.
+    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms(r, CURVES) + 3 * 0.5 + 0.25 + 10 * 0.125 + 10 * 0.01)
     no_draft = {"target": {"warm": CURVE}}  # plain decoding's passes are all warm; a missing state uses warm
     assert forward_ms(record(target_warm=[1, 1]), {**no_draft, "draft": {"warm": CURVE}}) == 2.0
 
 
-def test_fit_overheads_recovers_known_overheads():
-    truth = {"step": 0.3, "draft_pass": 0.2, "ngram_query": 0.05}
-    records = [record(target_warm=[1] * 4, steps=4), record(target_warm=[1, 1], steps=2),
-               record(target_cold=[8, 5], draft_cold=[1, 2], draft_warm=[4, 2], steps=2),
-               record(target_cold=[8, 8, 16], draft_cold=[1, 1, 7], steps=3),
-               record(target_cold=[8], target_warm=[4], draft_cold=[1, 4], steps=2, ngram_queries=12),
-               record(target_cold=[4, 8], draft_cold=[7, 8], draft_warm=[1], steps=2, ngram_queries=5)]
-    runs = [(r, record_ms(r, CURVES, truth)) for r in records]
-    got = fit_overheads(runs, CURVES)
-    assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
-    # A known overhead is taken as given, and the others still fit.
-    got = fit_overheads(runs, CURVES, known={"ngram_query": 0.05})
-    assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
+def timed_step(blocks, queries, overheads, pad):
+    """A timed step (`plan.timed_steps`): its draft blocks, n-gram queries and the ms outside the
+    target's pass, here exactly what the cost model charges for them."""
+    r = record(draft_cold=list(blocks[:1]), draft_warm=list(blocks[1:]), ngram_queries=queries)
+    return list(blocks), queries, forward_ms(r, CURVES, draft_pad=pad) + sum(
+        overheads[k] * n for k, n in zip(OVERHEADS, work(r)))
+
+
+def test_fit_overheads_recovers_known_overheads_from_steps():
+    truth = {"step": 0.3, "draft_step": 0.2, "draft_row": 0.05, "ngram_query": 0.01}
+    pad = padding(CURVE)
+    shapes = [((), 0), ((), 3), ((1, 1, 1), 0), ((2, 1), 4), ((5, 3, 2), 0), ((1,), 12), ((7, 1), 1)]
+    steps = [timed_step(blocks, queries, truth, pad) for blocks, queries in shapes]
+    got = fit_overheads(steps, CURVES, query_ms=0.01, draft_pad=pad)
+    assert set(got) == set(OVERHEADS) and all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
+    # Priced without the padding the steps ran with, the draft's passes no longer account for the
+    # time: the same fit comes out wrong (the check can fail).
+    wrong = fit_overheads(steps, CURVES, query_ms=0.01)
+    assert any(abs(wrong[k] - truth[k]) > 1e-3 for k in truth), wrong
 
 
 def test_fit_overheads_never_returns_a_negative_overhead():
-    # Wall times below what the curves charge: no overhead can explain them, none goes negative.
-    runs = [(record(target_warm=[2, 1, 1], steps=3), 0.5), (record(target_cold=[8, 4], draft_cold=[1, 2], steps=2), 1.0)]
-    got = fit_overheads(runs, CURVES)
-    assert set(got) == {"step", "draft_pass", "ngram_query"} and all(v >= 0 for v in got.values()), got
+    # Steps faster than what the curves charge: no overhead can explain them, none goes negative.
+    steps = [([], 0, 0.0), ([2, 1], 0, 0.5), ([8], 3, 0.1), ([1], 0, 3.0)]
+    got = fit_overheads(steps, CURVES, query_ms=0.02)
+    assert set(got) == set(OVERHEADS) and all(v >= 0 for v in got.values()), got
 
 
 def test_loop_scale_is_the_median_ratio_of_in_loop_passes_to_the_curve():

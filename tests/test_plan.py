@@ -13,6 +13,7 @@ from specdec_np.decode import Plan, generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import plan as plans
 from specdec_np.tools import profile as profiles
+from specdec_np.tools.costmodel import OVERHEADS
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
 PROMPTS = [[1, 2, 3, 1, 2], [4, 5, 6, 7], [3, 3, 9, 1, 2, 3]]
@@ -41,7 +42,7 @@ def curve(per_token, fixed):  # ms of a pass of k tokens: fixed + per_token * k
 def costs(per_token, fixed=1.0):
     c = curve(per_token, fixed)
     return {"curves": {"target": {"warm": c, "cold": c}, "draft": {"warm": curve(0.01, 0.1), "cold": curve(0.01, 0.1)}},
-            "overheads": {s: {"step": 0.0, "draft_pass": 0.0, "ngram_query": 0.0} for s in ("greedy", "sampled")}}
+            "overheads": {s: dict.fromkeys(OVERHEADS, 0.0) for s in ("greedy", "sampled")}}
 
 
 def test_profile_counts_what_each_run_did_past_its_prefill(pair):
@@ -115,7 +116,7 @@ def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     assert set(got["curves"]) == {"target", "draft"}
     assert all(set(c) == {"warm", "cold"} and all(v > 0 for v in c["warm"].values()) for c in got["curves"].values())
     assert set(got["overheads"]) == {"greedy", "sampled"}
-    assert all(set(o) == {"step", "draft_pass", "ngram_query"} and min(o.values()) >= 0
+    assert all(set(o) == set(OVERHEADS) and min(o.values()) >= 0
                for o in got["overheads"].values())
     # The target's curve is scaled to what its passes cost in the decoding loop, at every size.
     assert set(got["target_scale"]) == {int(k) for k in got["curves"]["target"]["warm"]}

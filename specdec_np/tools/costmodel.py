@@ -3,9 +3,9 @@
 A plan's milliseconds per token = (every forward pass it makes, at this machine's cost curve for
 its block size, padded as the plan says, "cold" when the other model ran just before it and
 "warm" otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a
-fixed overhead per step, per draft pass and per n-gram query) / the tokens it emits. The counts
-come from the pair's acceptance profile (`profile.py`) or from a run's own statistics; the curve
-and the overheads from this machine (`calibrate`, a few seconds).
+fixed overhead per step, per step that drafts, per draft row and per n-gram query) / the tokens
+it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a run's own
+statistics; the curve and the overheads from this machine (`plan.calibration`, a few seconds).
 """
 
 from __future__ import annotations
@@ -94,12 +94,16 @@ def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float
     return ms
 
 
-OVERHEADS = ("step", "draft_pass", "ngram_query")
+OVERHEADS = ("step", "draft_step", "draft_row", "ngram_query")
 
 
 def work(record: dict) -> list:
-    """The counts the overheads multiply: steps, draft passes, n-gram queries."""
-    return [record["steps"], sum(sum(c.values()) for c in record["draft"].values()), record["ngram_queries"]]
+    """The counts the overheads multiply: steps, steps that ran the draft (a step's first draft
+    pass is its cold one), rows the draft computed (each processed into a distribution, drawn
+    from or ranked), n-gram queries."""
+    draft = record["draft"]
+    return [record["steps"], sum(draft.get("cold", {}).values()),
+            sum(int(k) * n for c in draft.values() for k, n in c.items()), record["ngram_queries"]]
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
@@ -108,7 +112,7 @@ def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_
         overheads.get(name, 0.0) * n for name, n in zip(OVERHEADS, work(record)))
 
 
-def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
+def nonnegative_lstsq(features, y):  # [n, k], [n] -> [k]
     """Least squares with every coefficient >= 0: one that comes out negative is fixed at 0 and
     the rest refitted."""
     free = [j for j in range(features.shape[1]) if features[:, j].any()]
@@ -121,14 +125,20 @@ def nonnegative_lstsq(features, y):  # [runs, k], [runs] -> [k]
         free = [j for j in free if x[j] > 0]
 
 
-def fit_overheads(runs, curves, known=None) -> dict:
-    """The per-step, per-draft-pass and per-query overheads (ms) from timed runs [(record, ms)]:
-    what the wall time spends beyond the forward passes the curve prices (least squares, >= 0);
-    `known` overheads are taken as given and the others fitted."""
-    known = known or {}
-    features = np.array([work(r) for r, _ in runs], dtype=float)
-    y = np.array([ms - forward_ms(r, curves) for r, ms in runs])
-    y -= features @ np.array([known.get(name, 0.0) for name in OVERHEADS])
-    free = [j for j, name in enumerate(OVERHEADS) if name not in known]
-    fitted = dict(zip([OVERHEADS[j] for j in free], nonnegative_lstsq(features[:, free], y)))
-    return {name: float(known[name] if name in known else fitted[name]) for name in OVERHEADS}
+def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
+    """The fixed overheads (ms) from timed decoding steps [(draft blocks, n-gram queries, ms spent
+    outside the target's pass)]: what that time holds beyond the draft's passes at the curve's
+    costs and the queries at `query_ms`, as a cost per step, per step that ran the draft and per
+    draft row (least squares over the steps, each >= 0).
+
+    Fitted step by step on the time outside the target's pass, not run by run on wall time: there
+    a run's steps and draft passes rise together, and the fit traded one for the other (greedy
+    step overheads of 0.0 to 1.1 ms from one calibration to the next on the same machine)."""
+    features, y = [], []
+    for blocks, queries, ms in steps:
+        draft = sum(interp(curves["draft"].get("cold" if i == 0 else "warm") or curves["draft"]["warm"],
+                           padded(draft_pad, k)) for i, k in enumerate(blocks)) if blocks else 0.0
+        features.append([1.0, float(bool(blocks)), float(sum(blocks))])
+        y.append(ms - draft - query_ms * queries)
+    x = nonnegative_lstsq(np.array(features), np.array(y))
+    return {"step": float(x[0]), "draft_step": float(x[1]), "draft_row": float(x[2]), "ngram_query": float(query_ms)}

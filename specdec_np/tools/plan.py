@@ -5,9 +5,9 @@ Sequoia-style, from two things measured apart:
 
 - the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
   property of the models, shipped for the embedded pair and measured once for any other pair;
-- this machine's costs (`calibrate`, a few seconds on first use): the forward pass against its
-  block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, draft pass and
-  n-gram query (fitted on a few short timed runs), cached in the user's cache directory under a
+- this machine's costs (`calibration`, a few seconds on first use): the forward pass against its
+  block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting step,
+  draft row and n-gram query (fitted on the steps of a few short timed runs), cached in the user's cache directory under a
   key of everything they depend on (CPU, cores, BLAS, the models' weights, dtype).
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
@@ -39,7 +39,7 @@ from .costcurve import loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,21 +158,22 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     runs = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_runs(target, draft, ngram, prompts[:2], kw, pads)
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:2], kw, pads)
         if progress:
             progress(6 + n + 1, 8)
-    # One scale for the target's curve from both settings' passes; the overheads are fitted after it.
-    passes = [p for setting in runs for p in runs[setting][1]]
-    scale = loop_scale(passes, curves["target"])
+    # One scale for the target's curve from both settings' passes (the overheads exclude them).
+    scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
     curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
-    overheads = {setting: fit_overheads(timed, curves, {"ngram_query": query_ms}) for setting, (timed, _) in runs.items()}
+    overheads = {setting: fit_overheads(steps, curves, query_ms, pads["draft_pad"])
+                 for setting, (steps, _) in runs.items()}
     return {"version": CALIBRATION_VERSION, "machine": machine(), "curves": curves, "target_scale": scale,
             "overheads": overheads}
 
 
-def timed_runs(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
+def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
     """Short decoding runs of a few shapes that span the block sizes plans use (one to sixteen
-    rows): [(count record, wall ms)] past each run's prefill, and every target pass [(state, rows, ms)]."""
+    rows), past each run's prefill: every step [(draft blocks, n-gram queries, ms outside the
+    target's pass)] and every target pass [(state, rows, ms)]."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -182,17 +183,16 @@ def timed_runs(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
         shapes += [("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
                                    sampled=sampled))]
     for _ in range(2):  # the second round is the one kept: warm
-        runs, passes = [], []
+        steps, passes = [], []
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
                 plan = dataclasses.replace(plan, **pads)
-                t0 = time.perf_counter()
                 res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
-                ms = 1000 * (time.perf_counter() - t0 - sum(res.stats.steps[0].seconds))
-                runs.append((profiles.counts(res.stats), ms))
-                passes += [("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
-                            1000 * s.seconds[1]) for s in res.stats.steps[1:]]
-    return runs, passes
+                for s in res.stats.steps[1:]:
+                    steps.append((s.draft_blocks, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
+                    passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
+                                   1000 * s.seconds[1]))
+    return steps, passes
 
 
 def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
