@@ -76,7 +76,9 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--method", "lookup", "--plan", "default", "--temperature", "1",
                            "--rule", "block"], "--rule block"),
                          (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
-                         (["bench", "--seeds", "0"], "--seeds")):
+                         (["bench", "--seeds", "0"], "--seeds"),
+                         (["bench", "--jobs", "2"], "--jobs"),  # it applies to --profile only
+                         (["bench", "--profile", "--jobs", "0"], "--jobs")):
         r = run_cli(*args)
         assert r.returncode != 0
         lines = r.stderr.strip().splitlines()

@@ -170,6 +170,17 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]
 
 
+def test_a_profile_counted_in_worker_processes_is_the_same(pair, profile, tmp_path):
+    target, draft, trigram = pair
+    grid = {"greedy": GRID, "sampled": [(m, dict(s, sampled="without") if m == "staged" else s) for m, s in GRID]}
+    journal, seen, env = tmp_path / "journal.jsonl", [], os.environ.get("OPENBLAS_NUM_THREADS")
+    got = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, seeds=2, grid=grid, journal=journal,
+                           jobs=2, progress=lambda done, total: seen.append((done, total)))
+    assert got == profile  # in the grid's order, whichever worker finished first
+    assert len(journal.read_text().splitlines()) == 8 and seen[-1] == (8, 8)
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == env  # the workers' setting, not this process's
+
+
 def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_path, monkeypatch, capsys):
     """Timings taken while every core is busy would mislead every later run: they come with a
     note and serve this run only; a quiet machine's are cached and reused."""

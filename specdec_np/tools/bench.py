@@ -358,13 +358,18 @@ def main(argv=None) -> int:
                     "(random weights)")
     ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
                     "calibration prompts and write weights/profile.json (tens of minutes)")
+    ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes "
+                    "(e.g. one per core; the counts do not depend on timing)")
     a = ap.parse_args(argv)
     for s in a.settings.split(","):
         if s not in SETTINGS:
             raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
     if a.rows != "methods" and "top-k" not in a.settings.split(","):
         raise ValueError("--rows rules compares the rules at top-k: add top-k to --settings")
-    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens)):
+    if a.jobs != 1 and not a.profile:
+        raise ValueError("--jobs applies to --profile only")
+    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
+                          ("--jobs", a.jobs)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
@@ -376,7 +381,7 @@ def main(argv=None) -> int:
     if a.profile:
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
-                                    progress=progress_bar("profiling"), journal=journal)
+                                    progress=progress_bar("profiling"), journal=journal, jobs=a.jobs)
         profiles.save(measured, profiles.PROFILE_FILE)
         journal.unlink()
         print(f"wrote {profiles.PROFILE_FILE}")

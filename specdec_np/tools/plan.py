@@ -158,7 +158,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     runs = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:2], kw, pads)
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:3], kw, pads)
         if progress:
             progress(6 + n + 1, 8)
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
@@ -171,11 +171,11 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
 
 
 def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
-    """Short decoding runs of a few shapes that span the block sizes plans use (one to sixteen
-    rows), past each run's prefill: every step [(draft blocks, n-gram queries, ms outside the
+    """Short decoding runs of a few shapes whose passes span the block sizes plans use (one, four,
+    eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft blocks, n-gram queries, ms outside the
     target's pass)] and every target pass [(state, rows, ms)]."""
     sampled = "without" if kw["temperature"] else None
-    shapes = [("ar", Plan()), ("lookup", Plan(chain=15))]
+    shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
         shapes += [("speculative", Plan(chain=3, sampled=sampled)),
                    ("tree", Plan(shape="fixed", widths=(3, 2, 1), sampled=sampled))]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -90,12 +92,12 @@ def add(total: dict, c: dict) -> dict:
 
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
-            progress=None, grid=None, journal=None) -> dict:
+            progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate of every setting
     (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
     with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so
-    that an interrupted measurement resumes where it stopped."""
-    settings = {}
+    that an interrupted measurement resumes where it stopped. `jobs` > 1: candidates are counted
+    in that many worker processes (the counts do not depend on timing, so they are the same)."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
     runnable = {"ar", "lookup"} | ({"speculative", "tree"} if draft is not None else set()) | \
         ({"staged"} if draft is not None and ngram is not None else set())
@@ -104,27 +106,76 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     if journal is not None and Path(journal).is_file():
         for line in Path(journal).read_text().splitlines():
             rec = json.loads(line)
-            done[(rec["setting"], rec["method"], json.dumps(rec["shape"], sort_keys=True))] = rec["record"]
-    for n, (setting, (method, shape)) in enumerate(todo):
-        kw = SETTINGS[setting]
-        key = (setting, method, json.dumps(to_json(shape), sort_keys=True))
-        total = done.get(key)
-        if total is None:
-            total = {}
-            for i, prompt in enumerate(prompts):
-                for seed in range(i, i + 1000 * (seeds if kw["temperature"] else 1), 1000):
-                    res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
-                    total = add(total, counts(res.stats))
-            total = to_json(total)
-            if journal is not None:
-                with open(journal, "a") as f:
-                    f.write(json.dumps({"setting": setting, "method": method, "shape": to_json(shape),
-                                        "record": total}) + "\n")
-        settings.setdefault(setting, []).append({"method": method, "shape": shape, **from_json_record(total)})
+            done[candidate_key(rec["setting"], (rec["method"], rec["shape"]))] = rec["record"]
+    missing = [(setting, c) for setting, c in todo if candidate_key(setting, c) not in done]
+    job = (target, draft, ngram, prompts, max_new_tokens, seeds)
+    if progress and len(missing) < len(todo):
+        progress(len(todo) - len(missing), len(todo))
+    for n, (setting, (method, shape), total) in enumerate(count_all(job, missing, jobs)):
+        done[candidate_key(setting, (method, shape))] = total
+        if journal is not None:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"setting": setting, "method": method, "shape": to_json(shape),
+                                    "record": total}) + "\n")
         if progress:
-            progress(n + 1, len(todo))
+            progress(len(todo) - len(missing) + n + 1, len(todo))
+    settings = {}
+    for setting, (method, shape) in todo:
+        settings.setdefault(setting, []).append(
+            {"method": method, "shape": shape, **from_json_record(done[candidate_key(setting, (method, shape))])})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
+
+
+def candidate_key(setting, candidate) -> tuple:
+    """What identifies a candidate in the journal: (setting, method, its shape as JSON)."""
+    method, shape = candidate
+    return setting, method, json.dumps(to_json(shape), sort_keys=True)
+
+
+def count_candidate(job, setting, method, shape) -> dict:
+    """One candidate's counts summed over the prompts (and seeds, when sampling), as JSON."""
+    target, draft, ngram, prompts, max_new_tokens, seeds = job
+    kw, total = SETTINGS[setting], {}
+    for i, prompt in enumerate(prompts):
+        for seed in range(i, i + 1000 * (seeds if kw["temperature"] else 1), 1000):
+            res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
+            total = add(total, counts(res.stats))
+    return to_json(total)
+
+
+def count_all(job, missing, jobs: int):
+    """(setting, candidate, counts) for each missing candidate, as each finishes: here, or in
+    `jobs` worker processes, each with one BLAS thread (two-thread BLAS calls from several
+    processes would wait on each other's cores)."""
+    if jobs <= 1 or len(missing) <= 1:
+        for setting, (method, shape) in missing:
+            yield setting, (method, shape), count_candidate(job, setting, method, shape)
+        return
+    saved = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read by the workers' NumPy when it loads
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(job,))
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = saved
+    with pool:
+        yield from pool.imap_unordered(_count_in_worker, missing)
+
+
+_JOB = None
+
+
+def _init_worker(job):
+    global _JOB
+    _JOB = job
+
+
+def _count_in_worker(item):
+    setting, (method, shape) = item
+    return setting, (method, shape), count_candidate(_JOB, setting, method, shape)
 
 
 def pair_key(target, draft, ngram) -> str:
