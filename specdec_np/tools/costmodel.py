@@ -5,7 +5,7 @@ its block size, padded as the plan says, "cold" when the other model ran just be
 "warm" otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a
 fixed overhead per step, per step that drafts, per draft row and per n-gram query) / the tokens
 it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a run's own
-statistics; the curve and the overheads from this machine (`plan.calibration`, a few seconds).
+statistics; the curve and the overheads from this machine (`plan.calibration`, about ten seconds).
 """
 
 from __future__ import annotations

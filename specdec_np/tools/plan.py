@@ -5,10 +5,11 @@ Sequoia-style, from two things measured apart:
 
 - the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
   property of the models, shipped for the embedded pair and measured once for any other pair;
-- this machine's costs (`calibration`, a few seconds on first use): the forward pass against its
-  block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting step,
-  draft row and n-gram query (fitted on the steps of a few short timed runs), cached in the user's cache directory under a
-  key of everything they depend on (CPU, cores, BLAS, the models' weights, dtype).
+- this machine's costs (`calibration`, about ten seconds on first use): the forward pass against
+  its block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting
+  step, draft row and n-gram query (fitted on the steps of a few short timed runs), cached in the
+  user's cache directory under a key of everything they depend on (CPU, cores, BLAS, the models'
+  weights, dtype).
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
 prompt lookup are always candidates, and a plan that drafts must be predicted at least MARGIN
@@ -171,9 +172,9 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
 
 
 def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
-    """Short decoding runs of a few shapes whose passes span the block sizes plans use (one, four,
-    eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft blocks, n-gram queries, ms outside the
-    target's pass)] and every target pass [(state, rows, ms)]."""
+    """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
+    four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
+    blocks, n-gram queries, ms outside the target's pass)] and every target pass [(state, rows, ms)]."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
