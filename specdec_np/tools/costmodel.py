@@ -82,16 +82,16 @@ def scaled(curve: dict, scale: dict) -> dict:
     return {k: v * scale.get(int(k), 1.0) for k, v in curve.items()}
 
 
+def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
+    """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
+    return interp(curves[model].get(state) or curves[model]["warm"], padded(pad, int(k)))
+
+
 def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float:
     """The forward passes of a count record (`profile.counts`) at the curve's costs, padded."""
-    ms = 0.0
-    for model, pad in (("target", target_pad), ("draft", draft_pad)):
-        for state, blocks in record[model].items():
-            if not blocks:
-                continue
-            curve = curves[model].get(state) or curves[model]["warm"]
-            ms += sum(n * interp(curve, padded(pad, int(k))) for k, n in blocks.items())
-    return ms
+    return sum(n * pass_ms(curves, model, state, k, pad)
+               for model, pad in (("target", target_pad), ("draft", draft_pad))
+               for state, blocks in record[model].items() for k, n in blocks.items())
 
 
 OVERHEADS = ("step", "draft_step", "draft_row", "ngram_query")
@@ -136,8 +136,7 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     step overheads of 0.0 to 1.1 ms from one calibration to the next on the same machine)."""
     features, y = [], []
     for blocks, queries, ms in steps:
-        draft = sum(interp(curves["draft"].get("cold" if i == 0 else "warm") or curves["draft"]["warm"],
-                           padded(draft_pad, k)) for i, k in enumerate(blocks)) if blocks else 0.0
+        draft = sum(pass_ms(curves, "draft", "cold" if i == 0 else "warm", k, draft_pad) for i, k in enumerate(blocks))
         features.append([1.0, float(bool(blocks)), float(sum(blocks))])
         y.append(ms - draft - query_ms * queries)
     x = nonnegative_lstsq(np.array(features), np.array(y))
