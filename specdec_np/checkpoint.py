@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .fastpath import fast_layout
 from .gpt2 import GPT2, GPT2Config
 
 WEIGHTS_DIR = Path(os.environ.get("SPECDEC_NP_WEIGHTS", Path(__file__).resolve().parent.parent / "weights"))
@@ -311,7 +310,7 @@ def load(path, dtype=np.float32) -> GPT2:
             if not np.array_equal(head, params["wte"]):
                 raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
                                       "an untied LM head is not supported")
-    return GPT2(config, fast_layout(params))
+    return GPT2(config, params)
 
 
 def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:

@@ -1,13 +1,14 @@
 """Speed tricks for `gpt2.py`, apart from the math they speed up: none changes what is computed.
 
 At batch 1 a small model's step is mostly per-call overhead and weight streaming, and OpenBLAS
-picks its kernel by shape, so a few layout and call choices matter. The numbers in the comments:
+picks its kernel by shape, so a few call choices matter. The numbers in the comments:
 AMD EPYC (Zen 4, lscpu family 25 model 17; KVM guest), 2 cores, 2 MB L2 per core, 32 MB L3;
 NumPy 2.4 with OpenBLAS 0.3.31 at its default 2 threads; float32; the minimum over 30
 interleaved timeit rounds (the machine was shared, and OpenBLAS's threads stall for milliseconds
-per call while the other core is busy: the minimum leaves those stalls out). Weights are warm
-(the same call repeated) unless marked cold (64 MB streamed through the cache first, as when the
-other model's pass evicts them). Shapes: GPT-2 (n_embd 768) and the tiny target (320) and draft
+per call while the other core is busy: the minimum leaves those stalls out), or the median of 40-60
+calls where marked cold. Weights are warm (the same call repeated) unless marked cold (64 MB
+streamed through the cache first, as when the other model's pass evicts them: inside the decoding
+loop most passes are cold). Shapes: GPT-2 (n_embd 768) and the tiny target (320) and draft
 (128) in weights/. Other CPUs and BLAS builds differ, so a trick that does not pay here says so
 and stays.
 """
@@ -23,51 +24,31 @@ GEMV_ROWS = 3
 def matmul_rows(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
     """x @ w, as the BLAS routine that is fastest for this many rows.
 
-    One token: a matrix-vector product (gemv), which streams the weights once. A matrix product
-    (gemm) first packs the whole weight matrix into a scratch buffer, which for a few rows costs
-    more than the arithmetic: up to GEMV_ROWS rows, one gemv per row is cheaper (the weights are
-    read from memory once, then from the cache). Larger blocks: w.T @ x.T, with w.T contiguous
-    (`fast_layout`).
+    One token: a matrix-vector product (gemv) over the row-major weights, which streams them once,
+    front to back. A matrix product (gemm) first packs the weight matrix into a scratch buffer,
+    which for a few rows costs more than the arithmetic: up to GEMV_ROWS rows, one gemv per row is
+    cheaper (the weights are read from memory once, then from the cache). Larger blocks: x @ w.
     """
-    # Gemv per row vs gemm, GPT-2's c_fc (768x3072): 2 rows 135 vs 294 us, 3 rows 198 vs 360, 4 rows
-    # 255 vs 299; cold, 2 rows 561 vs 692, 3 rows 649 vs 812. The tiny draft's tied head (8193x128,
-    # `tied_head`'s copy included): 2 rows 69 vs 123 us. It does not pay for the tiny models' layers:
-    # 320x1280, 2 rows 52 vs 49 us, 3 rows 77 vs 69; 128x512, 2 rows 9.5 vs 4.5 us (3: 13.6 vs 18.4).
+    # Cold, row-major x @ w against the same product from column-major weights (w.T @ x.T), one
+    # row: the tiny target's c_fc (320x1280) 81 vs 140 us, its head (320x8193) 183 vs 357; GPT-2's
+    # c_fc (768x3072) 231 vs 334. Four rows: 109 vs 144, 601 vs 822, 691 vs 716. A whole cold pass
+    # of the tiny target: 1 row 2.59 vs 3.25 ms, 4 rows 3.81 vs 4.29, 16 rows 5.92 vs 5.68; of the
+    # draft, 1 row 0.40 vs 0.47 ms. (Warm, column-major wins at 2-16 rows for GPT-2's larger
+    # matrices, e.g. c_fc 4 rows 330 vs 532 us; inside the decoding loop passes are mostly cold.)
+    # Gemv per row vs gemm, cold: the tiny target's head, 2 rows 261 vs 596 us; c_fc 102 vs 149.
     if x.shape[0] <= GEMV_ROWS:
         out = np.empty((x.shape[0], w.shape[1]), dtype=np.result_type(x, w))
         for row, res in zip(x, out):
             np.matmul(row, w, out=res)
         return out
-    return (w.T @ x.T).T  # [n_out, n_in] @ [n_in, n] -> [n_out, n] -> [n, n_out]
+    return x @ w
 
 
-def fast_layout(params: dict) -> dict:
-    """The same parameters with every linear weight in column-major order, so that `w.T` is a
-    contiguous [n_out, n_in] matrix for `matmul_rows`."""
-    # `w.T @ x.T` from column-major w vs `x @ w` from row-major w, GPT-2's c_fc (768x3072): 4 rows
-    # 426 vs 631 us, 8 rows 493 vs 676, 16 rows 626 vs 854. GPT-2's mlp c_proj (3072x768): 4 rows
-    # 408 vs 403, 8 rows 480 vs 444, 16 rows 577 vs 737. It does not pay at the tiny models' widths
-    # below 16 rows: 320x1280, 8 rows 74 vs 65 us; 128x512, 4 rows 15.4 vs 5.7 us, 8 rows 12.8 vs
-    # 10.2 (16 rows: 88 vs 104, 15.4 vs 23.7). One row (gemv), 768x3072: 83 vs 71 us.
-    def fix(tree):
-        if isinstance(tree, list):
-            return [fix(v) for v in tree]
-        if "w" in tree:  # a linear layer {"w", "b"}
-            return {"w": np.asfortranarray(tree["w"]), "b": tree["b"]}
-        return {k: fix(v) if isinstance(v, (dict, list)) else v for k, v in tree.items()}
-    return fix(params)
-
-
-def tied_head(x, wte):  # [n, n_embd] -> [n, n_vocab]
-    """The LM head x @ wte.T, as `matmul_rows` computes it (blocks: (wte @ x.T).T, no transposed
-    operand). A block's result is column-major; it is copied back to row-major, since every
-    consumer works along rows."""
-    # `(wte @ x.T).T` plus the copy vs `x @ wte.T`: GPT-2 (50257x768), 4 rows 14.0 vs 15.7 ms, 8 rows
-    # 15.5 vs 16.5; the tiny target (8193x320), 4 rows 750 vs 991 us, 8 rows 896 vs 1279; the tiny
-    # draft (8193x128), 4 rows 150 vs 321 us, 8 rows 219 vs 347. The copy: a softmax over column-
-    # major logits [8, 8193] takes 481 us, the copy and a row-major softmax 96 us ([8, 50257]:
-    # 2849 vs 504 us).
-    return np.ascontiguousarray(matmul_rows(x, wte.T))
+def head_weights(wte):  # [n_vocab, n_embd] -> [n_embd, n_vocab]
+    """The tied LM head's weights wte.T as a row-major copy of their own, so that the head is one
+    more `matmul_rows` (wte.T is a column-major view: see the measurements there). It costs one
+    more copy of wte in memory, not in traffic: a pass reads the copy instead of wte."""
+    return np.ascontiguousarray(wte.T)
 
 
 def kth_largest(values, k: int, subset: int = 1024):  # [..., V] -> [..., 1]
@@ -112,9 +93,8 @@ def pad_block(tokens, positions, mask, size: int):
     they would alone. BLAS kernels work in panels of 4 and 8 columns, so a block of 5-7 tokens
     can cost more than one of 8 (the tools read which sizes to pad to off the measured cost
     curve; the core pads only when a Plan says so)."""
-    # `w.T @ x.T` per row count, GPT-2's c_fc (768x3072): 4 rows 321 us, 5 rows 474, 6 rows 682,
-    # 7 rows 629, 8 rows 467; the tiny draft's (128x512): 5 rows 21.3 us, 7 rows 27.4, 8 rows 12.8.
-    # The tiny target's (320x1280) is flat: 5 rows 74 us, 8 rows 73-77.
+    # A whole pass of the tiny target (median of 20 repeated passes): 4 rows 3.75 ms, 5 rows 4.20,
+    # 6 rows 4.56, 8 rows 4.25.
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]

@@ -17,12 +17,13 @@ How the products are dispatched to BLAS, and other speed tricks that change no n
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import fast_layout, matmul_rows, pad_block, softmax_, tied_head
+from .fastpath import head_weights, matmul_rows, pad_block, softmax_
 from .kvcache import KVCache, new_cache  # noqa: F401 (part of this module's interface)
 
 # ----------------------------------------------------------------------------- the math
@@ -111,7 +112,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
     cache.length += n_real  # padding rows' K/V stay in scratch slots past the end
     x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n_real - logits_from, n_embd]
-    return tied_head(x, p["wte"])  # -> [n_real - logits_from, n_vocab]
+    return matmul_rows(x, model.head)  # x @ wte.T (the head is tied to wte) -> [n_real - logits_from, n_vocab]
 
 
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
@@ -193,6 +194,11 @@ class GPT2:
         """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
         return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params))
 
+    @functools.cached_property
+    def head(self) -> np.ndarray:  # [n_embd, n_vocab]
+        """The tied LM head wte.T, as `fastpath.head_weights` lays it out (made on first use)."""
+        return head_weights(self.params["wte"])
+
     @property
     def n_params(self) -> int:
         return sum(a.size for a in iter_params(self.params))
@@ -245,4 +251,4 @@ def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: fl
                    for _ in range(c.n_layer)],
         "ln_f": ln(),
     }
-    return GPT2(config, fast_layout(map_params(lambda a: np.ascontiguousarray(a, dtype=dtype), params)))
+    return GPT2(config, map_params(lambda a: np.ascontiguousarray(a, dtype=dtype), params))
