@@ -148,6 +148,15 @@ def test_logits_are_row_major(model):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
 
 
+def test_head_is_a_row_major_copy_of_wte_transposed(model):
+    # The tied head is multiplied from its own copy (fastpath.head_weights): it must be wte.T,
+    # made from this model's own wte (a model cast to another dtype gets its own copy).
+    for m in (model, model.astype(np.float32)):
+        assert m.head.flags.c_contiguous and m.head.dtype == m.params["wte"].dtype
+        np.testing.assert_array_equal(m.head, m.params["wte"].T)
+    assert model.head is model.head  # made once per model
+
+
 @pytest.mark.parametrize("n", range(1, GEMV_ROWS + 3))
 def test_matmul_rows_is_the_matrix_product(n):
     # Row by row (gemv) up to GEMV_ROWS rows, one gemm above: the same product either way.
