@@ -53,11 +53,11 @@ class KVCache:
             raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block [{start}, {self.length})")
         if not 0 <= start <= self.length:
             raise ValueError(f"keep: start {start} outside the cache (length {self.length})")
-        src = start + offsets
         n = offsets.size
         if n == 0 or offsets[-1] == n - 1:  # ascending from 0 up to n - 1: already in place (a chain, plain decoding)
             self.length = start + n
             return
+        src = start + offsets
         # Fancy indexing copies the sources first, so overlapping moves are safe.
         self.k[:, :, start:start + n] = self.k[:, :, src]
         self.v[:, :, start:start + n] = self.v[:, :, src]
