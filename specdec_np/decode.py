@@ -124,6 +124,7 @@ class Step:
     source: list  # per emitted token, who proposed it: an index into tree.SOURCES
     target_block: int  # rows in the target's pass: catch-up tokens and tree nodes
     draft_blocks: list  # rows in each of the draft's passes
+    draft_dists: int  # the draft's rows processed into a distribution (stage 2's guesses mostly are not)
     ngram_queries: int
     seconds: tuple  # (drafting, the target's pass, verifying, compacting and emitting)
     # With keep_trees, what a trace shows (tools/trace.py); None otherwise.
@@ -153,6 +154,7 @@ class Stats:
     draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
     draft_passes = property(lambda self: sum(len(s.draft_blocks) for s in self.steps))
     draft_steps = property(lambda self: sum(bool(s.draft_blocks) for s in self.steps))  # steps that ran the draft
+    draft_dists = property(lambda self: sum(s.draft_dists for s in self.steps))
     ngram_queries = property(lambda self: sum(s.ngram_queries for s in self.steps))
     time_draft = property(lambda self: sum(s.seconds[0] for s in self.steps))
     time_target = property(lambda self: sum(s.seconds[1] for s in self.steps))
@@ -218,7 +220,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         if len(seq) >= target.config.n_ctx:
             stop = "context"
             break
-        t0, passes, queries = time.perf_counter(), len(drafter.block_sizes) if drafter else 0, ngram_queries(drafter)
+        t0, queries = time.perf_counter(), ngram_queries(drafter)
+        passes, dists = (len(drafter.block_sizes), drafter.dists) if drafter else (0, 0)
         # A draft tree rooted at seq[-1], or stage 2's copy of a repeat (then no draft pass).
         tree, copied, step_queries = propose(method, seq, plan, copy_len, target.config.n_ctx, drafter, ngram, rand)
         t1 = time.perf_counter()
@@ -239,7 +242,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         seq += tokens
         t3 = time.perf_counter()
         step = Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
-                    step_queries + ngram_queries(drafter) - queries, (t1 - t0, t2 - t1, t3 - t2))
+                    drafter.dists - dists if drafter else 0, step_queries + ngram_queries(drafter) - queries,
+                    (t1 - t0, t2 - t1, t3 - t2))
         if keep_trees:
             step.tree, step.path, step.rule, step.checks, step.copied = tree, path, rule, checks, copied
             step.proposers = [TARGET] + [proposer(path_key(tree.tokens, tree.parents, i), method, copied, drafter)

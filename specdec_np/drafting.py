@@ -52,7 +52,7 @@ class ModelDrafter:
         # stage 2's guesses (at most guess_len below each of them) and a pass's padding rows.
         scratch = (max_nodes + 1) * (1 + self.guess_len) + max(self.pad, default=0)
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=scratch)
-        self.passes = self.ngram_queries = 0  # running totals
+        self.passes = self.ngram_queries = self.dists = 0  # running totals (dists: rows processed into q)
         self.guessed: set[tuple] = set()
         self.block_sizes = []  # tokens fed per draft pass
 
@@ -77,6 +77,7 @@ class ModelDrafter:
         # Softmax only the rows asked for: most of stage 2's guesses are never needed (or once).
         todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
         if todo:
+            self.dists += len(todo)
             for k, q in zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings)):
                 self.dist[k] = q
         return np.stack([self.dist[k] for k in keys])

@@ -23,14 +23,15 @@ def test_padding_table_without_a_curve_is_the_identity():
     assert len(table) == 16 and [padded(table, k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
 
 
-def record(target_cold=(), target_warm=(), draft_cold=(), draft_warm=(), steps=1, ngram_queries=0, tokens=1):
+def record(target_cold=(), target_warm=(), draft_cold=(), draft_warm=(), steps=1, draft_dists=0, ngram_queries=0,
+           tokens=1):
     """A count record (`profile.counts`) from lists of block sizes."""
     def hist(blocks):
         out = {}
         for k in blocks:
             out[k] = out.get(k, 0) + 1
         return out
-    return {"tokens": tokens, "steps": steps, "ngram_queries": ngram_queries,
+    return {"tokens": tokens, "steps": steps, "draft_dists": draft_dists, "ngram_queries": ngram_queries,
             "target": {"cold": hist(target_cold), "warm": hist(target_warm)},
             "draft": {"cold": hist(draft_cold), "warm": hist(draft_warm)}}
 
@@ -45,30 +46,34 @@ def test_interp_extends_past_the_last_measured_size():
 
 
 def test_cost_model_prices_cold_and_warm_passes_padded_and_overheads():
-    r = record(target_cold=[5, 3], target_warm=[1], draft_cold=[2], draft_warm=[7, 1], steps=3, ngram_queries=10)
+    r = record(target_cold=[5, 3], target_warm=[1], draft_cold=[2], draft_warm=[7, 1], steps=3, draft_dists=4,
+               ngram_queries=10)
     assert forward_ms(r, CURVES) == 2 * (3.5 + 3.0) + 1.0 + 2 * 2.0 + 4.0 + 1.0
     pad = padding(CURVE)  # 5 -> 8, 3 -> 4, 7 -> 8
     assert forward_ms(r, CURVES, target_pad=pad, draft_pad=pad) == 2 * (3.0 + 2.5) + 1.0 + 2 * 2.0 + 3.0 + 1.0
-    o = {"step": 0.5, "draft_step": 0.25, "draft_row": 0.125, "ngram_query": 0.01}
-    # 3 steps, 1 of them drafting (one cold draft pass), 2 + 7 + 1 = 10 draft rows, 10 queries.
-    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms(r, CURVES) + 3 * 0.5 + 0.25 + 10 * 0.125 + 10 * 0.01)
+    o = {"step": 0.5, "draft_step": 0.25, "draft_dist": 0.125, "ngram_query": 0.01}
+    # 3 steps, 1 of them drafting (one cold draft pass), 4 of the 2 + 7 + 1 draft rows processed
+    # into distributions (the rest: stage 2's guesses, priced by the curve alone), 10 queries.
+    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms(r, CURVES) + 3 * 0.5 + 0.25 + 4 * 0.125 + 10 * 0.01)
     no_draft = {"target": {"warm": CURVE}}  # plain decoding's passes are all warm; a missing state uses warm
     assert forward_ms(record(target_warm=[1, 1]), {**no_draft, "draft": {"warm": CURVE}}) == 2.0
 
 
-def timed_step(blocks, queries, overheads, pad):
-    """A timed step (`plan.timed_steps`): its draft blocks, n-gram queries and the ms outside the
-    target's pass, here exactly what the cost model charges for them."""
-    r = record(draft_cold=list(blocks[:1]), draft_warm=list(blocks[1:]), ngram_queries=queries)
-    return list(blocks), queries, forward_ms(r, CURVES, draft_pad=pad) + sum(
+def timed_step(blocks, dists, queries, overheads, pad):
+    """A timed step (`plan.timed_steps`): its draft blocks, distributions, n-gram queries and the ms
+    outside the target's pass, here exactly what the cost model charges for them."""
+    r = record(draft_cold=list(blocks[:1]), draft_warm=list(blocks[1:]), draft_dists=dists, ngram_queries=queries)
+    return list(blocks), dists, queries, forward_ms(r, CURVES, draft_pad=pad) + sum(
         overheads[k] * n for k, n in zip(OVERHEADS, work(r)))
 
 
 def test_fit_overheads_recovers_known_overheads_from_steps():
-    truth = {"step": 0.3, "draft_step": 0.2, "draft_row": 0.05, "ngram_query": 0.01}
+    truth = {"step": 0.3, "draft_step": 0.2, "draft_dist": 0.05, "ngram_query": 0.01}
     pad = padding(CURVE)
-    shapes = [((), 0), ((), 3), ((1, 1, 1), 0), ((2, 1), 4), ((5, 3, 2), 0), ((1,), 12), ((7, 1), 1)]
-    steps = [timed_step(blocks, queries, truth, pad) for blocks, queries in shapes]
+    # Steps with stage 2's guesses compute more rows than they process (e.g. 5 + 3 rows, 3 used).
+    shapes = [((), 0, 0), ((), 0, 3), ((1, 1, 1), 3, 0), ((2, 1), 2, 4), ((5, 3, 2), 3, 0), ((1,), 1, 12),
+              ((7, 1), 2, 1), ((5, 3), 3, 6)]
+    steps = [timed_step(blocks, dists, queries, truth, pad) for blocks, dists, queries in shapes]
     got = fit_overheads(steps, CURVES, query_ms=0.01, draft_pad=pad)
     assert set(got) == set(OVERHEADS) and all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
     # Priced without the padding the steps ran with, the draft's passes no longer account for the
@@ -79,7 +84,7 @@ def test_fit_overheads_recovers_known_overheads_from_steps():
 
 def test_fit_overheads_never_returns_a_negative_overhead():
     # Steps faster than what the curves charge: no overhead can explain them, none goes negative.
-    steps = [([], 0, 0.0), ([2, 1], 0, 0.5), ([8], 3, 0.1), ([1], 0, 3.0)]
+    steps = [([], 0, 0, 0.0), ([2, 1], 2, 0, 0.5), ([8], 1, 3, 0.1), ([1], 1, 0, 3.0)]
     got = fit_overheads(steps, CURVES, query_ms=0.02)
     assert set(got) == set(OVERHEADS) and all(v >= 0 for v in got.values()), got
 

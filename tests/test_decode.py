@@ -91,6 +91,10 @@ def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
     assert bare.tokens == tree.tokens == guessing.tokens  # the draft's trees, the same random draws
     assert bare.stats.draft_blocks == tree.stats.draft_blocks and bare.stats.ngram_queries == 0
     assert guessing.stats.draft_blocks != tree.stats.draft_blocks and guessing.stats.ngram_queries > 0
+    # The guessed rows are computed but not processed into distributions: the builder asked for
+    # the same nodes' distributions either way.
+    assert bare.stats.draft_dists == tree.stats.draft_dists == guessing.stats.draft_dists > 0
+    assert sum(guessing.stats.draft_blocks) > guessing.stats.draft_dists
 
 
 def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier(small):

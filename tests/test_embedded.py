@@ -54,3 +54,16 @@ def test_weights_budget():
              and p.suffix in {".safetensors", ".npz", ".bpe", ".json"} and p.parent.name not in
              ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")]
     assert sum(p.stat().st_size for p in files) <= 32 * 2 ** 20
+
+
+def test_shipped_profile_is_this_pair_and_this_format(embedded):
+    """weights/profile.json loads with the current code and belongs to the shipped models: a new
+    count format or retrained models without a new profile would make every first run measure one."""
+    from specdec_np.tools import profile as profiles
+
+    target, draft, trigram, _ = embedded
+    shipped = profiles.load(profiles.PROFILE_FILE)  # raises on another format or version
+    assert shipped["models"] == profiles.pair_key(target, draft, trigram)
+    for setting, records in shipped["settings"].items():
+        assert {"ar", "lookup", "speculative", "staged"} <= {r["method"] for r in records}, setting
+        assert all(r["tokens"] > 0 and r["steps"] > 0 for r in records)

@@ -49,7 +49,7 @@ def test_profile_counts_what_each_run_did_past_its_prefill(pair):
     target, draft, trigram = pair
     ar = generate(target, PROMPTS[0], 10, "ar", eos=-1)
     c = profiles.counts(ar.stats)
-    assert c == {"tokens": 9, "steps": 9, "ngram_queries": 0, "target": {"cold": {}, "warm": {1: 9}},
+    assert c == {"tokens": 9, "steps": 9, "draft_dists": 0, "ngram_queries": 0, "target": {"cold": {}, "warm": {1: 9}},
                  "draft": {"cold": {}, "warm": {}}}
     spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=-1)
     c = profiles.counts(spec.stats)
@@ -58,6 +58,7 @@ def test_profile_counts_what_each_run_did_past_its_prefill(pair):
     assert c["target"] == {"cold": {3: len(steps)}, "warm": {}}  # the draft ran before every pass
     assert sum(c["draft"]["cold"].values()) == len(steps)  # each step's first draft pass is cold
     assert sum(c["draft"]["warm"].values()) == len(steps)  # a chain of 2: one more pass per step
+    assert c["draft_dists"] == 2 * len(steps)  # one distribution per pass: the root's, then its child's
     assert profiles.counts(spec.stats, skip_first=False)["tokens"] == len(spec.tokens)
 
 
@@ -165,9 +166,17 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     def no_decoding(*args, **kw):
         raise AssertionError("a journalled candidate was decoded again")
 
-    monkeypatch.setattr(profiles, "generate", no_decoding)
-    again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    with monkeypatch.context() as m:
+        m.setattr(profiles, "generate", no_decoding)
+        again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
     assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]
+    # A line another version of the code wrote (its counts may lack a field) is counted again.
+    lines = journal.read_text().splitlines()
+    journal.write_text(lines[0].replace(f'"version": {profiles.VERSION}', '"version": 0') + "\n" + lines[1] + "\n")
+    decoded = []
+    monkeypatch.setattr(profiles, "generate", lambda *a, **k: decoded.append(a[3:7:3]) or generate(*a, **k))
+    again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    assert again == first and set(decoded) == {(GRID[0][0], Plan(**GRID[0][1]))}
 
 
 def test_a_profile_counted_in_worker_processes_is_the_same(pair, profile, tmp_path):

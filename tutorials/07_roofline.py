@@ -127,8 +127,8 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 # The predicted speedup is the ratio; we set it next to the measured one. (`tools/costmodel.py`
 # refines this model with padding, with curves measured "cold" (right after the other model ran,
 # as most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
-# draft row and n-gram query; `tools/plan.py` prices every candidate of the pair's acceptance
-# profile that way and picks the cheapest for this machine.)
+# draft distribution and n-gram query; `tools/plan.py` prices every candidate of the pair's
+# acceptance profile that way and picks the cheapest for this machine.)
 
 # %%
 n_new = 40

@@ -3,8 +3,8 @@
 A plan's milliseconds per token = (every forward pass it makes, at this machine's cost curve for
 its block size, padded as the plan says, "cold" when the other model ran just before it and
 "warm" otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a
-fixed overhead per step, per step that drafts, per draft row and per n-gram query) / the tokens
-it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a run's own
+fixed overhead per step, per step that drafts, per distribution the draft processes and per
+n-gram query) / the tokens it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a run's own
 statistics; the curve and the overheads from this machine (`plan.calibration`, about ten seconds).
 """
 
@@ -94,16 +94,16 @@ def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float
                for state, blocks in record[model].items() for k, n in blocks.items())
 
 
-OVERHEADS = ("step", "draft_step", "draft_row", "ngram_query")
+OVERHEADS = ("step", "draft_step", "draft_dist", "ngram_query")
 
 
 def work(record: dict) -> list:
     """The counts the overheads multiply: steps, steps that ran the draft (a step's first draft
-    pass is its cold one), rows the draft computed (each processed into a distribution, drawn
-    from or ranked), n-gram queries."""
-    draft = record["draft"]
-    return [record["steps"], sum(draft.get("cold", {}).values()),
-            sum(int(k) * n for c in draft.values() for k, n in c.items()), record["ngram_queries"]]
+    pass is its cold one), the draft's rows processed into a distribution (drawn from or ranked;
+    stage 2's guessed rows are computed, priced by the curve, but mostly never processed),
+    n-gram queries."""
+    return [record["steps"], sum(record["draft"].get("cold", {}).values()), record["draft_dists"],
+            record["ngram_queries"]]
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
@@ -126,18 +126,18 @@ def nonnegative_lstsq(features, y):  # [n, k], [n] -> [k]
 
 
 def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
-    """The fixed overheads (ms) from timed decoding steps [(draft blocks, n-gram queries, ms spent
-    outside the target's pass)]: what that time holds beyond the draft's passes at the curve's
-    costs and the queries at `query_ms`, as a cost per step, per step that ran the draft and per
-    draft row (least squares over the steps, each >= 0).
+    """The fixed overheads (ms) from timed decoding steps [(draft blocks, draft distributions,
+    n-gram queries, ms spent outside the target's pass)]: what that time holds beyond the draft's
+    passes at the curve's costs and the queries at `query_ms`, as a cost per step, per step that
+    ran the draft and per distribution the draft processed (least squares over the steps, each >= 0).
 
     Fitted step by step on the time outside the target's pass, not run by run on wall time: there
     a run's steps and draft passes rise together, and the fit traded one for the other (greedy
     step overheads of 0.0 to 1.1 ms from one calibration to the next on the same machine)."""
     features, y = [], []
-    for blocks, queries, ms in steps:
+    for blocks, dists, queries, ms in steps:
         draft = sum(pass_ms(curves, "draft", "cold" if i == 0 else "warm", k, draft_pad) for i, k in enumerate(blocks))
-        features.append([1.0, float(bool(blocks)), float(sum(blocks))])
+        features.append([1.0, float(bool(blocks)), float(dists)])
         y.append(ms - draft - query_ms * queries)
     x = nonnegative_lstsq(np.array(features), np.array(y))
-    return {"step": float(x[0]), "draft_step": float(x[1]), "draft_row": float(x[2]), "ngram_query": float(query_ms)}
+    return {"step": float(x[0]), "draft_step": float(x[1]), "draft_dist": float(x[2]), "ngram_query": float(query_ms)}

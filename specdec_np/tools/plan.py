@@ -7,7 +7,7 @@ Sequoia-style, from two things measured apart:
   property of the models, shipped for the embedded pair and measured once for any other pair;
 - this machine's costs (`calibration`, about ten seconds on first use): the forward pass against
   its block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting
-  step, draft row and n-gram query (fitted on the steps of a few short timed runs), cached in the
+  step, distribution the draft processes and n-gram query (fitted on the steps of a few short timed runs), cached in the
   user's cache directory under a key of everything they depend on (CPU, cores, BLAS, the models'
   weights, dtype).
 
@@ -40,7 +40,7 @@ from .costcurve import loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +174,8 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
 def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
-    blocks, n-gram queries, ms outside the target's pass)] and every target pass [(state, rows, ms)]."""
+    blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
+    pass [(state, rows, ms)]."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -190,7 +191,7 @@ def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
                 plan = dataclasses.replace(plan, **pads)
                 res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
                 for s in res.stats.steps[1:]:
-                    steps.append((s.draft_blocks, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
+                    steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
                                    1000 * s.seconds[1]))
     return steps, passes

@@ -29,7 +29,7 @@ from ..decode import Plan, generate
 from ..tokenizer import encode
 
 FORMAT = "specdec_np.profile"
-VERSION = 1
+VERSION = 2
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
 PROFILE_FILE = Path(__file__).resolve().parents[2] / "weights" / "profile.json"
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.jsonl"
@@ -77,14 +77,14 @@ def counts(stats, skip_first: bool = True) -> dict:
         for i, k in enumerate(s.draft_blocks):
             draft["cold" if i == 0 else "warm"][k] += 1
     return {"tokens": sum(len(s.tokens) for s in steps), "steps": len(steps),
-            "ngram_queries": sum(s.ngram_queries for s in steps),
+            "draft_dists": sum(s.draft_dists for s in steps), "ngram_queries": sum(s.ngram_queries for s in steps),
             "target": {state: dict(c) for state, c in target.items()},
             "draft": {state: dict(c) for state, c in draft.items()}}
 
 
 def add(total: dict, c: dict) -> dict:
     """The sum of two count records."""
-    out = {k: total.get(k, 0) + c[k] for k in ("tokens", "steps", "ngram_queries")}
+    out = {k: total.get(k, 0) + c[k] for k in ("tokens", "steps", "draft_dists", "ngram_queries")}
     for model in ("target", "draft"):
         out[model] = {state: dict(Counter(total.get(model, {}).get(state, {})) + Counter(c[model][state]))
                       for state in ("cold", "warm")}
@@ -106,6 +106,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     if journal is not None and Path(journal).is_file():
         for line in Path(journal).read_text().splitlines():
             rec = json.loads(line)
+            if rec.get("version") != VERSION:  # counted by another version of this code: count again
+                continue
             done[candidate_key(rec["setting"], (rec["method"], rec["shape"]))] = rec["record"]
     missing = [(setting, c) for setting, c in todo if candidate_key(setting, c) not in done]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds)
@@ -115,8 +117,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
         done[candidate_key(setting, (method, shape))] = total
         if journal is not None:
             with open(journal, "a") as f:
-                f.write(json.dumps({"setting": setting, "method": method, "shape": to_json(shape),
-                                    "record": total}) + "\n")
+                f.write(json.dumps({"version": VERSION, "setting": setting, "method": method,
+                                    "shape": to_json(shape), "record": total}) + "\n")
         if progress:
             progress(len(todo) - len(missing) + n + 1, len(todo))
     settings = {}
