@@ -1,11 +1,12 @@
 """The cost model: what a decoding plan costs on this machine, from counted work and measured costs.
 
 A plan's milliseconds per token = (every forward pass it makes, at this machine's cost curve for
-its block size, padded as the plan says, "cold" when the other model ran just before it and
-"warm" otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a
-fixed overhead per step, per step that drafts, per distribution the draft processes and per
-n-gram query) / the tokens it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a run's own
-statistics; the curve and the overheads from this machine (`plan.calibration`, about ten seconds).
+its block size, padded as the plan says, "cold" when the other model ran just before it and "warm"
+otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a fixed
+overhead per step, per step that drafts, per distribution the draft processes and per n-gram query)
+/ the tokens it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a
+run's own statistics; the curve and the overheads from this machine (`plan.calibration`, about ten
+seconds).
 """
 
 from __future__ import annotations
@@ -126,10 +127,10 @@ def nonnegative_lstsq(features, y):  # [n, k], [n] -> [k]
 
 
 def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
-    """The fixed overheads (ms) from timed decoding steps [(draft blocks, draft distributions,
-    n-gram queries, ms spent outside the target's pass)]: what that time holds beyond the draft's
-    passes at the curve's costs and the queries at `query_ms`, as a cost per step, per step that
-    ran the draft and per distribution the draft processed (least squares over the steps, each >= 0).
+    """The fixed overheads (ms) from timed decoding steps [(draft blocks, draft distributions, n-gram
+    queries, ms spent outside the target's pass)]: what that time holds beyond the draft's passes at
+    the curve's costs and the queries at `query_ms`, as a cost per step, per step that ran the draft
+    and per distribution the draft processed (least squares over the steps, each >= 0).
 
     Fitted step by step on the time outside the target's pass, not run by run on wall time: there
     a run's steps and draft passes rise together, and the fit traded one for the other (greedy

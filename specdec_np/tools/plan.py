@@ -7,9 +7,9 @@ Sequoia-style, from two things measured apart:
   property of the models, shipped for the embedded pair and measured once for any other pair;
 - this machine's costs (`calibration`, about ten seconds on first use): the forward pass against
   its block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting
-  step, distribution the draft processes and n-gram query (fitted on the steps of a few short timed runs), cached in the
-  user's cache directory under a key of everything they depend on (CPU, cores, BLAS, the models'
-  weights, dtype).
+  step, distribution the draft processes and n-gram query (fitted on the steps of a few short timed
+  runs), cached in the user's cache directory under a key of everything they depend on (CPU, cores,
+  BLAS, the models' weights, dtype).
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
 prompt lookup are always candidates, and a plan that drafts must be predicted at least MARGIN
