@@ -6,6 +6,7 @@ use them: only function-scoped fixtures are refused there.)
 """
 
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -22,8 +23,14 @@ settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # The tools cache this machine's measured costs in the user's cache directory: tests (and the
-# command lines they start) use a temporary one instead, never the user's, never the repository.
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="specdec_np-test-cache-")
+# command lines they start) use a temporary one instead, never the user's, never the repository,
+# removed when the session ends.
+TEST_CACHE = tempfile.mkdtemp(prefix="specdec_np-test-cache-")
+os.environ["XDG_CACHE_HOME"] = TEST_CACHE
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
