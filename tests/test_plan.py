@@ -173,8 +173,8 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     # A line another version of the code wrote (its counts may lack a field) is counted again.
     lines = journal.read_text().splitlines()
     journal.write_text(lines[0].replace(f'"version": {profiles.VERSION}', '"version": 0') + "\n" + lines[1] + "\n")
-    decoded = []
-    monkeypatch.setattr(profiles, "generate", lambda *a, **k: decoded.append(a[3:7:3]) or generate(*a, **k))
+    decoded = []  # (method, plan) of each candidate decoded: generate's 4th and 7th arguments
+    monkeypatch.setattr(profiles, "generate", lambda *a, **k: decoded.append((a[3], a[6])) or generate(*a, **k))
     again = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
     assert again == first and set(decoded) == {(GRID[0][0], Plan(**GRID[0][1]))}
 
