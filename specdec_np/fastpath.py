@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import numpy as np
 
-# Blocks of up to this many tokens are multiplied one row at a time (matrix-vector products).
-GEMV_ROWS = 3
+# Blocks of up to this many tokens go through the LM head one row at a time (matrix-vector products).
+HEAD_GEMV_ROWS = 3
 
 
-def matmul_rows(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
+def matmul_rows(x, w, gemv_rows: int = 1):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
     """x @ w, as the BLAS routine that is fastest for this many rows.
 
     One token: a matrix-vector product (gemv) over the row-major weights, which streams them once,
-    front to back. A matrix product (gemm) first packs the weight matrix into a scratch buffer,
-    which for a few rows costs more than the arithmetic: up to GEMV_ROWS rows, one gemv per row is
-    cheaper (the weights are read from memory once, then from the cache). Larger blocks: x @ w.
+    front to back. Larger blocks: one matrix product (gemm), which first packs the weights into a
+    scratch buffer. For a wide matrix such as the LM head (`gemv_rows=HEAD_GEMV_ROWS`), packing
+    costs more than the arithmetic of a few rows, and one gemv per row is cheaper up to 3 rows (the
+    weights are read from memory once, then from the cache); for the layers' matrices it is not.
     """
     # Cold, row-major x @ w against the same product from column-major weights (w.T @ x.T), one
     # row: the tiny target's c_fc (320x1280) 81 vs 140 us, its head (320x8193) 183 vs 357; GPT-2's
@@ -35,8 +36,13 @@ def matmul_rows(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
     # of the tiny target: 1 row 2.59 vs 3.25 ms, 4 rows 3.81 vs 4.29, 16 rows 5.92 vs 5.68; of the
     # draft, 1 row 0.40 vs 0.47 ms. (Warm, column-major wins at 2-16 rows for GPT-2's larger
     # matrices, e.g. c_fc 4 rows 330 vs 532 us; inside the decoding loop passes are mostly cold.)
-    # Gemv per row vs gemm, cold: the tiny target's head, 2 rows 261 vs 596 us; c_fc 102 vs 149.
-    if x.shape[0] <= GEMV_ROWS:
+    # Gemv per row vs gemm, cold, 2 rows: the tiny target's head 261 vs 596 us, but its c_attn
+    # (320x960) 125 vs 90 and c_fc 211 vs 106, the draft's c_attn (128x384) 44 vs 29; GPT-2's four
+    # layer matrices 1.92 vs 1.94 ms together. Whole cold passes (median of 40-60 interleaved,
+    # gemv per row for every matrix up to 3 rows vs for the head only): the tiny target, 3 rows
+    # 5.21 vs 4.42 ms, 2 rows 4.23 vs 4.16; the draft, 2 rows 0.62 vs 0.55, 3 rows 0.62 vs 0.58.
+    # Gemv per row for the head up to 6 rows instead of 3: within 3% at 4-6 rows for both models.
+    if x.shape[0] <= gemv_rows:
         out = np.empty((x.shape[0], w.shape[1]), dtype=np.result_type(x, w))
         for row, res in zip(x, out):
             np.matmul(row, w, out=res)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import head_weights, matmul_rows, pad_block, softmax_
+from .fastpath import HEAD_GEMV_ROWS, head_weights, matmul_rows, pad_block, softmax_
 from .kvcache import KVCache, new_cache  # noqa: F401 (part of this module's interface)
 
 # ----------------------------------------------------------------------------- the math
@@ -112,7 +112,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
     cache.length += n_real  # padding rows' K/V stay in scratch slots past the end
     x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n_real - logits_from, n_embd]
-    return matmul_rows(x, model.head)  # x @ wte.T (the head is tied to wte) -> [n_real - logits_from, n_vocab]
+    return matmul_rows(x, model.head, HEAD_GEMV_ROWS)  # x @ wte.T (tied to wte) -> [n_real - logits_from, n_vocab]
 
 
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np.fastpath import GEMV_ROWS, matmul_rows
+from specdec_np.fastpath import HEAD_GEMV_ROWS, matmul_rows
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
@@ -144,7 +144,7 @@ def test_float32_is_close_to_float64(model):
 def test_logits_are_row_major(model):
     # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
     m32 = model.astype(np.float32)
-    for n in (1, GEMV_ROWS, GEMV_ROWS + 1, 8):
+    for n in (1, 2, HEAD_GEMV_ROWS, HEAD_GEMV_ROWS + 1, 8):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
 
 
@@ -157,12 +157,13 @@ def test_head_is_a_row_major_copy_of_wte_transposed(model):
     assert model.head is model.head  # made once per model
 
 
-@pytest.mark.parametrize("n", range(1, GEMV_ROWS + 3))
-def test_matmul_rows_is_the_matrix_product(n):
-    # Row by row (gemv) up to GEMV_ROWS rows, one gemm above: the same product either way.
+@pytest.mark.parametrize("gemv_rows", [1, HEAD_GEMV_ROWS])
+@pytest.mark.parametrize("n", range(1, HEAD_GEMV_ROWS + 3))
+def test_matmul_rows_is_the_matrix_product(n, gemv_rows):
+    # Row by row (gemv) up to gemv_rows rows, one gemm above: the same product either way.
     rng = np.random.default_rng(n)
     x, w = rng.standard_normal((n, 7)), rng.standard_normal((7, 5))
-    np.testing.assert_allclose(matmul_rows(x, w), x @ w, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(matmul_rows(x, w, gemv_rows), x @ w, rtol=0, atol=1e-12)
 
 
 def test_logits_from_skips_only_the_head(model):

@@ -40,7 +40,7 @@ from .costcurve import loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6
 
 
 @dataclasses.dataclass(frozen=True)
