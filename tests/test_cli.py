@@ -85,6 +85,39 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
         assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
 
 
+def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
+    # At temperature > 0 the machine's plan may draw its tree from the draft (fixed widths, traversal):
+    # --budget/--depth must give the best-first tree they ask for, with a rule valid for it, not be
+    # ignored; options that cannot apply are one-line errors naming them.
+    import argparse
+
+    from specdec_np.decode import Plan
+    from specdec_np.tools import cli, plan as plans
+
+    drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
+    machine = {"method": "staged"}
+    monkeypatch.setattr(plans, "plan_for", lambda *a, **k: plans.Choice(machine["method"], drawn, 2.0, 4.0))
+
+    def choose(**options):
+        a = argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
+                                         widths=None, sampled=None, copy_len=None, rule=None), **options})
+        return cli.choose_plan(a, *embedded, 1.0)
+
+    method, plan, about = choose(budget=16, depth=5)
+    assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
+        ("staged", "best_first", 16, 5, None, None)
+    assert plan.max_nodes(method) == 16 and "best-first, 16 nodes at most 5 deep" in about
+    assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
+    for options, needle in ((dict(budget=16, widths="2,1"), "--budget asks for a best-first tree, --widths"),
+                            (dict(depth=4, sampled="with"), "--depth asks for a best-first tree, --sampled"),
+                            (dict(method="ar", depth=3), "--depth: --method ar drafts no tree")):
+        with pytest.raises(ValueError, match=needle):
+            choose(**options)
+    machine["method"] = "ar"  # where drafting does not pay, the machine's plan is plain decoding
+    with pytest.raises(ValueError, match="--budget: this machine's plan .plain decoding. drafts no tree"):
+        choose(budget=8)
+
+
 def test_generate_with_a_sequence_level_rule():
     r = run_cli("generate", "def f(x):", "--max-new-tokens", "12", "--method", "speculative", "--plan", "default",
                 "--temperature", "1", "--top-k", "50", "--rule", "block", "--stats")

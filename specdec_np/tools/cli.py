@@ -66,13 +66,14 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
                    "the same on every machine (default: %(default)s)")
     p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (they are cached "
                    "in the user's cache directory after the first run)")
-    p.add_argument("--budget", type=int, default=None, help="a best-first tree of this many drafted tokens per "
-                   "target pass")
-    p.add_argument("--depth", type=int, default=None, help="maximum tree depth (chain length for speculative and lookup)")
+    p.add_argument("--budget", type=int, default=None, help="a best-first tree of the draft's top tokens, this many "
+                   "drafted tokens per target pass (instead of the plan's tree)")
+    p.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth (the chain's length "
+                   "for speculative and lookup)")
     p.add_argument("--widths", default=None, help="a fixed-width tree instead: children per depth, e.g. 2,1,1")
     p.add_argument("--sampled", default=None, choices=("with", "without"),
                    help="draw tree children from the draft with/without replacement (a fixed-width tree; "
-                   "default: the draft's top tokens, or at temperature > 0 a sampled chain for speculative)")
+                   "default: the plan's choice)")
     p.add_argument("--rule", default=None, choices=tuple(RULES), help="the verification rule (default: greedy at "
                    "temperature 0, else the plan's, or the rejection rule the tree's drafting assumes); block needs a "
                    "chain and traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
@@ -95,9 +96,19 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
                           progress_bar("measuring this machine (first run only)"))
         method, plan = choice.method, choice.plan
         origin = f"this machine's, predicted {choice.speedup:.2f}x plain decoding"
+    shaping = [o for o, v in (("--budget", a.budget), ("--depth", a.depth), ("--widths", a.widths),
+                              ("--sampled", a.sampled)) if v is not None]
+    if method == "ar" and shaping:
+        chosen = "--method ar" if a.method == "ar" else "this machine's plan (plain decoding)"
+        raise ValueError(f"{shaping[0]}: {chosen} drafts no tree; choose a drafting method with --method")
     change = {}
     if a.budget is not None or (a.depth is not None and method not in ("speculative", "lookup")):
-        change.update(shape="best_first", budget=a.budget if a.budget is not None else plan.budget,
+        if a.widths is not None or a.sampled is not None:
+            raise ValueError(f"{shaping[0]} asks for a best-first tree, {shaping[-1]} for a fixed-width one: give one")
+        # A best-first tree holds the draft's top tokens: a plan's drawn tree and the rule chosen
+        # for it do not carry over.
+        change.update(shape="best_first", sampled=None, rule=None,
+                      budget=a.budget if a.budget is not None else plan.budget,
                       depth=a.depth if a.depth is not None else plan.depth)
     if a.depth is not None and method in ("speculative", "lookup"):
         change["chain"] = a.depth

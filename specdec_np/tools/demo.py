@@ -107,7 +107,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         else:
             plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
         if a.budget is not None or a.depth is not None:
-            plan = dataclasses.replace(plan, shape="best_first", sampled=None, budget=a.budget or plan.budget,
+            plan = dataclasses.replace(plan, shape="best_first", sampled=None, rule=None, budget=a.budget or plan.budget,
                                        depth=a.depth or plan.depth, chain=a.depth or plan.chain)
             origin += ", with --budget/--depth"
         out[m] = (plan, origin)
@@ -121,8 +121,10 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", default="machine", choices=("machine", "default"),
                     help="each method with the plan predicted fastest on this machine, or the core's constant "
                     "plan (default: %(default)s)")
-    ap.add_argument("--budget", type=int, default=None, help="a best-first tree of this many drafted tokens")
-    ap.add_argument("--depth", type=int, default=None, help="its maximum depth")
+    ap.add_argument("--budget", type=int, default=None, help="tree and staged: a best-first tree of the draft's top "
+                    "tokens, this many drafted tokens per step (instead of each plan's tree)")
+    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth, and speculative's "
+                    "chain length")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
     a = ap.parse_args(argv)
     for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
