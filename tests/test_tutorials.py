@@ -1,4 +1,5 @@
-"""Every tutorial runs top to bottom with the venv's python, from the repo root: they cannot rot.
+"""Every tutorial runs top to bottom with the venv's python: they cannot rot. They run in a temporary
+folder, so the files they write (`out/`) do not land in the repository.
 
 Each tutorial checks its own lesson with asserts (exact distributions, equal logits, identical
 trees and tokens), so a tutorial that runs to the end has passed its checks.
@@ -20,14 +21,14 @@ def test_all_lessons_present():
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
-def test_tutorial_runs(path):
+def test_tutorial_runs(path, tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # works uninstalled too
     env.setdefault("NO_COLOR", "1")
     # On a busy machine multi-threaded OpenBLAS stalls on small blocks (threads wait for each other),
     # which only costs time: the tutorials' checks do not depend on the thread count.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr

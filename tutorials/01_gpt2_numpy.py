@@ -7,8 +7,8 @@
 #
 # We walk a short prompt through the embedded tiny target model step by step, with the same
 # small functions `specdec_np/gpt2.py` is built from, and check that we land on exactly what the
-# library's `forward` computes. Run it with `python tutorials/01_gpt2_numpy.py`, or open it cell by
-# cell (`# %%` markers) in VS Code, PyCharm or Jupyter (via jupytext).
+# library's `forward` computes. Run it with `.venv/bin/python tutorials/01_gpt2_numpy.py`, or open
+# it cell by cell (`# %%` markers) in VS Code, PyCharm or Jupyter (via jupytext).
 
 # %%
 import math

@@ -162,4 +162,4 @@ from specdec_np.tools import trace
 Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_04_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
 print("wrote out/tutorial_04_trace.html: open it in a browser")
-print('your own staged run: python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')
+print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')

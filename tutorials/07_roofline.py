@@ -217,7 +217,7 @@ for pause in (0, 2):
 t0 = time.perf_counter()
 lk = generate(target, prompt, n_new, method="lookup", plan=Plan(chain=3))
 lk_ms = 1e3 * (time.perf_counter() - t0) / len(lk.tokens)
-# Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lesson 3 tests it in float64).
+# Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lessons 4 and 6 test it in float64).
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
 print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")

@@ -20,7 +20,6 @@
 # the verifier has to reject at least the excess P(D inside H) - p(H).
 
 # %%
-import os
 from pathlib import Path
 
 import numpy as np
@@ -170,11 +169,7 @@ assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo) and t
 P = np.array([p, [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # P[last] = target
 Q = np.array([q, [0.4, 0.3, 0.2, 0.1], [0.1, 0.1, 0.1, 0.7], [0.6, 0.0, 0.2, 0.2]])  # Q[last] = draft
 target, draft = (lambda ctx: P[ctx[-1]]), (lambda ctx: Q[ctx[-1]])
-chain_rules = {"token-wise": verify.verify_chain}
-if "block" in verify.RULES:
-    chain_rules["block"] = verify.RULES["block"]
-else:
-    print("(verify.RULES has no 'block' rule in this version: token-wise only)")
+chain_rules = {"token-wise": verify.verify_chain, "block": verify.RULES["block"]}
 
 
 def length_bar(value, most):
@@ -228,26 +223,20 @@ def tree_accepted(rule, replacement):
     return optimum.expected(exact.outcomes(step))
 
 
-if "traversal" in verify.RULES:
-    for replacement, base in ((True, "recursive"), (False, "recursive_wor")):
-        kind = "with" if replacement else "without"
-        ours = tree_accepted(verify.RULES[base], replacement)
-        theirs = tree_accepted(verify.RULES["traversal"], replacement)
-        print(f"  siblings drawn {kind:<7} replacement: {base:<13} {ours:.3f}   traversal {theirs:.3f}")
-        assert theirs >= ours - 1e-12
-else:
-    print("(verify.RULES has no 'traversal' rule in this version)")
+for replacement, base in ((True, "recursive"), (False, "recursive_wor")):
+    kind = "with" if replacement else "without"
+    ours = tree_accepted(verify.RULES[base], replacement)
+    theirs = tree_accepted(verify.RULES["traversal"], replacement)
+    print(f"  siblings drawn {kind:<7} replacement: {base:<13} {ours:.3f}   traversal {theirs:.3f}")
+    assert theirs >= ours - 1e-12
 
 # %% [markdown]
 # ## A picture (only if matplotlib is installed)
 #
-# The same single-position numbers as a plot, written to `out/` (ignored by git); skipped under
-# the test suite, which must not write files.
+# The same single-position numbers as a plot, written to `out/` (ignored by git).
 
 # %%
 try:
-    if "PYTEST_CURRENT_TEST" in os.environ:
-        raise ImportError  # tests run every lesson: no files from them
     import matplotlib
 
     matplotlib.use("Agg")
