@@ -4,7 +4,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench weights tutorials trace screenshots venv clean
+.PHONY: help demo test bench weights tutorials trace screenshots venv clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo        set up .venv and run the offline demo (every method on one prompt)"
+	@echo "make test        set up .venv and run the test suite (offline)"
+	@echo "make tutorials   run the eight lessons in tutorials/"
+	@echo "make trace       one decoding run as a self-contained HTML page, out/trace.html"
+	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"
+	@echo "make weights     download real GPT-2 checkpoints (MODELS=\"gpt2-large gpt2\"; needs the network)"
+	@echo "make venv        only set up .venv;  make clean  remove .venv and out/"
 
 # The venv is (re)installed only when pyproject.toml changes: a second run installs nothing.
 $(STAMP): pyproject.toml
@@ -60,8 +70,7 @@ screenshots: trace
 	done
 
 tutorials: $(STAMP)
-	@ls tutorials/[0-9]*.py >/dev/null 2>&1 || { echo "no tutorials yet"; exit 0; }; \
-	for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
+	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -132,9 +132,8 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     the curve's costs and the queries at `query_ms`, as a cost per step, per step that ran the draft
     and per distribution the draft processed (least squares over the steps, each >= 0).
 
-    Fitted step by step on the time outside the target's pass, not run by run on wall time: there
-    a run's steps and draft passes rise together, and the fit traded one for the other (greedy
-    step overheads of 0.0 to 1.1 ms from one calibration to the next on the same machine)."""
+    Fitted step by step on the time outside the target's pass, not run by run on wall time: within
+    a run, steps and draft passes rise together, so a fit on whole runs cannot tell them apart."""
     features, y = [], []
     for blocks, dists, queries, ms in steps:
         draft = sum(pass_ms(curves, "draft", "cold" if i == 0 else "warm", k, draft_pad) for i, k in enumerate(blocks))

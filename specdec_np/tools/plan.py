@@ -6,9 +6,9 @@ Sequoia-style, from two things measured apart:
 - the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
   property of the models, shipped for the embedded pair and measured once for any other pair;
 - this machine's costs (`calibration`, about ten seconds on first use): the forward pass against
-  its block size, warm and cold (`costcurve.loop_curves`), and the fixed work per step, drafting
-  step, distribution the draft processes and n-gram query (fitted on the steps of a few short timed
-  runs), cached in the user's cache directory under a key of everything they depend on (CPU, cores,
+  its block size, warm and cold (`costcurve.loop_curves`), the fixed work per step, drafting step
+  and distribution the draft processes (fitted on the steps of a few short timed runs) and an
+  n-gram query (timed directly), cached in the user's cache directory under a key of everything they depend on (CPU, cores,
   BLAS, the models' weights, dtype).
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and

@@ -5,9 +5,10 @@ the models (how many tokens each tree shape gets accepted) and what belongs to t
 a forward pass of k tokens costs). This is the first: for every candidate (a method and a plan
 shape) and setting (greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts
 what it did: tokens emitted, target passes by block size and by whether the draft ran before
-them, draft passes by size and by whether they were a step's first, n-gram queries. Counts
-depend only on the models and the prompts, so the embedded pair's profile ships in `weights/`;
-`costmodel.py` prices it on this machine's cost curve, and `plan.py` picks the cheapest.
+them, draft passes by size and by whether they were a step's first, the draft's rows processed
+into distributions, n-gram queries. Counts depend only on the models and the prompts, so the
+embedded pair's profile ships in `weights/`; `costmodel.py` prices it on this machine's cost
+curve, and `plan.py` picks the cheapest.
 
 Counts skip each run's first step (the prompt's prefill, the same for every candidate). Stage 2's
 "pad" rows depend on a machine's padding, so candidates use a fixed number of guessed rows.
