@@ -216,3 +216,36 @@ def test_progress_bar_off_a_terminal_writes_whole_lines(capsys):
     err = capsys.readouterr().err
     assert "\r" not in err
     assert err.splitlines() == ["measuring ...", "measuring: done (4/4)"]
+
+
+def test_a_first_use_profile_is_sized_to_this_machine():
+    """A pair with no shipped profile is profiled in about PROFILE_SECONDS: the largest size that
+    fits, smaller on a slower machine or a bigger pair, never below the smallest."""
+    sizes = [plans.profile_size(30, ms)[:2] for ms in (0.01, 3.0, 20.0, 150.0, 1e4)]
+    assert sizes[0] == plans.PROFILE_SIZES[0] and sizes[-1] == plans.PROFILE_SIZES[-1]
+    assert [plans.PROFILE_SIZES.index(s) for s in sizes] == sorted(plans.PROFILE_SIZES.index(s) for s in sizes)
+    for ms in (3.0, 20.0, 150.0):
+        n_prompts, tokens, seconds = plans.profile_size(30, ms)
+        assert seconds == 30 * n_prompts * tokens * ms / 1000
+        assert seconds <= plans.PROFILE_SECONDS or (n_prompts, tokens) == plans.PROFILE_SIZES[-1]
+    # The calibration's timed runs shrink the same way: the embedded target's size where a pass is cheap.
+    assert plans.timed_run_size(2.5) == (3, 32) and plans.timed_run_size(40.0) == (1, 8)
+
+
+def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp_path, monkeypatch, capsys):
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = []
+    monkeypatch.setattr(profiles, "generate", lambda *a, **k: runs.append((len(a[1]), a[2])) or generate(*a, **k))
+    slow = costs(per_token=0.0, fixed=400.0)  # a pass of 400 ms: the smallest profile
+    got = plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow)
+    n_prompts, tokens = plans.PROFILE_SIZES[-1]
+    assert set(got["settings"]) == {"greedy"} and (got["prompts"], got["max_new_tokens"]) == (n_prompts, tokens)
+    assert {r[1] for r in runs} == {tokens} and len(runs) == n_prompts * len(got["settings"]["greedy"])
+    assert {r["method"] for r in got["settings"]["greedy"]} == {"ar", "lookup", "speculative", "tree", "staged"}
+    assert "first run only" in capsys.readouterr().err
+    assert plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow) == got
+    assert len(runs) == n_prompts * len(got["settings"]["greedy"])  # the second time from the cache
+    plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "sampled", slow)  # the other setting: measured
+    assert len(runs) > n_prompts * len(got["settings"]["greedy"])
+    assert len(list((tmp_path / "specdec_np").glob("profile-*.json"))) == 2

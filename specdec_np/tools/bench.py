@@ -47,7 +47,7 @@ from . import profile as profiles
 from .costcurve import gpt2_shapes_report
 from .costmodel import record_ms
 from .plan import (Choice, acceptance_profile, calibration, choose, describe, machine, machine_name, progress_bar,
-                   run_seeds)
+                   run_seeds, setting_name)
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
 # plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
@@ -395,9 +395,10 @@ def main(argv=None) -> int:
         if a.gpt2_shapes:
             gpt2_shapes_report()
         return 0
-    profile = acceptance_profile(target, draft, ngram, calibration_prompts, progress_bar("profiling the pair"))
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
-    plans = {s: choices(profile, costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
+    plans = {s: choices(acceptance_profile(target, draft, ngram, calibration_prompts, setting_name(skw["temperature"]),
+                                           costs, progress_bar("profiling the pair")),
+                        costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
                                         if m in ("plan", "staged")))

@@ -4,11 +4,13 @@ The core decodes whatever `Plan` it is given (constants by default); this module
 Sequoia-style, from two things measured apart:
 
 - the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
-  property of the models, shipped for the embedded pair and measured once for any other pair;
-- this machine's costs (`calibration`, about ten seconds on first use): the forward pass against
-  its block size, warm and cold (`costcurve.loop_curves`), the fixed work per step, drafting step
-  and distribution the draft processes (fitted on the steps of a few short timed runs) and an
-  n-gram query (timed directly), cached in the user's cache directory under a key of everything they depend on (CPU, cores,
+  property of the models, shipped for the embedded pair; for any other pair measured on first use,
+  per setting, on a grid sized to take a few minutes on this machine (`acceptance_profile`);
+- this machine's costs (`calibration`, about ten seconds on first use for the embedded pair, under
+  a minute for GPT-2 and distilgpt2): the forward pass against its block size, warm and cold
+  (`costcurve.loop_curves`), the fixed work per step, drafting step and distribution the draft
+  processes (fitted on the steps of a few short timed runs) and an n-gram query (timed directly),
+  cached in the user's cache directory under a key of everything they depend on (CPU, cores,
   BLAS, the models' weights, dtype).
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
@@ -37,7 +39,7 @@ from ..decode import Plan, generate
 from ..fastpath import padded
 from . import profile as profiles
 from .costcurve import loop_curves
-from .costmodel import fit_overheads, loop_scale, padding, record_ms, scaled
+from .costmodel import fit_overheads, loop_scale, padding, pass_ms, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 CALIBRATION_VERSION = 6
@@ -157,9 +159,10 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     pads = {"target_pad": padding(curves["target"]["warm"]),
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
+    n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
     runs = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:3], kw, pads)
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens)
         if progress:
             progress(6 + n + 1, 8)
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
@@ -171,7 +174,15 @@ def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
             "overheads": overheads}
 
 
-def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
+def timed_run_size(target_ms: float) -> tuple[int, int]:
+    """(prompts, new tokens) of the calibration's timed runs: 3 prompts of 32 tokens where the
+    target's one-token pass takes up to 4 ms (the embedded target), proportionally fewer where it
+    is slower (GPT-2 takes 20 ms and more here), so that calibration stays within seconds."""
+    scale = min(1.0, 4.0 / target_ms)
+    return max(1, round(3 * scale)), max(8, round(32 * scale))
+
+
+def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
     blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
@@ -189,7 +200,7 @@ def timed_steps(target, draft, ngram, prompts, kw, pads) -> tuple[list, list]:
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
                 plan = dataclasses.replace(plan, **pads)
-                res = generate(target, prompt, 32, method, draft, ngram, plan, seed=i, **kw)
+                res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
@@ -243,18 +254,46 @@ def busy_warning() -> str:
 
 # ----------------------------------------------------------------------------- the pair's profile
 
-def acceptance_profile(target, draft, ngram, prompts, progress=None) -> dict:
-    """The pair's acceptance profile: the shipped one for the embedded pair, else the cached one,
-    else measured now on a smaller grid (a few minutes) and cached."""
+PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
+PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new tokens), largest first
+
+
+def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
+    """(prompts, new tokens, estimated seconds) of a first-use profile of n_runs decoding runs per
+    prompt: the largest of PROFILE_SIZES estimated to take PROFILE_SECONDS at most, else the
+    smallest. Each run is priced at ms_per_token per token."""
+    for n_prompts, tokens in PROFILE_SIZES:
+        seconds = n_runs * n_prompts * tokens * ms_per_token / 1000
+        if seconds <= PROFILE_SECONDS:
+            break
+    return n_prompts, tokens, seconds
+
+
+def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
+    """The pair's acceptance profile: the shipped one for the embedded pair, else the cached one for
+    this setting, else measured now (this setting only, on a smaller grid, sized by `costs` to take
+    about PROFILE_SECONDS) and cached."""
     key = profiles.pair_key(target, draft, ngram)
     if profiles.PROFILE_FILE.is_file():
         shipped = profiles.load(profiles.PROFILE_FILE)
         if shipped["models"] == key:
             return shipped
-    path = cache_path("profile", {"models": key, "version": profiles.VERSION})
+    path = cache_path("profile", {"models": key, "version": profiles.VERSION, "setting": setting})
     if (cached := read_json(path)) is not None:
         return profiles.from_json(cached)
-    measured = profiles.measure(target, draft, ngram, prompts, quick=True, progress=progress)
+    usable = profiles.runnable(draft is not None, ngram is not None)
+    grid = {setting: [c for c in profiles.candidates(setting, quick=True) if c[0] in usable]}
+    seeds = 2  # runs per prompt when sampling; greedy runs once
+    curves = costs["curves"]
+    # Per token: a target pass, and two draft passes (GPT-2 and distilgpt2 with random weights, whose
+    # drafts are seldom accepted, took 1.4x this estimate).
+    ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
+    n_prompts, tokens, seconds = profile_size(len(grid[setting]) * (1 if setting == "greedy" else seeds), ms)
+    about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    sys.stderr.write(f"profiling this pair's acceptance ({setting}; first run only): {len(grid[setting])} "
+                     f"candidate plans on {n_prompts} prompts x {tokens} tokens, about {about}\n")
+    measured = profiles.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
+                                grid=grid, progress=progress)
     write_json(path, profiles.to_json(measured))
     return measured
 
@@ -267,8 +306,7 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
     curves, overheads = costs["curves"], costs["overheads"][setting]
     pads = {"target_pad": padding(curves["target"]["warm"]),
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
-    usable = {"ar", "lookup"} | ({"speculative", "tree"} if has_draft else set()) | \
-        ({"staged"} if has_draft and has_ngram else set())
+    usable = profiles.runnable(has_draft, has_ngram)
     priced = []
     for r in profile["settings"][setting]:
         if r["method"] in usable and (method is None or r["method"] == method) and r["tokens"] \
@@ -291,7 +329,7 @@ def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recal
     all), from the profile and costs loaded once; `enc` encodes the calibration prompts."""
     prompts = profiles.calibration_prompts(enc)
     costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
-    profile = acceptance_profile(target, draft, ngram, prompts, progress)
+    profile = acceptance_profile(target, draft, ngram, prompts, setting_name(temperature), costs, progress)
     return {m: choose(profile, costs, temperature, m, draft is not None, ngram is not None) for m in methods}
 
 

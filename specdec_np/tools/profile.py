@@ -68,6 +68,13 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
+def runnable(has_draft: bool, has_ngram: bool) -> set:
+    """The methods a pair can run: plain decoding and prompt lookup always; the draft's methods with a
+    draft; staged with a draft and an n-gram."""
+    return {"ar", "lookup"} | ({"speculative", "tree"} if has_draft else set()) | \
+        ({"staged"} if has_draft and has_ngram else set())
+
+
 def counts(stats, skip_first: bool = True) -> dict:
     """What a run did (past its first step, the prompt's prefill): the profile's unit, summed over runs."""
     steps = stats.steps[1:] if skip_first else stats.steps
@@ -100,9 +107,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     that an interrupted measurement resumes where it stopped. `jobs` > 1: candidates are counted
     in that many worker processes (the counts do not depend on timing, so they are the same)."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
-    runnable = {"ar", "lookup"} | ({"speculative", "tree"} if draft is not None else set()) | \
-        ({"staged"} if draft is not None and ngram is not None else set())
-    todo = [(s, c) for s in grid for c in grid[s] if c[0] in runnable]
+    usable = runnable(draft is not None, ngram is not None)
+    todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
     done = {}
     if journal is not None and Path(journal).is_file():
         for line in Path(journal).read_text().splitlines():
