@@ -1,9 +1,10 @@
 """This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
 
 At batch 1 a decoder step reads every weight once and does ~0.5 FLOP per byte of float32 weights
-(2 FLOPs per 4-byte weight), so it is bound by memory bandwidth; a block of k tokens reads the same weights once for k times the arithmetic.
-How many tokens are "free" decides how big a verification tree pays off. The reference for the
-memory bound is one large float32 matrix-vector product, measured in the same run.
+(2 FLOPs per 4-byte weight), so it is bound by memory bandwidth; a block of k tokens reads the
+same weights once for k times the arithmetic. How many tokens are "free" decides how big a
+verification tree pays off. The reference for the memory bound is one large float32
+matrix-vector product, measured in the same run.
 """
 
 from __future__ import annotations

@@ -107,8 +107,9 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         else:
             plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
         if a.budget is not None or a.depth is not None:
-            plan = dataclasses.replace(plan, shape="best_first", sampled=None, rule=None, budget=a.budget or plan.budget,
-                                       depth=a.depth or plan.depth, chain=a.depth or plan.chain)
+            plan = dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
+                                       budget=a.budget or plan.budget, depth=a.depth or plan.depth,
+                                       chain=a.depth or plan.chain)
             origin += ", with --budget/--depth"
         out[m] = (plan, origin)
     return out
