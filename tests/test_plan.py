@@ -191,21 +191,33 @@ def test_a_profile_counted_in_worker_processes_is_the_same(pair, profile, tmp_pa
 
 
 def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_path, monkeypatch, capsys):
-    """Timings taken while every core is busy would mislead every later run: they come with a
-    note and serve this run only; a quiet machine's are cached and reused."""
+    """Timings taken while other processes use the CPU would mislead every later run: they come
+    with a note and serve this run only; a quiet machine's are cached and reused. Where the
+    system's CPU time is unknown, the load average decides."""
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     measured = []
     monkeypatch.setattr(plans, "measure_costs",
                         lambda *a, **k: measured.append(1) or {"version": plans.CALIBRATION_VERSION, "n": len(measured)})
-    cores = os.cpu_count() or 1
-    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
+
+    def others_use(cores):  # snapshots (all CPU s, own CPU s, wall s) over 10 s: own 15 s, others `cores`
+        snaps = iter([(100.0, 50.0, 0.0), (100.0 + 15 + 10 * cores, 65.0, 10.0)])
+        monkeypatch.setattr(plans, "cpu_times", lambda: next(snaps))
+
+    others_use(1.0)
     assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 1}, True)
-    assert "not cached" in capsys.readouterr().err
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    assert "not cached" in (err := capsys.readouterr().err) and "other processes used 1.0" in err
+    others_use(plans.BUSY_CORES / 2)
     assert plans.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
     assert capsys.readouterr().err == ""
     assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 2}, False)
+    # No /proc/stat: the load average.
+    monkeypatch.setattr(plans, "cpu_times", lambda: None)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
+    assert "not cached" in plans.busy_warning(None) and "load" in plans.busy_warning(None)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    assert plans.busy_warning(None) == ""
 
 
 def test_progress_bar_off_a_terminal_writes_whole_lines(capsys):

@@ -229,8 +229,9 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
     path = cache_path("costs", key)
     if not recalibrate and (cached := read_json(path)) is not None:
         return cached, False
-    busy = busy_warning()
+    start = cpu_times()
     costs = measure_costs(target, draft, ngram, prompts, progress)
+    busy = busy_warning(start)
     if busy:
         sys.stderr.write(busy + "\n")
     else:
@@ -238,18 +239,45 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
     return costs, True
 
 
-def busy_warning() -> str:
-    """A warning when other processes keep every core busy: timings taken now are slow and noisy
-    ("" when the machine looks quiet, or its load is unknown)."""
+BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
+
+
+def cpu_times() -> tuple | None:
+    """(CPU seconds all processes have used, this process's, wall clock): a snapshot for
+    `busy_warning`; None where the system's total is unknown (no /proc/stat)."""
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return ""
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
+    except (OSError, ValueError):
+        return None
+    own = os.times()
+    # Not "steal" (a hypervisor's other guests): a VM that always loses some time to them would never
+    # keep its costs, and only this system's processes come and go between runs.
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
+
+
+def busy_warning(start: tuple | None) -> str:
+    """A warning when other processes used the CPU since `start` (`cpu_times()`): OpenBLAS's
+    threads then stall and the timings are slow and noisy ("" when the machine was quiet). Without
+    /proc/stat: when the load average exceeds the cores, or "" if that is unknown too."""
     cores = os.cpu_count() or 1
-    if load <= cores:
-        return ""
-    return (f"note: this machine was busy while its costs were measured (load {load:.1f} on {cores} cores), so "
-            "this run's plan may be off; they are not cached: the next run measures again")
+    end = cpu_times()
+    if start is not None and end is not None and end[2] > start[2]:
+        others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])  # cores' worth
+        if others <= BUSY_CORES:
+            return ""
+        what = f"other processes used {others:.1f} of its {cores} cores"
+    else:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return ""
+        if load <= cores:
+            return ""
+        what = f"load {load:.1f} on {cores} cores"
+    return (f"note: this machine was busy while its costs were measured ({what}), so this run's plan may be off; "
+            "they are not cached: the next run measures again")
 
 
 # ----------------------------------------------------------------------------- the pair's profile
