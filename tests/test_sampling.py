@@ -139,6 +139,21 @@ def test_rand_coin_and_draw():
         rand.draw(np.zeros(3))
     with pytest.raises(ValueError):
         rand.draw(np.array([0.5, -0.1, 0.6]))
+    with pytest.raises(ValueError):
+        rand.draw(np.array([0.5, np.nan, 0.6]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), size=st.integers(1, 300), zeros=st.floats(0.0, 0.99))
+def test_draw_is_the_inverse_cdf_over_the_whole_vector(seed, size, zeros):
+    # draw sums only the nonzero entries: it must return exactly the id that the inverse of the
+    # cumulative distribution over every entry gives for the same uniform number.
+    rng = np.random.default_rng(seed)
+    probs = rng.random(size) * (rng.random(size) >= zeros)
+    probs[rng.integers(size)] += 0.1  # at least one positive entry
+    u = np.random.default_rng(seed).random() * np.cumsum(probs)[-1]
+    want = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), int(np.flatnonzero(probs)[-1]))
+    assert Rand(seed).draw(probs) == want
 
 
 def test_rand_is_reproducible_from_seed_or_generator():
