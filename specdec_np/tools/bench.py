@@ -47,7 +47,7 @@ from . import profile as profiles
 from .costcurve import gpt2_shapes_report
 from .costmodel import record_ms
 from .plan import (Choice, acceptance_profile, calibration, choose, describe, machine, machine_name, progress_bar,
-                   run_seeds, setting_name)
+                   setting_name)
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
 # plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
@@ -121,15 +121,15 @@ def choices(profile, costs, temperature, default=False) -> dict:
 
 def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
     """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
-    in sampled settings `seeds` runs per prompt (`plan.run_seeds`), each run of every row with the same seed."""
+    in sampled settings `seeds` runs per prompt (`profile.run_seeds`), each run of every row with the same seed."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
-    bar = Progress(len(prompts) * sum(len(run_seeds(0, skw["temperature"], seeds)) for skw in settings.values()),
-                   "bench")
+    runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
+    bar = Progress(len(prompts) * runs, "bench")
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
             overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
-            for seed in run_seeds(i, skw["temperature"], seeds):
+            for seed in profiles.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in plans[sname].items():
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,

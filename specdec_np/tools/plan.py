@@ -63,12 +63,6 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
-def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
-    """The seeds the prompt at `prompt_index` runs with in bench and calibration: n of them
-    (i, i + 1000, ...) when sampling, whose acceptance is random; one when greedy (deterministic)."""
-    return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
-
-
 def last_level_cache() -> str:
     """The size of the CPU's largest cache, as Linux reports it ("" if unknown)."""
     kib = []
@@ -311,12 +305,13 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
         return profiles.from_json(cached)
     usable = profiles.runnable(draft is not None, ngram is not None)
     grid = {setting: [c for c in profiles.candidates(setting, quick=True) if c[0] in usable]}
-    seeds = 2  # runs per prompt when sampling; greedy runs once
+    seeds = 2  # runs per prompt when sampling
     curves = costs["curves"]
     # Per token: a target pass, and two draft passes (GPT-2 and distilgpt2 with random weights, whose
     # drafts are seldom accepted, took 1.4x this estimate).
     ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
-    n_prompts, tokens, seconds = profile_size(len(grid[setting]) * (1 if setting == "greedy" else seeds), ms)
+    runs = len(grid[setting]) * len(profiles.run_seeds(0, profiles.SETTINGS[setting]["temperature"], seeds))
+    n_prompts, tokens, seconds = profile_size(runs, ms)
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
     sys.stderr.write(f"profiling this pair's acceptance ({setting}; first run only): {len(grid[setting])} "
                      f"candidate plans on {n_prompts} prompts x {tokens} tokens, about {about}\n")

@@ -142,12 +142,18 @@ def candidate_key(setting, candidate) -> tuple:
     return setting, method, json.dumps(to_json(shape), sort_keys=True)
 
 
+def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
+    """The seeds the prompt at `prompt_index` runs with in the profile and the bench: n of them
+    (i, i + 1000, ...) when sampling, whose acceptance is random; one when greedy (deterministic)."""
+    return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
+
+
 def count_candidate(job, setting, method, shape) -> dict:
     """One candidate's counts summed over the prompts (and seeds, when sampling), as JSON."""
     target, draft, ngram, prompts, max_new_tokens, seeds = job
     kw, total = SETTINGS[setting], {}
     for i, prompt in enumerate(prompts):
-        for seed in range(i, i + 1000 * (seeds if kw["temperature"] else 1), 1000):
+        for seed in run_seeds(i, kw["temperature"], seeds):
             res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
             total = add(total, counts(res.stats))
     return to_json(total)
