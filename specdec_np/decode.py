@@ -41,6 +41,9 @@ class Plan:
       `depth` deep; cf. EAGLE-2) or "fixed" (`widths[d]` children under every node at depth d).
       Trees whose children are drawn from q (`sampled`) always have fixed widths.
     chain: drafted tokens per step of the chain methods (speculative, lookup).
+    lookup_chains: prompt lookup's chain length by the match it copies from: (after the last 3
+      tokens matched, after 2, after 1); 0 proposes nothing after a match that short (one token
+      is weak evidence, and a one-row pass is cheap). () = `chain` after any match.
     sampled: None (children are the draft's top tokens) or "with" / "without" replacement
       (children drawn from q: at temperature 1 they are accepted far more often than top tokens).
     guess_len, guess_rows: stage 2 for the draft (staged): below each node the draft evaluates, the
@@ -59,6 +62,7 @@ class Plan:
     depth: int = 6
     widths: tuple = (2, 2, 1, 1, 1, 1)
     chain: int = 4
+    lookup_chains: tuple = ()
     sampled: str | None = None
     guess_len: int = 3
     guess_rows: int | str = 4
@@ -82,6 +86,12 @@ class Plan:
         if not widths or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in widths):
             raise ValueError(f"plan: widths must be a non-empty list of integers >= 1, got {self.widths!r}")
         object.__setattr__(self, "widths", tuple(int(w) for w in widths))
+        chains = tuple(self.lookup_chains) if isinstance(self.lookup_chains, (list, tuple)) else None
+        if chains is None or chains and (len(chains) != 3 or not any(chains) or any(
+                isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in chains)):
+            raise ValueError("plan: lookup_chains must be () or 3 integers >= 0 (after matches of 3, 2, 1 tokens), "
+                             f"not all 0, got {self.lookup_chains!r}")
+        object.__setattr__(self, "lookup_chains", tuple(int(k) for k in chains))
         if self.sampled not in (None, "with", "without"):
             raise ValueError(f"plan: sampled must be None, 'with' or 'without', got {self.sampled!r}")
         if self.guess_rows != "pad":
@@ -98,8 +108,14 @@ class Plan:
         """Whether the draft tree of `method` has fixed widths (sampled trees always do)."""
         return method in ("tree", "staged") and (self.shape == "fixed" or self.sampled is not None)
 
+    def lookup_lengths(self) -> tuple:
+        """Prompt lookup's chain lengths after matches of 3, 2 and 1 tokens."""
+        return self.lookup_chains or (self.chain,) * 3
+
     def max_depth(self, method: str) -> int:
-        if method in ("speculative", "lookup"):
+        if method == "lookup":
+            return max(self.lookup_lengths())
+        if method == "speculative":
             return self.chain
         return len(self.widths) if self.fixed(method) else self.depth
 
@@ -108,7 +124,7 @@ class Plan:
         if method == "ar":
             return 0
         if method in ("speculative", "lookup"):
-            return self.chain
+            return self.max_depth(method)
         return int(np.cumprod(self.widths).sum()) if self.fixed(method) else self.budget
 
     def max_block(self, method: str) -> int:
@@ -272,7 +288,8 @@ def propose(method, seq, plan: Plan, copy_len: int, n_ctx: int, drafter, ngram, 
     if method == "ar" or depth <= 0:
         return Tree(tokens=[root], parents=[-1], q=[1.0]), False, queries
     if method == "lookup":  # prompt lookup's chain (a match of 3, 2 or 1 tokens), proposed by no model
-        return staged.chain_tree(root, staged.prompt_lookup(seq, k=depth)), False, queries
+        lengths = [min(k, depth) for k in plan.lookup_lengths()]
+        return staged.chain_tree(root, staged.lookup_by_match(seq, lengths)), False, queries
     if method == "ngram":
         counter = [0]
         tree = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), plan.budget, depth)
@@ -415,6 +432,8 @@ def check_rule(plan: Plan, method: str, temperature: float) -> None:
 
 def tree_size_words(plan: Plan, method: str) -> str:
     """What sets a plan's drafted tokens per step, in the plan's terms."""
+    if method == "lookup" and plan.lookup_chains:
+        return f"lookup_chains={','.join(map(str, plan.lookup_chains))}"
     if method in ("speculative", "lookup"):
         return f"chain={plan.chain}"
     if plan.fixed(method):

@@ -116,6 +116,13 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     machine["method"] = "ar"  # where drafting does not pay, the machine's plan is plain decoding
     with pytest.raises(ValueError, match="--budget: this machine's plan .plain decoding. drafts no tree"):
         choose(budget=8)
+    # The machine's lookup plan may set its chain's length by the match; --depth gives one length.
+    machine["method"] = "lookup"
+    drawn = Plan(lookup_chains=(23, 7, 0))
+    method, plan, about = choose(depth=5)
+    assert (method, plan.chain, plan.lookup_chains, plan.max_depth(method)) == ("lookup", 5, (), 5)
+    assert "a chain of 5 copied from the context" in about
+    assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose()[2]
 
 
 def test_generate_with_a_sequence_level_rule():

@@ -35,6 +35,7 @@ METHODS = [
     dict(method="staged"),
     dict(method="ngram"),
     dict(method="lookup"),
+    dict(method="lookup", lookup_chains=(5, 2, 0)),
 ]
 prompts = st.lists(st.integers(0, CFG.n_vocab - 2), min_size=1, max_size=12)
 
@@ -230,6 +231,8 @@ def test_bad_input_raises(small):
     (dict(chain=1.5), "chain must be"), (dict(widths=()), "widths must be"), (dict(widths=(2, 0)), "widths must be"),
     (dict(copy_len=-1), "copy_len must be an integer >= 0"), (dict(guess_len=True), "guess_len must be"),
     (dict(guess_rows="lots"), "guess_rows must be"), (dict(rule="magic"), "unknown rule"),
+    (dict(lookup_chains=(7, 3)), "lookup_chains must be"), (dict(lookup_chains=(0, 0, 0)), "lookup_chains must be"),
+    (dict(lookup_chains=(7, -1, 0)), "lookup_chains must be"), (dict(lookup_chains=7), "lookup_chains must be"),
     (dict(target_pad=(1, 1)), "target_pad")])
 def test_plan_validates_itself(shape, message):
     with pytest.raises(ValueError, match=message):
@@ -237,7 +240,8 @@ def test_plan_validates_itself(shape, message):
 
 
 def test_plan_defaults_are_constants():
-    assert Plan() == Plan(shape="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4, sampled=None,
+    assert Plan() == Plan(shape="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4,
+                          lookup_chains=(), sampled=None,
                           guess_len=3, guess_rows=4, copy_len=12, rule=None, target_pad=(), draft_pad=())
     assert Plan(widths=[2, 1]).widths == (2, 1)  # lists are accepted and frozen
 
@@ -380,6 +384,55 @@ def test_staged_copies_negative_control_always_accept(tiny, monkeypatch):
     got, _ = staged_copy_distribution(tiny)
     want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
+
+
+def lookup_distribution(tiny, n=3):
+    """The exact distribution of prompt lookup's first n tokens after COPY_PROMPT at T=1, chains
+    of 2 after a 3-token match and of 1 after a 2-token one (all point-mass verified), and the
+    steps that proposed something."""
+    from specdec_np import exact
+
+    proposed = [0]
+
+    def fn(rand):
+        res = generate(tiny.target, COPY_PROMPT, n, method="lookup", temperature=1.0, rand=rand, eos=-1,
+                       plan=plan(lookup_chains=(2, 1, 0)), keep_trees=True)
+        proposed[0] += sum(len(t) > 1 for t, _ in res.stats.trees)
+        return tuple(res.tokens)
+
+    return exact.outcomes(fn), proposed[0]
+
+
+def test_lookup_by_match_is_lossless_when_sampling(tiny):
+    got, proposed = lookup_distribution(tiny)
+    assert proposed > 0
+    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
+    assert set(got) <= set(want)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+def test_lookup_by_match_negative_control_always_accept(tiny, monkeypatch):
+    monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
+    got, _ = lookup_distribution(tiny)
+    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
+
+
+def test_lookup_steps_propose_the_chain_for_their_match(small):
+    """Each step of lookup with lengths by match proposes `lookup_by_match`'s chain for the tokens so far."""
+    from specdec_np.staged import lookup_by_match
+
+    target, _, _ = small
+    prompt = [1, 2, 3, 4, 1, 2, 3]
+    res = generate(target, prompt, 20, "lookup", plan=plan(lookup_chains=(6, 3, 0)), eos=-1, keep_trees=True)
+    seq, lengths = list(prompt), set()
+    for step in res.stats.steps:
+        want = lookup_by_match(seq, (6, 3, 0))
+        assert list(step.tree.tokens[1:]) == want
+        lengths.add(len(want))
+        seq += step.tokens
+    assert 6 in lengths  # the prompt's repeat was copied
+    assert res.tokens == ar_greedy(target, prompt, 20)
 
 
 def test_wide_fixed_tree_runs_to_the_end_of_the_context(small):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specdec_np import ngram
 from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, save, top_k
-from specdec_np.staged import prompt_lookup
+from specdec_np.staged import lookup_by_match, prompt_lookup
 from specdec_np.tools.cli import cmd_ngram
 
 
@@ -351,6 +351,24 @@ def test_prompt_lookup_nothing_to_propose():
     assert prompt_lookup([1, 2, 3, 1, 2], max_ngram=2, k=5) == [3, 1, 2, 3, 1]  # a loop of three
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         prompt_lookup([1, 2], max_ngram=1, min_ngram=2)
+
+
+def test_lookup_by_match_sets_the_length_by_the_match():
+    #          0  1  2  3  4  5  6  7  8
+    tokens = [1, 5, 6, 9, 4, 5, 6, 3, 1, 5, 6]
+    assert lookup_by_match(tokens, (3, 2, 1)) == [9, 4, 5]    # [1, 5, 6] matched: 3 tokens
+    assert lookup_by_match(tokens[:-1] + [7, 5, 6], (3, 2, 1)) == [3, 1]  # only [5, 6]: 2 tokens
+    assert lookup_by_match([7, 1, 2, 7], (3, 2, 1)) == [1]    # only [7]: 1 token
+    assert lookup_by_match([7, 1, 2, 7], (3, 2, 0)) == []     # 0: nothing after a one-token match
+    # A zero length stops the search at that match: a shorter match is not tried instead.
+    assert lookup_by_match(tokens[:-1] + [7, 5, 6], (3, 0, 4)) == []
+    assert lookup_by_match([1, 2, 3, 4], (3, 2, 1)) == []     # nothing matches
+
+
+@given(st.lists(st.integers(0, 4), max_size=40), st.integers(1, 5))
+@settings(max_examples=30)
+def test_lookup_by_match_with_equal_lengths_is_prompt_lookup(tokens, k):
+    assert lookup_by_match(tokens, (k, k, k)) == prompt_lookup(tokens, k=k)
 
 
 @given(st.lists(st.integers(0, 4), max_size=40), st.integers(1, 4), st.integers(1, 5))

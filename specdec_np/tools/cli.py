@@ -111,7 +111,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
                       budget=a.budget if a.budget is not None else plan.budget,
                       depth=a.depth if a.depth is not None else plan.depth)
     if a.depth is not None and method in ("speculative", "lookup"):
-        change["chain"] = a.depth
+        change.update(chain=a.depth, lookup_chains=())  # one length, whatever the match
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
     if a.sampled is not None:

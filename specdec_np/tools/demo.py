@@ -109,7 +109,8 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         if a.budget is not None or a.depth is not None:
             plan = dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                        budget=a.budget or plan.budget, depth=a.depth or plan.depth,
-                                       chain=a.depth or plan.chain)
+                                       chain=a.depth or plan.chain,
+                                       lookup_chains=() if a.depth else plan.lookup_chains)
             origin += ", with --budget/--depth"
         out[m] = (plan, origin)
     return out
