@@ -139,7 +139,7 @@ def test_help_has_examples():
 def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
-    assert "All 4 methods produced the identical completion" in out and "differs" not in out
+    assert "All 5 methods produced the identical completion" in out and "differs" not in out
     assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
 
 

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
-    methods = ["ar", "speculative", "tree", "staged"]
+    methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
     chosen = plans(a, target, draft, ngram, enc, 0.0, methods)
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
