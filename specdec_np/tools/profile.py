@@ -45,8 +45,9 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
-    out += [("lookup", {"lookup_chains": c}) for c in ((5, 2, 0), (7, 3, 0), (11, 5, 0), (15, 7, 0), (19, 7, 0),
-                                                         (23, 7, 0))]
+    by_match = ((7, 3, 0), (15, 7, 0)) if quick else ((5, 2, 0), (7, 3, 0), (11, 5, 0), (15, 7, 0), (19, 7, 0),
+                                                      (23, 7, 0))
+    out += [("lookup", {"lookup_chains": c}) for c in by_match]
     out += [("speculative", {"chain": k}) for k in chains]
     widths = ((1,), (2,), (1, 1), (2, 1), (1, 1, 1), (2, 1, 1))
     if setting == "greedy":
