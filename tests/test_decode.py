@@ -353,8 +353,9 @@ COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at th
 
 def staged_copy_distribution(tiny, n=3):
     """The exact distribution of staged decoding's first n tokens after COPY_PROMPT at T=1, by
-    enumerating every random branch of `generate` itself (the enumerator is its `rand`).
-    Copied chains (point-mass rule) and sampled draft chains (recursive rule) alternate."""
+    enumerating every random branch of `generate` itself (the enumerator is its `rand`), and
+    whether both kinds of step ran: copied chains (point-mass rule) and sampled draft chains
+    (recursive rule) alternate."""
     from specdec_np import exact
 
     steps = {"copied": 0, "drafted": 0}
@@ -367,29 +368,12 @@ def staged_copy_distribution(tiny, n=3):
             steps["copied" if (t.source == NGRAM_SOURCE).any() else "drafted"] += 1
         return tuple(res.tokens)
 
-    return exact.outcomes(fn), steps
-
-
-def test_staged_copies_are_lossless_when_sampling(tiny):
-    got, steps = staged_copy_distribution(tiny)
-    assert steps["copied"] > 0 and steps["drafted"] > 0  # both kinds of step were exercised
-    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
-    assert set(got) <= set(want)
-    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
-
-
-def test_staged_copies_negative_control_always_accept(tiny, monkeypatch):
-    """The same check rejects a point-mass rule that accepts the copied chain without a test."""
-    monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
-    got, _ = staged_copy_distribution(tiny)
-    want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
-    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
+    return exact.outcomes(fn), steps["copied"] > 0 and steps["drafted"] > 0
 
 
 def lookup_distribution(tiny, n=3):
-    """The exact distribution of prompt lookup's first n tokens after COPY_PROMPT at T=1, chains
-    of 2 after a 3-token match and of 1 after a 2-token one (all point-mass verified), and the
-    steps that proposed something."""
+    """The same for prompt lookup with chains of 2 after a 3-token match, of 1 after a 2-token one
+    and none after one token (point-mass verified), and whether some step proposed a chain."""
     from specdec_np import exact
 
     proposed = [0]
@@ -400,20 +384,27 @@ def lookup_distribution(tiny, n=3):
         proposed[0] += sum(len(t) > 1 for t, _ in res.stats.trees)
         return tuple(res.tokens)
 
-    return exact.outcomes(fn), proposed[0]
+    return exact.outcomes(fn), proposed[0] > 0
 
 
-def test_lookup_by_match_is_lossless_when_sampling(tiny):
-    got, proposed = lookup_distribution(tiny)
-    assert proposed > 0
+COPIED_CHAINS = pytest.mark.parametrize("distribution", [staged_copy_distribution, lookup_distribution],
+                                        ids=["staged copies", "lookup by match"])
+
+
+@COPIED_CHAINS
+def test_copied_chains_are_lossless_when_sampling(tiny, distribution):
+    got, exercised = distribution(tiny)
+    assert exercised
     want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
     assert set(got) <= set(want)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
 
 
-def test_lookup_by_match_negative_control_always_accept(tiny, monkeypatch):
+@COPIED_CHAINS
+def test_copied_chains_negative_control_always_accept(tiny, monkeypatch, distribution):
+    """The same check rejects a point-mass rule that accepts the copied chain without a test."""
     monkeypatch.setitem(verify.RULES, "point_mass", always_accept)
-    got, _ = lookup_distribution(tiny)
+    got, _ = distribution(tiny)
     want = exact_target_distribution(tiny.target, COPY_PROMPT, 3)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.05
 
