@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sampling import SURE
+
 
 class ScriptedRand:
     """Rand's interface, driven by a list of option indices instead of a generator."""
@@ -34,9 +36,9 @@ class ScriptedRand:
         p = float(p)
         if p != p:
             raise ValueError("coin: probability is NaN")
-        if p >= 1.0:
+        if p >= 1.0 - SURE:  # as Rand.coin: certain, one option
             return self.choose([(True, 1.0)])
-        if p <= 0.0:
+        if p <= SURE:
             return self.choose([(False, 1.0)])
         return self.choose([(True, p), (False, 1.0 - p)])
 

@@ -143,6 +143,26 @@ def test_rand_coin_and_draw():
         rand.draw(np.array([0.5, np.nan, 0.6]))
 
 
+def test_a_coin_within_rounding_of_certain_draws_nothing():
+    """A probability that is 1 (or 0) up to rounding decides without a uniform number, in Rand and
+    in the exact enumerator alike, so rounding cannot shift a seed's later draws; a probability
+    merely close to 1 still draws one."""
+    from specdec_np.exact import ScriptedRand
+
+    for p, want in ((1.0 - 1e-15, True), (1.0 + 3e-16, True), (1e-17, False), (-0.0, False)):
+        rand = Rand(7)
+        assert rand.coin(p) is want and rand.last_u is None
+        assert rand.rng.random() == Rand(7).rng.random()  # the generator did not move
+        scripted = ScriptedRand([])
+        assert scripted.coin(p) is want and scripted.n_options == [1]
+    rand = Rand(7)
+    rand.coin(1.0 - 1e-9)
+    assert rand.last_u is not None
+    scripted = ScriptedRand([])
+    scripted.coin(1.0 - 1e-9)
+    assert scripted.n_options == [2]
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), size=st.integers(1, 300), zeros=st.floats(0.0, 0.99))
 def test_draw_is_the_inverse_cdf_over_the_whole_vector(seed, size, zeros):
