@@ -38,9 +38,10 @@ PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.js
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     """(method, plan shape) pairs to profile in a setting: plain decoding, prompt lookup (a chain
-    of one length, or of lengths by how many tokens matched) and the speculative chains always; trees (the draft's top tokens greedily, children drawn from q when
-    sampling), alone and staged with and without stage 2's guesses and copies; when sampling, also
-    the sequence-level rules on the same drafts (block verification of chains, traversal of trees).
+    of one length, or of lengths by how many tokens matched) and the speculative chains always;
+    trees (the draft's top tokens greedily, children drawn from q when sampling), alone and staged
+    with and without stage 2's guesses and copies; when sampling, also the sequence-level rules on
+    the same drafts (block verification of chains, traversal of trees).
     `quick`: a smaller grid for a pair profiled on first use."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
