@@ -33,6 +33,18 @@ METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
 DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft model
 
 
+def whole(value, low: int) -> bool:
+    """Whether value is an integer >= low (a bool is not one here)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
+
+
+def whole_tuple(value, low: int) -> tuple | None:
+    """A list or tuple of integers >= low as a tuple of ints; None if it is anything else."""
+    if not isinstance(value, (list, tuple)) or not all(whole(v, low) for v in value):
+        return None
+    return tuple(int(v) for v in value)
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to decode: the draft tree's shape, stage 2's work, the verification rule, block padding.
@@ -74,7 +86,7 @@ class Plan:
     def __post_init__(self):
         def integer(name, low):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            if not whole(value, low):
                 raise ValueError(f"plan: {name} must be an integer >= {low}, got {value!r}")
             object.__setattr__(self, name, int(value))
 
@@ -82,16 +94,15 @@ class Plan:
             raise ValueError(f"plan: shape must be 'best_first' or 'fixed', got {self.shape!r}")
         for name, low in (("budget", 1), ("depth", 1), ("chain", 1), ("guess_len", 0), ("copy_len", 0)):
             integer(name, low)
-        widths = tuple(self.widths) if isinstance(self.widths, (list, tuple)) else None
-        if not widths or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in widths):
+        widths = whole_tuple(self.widths, 1)
+        if not widths:
             raise ValueError(f"plan: widths must be a non-empty list of integers >= 1, got {self.widths!r}")
-        object.__setattr__(self, "widths", tuple(int(w) for w in widths))
-        chains = tuple(self.lookup_chains) if isinstance(self.lookup_chains, (list, tuple)) else None
-        if chains is None or chains and (len(chains) != 3 or not any(chains) or any(
-                isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in chains)):
+        object.__setattr__(self, "widths", widths)
+        chains = whole_tuple(self.lookup_chains, 0)
+        if chains is None or (chains and (len(chains) != 3 or not any(chains))):
             raise ValueError("plan: lookup_chains must be () or 3 integers >= 0 (after matches of 3, 2, 1 tokens), "
                              f"not all 0, got {self.lookup_chains!r}")
-        object.__setattr__(self, "lookup_chains", tuple(int(k) for k in chains))
+        object.__setattr__(self, "lookup_chains", chains)
         if self.sampled not in (None, "with", "without"):
             raise ValueError(f"plan: sampled must be None, 'with' or 'without', got {self.sampled!r}")
         if self.guess_rows != "pad":
@@ -390,9 +401,9 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
     if len(prompt) >= target.config.n_ctx:
         raise ValueError(f"the prompt has {len(prompt)} tokens: it must be shorter than the context "
                          f"(n_ctx={target.config.n_ctx})")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+    if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if not whole(seed, 0):
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if method in DRAFTED:
         if draft is None:

@@ -369,7 +369,7 @@ def describe(plan: Plan, method: str = "staged") -> str:
         return "plain decoding (no drafts)"
     if method == "lookup" and plan.lookup_chains:
         k3, k2, k1 = plan.lookup_chains
-        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1"
+        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
     if method in ("speculative", "lookup"):
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
     if plan.sampled:
