@@ -63,6 +63,7 @@ def lookup_by_match(tokens, lengths) -> list[int]:
     # 1.09x (1.07-1.12) their tokens/s; at top-k 50, (7, 3, 0) against chains of 3, 1.07x
     # (1.06-1.09) the tokens/s with 0.93x the tokens per pass: where a single token matched, a
     # pass of one row costs less than a chain that is seldom accepted.
+    tokens = np.asarray(tokens, dtype=np.int64)  # [L], converted once for the three searches
     for n, k in zip((3, 2, 1), lengths):
         proposal = prompt_lookup(tokens, max_ngram=n, min_ngram=n, k=max(k, 1))
         if proposal:
