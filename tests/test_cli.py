@@ -123,6 +123,29 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     assert (method, plan.chain, plan.lookup_chains, plan.max_depth(method)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
     assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose()[2]
+    with pytest.raises(ValueError, match="--budget: method lookup proposes a chain: its length is --depth"):
+        choose(budget=8)
+
+
+def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
+    # The demo's --budget/--depth mean what the CLI's do (one helper, plan.resized): a chain's
+    # length for the chain methods, a best-first tree of the draft's top tokens for the others.
+    import argparse
+
+    from specdec_np.decode import Plan
+    from specdec_np.tools import plan as plans
+
+    drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
+             "staged": Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
+    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: {m: plans.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
+    a = argparse.Namespace(plan="machine", budget=None, depth=4)
+    got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn)).items()}
+    assert (got["speculative"].chain, got["speculative"].rule) == (4, "block")
+    assert (got["lookup"].chain, got["lookup"].lookup_chains) == (4, ())
+    assert (got["staged"].shape, got["staged"].depth, got["staged"].sampled, got["staged"].rule) == \
+        ("best_first", 4, None, None)
+    a.depth = None
+    assert all(p == drawn[m] for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn)).items())
 
 
 def test_generate_with_a_sequence_level_rule():

@@ -85,7 +85,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
     from ..decode import Plan
-    from .plan import describe, plan_for, progress_bar
+    from .plan import CHAINS, describe, plan_for, progress_bar, resized
 
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
@@ -101,17 +101,12 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     if method == "ar" and shaping:
         chosen = "--method ar" if a.method == "ar" else "this machine's plan (plain decoding)"
         raise ValueError(f"{shaping[0]}: {chosen} drafts no tree; choose a drafting method with --method")
+    if a.budget is not None and method in CHAINS:
+        raise ValueError(f"--budget: method {method} proposes a chain: its length is --depth")
+    if (a.budget is not None or a.depth is not None and method not in CHAINS) \
+            and (a.widths is not None or a.sampled is not None):
+        raise ValueError(f"{shaping[0]} asks for a best-first tree, {shaping[-1]} for a fixed-width one: give one")
     change = {}
-    if a.budget is not None or (a.depth is not None and method not in ("speculative", "lookup")):
-        if a.widths is not None or a.sampled is not None:
-            raise ValueError(f"{shaping[0]} asks for a best-first tree, {shaping[-1]} for a fixed-width one: give one")
-        # A best-first tree holds the draft's top tokens: a plan's drawn tree and the rule chosen
-        # for it do not carry over.
-        change.update(shape="best_first", sampled=None, rule=None,
-                      budget=a.budget if a.budget is not None else plan.budget,
-                      depth=a.depth if a.depth is not None else plan.depth)
-    if a.depth is not None and method in ("speculative", "lookup"):
-        change.update(chain=a.depth, lookup_chains=())  # one length, whatever the match
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
     if a.sampled is not None:
@@ -120,17 +115,18 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         change["copy_len"] = a.copy_len
     if a.rule is not None:
         change["rule"] = a.rule
-    plan = dataclasses.replace(plan, **change)
+    options = bool(shaping or change)
+    plan = dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
     check_rule(plan, method, temperature)
     n_ctx = target.config.n_ctx
     nodes = plan.max_nodes(method)
     if nodes > n_ctx:
-        option = {"speculative": "--depth", "lookup": "--depth"}.get(method, "--widths" if plan.fixed(method) else "--budget")
+        option = "--depth" if method in CHAINS else "--widths" if plan.fixed(method) else "--budget"
         raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
                          f"target's context ({n_ctx} tokens)")
     if method == "staged" and plan.copy_len > n_ctx:
         raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
-    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if change else ''})"
+    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
 
 
 def check_rule(plan, method: str, temperature: float) -> None:

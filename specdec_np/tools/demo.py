@@ -9,7 +9,6 @@ Fig. 3), and one verification tree. Then one sampled run (top-k 50, T=1) against
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -21,7 +20,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import describe, plans_for, progress_bar
+from .plan import describe, plans_for, progress_bar, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -107,11 +106,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         else:
             plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
         if a.budget is not None or a.depth is not None:
-            plan = dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
-                                       budget=a.budget or plan.budget, depth=a.depth or plan.depth,
-                                       chain=a.depth or plan.chain,
-                                       lookup_chains=() if a.depth else plan.lookup_chains)
-            origin += ", with --budget/--depth"
+            plan, origin = resized(plan, m, a.budget, a.depth), origin + ", with --budget/--depth"
         out[m] = (plan, origin)
     return out
 

@@ -361,6 +361,22 @@ def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrat
     return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress)[method]
 
 
+CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain: --depth is its length, --budget has none
+
+
+def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
+    """`plan` with the tools' --budget/--depth applied (None leaves a value as it is): a chain
+    method's length, one length whatever a lookup matched; a tree becomes a best-first tree of the
+    draft's top tokens, since a drawn tree and the rule chosen for it do not carry over."""
+    if method in CHAINS:
+        return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
+    if budget is None and depth is None:
+        return plan
+    return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
+                               budget=plan.budget if budget is None else budget,
+                               depth=plan.depth if depth is None else depth)
+
+
 def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
