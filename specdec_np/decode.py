@@ -31,6 +31,7 @@ from .tree import NGRAM, TARGET, Tree, block, path_key
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
 DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft model
+CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain of `chain` (or lookup_chains) tokens
 
 
 def whole(value, low: int) -> bool:
@@ -134,7 +135,7 @@ class Plan:
         """The most drafted nodes a step's tree can have (its size in the target's pass, less the root)."""
         if method == "ar":
             return 0
-        if method in ("speculative", "lookup"):
+        if method in CHAINS:
             return self.max_depth(method)
         return int(np.cumprod(self.widths).sum()) if self.fixed(method) else self.budget
 
@@ -436,7 +437,7 @@ def check_rule(plan: Plan, method: str, temperature: float) -> None:
     drafted_from_q = method in DRAFTED and sampled is not None
     verify.check_pairing({"with": "with_replacement", "without": "without_replacement"}[sampled]
                          if drafted_from_q else "deterministic", plan.rule)
-    chain = method in ("speculative", "lookup") or plan.fixed(method) and set(plan.widths) == {1}
+    chain = method in CHAINS or plan.fixed(method) and set(plan.widths) == {1}
     if plan.rule in ("chain", "block") and not chain:
         raise ValueError(f"rule {plan.rule!r} verifies a chain: use method 'speculative', or widths of 1")
 
@@ -445,7 +446,7 @@ def tree_size_words(plan: Plan, method: str) -> str:
     """What sets a plan's drafted tokens per step, in the plan's terms."""
     if method == "lookup" and plan.lookup_chains:
         return f"lookup_chains={','.join(map(str, plan.lookup_chains))}"
-    if method in ("speculative", "lookup"):
+    if method in CHAINS:
         return f"chain={plan.chain}"
     if plan.fixed(method):
         return f"widths={','.join(map(str, plan.widths))}"

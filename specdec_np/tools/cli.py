@@ -84,8 +84,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
-    from ..decode import Plan
-    from .plan import CHAINS, describe, plan_for, progress_bar, resized
+    from ..decode import CHAINS, Plan
+    from .plan import describe, plan_for, progress_bar, resized
 
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no

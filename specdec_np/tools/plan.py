@@ -35,7 +35,7 @@ import numpy as np
 from .. import ngram as ngram_lib
 from .. import staged
 from ..checkpoint import atomic_file
-from ..decode import Plan, generate
+from ..decode import CHAINS, Plan, generate
 from ..fastpath import padded
 from . import profile as profiles
 from .costcurve import loop_curves
@@ -361,9 +361,6 @@ def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrat
     return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress)[method]
 
 
-CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain: --depth is its length, --budget has none
-
-
 def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
     """`plan` with the tools' --budget/--depth applied (None leaves a value as it is): a chain
     method's length, one length whatever a lookup matched; a tree becomes a best-first tree of the
@@ -386,7 +383,7 @@ def describe(plan: Plan, method: str = "staged") -> str:
     if method == "lookup" and plan.lookup_chains:
         k3, k2, k1 = plan.lookup_chains
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
-    if method in ("speculative", "lookup"):
+    if method in CHAINS:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
