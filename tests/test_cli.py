@@ -138,13 +138,18 @@ def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
     drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
              "staged": Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
     monkeypatch.setattr(demo, "plans_for", lambda *a, **k: {m: plans.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
+    drawn["ar"] = Plan()
     a = argparse.Namespace(plan="machine", budget=None, depth=4)
     got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn)).items()}
+    assert got["ar"] == Plan()  # plain decoding has no tree to resize
     assert (got["speculative"].chain, got["speculative"].rule) == (4, "block")
     assert (got["lookup"].chain, got["lookup"].lookup_chains) == (4, ())
     assert (got["staged"].shape, got["staged"].depth, got["staged"].sampled, got["staged"].rule) == \
         ("best_first", 4, None, None)
-    a.depth = None
+    a.depth, a.budget = None, 8  # --budget resizes the trees only, and only their plans say so
+    about = {m: origin for m, (_, origin) in demo.plans(a, *embedded, 1.0, tuple(drawn)).items()}
+    assert [m for m in drawn if "with --budget/--depth" in about[m]] == ["staged"]
+    a.budget = None
     assert all(p == drawn[m] for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn)).items())
 
 

@@ -96,7 +96,7 @@ def table(results, base="ar") -> str:
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
     """{method: (plan, where it came from)}: this machine's best plan for each method, or the
-    constants (with --budget/--depth's best-first tree)."""
+    constants, resized by --budget/--depth as the CLI resizes them (`plan.resized`)."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
                                                       progress=progress_bar("measuring this machine"))
@@ -105,9 +105,8 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
             plan, origin = Plan(), "the constant plan"
         else:
             plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
-        if a.budget is not None or a.depth is not None:
-            plan, origin = resized(plan, m, a.budget, a.depth), origin + ", with --budget/--depth"
-        out[m] = (plan, origin)
+        changed = resized(plan, m, a.budget, a.depth)
+        out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out
 
 

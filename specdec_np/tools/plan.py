@@ -367,7 +367,7 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
     draft's top tokens, since a drawn tree and the rule chosen for it do not carry over."""
     if method in CHAINS:
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if budget is None and depth is None:
+    if method == "ar" or budget is None and depth is None:  # plain decoding has no tree to resize
         return plan
     return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                budget=plan.budget if budget is None else budget,
