@@ -119,8 +119,8 @@ def main(argv=None) -> int:
                     "plan (default: %(default)s)")
     ap.add_argument("--budget", type=int, default=None, help="tree and staged: a best-first tree of the draft's top "
                     "tokens, this many drafted tokens per step (instead of each plan's tree)")
-    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth, and speculative's "
-                    "chain length")
+    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth (the chain's length "
+                    "for speculative and lookup)")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
     a = ap.parse_args(argv)
     for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
