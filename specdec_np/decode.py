@@ -34,9 +34,14 @@ DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft mo
 CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain of `chain` (or lookup_chains) tokens
 
 
+def integral(value) -> bool:
+    """Whether value is an integer (a bool is not one here)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
 def whole(value, low: int) -> bool:
-    """Whether value is an integer >= low (a bool is not one here)."""
-    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
+    """Whether value is an integer >= low."""
+    return integral(value) and value >= low
 
 
 def whole_tuple(value, low: int) -> tuple | None:
@@ -390,9 +395,9 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
     prompt = list(prompt)
-    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in prompt):
-        bad = next(t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral))
-        raise TypeError(f"prompt must be integer token ids, got {bad!r}")
+    bad = [t for t in prompt if not integral(t)]
+    if bad:
+        raise TypeError(f"prompt must be integer token ids, got {bad[0]!r}")
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")

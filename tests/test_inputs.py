@@ -88,6 +88,8 @@ def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end
 @pytest.mark.parametrize("kw, error, needle", [
     (dict(prompt="def f(x):"), TypeError, "token ids, not text"),
     (dict(prompt=[1.5]), TypeError, "integer token ids"),
+    (dict(prompt=[1, True]), TypeError, "integer token ids, got True"),
+    (dict(prompt=[1, None]), TypeError, "integer token ids, got None"),
     (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
     (dict(seed="abc"), ValueError, "seed"),
     (dict(seed=-1), ValueError, "seed"),
