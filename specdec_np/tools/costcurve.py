@@ -62,7 +62,7 @@ def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int 
     return {k: 1000 * float(np.median(ts)) for k, ts in times.items()}
 
 
-def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 8, 16, 32),
+def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32),
                        prefix_len: int = 128, repeats: int = 5, out=print) -> dict:
     """ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
     ref = matvec_gbps()
