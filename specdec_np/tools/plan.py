@@ -63,8 +63,8 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
-def last_level_cache() -> str:
-    """The size of the CPU's largest cache, as Linux reports it ("" if unknown)."""
+def last_level_cache_bytes() -> int | None:
+    """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
     kib = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
@@ -72,9 +72,15 @@ def last_level_cache() -> str:
             kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
         except (OSError, ValueError):
             pass
-    if not kib:
+    return max(kib) * 1024 if kib else None
+
+
+def last_level_cache() -> str:
+    """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
+    size = last_level_cache_bytes()
+    if size is None:
         return ""
-    return f"{max(kib) // 1024} MB" if max(kib) >= 1024 else f"{max(kib)} KB"
+    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
 
 
 def machine_name() -> str:
