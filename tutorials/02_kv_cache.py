@@ -19,8 +19,7 @@ import numpy as np
 
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
-from specdec_np.tools.costcurve import block_cost_ms, matvec_gbps
-from specdec_np.tools.plan import last_level_cache, last_level_cache_bytes
+from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
 from specdec_np.tokenizer import decode, encode, get_encoding
 
 model = load_model("tiny-target")
@@ -31,10 +30,10 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # %% [markdown]
 # ## The memory-bound floor
 #
-# `matvec_gbps` streams one float32 matrix through a vector-matrix product: the rate at which
-# this machine can feed weights to the arithmetic. The rate depends on where the weights come
-# from. A matrix larger than every cache streams from memory; a smaller one can stay in the
-# last-level cache and stream several times faster. So which floor holds for a model depends on
+# A vector-matrix product over one large float32 matrix measures the rate at which this machine
+# can feed weights to the arithmetic. The rate depends on where the weights come from: a matrix
+# larger than every cache streams from memory, a smaller one can stay in the last-level cache and
+# stream several times faster (`streaming_gbps` measures both). So which floor holds for a model depends on
 # whether its weights fit in that cache: the tiny target's 41 MB stream from memory through a
 # 32 MB cache (an AMD EPYC VM) but stay in a 480 MB one (an Intel Xeon VM). Weight bytes divided
 # by the rate give a floor on the time of one decoding step. The measured step is above it: a
@@ -42,8 +41,7 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # cache, Python), and its many small products do not reach the rate of one large one.
 
 # %%
-from_memory = matvec_gbps(16384, 4096, repeats=5)  # 268 MB: larger than the caches of the CPUs tried
-from_cache = matvec_gbps(2048, 2048, repeats=9)  # 17 MB: stays in a last-level cache of 32 MB or more
+from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size
 llc = last_level_cache_bytes()
 step_ms = block_cost_ms(model, [1], prefix_len=len(prompt), repeats=9)[1]
 fits = "" if llc is None else " (the weights fit)" if model.weight_bytes <= llc else " (the weights do not fit)"

@@ -18,8 +18,7 @@ import numpy as np
 
 from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
-from specdec_np.tools.costcurve import block_cost_ms, matvec_gbps
-from specdec_np.tools.plan import last_level_cache, last_level_cache_bytes
+from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
 from specdec_np.tokenizer import encode
 
 target, draft, _, enc = load_embedded()
@@ -34,8 +33,7 @@ prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n
 
 # %%
 KS = [1, 2, 4, 8, 12, 16, 24, 32]
-from_memory = matvec_gbps(16384, 4096, repeats=5)  # GB/s; 268 MB, larger than the caches
-from_cache = matvec_gbps(2048, 2048, repeats=9)  # 17 MB
+from_memory, from_cache = streaming_gbps()  # GB/s (lesson 2)
 llc = last_level_cache_bytes()
 curves = {"target": block_cost_ms(target, KS, prefix_len=len(prompt), repeats=5),
           "draft": block_cost_ms(draft, KS, prefix_len=len(prompt), repeats=5)}

@@ -38,7 +38,7 @@ from ..checkpoint import atomic_file
 from ..decode import CHAINS, Plan, generate
 from ..fastpath import padded
 from . import profile as profiles
-from .costcurve import loop_curves
+from .costcurve import last_level_cache, loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, pass_ms, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -61,26 +61,6 @@ class Choice:
 
 def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
-
-
-def last_level_cache_bytes() -> int | None:
-    """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
-    kib = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()  # e.g. "32768K"
-            kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
-        except (OSError, ValueError):
-            pass
-    return max(kib) * 1024 if kib else None
-
-
-def last_level_cache() -> str:
-    """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
-    size = last_level_cache_bytes()
-    if size is None:
-        return ""
-    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
 
 
 def machine_name() -> str:
