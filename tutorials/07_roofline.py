@@ -21,7 +21,7 @@ from specdec_np.models import load_embedded
 from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
 from specdec_np.tokenizer import encode
 
-target, draft, _, enc = load_embedded()
+target, draft, ngram, enc = load_embedded()
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
 
 # %% [markdown]
@@ -148,12 +148,12 @@ ar = generate(target, prompt, n_new, method="ar")
 ar_ms = 1e3 * (time.perf_counter() - t0) / len(ar.tokens)
 c_ar = cost(curves["target"], 1)
 
-rows = []
+rows, runs = [], {}
 for B in (2, 4, 8, 16):
     t0 = time.perf_counter()
     r = generate(target, prompt, n_new, method="tree", draft=draft, plan=Plan(budget=B))
     ms = 1e3 * (time.perf_counter() - t0) / len(r.tokens)
-    s = r.stats
+    s = runs[B] = r.stats
     dpp = s.draft_passes / s.target_passes  # draft passes per step
     pred = (cost(curves["target"], B + 1) + dpp * cost(curves["draft"], np.mean(s.draft_blocks))) / s.tokens_per_pass
     rows.append((B, s.tokens_per_pass, dpp, pred, c_ar / pred, ar_ms / ms))
@@ -183,6 +183,38 @@ if best[4] < 1:
 # `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
 # `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
 # --curves` prints the full cost curves).
+#
+# ## The tools' cost model
+#
+# `tools/plan.py` measures the missing terms once per machine (about ten seconds on first use,
+# then cached in the user's cache directory): the curves cold and warm, scaled to what a pass of
+# each size costs inside the loop, and what a step, a drafting step, a draft distribution and an
+# n-gram query add, fitted on a few short timed runs. `costmodel.record_ms` prices a run's
+# counted work with them. The same runs, priced again:
+
+# %%
+from specdec_np.tools.costmodel import record_ms  # noqa: E402
+from specdec_np.tools.plan import calibration  # noqa: E402
+from specdec_np.tools.profile import calibration_prompts, counts  # noqa: E402
+
+costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
+
+
+def tools_ms_per_token(stats):
+    """The tools' prediction for a run: its counted work (every pass, step and draft row) priced."""
+    work = counts(stats, skip_first=False)
+    assert work["tokens"] == sum(stats.accepted)  # the record counts every emitted token
+    return record_ms(work, costs["curves"], costs["overheads"]["greedy"]) / work["tokens"]
+
+
+tools_ar = tools_ms_per_token(ar.stats)
+print(f"{'budget':>6} {'measured speedup':>16} {'lesson model':>12} {'tools model':>11}")
+for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
+    print(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
+
+# %% [markdown]
+# The tools' model is what chooses each machine's plan (`plan_for`), so its errors are measured
+# too: `make bench` prints its prediction next to every measured speedup.
 
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
