@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fastpath import HEAD_GEMV_ROWS, head_weights, matmul_rows, pad_block, softmax_
-from .kvcache import KVCache, new_cache  # noqa: F401 (part of this module's interface)
+from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
 
@@ -207,6 +207,11 @@ class GPT2:
     def weight_bytes(self) -> int:
         """Bytes of weights one forward pass reads (every tensor once; the tied head is `wte`)."""
         return sum(a.nbytes for a in iter_params(self.params))
+
+
+def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
+    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
+    return KVCache(model.config, dtype=model.dtype, max_block=max_block)
 
 
 def map_params(fn, tree):

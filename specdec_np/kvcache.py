@@ -8,12 +8,7 @@ computed at its true position (prefix + depth) seeing only its ancestors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from .gpt2 import GPT2, GPT2Config
 
 
 class KVCache:
@@ -31,9 +26,11 @@ class KVCache:
     decoder then `keep`s only the accepted root-to-node path of that block (compacted into
     contiguous slots) or `truncate`s. Nothing is ever concatenated: a step costs O(new tokens).
     Size it for the context plus the largest block (a tree occupies slots it will not keep).
+    `config` is the model's GPT2Config (n_layer, n_head, head_dim, n_ctx); `gpt2.new_cache` makes one
+    from a model.
     """
 
-    def __init__(self, config: GPT2Config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
+    def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
         self.config = config
         self.capacity = capacity if capacity is not None else config.n_ctx + max_block
         shape = (config.n_layer, config.n_head, self.capacity, config.head_dim)
@@ -75,7 +72,3 @@ class KVCache:
         c.k, c.v = self.k.copy(order="K"), self.v.copy()  # "K": keep k's transposed storage
         return c
 
-
-def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
-    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
-    return KVCache(model.config, dtype=model.dtype, max_block=max_block)
