@@ -77,6 +77,14 @@ def test_prompt_that_is_not_utf8_is_refused_from_stdin_and_file(tmp_path):
         assert r.returncode == 2 and len(lines) == 1 and "is not UTF-8 text" in lines[0], r.stderr
 
 
+def test_a_prompt_file_that_cannot_be_read_is_named_in_one_line(tmp_path):
+    for path, reason in ((tmp_path / "missing.py", "No such file"), (tmp_path, "Is a directory")):
+        r = run_cli("generate", "--file", str(path), "--plan", "default")
+        lines = r.stderr.decode().strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith(f"error: --file {path}: ") and reason in lines[0]
+
+
 def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end_is_said():
     r = run_cli("generate", "def f(x):", "--target", "weights/tiny-target", "--plan", "default",
                 "--max-new-tokens", "4")

@@ -155,8 +155,11 @@ def read_prompt(a) -> str:
     if a.file and a.prompt:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.file:
-        with open(a.file, "rb") as f:
-            return utf8(f.read(), f"--file {a.file}")
+        try:
+            with open(a.file, "rb") as f:
+                return utf8(f.read(), f"--file {a.file}")
+        except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
+            raise ValueError(f"--file {a.file}: {e.strerror or e}") from None
     if a.prompt == "-" or a.prompt is None and not sys.stdin.isatty():
         return utf8(sys.stdin.buffer.read(), "standard input")
     if a.prompt is None:
