@@ -75,7 +75,11 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                            "--sampled", "with", "--widths", "2,1", "--rule", "block"], "--rule block"),
                          (["generate", "x", "--method", "lookup", "--plan", "default", "--temperature", "1",
                            "--rule", "block"], "--rule block"),
-                         (["bench", "--prompts", "missing.jsonl"], "missing.jsonl"),
+                         (["bench", "--prompts", "missing.jsonl"], "--prompts missing.jsonl: No such file"),
+                         (["bench", "--prompts", "tests"], "--prompts tests: Is a directory"),
+                         (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
+                          "n-gram model file tests is a directory"),
+                         (["ngram", "fit", "tests", "--out", "never.npz"], "text file tests is a directory"),
                          (["bench", "--seeds", "0"], "--seeds"),
                          (["bench", "--jobs", "2"], "--jobs"),  # it applies to --profile only
                          (["bench", "--profile", "--jobs", "0"], "--jobs")):

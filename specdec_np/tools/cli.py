@@ -359,7 +359,7 @@ def cmd_ngram(argv) -> int:
     tokens = []
     for i, name in enumerate(args.files):
         if not name.is_file():
-            raise FileNotFoundError(f"text file {name} does not exist")
+            raise FileNotFoundError(f"text file {name} " + ("is a directory" if name.is_dir() else "does not exist"))
         if i:
             tokens.append(enc.eot_token)
         tokens.extend(encode(enc, name.read_text(encoding="utf-8")))
