@@ -80,6 +80,10 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
                           "n-gram model file tests is a directory"),
                          (["ngram", "fit", "tests", "--out", "never.npz"], "text file tests is a directory"),
+                         (["ngram", "fit", "README.md", "--out", "tests"], "--out tests is a directory"),
+                         (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
+                         (["demo", "--plan", "default", "--budget", "5000"], "--budget: a tree of up to 5000"),
+                         (["demo", "--plan", "default", "--depth", "600"], "--depth: a tree of up to 600"),
                          (["bench", "--seeds", "0"], "--seeds"),
                          (["bench", "--jobs", "2"], "--jobs"),  # it applies to --profile only
                          (["bench", "--profile", "--jobs", "0"], "--jobs")):

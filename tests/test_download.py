@@ -199,8 +199,14 @@ def test_http_errors_and_unknown_names(tmp_path, hub, capsys):
         dl.download("gpt2-medium", dest_root=tmp_path, base_url=hub.url, timeout=5, progress=False)
     with pytest.raises(ValueError, match="unknown model 'gpt5'.*distilgpt2"):
         dl.download("gpt5", dest_root=tmp_path, base_url=hub.url)
-    assert dl.main(["gpt5", "--dest", str(tmp_path), "--base-url", hub.url]) == 1
-    assert "unknown model 'gpt5'" in capsys.readouterr().err
+    capsys.readouterr()
+    # Named before any download, in one line: the valid name before it is not fetched either.
+    assert dl.main(["gpt2", "gpt5", "--dest", str(tmp_path), "--base-url", hub.url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown model 'gpt5'" in err[0] and "distilgpt2" in err[0]
+    assert not (tmp_path / "gpt2").exists()
+    assert dl.main(["gpt2", "--retries", "-1", "--dest", str(tmp_path), "--base-url", hub.url]) == 2
+    assert "--retries must be >= 0" in capsys.readouterr().err
 
 
 def test_main(tmp_path, hub, files, capsys):

@@ -85,7 +85,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
     from ..decode import CHAINS, Plan
-    from .plan import describe, plan_for, progress_bar, resized
+    from .plan import check_size, describe, plan_for, progress_bar, resized
 
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
@@ -119,11 +119,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     plan = dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
     check_rule(plan, method, temperature)
     n_ctx = target.config.n_ctx
-    nodes = plan.max_nodes(method)
-    if nodes > n_ctx:
-        option = "--depth" if method in CHAINS else "--widths" if plan.fixed(method) else "--budget"
-        raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
-                         f"target's context ({n_ctx} tokens)")
+    check_size(plan, method, n_ctx)
     if method == "staged" and plan.copy_len > n_ctx:
         raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
     return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
@@ -312,17 +308,22 @@ def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
     from .trace import write
 
-    out = Path(a.out)
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a directory: give the HTML file to write, e.g. {out / 'trace.html'}")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
+    out = file_to_write(Path(a.out), "trace.html")
     s = setup(a)
     tokens, res, _ = run(a, s, keep_trees=True)
     write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
     print(f"wrote {out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
+
+
+def file_to_write(out: Path, example: str) -> Path:
+    """--out checked before any work: a file in a directory that exists (a one-line error otherwise)."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
+    return out
 
 
 def sampling_words(a) -> str:
@@ -354,7 +355,7 @@ def cmd_ngram(argv) -> int:
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=5, help="counts above this are not discounted")
     args = ap.parse_args(argv)
-
+    file_to_write(args.out, "trigram.npz")
     enc = get_encoding(args.n_vocab)
     tokens = []
     for i, name in enumerate(args.files):

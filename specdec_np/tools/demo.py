@@ -20,7 +20,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import describe, plans_for, progress_bar, resized
+from .plan import check_size, describe, plans_for, progress_bar, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -106,6 +106,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         else:
             plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
         changed = resized(plan, m, a.budget, a.depth)
+        check_size(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out
 
@@ -129,11 +130,11 @@ def main(argv=None) -> int:
     target, draft, ngram, enc = load_embedded()
     color = use_color()
     prompt = encode(enc, PROMPT)
+    methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
+    chosen = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
-    methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
-    chosen = plans(a, target, draft, ngram, enc, 0.0, methods)
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
     ref = results["ar"][0].tokens

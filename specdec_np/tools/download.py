@@ -236,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default=None, help=f"hub URL (default $SPECDEC_NP_HUB_URL or {HUB_URL})")
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
+    unknown = [name for name in args.names if name not in HUB_REPOS]
+    if unknown:  # before any download: a typo should not cost the models named before it
+        print(f"error: unknown model {', '.join(map(repr, unknown))}: known names are {', '.join(HUB_REPOS)}",
+              file=sys.stderr)
+        return 2
+    if args.retries < 0:
+        print(f"error: --retries must be >= 0, got {args.retries}", file=sys.stderr)
+        return 2
     failed = []
     for name in args.names:  # every model is tried, whatever happened to the ones before
         try:

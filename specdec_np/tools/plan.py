@@ -360,6 +360,16 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
                                depth=plan.depth if depth is None else depth)
 
 
+def check_size(plan: Plan, method: str, n_ctx: int) -> None:
+    """A one-line ValueError naming the option that sizes the tree (--depth, --widths or --budget) when
+    a step of `plan` could draft more tokens than the target's context holds."""
+    nodes = plan.max_nodes(method)
+    if nodes > n_ctx:
+        option = "--depth" if method in CHAINS else "--widths" if plan.fixed(method) else "--budget"
+        raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
+                         f"target's context ({n_ctx} tokens)")
+
+
 def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
