@@ -374,13 +374,17 @@ def main(argv=None) -> int:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
+    out_dir = Path(a.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} is a file: give the directory to write results.json and results.md to")
+    if a.results and (Path(a.results).is_dir() or not Path(a.results).parent.is_dir()):  # found now, not after the run
+        raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
     try:  # a bad file fails first
         prompts = None if a.curves or a.profile else read_prompts(a.prompts, a.limit)
     except OSError as e:  # --prompts missing, a directory, unreadable (HumanEval's own error says what to install)
         if a.prompts is None:
             raise
         raise ValueError(f"--prompts {a.prompts}: {e.strerror or e}") from None
-    out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     target, draft, ngram, enc = load_embedded()
     if a.profile:
