@@ -33,12 +33,12 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # A vector-matrix product over one large float32 matrix measures the rate at which this machine
 # can feed weights to the arithmetic. The rate depends on where the weights come from: a matrix
 # larger than every cache streams from memory, a smaller one can stay in the last-level cache and
-# stream several times faster (`streaming_gbps` measures both). So which floor holds for a model depends on
-# whether its weights fit in that cache: the tiny target's 41 MB stream from memory through a
-# 32 MB cache (an AMD EPYC VM) but stay in a 480 MB one (an Intel Xeon VM). Weight bytes divided
-# by the rate give a floor on the time of one decoding step. The measured step is above it: a
-# forward pass also does work that is not a weight product (LayerNorms, attention over the
-# cache, Python), and its many small products do not reach the rate of one large one.
+# stream several times faster (`streaming_gbps` measures both). So which floor holds for a model
+# depends on whether its weights fit in that cache: the tiny target's 41 MB stream from memory
+# through a 32 MB cache (an AMD EPYC VM) but stay in a 480 MB one (an Intel Xeon VM). Weight
+# bytes divided by the rate give a floor on the time of one decoding step. The measured step is
+# above it: a forward pass also does work that is not a weight product (LayerNorms, attention
+# over the cache, Python), and its many small products do not reach the rate of one large one.
 
 # %%
 from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size
@@ -48,7 +48,8 @@ fits = "" if llc is None else " (the weights fit)" if model.weight_bytes <= llc 
 print(f"weights read per token:     {model.weight_bytes / 1e6:6.1f} MB ({model.n_params / 1e6:.1f}M float32)")
 print(f"last-level cache:           {last_level_cache() or 'unknown'}{fits}")
 for where, gbps in (("from memory", from_memory), ("from the cache", from_cache)):
-    print(f"{'streamed ' + where + ':':<27} {gbps:6.1f} GB/s => floor {model.weight_bytes / (gbps * 1e9) * 1e3:.2f} ms per token")
+    floor_ms = model.weight_bytes / (gbps * 1e9) * 1e3
+    print(f"{'streamed ' + where + ':':<27} {gbps:6.1f} GB/s => floor {floor_ms:.2f} ms per token")
 print(f"measured one-token step:    {step_ms:6.2f} ms")
 
 # %% [markdown]
