@@ -11,8 +11,8 @@ GPT-2's Conv1D orientation, so `x @ w + b`):
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-How the products are dispatched to BLAS, and other speed tricks that change no number, live in
-`fastpath.py`; the KV cache in `kvcache.py`.
+How the products are laid out and dispatched to BLAS, and other speed tricks, live in
+`fastpath.py` (`model.prepared`); the KV cache in `kvcache.py`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import HEAD_GEMV_ROWS, head_weights, matmul_rows, pad_block, softmax_
+from .fastpath import matmul, pad_block, prepare, softmax_
 from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
@@ -53,7 +53,7 @@ def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
 
 
 def linear(x, w, b):  # [n, n_in] -> [n, n_out]
-    return matmul_rows(x, w) + b
+    return matmul(x, w) + b  # x @ w + b, from the layout of `w` that suits n rows (fastpath.Weight)
 
 
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, L] or None -> [h, n, d]
@@ -104,7 +104,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
                is then computed for the rows someone reads.
     The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
     """
-    c, p = model.config, model.params
+    c, p = model.config, model.prepared
     tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)
     bias = None if mask.all() else np.where(mask, 0.0, -np.inf).astype(model.dtype)  # [n, prefix + n]
     x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
@@ -112,7 +112,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
     cache.length += n_real  # padding rows' K/V stay in scratch slots past the end
     x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n_real - logits_from, n_embd]
-    return matmul_rows(x, model.head, HEAD_GEMV_ROWS)  # x @ wte.T (tied to wte) -> [n_real - logits_from, n_vocab]
+    return matmul(x, p["head"])  # x @ wte.T (tied to wte) -> [n_real - logits_from, n_vocab]
 
 
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
@@ -195,9 +195,12 @@ class GPT2:
         return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params))
 
     @functools.cached_property
-    def head(self) -> np.ndarray:  # [n_embd, n_vocab]
-        """The tied LM head wte.T, as `fastpath.head_weights` lays it out (made on first use)."""
-        return head_weights(self.params["wte"])
+    def prepared(self) -> dict:
+        """The parameters as `forward` reads them (`fastpath.prepare`: each matrix also in the
+        layout a block of a few rows multiplies fastest, and the tied head wte.T as a row-major
+        copy of its own), made on first use: about twice the weights' memory, the same bytes read
+        per pass."""
+        return prepare(self.params)
 
     @property
     def n_params(self) -> int:
