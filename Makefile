@@ -27,8 +27,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m specdec_np demo
 
+# One line per test file with its progress (a few minutes in all on 2 cores).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest
 
 # The benchmark's prompts (HumanEval) and its --plot charts (matplotlib) come from optional extras,
 # never needed by demo or test.

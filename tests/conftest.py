@@ -1,4 +1,5 @@
-"""Shared test settings: hypothesis without deadlines (noisy 2-core CI), derandomized under CI.
+"""Shared test settings: hypothesis without deadlines (noisy 2-core CI), derandomized under CI;
+BLAS on one thread.
 
 And the models several tests share, as session-scoped fixtures: each is built once, on first use,
 and no test module builds, fits or decodes anything at import time. (Hypothesis `@given` tests may
@@ -11,6 +12,7 @@ import tempfile
 
 import numpy as np
 import pytest
+import threadpoolctl
 from hypothesis import HealthCheck, settings
 
 from helpers import SMALL, TINY, TINY_PROMPT, Models, ar_greedy, exact_target_distribution
@@ -21,6 +23,12 @@ settings.register_profile("dev", deadline=None, max_examples=30,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# BLAS on one thread for the whole session, here and in the command lines the tests start: the
+# tests' matrices are small, and on a machine whose other core is busy, OpenBLAS's threads wait
+# for each other at every call (the likely cause of a suite that took minutes longer under load).
+os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
+threadpoolctl.threadpool_limits(1)
 
 # The tools cache this machine's measured costs in the user's cache directory: tests (and the
 # command lines they start) use a temporary one instead, never the user's, never the repository,
