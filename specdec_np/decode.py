@@ -26,10 +26,12 @@ from .drafting import ModelDrafter, ngram_dist_fn
 from .fastpath import padded
 from .gpt2 import GPT2, forward
 from .kvcache import KVCache
+from .ngram import Trigram
 from .sampling import Rand, check_settings, process
 from .tree import NGRAM, TARGET, Tree, block, path_key
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
+NEVER = "never"  # generate(..., eos=NEVER): decode up to max_new_tokens, whatever tokens are emitted
 DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft model
 CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain of `chain` (or lookup_chains) tokens
 
@@ -116,7 +118,10 @@ class Plan:
         if self.rule is not None and self.rule not in verify.RULES:
             raise ValueError(f"plan: unknown rule {self.rule!r}: choose one of {', '.join(verify.RULES)}")
         for name in ("target_pad", "draft_pad"):
-            pad = tuple(int(k) for k in getattr(self, name))
+            pad = whole_tuple(getattr(self, name), 1)
+            if pad is None:
+                raise ValueError(f"plan: {name} must be a list of integers >= 1 (block sizes), got "
+                                 f"{getattr(self, name)!r}")
             if any(size < k for k, size in enumerate(pad, 1)):
                 raise ValueError(f"plan: {name}[k - 1] must be >= k (a block is padded, never cut), got {pad}")
             object.__setattr__(self, name, pad)
@@ -228,15 +233,17 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     rand: the source of randomness (`sampling.Rand`; the exact enumerator passes its own);
       default `Rand(seed)`. At temperature > 0 speculative draws its chain from q unless
       plan.sampled says otherwise (classic speculative sampling).
-    eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`).
+    eos: the end-of-text id (default: the last vocabulary id, GPT-2's `<|endoftext|>`), or NEVER
+      to decode up to max_new_tokens whatever is emitted.
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     """
     plan = Plan() if plan is None else plan
-    prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed)
+    prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
+                          eos)
     if method == "speculative" and temperature > 0 and plan.sampled is None:
         plan = dataclasses.replace(plan, sampled="with")  # classic speculative sampling
     rand = Rand(seed) if rand is None else rand
-    eos = target.config.n_vocab - 1 if eos is None else eos
+    eos = target.config.n_vocab - 1 if eos is None else None if eos == NEVER else int(eos)
     drafter = None
     if method in DRAFTED:
         # Best-first expands at most `budget` nodes per level; other trees expand fewer than they hold.
@@ -351,13 +358,13 @@ def compact(cache: KVCache, start: int, n_c: int, tree: Tree, path, drafter) -> 
     return keys
 
 
-def emit(tree: Tree, path, token, keys, method, copied, drafter, room: int, eos: int):
-    """The tokens the step emits (at most `room`, up to an end-of-text), who proposed each, and
-    the stop reason ("max_new_tokens" while there is room left)."""
+def emit(tree: Tree, path, token, keys, method, copied, drafter, room: int, eos: int | None):
+    """The tokens the step emits (at most `room`, up to an end-of-text `eos` unless it is None), who
+    proposed each, and the stop reason ("max_new_tokens" while there is room left)."""
     tokens = verify.emitted(tree, path, token)
     source = [proposer(k, method, copied, drafter) for k in keys] + [TARGET]
     stop = "max_new_tokens"
-    if eos in tokens[:room]:
+    if eos is not None and eos in tokens[:room]:
         room, stop = tokens.index(eos) + 1, "eos"
     return tokens[:room], source[:room], stop
 
@@ -384,8 +391,16 @@ def default_rule(method: str, temperature: float, tree_kind: str) -> str:
             "without_replacement": "recursive_wor"}[tree_kind]
 
 
-def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed):
+def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
+                 eos=None):
     """The prompt as a list of ints, or a one-line ValueError/TypeError naming the bad argument."""
+    # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
+    for name, value, kind, example in (("target", target, GPT2, "models.load_model('tiny-target')"),
+                                       ("draft", draft, GPT2, "models.load_model('tiny-draft')"),
+                                       ("ngram", ngram, Trigram, "models.load_ngram(path)")):
+        if not isinstance(value, kind) and (value is not None or name == "target"):
+            raise TypeError(f"{name} must be a loaded {kind.__module__.split('.')[-1]}.{kind.__name__} "
+                            f"(e.g. {example}), got {type(value).__name__} {value!r:.60}")
     check_settings(temperature, top_k, top_p)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
@@ -394,7 +409,10 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
     if isinstance(prompt, (str, bytes)):
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
-    prompt = list(prompt)
+    try:
+        prompt = list(prompt)
+    except TypeError:
+        raise TypeError(f"prompt must be a list of token ids, got {type(prompt).__name__} {prompt!r:.60}") from None
     bad = [t for t in prompt if not integral(t)]
     if bad:
         raise TypeError(f"prompt must be integer token ids, got {bad[0]!r}")
@@ -411,15 +429,34 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not whole(seed, 0):
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    V = target.config.n_vocab
+    if eos is not None and eos != NEVER and not (integral(eos) and 0 <= eos < V):
+        # -1 is no "last id" here: it would never be emitted, and decoding would never stop at end-of-text.
+        raise ValueError(f"eos must be a token id in 0..{V - 1}, None (the last id, <|endoftext|>) or "
+                         f"decode.NEVER (no end-of-text stop), got {eos!r}")
     if method in DRAFTED:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
-        if draft.config.n_vocab != target.config.n_vocab:
-            raise ValueError(f"target and draft must share the tokenizer: vocab sizes {target.config.n_vocab} "
-                             f"!= {draft.config.n_vocab}")
+        if draft.config.n_vocab != V:
+            raise ValueError(f"target and draft must share the tokenizer: vocab sizes {V} != {draft.config.n_vocab}")
+        # The draft feeds the prompt, then each step's tree below the last token: it must fit.
+        if len(prompt) >= draft.config.n_ctx:
+            raise ValueError(f"the prompt has {len(prompt)} tokens: the draft's context (n_ctx="
+                             f"{draft.config.n_ctx}) must hold more; shorten it, or decode with method 'ar' or "
+                             "'lookup'")
     check_rule(plan, method, temperature)
-    if method in ("staged", "ngram") and ngram is None:
-        raise ValueError(f"method {method!r} needs an n-gram model")
+    if method in ("staged", "ngram"):
+        if ngram is None:
+            raise ValueError(f"method {method!r} needs an n-gram model")
+        if ngram.n_vocab != V:
+            raise ValueError(f"ngram: the trigram's vocabulary ({ngram.n_vocab} tokens) is not the target's ({V})")
+    # Padding sizes the caches' scratch: a block wider than the model's context is never needed.
+    for name, model in (("target_pad", target), ("draft_pad", draft if method in DRAFTED else None)):
+        pad = getattr(plan, name)
+        if model is not None and pad and max(pad) > model.config.n_ctx:
+            who = name.split("_")[0]
+            raise ValueError(f"plan: {name} pads a block to {max(pad)} rows, more than the {who}'s context "
+                             f"(n_ctx={model.config.n_ctx})")
     # A step's tree is one block of the target's pass: cap it at the context length, before any work.
     nodes = plan.max_block(method)
     if nodes > target.config.n_ctx:

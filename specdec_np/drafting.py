@@ -54,6 +54,7 @@ class ModelDrafter:
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=scratch)
         self.passes = self.ngram_queries = self.dists = 0  # running totals (dists: rows processed into q)
         self.guessed: set[tuple] = set()
+        self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
         self.block_sizes = []  # tokens fed per draft pass
 
     # -- one decoding step ---------------------------------------------------------------------
@@ -90,6 +91,9 @@ class ModelDrafter:
         # Fed nodes of a path form a prefix of it (a node is fed only after its parent).
         kept = kept[:next((i for i, k in enumerate(kept) if k not in self.index), len(kept))]
         self.cache.keep(self.root, [self.index[k] for k in kept])
+        # The step is over: a later step that feeds nothing (its tree drafted nothing, e.g. past the
+        # end of the draft's context) must not keep this step's nodes again.
+        self.index = {}
 
     # -- the forward pass ----------------------------------------------------------------------
     def draft_pass(self, keys) -> None:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specdec_np.decode import generate
+from specdec_np.decode import NEVER, generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
 from specdec_np.sampling import keep_top_k, keep_top_p, process
@@ -35,7 +35,7 @@ class Models(NamedTuple):
 
 def ar_greedy(model, prompt, n):
     """The model's own greedy continuation: what every decoding method must emit at temperature 0."""
-    return generate(model, prompt, n, method="ar", eos=-1).tokens
+    return generate(model, prompt, n, method="ar", eos=NEVER).tokens
 
 
 def exact_target_distribution(model, prompt, m):

@@ -14,7 +14,7 @@ from helpers import SMALL as CFG
 from helpers import TINY_PROMPT as PROMPT
 from helpers import always_accept, ar_greedy, exact_target_distribution
 from specdec_np import ngram, verify
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import NEVER, Plan, generate
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
 from specdec_np.sampling import process
 from specdec_np.tree import NGRAM as NGRAM_SOURCE
@@ -47,7 +47,7 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
     target, draft, trigram = small
     ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=-1)
+    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=NEVER)
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 
@@ -56,7 +56,7 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
 def test_drafts_are_really_accepted(small, kw):
     """The equivalence above is not vacuous: multi-token acceptance and compaction happen."""
     target, draft, trigram = small
-    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=-1)
+    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=NEVER)
     assert res.tokens == ar_greedy(target, [1, 2, 3], 40)
     assert res.stats.tokens_per_pass > 1.5
     assert res.stats.target_passes < 40
@@ -66,7 +66,7 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes(small):
     target, draft, trigram = small
     # copy_len=0: stage 2 only speculates the draft (the paper's staged decoding), so every
     # step's tree is the draft's own.
-    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=-1)
+    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=NEVER)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
         tree = generate(target, prompt, 30, method="tree", **kw)
         staged = generate(target, prompt, 30, method="staged", **kw)
@@ -84,7 +84,7 @@ def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
     target, draft, trigram = small
     # guess_len=0: the draft gets no guessed rows, so with copies off too staged makes exactly the
     # tree decoder's draft passes; the same run with guesses does not.
-    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=-1)
+    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=NEVER)
     shape = dict(widths=(2, 1, 1), sampled="without", copy_len=0)
     tree = generate(target, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
     bare = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
@@ -127,7 +127,7 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
     start = [5, 6, 7, 8]
     prompt = start + ar_greedy(target, start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
     ref = ar_greedy(target, prompt, 30)
-    kw = dict(draft=draft, ngram=trigram, eos=-1, keep_trees=True, method="staged")
+    kw = dict(draft=draft, ngram=trigram, eos=NEVER, keep_trees=True, method="staged")
     copying = generate(target, prompt, 30, plan=plan(copy_len=6), **kw)
     drafting = generate(target, prompt, 30, plan=plan(copy_len=0), **kw)
     assert copying.tokens == drafting.tokens == ref
@@ -140,7 +140,7 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
     # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
     assert 0 < copying.stats.draft_steps <= len(copying.stats.trees) - len(copied)
     assert copying.stats.draft_steps <= copying.stats.draft_passes
-    spec = generate(target, prompt, 30, draft=draft, eos=-1, method="speculative", plan=plan(chain=3))
+    spec = generate(target, prompt, 30, draft=draft, eos=NEVER, method="speculative", plan=plan(chain=3))
     assert spec.stats.draft_steps == spec.stats.target_passes  # a chain is drafted every step
 
 
@@ -148,7 +148,7 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
                                 dict(method="speculative", temperature=0.8, seed=5)])
 def test_caches_equal_a_fresh_prefill(small, kw):
     target, draft, trigram = small
-    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=-1, **kw)
+    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=NEVER, **kw)
     seq = [4, 5, 6] + res.tokens
     for model, cache in ((target, res.target_cache), (draft, res.draft_cache)):
         fresh = new_cache(model)
@@ -162,8 +162,8 @@ def test_caches_equal_a_fresh_prefill(small, kw):
 
 def test_budget_one_depth_one_drafts_one_token_per_step(small):
     target, draft, _ = small
-    ref = generate(target, [1, 2], 20, method="ar", eos=-1)
-    res = generate(target, [1, 2], 20, method="tree", draft=draft, plan=plan(budget=1, depth=1), eos=-1,
+    ref = generate(target, [1, 2], 20, method="ar", eos=NEVER)
+    res = generate(target, [1, 2], 20, method="tree", draft=draft, plan=plan(budget=1, depth=1), eos=NEVER,
                    keep_trees=True)
     assert res.tokens == ref.tokens
     assert {len(t) for t, _ in res.stats.trees} == {2}
@@ -177,7 +177,7 @@ def test_eos_and_max_new_tokens_mid_path(small):
     res = generate(target, [1, 2, 3], 30, method="tree", draft=draft, plan=plan(budget=10, depth=4), eos=eos)
     assert res.tokens == ref[:first + 1] and res.stop_reason == "eos"
     for n in range(1, 9):  # cut wherever an accepted path would overshoot
-        res = generate(target, [1, 2, 3], n, method="tree", draft=draft, plan=plan(budget=10, depth=5), eos=-1)
+        res = generate(target, [1, 2, 3], n, method="tree", draft=draft, plan=plan(budget=10, depth=5), eos=NEVER)
         assert res.tokens == ref[:n] and res.stop_reason == "max_new_tokens"
         assert sum(res.stats.accepted) == n  # statistics count what was emitted, not what was accepted
 
@@ -187,7 +187,7 @@ def test_context_limit_stops_cleanly(small):
     prompt = [i % (CFG.n_vocab - 1) for i in range(CFG.n_ctx - 5)]
     for method in ("ar", "tree", "staged"):
         res = generate(target, prompt, 50, method=method, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4),
-                       eos=-1)
+                       eos=NEVER)
         assert res.stop_reason == "context"
         assert len(prompt) + len(res.tokens) == CFG.n_ctx
         assert res.tokens == ar_greedy(target, prompt, 50)[:5]
@@ -254,7 +254,7 @@ def test_plan_defaults_are_constants():
 def test_tree_construction_per_setting(small, method, temperature, sampled, kind):
     target, draft, trigram = small
     res = generate(target, [1, 2, 3], 12, method=method, draft=draft, ngram=trigram, temperature=temperature,
-                   plan=plan(sampled=sampled, copy_len=0), eos=-1, keep_trees=True)
+                   plan=plan(sampled=sampled, copy_len=0), eos=NEVER, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
     if sampled is not None:
         # Sampled children come in the plan's fixed widths 2, 2, 1, ...
@@ -264,7 +264,7 @@ def test_tree_construction_per_setting(small, method, temperature, sampled, kind
 
 def test_same_seed_same_tokens(small):
     target, draft, _ = small
-    kw = dict(method="tree", draft=draft, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=-1)
+    kw = dict(method="tree", draft=draft, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=NEVER)
     assert generate(target, [1, 2], 25, seed=11, **kw).tokens == generate(target, [1, 2], 25, seed=11, **kw).tokens
 
 
@@ -290,7 +290,7 @@ def runs_changed_by_rounding(small, monkeypatch) -> int:
             for wobble in (0.0, 1e-12):
                 monkeypatch.setattr(decode, "forward", rounded(wobble))
                 runs.append(generate(target, [1, 2, 3], 30, method, draft, plan=shape, temperature=1.0, seed=seed,
-                                     eos=-1).tokens)
+                                     eos=NEVER).tokens)
             changed += runs[0] != runs[1]
     return changed
 
@@ -319,7 +319,7 @@ def tv_from_samples(tiny, tiny_exact, method, ngram=None, **shape):
     counts = {}
     for seed in range(N_SAMPLES):
         toks = tuple(generate(tiny.target, PROMPT, 2, method, tiny.draft, ngram, plan(**shape), temperature=1.0,
-                              seed=seed, eos=-1).tokens)
+                              seed=seed, eos=NEVER).tokens)
         counts[toks] = counts.get(toks, 0) + 1
     return 0.5 * sum(abs(counts.get(k, 0) / N_SAMPLES - p) for k, p in tiny_exact.items())
 
@@ -404,7 +404,7 @@ def staged_copy_distribution(tiny, n=3):
 
     def fn(rand):
         res = generate(tiny.target, COPY_PROMPT, n, method="staged", draft=tiny.draft, ngram=tiny.trigram,
-                       temperature=1.0, plan=shape, rand=rand, keep_trees=True, eos=-1)
+                       temperature=1.0, plan=shape, rand=rand, keep_trees=True, eos=NEVER)
         for t, _ in res.stats.trees:
             steps["copied" if (t.source == NGRAM_SOURCE).any() else "drafted"] += 1
         return tuple(res.tokens)
@@ -420,7 +420,7 @@ def lookup_distribution(tiny, n=3):
     proposed = [0]
 
     def fn(rand):
-        res = generate(tiny.target, COPY_PROMPT, n, method="lookup", temperature=1.0, rand=rand, eos=-1,
+        res = generate(tiny.target, COPY_PROMPT, n, method="lookup", temperature=1.0, rand=rand, eos=NEVER,
                        plan=plan(lookup_chains=(2, 1, 0)), keep_trees=True)
         proposed[0] += sum(len(t) > 1 for t, _ in res.stats.trees)
         return tuple(res.tokens)
@@ -456,7 +456,7 @@ def test_lookup_steps_propose_the_chain_for_their_match(small):
 
     target, _, _ = small
     prompt = [1, 2, 3, 4, 1, 2, 3]
-    res = generate(target, prompt, 20, "lookup", plan=plan(lookup_chains=(6, 3, 0)), eos=-1, keep_trees=True)
+    res = generate(target, prompt, 20, "lookup", plan=plan(lookup_chains=(6, 3, 0)), eos=NEVER, keep_trees=True)
     seq, lengths = list(prompt), set()
     for step in res.stats.steps:
         want = lookup_by_match(seq, (6, 3, 0))
@@ -472,7 +472,7 @@ def test_wide_fixed_tree_runs_to_the_end_of_the_context(small):
     # from the tree, and a bigger tree is refused before any work.
     target, draft, _ = small
     wide = plan(shape="fixed", widths=(3, 3, 5))
-    res = generate(target, [1, 2], 100, method="tree", draft=draft, plan=wide, eos=-1)
+    res = generate(target, [1, 2], 100, method="tree", draft=draft, plan=wide, eos=NEVER)
     assert res.stop_reason == "context" and res.tokens == ar_greedy(target, [1, 2], len(res.tokens))
     with pytest.raises(ValueError, match="widths=4,4,4\\) exceed the cap of n_ctx=64"):
         generate(target, [1, 2], 100, method="tree", draft=draft, plan=plan(shape="fixed", widths=(4, 4, 4)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specdec_np import ngram
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import NEVER, Plan, generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import plan as plans
 from specdec_np.tools import profile as profiles
@@ -47,11 +47,11 @@ def costs(per_token, fixed=1.0):
 
 def test_profile_counts_what_each_run_did_past_its_prefill(pair):
     target, draft, trigram = pair
-    ar = generate(target, PROMPTS[0], 10, "ar", eos=-1)
+    ar = generate(target, PROMPTS[0], 10, "ar", eos=NEVER)
     c = profiles.counts(ar.stats)
     assert c == {"tokens": 9, "steps": 9, "draft_dists": 0, "ngram_queries": 0, "target": {"cold": {}, "warm": {1: 9}},
                  "draft": {"cold": {}, "warm": {}}}
-    spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=-1)
+    spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=NEVER)
     c = profiles.counts(spec.stats)
     steps = spec.stats.steps[1:]
     assert c["tokens"] == sum(len(s.tokens) for s in steps) and c["steps"] == len(steps)
@@ -128,7 +128,7 @@ def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, t
     """generate's defaults give the same tokens for a seed whatever costs are cached and whatever
     the machine says it is; the tools' choice does follow the costs (the control)."""
     target, draft, trigram = pair
-    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=-1)
+    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=NEVER)
     before = generate(target, [1, 2, 3, 1, 2], 24, **kw)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     for cpu, cost in (("a memory-bound CPU", costs(0.01)), ("a compute-bound CPU", costs(5.0, 0.0))):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from helpers import ar_greedy, callback, processed, tables
 from specdec_np import exact, verify
 from specdec_np.build import build_chain, build_fixed
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import NEVER, Plan, generate
 from specdec_np.tree import Tree
 from test_verify_exact import TOL, assert_lossless, dense_tables, max_error, sampled, target_rows
 
@@ -295,7 +295,7 @@ def test_generate_at_top_k(embedded, name):
     target, draft, ngram, enc = embedded
     method, plan = E2E[name]
     prompt = list(range(100, 120))
-    kw = dict(method=method, draft=draft, ngram=ngram, plan=plan, temperature=1.0, top_k=50, seed=3, eos=-1)
+    kw = dict(method=method, draft=draft, ngram=ngram, plan=plan, temperature=1.0, top_k=50, seed=3, eos=NEVER)
     res = generate(target, prompt, 40, keep_trees=True, **kw)
     assert len(res.tokens) == 40 and res.stop_reason == "max_new_tokens"
     assert generate(target, prompt, 40, **kw).tokens == res.tokens
@@ -326,9 +326,9 @@ def test_temperature_zero(embedded):
     for method, plan in (("speculative", Plan(chain=4, rule="block")),
                          ("tree", Plan(shape="fixed", widths=(2, 1), rule="traversal"))):
         with pytest.raises(ValueError, match="not lossless on a deterministic tree"):
-            generate(target, prompt, 8, method=method, draft=draft, plan=plan, eos=-1)
+            generate(target, prompt, 8, method=method, draft=draft, plan=plan, eos=NEVER)
         res = generate(target, prompt, 24, method=method, draft=draft, plan=dataclasses.replace(plan, sampled="with"),
-                       eos=-1)
+                       eos=NEVER)
         assert res.tokens == greedy
 
 
