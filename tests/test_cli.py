@@ -96,46 +96,110 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
         assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
 
 
+def namespace(**options):
+    """generate's options as argparse gives them, with `options` changed."""
+    import argparse
+
+    return argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
+                                        widths=None, sampled=None, copy_len=None, rule=None, temperature=1.0,
+                                        top_k=None, top_p=None, max_new_tokens=8, seed=0), **options})
+
+
 def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # At temperature > 0 the machine's plan may draw its tree from the draft (fixed widths, traversal):
     # --budget/--depth must give the best-first tree they ask for, with a rule valid for it, not be
     # ignored; options that cannot apply are one-line errors naming them.
-    import argparse
-
     from specdec_np.decode import Plan
     from specdec_np.tools import cli, plan as plans
 
     drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
-    machine = {"method": "staged"}
-    monkeypatch.setattr(plans, "plan_for", lambda *a, **k: plans.Choice(machine["method"], drawn, 2.0, 4.0))
+    asked = []
+
+    def plans_for(target, draft, ngram, enc, temperature, methods, *rest):
+        asked.append(methods)
+        return {m: plans.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
+
+    monkeypatch.setattr(plans, "plans_for", plans_for)
 
     def choose(**options):
-        a = argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
-                                         widths=None, sampled=None, copy_len=None, rule=None), **options})
+        a = namespace(**options)
+        cli.check_options(a)
         return cli.choose_plan(a, *embedded, 1.0)
 
     method, plan, about = choose(budget=16, depth=5)
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
         ("staged", "best_first", 16, 5, None, None)
     assert plan.max_nodes(method) == 16 and "best-first, 16 nodes at most 5 deep" in about
+    assert asked[-1] == ("tree", "staged")  # without --method, the plan is the fastest where --budget applies
+    assert "(this machine's of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
     for options, needle in ((dict(budget=16, widths="2,1"), "--budget asks for a best-first tree, --widths"),
                             (dict(depth=4, sampled="with"), "--depth asks for a best-first tree, --sampled"),
-                            (dict(method="ar", depth=3), "--depth: --method ar drafts no tree")):
+                            (dict(method="ar", depth=3), "--depth does nothing with --method ar"),
+                            (dict(method="lookup", budget=8), "--budget does nothing with --method lookup")):
         with pytest.raises(ValueError, match=needle):
             choose(**options)
-    machine["method"] = "ar"  # where drafting does not pay, the machine's plan is plain decoding
-    with pytest.raises(ValueError, match="--budget: this machine's plan .plain decoding. drafts no tree"):
-        choose(budget=8)
     # The machine's lookup plan may set its chain's length by the match; --depth gives one length.
-    machine["method"] = "lookup"
     drawn = Plan(lookup_chains=(23, 7, 0))
-    method, plan, about = choose(depth=5)
+    method, plan, about = choose(depth=5, method="lookup")
     assert (method, plan.chain, plan.lookup_chains, plan.max_depth(method)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
-    assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose()[2]
-    with pytest.raises(ValueError, match="--budget: method lookup proposes a chain: its length is --depth"):
-        choose(budget=8)
+    assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose(method="lookup")[2]
+    # Without any option the machine's plan may be any method (None: plan_for's own choice).
+    asked.clear()
+    choose()
+    assert asked == [(None,)]
+
+
+@pytest.mark.parametrize("options, methods", [
+    (dict(budget=8), ("tree", "staged", "ngram")), (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
+    (dict(widths="2,1"), ("tree", "staged")), (dict(sampled="with"), ("tree", "staged")),
+    (dict(copy_len=4), ("staged",)), (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup")),
+    (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
+])
+def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(options, methods):
+    from specdec_np.tools import cli
+
+    assert cli.candidate_methods(namespace(**options)) == methods
+
+
+@pytest.mark.parametrize("args, needle", [
+    # Options that would do nothing, whatever the machine's plan would have been (checked before it is measured).
+    (["--method", "lookup", "--widths", "2,1"], "--widths does nothing with --method lookup: it copies a chain"),
+    (["--method", "speculative", "--widths", "2"], "--widths does nothing with --method speculative"),
+    (["--method", "ngram", "--widths", "2"], "--widths does nothing with --method ngram: the trigram drafts a best"),
+    (["--method", "lookup", "--sampled", "with"], "--sampled does nothing with --method lookup"),
+    (["--method", "speculative", "--sampled", "without", "--temperature", "1"], "--sampled does nothing with --method "
+                                                                               "speculative"),
+    (["--method", "ngram", "--sampled", "with"], "--sampled does nothing with --method ngram"),
+    (["--method", "ar", "--rule", "greedy"], "--rule does nothing with --method ar: plain decoding"),
+    (["--method", "ar", "--depth", "3"], "--depth does nothing with --method ar"),
+    (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree"),
+    (["--top-k", "50"], "--top-k: at temperature 0 decoding is greedy"),
+    (["--top-p", "0.9"], "--top-p: at temperature 0 decoding is greedy"),
+    # Sizes: the same answer whichever method the machine's measurement would pick.
+    (["--budget", "100000"], "--budget: a tree of up to 100000 drafted tokens per step exceeds"),
+    (["--depth", "100000"], "--depth: a tree of up to 100000 drafted tokens per step exceeds"),
+    (["--widths", "30,30"], "--widths: a tree of up to 930 drafted tokens"),
+    (["--copy-len", "600"], "--copy-len must be at most the target's context (512 tokens)"),
+    # --rule against what the options say about the tree, in the command line's terms.
+    (["--rule", "block", "--sampled", "without", "--temperature", "1"],
+     "--rule block is lossless only on a chain drawn from the draft with replacement (--method speculative at "
+     "temperature > 0, or --sampled with --widths 1,1,1), not on trees drawn without replacement (--sampled without)"),
+    (["--rule", "block", "--widths", "2,1", "--temperature", "1"], "not on --widths 2,1"),
+    (["--rule", "recursive", "--method", "lookup", "--temperature", "1"], "--rule recursive is lossless only on trees "
+                                                                         "whose children are drawn with replacement"),
+])
+def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, needle, monkeypatch, capsys):
+    from specdec_np.tools import plan as plans
+
+    def measured(*a, **k):
+        raise AssertionError("the machine was measured")
+
+    monkeypatch.setattr(plans, "plans_for", measured)
+    assert main(["generate", "def f(x):", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
 
 
 def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
@@ -203,6 +267,7 @@ def test_bench_with_fixture(tmp_path, capsys):
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)
     assert g["staged"]["tokens"] == g["ar"]["tokens"]
+    assert f"wrote {tmp_path / 'results.json'} and {tmp_path / 'results.md'}" in out
 
 
 def test_results_file_keeps_one_section_per_machine(tmp_path):
@@ -251,3 +316,132 @@ def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatc
     with pytest.raises(ValueError, match="--plot needs matplotlib"):
         bench.main(["--prompts", str(FIXTURE), "--plot", "--out", str(tmp_path)])
     assert not (tmp_path / "results.json").exists()
+
+
+def test_no_prompt_with_standard_input_closed_is_one_line():
+    for args, needle in ((["generate"], "no prompt: give it as an argument or with --file (standard input is closed)"),
+                         (["generate", "-"], "the prompt is - (standard input), but standard input is closed")):
+        r = subprocess.run([sys.executable, "-m", "specdec_np", *args, "--plan", "default"], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300, preexec_fn=lambda: os.close(0))  # `<&-`
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_the_end_of_text_token_is_not_printed(monkeypatch, capsys, embedded):
+    from specdec_np import decode
+
+    real = decode.generate
+
+    def ends_at_eos(target, prompt, *args, **kwargs):  # as if the model had emitted <|endoftext|> last
+        res = real(target, prompt, *args, **kwargs)
+        return decode.Result(res.tokens + [target.config.n_vocab - 1], res.stats, "eos")
+
+    monkeypatch.setattr(decode, "generate", ends_at_eos)
+    assert main(["generate", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("def f(x):") and len(out) > len("def f(x):\n") and "<|endoftext|>" not in out
+    monkeypatch.setattr(decode, "generate", real)
+    assert main(["generate", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out == out  # the same text, without the end-of-text token
+
+
+def test_a_draft_whose_context_the_prompt_fills_is_named_before_the_machine_is_measured(tmp_path, monkeypatch, capsys):
+    from specdec_np import checkpoint
+    from specdec_np.gpt2 import GPT2Config, random_params
+    from specdec_np.tools import plan as plans
+
+    checkpoint.save(random_params(GPT2Config(n_vocab=8193, n_ctx=8, n_embd=8, n_layer=1, n_head=2)), tmp_path / "short")
+    monkeypatch.setattr(plans, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
+    prompt = "def add(a, b):\n    return a + b\n"  # more than 8 tokens
+    for args in ([], ["--method", "staged", "--plan", "default"], ["--method", "tree"]):
+        assert main(["generate", prompt, "--draft", str(tmp_path / "short"), *args]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"--draft {tmp_path / 'short'} holds a context of 8 (n_ctx)" in lines[0], lines
+    # Methods that need no draft decode.
+    assert main(["generate", prompt, "--draft", str(tmp_path / "short"), "--method", "lookup", "--plan", "default",
+                 "--max-new-tokens", "3"]) == 0
+
+
+def trace_args(out):
+    return ["trace", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "3", "--out", str(out)]
+
+
+def test_trace_writes_through_a_symlink_and_the_link_stays(tmp_path, capsys):
+    for existing in (True, False):  # a link to a file, and a dangling link (the file is created)
+        real, link = tmp_path / f"real-{existing}.html", tmp_path / f"link-{existing}.html"
+        if existing:
+            real.write_text("old")
+        link.symlink_to(real)
+        assert main(trace_args(link)) == 0, capsys.readouterr().err
+        assert link.is_symlink() and os.readlink(link) == str(real)
+        assert real.is_file() and real.read_text().startswith("<!doctype html>")
+        assert f"wrote {link}:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link-False.html", "link-True.html", "real-False.html",
+                                                          "real-True.html"]  # no temporary file left
+
+
+def test_trace_refuses_what_is_not_a_regular_file(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "to-fifo.html"
+    link.symlink_to(fifo)
+    loop = tmp_path / "loop.html"
+    loop.symlink_to(loop)
+    for out, needle in ((fifo, f"--out {fifo} is not a regular file (a FIFO, a device or a socket)"),
+                        (link, f"--out {link} is not a regular file"),
+                        (loop, f"--out {loop} is a symlink that resolves to no file")):
+        assert main(trace_args(out)) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+    assert fifo.is_fifo() and link.is_symlink() and loop.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "loop.html", "to-fifo.html"]
+
+
+def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch, capsys):
+    from specdec_np.tools import cli, trace
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "tmpk3x9"))
+
+    with monkeypatch.context() as m:  # an unwritable directory (root may write anywhere: simulated)
+        m.setattr(cli.tempfile, "TemporaryFile", refused)
+        assert main(trace_args(tmp_path / "t.html")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {tmp_path / 't.html'}: cannot write there: Permission denied"
+    if os.geteuid() != 0:  # a read-only directory for real
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        assert main(trace_args(ro / "t.html")) == 2
+        assert f"--out {ro / 't.html'}: cannot write there" in capsys.readouterr().err
+
+    def full(*a, **k):  # the disk fills while the page is written
+        raise OSError(28, "No space left on device", str(tmp_path / "t.html.abc123.tmp"))
+
+    monkeypatch.setattr(trace, "write", full)
+    assert main(trace_args(tmp_path / "t.html")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {tmp_path / 't.html'}: cannot write there: No space left on device"
+
+
+def test_ngram_fit_names_a_file_that_is_not_utf8(tmp_path, capsys):
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text("def f(x):\n    return x\n")
+    bad.write_bytes(b"x = '\xff'\n")
+    assert main(["ngram", "fit", str(good), str(bad), "--out", str(tmp_path / "t.npz")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"text file {bad} is not UTF-8: byte 5 is b'\\xff'" in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "good.py"]
+
+
+def test_bench_prompts_that_are_not_jsonl_say_what_to_give(tmp_path):
+    for name, data, needle in (("prompt.py", b"def f(x):\n", "line 1 is not JSON (Expecting value): give a JSONL file"),
+                               ("numbers.jsonl", b"5\n", "line 1 has no \"prompt\" field: give a JSONL file"),
+                               ("latin1.jsonl", b'{"prompt": "\xe9"}\n', "not UTF-8 text")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError) as e:
+            bench.read_prompts(tmp_path / name)
+        assert str(e.value).startswith(f"{tmp_path / name}: ") and needle in str(e.value)
+    r = run_cli("bench", "--prompts", str(tmp_path / "prompt.py"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: --prompts {tmp_path / 'prompt.py'}: line 1 is not JSON")

@@ -75,13 +75,21 @@ def read_prompts(path=None, limit=None) -> list[str]:
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     prompts = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                rec = json.loads(line)
-                if "prompt" not in rec:
-                    raise ValueError(f"{path}: line {i + 1} has no \"prompt\" field")
-                prompts.append(rec["prompt"])
+    form = 'a JSONL file, one {"prompt": "..."} object per line'
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                    except ValueError as e:
+                        raise ValueError(f"{path}: line {i + 1} is not JSON ({e.msg}): give {form}") from None
+                    if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                        raise ValueError(f"{path}: line {i + 1} has no \"prompt\" field: give {form}")
+                    prompts.append(rec["prompt"])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+        raise ValueError(f"{path}: not {'gzipped ' if opener is gzip.open else ''}UTF-8 text ({e}): give {form}") \
+            from None
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts[:limit] if limit else prompts
@@ -385,6 +393,8 @@ def main(argv=None) -> int:
         if a.prompts is None:
             raise
         raise ValueError(f"--prompts {a.prompts}: {e.strerror or e}") from None
+    except ValueError as e:  # not JSONL: read_prompts names the file and line
+        raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     target, draft, ngram, enc = load_embedded()
     if a.profile:
@@ -446,7 +456,7 @@ def main(argv=None) -> int:
     if a.plot and summary:
         for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
             print(f"wrote {p}")
-    print(f"wrote {out_dir / 'results.json'}")
+    print(f"wrote {out_dir / 'results.json'} and {out_dir / 'results.md'}")
     return 0
 
 

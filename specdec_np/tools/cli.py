@@ -8,8 +8,11 @@ core's constant one; --method, --budget, --depth, --widths, --sampled, --rule an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -82,30 +85,77 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
+# The methods each option shapes. Without --method, the machine's plan is chosen among the methods
+# every option given applies to, so whether the options are valid never depends on what the
+# measurement picks (plain decoding, or a chain where a tree was asked for).
+APPLIES_TO = {
+    "--budget": ("tree", "staged", "ngram"),  # a best-first tree's size
+    "--depth": ("speculative", "tree", "staged", "ngram", "lookup"),  # a tree's depth, a chain's length
+    "--widths": ("tree", "staged"),  # a fixed-width tree of the draft's
+    "--sampled": ("tree", "staged"),  # children drawn from the draft (speculative's chain always is)
+    "--rule": ("speculative", "tree", "staged", "ngram", "lookup"),  # plain decoding verifies nothing
+    "--copy-len": ("staged",),  # stage 2's copies
+}
+
+
+def given(a) -> list[str]:
+    """The method-specific options given, in APPLIES_TO's order."""
+    values = {"--budget": a.budget, "--depth": a.depth, "--widths": a.widths, "--sampled": a.sampled,
+              "--rule": a.rule, "--copy-len": a.copy_len}
+    return [o for o in APPLIES_TO if values[o] is not None]
+
+
+def candidate_methods(a) -> tuple:
+    """The methods the options allow: --method, else those every option given applies to (in METHODS'
+    order; () when no option narrows the choice)."""
+    from ..decode import METHODS
+
+    if a.method is not None:
+        return (a.method,)
+    options = given(a)
+    return tuple(m for m in METHODS if all(m in APPLIES_TO[o] for o in options)) if options else ()
+
+
+def check_shape(a, methods, n_ctx: int) -> None:
+    """The tree options against the target's context, for every method they may shape: before any
+    measurement, so the answer does not depend on which of them the machine's plan picks."""
+    from ..decode import Plan
+    from .plan import check_size, resized
+
+    for method in methods or ("staged",):
+        plan = resized(Plan(), method, a.budget, a.depth)
+        if a.widths is not None and method in APPLIES_TO["--widths"]:
+            plan = dataclasses.replace(plan, shape="fixed", widths=parse_widths(a.widths))
+        check_size(plan, method, n_ctx)
+    if a.copy_len is not None and a.copy_len > n_ctx:
+        raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {a.copy_len}")
+
+
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
-    from ..decode import CHAINS, Plan
-    from .plan import check_size, describe, plan_for, progress_bar, resized
+    from ..decode import Plan
+    from . import profile as profiles
+    from .plan import describe, plans_for, progress_bar, resized
 
+    methods = candidate_methods(a)
+    check_shape(a, methods, target.config.n_ctx)
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
         method, plan, origin = a.method or "staged", Plan(), "the constant plan"
     else:
-        choice = plan_for(target, draft, ngram, enc, temperature, a.method, a.recalibrate,
-                          progress_bar("measuring this machine (first run only)"))
+        usable = profiles.runnable(draft is not None, ngram is not None)
+        asked = tuple(m for m in methods if m in usable)
+        if methods and not asked:
+            raise ValueError(f"{', '.join(given(a))}: for --method {', '.join(methods)}, which this model pair "
+                             "cannot run (it has no " + ("n-gram model" if draft is not None else "draft") + ")")
+        asked = asked or (None,)
+        choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
+                            progress_bar("measuring this machine (first run only)"))
+        choice = min(choices.values(), key=lambda c: c.ms_per_token)
         method, plan = choice.method, choice.plan
-        origin = f"this machine's, predicted {choice.speedup:.2f}x plain decoding"
-    shaping = [o for o, v in (("--budget", a.budget), ("--depth", a.depth), ("--widths", a.widths),
-                              ("--sampled", a.sampled)) if v is not None]
-    if method == "ar" and shaping:
-        chosen = "--method ar" if a.method == "ar" else "this machine's plan (plain decoding)"
-        raise ValueError(f"{shaping[0]}: {chosen} drafts no tree; choose a drafting method with --method")
-    if a.budget is not None and method in CHAINS:
-        raise ValueError(f"--budget: method {method} proposes a chain: its length is --depth")
-    if (a.budget is not None or a.depth is not None and method not in CHAINS) \
-            and (a.widths is not None or a.sampled is not None):
-        raise ValueError(f"{shaping[0]} asks for a best-first tree, {shaping[-1]} for a fixed-width one: give one")
+        among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
+        origin = f"this machine's{among}, predicted {choice.speedup:.2f}x plain decoding"
     change = {}
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
@@ -115,24 +165,59 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         change["copy_len"] = a.copy_len
     if a.rule is not None:
         change["rule"] = a.rule
-    options = bool(shaping or change)
+    options = bool(given(a))
     plan = dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
     check_rule(plan, method, temperature)
-    n_ctx = target.config.n_ctx
-    check_size(plan, method, n_ctx)
-    if method == "staged" and plan.copy_len > n_ctx:
-        raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
     return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
 
 
+# Where each rule is lossless, in the command line's terms (verify.PAIRINGS in the core's).
+RULE_NEEDS = {
+    "greedy": "at --temperature 0 only",
+    "point_mass": "on trees of the draft's top tokens (no --sampled)",
+    "chain": "on a chain drawn from the draft with replacement (--method speculative at temperature > 0, "
+             "or --sampled with --widths 1,1,1)",
+    "block": "on a chain drawn from the draft with replacement (--method speculative at temperature > 0, "
+             "or --sampled with --widths 1,1,1)",
+    "recursive": "on trees whose children are drawn with replacement (--sampled with)",
+    "recursive_wor": "on trees whose children are drawn without replacement (--sampled without)",
+    "traversal": "on trees whose children are drawn from the draft (--sampled with or without, or "
+                 "--method speculative at temperature > 0)",
+}
+
+
 def check_rule(plan, method: str, temperature: float) -> None:
-    """decode.check_rule's error, naming --rule: the plan's rule must be lossless for the trees the method drafts."""
+    """decode.check_rule in the command line's terms: the plan's rule must be lossless for the trees
+    the method drafts; the error says which options give such trees."""
     from ..decode import check_rule as core_check
+    from .plan import describe
 
     try:
         core_check(plan, method, temperature)
-    except ValueError as e:
-        raise ValueError(f"--rule {plan.rule}: {e}") from None
+    except ValueError:
+        raise ValueError(f"--rule {plan.rule} is lossless only {RULE_NEEDS[plan.rule]}, not on method {method}'s "
+                         f"{describe(dataclasses.replace(plan, rule=None), method)}") from None
+
+
+def check_rule_options(a) -> None:
+    """--rule against what the other options already say about the trees (how children are chosen,
+    whether it is a chain), before any plan is chosen; choose_plan checks the plan itself."""
+    from ..verify import PAIRINGS
+
+    if a.rule is None or a.rule == "greedy":
+        return
+    if a.sampled is not None:
+        kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
+    elif a.method == "speculative" and a.temperature > 0:
+        kind, how = "with_replacement", "speculative's chain drawn from the draft"
+    elif a.method in ("lookup", "ngram"):
+        kind, how = "deterministic", f"{a.method}'s drafts, which are not drawn from the draft model"
+    else:
+        kind = how = None
+    if kind is not None and kind not in PAIRINGS[a.rule]:
+        raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on {how}")
+    if a.rule in ("chain", "block") and a.widths is not None and max(parse_widths(a.widths)) > 1:
+        raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on --widths {a.widths}")
 
 
 def parse_widths(text):
@@ -156,7 +241,13 @@ def read_prompt(a) -> str:
                 return utf8(f.read(), f"--file {a.file}")
         except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
             raise ValueError(f"--file {a.file}: {e.strerror or e}") from None
-    if a.prompt == "-" or a.prompt is None and not sys.stdin.isatty():
+    if sys.stdin is None:  # started with standard input closed (`<&-`)
+        if a.prompt == "-":
+            raise ValueError("the prompt is - (standard input), but standard input is closed: give the prompt as "
+                             "an argument or with --file")
+        if a.prompt is None:
+            raise ValueError("no prompt: give it as an argument or with --file (standard input is closed)")
+    elif a.prompt == "-" or a.prompt is None and not sys.stdin.isatty():
         return utf8(sys.stdin.buffer.read(), "standard input")
     if a.prompt is None:
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
@@ -209,10 +300,35 @@ def check_options(a) -> None:
         if value is not None and value < low:
             raise ValueError(f"{option} must be >= {low}, got {value}")
     parse_widths(a.widths)
-    if a.copy_len is not None and a.method not in (None, "staged"):
-        raise ValueError("--copy-len is for --method staged")
+    # Options that would change nothing are errors, whichever method the machine's plan picks later.
+    if a.temperature == 0:
+        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p)):
+            if value is not None:
+                raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
+                                 "changes nothing: give --temperature > 0 to sample")
+    if a.method is not None:
+        for option in given(a):
+            if a.method not in APPLIES_TO[option]:
+                raise ValueError(f"{option} does nothing with --method {a.method}: {DOES_NOTHING[a.method]}; it "
+                                 f"applies to --method {', '.join(APPLIES_TO[option])}")
+    if (a.budget is not None or a.depth is not None and a.method not in ("speculative", "lookup")) \
+            and (a.widths is not None or a.sampled is not None):
+        first = "--budget" if a.budget is not None else "--depth"
+        second = "--widths" if a.widths is not None else "--sampled"
+        raise ValueError(f"{first} asks for a best-first tree, {second} for a fixed-width one: give one")
     if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
         raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
+    check_rule_options(a)
+
+
+# Why a method ignores the options that shape other methods' drafts.
+DOES_NOTHING = {
+    "ar": "plain decoding drafts nothing and verifies nothing",
+    "speculative": "it drafts a chain (its length is --depth), drawn from the draft when sampling",
+    "lookup": "it copies a chain from the context (its length is --depth)",
+    "ngram": "the trigram drafts a best-first tree (--budget, --depth)",
+    "tree": "it drafts a tree of the draft model's, with no stage 2",
+}
 
 
 class Setup(NamedTuple):
@@ -231,7 +347,9 @@ def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     from ..decode import DRAFTED
     from ..models import load_model, load_ngram
-    from ..tokenizer import get_encoding
+    from ..tokenizer import encode, get_encoding
+    from .plan import progress_bar
+    from .stdlib_ngram import stdlib_trigram
 
     check_options(a)
     text = read_prompt(a)
@@ -248,19 +366,36 @@ def setup(a) -> Setup:
     # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
     wants_ngram = a.method in ("staged", "ngram") or (draft is not None and a.plan == "machine")
     if a.method is None or wants_ngram:
-        if a.ngram is None and target.config.n_vocab != 8193:
-            if a.method in ("staged", "ngram"):
-                raise ValueError("the embedded trigram is for the tiny vocabulary: fit one for this tokenizer with "
-                                 "`python -m specdec_np ngram fit FILES --out FILE` and pass --ngram FILE")
+        if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
+            # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
+            # built on first use and cached.
+            ngram = stdlib_trigram(target.config.n_vocab, progress_bar("fitting the trigram (first run only)"))
         else:
             ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:
-                raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
+                raise ValueError(f"--ngram {a.ngram}: the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
+    check_prompt_fits(encode(enc, text), a, target, draft)
     method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
-    if a.copy_len is not None and method != "staged":
-        raise ValueError("--copy-len is for --method staged")
     return Setup(text, target, draft, ngram, enc, method, plan, about)
+
+
+EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
+
+
+def check_prompt_fits(tokens, a, target, draft) -> None:
+    """The prompt must be shorter than the target's context, and than the draft's when the draft
+    may decode (with --method, or the machine's choice): a one-line error before any measurement."""
+    from ..decode import DRAFTED
+
+    for option, model in (("--target", target), ("--draft", draft)):
+        if model is None or option == "--draft" and a.method not in (None, *DRAFTED):
+            continue
+        name = a.target if option == "--target" else a.draft or default_draft(a.target)
+        if len(tokens) >= model.config.n_ctx:
+            other = "; or --method ar or lookup, which need no draft" if option == "--draft" else ""
+            raise ValueError(f"the prompt has {len(tokens)} tokens: {option} {name} holds a context of "
+                             f"{model.config.n_ctx} (n_ctx): give a shorter prompt{other}")
 
 
 def run(a, s: Setup, keep_trees=False):
@@ -300,7 +435,9 @@ def cmd_generate(a) -> int:
 
     s = setup(a)
     _, res, _ = run(a, s)
-    sys.stdout.write(s.text + decode(s.enc, res.tokens) + "\n")
+    # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
+    tokens = res.tokens[:-1] if res.stop_reason == "eos" else res.tokens
+    sys.stdout.write(s.text + decode(s.enc, tokens) + "\n")
     return 0
 
 
@@ -311,19 +448,42 @@ def cmd_trace(a) -> int:
     out = file_to_write(Path(a.out), "trace.html")
     s = setup(a)
     tokens, res, _ = run(a, s, keep_trees=True)
-    write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
-    print(f"wrote {out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
+    with naming_out(a.out):
+        write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
+    print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
 
 
 def file_to_write(out: Path, example: str) -> Path:
-    """--out checked before any work: a file in a directory that exists (a one-line error otherwise)."""
-    if out.is_dir():
+    """--out checked before any work: the path to write, a regular file (new, or replaced whole) in a
+    directory that exists and takes new files. A symlink is written through: the file it points to
+    is replaced and the link stays a link. Anything else there (a directory, a FIFO, a device, a
+    socket) is a one-line error, never replaced."""
+    path = Path(os.path.realpath(out)) if out.is_symlink() else out
+    if path.is_symlink():  # still a link once resolved: a loop
+        raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
+    if path.is_dir():
         raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
-    return out
+    if path.exists() and not path.is_file():
+        raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
+    if not path.parent.is_dir():
+        raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
+    # The file is written as a temporary file beside it, renamed into place: try one now (os.access
+    # says yes to root even on a read-only mount).
+    with naming_out(out):
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    return path
+
+
+@contextlib.contextmanager
+def naming_out(out):
+    """An OSError while writing --out (a temporary file's name in it) as a one-line error naming --out."""
+    try:
+        yield
+    except OSError as e:
+        raise ValueError(f"--out {out}: cannot write there: {e.strerror or e}") from None
 
 
 def sampling_words(a) -> str:
@@ -355,7 +515,7 @@ def cmd_ngram(argv) -> int:
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=5, help="counts above this are not discounted")
     args = ap.parse_args(argv)
-    file_to_write(args.out, "trigram.npz")
+    out = file_to_write(args.out, "trigram.npz")
     enc = get_encoding(args.n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
@@ -363,9 +523,16 @@ def cmd_ngram(argv) -> int:
             raise FileNotFoundError(f"text file {name} " + ("is a directory" if name.is_dir() else "does not exist"))
         if i:
             tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, name.read_text(encoding="utf-8")))
+        data = name.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"text file {name} is not UTF-8: byte {e.start} is {data[e.start:e.start + 1]!r} "
+                             "(convert it, or leave it out)") from None
+        tokens.extend(encode(enc, text))
     model = ngram.fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
-    ngram.save(model, args.out)
+    with naming_out(args.out):
+        ngram.save(model, out)
     print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
           f"{len(model.bi_tok)} bigrams, {len(model.tri_tok)} trigrams -> {args.out} "
           f"({args.out.stat().st_size / 1e6:.1f} MB)")

@@ -1,0 +1,113 @@
+"""A Katz trigram for a GPT-2 vocabulary with no trigram shipped, built once from Python's own sources.
+
+Staged decoding's second stage needs a trigram over the target's vocabulary. The embedded one
+(`weights/tiny-trigram.npz`) is for the embedded models' 8193 tokens; real GPT-2 has 50257. Rather
+than ask for one fitted by hand (`python -m specdec_np ngram fit FILES --out FILE`), the tools fit
+one on text that is on every machine that runs this code: the `.py` files of the Python standard
+library (code, as the prompts staged decoding does best on are; its tests and installed packages
+left out). That takes seconds (the files hold some 6 million GPT-2 tokens), happens on first use
+only, and the result is cached in the user's cache directory (`plan.cache_dir()`, not the weights
+folder, which may be read-only), under a key of what it depends on: the tokenizer, the Python
+version and the source files. `--ngram FILE` still overrides it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from .. import ngram
+from ..tokenizer import BPE_FILES, get_encoding
+from .plan import cache_dir
+
+VERSION = 1  # of how the trigram is built: a change rebuilds every cached one
+# A list of files (os.pathsep-separated) to fit on instead of the standard library: for tests,
+# which build in a fraction of a second from a few files.
+SOURCES_ENV = "SPECDEC_NP_NGRAM_SOURCES"
+SKIPPED_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
+
+
+def source_files() -> list[Path]:
+    """The standard library's .py files, sorted (or the files SPECDEC_NP_NGRAM_SOURCES names)."""
+    if os.environ.get(SOURCES_ENV):
+        return [Path(name) for name in os.environ[SOURCES_ENV].split(os.pathsep) if name]
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(f for f in root.rglob("*.py") if not SKIPPED_DIRS & set(f.relative_to(root).parts[:-1]))
+
+
+def cache_file(n_vocab: int, files) -> Path:
+    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of
+    everything it depends on (a file's size and modification time stand for its text)."""
+    stats = [(str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())) for f in files]
+    key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
+           "python": f"{platform.python_implementation()} {platform.python_version()}",
+           "files": hashlib.sha256(json.dumps(stats).encode()).hexdigest()}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"trigram-{n_vocab}-{digest}.npz"
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def build(n_vocab: int, files, progress=None) -> ngram.Trigram:
+    """Fit a Katz trigram on the files' GPT-2 tokens, each file after an end-of-text token (as
+    `ngram fit` joins files). A file that cannot be read as UTF-8 is skipped. progress(done, total)
+    is called after each file and after the fit."""
+    enc = get_encoding(n_vocab)
+    tokens = []
+    for i, path in enumerate(files):
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = None
+        if text is not None:
+            tokens.append(enc.eot_token)
+            tokens.extend(enc.encode_ordinary(text))  # a literal "<|endoftext|>" in a source is text here
+        if progress:
+            progress(i + 1, len(files) + 1)
+    if len(tokens) < 3:
+        raise ValueError("no text to fit a trigram on: pass one with --ngram FILE (`python -m specdec_np ngram fit "
+                         "FILES --out FILE` fits one)")
+    model = ngram.fit(np.array(tokens, dtype=np.int64), n_vocab)
+    if progress:
+        progress(len(files) + 1, len(files) + 1)
+    return model
+
+
+def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
+    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`); built and
+    cached atomically on first use, saying so on stderr. A cached file that does not load is rebuilt."""
+    if files is not None:
+        files, origin = [Path(f) for f in files], "the given files"
+    else:
+        files = source_files()
+        origin = SOURCES_ENV if os.environ.get(SOURCES_ENV) else f"Python {platform.python_version()}'s standard library"
+    path = cache_file(n_vocab, files)
+    if path.is_file():
+        try:
+            return ngram.load(path)
+        except (OSError, ValueError):  # cut short or corrupted: build it again
+            pass
+    if not files:
+        raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
+                         "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
+    megabytes = sum(st.st_size for f in files if (st := _stat(f))) / 1e6
+    seconds = 5 * math.ceil(megabytes / 5)  # about 1 MB a second with a busy core, to the next 5 s
+    sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files of "
+                     f"{origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
+    model = build(n_vocab, files, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ngram.save(model, path)  # atomically: a temporary file renamed into place
+    return model
