@@ -31,7 +31,7 @@ EXAMPLES = r'''examples:
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6 --plan default
   python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
   cat prompt.py | python -m specdec_np generate - --method speculative --depth 3
-  python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2 --ngram my-trigram.npz   (after make weights)
+  python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2   (after make weights)
   python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --out trace.html
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
@@ -55,7 +55,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model (default: the embedded draft for the embedded target; "
                    "gpt2 for gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
     p.add_argument("--ngram", default=None, help="Katz trigram .npz for staged/ngram methods (default: the embedded "
-                   "one, for the embedded vocabulary)")
+                   "one for the embedded vocabulary; for GPT-2's, one fitted on Python's standard library, built on "
+                   "first use in seconds and cached)")
     p.add_argument("--method", default=None, choices=METHODS, help="decoding method (default: the machine plan's "
                    "choice; staged with --plan default)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default: %(default)s)")
@@ -369,7 +370,7 @@ def setup(a) -> Setup:
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
             # built on first use and cached.
-            ngram = stdlib_trigram(target.config.n_vocab, progress_bar("fitting the trigram (first run only)"))
+            ngram = stdlib_trigram(target.config.n_vocab, progress_bar("building the trigram (first run only)"))
         else:
             ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:

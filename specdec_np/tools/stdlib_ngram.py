@@ -104,7 +104,7 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
         raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
                          "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
     megabytes = sum(st.st_size for f in files if (st := _stat(f))) / 1e6
-    seconds = 5 * math.ceil(megabytes / 5)  # about 1 MB a second with a busy core, to the next 5 s
+    seconds = 5 * math.ceil(megabytes / 10)  # 2 MB a second (a quiet core does more), to the next 5 s
     sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files of "
                      f"{origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
     model = build(n_vocab, files, progress)
