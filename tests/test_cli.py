@@ -445,3 +445,14 @@ def test_bench_prompts_that_are_not_jsonl_say_what_to_give(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"error: --prompts {tmp_path / 'prompt.py'}: line 1 is not JSON")
+
+
+def test_the_suite_runs_blas_on_one_thread():
+    # conftest pins it (on a busy machine OpenBLAS's threads wait for each other at every call),
+    # here and in the command lines the tests start.
+    import threadpoolctl
+
+    blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    assert blas and all(p["num_threads"] == 1 for p in blas)
+    code = "import numpy, threadpoolctl; print(max(p['num_threads'] for p in threadpoolctl.threadpool_info()))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "1"
