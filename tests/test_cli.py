@@ -149,6 +149,22 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     asked.clear()
     choose()
     assert asked == [(None,)]
+    # --rule alone: the fastest plan whose trees the rule is lossless on (here tree, slower than
+    # lookup and staged, which draft deterministic trees; speculative's chain is drawn but slowest).
+    drawn = Plan()
+    ms = {"speculative": 5.0, "lookup": 1.5, "tree": 3.0, "staged": 2.0}
+
+    def plans_by_method(target, draft, ngram, enc, temperature, methods, *rest):
+        return {m: plans.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
+                                ms[m], 4.0) for m in methods}
+
+    monkeypatch.setattr(plans, "plans_for", plans_by_method)
+    method, plan, about = choose(rule="recursive")
+    assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
+    assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
+    with pytest.raises(ValueError, match="--rule recursive_wor is lossless only on trees whose children are drawn "
+                                         "without replacement .*, not on method lookup's"):  # none: the fastest's error
+        choose(rule="recursive_wor")
 
 
 @pytest.mark.parametrize("options, methods", [

@@ -136,14 +136,17 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
     from ..decode import Plan
     from . import profile as profiles
-    from .plan import describe, plans_for, progress_bar, resized
+    from .plan import describe, plans_for, progress_bar
 
     methods = candidate_methods(a)
     check_shape(a, methods, target.config.n_ctx)
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
-        method, plan, origin = a.method or "staged", Plan(), "the constant plan"
+        method = a.method or "staged"
+        plan = changed(Plan(), method, a)
+        check_rule(plan, method, temperature)
+        origin = "the constant plan"
     else:
         usable = profiles.runnable(draft is not None, ngram is not None)
         asked = tuple(m for m in methods if m in usable)
@@ -153,10 +156,28 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
                             progress_bar("measuring this machine (first run only)"))
-        choice = min(choices.values(), key=lambda c: c.ms_per_token)
-        method, plan = choice.method, choice.plan
+        # The fastest, with the options applied, whose rule is lossless for its trees (--rule
+        # without --method: some methods' plans may draft trees the rule cannot verify).
+        ranked = sorted(choices.values(), key=lambda c: c.ms_per_token)
+        for i, choice in enumerate(ranked):
+            method, plan = choice.method, changed(choice.plan, choice.method, a)
+            try:
+                check_rule(plan, method, temperature)
+                break
+            except ValueError:
+                if i == len(ranked) - 1:
+                    check_rule(changed(ranked[0].plan, ranked[0].method, a), ranked[0].method, temperature)
         among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
         origin = f"this machine's{among}, predicted {choice.speedup:.2f}x plain decoding"
+    options = bool(given(a))
+    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
+
+
+def changed(plan, method: str, a):
+    """`plan` as `method` uses it, with the options' changes: --budget/--depth resize it (plan.resized),
+    --widths/--sampled/--copy-len/--rule set those fields."""
+    from .plan import resized
+
     change = {}
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
@@ -166,10 +187,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         change["copy_len"] = a.copy_len
     if a.rule is not None:
         change["rule"] = a.rule
-    options = bool(given(a))
-    plan = dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
-    check_rule(plan, method, temperature)
-    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
+    return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
 
 
 # Where each rule is lossless, in the command line's terms (verify.PAIRINGS in the core's).
