@@ -1,8 +1,10 @@
 """Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
 
-`generate` decodes with this machine's plan (`plan.plan_for`: the method and plan the cost model
+`generate` decodes with this machine's plan (`plan.plans_for`: the method and plan the cost model
 predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
 core's constant one; --method, --budget, --depth, --widths, --sampled, --rule and --copy-len change either.
+Options are checked before anything is measured, and an option that would change nothing is an
+error: without --method, the plan is chosen among the methods the options given shape (APPLIES_TO).
 """
 
 from __future__ import annotations
@@ -156,17 +158,13 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
                             progress_bar("measuring this machine (first run only)"))
-        # The fastest, with the options applied, whose rule is lossless for its trees (--rule
-        # without --method: some methods' plans may draft trees the rule cannot verify).
-        ranked = sorted(choices.values(), key=lambda c: c.ms_per_token)
-        for i, choice in enumerate(ranked):
-            method, plan = choice.method, changed(choice.plan, choice.method, a)
-            try:
-                check_rule(plan, method, temperature)
-                break
-            except ValueError:
-                if i == len(ranked) - 1:
-                    check_rule(changed(ranked[0].plan, ranked[0].method, a), ranked[0].method, temperature)
+        # The fastest with the options applied whose rule is lossless for its trees (--rule without
+        # --method: some methods' plans may draft trees the rule cannot verify); if none, the
+        # fastest's error.
+        shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
+        choice, plan = next(((c, p) for c, p in shaped if lossless(p, c.method, temperature)), shaped[0])
+        method = choice.method
+        check_rule(plan, method, temperature)
         among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
         origin = f"this machine's{among}, predicted {choice.speedup:.2f}x plain decoding"
     options = bool(given(a))
@@ -216,6 +214,14 @@ def check_rule(plan, method: str, temperature: float) -> None:
     except ValueError:
         raise ValueError(f"--rule {plan.rule} is lossless only {RULE_NEEDS[plan.rule]}, not on method {method}'s "
                          f"{describe(dataclasses.replace(plan, rule=None), method)}") from None
+
+
+def lossless(plan, method: str, temperature: float) -> bool:
+    try:
+        check_rule(plan, method, temperature)
+    except ValueError:
+        return False
+    return True
 
 
 def check_rule_options(a) -> None:
@@ -280,6 +286,8 @@ def utf8(data: bytes, where: str) -> str:
         raise ValueError(f"the prompt ({where}) is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") \
             from None
 
+
+EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
 
 # A target without a draft named on the command line gets the draft it was made for, or the
 # smallest model of its family (the paper's draft was 15-20x smaller than its target).
@@ -397,9 +405,6 @@ def setup(a) -> Setup:
     check_prompt_fits(encode(enc, text), a, target, draft)
     method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
     return Setup(text, target, draft, ngram, enc, method, plan, about)
-
-
-EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
 
 
 def check_prompt_fits(tokens, a, target, draft) -> None:
