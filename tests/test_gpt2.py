@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np.fastpath import HEAD_GEMV_ROWS, matmul_rows
+from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Weight, matmul
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
@@ -144,26 +144,50 @@ def test_float32_is_close_to_float64(model):
 def test_logits_are_row_major(model):
     # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
     m32 = model.astype(np.float32)
-    for n in (1, 2, HEAD_GEMV_ROWS, HEAD_GEMV_ROWS + 1, 8):
+    for n in (1, 2, 3, SLAB_ROWS, SLAB_ROWS + 1):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
 
 
 def test_head_is_a_row_major_copy_of_wte_transposed(model):
-    # The tied head is multiplied from its own copy (fastpath.head_weights): it must be wte.T,
-    # made from this model's own wte (a model cast to another dtype gets its own copy).
+    # The tied head is multiplied from its own copy (fastpath.prepare): it must be wte.T, made
+    # from this model's own wte (a model cast to another dtype gets its own copy).
     for m in (model, model.astype(np.float32)):
-        assert m.head.flags.c_contiguous and m.head.dtype == m.params["wte"].dtype
-        np.testing.assert_array_equal(m.head, m.params["wte"].T)
-    assert model.head is model.head  # made once per model
+        head = m.prepared["head"].w
+        assert head.flags.c_contiguous and head.dtype == m.params["wte"].dtype
+        np.testing.assert_array_equal(head, m.params["wte"].T)
+    assert model.prepared is model.prepared  # made once per model
 
 
-@pytest.mark.parametrize("gemv_rows", [1, HEAD_GEMV_ROWS])
-@pytest.mark.parametrize("n", range(1, HEAD_GEMV_ROWS + 3))
-def test_matmul_rows_is_the_matrix_product(n, gemv_rows):
-    # Row by row (gemv) up to gemv_rows rows, one gemm above: the same product either way.
-    rng = np.random.default_rng(n)
-    x, w = rng.standard_normal((n, 7)), rng.standard_normal((7, 5))
-    np.testing.assert_allclose(matmul_rows(x, w, gemv_rows), x @ w, rtol=0, atol=1e-12)
+def test_prepared_layouts_hold_the_parameters(model):
+    # Every linear layer's Weight is the parameter itself plus slabs holding the same numbers.
+    for block, prepared in zip(model.params["blocks"], model.prepared["blocks"]):
+        for part, name in [("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")]:
+            w, weight = block[part][name]["w"], prepared[part][name]["w"]
+            assert weight.w is w or np.array_equal(weight.w, w)
+            n_in, n_out = w.shape
+            if w.size <= SLAB_MIN:
+                assert weight.slabs is None
+                continue
+            assert weight.slabs.shape == (-(-n_out // SLAB), n_in, SLAB)
+            unslabbed = weight.slabs.transpose(1, 0, 2).reshape(n_in, -1)
+            np.testing.assert_array_equal(unslabbed[:, :n_out], w)
+            assert not unslabbed[:, n_out:].any()  # the last slab's padding is zeros
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n_out", [5, SLAB, SLAB + 3, 3 * SLAB])
+def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
+    # One row (gemv), 2..SLAB_ROWS rows (slabs) and more (one x @ w): the same product within rounding.
+    rng = np.random.default_rng(n_out)
+    w = rng.standard_normal((37, n_out)).astype(dtype)
+    weight = Weight.of(w, slab_min=0)  # slabs however small w is
+    assert weight.slabs is not None and Weight.of(w).slabs is None
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
+        x = rng.standard_normal((n, 37)).astype(dtype)
+        got = matmul(x, weight)
+        assert got.shape == (n, n_out) and got.dtype == dtype
+        np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
 
 
 def test_logits_from_skips_only_the_head(model):
