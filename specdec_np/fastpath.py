@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SLAB = 64  # columns per slab: small enough that a slab's product needs no packing, wide enough for the kernel
-SLAB_ROWS = 16  # blocks of 2..SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
+SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 
 
@@ -34,18 +34,21 @@ class Weight:
 
     w: np.ndarray
     slabs: np.ndarray | None
+    slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
     gemv: bool = False  # one row is a matrix-vector product over `w`, not a product by slabs
 
     @classmethod
-    def of(cls, w, gemv: bool = False, slab_min: int = SLAB_MIN) -> "Weight":  # [n_in, n_out] -> Weight
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None) -> "Weight":
+        """[n_in, n_out] -> Weight; no slabs for a matrix of at most `slab_min` numbers (default
+        SLAB_MIN) or when `slab_rows` is 0 (every product then reads `w`)."""
         n_in, n_out = w.shape
-        if w.size <= slab_min:
-            return cls(np.ascontiguousarray(w), None, gemv)
+        if w.size <= (SLAB_MIN if slab_min is None else slab_min) or slab_rows < 1:
+            return cls(np.ascontiguousarray(w), None, 0, gemv)
         n_slabs = -(-n_out // SLAB)
         padded = np.zeros((n_in, n_slabs * SLAB), dtype=w.dtype)  # [n_in, n_slabs * SLAB]
         padded[:, :n_out] = w
         slabs = np.ascontiguousarray(padded.reshape(n_in, n_slabs, SLAB).transpose(1, 0, 2))  # [n_slabs, n_in, SLAB]
-        return cls(np.ascontiguousarray(w), slabs, gemv)
+        return cls(np.ascontiguousarray(w), slabs, slab_rows, gemv)
 
 
 def matmul(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
@@ -53,7 +56,7 @@ def matmul(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
     if isinstance(w, np.ndarray):
         return x @ w
     n = x.shape[0]
-    if w.slabs is not None and n <= SLAB_ROWS and not (n == 1 and w.gemv):
+    if n <= w.slab_rows and not (n == 1 and w.gemv):
         return unslab(np.matmul(x, w.slabs), w.w.shape[1])  # one small product per slab
     if n == 1:
         return (x[0] @ w.w)[None]  # a matrix-vector product: [n_in] @ [n_in, n_out] -> [1, n_out]
@@ -73,20 +76,25 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict) -> dict:
+def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a
-    `Weight`, plus "head", the tied LM head wte.T as a `Weight` of its own (row-major, so that the
-    head is one more `matmul`)."""
+    `Weight` whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head
+    wte.T as a `Weight` of its own (row-major, so that the head is one more `matmul`).
+
+    Whether slabs pay depends on the BLAS kernel: with a kernel that multiplies small matrices
+    without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of 4 cost about one
+    token; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
+    cheaper. The tools measure which holds on this machine and pass `slab_rows` (0: no slabs)."""
     def walk(tree):
         if isinstance(tree, list):
             return [walk(v) for v in tree]
         if not isinstance(tree, dict):
             return tree
         if tree.keys() == {"w", "b"}:
-            return {"w": Weight.of(tree["w"]), "b": tree["b"]}
+            return {"w": Weight.of(tree["w"], slab_rows), "b": tree["b"]}
         return {k: walk(v) for k, v in tree.items()}
     prepared = walk(params)
-    prepared["head"] = Weight.of(params["wte"].T, gemv=True)
+    prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True)
     return prepared
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import matmul, pad_block, prepare, softmax_
+from .fastpath import SLAB_ROWS, matmul, pad_block, prepare, softmax_
 from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
@@ -197,12 +197,15 @@ GPT2_SHAPES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config and its parameters (plain arrays, all of one dtype)."""
+    """A model: its config and its parameters (plain arrays, all of one dtype), and the largest
+    block its products read from column slabs (`fastpath.prepare`; 0: none), which changes no
+    number beyond float rounding, only the speed, and is the tools' choice for this machine."""
 
     config: GPT2Config
     params: dict
+    slab_rows: int = SLAB_ROWS
 
     @property
     def dtype(self) -> np.dtype:
@@ -210,7 +213,7 @@ class GPT2:
 
     def astype(self, dtype) -> "GPT2":
         """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
-        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params))
+        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.slab_rows)
 
     @functools.cached_property
     def prepared(self) -> dict:
@@ -218,7 +221,7 @@ class GPT2:
         layout a block of a few rows multiplies fastest, and the tied head wte.T as a row-major
         copy of its own), made on first use: about twice the weights' memory, the same bytes read
         per pass."""
-        return prepare(self.params)
+        return prepare(self.params, self.slab_rows)
 
     @property
     def n_params(self) -> int:

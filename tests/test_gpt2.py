@@ -1,10 +1,13 @@
 """The NumPy GPT-2: KV-cache decoding, tree attention and cache compaction equal plain forward passes."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec_np import fastpath
 from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Weight, matmul
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
@@ -181,13 +184,16 @@ def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
     rng = np.random.default_rng(n_out)
     w = rng.standard_normal((37, n_out)).astype(dtype)
     weight = Weight.of(w, slab_min=0)  # slabs however small w is
+    plain = Weight.of(w, slab_rows=0, slab_min=0)
+    assert plain.slabs is None
     assert weight.slabs is not None and Weight.of(w).slabs is None
     tol = 1e-12 if dtype == np.float64 else 1e-4
     for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
         x = rng.standard_normal((n, 37)).astype(dtype)
-        got = matmul(x, weight)
-        assert got.shape == (n, n_out) and got.dtype == dtype
-        np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
+        for wt in (weight, plain):
+            got = matmul(x, wt)
+            assert got.shape == (n, n_out) and got.dtype == dtype
+            np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
 
 
 def test_logits_from_skips_only_the_head(model):
@@ -227,3 +233,16 @@ def test_errors_are_clear(model):
         cache.truncate(5)
     with pytest.raises(ValueError, match="divisible"):
         GPT2Config(n_embd=10, n_head=3)
+
+
+def test_slab_rows_change_no_logit(model, monkeypatch):
+    # The layout is the tools' choice for a machine: any choice gives the same logits in float64.
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
+    toks = list(range(3, 20))
+    ref = full_logits(model, toks)
+    for rows in (0, 1, 4, 16):
+        m = dataclasses.replace(model, slab_rows=rows)
+        assert m.prepared["head"].slab_rows == rows
+        cache = new_cache(m)
+        got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)

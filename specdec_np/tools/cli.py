@@ -83,19 +83,19 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, temperature):
-    """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
+    """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
+    changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
     from ..decode import CHAINS, Plan
     from .plan import check_size, describe, plan_for, progress_bar, resized
 
     if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
-        method, plan, origin = a.method or "staged", Plan(), "the constant plan"
+        method, plan, origin, layout = a.method or "staged", Plan(), "the constant plan", {}
     else:
         choice = plan_for(target, draft, ngram, enc, temperature, a.method, a.recalibrate,
                           progress_bar("measuring this machine (first run only)"))
-        method, plan = choice.method, choice.plan
-        origin = f"this machine's, predicted {choice.speedup:.2f}x plain decoding"
+        method, plan, origin, layout = choice.method, choice.plan, choice.origin, choice.layout
     shaping = [o for o, v in (("--budget", a.budget), ("--depth", a.depth), ("--widths", a.widths),
                               ("--sampled", a.sampled)) if v is not None]
     if method == "ar" and shaping:
@@ -122,7 +122,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     check_size(plan, method, n_ctx)
     if method == "staged" and plan.copy_len > n_ctx:
         raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
-    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
+    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})", layout
 
 
 def check_rule(plan, method: str, temperature: float) -> None:
@@ -232,6 +232,7 @@ def setup(a) -> Setup:
     from ..decode import DRAFTED
     from ..models import load_model, load_ngram
     from ..tokenizer import get_encoding
+    from .plan import apply_layout
 
     check_options(a)
     text = read_prompt(a)
@@ -257,7 +258,8 @@ def setup(a) -> Setup:
             if ngram.n_vocab != target.config.n_vocab:
                 raise ValueError(f"the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
-    method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    target, draft = apply_layout(layout, target, draft)
     if a.copy_len is not None and method != "staged":
         raise ValueError("--copy-len is for --method staged")
     return Setup(text, target, draft, ngram, enc, method, plan, about)
