@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 SLAB = 64  # columns per slab: small enough that a slab's product needs no packing, wide enough for the kernel
-SLAB_ROWS = 16  # blocks of 2..SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
+SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
+SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,47 +28,73 @@ class Weight:
     w:     [n_in, n_out], row-major: the parameter itself (not a copy). One row (a decoding step)
            is a matrix-vector product that streams it once; large blocks are one x @ w.
     slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, the last
-           zero-padded: a second copy, so a model's layer weights take twice their memory.
+           zero-padded: a second copy, so a model's layer weights take twice their memory. None
+           for a matrix of at most SLAB_MIN numbers.
     """
 
     w: np.ndarray
-    slabs: np.ndarray
+    slabs: np.ndarray | None
+    slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
+    gemv: bool = False  # one row is a matrix-vector product over `w`, not a product by slabs
 
     @classmethod
-    def of(cls, w) -> "Weight":  # [n_in, n_out] -> Weight
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None) -> "Weight":
+        """[n_in, n_out] -> Weight; no slabs for a matrix of at most `slab_min` numbers (default
+        SLAB_MIN) or when `slab_rows` is 0 (every product then reads `w`)."""
         n_in, n_out = w.shape
+        if w.size <= (SLAB_MIN if slab_min is None else slab_min) or slab_rows < 1:
+            return cls(np.ascontiguousarray(w), None, 0, gemv)
         n_slabs = -(-n_out // SLAB)
         padded = np.zeros((n_in, n_slabs * SLAB), dtype=w.dtype)  # [n_in, n_slabs * SLAB]
         padded[:, :n_out] = w
         slabs = np.ascontiguousarray(padded.reshape(n_in, n_slabs, SLAB).transpose(1, 0, 2))  # [n_slabs, n_in, SLAB]
-        return cls(np.ascontiguousarray(w), slabs)
+        return cls(np.ascontiguousarray(w), slabs, slab_rows, gemv)
 
 
-def matmul(x, w: Weight):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
-    """x @ w.w, read from the layout that is cheapest for n rows."""
+def matmul(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
+    """x @ w for a `Weight` (read from the layout that is cheapest for n rows) or a plain array."""
+    if isinstance(w, np.ndarray):
+        return x @ w
     n = x.shape[0]
+    if n <= w.slab_rows and not (n == 1 and w.gemv):
+        return unslab(np.matmul(x, w.slabs), w.w.shape[1])  # one small product per slab
     if n == 1:
         return (x[0] @ w.w)[None]  # a matrix-vector product: [n_in] @ [n_in, n_out] -> [1, n_out]
-    if n <= SLAB_ROWS:
-        out = np.matmul(x, w.slabs)  # one small product per slab: [n_slabs, n, SLAB]
-        return out.transpose(1, 0, 2).reshape(n, -1)[:, :w.w.shape[1]]  # -> [n, n_out]
     return x @ w.w
 
 
-def prepare(params: dict) -> dict:
+def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
+    """Slab products side by side, the last slab's padding columns dropped, in one copy."""
+    n_slabs, n, _ = y.shape
+    full = n_out // SLAB  # slabs with no padding
+    if full == n_slabs:
+        return y.transpose(1, 0, 2).reshape(n, n_out)
+    out = np.empty((n, n_out), dtype=y.dtype)
+    np.reshape(out[:, :full * SLAB], (n, full, SLAB), copy=False)[...] = y[:full].transpose(1, 0, 2)
+    if full < n_slabs:
+        out[:, full * SLAB:] = y[full, :, :n_out - full * SLAB]
+    return out
+
+
+def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a
-    `Weight`, plus "head", the tied LM head wte.T as a `Weight` of its own (row-major, so that the
-    head is one more `matmul`)."""
+    `Weight` whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head
+    wte.T as a `Weight` of its own (row-major, so that the head is one more `matmul`).
+
+    Whether slabs pay depends on the BLAS kernel: with a kernel that multiplies small matrices
+    without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of 4 cost about one
+    token; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
+    cheaper. The tools measure which holds on this machine and pass `slab_rows` (0: no slabs)."""
     def walk(tree):
         if isinstance(tree, list):
             return [walk(v) for v in tree]
         if not isinstance(tree, dict):
             return tree
         if tree.keys() == {"w", "b"}:
-            return {"w": Weight.of(tree["w"]), "b": tree["b"]}
+            return {"w": Weight.of(tree["w"], slab_rows), "b": tree["b"]}
         return {k: walk(v) for k, v in tree.items()}
     prepared = walk(params)
-    prepared["head"] = Weight.of(params["wte"].T)
+    prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True)
     return prepared
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import matmul, pad_block, prepare, softmax_
+from .fastpath import SLAB_ROWS, matmul, pad_block, prepare, softmax_
 from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
@@ -33,8 +33,7 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def gelu(x):  # GPT-2's tanh approximation
-    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, 178 us against 1.5 us for
-    # [1, 3072] (one GPT-2 token's MLP; AMD EPYC Zen 4).
+    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, about 100x slower.
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
@@ -44,22 +43,26 @@ def softmax(x, axis=-1):
 
 
 def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
-    # Sums rather than np.mean/np.var: the same math with less per-call overhead, which is what
-    # one token pays: 9.1 us against 18.7 us for [1, 768] (AMD EPYC Zen 4).
+    # np.add.reduce rather than np.mean/np.var: the same math with less per-call overhead, which is
+    # what a one-token step pays (the scale and shift are applied in place to the fresh xc).
     d = x.shape[-1]
-    xc = x - x.sum(axis=-1, keepdims=True) / d
-    var = (xc * xc).sum(axis=-1, keepdims=True) / d
-    return g * xc / np.sqrt(var + eps) + b
+    xc = x - np.add.reduce(x, axis=-1, keepdims=True) / d
+    var = np.add.reduce(xc * xc, axis=-1, keepdims=True) / d  # [n, 1]
+    xc *= g / np.sqrt(var + eps)  # [n, d]
+    xc += b
+    return xc
 
 
 def linear(x, w, b):  # [n, n_in] -> [n, n_out]
-    return matmul(x, w) + b  # x @ w + b, from the layout of `w` that suits n rows (fastpath.Weight)
+    out = matmul(x, w)  # x @ w, from the layout of `w` that suits n rows (fastpath.Weight)
+    out += b  # in place: `out` is a fresh array
+    return out
 
 
-def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, L] or None -> [h, n, d]
+def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, <= L] or None -> [h, n, d]
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
-    if bias is not None:
-        scores += bias  # 0 where the mask allows, -inf elsewhere; every row sees itself
+    if bias is not None:  # over the last columns (the ones before are seen by every row)
+        scores[..., k.shape[1] - bias.shape[1]:] += bias  # 0 where the mask allows, -inf elsewhere; every row sees itself
     return softmax_(scores) @ v
 
 
@@ -106,7 +109,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
     """
     c, p = model.config, model.prepared
     tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)
-    bias = None if mask.all() else np.where(mask, 0.0, -np.inf).astype(model.dtype)  # [n, prefix + n]
+    bias = attention_bias(mask, model.dtype)  # [n, <= prefix + n] or None
     x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
     for layer, block in enumerate(p["blocks"]):
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
@@ -115,9 +118,22 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
     return matmul(x, p["head"])  # x @ wte.T (tied to wte) -> [n_real - logits_from, n_vocab]
 
 
+def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
+    """0 where the mask lets a token attend, -inf elsewhere, for the columns from the first one
+    some token may not see (the leading ones, seen by all, need no bias); None when all are seen."""
+    if mask is None:
+        return None
+    seen = mask.all(axis=0)  # [L]
+    if seen.all():
+        return None
+    first = int(np.argmin(seen))
+    return np.where(mask[:, first:], 0.0, -np.inf).astype(dtype)  # [n, L - first]
+
+
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
-    """forward's arguments checked and completed: (tokens [n], positions [n], mask [n, prefix + n],
-    n_real), padded to `pad_to` rows; a ValueError names what is wrong."""
+    """forward's arguments checked and completed: (tokens [n], positions [n], mask [n, prefix + n]
+    or None for one token of a chain, n_real), padded to `pad_to` rows; a ValueError names what is
+    wrong."""
     c = model.config
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     n, start = tokens.size, cache.length
@@ -135,6 +151,8 @@ def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, lo
         raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
     if not 0 <= logits_from < n:
         raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
+    if mask is None and n == 1 and (pad_to is None or pad_to <= 1):
+        return tokens, positions, None, n  # one token of a chain sees the whole prefix and itself
     mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
     if mask.shape == (n, n):
         mask = np.concatenate([np.ones((n, start), dtype=bool), mask], axis=1)  # the prefix: seen by all
@@ -179,12 +197,15 @@ GPT2_SHAPES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config and its parameters (plain arrays, all of one dtype)."""
+    """A model: its config and its parameters (plain arrays, all of one dtype), and the largest
+    block its products read from column slabs (`fastpath.prepare`; 0: none), which changes no
+    number beyond float rounding, only the speed, and is the tools' choice for this machine."""
 
     config: GPT2Config
     params: dict
+    slab_rows: int = SLAB_ROWS
 
     @property
     def dtype(self) -> np.dtype:
@@ -192,7 +213,7 @@ class GPT2:
 
     def astype(self, dtype) -> "GPT2":
         """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
-        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params))
+        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.slab_rows)
 
     @functools.cached_property
     def prepared(self) -> dict:
@@ -200,7 +221,7 @@ class GPT2:
         layout a block of a few rows multiplies fastest, and the tied head wte.T as a row-major
         copy of its own), made on first use: about twice the weights' memory, the same bytes read
         per pass."""
-        return prepare(self.params)
+        return prepare(self.params, self.slab_rows)
 
     @property
     def n_params(self) -> int:

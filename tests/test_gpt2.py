@@ -1,11 +1,14 @@
 """The NumPy GPT-2: KV-cache decoding, tree attention and cache compaction equal plain forward passes."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np.fastpath import HEAD_GEMV_ROWS, matmul_rows
+from specdec_np import fastpath
+from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Weight, matmul
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
@@ -144,26 +147,53 @@ def test_float32_is_close_to_float64(model):
 def test_logits_are_row_major(model):
     # Consumers (softmax, top-k, the rules) work along rows: column-major logits cost 5-10x there.
     m32 = model.astype(np.float32)
-    for n in (1, 2, HEAD_GEMV_ROWS, HEAD_GEMV_ROWS + 1, 8):
+    for n in (1, 2, 3, SLAB_ROWS, SLAB_ROWS + 1):
         assert forward(m32, list(range(n)), new_cache(m32)).flags.c_contiguous
 
 
 def test_head_is_a_row_major_copy_of_wte_transposed(model):
-    # The tied head is multiplied from its own copy (fastpath.head_weights): it must be wte.T,
-    # made from this model's own wte (a model cast to another dtype gets its own copy).
+    # The tied head is multiplied from its own copy (fastpath.prepare): it must be wte.T, made
+    # from this model's own wte (a model cast to another dtype gets its own copy).
     for m in (model, model.astype(np.float32)):
-        assert m.head.flags.c_contiguous and m.head.dtype == m.params["wte"].dtype
-        np.testing.assert_array_equal(m.head, m.params["wte"].T)
-    assert model.head is model.head  # made once per model
+        head = m.prepared["head"].w
+        assert head.flags.c_contiguous and head.dtype == m.params["wte"].dtype
+        np.testing.assert_array_equal(head, m.params["wte"].T)
+    assert model.prepared is model.prepared  # made once per model
 
 
-@pytest.mark.parametrize("gemv_rows", [1, HEAD_GEMV_ROWS])
-@pytest.mark.parametrize("n", range(1, HEAD_GEMV_ROWS + 3))
-def test_matmul_rows_is_the_matrix_product(n, gemv_rows):
-    # Row by row (gemv) up to gemv_rows rows, one gemm above: the same product either way.
-    rng = np.random.default_rng(n)
-    x, w = rng.standard_normal((n, 7)), rng.standard_normal((7, 5))
-    np.testing.assert_allclose(matmul_rows(x, w, gemv_rows), x @ w, rtol=0, atol=1e-12)
+def test_prepared_layouts_hold_the_parameters(model):
+    # Every linear layer's Weight is the parameter itself plus slabs holding the same numbers.
+    for block, prepared in zip(model.params["blocks"], model.prepared["blocks"]):
+        for part, name in [("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")]:
+            w, weight = block[part][name]["w"], prepared[part][name]["w"]
+            assert weight.w is w or np.array_equal(weight.w, w)
+            n_in, n_out = w.shape
+            if w.size <= SLAB_MIN:
+                assert weight.slabs is None
+                continue
+            assert weight.slabs.shape == (-(-n_out // SLAB), n_in, SLAB)
+            unslabbed = weight.slabs.transpose(1, 0, 2).reshape(n_in, -1)
+            np.testing.assert_array_equal(unslabbed[:, :n_out], w)
+            assert not unslabbed[:, n_out:].any()  # the last slab's padding is zeros
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n_out", [5, SLAB, SLAB + 3, 3 * SLAB])
+def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
+    # One row (gemv), 2..SLAB_ROWS rows (slabs) and more (one x @ w): the same product within rounding.
+    rng = np.random.default_rng(n_out)
+    w = rng.standard_normal((37, n_out)).astype(dtype)
+    weight = Weight.of(w, slab_min=0)  # slabs however small w is
+    plain = Weight.of(w, slab_rows=0, slab_min=0)
+    assert plain.slabs is None
+    assert weight.slabs is not None and Weight.of(w).slabs is None
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
+        x = rng.standard_normal((n, 37)).astype(dtype)
+        for wt in (weight, plain):
+            got = matmul(x, wt)
+            assert got.shape == (n, n_out) and got.dtype == dtype
+            np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
 
 
 def test_logits_from_skips_only_the_head(model):
@@ -203,3 +233,16 @@ def test_errors_are_clear(model):
         cache.truncate(5)
     with pytest.raises(ValueError, match="divisible"):
         GPT2Config(n_embd=10, n_head=3)
+
+
+def test_slab_rows_change_no_logit(model, monkeypatch):
+    # The layout is the tools' choice for a machine: any choice gives the same logits in float64.
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
+    toks = list(range(3, 20))
+    ref = full_logits(model, toks)
+    for rows in (0, 1, 4, 16):
+        m = dataclasses.replace(model, slab_rows=rows)
+        assert m.prepared["head"].slab_rows == rows
+        cache = new_cache(m)
+        got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)

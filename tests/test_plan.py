@@ -205,7 +205,8 @@ def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_pat
         monkeypatch.setattr(plans, "cpu_times", lambda: next(snaps))
 
     others_use(1.0)
-    assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 1}, True)
+    got, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    assert fresh and got["n"] == 1 and "other processes used 1.0" in got["busy"]  # marked: no plan is chosen from it
     assert "not cached" in (err := capsys.readouterr().err) and "other processes used 1.0" in err
     others_use(plans.BUSY_CORES / 2)
     assert plans.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
@@ -261,3 +262,73 @@ def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp
     plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "sampled", slow)  # the other setting: measured
     assert len(runs) > n_prompts * len(got["settings"]["greedy"])
     assert len(list((tmp_path / "specdec_np").glob("profile-*.json"))) == 2
+
+
+def test_a_busy_machine_gets_the_fallback_plan_and_one_blas_thread(pair, profile, tmp_path, monkeypatch, capsys):
+    """Busy when the tools start: BLAS gets one thread; busy while measuring (or too slow to finish):
+    no plan is chosen from those timings, the machine's choice is prompt lookup (greedy) or plain
+    decoding (sampling), said in one line, and nothing is cached."""
+    from specdec_np.tools import blas
+
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(plans, "busy_now", lambda seconds=0.25: "other processes use 1.0 of its 2 cores")
+    threads = blas.blas()["threads"]
+    try:
+        assert "1.0 of its 2 cores" in plans.settle_threads() and blas.blas()["threads"] == 1
+    finally:
+        blas.use_threads(threads)
+    monkeypatch.setattr(plans, "settle_threads", lambda: "")
+    monkeypatch.setattr(profiles, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: costs(0.01))
+    monkeypatch.setattr(plans, "busy_warning", lambda start: "note: this machine was busy (others used 1.0)")
+    for temperature, method in ((0.0, "lookup"), (1.0, "ar")):
+        choice = plans.plan_for(target, draft, trigram, None, temperature)
+        assert (choice.method, choice.plan, choice.layout) == (method, Plan(), {})
+        assert choice.origin.startswith("not measured") and "busy" in capsys.readouterr().err
+        assert plans.plan_for(target, draft, trigram, None, temperature, method="tree").method == "tree"
+    assert not list(tmp_path.rglob("costs-*.json"))
+
+    def slow(*a, **k):
+        raise plans.Busy("measuring took over 30 s")
+    monkeypatch.setattr(plans, "measure_costs", slow)
+    assert plans.plan_for(target, draft, trigram, None, 0.0).origin == \
+        "not measured: the machine was busy"
+    assert "too busy to measure" in capsys.readouterr().err
+    # The control: a quiet measurement gives a measured plan with its layout.
+    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: costs(0.01) | {"layout": {"target": 4, "draft": 0}})
+    monkeypatch.setattr(plans, "busy_warning", lambda start: "")
+    monkeypatch.setattr(plans, "acceptance_profile", lambda *a, **k: profile)
+    choice = plans.plan_for(target, draft, trigram, None, 0.0)
+    assert choice.origin.startswith("this machine's") and choice.layout == {"target": 4, "draft": 0}
+    laid_target, laid_draft = choice.models(target, draft)
+    assert (laid_target.slab_rows, laid_draft.slab_rows) == (4, 0) and laid_target.params is target.params
+
+
+def test_measuring_stops_past_its_time(pair):
+    target, draft, trigram = pair
+    with pytest.raises(plans.Busy, match="over 0 s"):
+        plans.measure_costs(target, draft, trigram, PROMPTS, seconds=0)
+
+
+def test_the_cost_cache_key_names_the_blas_kernel_and_threads():
+    from specdec_np.tools import blas
+
+    m = plans.machine()
+    assert set(m["blas"]) == {"library", "version", "kernel", "threads"} and m["blas"]["threads"] >= 1
+    assert m["blas"]["kernel"] in plans.machine_name()
+    threads = blas.blas()["threads"]
+    try:
+        blas.use_threads(1)
+        one = plans.machine()
+    finally:
+        blas.use_threads(threads)
+    assert one["blas"]["threads"] == 1 and (threads == 1 or one != plans.machine())
+
+
+def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
+    from specdec_np.tools.costcurve import choose_slab_rows, laid_out
+
+    target, _, _ = pair
+    assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
+    assert laid_out(target, target.slab_rows) is target and laid_out(target, 0).slab_rows == 0

@@ -44,10 +44,11 @@ from ..decode import Plan, generate
 from ..models import load_embedded
 from ..tokenizer import encode
 from . import profile as profiles
-from .costcurve import gpt2_shapes_report
+from .blas import blas_name
+from .costcurve import gpt2_shapes_report, laid_out
 from .costmodel import record_ms
-from .plan import (Choice, acceptance_profile, calibration, choose, describe, machine, machine_name, progress_bar,
-                   setting_name)
+from .plan import (Busy, Choice, acceptance_profile, calibration, choose, describe, fallback, machine, machine_name,
+                   progress_bar, setting_name, settle_threads)
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
 # plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
@@ -121,6 +122,8 @@ def choices(profile, costs, temperature, default=False) -> dict:
         if default:
             plan = Plan(copy_len=0) if row == "staged_drafts" else Plan()
             out[row] = Choice(method or "staged", plan, float("nan"), float("nan"))
+        elif row == "plan" and costs.get("busy"):  # timings from a busy machine: not a plan to trust
+            out[row] = fallback(None, temperature, "the machine was busy")
         else:
             keep = (lambda r: r["shape"].get("copy_len", 0) == 0) if row == "staged_drafts" else None
             out[row] = choose(profile, costs, temperature, method, keep=keep)
@@ -406,10 +409,19 @@ def main(argv=None) -> int:
         print(f"wrote {profiles.PROFILE_FILE}")
         return 0
     calibration_prompts = profiles.calibration_prompts(enc)
-    costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
-                               progress_bar("measuring this machine"))
+    busy = settle_threads()
+    if busy:
+        print(f"note: this machine is busy ({busy}): BLAS uses one thread")
+    try:
+        costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
+                                   progress_bar("measuring this machine"))
+    except Busy as e:
+        raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
+    print(f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} x @ w"
+                                                      for m, k in costs["layout"].items()))
     print_curves(costs)
+    target, draft = laid_out(target, costs["layout"]["target"]), laid_out(draft, costs["layout"]["draft"])
     if a.curves:
         if a.gpt2_shapes:
             gpt2_shapes_report()

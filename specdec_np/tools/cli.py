@@ -135,7 +135,8 @@ def check_shape(a, methods, n_ctx: int) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, temperature):
-    """(method, plan, where it came from): the machine's choice or the constants, with the options' changes."""
+    """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
+    changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
     from ..decode import Plan
     from . import profile as profiles
     from .plan import describe, plans_for, progress_bar
@@ -148,7 +149,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         method = a.method or "staged"
         plan = changed(Plan(), method, a)
         check_rule(plan, method, temperature)
-        origin = "the constant plan"
+        origin, layout = "the constant plan", {}
     else:
         usable = profiles.runnable(draft is not None, ngram is not None)
         asked = tuple(m for m in methods if m in usable)
@@ -163,12 +164,12 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         # fastest's error.
         shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
         choice, plan = next(((c, p) for c, p in shaped if lossless(p, c.method, temperature)), shaped[0])
-        method = choice.method
+        method, layout = choice.method, choice.layout
         check_rule(plan, method, temperature)
         among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
-        origin = f"this machine's{among}, predicted {choice.speedup:.2f}x plain decoding"
+        origin = choice.origin.replace("this machine's", f"this machine's{among}", 1)
     options = bool(given(a))
-    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})"
+    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})", layout
 
 
 def changed(plan, method: str, a):
@@ -375,7 +376,7 @@ def setup(a) -> Setup:
     from ..decode import DRAFTED
     from ..models import load_model, load_ngram
     from ..tokenizer import encode, get_encoding
-    from .plan import progress_bar
+    from .plan import apply_layout, progress_bar
     from .stdlib_ngram import stdlib_trigram
 
     check_options(a)
@@ -403,7 +404,8 @@ def setup(a) -> Setup:
                 raise ValueError(f"--ngram {a.ngram}: the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
     check_prompt_fits(encode(enc, text), a, target, draft)
-    method, plan, about = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    target, draft = apply_layout(layout, target, draft)
     return Setup(text, target, draft, ngram, enc, method, plan, about)
 
 

@@ -9,6 +9,7 @@ matrix-vector product, measured in the same run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -108,6 +109,38 @@ def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=
         report["models"][name] = {"ms": ms, "gbps": gbps, "fraction_of_reference": gbps / ref}
         del model
     return report
+
+
+def laid_out(model: GPT2, slab_rows: int) -> GPT2:
+    """`model` with its products reading column slabs for blocks of up to `slab_rows` rows
+    (`fastpath.prepare`; 0: never): the same numbers, another speed."""
+    return model if model.slab_rows == slab_rows else dataclasses.replace(model, slab_rows=slab_rows)
+
+
+def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 16), prefix_len: int = 200, repeats: int = 9) -> int:
+    """The largest block this machine's BLAS multiplies faster from column slabs than with one
+    x @ w: the largest size such that slabs win at it and at every smaller size measured (0: at
+    none). Both layouts of a pass are timed side by side, round-robin, medians of `repeats`."""
+    plain, slabbed = laid_out(model, 0), laid_out(model, max(sizes))
+    prefix_len = min(prefix_len, model.config.n_ctx - max(sizes))
+    caches = [new_cache(m, max_block=max(sizes)) for m in (plain, slabbed)]
+    for m, cache in zip((plain, slabbed), caches):
+        forward(m, np.arange(prefix_len) % model.config.n_vocab, cache)
+    times = {(i, k): [] for i in range(2) for k in sizes}
+    for r in range(repeats + 1):  # round 0 warms up
+        for k in sizes:
+            for i, m in enumerate((plain, slabbed)):
+                t = time.perf_counter()
+                forward(m, np.arange(k) % model.config.n_vocab, caches[i])
+                if r:
+                    times[i, k].append(time.perf_counter() - t)
+                caches[i].truncate(prefix_len)
+    rows = 0
+    for k in sizes:
+        if np.median(times[1, k]) >= np.median(times[0, k]):
+            break
+        rows = k
+    return rows
 
 
 # Block sizes the decoding loop meets (trees, copies, a draft pass with its catch-up and guesses);

@@ -20,7 +20,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import check_size, describe, plans_for, progress_bar, resized
+from .plan import apply_layout, check_size, describe, plans_for, progress_bar, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -94,9 +94,10 @@ def table(results, base="ar") -> str:
     return "\n".join(rows)
 
 
-def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
-    """{method: (plan, where it came from)}: this machine's best plan for each method, or the
-    constants, resized by --budget/--depth as the CLI resizes them (`plan.resized`)."""
+def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
+    """({method: (plan, where it came from)}, layout): this machine's best plan for each method, or
+    the constants, resized by --budget/--depth as the CLI resizes them (`plan.resized`), and this
+    machine's layout of the models' products ({} with the constants: the models' own)."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
                                                       progress=progress_bar("measuring this machine"))
@@ -104,11 +105,11 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> dict:
         if a.plan == "default":
             plan, origin = Plan(), "the constant plan"
         else:
-            plan, origin = chosen[m].plan, f"this machine's, predicted {chosen[m].speedup:.2f}x"
+            plan, origin = chosen[m].plan, chosen[m].origin
         changed = resized(plan, m, a.budget, a.depth)
         check_size(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
-    return out
+    return out, next((c.layout for c in chosen.values()), {})
 
 
 def main(argv=None) -> int:
@@ -131,7 +132,8 @@ def main(argv=None) -> int:
     color = use_color()
     prompt = encode(enc, PROMPT)
     methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
-    chosen = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
+    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
+    target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
@@ -171,7 +173,7 @@ def main(argv=None) -> int:
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
         sk = dict(temperature=1.0, top_k=50, seed=1)
-        splans = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])
+        splans, _ = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])  # the same layout
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
         print()
         print(table(sampled))

@@ -38,11 +38,17 @@ from ..checkpoint import atomic_file
 from ..decode import CHAINS, Plan, generate
 from ..fastpath import padded
 from . import profile as profiles
-from .costcurve import last_level_cache, loop_curves
+from .blas import blas, use_threads
+from .costcurve import choose_slab_rows, last_level_cache, laid_out, loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, pass_ms, record_ms, scaled
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
-CALIBRATION_VERSION = 6
+CALIBRATION_VERSION = 7
+CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
+
+
+class Busy(Exception):
+    """The machine was too busy to measure its costs within CALIBRATION_SECONDS."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +59,30 @@ class Choice:
     plan: Plan
     ms_per_token: float
     baseline_ms_per_token: float
+    layout: dict = dataclasses.field(default_factory=dict)  # {"target": slab rows, "draft": ...}: `laid_out`
+    busy: str = ""  # why the plan is the busy machine's fallback, not a measured one ("" when measured)
 
     @property
     def speedup(self) -> float:
         return self.baseline_ms_per_token / self.ms_per_token
+
+    @property
+    def origin(self) -> str:
+        """Where the plan came from, in words."""
+        if self.busy:
+            return "not measured: " + self.busy
+        return f"this machine's, predicted {self.speedup:.2f}x plain decoding"
+
+    def models(self, target, draft):
+        """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
+        return apply_layout(self.layout, target, draft)
+
+
+def apply_layout(layout: dict, target, draft):
+    """(target, draft) with the slab rows of a measured `layout` ({"target": rows, "draft": rows};
+    a model it does not name, or None, is left as it is): see `costcurve.laid_out`."""
+    return (laid_out(target, layout["target"]) if "target" in layout else target,
+            laid_out(draft, layout["draft"]) if draft is not None and "draft" in layout else draft)
 
 
 def setting_name(temperature) -> str:
@@ -64,27 +90,28 @@ def setting_name(temperature) -> str:
 
 
 def machine_name() -> str:
-    """The machine kind in words: CPU model, last-level cache, cores."""
+    """The machine kind in words: CPU model, last-level cache, cores, BLAS kernel."""
     m = machine()
-    return f"{m['cpu']}, {m['llc'] or 'unknown'} last-level cache, {m['cpus']} cores"
+    return f"{m['cpu']}, {m['llc'] or 'unknown'} last-level cache, {m['cpus']} cores, {m['blas']['kernel']} BLAS kernel"
+
+
+def machine() -> dict:
+    """What a cost measurement depends on besides the models: CPU model and cache, cores, and the
+    BLAS library, kernel and threads in use now."""
+    return cpu() | {"blas": blas(), "numpy": np.__version__}
 
 
 @functools.lru_cache(maxsize=1)
-def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model and cache, cores, BLAS."""
+def cpu() -> dict:
+    """CPU model, last-level cache and cores."""
     cpu = ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{blas.get('name')} {blas.get('version')}"
-    except Exception:  # older NumPy: no dict form
-        blas = "unknown"
     return {"cpu": cpu or platform.processor() or platform.machine(), "llc": last_level_cache(),
-            "cpus": os.cpu_count(), "blas": blas, "numpy": np.__version__}
+            "cpus": os.cpu_count()}
 
 
 def cache_dir() -> Path:
@@ -132,26 +159,38 @@ def progress_bar(label: str):
 
 # ----------------------------------------------------------------------------- this machine's costs
 
-def measure_costs(target, draft, ngram, prompts, progress=None) -> dict:
-    """This machine's cost curves, scaled to what passes cost inside the decoding loop, and
-    per-setting overheads (ms): about ten seconds."""
-    curves = loop_curves(target, draft, progress=(lambda d, t: progress(d, t + 2)) if progress else None)
+def measure_costs(target, draft, ngram, prompts, progress=None, seconds=CALIBRATION_SECONDS) -> dict:
+    """This machine's layout of each model's products (`costcurve.choose_slab_rows`), its cost
+    curves, scaled to what passes cost inside the decoding loop, and per-setting overheads (ms):
+    about ten seconds on a quiet machine; `Busy` past `seconds`."""
+    deadline = time.perf_counter() + seconds
+
+    def tick(done, total):
+        if time.perf_counter() > deadline:
+            raise Busy(f"measuring took over {seconds} s")
+        if progress:
+            progress(done, total)
+
+    layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
+    tick(0, 8)
+    target = laid_out(target, layout["target"])
+    draft = laid_out(draft, layout["draft"]) if draft is not None else None
+    curves = loop_curves(target, draft, progress=lambda d, t: tick(d, t + 2))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     pads = {"target_pad": padding(curves["target"]["warm"]),
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
     runs = {}
     for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens)
-        if progress:
-            progress(6 + n + 1, 8)
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, tick)
+        tick(6 + n + 1, 8)
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
     scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
     curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
     overheads = {setting: fit_overheads(steps, curves, query_ms, pads["draft_pad"])
                  for setting, (steps, _) in runs.items()}
-    return {"version": CALIBRATION_VERSION, "machine": machine(), "curves": curves, "target_scale": scale,
-            "overheads": overheads}
+    return {"version": CALIBRATION_VERSION, "machine": machine(), "layout": layout, "curves": curves,
+            "target_scale": scale, "overheads": overheads}
 
 
 def timed_run_size(target_ms: float) -> tuple[int, int]:
@@ -162,11 +201,11 @@ def timed_run_size(target_ms: float) -> tuple[int, int]:
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
-def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32) -> tuple[list, list]:
+def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, tick=None) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
     blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
-    pass [(state, rows, ms)]."""
+    pass [(state, rows, ms)]; `tick` is called after each run (it raises `Busy` past the time allowed)."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -181,6 +220,8 @@ def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32) -
             for method, plan in shapes:
                 plan = dataclasses.replace(plan, **pads)
                 res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
+                if tick:
+                    tick(6, 8)  # no progress to show: a check of the time
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
@@ -203,7 +244,8 @@ def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
 def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
     """(this machine's costs for the pair, whether they were measured now): from the cache, or
     measured on first use or with `recalibrate`, and cached unless the machine was busy (slow,
-    noisy timings serve this run only; the next run measures again)."""
+    noisy timings serve this run only, marked "busy"; the next run measures again). `Busy` when the
+    measurement takes over CALIBRATION_SECONDS."""
     key = {"machine": machine(), "models": profiles.pair_key(target, draft, ngram), "dtype": str(target.dtype),
            "version": CALIBRATION_VERSION}
     path = cache_path("costs", key)
@@ -214,9 +256,31 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
     busy = busy_warning(start)
     if busy:
         sys.stderr.write(busy + "\n")
+        costs["busy"] = busy
     else:
         write_json(path, costs)
     return costs, True
+
+
+def busy_now(seconds: float = 0.25) -> str:
+    """Which share of the cores other processes use, measured over `seconds`, in words when it is
+    more than BUSY_CORES ("" when the machine is quiet or /proc/stat is unknown)."""
+    start = cpu_times()
+    if start is None:
+        return ""
+    time.sleep(seconds)
+    end = cpu_times()
+    others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
+    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if others > BUSY_CORES else ""
+
+
+def settle_threads() -> str:
+    """On a busy machine, limit NumPy's BLAS to one thread for the rest of the process (OpenBLAS's
+    threads stall while another process holds a core) and say why; "" on a quiet one."""
+    busy = busy_now()
+    if busy:
+        use_threads(1)
+    return busy
 
 
 BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
@@ -336,10 +400,30 @@ def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recal
               progress=None) -> dict:
     """{method: this machine's plan for it} for the pair and setting (method None: the fastest of
     all), from the profile and costs loaded once; `enc` encodes the calibration prompts."""
+    busy = settle_threads()
+    if busy:
+        sys.stderr.write(f"note: this machine is busy ({busy}): BLAS uses one thread\n")
     prompts = profiles.calibration_prompts(enc)
-    costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
+    try:
+        costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
+    except Busy as e:
+        costs = {"busy": f"this machine was too busy to measure ({e})"}
+    if costs.get("busy"):
+        why = costs["busy"].split(" (")[0].removeprefix("note: ")
+        sys.stderr.write(f"note: {why}: using {'prompt lookup' if temperature == 0 else 'plain decoding'} "
+                         "or the constant plan; the next run measures again\n")
+        return {m: fallback(m, temperature, "the machine was busy") for m in methods}
     profile = acceptance_profile(target, draft, ngram, prompts, setting_name(temperature), costs, progress)
-    return {m: choose(profile, costs, temperature, m, draft is not None, ngram is not None) for m in methods}
+    return {m: dataclasses.replace(choose(profile, costs, temperature, m, draft is not None, ngram is not None),
+                                   layout=costs["layout"]) for m in methods}
+
+
+def fallback(method: str | None, temperature: float, why: str) -> Choice:
+    """The plan that needs no measurement: `method` with the constant plan, or, for the machine's
+    choice, prompt lookup at temperature 0 (a copied chain costs no draft pass) and plain decoding
+    when sampling (a rejected block costs more than it saves on a busy machine)."""
+    nan = float("nan")
+    return Choice(method or ("lookup" if temperature == 0 else "ar"), Plan(), nan, nan, busy=why)
 
 
 def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None) -> Choice:
