@@ -252,3 +252,20 @@ def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatc
     with pytest.raises(ValueError, match="--plot needs matplotlib"):
         bench.main(["--prompts", str(FIXTURE), "--plot", "--out", str(tmp_path)])
     assert not (tmp_path / "results.json").exists()
+
+
+def test_the_demo_says_when_its_timings_were_taken_on_a_busy_machine(monkeypatch):
+    from specdec_np.tools import demo as demo_mod
+
+    monkeypatch.setattr(demo_mod, "busy_warning", lambda start: "note: this machine was busy while its costs were "
+                        "measured (other processes used 1.0 of its 2 cores), so ...")
+    line = demo_mod.busy_while_timing(demo_mod.busy_warning(None))
+    assert "other processes used 1.0 of its 2 cores" in line and "rerun when it is idle" in line
+
+
+def test_bench_options_for_curves_only_need_curves():
+    from specdec_np.tools import bench
+
+    for option in ("--matrices", "--gpt2-shapes"):
+        with pytest.raises(ValueError, match=f"{option} applies to --curves only"):
+            bench.main([option, "--prompts", "/nonexistent.jsonl"])
