@@ -473,3 +473,20 @@ def test_the_suite_runs_blas_on_one_thread():
     assert blas and all(p["num_threads"] == 1 for p in blas)
     code = "import numpy, threadpoolctl; print(max(p['num_threads'] for p in threadpoolctl.threadpool_info()))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "1"
+
+
+def test_the_demo_says_when_its_timings_were_taken_on_a_busy_machine(monkeypatch):
+    from specdec_np.tools import demo as demo_mod
+
+    monkeypatch.setattr(demo_mod, "busy_warning", lambda start: "note: this machine was busy while its costs were "
+                        "measured (other processes used 1.0 of its 2 cores), so ...")
+    line = demo_mod.busy_while_timing(demo_mod.busy_warning(None))
+    assert "other processes used 1.0 of its 2 cores" in line and "rerun when it is idle" in line
+
+
+def test_bench_options_for_curves_only_need_curves():
+    from specdec_np.tools import bench
+
+    for option in ("--matrices", "--gpt2-shapes"):
+        with pytest.raises(ValueError, match=f"{option} applies to --curves only"):
+            bench.main([option, "--prompts", "/nonexistent.jsonl"])

@@ -18,10 +18,13 @@ import numpy as np
 
 from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
-from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
+from specdec_np.tools.costcurve import (block_cost_ms, choose_slab_rows, laid_out, last_level_cache,
+                                        last_level_cache_bytes, streaming_gbps)
 from specdec_np.tokenizer import encode
 
 target, draft, ngram, enc = load_embedded()
+slab_rows = choose_slab_rows(target)  # the layout of the products this machine multiplies fastest (see below)
+target = laid_out(target, slab_rows)
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
 
 # %% [markdown]
@@ -90,6 +93,36 @@ try:  # a PNG as well, only if matplotlib happens to be installed (never require
     print("wrote out/tutorial_07_cost_curve.png")
 except ImportError:
     pass
+
+# %% [markdown]
+# ## What a block should cost, and what it costs here
+#
+# Ideally a block of k tokens costs what one token costs: the weights are read once either way,
+# and k rows of arithmetic stay hidden behind that read until k is large (the paper's premise).
+# Whether a CPU delivers it depends on how the products are computed. One `x @ w` hands the BLAS
+# a k-row matrix product; OpenBLAS then packs all of `w` into a scratch buffer first, on every
+# call, which for a few rows costs more than the arithmetic. `fastpath.Weight` keeps a second
+# copy of each matrix cut into column slabs of 64, and a block of up to 16 rows is multiplied
+# one small product per slab in a single NumPy call: kernels that multiply small matrices
+# without packing (OpenBLAS's AVX-512 ones) then stream the weights once. With kernels that pack
+# even small products (OpenBLAS's AVX2 "Haswell" ones) the slabs lose, so the tools measure
+# which layout wins on this machine (`costcurve.choose_slab_rows`) and pass it in with the model.
+# Both layouts, side by side, against the ideal of 1.00:
+
+# %%
+from specdec_np.tools.blas import blas_name  # noqa: E402
+
+LAYOUT_KS = [1, 2, 4, 8, 16]
+by_layout = {"x @ w": block_cost_ms(laid_out(target, 0), LAYOUT_KS, prefix_len=len(prompt), repeats=9),
+             "slabs": block_cost_ms(laid_out(target, 16), LAYOUT_KS, prefix_len=len(prompt), repeats=9)}
+print(f"BLAS: {blas_name()}")
+print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
+for k in LAYOUT_KS:
+    print(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+print(f"\nThe tools' choice on this machine (used in the rest of this lesson): "
+      f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}.")
+print("Past a few rows a block's arithmetic (2 FLOPs per weight per row) takes longer than reading the\n"
+      "weights on one core, so even the best layout climbs: the budget a tree can spend is where it does.")
 
 # %% [markdown]
 # ## Odd sizes, and padding a block

@@ -41,11 +41,12 @@ import numpy as np
 
 from ..checkpoint import atomic_file
 from ..decode import Plan, generate
+from ..gpt2 import GPT2_SHAPES, random_params
 from ..models import load_embedded
 from ..tokenizer import encode
 from . import profile as profiles
 from .blas import blas_name
-from .costcurve import gpt2_shapes_report, laid_out
+from .costcurve import gpt2_shapes_report, laid_out, matrix_report
 from .costmodel import record_ms
 from .plan import (Busy, Choice, acceptance_profile, calibration, choose, describe, fallback, machine, machine_name,
                    progress_bar, setting_name, settle_threads)
@@ -365,6 +366,8 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
+    ap.add_argument("--matrices", action="store_true", help="with --curves: also the µs of each weight matrix's "
+                    "product by 1-16 rows, one x @ w against column slabs, weights streamed from memory")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes "
                     "(random weights)")
     ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
@@ -379,6 +382,9 @@ def main(argv=None) -> int:
         raise ValueError("--rows rules compares the rules at top-k: add top-k to --settings")
     if a.jobs != 1 and not a.profile:
         raise ValueError("--jobs applies to --profile only")
+    for option, value in (("--matrices", a.matrices), ("--gpt2-shapes", a.gpt2_shapes)):
+        if value and not a.curves:
+            raise ValueError(f"{option} applies to --curves only")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
                           ("--jobs", a.jobs)):
         if value is not None and value < 1:
@@ -423,6 +429,9 @@ def main(argv=None) -> int:
     print_curves(costs)
     target, draft = laid_out(target, costs["layout"]["target"]), laid_out(draft, costs["layout"]["draft"])
     if a.curves:
+        if a.matrices:
+            print("\nµs per product by k rows, one x @ w against column slabs (weights from memory):")
+            matrix_report({"target": target, "draft": draft, "gpt2": random_params(GPT2_SHAPES["gpt2"], seed=0)})
         if a.gpt2_shapes:
             gpt2_shapes_report()
         return 0

@@ -143,6 +143,42 @@ def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 16), prefix_len: int = 200, re
     return rows
 
 
+def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=print) -> dict:
+    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), with
+    one x @ w and from column slabs (`fastpath.Weight`), the weights cold: copies totalling
+    `stream_mb` MB are cycled so that each product reads its matrix from memory, as a pass does.
+    Medians over three cycles. {f"{name} {n_in}x{n_out}": {"x @ w": {k: us}, "slabs": {k: us}}}."""
+    from ..fastpath import Weight, matmul
+
+    report = {}
+    out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
+    for name, model in models.items():
+        block = model.params["blocks"][0]
+        shapes = {block["attn"]["c_attn"]["w"].shape, block["attn"]["c_proj"]["w"].shape,
+                  block["mlp"]["c_fc"]["w"].shape, block["mlp"]["c_proj"]["w"].shape, model.params["wte"].T.shape}
+        rng = np.random.default_rng(0)
+        for n_in, n_out in sorted(shapes):
+            copies = max(2, stream_mb * 2**20 // (4 * n_in * n_out))
+            weights = [Weight.of(rng.standard_normal((n_in, n_out), dtype=np.float32), slab_min=0)
+                       for _ in range(copies)]
+            plain = [Weight(w.w, None, 0) for w in weights]
+            times = {}
+            for k in rows:
+                x = rng.standard_normal((k, n_in), dtype=np.float32)
+                for layout, ws in (("x @ w", plain), ("slabs", weights)):
+                    ts = []
+                    for i in range(3 * copies):
+                        t = time.perf_counter()
+                        matmul(x, ws[i % copies])
+                        ts.append(time.perf_counter() - t)
+                    times.setdefault(layout, {})[k] = 1e6 * float(np.median(ts[copies:]))
+            key = f"{name} {n_in}x{n_out}"
+            report[key] = times
+            out(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
+            del weights, plain
+    return report
+
+
 # Block sizes the decoding loop meets (trees, copies, a draft pass with its catch-up and guesses);
 # other sizes are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)

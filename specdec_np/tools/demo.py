@@ -20,7 +20,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import apply_layout, check_size, describe, plans_for, progress_bar, resized
+from .plan import apply_layout, busy_warning, check_size, cpu_times, describe, plans_for, progress_bar, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -81,6 +81,12 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
     return results
 
 
+def busy_while_timing(warning: str) -> str:
+    """`plan.busy_warning`'s words about these timings: what other processes used, and what to do."""
+    what = warning.split("(", 1)[1].split(")", 1)[0]
+    return f"the machine was busy while these runs were timed ({what}): the speedups are noisy; rerun when it is idle"
+
+
 def table(results, base="ar") -> str:
     t_base = len(results[base][0].tokens) / results[base][1]
     rows = [f"| {'method':<12} | {'tokens/s':>8} | {'speedup':>7} | {'target passes':>13} | {'tokens/pass':>11} | "
@@ -138,6 +144,7 @@ def main(argv=None) -> int:
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
+    timed = cpu_times()
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
@@ -153,6 +160,8 @@ def main(argv=None) -> int:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
     print(table(results))
+    if busy := busy_warning(timed):
+        print(f"note: {busy_while_timing(busy)}")
     print("\nPlans:")
     for m, (plan, origin) in chosen.items():
         print(f"  {m}: {describe(plan, m)} ({origin})")
@@ -174,9 +183,12 @@ def main(argv=None) -> int:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
         sk = dict(temperature=1.0, top_k=50, seed=1)
         splans, _ = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])  # the same layout
+        timed = cpu_times()
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
         print()
         print(table(sampled))
+        if busy := busy_warning(timed):
+            print(f"note: {busy_while_timing(busy)}")
         print(f"\nPlan: staged {describe(splans['staged'][0], 'staged')} ({splans['staged'][1]}).")
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0
