@@ -452,7 +452,7 @@ def test_copied_chains_negative_control_always_accept(tiny, monkeypatch, distrib
 
 def test_lookup_steps_propose_the_chain_for_their_match(small):
     """Each step of lookup with lengths by match proposes `lookup_by_match`'s chain for the tokens so far."""
-    from specdec_np.staged import lookup_by_match
+    from specdec_np.lookup import lookup_by_match
 
     target, _, _ = small
     prompt = [1, 2, 3, 4, 1, 2, 3]
