@@ -5,7 +5,7 @@ verification is lossless with respect to the *processed* target distribution, an
 rules divide by must be exactly the processed distribution a draft token was drawn from.
 
 All randomness of the engine goes through `Rand.coin` and `Rand.draw`. The exact enumerator
-(`exact.py`) replaces `Rand` with a scripted stand-in that explores every branch, which is how the
+(`proofs/exact.py`) replaces `Rand` with a scripted stand-in that explores every branch, which is how the
 tests prove the verification rules lossless instead of sampling them.
 """
 
@@ -55,23 +55,6 @@ def top_k_ids(values, k: int):  # [V] -> [k]
         above = ids[values[ids] > kth]
         ids = np.sort(np.concatenate([above, ids[values[ids] == kth][:k - above.size]]))
     return ids
-
-
-def top_k_mask(values, k: int):  # [..., V] -> [..., V] bool
-    """Where the k largest values are (exactly k: ties to the lower id)."""
-    V = values.shape[-1]
-    keep = np.zeros(values.shape, dtype=bool)
-    for row, out in zip(values.reshape(-1, V), keep.reshape(-1, V)):
-        out[top_k_ids(row, k)] = True
-    return keep
-
-
-def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
-    """Zero all but the k most probable tokens (exactly k: ties to the lower id) and renormalise."""
-    if k >= probs.shape[-1]:
-        return probs
-    kept = np.where(top_k_mask(probs, k), probs, 0.0)
-    return kept / kept.sum(axis=-1, keepdims=True)
 
 
 def nucleus(row, top_p: float):  # [V] -> [n_kept]

@@ -16,7 +16,7 @@ import numpy as np
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
-from specdec_np.sampling import keep_top_k, keep_top_p, process
+from specdec_np.sampling import keep_top_p, process
 from specdec_np.tree import path_to
 
 # ----------------------------------------------------------------------------- small random models
@@ -135,6 +135,13 @@ def always_accept(tree, p, rand, log=None):
     while len(kids := np.flatnonzero(tree.parents == node)):
         node = int(kids[0])
     return path_to(tree, node), rand.draw(p[node])
+
+
+def keep_top_k(probs, k: int):  # [V] -> [V]
+    """A distribution's k most probable tokens (ties to the lower id), renormalised: `process`'s
+    top-k applied to log-probabilities (the one top-k path of the library)."""
+    with np.errstate(divide="ignore"):
+        return process(np.log(probs), 1.0, k)
 
 
 def processed(dist, top_k=None, top_p=None):

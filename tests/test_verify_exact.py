@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import always_accept, callback, context, tables
-from specdec_np import exact, verify
+from helpers import always_accept, callback, context, keep_top_k, tables
+from specdec_np import verify
 from specdec_np.build import build_best_first, build_chain, build_fixed
-from specdec_np.sampling import keep_top_k, process
+from specdec_np.proofs import exact
+from specdec_np.sampling import process
 from specdec_np.tree import Tree, children
 
 TOL = 1e-12

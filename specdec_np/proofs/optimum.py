@@ -28,8 +28,9 @@ from collections import deque
 
 import numpy as np
 
-from . import build, exact, verify
-from .tree import Tree, children, path_key
+from .. import build, verify
+from . import exact
+from ..tree import Tree, children, path_key
 
 SCHEMES = ("with", "without", "deterministic")  # how the k drafts are drawn from q
 PAIRED_RULE = {"with": "recursive", "without": "recursive_wor", "deterministic": "point_mass"}
