@@ -26,7 +26,7 @@ from . import methods, verify
 from .fastpath import padded
 from .gpt2 import GPT2, forward
 from .kvcache import KVCache
-from .record import Recorder, Result, Stats, Step  # noqa: F401  (Step: what the tools and the trace read)
+from .record import Recorder, Result, Stats, Step  # noqa: F401  (what the tools and the trace read)
 from .sampling import Rand, check_settings, process
 from .tree import TARGET, Tree, block, path_key
 
@@ -167,8 +167,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     method = methods.make(method, plan)
     method.start(target, draft, ngram, temperature, top_k, top_p)
     cache = methods.new_cache(target, method, plan.target_pad)
-    stats = Stats(target_weight_bytes=target.weight_bytes, draft_weight_bytes=draft.weight_bytes if method.runs_draft else 0)
-    recorder, settings = Recorder(stats, keep_trees), (temperature, top_k, top_p)
+    recorder = Recorder(target.weight_bytes, draft.weight_bytes if method.runs_draft else 0, keep_trees)
+    settings = (temperature, top_k, top_p)
     seq, stop = list(prompt), None
     while stop is None and len(seq) - len(prompt) < max_new_tokens and len(seq) < target.config.n_ctx:
         # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).
@@ -187,7 +187,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
     cache.truncate(min(cache.length, len(seq) - 1))
     method.finish(len(seq))
-    return Result(seq[len(prompt):], stats, stop, cache, method.cache)
+    return Result(seq[len(prompt):], recorder.stats, stop, cache, method.cache)
 
 
 class Scored(NamedTuple):

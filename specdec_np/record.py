@@ -83,8 +83,9 @@ class Recorder:
     what the trace shows. `lap(value)` marks the end of a phase (and passes its value through);
     `record(...)` closes the step and starts the next one's clock."""
 
-    def __init__(self, stats: Stats, keep_trees: bool = False):
-        self.stats, self.keep_trees = stats, keep_trees
+    def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
+        self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
+        self.keep_trees = keep_trees
         self.times = [time.perf_counter()]
 
     def lap(self, value):

@@ -75,7 +75,7 @@ def record():
 REFERENCE = json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {}
 
 
-@pytest.mark.parametrize("key,method,fields,setting,prompt", list(cases()), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("key,method,fields,setting,prompt", [pytest.param(*case, id=case[0]) for case in cases()])
 def test_same_tokens_and_steps_as_before(embedded, key, method, fields, setting, prompt):
     assert key in REFERENCE, f"{FIXTURE.name} lacks {key}: record it from the code before the refactor"
     assert run(embedded, method, fields, setting, prompt) == REFERENCE[key]
