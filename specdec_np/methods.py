@@ -60,6 +60,7 @@ class Proposal:
 class Plain:
     """Autoregressive decoding: the target alone, one token per pass (a root-only tree)."""
 
+    # Whether it needs the draft model, whether it needs the n-gram, whether its trees are chains.
     runs_draft = needs_ngram = chain = False
 
     def __init__(self, plan):
@@ -119,8 +120,8 @@ class Plain:
         """The drafted tree at most `depth` (>= 1) deep, as a Proposal (None: nothing to draft)."""
         return None
 
-    def proposal(self, tree: Tree, proposer: int = DRAFT, copied: bool = False, **costs) -> Proposal:
-        """A Proposal of `tree`, its nodes proposed by `proposer`, verified by the plan's rule if it
+    def proposal(self, tree: Tree, proposer: int | list = DRAFT, copied: bool = False, **costs) -> Proposal:
+        """A Proposal of `tree`, its nodes proposed by `proposer` (one source, or a list per node), verified by the plan's rule if it
         was drafted as the plan says, else (nothing drafted, or stage 2's copy) by the rule its own
         kind needs."""
         own = copied or self.plan.rule is None or len(tree) == 1
