@@ -20,8 +20,6 @@ uses alone.
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import ngram as ngram_lib
 from .lookup import chain_tree, repeat_continuation
 from .tree import Tree
