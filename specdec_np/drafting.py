@@ -55,9 +55,10 @@ class ModelDrafter:
         # stage 2's guesses (at most guess_len below each of them) and a pass's padding rows.
         scratch = (max_nodes + 1) * (1 + self.guess_len) + max(self.pad, default=0)
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=scratch)
-        self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty: no step under way)
+        self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
         self.guessed: set[tuple] = set()
-        self.block_sizes, self.dists, self.ngram_queries = [], 0, 0  # this step's costs, see begin
+        self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
+        self.block_sizes = []  # tokens fed per draft pass
 
     # -- one decoding step ---------------------------------------------------------------------
     def begin(self, seq, max_depth: int) -> None:
@@ -88,15 +89,15 @@ class ModelDrafter:
         return np.stack([self.dist[k] for k in keys])
 
     def commit(self, accepted_keys) -> None:
-        """Keep the root and the accepted nodes that were fed, in contiguous slots; drop the rest.
-        A step that fed nothing (or never began: stage 2's copy) leaves the prefix as it was; the
-        next pass feeds what the cache lacks as catch-up rows."""
-        if () not in self.index:
+        """Keep the root and the accepted nodes that were fed, in contiguous slots; drop the rest."""
+        if () not in self.index:  # nothing fed this step: the prefix stays as it was
             return
         kept = [()] + list(accepted_keys)
         # Fed nodes of a path form a prefix of it (a node is fed only after its parent).
         kept = kept[:next((i for i, k in enumerate(kept) if k not in self.index), len(kept))]
         self.cache.keep(self.root, [self.index[k] for k in kept])
+        # The step is over: a later step that feeds nothing (its tree drafted nothing, e.g. past the
+        # end of the draft's context) must not keep this step's nodes again.
         self.index = {}
 
     # -- the forward pass ----------------------------------------------------------------------
