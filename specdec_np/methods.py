@@ -215,10 +215,10 @@ class DraftTree(Plain):
         self.cache = self.drafter.cache
 
     def draft(self, seq, depth, rand):
-        depth = min(depth, self.drafter.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
+        d = self.drafter
+        depth = min(depth, d.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
         if depth <= 0:
             return None
-        d = self.drafter
         d.begin(seq, depth)
         tree = self.build(seq[-1], depth, rand if self.sampled(self.temperature) else None)
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
@@ -252,9 +252,6 @@ class Chain(DraftTree):
     def sampled(self, temperature):
         return self.plan.sampled or ("with" if temperature > 0 else None)  # classic speculative sampling
 
-    def kind(self, temperature):
-        return KIND_OF[self.sampled(temperature)]
-
     def max_depth(self) -> int:
         return self.plan.chain
 
@@ -284,15 +281,17 @@ class Staged(DraftTree):
         return super().size_words() + ("" if self.fixed() else f", copy_len={self.plan.copy_len}")
 
     def propose(self, seq, rand):
+        """Stage 2's copy of a repeat if the last three tokens recur (one n-gram query), else the
+        draft's tree."""
         room = self.n_ctx - len(seq) - 1
-        if self.plan.copy_len and room > 0:  # stage 2 looks for a repeat to copy straight to the target
-            copy = staged.copied_chain(seq, min(self.plan.copy_len, room))
-            if copy is not None:
-                return self.proposal(copy, NGRAM, copied=True, ngram_queries=1)
-            proposal = super().propose(seq, rand)
-            proposal.ngram_queries += 1
-            return proposal
-        return super().propose(seq, rand)
+        if not (self.plan.copy_len and room > 0):
+            return super().propose(seq, rand)
+        copy = staged.copied_chain(seq, min(self.plan.copy_len, room))
+        if copy is not None:
+            return self.proposal(copy, NGRAM, copied=True, ngram_queries=1)
+        proposal = super().propose(seq, rand)
+        proposal.ngram_queries += 1  # the search for a repeat
+        return proposal
 
 
 METHODS = {"ar": Plain, "speculative": Chain, "tree": DraftTree, "staged": Staged, "ngram": Ngram, "lookup": Lookup}
