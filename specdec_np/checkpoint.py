@@ -9,18 +9,16 @@ which is exactly specdec_np's orientation (see gpt2.py), so no tensor is transpo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .files import WEIGHTS_DIR, atomic_file  # noqa: F401  (atomic_file: the tools import it from here)
 from .gpt2 import GPT2, GPT2Config
 
-WEIGHTS_DIR = Path(os.environ.get("SPECDEC_NP_WEIGHTS", Path(__file__).resolve().parent.parent / "weights"))
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
 # The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
@@ -139,23 +137,6 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None) -> None
         f.write(blob)
         for st_dtype, a in tensors.values():
             f.write(np.ascontiguousarray(a, dtype=ST_DTYPES[st_dtype]).tobytes())
-
-
-@contextlib.contextmanager
-def atomic_file(path, mode="wb"):
-    """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 # ----------------------------------------------------------------------------- config

@@ -1,12 +1,14 @@
-"""The decoding loop: autoregressive, speculative (chain), tree and staged decoding in one loop.
+"""The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram and prompt lookup
+decoding in one loop of the paper's five steps.
 
-Each step: a drafter proposes a token tree rooted at the last emitted token (`propose`); the target
-scores every node in one tree-masked pass (`verify_pass`); a lossless rule accepts a root-to-node
-path and adds one target token (`accept`); both KV caches keep only the accepted path (`compact`).
-Autoregressive decoding is the same loop with a root-only tree. How the tree is shaped, what stage
-2 does and which rule verifies travel in one `Plan`, whose defaults are constants: the output is a
-function of the arguments only. The tools (`specdec_np.tools`) measure a machine and pass in the
-plan that is fastest there.
+Each step: the method (an object of methods.py) proposes a token tree rooted at the last emitted
+token (`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless
+rule accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only
+the accepted path (`compact`); the step's tokens are emitted (`emit`). A `Recorder` (record.py)
+turns each step into the `Step` every statistic is computed from. Autoregressive decoding is the
+same loop with a root-only tree. How the tree is shaped, what stage 2 does and which rule verifies
+travel in one `Plan`, whose defaults are constants: the output is a function of the arguments
+only. The tools (`specdec_np.tools`) measure a machine and pass in the plan that is fastest there.
 
 Stopping: at `<|endoftext|>` (emitted, then stop), at `max_new_tokens` (a longer accepted path is
 cut), or when the sequence fills the target's context (`stop_reason == "context"`).
@@ -14,26 +16,25 @@ cut), or when the sequence fills the target's context (`stop_reason == "context"
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from . import build, staged, verify
-from .drafting import ModelDrafter, ngram_dist_fn
+from . import methods, verify
 from .fastpath import padded
 from .gpt2 import GPT2, forward
 from .kvcache import KVCache
 from .ngram import Trigram
+from .record import Recorder, Result, Stats, Step  # noqa: F401  (what the tools and the trace read)
 from .sampling import Rand, check_settings, process
-from .tree import NGRAM, TARGET, Tree, block, path_key
+from .tree import TARGET, Tree, block, path_key
 
-METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
+METHODS = tuple(methods.METHODS)
 NEVER = "never"  # generate(..., eos=NEVER): decode up to max_new_tokens, whatever tokens are emitted
-DRAFTED = ("speculative", "tree", "staged")  # the methods that run the draft model
-CHAINS = ("speculative", "lookup")  # the methods whose tree is a chain of `chain` (or lookup_chains) tokens
+DRAFTED = tuple(name for name, kind in methods.METHODS.items() if kind.runs_draft)  # they run the draft model
+CHAINS = tuple(name for name, kind in methods.METHODS.items() if kind.chain)  # their tree is a chain
 
 
 def integral(value) -> bool:
@@ -126,98 +127,25 @@ class Plan:
                 raise ValueError(f"plan: {name}[k - 1] must be >= k (a block is padded, never cut), got {pad}")
             object.__setattr__(self, name, pad)
 
+    # What a method makes of the plan (methods.py), for the tools.
     def fixed(self, method: str) -> bool:
         """Whether the draft tree of `method` has fixed widths (sampled trees always do)."""
-        return method in ("tree", "staged") and (self.shape == "fixed" or self.sampled is not None)
+        return methods.make(method, self).fixed()
 
     def lookup_lengths(self) -> tuple:
         """Prompt lookup's chain lengths after matches of 3, 2 and 1 tokens."""
-        return self.lookup_chains or (self.chain,) * 3
+        return methods.Lookup(self).lengths()
 
     def max_depth(self, method: str) -> int:
-        if method == "lookup":
-            return max(self.lookup_lengths())
-        if method == "speculative":
-            return self.chain
-        return len(self.widths) if self.fixed(method) else self.depth
+        return methods.make(method, self).max_depth()
 
     def max_nodes(self, method: str) -> int:
         """The most drafted nodes a step's tree can have (its size in the target's pass, less the root)."""
-        if method == "ar":
-            return 0
-        if method in CHAINS:
-            return self.max_depth(method)
-        return int(np.cumprod(self.widths).sum()) if self.fixed(method) else self.budget
+        return methods.make(method, self).max_nodes()
 
     def max_block(self, method: str) -> int:
         """The most tokens a step proposes to the target: its tree's, or stage 2's copy (staged)."""
-        return max(self.max_nodes(method), self.copy_len if method == "staged" else 0)
-
-
-@dataclass
-class Step:
-    """What one decoding step did: the record every statistic is computed from."""
-
-    tokens: list  # the tokens it emitted (after a cut at max_new_tokens or end-of-text)
-    source: list  # per emitted token, who proposed it: an index into tree.SOURCES
-    target_block: int  # rows in the target's pass: catch-up tokens and tree nodes
-    draft_blocks: list  # rows in each of the draft's passes
-    draft_dists: int  # the draft's rows processed into a distribution (stage 2's guesses mostly are not)
-    ngram_queries: int
-    seconds: tuple  # (drafting, the target's pass, verifying, compacting and emitting)
-    # With keep_trees, what a trace shows (tools/trace.py); None otherwise.
-    tree: Tree | None = None  # the verified tree and its accepted path
-    path: list | None = None
-    rule: str | None = None  # the verification rule that ran, and its checks (verify.Check)
-    checks: list | None = None
-    proposers: list | None = None  # per tree node, who proposed it (credited as emitted tokens are)
-    copied: bool | None = None  # the tree is stage 2's copy of a repeat (no draft pass)
-    p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
-    cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
-
-
-@dataclass
-class Stats:
-    """Totals over a run's steps. Weight traffic: bytes of weights read (every tensor once per
-    forward pass) per emitted token, relative to autoregressive decoding (the paper's Table 1)."""
-
-    steps: list = field(default_factory=list)
-    target_weight_bytes: int = 0  # what one target pass reads
-    draft_weight_bytes: int = 0
-
-    target_passes = property(lambda self: len(self.steps))
-    accepted = property(lambda self: [len(s.tokens) for s in self.steps])  # tokens emitted per target pass
-    source = property(lambda self: [x for s in self.steps for x in s.source])
-    target_blocks = property(lambda self: [s.target_block for s in self.steps])
-    draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
-    draft_passes = property(lambda self: sum(len(s.draft_blocks) for s in self.steps))
-    draft_steps = property(lambda self: sum(bool(s.draft_blocks) for s in self.steps))  # steps that ran the draft
-    draft_dists = property(lambda self: sum(s.draft_dists for s in self.steps))
-    ngram_queries = property(lambda self: sum(s.ngram_queries for s in self.steps))
-    time_draft = property(lambda self: sum(s.seconds[0] for s in self.steps))
-    time_target = property(lambda self: sum(s.seconds[1] for s in self.steps))
-    time_verify = property(lambda self: sum(s.seconds[2] for s in self.steps))
-    target_bytes = property(lambda self: self.target_passes * self.target_weight_bytes)
-    draft_bytes = property(lambda self: self.draft_passes * self.draft_weight_bytes)
-    trees = property(lambda self: [(s.tree, s.path) for s in self.steps if s.tree is not None])
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return sum(self.accepted) / self.target_passes if self.steps else 0.0
-
-    @property
-    def weight_traffic(self) -> float:
-        tokens = sum(self.accepted)
-        return (self.target_bytes + self.draft_bytes) / (max(1, tokens) * self.target_weight_bytes)
-
-
-@dataclass
-class Result:
-    tokens: list  # the new tokens (prompt excluded)
-    stats: Stats
-    stop_reason: str  # "eos", "max_new_tokens" or "context"
-    target_cache: KVCache | None = None  # for inspection: holds the emitted sequence minus its last token
-    draft_cache: KVCache | None = None
+        return methods.make(method, self).max_block()
 
 
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
@@ -227,7 +155,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
 
     method: "ar" (target alone), "speculative" (a draft chain), "tree" (a draft token tree),
       "staged" (a draft tree speculated by the n-gram, which also copies repeats to the target),
-      "ngram" (the n-gram drafts the tree itself), "lookup" (prompt lookup's chain, no model).
+      "ngram" (the n-gram drafts the tree itself), "lookup" (prompt lookup's chain, no model);
+      each is an object of methods.py.
     plan: the tree's shape, stage 2 and the rule (`Plan()`'s constants by default).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy.
     rand: the source of randomness (`sampling.Rand`; the exact enumerator passes its own);
@@ -240,155 +169,87 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     plan = Plan() if plan is None else plan
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
                           eos)
-    if method == "speculative" and temperature > 0 and plan.sampled is None:
-        plan = dataclasses.replace(plan, sampled="with")  # classic speculative sampling
     rand = Rand(seed) if rand is None else rand
     eos = target.config.n_vocab - 1 if eos is None else None if eos == NEVER else int(eos)
-    drafter = None
-    if method in DRAFTED:
-        # Best-first expands at most `budget` nodes per level; other trees expand fewer than they hold.
-        expanded = plan.max_nodes(method) if plan.fixed(method) or method == "speculative" else plan.budget * plan.depth
-        drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=ngram if method == "staged" else None,
-                               guess_len=plan.guess_len, guess_rows=plan.guess_rows, max_nodes=expanded,
-                               pad=plan.draft_pad)
-    copy_len = plan.copy_len if method == "staged" else 0
-    widest = plan.max_block(method) + 1  # the most rows a step's tree feeds the target (root included)
-    cache = KVCache(target.config, dtype=target.dtype, max_block=padded(plan.target_pad, widest))
-    stats = Stats(target_weight_bytes=target.weight_bytes, draft_weight_bytes=draft.weight_bytes if drafter else 0)
-    seq, new, stop = list(prompt), [], "max_new_tokens"
-    while len(new) < max_new_tokens and stop == "max_new_tokens":
-        if len(seq) >= target.config.n_ctx:
-            stop = "context"
-            break
-        t0, queries = time.perf_counter(), ngram_queries(drafter)
-        passes, dists = (len(drafter.block_sizes), drafter.dists) if drafter else (0, 0)
-        # A draft tree rooted at seq[-1], or stage 2's copy of a repeat (then no draft pass).
-        tree, copied, step_queries = propose(method, seq, plan, copy_len, target.config.n_ctx, drafter, ngram, rand)
-        t1 = time.perf_counter()
-        # The target scores every node in one tree-masked pass: p[i] follows node i.
-        p, start, n_c = verify_pass(target, cache, seq, tree, plan.target_pad, temperature, top_k, top_p)
-        t2 = time.perf_counter()
-        # A lossless rule keeps a root-to-node path and draws one more token from the target.
-        # The plan's rule verifies the drafts it was chosen for; stage 2's copies, and a tree with
-        # nothing drafted (at the end of the context), take the rule their own kind needs.
-        own = copied or plan.rule is None or len(tree) == 1
-        rule = default_rule(method, temperature, tree.kind) if own else plan.rule
-        checks = [] if keep_trees else None
-        path, token = accept(tree, p, rule, rand, checks)
-        # Both caches keep only the accepted path, in contiguous slots.
-        keys = compact(cache, start, n_c, tree, path, None if copied else drafter)
-        tokens, source, stop = emit(tree, path, token, keys, method, copied, drafter, max_new_tokens - len(new), eos)
-        new += tokens
+    method = methods.make(method, plan)
+    method.start(target, draft, ngram, temperature, top_k, top_p)
+    cache = methods.new_cache(target, method, plan.target_pad)
+    recorder = Recorder(target.weight_bytes, draft.weight_bytes if method.runs_draft else 0, keep_trees)
+    settings = (temperature, top_k, top_p)
+    seq, stop = list(prompt), None
+    while stop is None and len(seq) - len(prompt) < max_new_tokens and len(seq) < target.config.n_ctx:
+        # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).
+        proposal = recorder.lap(method.propose(seq, rand))
+        # Verify: the target scores every node in one tree-masked pass; p[i] follows node i.
+        scored = recorder.lap(verify_pass(target, cache, seq, proposal.tree, plan.target_pad, settings))
+        # Accept: a lossless rule keeps a root-to-node path and draws one more token from the target.
+        verdict = accept(proposal, scored.p, rand, keep_trees)
+        # Compact: both caches keep only the accepted path, in contiguous slots.
+        compact(cache, scored, proposal.tree, verdict.path, method)
+        # Emit: the accepted tokens and the target's, cut at max_new_tokens or an end-of-text.
+        tokens, source, stop = emit(proposal, verdict, max_new_tokens - (len(seq) - len(prompt)), eos)
         seq += tokens
-        t3 = time.perf_counter()
-        step = Step(tokens, source, n_c + len(tree), drafter.block_sizes[passes:] if drafter else [],
-                    drafter.dists - dists if drafter else 0, step_queries + ngram_queries(drafter) - queries,
-                    (t1 - t0, t2 - t1, t3 - t2))
-        if keep_trees:
-            step.tree, step.path, step.rule, step.checks, step.copied = tree, path, rule, checks, copied
-            step.proposers = [TARGET] + [proposer(path_key(tree.tokens, tree.parents, i), method, copied, drafter)
-                                         for i in range(1, len(tree))]
-            step.p_nodes = [1.0] + p[tree.parents[1:], tree.tokens[1:]].tolist()
-            step.cache = (start, n_c, cache.length)
-        stats.steps.append(step)
+        recorder.record(proposal, scored, verdict, tokens, source, cache.length)
+    stop = stop or ("max_new_tokens" if len(seq) - len(prompt) >= max_new_tokens else "context")
     # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
     cache.truncate(min(cache.length, len(seq) - 1))
-    if drafter:
-        drafter.cache.truncate(min(drafter.cache.length, len(seq) - 1))
-    return Result(new, stats, stop, cache, drafter.cache if drafter else None)
+    method.finish(len(seq))
+    return Result(seq[len(prompt):], recorder.stats, stop, cache, method.cache)
 
 
-def propose(method, seq, plan: Plan, copy_len: int, n_ctx: int, drafter, ngram, rand) -> tuple[Tree, bool, int]:
-    """The step's tree, whether it is stage 2's copy, and the n-gram queries spent outside the drafter."""
-    room = n_ctx - len(seq) - 1  # a node at depth d sits at position len(seq) - 1 + d < n_ctx
-    queries = 0
-    if copy_len and room > 0:  # stage 2 looks for a repeat to copy straight to the target
-        copied, queries = staged.copied_chain(seq, min(copy_len, room)), 1
-        if copied is not None:
-            return copied, True, queries
-    root, depth = seq[-1], min(plan.max_depth(method), room)
-    if drafter is not None:
-        depth = min(depth, drafter.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
-    if method == "ar" or depth <= 0:
-        return Tree(tokens=[root], parents=[-1], q=[1.0]), False, queries
-    if method == "lookup":  # prompt lookup's chain (a match of 3, 2 or 1 tokens), proposed by no model
-        lengths = [min(k, depth) for k in plan.lookup_lengths()]
-        return staged.chain_tree(root, staged.lookup_by_match(seq, lengths)), False, queries
-    if method == "ngram":
-        counter = [0]
-        tree = build.build_best_first(root, ngram_dist_fn(ngram, seq, counter), plan.budget, depth)
-        return tree, False, queries + counter[0]
-    drafter.begin(seq, depth)
-    r = rand if plan.sampled else None
-    if method == "speculative":
-        return build.build_chain(root, drafter.dist_fn, depth, rand=r), False, queries
-    if plan.fixed(method):
-        tree = build.build_fixed(root, drafter.dist_fn, plan.widths[:depth], rand=r, replacement=plan.sampled != "without")
-    else:
-        tree = build.build_best_first(root, drafter.dist_fn, plan.budget, depth)
-    return tree, False, queries
+class Scored(NamedTuple):
+    """The target's pass over a step's tree: p [n, V], the processed distribution after each node;
+    the cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`)."""
+
+    p: np.ndarray
+    start: int
+    n_c: int
 
 
-def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=(), temperature=0.0, top_k=None, top_p=None):
-    """The target's processed distribution after every tree node [n, V], from one forward pass that
-    also feeds the committed tokens its cache lacks. Returns (p, start, n_catch_up): the block began
-    at slot `start`, so `compact` can keep the accepted path afterwards."""
+class Verdict(NamedTuple):
+    """What the rule accepted: the root-to-node `path`, the target's `token` after it, and with
+    keep_trees the rule's `checks` (verify.Check), else None."""
+
+    path: list
+    token: int
+    checks: list | None
+
+
+def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, pad=(), settings=(0.0, None, None)) -> Scored:
+    """The target's processed distribution (temperature, top_k, top_p = `settings`) after every tree
+    node, from one forward pass that also feeds the committed tokens its cache lacks."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
     logits = forward(target, tokens, cache, positions=positions, mask=mask, pad_to=padded(pad, len(tokens)),
                      logits_from=n_c)  # [len(tree), V]
-    return process(logits, temperature, top_k, top_p), start, n_c
+    return Scored(process(logits, *settings), start, n_c)
 
 
-def accept(tree: Tree, p, rule: str, rand, log=None):
-    """(path, next token): the rule's accepted root-to-node path and the target's token after it;
-    with a list as `log`, the rule's checks (verify.Check) are appended to it."""
-    verify.check_tree(tree, rule)
-    return verify.RULES[rule](tree, p, rand, log)
+def accept(proposal, p, rand, keep_checks: bool = False) -> Verdict:
+    """The proposal's rule run on its tree against the target's p [n, V] (refused if the rule is not
+    lossless for how the tree was drawn)."""
+    verify.check_tree(proposal.tree, proposal.rule)
+    checks = [] if keep_checks else None
+    path, token = verify.RULES[proposal.rule](proposal.tree, p, rand, checks)
+    return Verdict(path, token, checks)
 
 
-def compact(cache: KVCache, start: int, n_c: int, tree: Tree, path, drafter) -> list[tuple]:
-    """Keep the catch-up rows and the accepted path in the target's cache (and the drafter's);
-    returns the accepted nodes' path keys. After a copied step (no drafter) the draft's next pass
-    feeds what it missed as catch-up rows."""
-    cache.keep(start, np.concatenate([np.arange(n_c), n_c + np.asarray(path, dtype=np.int64)]))
-    keys = [path_key(tree.tokens, tree.parents, node) for node in path[1:]]
-    if drafter is not None:
-        drafter.commit(keys)
-    return keys
+def compact(cache: KVCache, scored: Scored, tree: Tree, path, method) -> None:
+    """Keep the catch-up rows and the accepted path in the target's cache, and in the method's drafter."""
+    cache.keep(scored.start, np.concatenate([np.arange(scored.n_c), scored.n_c + np.asarray(path, dtype=np.int64)]))
+    method.commit([path_key(tree.tokens, tree.parents, node) for node in path[1:]])
 
 
-def emit(tree: Tree, path, token, keys, method, copied, drafter, room: int, eos: int | None):
+def emit(proposal, verdict: Verdict, room: int, eos: int | None):
     """The tokens the step emits (at most `room`, up to an end-of-text `eos` unless it is None), who
-    proposed each, and the stop reason ("max_new_tokens" while there is room left)."""
-    tokens = verify.emitted(tree, path, token)
-    source = [proposer(k, method, copied, drafter) for k in keys] + [TARGET]
-    stop = "max_new_tokens"
+    proposed each (the accepted nodes' proposers, then the target), and "eos" if it emitted an
+    end-of-text, else None."""
+    tokens = verify.emitted(proposal.tree, verdict.path, verdict.token)
+    source = [proposal.proposers[i] for i in verdict.path[1:]] + [TARGET]
+    stop = None
     if eos is not None and eos in tokens[:room]:
         room, stop = tokens.index(eos) + 1, "eos"
     return tokens[:room], source[:room], stop
-
-
-def proposer(key: tuple, method, copied, drafter) -> int:
-    """Who proposed the drafted node at path `key` (tree.SOURCES; the paper's Fig. 3): the n-gram
-    methods' own trees are the n-gram's, a staged tree's nodes the draft's or stage 2's."""
-    if method in ("ngram", "lookup"):
-        return NGRAM
-    return staged.credit(key, copied, drafter.guessed if drafter else ())
-
-
-def ngram_queries(drafter) -> int:
-    return drafter.ngram_queries if drafter else 0
-
-
-def default_rule(method: str, temperature: float, tree_kind: str) -> str:
-    """Greedy at temperature 0; else the lossless rule for how the tree's children were chosen."""
-    if temperature == 0:
-        return "greedy"
-    if method == "speculative" and tree_kind == "with_replacement":
-        return "chain"  # classic speculative sampling (the recursive rule reduces to it on a chain)
-    return {"deterministic": "point_mass", "with_replacement": "recursive",
-            "without_replacement": "recursive_wor"}[tree_kind]
 
 
 def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
@@ -434,7 +295,8 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         # -1 is no "last id" here: it would never be emitted, and decoding would never stop at end-of-text.
         raise ValueError(f"eos must be a token id in 0..{V - 1}, None (the last id, <|endoftext|>) or "
                          f"decode.NEVER (no end-of-text stop), got {eos!r}")
-    if method in DRAFTED:
+    kind = methods.METHODS[method]
+    if kind.runs_draft:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
         if draft.config.n_vocab != V:
@@ -445,13 +307,13 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
                              f"{draft.config.n_ctx}) must hold more; shorten it, or decode with method 'ar' or "
                              "'lookup'")
     check_rule(plan, method, temperature)
-    if method in ("staged", "ngram"):
+    if kind.needs_ngram:
         if ngram is None:
             raise ValueError(f"method {method!r} needs an n-gram model")
         if ngram.n_vocab != V:
             raise ValueError(f"ngram: the trigram's vocabulary ({ngram.n_vocab} tokens) is not the target's ({V})")
     # Padding sizes the caches' scratch: a block wider than the model's context is never needed.
-    for name, model in (("target_pad", target), ("draft_pad", draft if method in DRAFTED else None)):
+    for name, model in (("target_pad", target), ("draft_pad", draft if kind.runs_draft else None)):
         pad = getattr(plan, name)
         if model is not None and pad and max(pad) > model.config.n_ctx:
             who = name.split("_")[0]
@@ -468,28 +330,9 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
 def check_rule(plan: Plan, method: str, temperature: float) -> None:
     """A ValueError, before any work, when plan.rule is not lossless for the trees `method` drafts
     under `plan` (the pairing `accept` would refuse at the first step; verify.check_pairing)."""
-    if plan.rule is None or method == "ar":  # plain decoding drafts nothing: its root-only trees need no rule
-        return
-    if plan.rule == "greedy":
-        if temperature > 0:
-            raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at temperature "
-                             f"0; at temperature {temperature} leave rule None (the rule the tree's drafting needs)")
-        return
-    sampled = plan.sampled or ("with" if method == "speculative" and temperature > 0 else None)  # as generate does
-    drafted_from_q = method in DRAFTED and sampled is not None
-    verify.check_pairing({"with": "with_replacement", "without": "without_replacement"}[sampled]
-                         if drafted_from_q else "deterministic", plan.rule)
-    chain = method in CHAINS or plan.fixed(method) and set(plan.widths) == {1}
-    if plan.rule in ("chain", "block") and not chain:
-        raise ValueError(f"rule {plan.rule!r} verifies a chain: use method 'speculative', or widths of 1")
+    methods.make(method, plan).check_rule(temperature)
 
 
 def tree_size_words(plan: Plan, method: str) -> str:
     """What sets a plan's drafted tokens per step, in the plan's terms."""
-    if method == "lookup" and plan.lookup_chains:
-        return f"lookup_chains={','.join(map(str, plan.lookup_chains))}"
-    if method in CHAINS:
-        return f"chain={plan.chain}"
-    if plan.fixed(method):
-        return f"widths={','.join(map(str, plan.widths))}"
-    return f"budget={plan.budget}" + (f", copy_len={plan.copy_len}" if method == "staged" else "")
+    return methods.make(method, plan).size_words()

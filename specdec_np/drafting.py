@@ -7,7 +7,10 @@ A builder asks "what is the draft's next-token distribution at these nodes of th
   its own KV cache, and after verification keeps only the accepted path, like the target. With an
   n-gram model it is the **staged** drafter: every pass also evaluates stage 2's guesses below
   the nodes it expands (`staged.speculate`), so later levels often need no pass of their own.
-- `ngram_dist_fn`: the Katz trigram drafts the tree directly (no draft model).
+- `NgramDrafter`: the Katz trigram drafts the tree directly (no draft model).
+
+Each counts what the step that began last cost: draft passes and their rows, rows processed into
+q, n-gram queries.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class ModelDrafter:
         # stage 2's guesses (at most guess_len below each of them) and a pass's padding rows.
         scratch = (max_nodes + 1) * (1 + self.guess_len) + max(self.pad, default=0)
         self.cache = KVCache(model.config, dtype=model.dtype, max_block=scratch)
-        self.passes = self.ngram_queries = self.dists = 0  # running totals (dists: rows processed into q)
+        self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
         self.guessed: set[tuple] = set()
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
         self.block_sizes = []  # tokens fed per draft pass
@@ -68,6 +71,8 @@ class ModelDrafter:
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
         self.guessed: set[tuple] = set()  # keys stage 2 proposed (for the paper's Fig. 3 credit)
+        # This step's costs: rows of each draft pass, rows processed into q, n-gram queries.
+        self.block_sizes, self.dists, self.ngram_queries = [], 0, 0
         self.cache.truncate(min(self.cache.length, self.root))
 
     def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
@@ -118,17 +123,16 @@ class ModelDrafter:
         logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask,
                          pad_to=padded(self.pad, len(tokens)), logits_from=n_c)  # [len(keys), V]
         self.logits.update(zip(keys, logits))
-        self.passes += 1
         self.block_sizes.append(len(tokens))
 
 
-def ngram_dist_fn(model, seq, counter: list | None = None):
-    """dist_fn of the Katz trigram drafting the tree itself (no draft model)."""
-    seq = [int(t) for t in seq]
+class NgramDrafter:
+    """The Katz trigram answering `dist_fn` queries after the committed `seq` (no draft model)."""
 
-    def dist_fn(tokens, parents, nodes):
-        if counter is not None:
-            counter[0] += len(nodes)
-        return np.stack([ngram_lib.dist(model, seq + list(path_key(tokens, parents, i))) for i in nodes])
+    def __init__(self, model, seq):
+        self.model, self.seq = model, [int(t) for t in seq]
+        self.ngram_queries = 0  # one per node asked for
 
-    return dist_fn
+    def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
+        self.ngram_queries += len(nodes)
+        return np.stack([ngram_lib.dist(self.model, self.seq + list(path_key(tokens, parents, i))) for i in nodes])

@@ -37,11 +37,6 @@ def gelu(x):  # GPT-2's tanh approximation
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
-def softmax(x, axis=-1):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
 def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
     # np.add.reduce rather than np.mean/np.var: the same math with less per-call overhead, which is
     # what a one-token step pays (the scale and shift are applied in place to the fresh xc).

@@ -15,11 +15,8 @@ class KVCache:
     """Preallocated keys and values of one model: `k, v` are [n_layer, n_head, capacity, head_dim].
 
     `k` is a transposed view of [n_layer, n_head, head_dim, capacity] storage, so that the scores
-    `q @ k.T` of a block are a plain matrix product over contiguous rows. Writing a block's keys
-    and computing its scores, float32, 12 heads of 64 (GPT-2), 8 new tokens over 208 slots: 31 us
-    from this storage, 103 us from [.., capacity, head_dim] storage (8 heads of 40, the tiny
-    target: 13 vs 45 us); 1 new token: 13.3 vs 11.7 us, no gain (AMD EPYC Zen 4, 2 cores, 32 MB
-    L3, OpenBLAS 0.3.31, minimum of 30 timeit rounds).
+    `q @ k.T` of a block are a plain matrix product over contiguous rows: a multi-token block's
+    scores cost about a third of those from [.., capacity, head_dim] storage (docs/performance.md).
 
     Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
     its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative

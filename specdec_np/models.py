@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import checkpoint, ngram
+from .files import WEIGHTS_DIR
 from .gpt2 import GPT2
 from .tokenizer import get_encoding
 
-WEIGHTS_DIR = checkpoint.WEIGHTS_DIR  # SPECDEC_NP_WEIGHTS overrides it
 EMBEDDED_TARGET, EMBEDDED_DRAFT = "tiny-target", "tiny-draft"
 EMBEDDED_NGRAM = WEIGHTS_DIR / "tiny-trigram.npz"
 

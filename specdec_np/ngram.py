@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_file
+from .files import atomic_file
 
 FORMAT = "specdec_np.ngram"
 VERSION = 1

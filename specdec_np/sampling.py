@@ -5,7 +5,7 @@ verification is lossless with respect to the *processed* target distribution, an
 rules divide by must be exactly the processed distribution a draft token was drawn from.
 
 All randomness of the engine goes through `Rand.coin` and `Rand.draw`. The exact enumerator
-(`exact.py`) replaces `Rand` with a scripted stand-in that explores every branch, which is how the
+(`proofs/exact.py`) replaces `Rand` with a scripted stand-in that explores every branch, which is how the
 tests prove the verification rules lossless instead of sampling them.
 """
 
@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from .fastpath import kth_largest
+from .fastpath import kth_largest, softmax_
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
@@ -55,23 +55,6 @@ def top_k_ids(values, k: int):  # [V] -> [k]
         above = ids[values[ids] > kth]
         ids = np.sort(np.concatenate([above, ids[values[ids] == kth][:k - above.size]]))
     return ids
-
-
-def top_k_mask(values, k: int):  # [..., V] -> [..., V] bool
-    """Where the k largest values are (exactly k: ties to the lower id)."""
-    V = values.shape[-1]
-    keep = np.zeros(values.shape, dtype=bool)
-    for row, out in zip(values.reshape(-1, V), keep.reshape(-1, V)):
-        out[top_k_ids(row, k)] = True
-    return keep
-
-
-def keep_top_k(probs, k: int):  # [..., V] -> [..., V]
-    """Zero all but the k most probable tokens (exactly k: ties to the lower id) and renormalise."""
-    if k >= probs.shape[-1]:
-        return probs
-    kept = np.where(top_k_mask(probs, k), probs, 0.0)
-    return kept / kept.sum(axis=-1, keepdims=True)
 
 
 def nucleus(row, top_p: float):  # [V] -> [n_kept]
@@ -128,28 +111,25 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
         raise ValueError("logits contain NaN or +inf, or a row is all -inf (no token possible)")
     if temperature == 0:
         return greedy(logits)
-    # softmax((logits - max) / T) in float64 (this runs per tree node).
+    # softmax((logits - max) / T) in float64 (this runs per tree node); the shifted maximum is 0,
+    # so softmax_'s own shift changes nothing.
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
         # Top-k of the logits is top-k of the probabilities (exp and 1/T are monotone): only the k
-        # kept logits are converted, exponentiated and renormalised, the rest are exact zeros.
-        # (Top-k 50 of the tiny target's 8193 logits, median of 300 calls: one row 47 -> 30 us and
-        # four rows 205 -> 97 us against processing every entry and masking.)
+        # kept logits are converted and exponentiated (cheaper than masking all V), the rest are zeros.
         z = np.zeros(logits.shape, dtype=np.float64)  # [..., V]
         for row, m, out in zip(logits.reshape(-1, V), row_max.reshape(-1), z.reshape(-1, V)):
             ids = top_k_ids(row, top_k)  # [k]
             kept = row[ids].astype(np.float64) - m  # [k]
             if temperature != 1:
                 kept /= temperature
-            np.exp(kept, out=kept)
-            out[ids] = kept / kept.sum()
+            out[ids] = softmax_(kept)
     else:
         z = logits.astype(np.float64)  # [..., V], in place from here
         z -= row_max
         if temperature != 1:
             z /= temperature
-        np.exp(z, out=z)
-        z /= z.sum(axis=-1, keepdims=True)
+        softmax_(z)
     if top_p is not None:
         z = keep_top_p(z, top_p)
     return z
@@ -159,10 +139,7 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
 # Such a value is 1 or 0 in exact arithmetic (a rule's test of a path that must be kept), and
 # rounding (the BLAS, the order of a sum) puts it on either side: had it decided whether a number
 # is drawn, a seed's every later draw would shift from one machine to another. The distribution
-# moves by at most this much per coin. Measured on the embedded pair at top-k 50 (20 HumanEval
-# prompts, logits perturbed by 1e-6 relative, as another BLAS might round them): 4-5% of the
-# coins of block and traversal verification fell within 1e-12 of 1 (half of them below), and 0
-# (block) and 1 (traversal) of 20 runs kept their tokens without this tolerance, 20 of 20 with it.
+# moves by at most this much per coin (how often it matters: docs/performance.md).
 SURE = 1e-12
 
 
@@ -193,8 +170,7 @@ class Rand:
     def draw(self, probs) -> int:
         """A token id drawn with probability probs[i] / sum(probs) (zero-probability ids never come out)."""
         probs = np.asarray(probs, dtype=np.float64)  # [V]
-        # Only positive entries can come out, and after top-k they are few: 40 -> 12 us a draw at
-        # top-k 50 of 8193 against a cumulative sum over every entry.
+        # Only positive entries can come out, and after top-k they are few: sum only those.
         ids = np.flatnonzero(probs > 0)  # [n]
         cum = np.cumsum(probs[ids])  # [n]: the partial sums over all of probs at these ids (zeros add nothing)
         total = cum[-1] if cum.size else 0.0

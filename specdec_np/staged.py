@@ -14,67 +14,15 @@ things, both from the same guess of what comes next:
 
 A guess is what followed the latest earlier occurrence of the last three tokens (prompt lookup:
 code repeats its own names, which no corpus statistic knows), else the Katz trigram's greedy
-continuation (`ngram.py`).
+continuation (`ngram.py`). The lookup itself lives in `lookup.py`, which prompt lookup decoding
+uses alone.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import ngram as ngram_lib
-from .tree import DRAFT, NGRAM, TARGET, Tree
-
-
-def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
-    """Propose k tokens: what followed the most recent earlier occurrence of the last n tokens.
-
-    Tries n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
-    A match close to the end runs into the tokens being proposed: the sequence is then repeating a
-    loop (period = distance to the match), and the proposal goes on around that loop.
-    """
-    if not 1 <= min_ngram <= max_ngram:
-        raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
-    if k < 1:
-        raise ValueError(f"k={k} must be >= 1")
-    t = np.asarray(tokens, dtype=np.int64)  # [L]
-    L = len(t)
-    for n in range(max_ngram, min_ngram - 1, -1):
-        if L < n + 1:
-            continue
-        # Window i is t[i:i+n], for i < L - n: windows of t[:-1] exclude the suffix itself and
-        # always have a next token. It matches the suffix t[L-n:] if it agrees at every offset j:
-        # n shifted comparisons (a sliding_window_view costs more than the search, per call).
-        match = t[:L - n] == t[L - n]  # [L-n]
-        for j in range(1, n):
-            match &= t[j:L - n + j] == t[L - n + j]
-        hits = np.flatnonzero(match)
-        if len(hits):
-            loop = t[hits[-1] + n:]  # [L - i - n]: what followed the match
-            return np.resize(loop, k).tolist()  # repeated cyclically to k tokens
-    return []
-
-
-def lookup_by_match(tokens, lengths) -> list[int]:
-    """Prompt lookup with the chain's length set by the evidence: lengths[0] tokens after a match of
-    the last 3 tokens, lengths[1] after 2, lengths[2] after 1 (0: nothing after a match that short);
-    [] when nothing matches. Equal lengths k give `prompt_lookup(tokens, k=k)`."""
-    # Side by side on the 164 HumanEval prompts (AMD EPYC, 2 cores, 32 MB L3): greedy, lengths
-    # (15, 7, 0) got 4.81 tokens per target pass against 4.40 for chains of 7 after any match, and
-    # 1.09x (1.07-1.12) their tokens/s; at top-k 50, (7, 3, 0) against chains of 3, 1.07x
-    # (1.06-1.09) the tokens/s with 0.93x the tokens per pass: where a single token matched, a
-    # pass of one row costs less than a chain that is seldom accepted.
-    tokens = np.asarray(tokens, dtype=np.int64)  # [L], converted once for the three searches
-    for n, k in zip((3, 2, 1), lengths):
-        proposal = prompt_lookup(tokens, max_ngram=n, min_ngram=n, k=max(k, 1))
-        if proposal:
-            return proposal[:k]
-    return []
-
-
-def repeat_continuation(tokens, k: int) -> list[int]:
-    """Stage 2's copy: the k tokens that followed the latest earlier occurrence of the last *three*
-    tokens ([] if they are new); a one- or two-token match is too weak evidence to act on."""
-    return prompt_lookup(tokens, max_ngram=3, min_ngram=3, k=k)
+from .lookup import chain_tree, repeat_continuation
+from .tree import Tree
 
 
 def guess(ngram, context, n: int) -> tuple[list[int], int]:
@@ -115,17 +63,3 @@ def copied_chain(seq, copy_len: int) -> Tree | None:
     (None if they are new). Deterministic children with no draft probabilities (q = 1)."""
     tokens = repeat_continuation(seq, copy_len) if copy_len > 0 else []
     return chain_tree(seq[-1], tokens) if tokens else None
-
-
-def chain_tree(root: int, tokens) -> Tree:
-    """`tokens` as a deterministic chain below `root`, proposed by stage 2 (q = 1: no draft
-    probabilities); the root alone if there are none."""
-    n = len(tokens)
-    return Tree(tokens=np.array([root] + list(tokens), dtype=np.int64), parents=np.arange(-1, n, dtype=np.int64),
-                q=np.ones(n + 1), kind="deterministic", source=np.array([TARGET] + [NGRAM] * n))
-
-
-def credit(key: tuple, copied: bool, guessed) -> int:
-    """Who proposed an accepted drafted token (the paper's Fig. 3): stage 2 if it copied the chain
-    or guessed the token (and the draft kept it in the tree), else the draft model."""
-    return NGRAM if copied or key in guessed else DRAFT

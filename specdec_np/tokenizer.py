@@ -15,7 +15,7 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+from .files import WEIGHTS_DIR
 
 # The digests tiktoken itself pins for these files: we check them ourselves because tiktoken's
 # own check is skipped when a file comes from its cache, so it does not protect files on disk.

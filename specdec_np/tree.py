@@ -70,11 +70,6 @@ class Tree:
         return int(self.tokens.size)
 
 
-def n_drafted(tree: Tree) -> int:
-    """Drafted tokens: every node but the root."""
-    return len(tree) - 1
-
-
 def depths(tree: Tree):  # -> [n]
     """Depth of each node (root 0)."""
     return parent_depths(tree.parents)

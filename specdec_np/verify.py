@@ -327,25 +327,33 @@ RULES = {
     "traversal": verify_traversal,
 }
 
-# Which tree kinds each rule is lossless for (children chosen the way the rule assumes).
-PAIRINGS = {
-    "greedy": ("deterministic", "with_replacement", "without_replacement"),
-    "point_mass": ("deterministic",),
-    "chain": ("with_replacement",),
-    "recursive": ("with_replacement",),
-    "recursive_wor": ("without_replacement",),
-    "block": ("with_replacement",),
-    "traversal": ("with_replacement", "without_replacement"),  # it reads tree.kind
+# The one table of which rules are lossless on which trees: a tree kind (how its children were
+# chosen) -> (the rule it gets by default at temperature > 0, every rule lossless on it). Greedy is
+# lossless on every kind at temperature 0, the only temperature where it samples the target.
+LOSSLESS = {
+    "deterministic": ("point_mass", ("greedy", "point_mass")),
+    "with_replacement": ("recursive", ("greedy", "chain", "recursive", "block", "traversal")),
+    "without_replacement": ("recursive_wor", ("greedy", "recursive_wor", "traversal")),  # traversal reads tree.kind
 }
+
+
+def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str:
+    """Greedy at temperature 0, else the kind's default; a chain drawn from q with replacement gets
+    the classic speculative-sampling rule 'chain' (the recursive rule reduces to it on a chain)."""
+    if temperature == 0:
+        return "greedy"
+    if chain and tree_kind == "with_replacement":
+        return "chain"
+    return LOSSLESS[tree_kind][0]
 
 
 def check_pairing(tree_kind: str, rule: str) -> None:
     """Raise ValueError if `rule` is not lossless for trees whose children were chosen as `tree_kind`."""
-    if rule not in PAIRINGS:
-        raise ValueError(f"unknown verification rule {rule!r}; choose one of {sorted(PAIRINGS)}")
-    if tree_kind not in PAIRINGS["greedy"]:
-        raise ValueError(f"unknown tree kind {tree_kind!r}; choose one of {PAIRINGS['greedy']}")
-    if tree_kind not in PAIRINGS[rule]:
+    if rule not in RULES:
+        raise ValueError(f"unknown verification rule {rule!r}; choose one of {sorted(RULES)}")
+    if tree_kind not in LOSSLESS:
+        raise ValueError(f"unknown tree kind {tree_kind!r}; choose one of {tuple(LOSSLESS)}")
+    if rule not in LOSSLESS[tree_kind][1]:
         why = {
             "point_mass": "it assumes children are a deterministic function of the draft (e.g. its top-k); "
                           "sampled children need 'chain', 'recursive' or 'recursive_wor'",

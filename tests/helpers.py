@@ -6,6 +6,8 @@
   serves a table to the tree builders as their `dist_fn`.
 - `always_accept`, a deliberately broken verification rule for the negative controls.
 - `processed`, a table served top-k / top-p processed, as the decode loop's distributions are.
+- The exact check of one speculative step against the target (`max_error`, `assert_lossless`),
+  shared by the proofs of every rule (test_verify_exact.py, test_verify_block_traversal.py).
 """
 
 import itertools
@@ -13,10 +15,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from specdec_np import verify
+from specdec_np.build import build_fixed
 from specdec_np.decode import NEVER, generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
-from specdec_np.sampling import keep_top_k, keep_top_p, process
+from specdec_np.proofs import exact
+from specdec_np.sampling import keep_top_p, process
 from specdec_np.tree import path_to
 
 # ----------------------------------------------------------------------------- small random models
@@ -137,6 +142,13 @@ def always_accept(tree, p, rand, log=None):
     return path_to(tree, node), rand.draw(p[node])
 
 
+def keep_top_k(probs, k: int):  # [V] -> [V]
+    """A distribution's k most probable tokens (ties to the lower id), renormalised: `process`'s
+    top-k applied to log-probabilities (the one top-k path of the library)."""
+    with np.errstate(divide="ignore"):
+        return process(np.log(probs), 1.0, k)
+
+
 def processed(dist, top_k=None, top_p=None):
     """A table as sampling would serve it: top-k, then top-p, renormalised (both distributions of a
     step are processed alike; the draft's processed rows are what its children are drawn from)."""
@@ -148,3 +160,59 @@ def processed(dist, top_k=None, top_p=None):
             probs = keep_top_p(probs, top_p)
         return probs
     return out
+
+
+# ----------------------------------------------------------------------------- the exact check of one step
+
+TOL = 1e-12
+
+
+def target_rows(tree, target):  # -> [n, V]
+    return np.array([target(context(tree.tokens, tree.parents, i)) for i in range(len(tree))])
+
+
+def step_distribution(build, rule, draft, target, root, m):
+    """Exact distribution of the first m tokens of one speculative step (completed with the target)."""
+    def run(rand):
+        tree = build(root, callback(draft), rand)
+        path, nxt = rule(tree, target_rows(tree, target), rand)
+        out = verify.emitted(tree, path, nxt)
+        while len(out) < m:  # the target's own continuation
+            out.append(rand.draw(target((root,) + tuple(out))))
+        return tuple(out[:m])
+    return exact.outcomes(run)
+
+
+def max_error(build, rule, draft, target, root, m):
+    """Largest total variation between the step and the target over the first 1..m tokens."""
+    spec = step_distribution(build, rule, draft, target, root, m)
+    assert abs(sum(spec.values()) - 1) < 1e-12
+    return max(exact.total_variation(exact.prefix_marginal(spec, j), exact.sequence_distribution(target, (root,), j))
+               for j in range(1, m + 1))
+
+
+def assert_lossless(build, rule, draft, target, root, m):
+    err = max_error(build, rule, draft, target, root, m)
+    assert err < TOL, f"total variation {err:.3g} from the target"
+
+
+def sampled(widths, replacement=True):
+    """A builder of fixed-width trees whose children are sampled from the draft."""
+    return lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
+
+
+def dense_tables(seed: int, V: int):
+    """target(ctx), draft(ctx) -> [V]: independent Dirichlet(1) rows, every token possible.
+
+    The negative controls use these: with sparse rows a bug can be invisible (e.g. when p > q on a
+    single token, the residual is one-hot and every residual variant agrees).
+    """
+    memo = {}
+
+    def pair(ctx):
+        if ctx not in memo:
+            rng = np.random.default_rng([seed, len(ctx), *ctx])
+            memo[ctx] = (rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V)))
+        return memo[ctx]
+
+    return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])

@@ -311,53 +311,93 @@ def test_seeds_survive_rounding_negative_control(small, monkeypatch):
 
 # ----------------------------------------------------------------------------- sampling, end to end
 
-N_SAMPLES = 1500
-
-
-def tv_from_samples(tiny, tiny_exact, method, ngram=None, **shape):
-    """Total variation between N_SAMPLES seeded runs of the tiny pair and the target's exact distribution."""
-    counts = {}
-    for seed in range(N_SAMPLES):
-        toks = tuple(generate(tiny.target, PROMPT, 2, method, tiny.draft, ngram, plan(**shape), temperature=1.0,
-                              seed=seed, eos=NEVER).tokens)
-        counts[toks] = counts.get(toks, 0) + 1
-    return 0.5 * sum(abs(counts.get(k, 0) / N_SAMPLES - p) for k, p in tiny_exact.items())
-
-
-# With 16 outcomes and 1500 samples the TV of an exact sampler is ~0.04 (fixed seeds: no flakes);
-# the broken rule below is off by ~0.15+.
-TV_BOUND = 0.08
-SAMPLING_METHODS = [
-    dict(method="ar"),
-    dict(method="speculative", depth=2),
-    dict(method="tree", budget=4, depth=2),
-    dict(method="tree", widths=(2, 2), sampled="without"),
-    dict(method="tree", shape="fixed", widths=(2, 2), sampled="with"),
-    dict(method="tree", shape="fixed", widths=(2, 1), sampled="without"),
+COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at the first step
+# Every method and every rule it can verify with, on the tiny pair at temperature 1: (method, plan
+# fields, settings). Sampled trees are one level wide, or two levels at top-k 2, so that every
+# random branch of two new tokens can be enumerated in about a second.
+EXACT_CASES = [
+    ("ar", {}, {}),
+    ("speculative", dict(chain=2), {}),  # a chain drawn from q: the rule "chain"
+    ("speculative", dict(chain=2, sampled="without"), {}),
+    ("speculative", dict(chain=2, rule="block"), {}),
+    ("speculative", dict(chain=2, rule="recursive"), {}),
+    ("speculative", dict(chain=2, rule="traversal"), {}),
+    ("tree", dict(budget=3, depth=2), {}),  # the draft's top tokens: point mass
+    ("tree", dict(budget=3, depth=2), dict(top_k=3)),
+    ("tree", dict(widths=(2,), sampled="with"), {}),  # recursive
+    ("tree", dict(widths=(2, 1), sampled="with"), dict(top_k=2)),
+    ("tree", dict(widths=(3,), sampled="without"), {}),  # recursive without replacement
+    ("tree", dict(widths=(2, 1), sampled="without"), dict(top_k=2)),
+    ("tree", dict(widths=(2,), sampled="with", rule="traversal"), {}),
+    ("tree", dict(widths=(2, 1), sampled="without", rule="traversal"), dict(top_k=2)),
+    ("tree", dict(widths=(1, 1), sampled="with", rule="chain"), {}),
+    ("tree", dict(widths=(1, 1), sampled="with", rule="block"), {}),
+    ("staged", dict(budget=3, depth=2, copy_len=2), {}),  # copies (point mass) and top-token trees
+    ("staged", dict(widths=(2, 1), sampled="with", copy_len=2), dict(top_k=2)),
+    ("staged", dict(widths=(2, 1), sampled="without", copy_len=2, guess_len=1), dict(top_k=2)),
+    ("ngram", dict(budget=3, depth=2), {}),
+    ("lookup", dict(chain=2), {}),
+    ("lookup", dict(lookup_chains=(2, 1, 0)), {}),
 ]
 
 
-@pytest.mark.parametrize("kw", SAMPLING_METHODS, ids=lambda kw: "-".join(map(str, kw.values())))
-def test_sampling_matches_target_distribution(tiny, tiny_exact, kw):
-    assert tv_from_samples(tiny, tiny_exact, **kw) < TV_BOUND
+def exact_output(tiny, method, fields, settings, prompt, n=2):
+    """{the first n tokens: exact probability} of `generate` itself, every random branch enumerated
+    (the enumerator is its `rand`), and the rules that ran."""
+    from specdec_np.proofs import exact
+
+    rules = set()
+
+    def fn(rand):
+        res = generate(tiny.target, prompt, n, method, tiny.draft, tiny.trigram, Plan(**fields), temperature=1.0,
+                       rand=rand, eos=NEVER, keep_trees=True, **settings)
+        rules.update(step.rule for step in res.stats.steps)
+        return tuple(res.tokens)
+
+    return exact.outcomes(fn), rules
 
 
-def test_sampling_negative_control_always_accept(tiny, tiny_exact, monkeypatch):
-    monkeypatch.setitem(verify.RULES, "recursive", always_accept)
-    assert tv_from_samples(tiny, tiny_exact, method="tree", shape="fixed", widths=(2, 2), sampled="with") > 2 * TV_BOUND
+def target_output(tiny, prompt, n=2, top_k=None):
+    """{the first n tokens: probability} sampling the (top-k processed) target token by token."""
+    from specdec_np.proofs import exact
+
+    def next_dist(context):
+        return process(forward(tiny.target, list(context), new_cache(tiny.target))[-1], 1.0, top_k)
+    return exact.sequence_distribution(next_dist, tuple(prompt), n)
 
 
-@pytest.mark.parametrize("sampled", ["with", "without"])
-def test_staged_sampling_matches_target_distribution(tiny, tiny_exact, sampled):
-    tv = tv_from_samples(tiny, tiny_exact, method="staged", shape="fixed", widths=(2, 1), sampled=sampled,
-                         ngram=tiny.trigram)
-    assert tv < TV_BOUND
+@pytest.mark.parametrize("prompt", [PROMPT, COPY_PROMPT], ids=["fresh", "repeat"])
+@pytest.mark.parametrize("method,fields,settings", EXACT_CASES,
+                         ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()))
+def test_generate_samples_the_target_exactly(tiny, method, fields, settings, prompt):
+    """Whatever the method, plan and rule, the tokens `generate` emits are distributed exactly as
+    the target's own samples: every random branch of the real loop is enumerated."""
+    got, rules = exact_output(tiny, method, fields, settings, prompt)
+    want = target_output(tiny, prompt, top_k=settings.get("top_k"))
+    assert fields.get("rule") is None or fields["rule"] in rules  # the plan's rule really ran
+    assert set(got) <= set(want)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+@pytest.mark.parametrize("method,fields,settings,rule", [
+    ("tree", dict(widths=(2,), sampled="with"), {}, "recursive"),
+    ("tree", dict(budget=3, depth=2), {}, "point_mass"),
+    ("speculative", dict(chain=2), {}, "chain"),
+    ("staged", dict(widths=(2, 1), sampled="without", copy_len=2), dict(top_k=2), "recursive_wor"),
+])
+def test_generate_samples_the_target_exactly_negative_control(tiny, monkeypatch, method, fields, settings, rule):
+    """The same check catches a rule that accepts drafts untested."""
+    monkeypatch.setitem(verify.RULES, rule, always_accept)
+    got, _ = exact_output(tiny, method, fields, settings, COPY_PROMPT)
+    want = target_output(tiny, COPY_PROMPT, top_k=settings.get("top_k"))
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.01
 
 
 def test_staged_sampled_children_are_exact_samples_of_q(tiny):
     """Stage 2 only precomputes the draft's distributions: a sampled tree drafted with it has exactly
     the distribution of one drafted without it, and that is the product of the draft's q along it."""
-    from specdec_np import build, exact
+    from specdec_np import build
+    from specdec_np.proofs import exact
     from specdec_np.drafting import ModelDrafter
 
     def tree_distribution(trigram):
@@ -389,15 +429,12 @@ def test_staged_sampled_children_are_exact_samples_of_q(tiny):
         assert prob == pytest.approx(want, abs=1e-12)
 
 
-COPY_PROMPT = [0, 1, 2, 3, 0, 1, 2]  # "0 1 2" recurs: staged copies "3 0" at the first step
-
-
 def staged_copy_distribution(tiny, n=3):
     """The exact distribution of staged decoding's first n tokens after COPY_PROMPT at T=1, by
     enumerating every random branch of `generate` itself (the enumerator is its `rand`), and
     whether both kinds of step ran: copied chains (point-mass rule) and sampled draft chains
     (recursive rule) alternate."""
-    from specdec_np import exact
+    from specdec_np.proofs import exact
 
     steps = {"copied": 0, "drafted": 0}
     shape = plan(shape="fixed", widths=(1,), sampled="without", copy_len=2)
@@ -415,7 +452,7 @@ def staged_copy_distribution(tiny, n=3):
 def lookup_distribution(tiny, n=3):
     """The same for prompt lookup with chains of 2 after a 3-token match, of 1 after a 2-token one
     and none after one token (point-mass verified), and whether some step proposed a chain."""
-    from specdec_np import exact
+    from specdec_np.proofs import exact
 
     proposed = [0]
 
@@ -452,7 +489,7 @@ def test_copied_chains_negative_control_always_accept(tiny, monkeypatch, distrib
 
 def test_lookup_steps_propose_the_chain_for_their_match(small):
     """Each step of lookup with lengths by match proposes `lookup_by_match`'s chain for the tokens so far."""
-    from specdec_np.staged import lookup_by_match
+    from specdec_np.lookup import lookup_by_match
 
     target, _, _ = small
     prompt = [1, 2, 3, 4, 1, 2, 3]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specdec_np import ngram
 from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, save, top_k
-from specdec_np.staged import lookup_by_match, prompt_lookup
+from specdec_np.lookup import lookup_by_match, prompt_lookup
 from specdec_np.tools.cli import cmd_ngram
 
 

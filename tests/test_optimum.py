@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import always_accept, tables, weights
-from specdec_np import exact, optimum, verify
+from specdec_np import verify
+from specdec_np.proofs import exact, optimum
 
 TOL = 1e-12
 
@@ -205,10 +206,7 @@ def test_chain_rules_on_block_verifications_example():
     target, draft = constant([1 / 3, 2 / 3]), constant([2 / 3, 1 / 3])
     assert abs(optimum.expected(optimum.chain_accepted(verify.verify_chain, target, draft, 0, 2)) - 10 / 9) < TOL
     assert abs(optimum.chain_coupling_bound(target, draft, 0, 2) - 12 / 9) < TOL
-    block = verify.RULES.get("block")
-    if block is None:
-        pytest.skip("verify.RULES has no 'block' rule yet")
-    assert abs(optimum.expected(optimum.chain_accepted(block, target, draft, 0, 2)) - 11 / 9) < TOL
+    assert abs(optimum.expected(optimum.chain_accepted(verify.verify_block, target, draft, 0, 2)) - 11 / 9) < TOL
 
 
 @settings(deadline=None, max_examples=15)
@@ -219,7 +217,5 @@ def test_token_wise_chain_under_block_under_the_coupling_bound(seed, V, length):
     chain = optimum.expected(optimum.chain_accepted(verify.verify_chain, target, draft, root, length))
     bound = optimum.chain_coupling_bound(target, draft, root, length)
     assert chain <= bound + TOL
-    block = verify.RULES.get("block")
-    if block is not None:
-        got = optimum.expected(optimum.chain_accepted(block, target, draft, root, length))
-        assert chain - TOL <= got <= bound + TOL
+    got = optimum.expected(optimum.chain_accepted(verify.verify_block, target, draft, root, length))
+    assert chain - TOL <= got <= bound + TOL

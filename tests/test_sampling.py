@@ -112,9 +112,12 @@ def test_invalid_settings_name_the_argument(kwargs, name):
         process(np.zeros(3), **kwargs)
 
 
-def test_valid_settings_pass():
-    check_settings(0, None, None)
-    check_settings(1.5, 1, 1.0)
+@pytest.mark.parametrize("settings", [(0, None, None), (1.5, 1, 1.0), (0.7, 3, 0.5), (2, None, 0.9)])
+def test_valid_settings_pass(settings):
+    """Settings at the edges of what is allowed raise nothing and process logits into distributions."""
+    assert check_settings(*settings) is None
+    probs = process(np.array([[0.0, 1.0, 2.0, 0.5], [3.0, -np.inf, 3.0, 1.0]]), *settings)
+    assert probs.shape == (2, 4) and (probs >= 0).all() and np.allclose(probs.sum(axis=-1), 1.0)
 
 
 def test_bad_logits_raise():
@@ -147,7 +150,7 @@ def test_a_coin_within_rounding_of_certain_draws_nothing():
     """A probability that is 1 (or 0) up to rounding decides without a uniform number, in Rand and
     in the exact enumerator alike, so rounding cannot shift a seed's later draws; a probability
     merely close to 1 still draws one."""
-    from specdec_np.exact import ScriptedRand
+    from specdec_np.proofs.exact import ScriptedRand
 
     for p, want in ((1.0 - 1e-15, True), (1.0 + 3e-16, True), (1e-17, False), (-0.0, False)):
         rand = Rand(7)

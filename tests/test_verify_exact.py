@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import always_accept, callback, context, tables
-from specdec_np import exact, verify
+from helpers import (TOL, always_accept, assert_lossless, callback, context, dense_tables, keep_top_k, max_error,
+                     sampled, tables, target_rows)
+from specdec_np import verify
 from specdec_np.build import build_best_first, build_chain, build_fixed
-from specdec_np.sampling import keep_top_k, process
+from specdec_np.proofs import exact
+from specdec_np.sampling import process
 from specdec_np.tree import Tree, children
-
-TOL = 1e-12
 
 # ----------------------------------------------------------------------------- tables
 # helpers.tables(seed, V): a target and a draft table (a lazily generated distribution per context),
@@ -27,40 +27,9 @@ TOL = 1e-12
 # helpers.callback serves a table to the builders as their dist_fn.
 
 
-def target_rows(tree, target):  # -> [n, V]
-    return np.array([target(context(tree.tokens, tree.parents, i)) for i in range(len(tree))])
-
-
 def one_hot(dist):
     """The temperature-0 target: one-hot on the argmax (ties -> lowest id)."""
     return lambda ctx: process(np.log(np.maximum(dist(ctx), 1e-300)), temperature=0)
-
-
-# ----------------------------------------------------------------------------- the check
-
-def step_distribution(build, rule, draft, target, root, m):
-    """Exact distribution of the first m tokens of one speculative step (completed with the target)."""
-    def run(rand):
-        tree = build(root, callback(draft), rand)
-        path, nxt = rule(tree, target_rows(tree, target), rand)
-        out = verify.emitted(tree, path, nxt)
-        while len(out) < m:  # the target's own continuation
-            out.append(rand.draw(target((root,) + tuple(out))))
-        return tuple(out[:m])
-    return exact.outcomes(run)
-
-
-def max_error(build, rule, draft, target, root, m):
-    """Largest total variation between the step and the target over the first 1..m tokens."""
-    spec = step_distribution(build, rule, draft, target, root, m)
-    assert abs(sum(spec.values()) - 1) < 1e-12
-    return max(exact.total_variation(exact.prefix_marginal(spec, j), exact.sequence_distribution(target, (root,), j))
-               for j in range(1, m + 1))
-
-
-def assert_lossless(build, rule, draft, target, root, m):
-    err = max_error(build, rule, draft, target, root, m)
-    assert err < TOL, f"total variation {err:.3g} from the target"
 
 
 # Tree shapes: small enough that every branch can be enumerated quickly.
@@ -72,11 +41,6 @@ common = dict(seed=st.integers(0, 2**32 - 1), V=st.integers(3, 5), m=st.integers
 
 def root_of(seed, V):
     return seed % V
-
-
-def sampled(widths, replacement=True):
-    """A builder of fixed-width trees whose children are sampled from the draft."""
-    return lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
 
 
 # ----------------------------------------------------------------------------- positive: every rule
@@ -217,23 +181,6 @@ def unnormalised_residual(tree, p, rand):
 def chain_with_q_equal_p(tree, p, rand):
     """Broken: the chain rule handed p as the draft distribution (accepts whenever p(x) > 0)."""
     return verify.verify_chain(Tree(tree.tokens, tree.parents, tree.q, tree.kind, draft_dists=p), p, rand)
-
-
-def dense_tables(seed: int, V: int):
-    """target(ctx), draft(ctx) -> [V]: independent Dirichlet(1) rows, every token possible.
-
-    The negative controls use these: with sparse rows a bug can be invisible (e.g. when p > q on a
-    single token, the residual is one-hot and every residual variant agrees).
-    """
-    memo = {}
-
-    def pair(ctx):
-        if ctx not in memo:
-            rng = np.random.default_rng([seed, len(ctx), *ctx])
-            memo[ctx] = (rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V)))
-        return memo[ctx]
-
-    return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])
 
 
 def fixed_example(seed=0, V=5):

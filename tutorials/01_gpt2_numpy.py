@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from specdec_np.gpt2 import attention, forward, gelu, layer_norm, linear, new_cache, softmax
+from specdec_np.gpt2 import attention, forward, gelu, layer_norm, linear, new_cache
 from specdec_np.models import load_model
+from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
 
 model = load_model("tiny-target")  # the small GPT-2 shipped in weights/ (no network needed)
@@ -108,7 +109,7 @@ y = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon)
 logits_by_hand = y @ params["wte"].T  # [n, n_embd] -> [n, n_vocab]
 print("logits:", logits_by_hand.shape)
 
-probs = softmax(logits_by_hand[-1])  # the next-token distribution after the prompt
+probs = process(logits_by_hand[-1], temperature=1.0)  # softmax: the next-token distribution after the prompt
 top = np.argsort(-probs)[:5]
 print("most likely next tokens:", ", ".join(f"{decode(enc, [t])!r} {probs[t]:.2f}" for t in top))
 

@@ -18,9 +18,10 @@
 # %%
 import numpy as np
 
-from specdec_np import build, exact, verify
+from specdec_np import build, verify
 from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
+from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import encode
 from specdec_np.tree import children

@@ -28,7 +28,6 @@ from specdec_np import ngram
 from specdec_np.decode import Plan, generate
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import decode, encode
-from specdec_np.tools.demo import colour_by_stage, legend, use_color
 from specdec_np.tree import NGRAM, SOURCES
 
 target, draft, trigram, enc = load_embedded()
@@ -90,9 +89,16 @@ for name, r in (("tree", tree_run), ("staged", staged_run)):
 # closing brackets, repeated names) are where the trigram shines.
 
 # %%
-color = use_color()
-print(f"staged completion ({legend(color)}):\n")
-print(decode(enc, prompt) + colour_by_stage(enc, staged_run.tokens, staged_run.stats.source, color))
+MARKS = {"target": "{}", "draft": "<{}>", "ngram": "[{}]"}  # how each stage's tokens are shown
+
+
+def by_stage(tokens, sources) -> str:
+    """The text with each token marked by the stage that produced it."""
+    return "".join(MARKS[SOURCES[src]].format(decode(enc, [tok])) for tok, src in zip(tokens, sources))
+
+
+print("staged completion ([ngram]  <draft>  target unmarked):\n")
+print(decode(enc, prompt) + by_stage(staged_run.tokens, staged_run.stats.source))
 counts = {name: staged_run.stats.source.count(i) for i, name in enumerate(SOURCES)}
 print("\ntokens by stage:", counts)
 assert sum(counts.values()) == len(staged_run.tokens)

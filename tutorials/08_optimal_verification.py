@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec_np import build, exact, optimum, verify
+from specdec_np import build, verify
+from specdec_np.proofs import exact, optimum
 
 NAMES = "ABCD"
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 5)

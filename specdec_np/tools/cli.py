@@ -189,7 +189,7 @@ def changed(plan, method: str, a):
     return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
 
 
-# Where each rule is lossless, in the command line's terms (verify.PAIRINGS in the core's).
+# Where each rule is lossless, in the command line's terms (verify.LOSSLESS in the core's).
 RULE_NEEDS = {
     "greedy": "at --temperature 0 only",
     "point_mass": "on trees of the draft's top tokens (no --sampled)",
@@ -228,7 +228,7 @@ def lossless(plan, method: str, temperature: float) -> bool:
 def check_rule_options(a) -> None:
     """--rule against what the other options already say about the trees (how children are chosen,
     whether it is a chain), before any plan is chosen; choose_plan checks the plan itself."""
-    from ..verify import PAIRINGS
+    from ..verify import LOSSLESS
 
     if a.rule is None or a.rule == "greedy":
         return
@@ -240,7 +240,7 @@ def check_rule_options(a) -> None:
         kind, how = "deterministic", f"{a.method}'s drafts, which are not drawn from the draft model"
     else:
         kind = how = None
-    if kind is not None and kind not in PAIRINGS[a.rule]:
+    if kind is not None and a.rule not in LOSSLESS[kind][1]:
         raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on {how}")
     if a.rule in ("chain", "block") and a.widths is not None and max(parse_widths(a.widths)) > 1:
         raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on --widths {a.widths}")

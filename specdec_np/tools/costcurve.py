@@ -117,15 +117,21 @@ def laid_out(model: GPT2, slab_rows: int) -> GPT2:
     return model if model.slab_rows == slab_rows else dataclasses.replace(model, slab_rows=slab_rows)
 
 
-def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 16), prefix_len: int = 200, repeats: int = 9) -> int:
+def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 16), prefix_len: int = 200, repeats: int = 9,
+                     seconds: float = 3.0) -> int:
     """The largest block this machine's BLAS multiplies faster from column slabs than with one
     x @ w: the largest size such that slabs win at it and at every smaller size measured (0: at
-    none). Both layouts of a pass are timed side by side, round-robin, medians of `repeats`."""
+    none). Both layouts of a pass are timed side by side, round-robin, medians of `repeats`
+    (fewer for a model so slow that they would take more than about `seconds`)."""
     plain, slabbed = laid_out(model, 0), laid_out(model, max(sizes))
     prefix_len = min(prefix_len, model.config.n_ctx - max(sizes))
     caches = [new_cache(m, max_block=max(sizes)) for m in (plain, slabbed)]
     for m, cache in zip((plain, slabbed), caches):
         forward(m, np.arange(prefix_len) % model.config.n_vocab, cache)
+    t = time.perf_counter()
+    forward(slabbed, np.arange(max(sizes)) % model.config.n_vocab, caches[1])
+    caches[1].truncate(prefix_len)
+    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * (time.perf_counter() - t)))))
     times = {(i, k): [] for i in range(2) for k in sizes}
     for r in range(repeats + 1):  # round 0 warms up
         for k in sizes:

@@ -7,11 +7,19 @@ Sequoia-style, from two things measured apart:
   property of the models, shipped for the embedded pair; for any other pair measured on first use,
   per setting, on a grid sized to take a few minutes on this machine (`acceptance_profile`);
 - this machine's costs (`calibration`, about ten seconds on first use for the embedded pair, under
-  a minute for GPT-2 and distilgpt2): the forward pass against its block size, warm and cold
+  a minute for GPT-2 and distilgpt2): which layout of each model's products its BLAS multiplies
+  fastest (`costcurve.choose_slab_rows`), the forward pass against its block size, warm and cold
   (`costcurve.loop_curves`), the fixed work per step, drafting step and distribution the draft
   processes (fitted on the steps of a few short timed runs) and an n-gram query (timed directly),
   cached in the user's cache directory under a key of everything they depend on (CPU, cores,
-  BLAS, the models' weights, dtype).
+  BLAS library, kernel and threads, the models' weights, dtype).
+
+A busy machine is common (a laptop runs other work): when other processes use the CPU as the
+tools start, BLAS gets one thread (OpenBLAS's threads stall while another process holds a core);
+timings taken while the machine was busy are used for nothing and not cached, and a measurement
+that runs past its time is stopped (`Busy`): the machine's choice is then prompt lookup at
+temperature 0 and plain decoding when sampling, which need no measurement, and the next run
+measures again.
 
 The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
 prompt lookup are always candidates, and a plan that drafts must be predicted at least MARGIN
@@ -159,10 +167,13 @@ def progress_bar(label: str):
 
 # ----------------------------------------------------------------------------- this machine's costs
 
-def measure_costs(target, draft, ngram, prompts, progress=None, seconds=CALIBRATION_SECONDS) -> dict:
+def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
     """This machine's layout of each model's products (`costcurve.choose_slab_rows`), its cost
     curves, scaled to what passes cost inside the decoding loop, and per-setting overheads (ms):
-    about ten seconds on a quiet machine; `Busy` past `seconds`."""
+    about ten seconds on a quiet machine for the embedded pair; `Busy` past `seconds` (default
+    CALIBRATION_SECONDS, up to 4x that for a target with more weights to read)."""
+    if seconds is None:
+        seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
     deadline = time.perf_counter() + seconds
 
     def tick(done, total):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import SURE
+from ..sampling import SURE
 
 
 class ScriptedRand:

@@ -19,12 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import ar_greedy, callback, processed, tables
-from specdec_np import exact, verify
+from helpers import (TOL, ar_greedy, assert_lossless, callback, dense_tables, max_error, processed, sampled, tables,
+                     target_rows)
+from specdec_np import verify
 from specdec_np.build import build_chain, build_fixed
 from specdec_np.decode import NEVER, Plan, generate
+from specdec_np.proofs import exact
 from specdec_np.tree import Tree
-from test_verify_exact import TOL, assert_lossless, dense_tables, max_error, sampled, target_rows
 
 PROCESSING = [dict(), dict(top_k=2), dict(top_p=0.7), dict(top_k=3, top_p=0.8)]
 

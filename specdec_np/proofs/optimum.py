@@ -28,11 +28,13 @@ from collections import deque
 
 import numpy as np
 
-from . import build, exact, verify
-from .tree import Tree, children, path_key
+from .. import build, verify
+from . import exact
+from ..tree import Tree, children, path_key
 
 SCHEMES = ("with", "without", "deterministic")  # how the k drafts are drawn from q
-PAIRED_RULE = {"with": "recursive", "without": "recursive_wor", "deterministic": "point_mass"}
+KIND = {"with": "with_replacement", "without": "without_replacement", "deterministic": "deterministic"}  # tree.KINDS
+PAIRED_RULE = {scheme: verify.LOSSLESS[KIND[scheme]][0] for scheme in SCHEMES}  # each scheme's default rule
 ROOT = 0  # the root token of the one-level trees: irrelevant, only its children are drafts
 
 
