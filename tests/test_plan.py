@@ -212,6 +212,10 @@ def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_pat
     assert plans.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
     assert capsys.readouterr().err == ""
     assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 2}, False)
+    # A window too short to count ticks in says nothing (a cached or fake measurement takes no time).
+    snaps = iter([(100.0, 50.0, 0.0), (100.02, 50.0, 0.001)])
+    monkeypatch.setattr(plans, "cpu_times", lambda: next(snaps))
+    assert plans.busy_warning(plans.cpu_times()) == ""
     # No /proc/stat: the load average.
     monkeypatch.setattr(plans, "cpu_times", lambda: None)
     cores = os.cpu_count() or 1

@@ -295,6 +295,7 @@ def settle_threads() -> str:
 
 
 BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
+MIN_WINDOW = 0.2  # seconds: a shorter window says nothing about the load
 
 
 def cpu_times() -> tuple | None:
@@ -318,7 +319,9 @@ def busy_warning(start: tuple | None) -> str:
     /proc/stat: when the load average exceeds the cores, or "" if that is unknown too."""
     cores = os.cpu_count() or 1
     end = cpu_times()
-    if start is not None and end is not None and end[2] > start[2]:
+    if start is not None and end is not None and end[2] - start[2] < MIN_WINDOW:
+        return ""  # too short to tell: /proc/stat counts in ticks of 10 ms
+    if start is not None and end is not None:
         others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])  # cores' worth
         if others <= BUSY_CORES:
             return ""
