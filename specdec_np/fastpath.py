@@ -6,8 +6,10 @@ what one costs: that is the premise of speculative decoding. A plain `x @ w` doe
 on a CPU: for a few rows OpenBLAS packs all of `w` into a scratch buffer on every call and runs
 a kernel tuned for large matrices, so 4 rows cost about twice one. `Weight` keeps a second layout
 of each matrix, column slabs, whose product by a few rows is one small matrix product per slab
-(one NumPy call, no packing), and `matmul` picks the layout by the block's row count. The
-measurements behind each choice, with the command that repeats them, are in docs/performance.md.
+(one NumPy call, no packing where the BLAS has a small-matrix kernel), and `matmul` picks the
+layout by the block's row count. Up to which size the slabs pay depends on the BLAS kernel: the
+tools measure it and set `GPT2.slab_rows`. The measurements behind each choice, with the command
+that repeats them, are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less th
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out], row-major: the parameter itself (not a copy). One row (a decoding step)
-           is a matrix-vector product that streams it once; large blocks are one x @ w.
+    w:     [n_in, n_out], row-major: the parameter itself (not a copy), for blocks of more than
+           `slab_rows` rows (one x @ w), and for one row when `gemv` (a matrix-vector product,
+           which OpenBLAS runs on every thread: the tied head, thousands of columns wide).
     slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, the last
-           zero-padded: a second copy, so a model's layer weights take twice their memory. None
-           for a matrix of at most SLAB_MIN numbers.
+           zero-padded, for blocks of up to `slab_rows` rows: a second copy, so the matrix takes
+           twice its memory. None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray
@@ -71,8 +74,7 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
         return y.transpose(1, 0, 2).reshape(n, n_out)
     out = np.empty((n, n_out), dtype=y.dtype)
     np.reshape(out[:, :full * SLAB], (n, full, SLAB), copy=False)[...] = y[:full].transpose(1, 0, 2)
-    if full < n_slabs:
-        out[:, full * SLAB:] = y[full, :, :n_out - full * SLAB]
+    out[:, full * SLAB:] = y[full, :, :n_out - full * SLAB]  # the padded last slab
     return out
 
 
