@@ -280,6 +280,8 @@ def test_bench_with_fixture(tmp_path, capsys):
     assert set(res["plans"]["greedy"]) == set(bench.METHODS) and res["machine"]["cpus"] >= 1
     section = (tmp_path / "results.md").read_text()
     assert f"## {bench.machine_name()}" in section and "python -m specdec_np bench --prompts" in section
+    kernel = res["machine"]["blas"]["kernel"]  # the section names the BLAS it was measured with
+    assert f"BLAS: " in section and f"{kernel} kernel" in section and "layout: target" in section
     g = res["summary"]["greedy"]
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)

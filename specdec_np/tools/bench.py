@@ -424,8 +424,7 @@ def main(argv=None) -> int:
     except Busy as e:
         raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
-    print(f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} x @ w"
-                                                      for m, k in costs["layout"].items()))
+    print(blas_line(costs))
     print_curves(costs)
     target, draft = laid_out(target, costs["layout"]["target"]), laid_out(draft, costs["layout"]["draft"])
     if a.curves:
@@ -472,13 +471,19 @@ def main(argv=None) -> int:
     if a.results:
         command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
-                       f"{head}.\n{md}\n")
+                       f"{head}.\n\n{blas_line(costs)}.\n{md}\n")
         print(f"wrote this machine's section of {a.results}")
     if a.plot and summary:
         for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'} and {out_dir / 'results.md'}")
     return 0
+
+
+def blas_line(costs) -> str:
+    """The BLAS in use and the layout of each model's products, in words."""
+    return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
+                                                       for m, k in costs["layout"].items())
 
 
 def print_curves(costs) -> None:
