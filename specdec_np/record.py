@@ -32,6 +32,7 @@ class Step:
     copied: bool | None = None  # the tree is stage 2's copy of a repeat (no draft pass)
     p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
     cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
+    p_rows: dict | None = None  # {node: the target's p [V] after it} where a child of node was rejected
 
 
 @dataclass
@@ -104,5 +105,9 @@ class Recorder:
             step.proposers, step.copied = proposal.proposers, proposal.copied
             step.p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
             step.cache = (scored.start, scored.n_c, cache_length)
+            # Where a child was rejected, the residual the rule went on with is computed from these
+            # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
+            rejected = {int(tree.parents[c.node]) for c in verdict.checks if c.test == "ratio" and not c.accepted}
+            step.p_rows = {node: scored.p[node].copy() for node in sorted(rejected)}
         self.stats.steps.append(step)
         self.times = [time.perf_counter()]

@@ -6,6 +6,7 @@ nothing outside itself; `python -m specdec_np trace` writes it."""
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -67,6 +68,41 @@ class Page(HTMLParser):
 def embedded_data(html):
     (payload,) = Page(html).contents("script", type="application/json", id="trace-data")
     return json.loads(payload)
+
+
+NODE = shutil.which("node") or shutil.which("nodejs")
+# The page's script run by Node.js against a stand-in for the few DOM calls it makes: what each step
+# shows (the summary, the tree's SVG, the checks, the residual tables, the cache) as the browser
+# would get it, without a browser (CI has none).
+HARNESS = r"""
+const els = {};
+const el = id => els[id] || (els[id] = {id, textContent: "", innerHTML: "", value: 0, disabled: false, max: 0,
+  classList: {toggle() {}}, querySelector() { return null; }, scrollTop: 0, clientHeight: 0});
+globalThis.document = {getElementById: el, addEventListener() {}, body: {classList: {toggle() {}}}};
+globalThis.location = {hash: ""};
+globalThis.history = {replaceState() {}};
+el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8");
+__SCRIPT__
+const shown = D.steps.map((_, k) => {
+  show(k);
+  return Object.fromEntries(["summary", "tree", "rule", "checks", "residual", "cache"].map(id =>
+    [id, el(id).innerHTML || el(id).textContent]));
+});
+console.log(JSON.stringify(shown));
+"""
+
+
+def rendered(html, tmp_path):
+    """Per step, what the page's script puts in each of its sections (skipped without Node.js)."""
+    if NODE is None:
+        pytest.skip("needs Node.js to run the page's script")
+    script = next(s for s in Page(html).contents("script", type=None) if s.strip())
+    (tmp_path / "data.json").write_text(json.dumps(embedded_data(html)), encoding="utf-8")
+    (tmp_path / "run.js").write_text(HARNESS.replace("__SCRIPT__", script), encoding="utf-8")
+    r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 def replay(step):

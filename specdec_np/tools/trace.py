@@ -20,9 +20,50 @@ import dataclasses
 import html
 import json
 
+import numpy as np
+
+from .. import verify
 from ..checkpoint import atomic_file
 from ..tokenizer import decode
 from ..tree import SOURCES
+
+SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
+
+
+def residuals(step) -> list:
+    """Per node where a child was rejected by a ratio test: p, q and what they became after each
+    rejection (p' = norm(max(p - q, 0)), and without replacement q' = q without the rejected token),
+    recomputed with verify's own functions from the recorded rows, on the few tokens that matter.
+
+    The page shows them because after a rejection the rule tests the next sibling, or draws the
+    target's token, against p' and q', not against the p and q of the node's column; a test checks
+    that the numbers here are the ones the rule's checks used."""
+    tree, out = step.tree, []
+    for node, p in (step.p_rows or {}).items():
+        tested = [c for c in step.checks if c.test == "ratio" and int(tree.parents[c.node]) == node]
+        q = tree.draft_dists[node] if tree.draft_dists is not None else None
+        stages = [(np.asarray(p, dtype=np.float64), q)]
+        for c in tested:
+            if c.accepted:
+                break
+            p_res, q_res = stages[-1]
+            if step.rule == "point_mass":  # the tried child's share is gone; the rest renormalised
+                p_res = p_res.copy()
+                p_res[c.token] = 0.0
+                p_res = p_res / p_res.sum() if p_res.sum() > 0 else p_res
+            else:
+                p_res = verify.residual(p_res, q_res)
+                if step.rule == "recursive_wor":
+                    q_res = verify.without(q_res, c.token)
+            stages.append((p_res, q_res))
+        tokens = [c.token for c in tested]
+        for dist in (d for stage in (stages[0], stages[-1]) for d in stage if d is not None):
+            tokens += [int(t) for t in np.argsort(-dist, kind="stable")[:SHOWN]]
+        tokens = list(dict.fromkeys(tokens))
+        rows = lambda d: None if d is None else [float(d[t]) for t in tokens] + [float(max(0.0, 1.0 - d[tokens].sum()))]
+        out.append({"node": node, "tested": [c.node for c in tested], "tokens": tokens,
+                    "stages": [{"p": rows(pp), "q": rows(qq)} for pp, qq in stages]})
+    return out
 
 
 def step_record(step) -> dict:
@@ -35,7 +76,7 @@ def step_record(step) -> dict:
                  "kind": tree.kind},
         "proposers": step.proposers, "copied": step.copied, "p": step.p_nodes,
         "path": step.path, "rule": step.rule, "checks": [dataclasses.asdict(c) for c in step.checks],
-        "cache": list(step.cache),
+        "cache": list(step.cache), "residuals": residuals(step),
     }
 
 
@@ -44,10 +85,13 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
     if any(s.tree is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
+    for step in steps:  # a step whose path was cut (only the last can be): why, for the page to say
+        step["cut"] = result.stop_reason if len(step["tokens"]) < len(step["path"]) else None
     ids = set(prompt) | set(result.tokens)
     for step in steps:
         ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
+        ids |= {t for r in step["residuals"] for t in r["tokens"]}
     return {
         "method": method, "about": about, "sources": list(SOURCES),
         "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
@@ -97,7 +141,8 @@ TEMPLATE = r"""<!doctype html>
   .legend { display: flex; gap: 16px; flex-wrap: wrap; color: #2d3748; font-size: 13px; margin: 4px 0; align-items: center; }
   .legend svg { vertical-align: middle; }
   .cols { display: grid; grid-template-columns: minmax(0, 1.5fr) minmax(0, 1fr); gap: 0 20px; }
-  svg.fit { max-width: 100%; height: auto; }  /* a long chain shrinks to the page's width */
+  /* The tree is drawn at its own size (text at least 10 px) and a long chain scrolls sideways:
+     shrunk to the column's width, a copied chain of 16 tokens had 6 px text. */
   .scroll { overflow-x: auto; border: 1px solid #e2e8f0; border-radius: 4px; padding: 4px; }
   table { border-collapse: collapse; width: 100%; font-size: 13px; }
   th, td { border-bottom: 1px solid #e2e8f0; padding: 3px 6px; text-align: left; vertical-align: top; }
@@ -107,6 +152,9 @@ TEMPLATE = r"""<!doctype html>
   tr.no td { background: #fff5f5; }
   tr.skip td { color: #718096; }
   tr.add td { background: #fffaf0; font-weight: 600; }
+  tr.cut td { background: #f7fafc; color: #4a5568; }
+  .bar { display: inline-block; height: 9px; vertical-align: middle; margin-right: 4px; }
+  .bar.p { background: var(--target); } .bar.q { background: var(--draft); }
   .verdict, .who, .node { white-space: nowrap; }
   td.node small { color: #718096; }
   .verdict { font-weight: 600; }
@@ -160,6 +208,7 @@ from: after temperature, top-k and top-p).</p>
     <h2 id="rule-head">3. The verification rule</h2>
     <p id="rule"></p>
     <div class="scroll"><table id="checks"></table></div>
+    <div id="residual"></div>
   </div>
   <div>
     <h2>4. The target's KV cache</h2>
@@ -182,13 +231,30 @@ const WHO = {
 };
 const RULES = {
   greedy: "greedy (temperature 0): follow the child whose token is the target's argmax; at the first node with no such child, or after a leaf, the target adds its argmax.",
-  point_mass: "point mass (children are the draft's top tokens): try the children in order, accepting each with its share of the target's probability not yet tried; the same as drawing x ~ p and descending if x is a child. If none is accepted, the target draws from p without the tried children.",
+  point_mass: "point mass: try the children in order, accepting each with its share of the target's probability not yet tried; the same as drawing x ~ p and descending if x is a child. If none is accepted, the target draws from p without the tried children.",
   chain: "chain rejection sampling: accept the drafted x ~ q with probability min(1, p(x)/q(x)) against a uniform draw u; on a rejection the target draws from norm(max(p - q, 0)); after the whole chain, a bonus token from p.",
   recursive: "recursive rejection sampling (children drawn from q with replacement): test each child with min(1, p/q) against a uniform draw u; after a rejection p := norm(max(p - q, 0)) for the next sibling. If all are rejected, the target draws from what p still owes.",
   recursive_wor: "recursive rejection sampling without replacement: as with replacement, and a rejected token is also removed from q (renormalised) before the next sibling is tested.",
   block: "block verification (a chain drawn from q): each prefix x1..xi gets a weight a_i = min(1, a_(i-1) p(xi)/q(xi)), so a later token with p > q can make up for an earlier one with p < q. Testing from the end of the chain back, keep x1..xi with a probability computed from a_i against a uniform draw u; the target then draws from what it still owes there.",
   traversal: "traversal verification (a tree drawn from q): paths are tested from the leaves towards the root, each node only after all its children were rejected, with the weight of its whole path (as block verification does on a chain). A rejected child lowers its parent's weight and what the parent still owes; the first node kept ends the step, and the target draws from what it owes.",
 };
+
+// Point mass is the rule for children that were not drawn from a distribution: the draft's top
+// tokens, or stage 2's copy of a repeat (which has no q at all).
+function ruleText(step) {
+  const base = RULES[step.rule] || `rule ${step.rule}`;
+  if (step.rule === "point_mass") return (step.copied
+    ? "point mass (the children are stage 2's copy of a repeat, one token per node, not drawn from any distribution, so there is no q): "
+    : "point mass (the children are the draft's top tokens, chosen, not drawn): ") + base.slice("point mass: ".length);
+  return base + (step.rule === "greedy" ? " (At temperature 0 the target's p is 1 at its argmax, 0 elsewhere.)" : "");
+}
+// Why a step's path was cut (only the run's last step can be): the tokens after the cut are not emitted.
+function cutWhy(step) {
+  return step.cut === "eos" ? "the end-of-text token ends the run" :
+    step.cut === "max_new_tokens" ? "the run reached --max-new-tokens" : "the context is full";
+}
+// Whether node i of the accepted path was emitted: the path's j-th node is the step's j-th token.
+function emittedNode(step, i) { const j = step.path.indexOf(i); return j < 0 || j <= step.tokens.length; }
 
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
 function text(t) { return D.text[t] !== undefined ? D.text[t] : "#" + t; }
@@ -224,7 +290,7 @@ function marker(kind) {
 function legend() {
   const items = Object.keys(WHO).map(k => `<span>${marker(k)} ${WHO[k].label}</span>`);
   items.push('<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
-             '<span>faded, dotted: not examined</span>');
+             '<span>faded, dotted: not examined</span>', '<span><b>&#9986;</b> faded, dotted: accepted but cut (the run ended)</span>');
   items.push('<span>text: <span class="tok src-ngram">n-gram</span> <span class="tok src-draft">draft</span> ' +
              '<span class="tok src-target">target</span></span>');
   $("legend").innerHTML = items.join("");
@@ -261,10 +327,10 @@ function treeSvg(step) {
              ` fill="none" stroke="${path ? "#1a202c" : "#a0aec0"}" stroke-width="${path ? 3 : 1.5}"/>`);
   }
   const box = (x, y, kind, label, sub, state, title, idx) => {
-    const dash = state === "no" ? ' stroke-dasharray="5 3"' : state === "skip" ? ' stroke-dasharray="2 2"' : "";
+    const dash = state === "no" ? ' stroke-dasharray="5 3"' : state === "skip" || state === "cut" ? ' stroke-dasharray="2 2"' : "";
     const width = state === "yes" || state === "root" ? 3 : state === "no" ? 2 : 1;
-    const mark = state === "yes" ? "\u2713" : state === "no" ? "\u2717" : "";
-    return `<g opacity="${state === "skip" ? 0.55 : 1}"><title>${esc(title)}</title>` +
+    const mark = state === "yes" ? "\u2713" : state === "no" ? "\u2717" : state === "cut" ? "\u2702" : "";
+    return `<g opacity="${state === "skip" || state === "cut" ? 0.55 : 1}" data-state="${state}"><title>${esc(title)}</title>` +
       `<rect x="${x}" y="${y}" width="${BW}" height="${BH}" rx="5" fill="${WHO[kind].bg}" stroke="#1a202c" stroke-width="${width}"${dash}/>` +
       shape(WHO[kind].shape, x + 1, y + 1, 6, WHO[kind].color) +
       `<text x="${x + 10}" y="${y - 3}" font-size="10" fill="#4a5568">${idx}</text>` +
@@ -274,11 +340,13 @@ function treeSvg(step) {
   };
   for (let i = 0; i < n; i++) {
     // block and traversal test a path as a whole: its nodes above the one tested are kept with it
-    const c = v[i], state = i === 0 ? "root" : c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
+    const c = v[i], state = i === 0 ? "root" : !emittedNode(step, i) ? "cut" :
+      c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
     const sub = i === 0 ? "last token" : (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}`;
     const title = i === 0 ? "node 0: the root, the last emitted token" :
       `node ${i}: ${tok(t.tokens[i])} proposed by ${WHO[who(step, i)].label}; q = ${num(t.q[i])}, p = ${num(step.p[i])}; ` +
-      (c ? (c.accepted ? "accepted" : "rejected") : onPath.has(i) ? "accepted with the path below it" : "not examined");
+      (c ? (c.accepted ? "accepted" : "rejected") : onPath.has(i) ? "accepted with the path below it" : "not examined") +
+      (state === "cut" ? `, but cut: ${cutWhy(step)} before it` : "");
     out.push(box(X(i), Y(i), who(step, i), text(t.tokens[i]), sub, state, title, "#" + i));
   }
   // The token the target adds after the accepted path (a correction or a bonus draw).
@@ -286,11 +354,11 @@ function treeSvg(step) {
   const ax = X0 + (depth[last] + 1) * W, ay = kids[last].length ? Y0 + next * H : Y(last);  // below rejected children
   out.push(`<path d="M${X(last) + BW},${Y(last) + BH / 2} C${X(last) + BW + 12},${Y(last) + BH / 2} ${ax - 12},${ay + BH / 2} ${ax},${ay + BH / 2}"` +
            ` fill="none" stroke="var(--target)" stroke-width="2.5" stroke-dasharray="6 3"/>`);
-  out.push(box(ax, ay, "target", text(added.token), emitted ? "target adds" : "cut: not emitted", emitted ? "yes" : "skip",
-               `the target's token after node ${last}: ${tok(added.token)}`, "+"));
+  out.push(box(ax, ay, "target", text(added.token), emitted ? "target adds" : "cut: not emitted", emitted ? "yes" : "cut",
+               `the target's token after node ${last}: ${tok(added.token)}` + (emitted ? "" : `, cut: ${cutWhy(step)} before it`), "+"));
   const height = Y0 + (next + (kids[last].length ? 1 : 0)) * H;
   const width = X0 + cols * W + 10;
-  return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" class="fit" ` +
+  return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" ` +
          `aria-label="token tree of step">${out.join("")}</svg>`;
 }
 
@@ -299,9 +367,14 @@ function explain(step, c, t) {
     `the target's argmax is ${tok(c.value)}, not ${tok(c.token)}`;
   if (c.test === "ratio") {
     // Siblings rejected before this one: p (and q, for the recursive rules) are then what is left.
+    // They are p' and q' (the residual table below the checks shows them), not the columns' p and q.
     const before = step.checks.filter((o, i) => i < c.first && o.test === "ratio" && t.parents[o.node] === t.parents[c.node]);
-    const after = before.length ? `after ${before.map(o => "#" + o.node).join(", ")} rejected: ` : "";
+    const ids = before.map(o => "#" + o.node).join(", ");
+    const after = !before.length ? "" : step.rule === "point_mass" ? `after ${ids} missed: ` :
+      `after ${ids} rejected, against the residual p' = norm(max(p - q, 0))` +
+      (step.rule === "recursive_wor" ? ` and q' = q without the rejected token: ` : ` (q' = q: siblings drawn with replacement): `);
     const prob = step.rule === "point_mass" ? `p(x) / p(untried) = ${num(c.value)}`
+      : before.length ? `min(1, p'/q') = min(1, ${num(c.p)}/${num(c.q)}) = ${num(c.value)}`
       : `min(1, p/q) = min(1, ${num(c.p)}/${num(c.q)}) = ${num(c.value)}`;
     const draw = c.u === null ? `, ${c.value >= 1 ? "accepted" : "rejected"} without a draw`
       : `; u = ${num(c.u)} ${c.accepted ? "<" : "\u2265"} ${num(c.value)}`;
@@ -313,7 +386,7 @@ function explain(step, c, t) {
     if (c.accepted) return `a leaf: the target draws a bonus token from p: ${tok(c.token)} (probability ${num(c.value)})`;
     const from = step.rule === "point_mass" ? "p without the tried children"
       : step.checks.some(o => o.test === "sequence") ? "what the target still owes there, norm(max(a p - q, 0)) for the path's weight a"
-      : "what p still owes, norm(max(p - q, 0))";
+      : "the residual p' = norm(max(p - q, 0)), what p still owes (see the table below)";
     return `every child rejected: the target draws ${tok(c.token)} from ${from} (probability ${num(c.value)})`;
   }
   if (c.test === "sequence") {
@@ -337,18 +410,47 @@ function checksTable(step) {
     const kept = !c && onPath.has(i);  // on the accepted path with no test of its own (block, traversal)
     const why = c ? explain(step, c, t) : kept ? "kept: the path through it to a deeper node was accepted as a whole"
       : onPath.has(parent) ? "not examined: an earlier sibling was accepted" : `not examined: node #${parent} was not accepted`;
-    const verdict = c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : kept ? "accepted \u2713" : "\u2014";
-    rows.push(`<tr class="${c ? (c.accepted ? "yes" : "no") : kept ? "yes" : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
+    const cut = !emittedNode(step, i) ? `; cut, not emitted: ${cutWhy(step)} before it` : "";
+    const verdict = (c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : kept ? "accepted \u2713" : "\u2014") +
+      (cut ? ", cut \u2702" : "");
+    rows.push(`<tr class="${cut ? "cut" : c ? (c.accepted ? "yes" : "no") : kept ? "yes" : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
               `<td class="mono">${esc(visible(text(t.tokens[i])))}</td>` +
               `<td class="who">${marker(who(step, i))} ${WHO[who(step, i)].label}</td><td class="num">${step.copied ? "\u2014" : num(t.q[i])}</td>` +
-              `<td class="num">${num(step.p[i])}</td><td>${esc(why)}</td><td class="verdict">${verdict}</td></tr>`);
+              `<td class="num">${num(step.p[i])}</td><td>${esc(why + cut)}</td><td class="verdict">${verdict}</td></tr>`);
   }
   const add = step.checks[step.checks.length - 1], last = step.path[step.path.length - 1];
-  const cut = step.tokens.length < step.path.length ? " (cut: not emitted)" : "";
-  rows.push(`<tr class="add"><td class="node">+<small> after #${last}</small></td><td class="mono">${esc(visible(text(add.token)))}</td>` +
+  const cut = step.tokens.length < step.path.length ? ` (cut, not emitted: ${cutWhy(step)} before it)` : "";
+  rows.push(`<tr class="${cut ? "cut" : "add"}"><td class="node">+<small> after #${last}</small></td><td class="mono">${esc(visible(text(add.token)))}</td>` +
             `<td class="who">${marker("target")} target</td><td></td><td></td>` +
             `<td>${esc(explain(step, add, t))}</td><td class="verdict">added${cut}</td></tr>`);
   return rows.join("");
+}
+
+// After a rejection, the distributions the rule went on with, on the few tokens that matter: the
+// target's p, the draft's q, and after each rejected child the residual p' (and q').
+function residualView(step) {
+  const bar = (x, cls) => x === null ? "\u2014" : `<span class="bar ${cls}" style="width:${Math.round(60 * x)}px"></span>${num(x)}`;
+  return step.residuals.map(r => {
+    const tested = r.tested.map(i => step.tree.tokens[i]);
+    const cols = [];  // [stage, "p" or "q", heading]
+    r.stages.forEach((st, k) => {
+      const mark = k === 0 ? "" : "'" + (r.stages.length > 2 ? `<sub>${k}</sub>` : ""), why = k === 0 ? "" : ` after #${r.tested[k - 1]}`;
+      cols.push([k, "p", `p${mark}${why}`]);
+      if (st.q !== null && (k === 0 || step.rule === "recursive_wor")) cols.push([k, "q", `q${mark}${why}`]);
+    });
+    const rows = r.tokens.concat([null]).map((x, j) => {
+      const label = x === null ? "<i>every other token</i>" :
+        esc(visible(text(x))) + (tested.includes(x) ? ` <small>(#${r.tested[tested.indexOf(x)]})</small>` : "");
+      return `<tr><td class="mono">${label}</td>` +
+        cols.map(([k, d]) => `<td class="num">${bar(r.stages[k][d][j], d)}</td>`).join("") + "</tr>";
+    });
+    const note = step.rule === "point_mass" ? "after a miss, p' is p without the tried child, renormalised"
+      : "p' = norm(max(p - q, 0)): where the draft proposed too much (q > p) nothing is owed any more, and what " +
+        "is left is where the target wants more than the draft gave" +
+        (step.rule === "recursive_wor" ? "; q' = q without the rejected token, renormalised (siblings drawn without replacement)" : "");
+    return `<h2>After a rejection at node #${r.node}: p, q and the residual</h2><p class="hint">${esc(note)}.</p>` +
+      `<div class="scroll"><table><tr><th>token</th>${cols.map(c => `<th>${c[2]}</th>`).join("")}</tr>${rows.join("")}</table></div>`;
+  }).join("");
 }
 
 function cell(cls, slot, body, note) {
@@ -358,13 +460,18 @@ function cell(cls, slot, body, note) {
 function cacheView(step, seq) {
   const [start, nc, after] = step.cache, t = step.tree, onPath = new Set(step.path);
   const prefix = start ? cell("prefix", `0\u2013${start - 1}`, `${start} rows`, "cached") : "";
-  const catchUp = nc === 0 ? "" : nc > 6 ? cell("prefix", `${start}\u2013${start + nc - 1}`, `${nc} rows`, "catch-up")
-    : seq.slice(start, start + nc).map((x, j) => cell("", start + j, visible(text(x), 8), "catch-up")).join("");
+  // At the first step (an empty cache) the rows before the tree are the prompt's prefill: every
+  // prompt token but the last, which is the tree's root.
+  const prefill = start === 0, what = prefill ? "prompt" : "catch-up";
+  const catchUp = nc === 0 ? "" : nc > 6 ? cell("prefix", `${start}\u2013${start + nc - 1}`, `${nc} rows`, what)
+    : seq.slice(start, start + nc).map((x, j) => cell("", start + j, visible(text(x), 8), what)).join("");
+  const wrote = nc === 0 ? "" : prefill ? `the prompt's prefill (${plural(nc, "row")}: its tokens but the last, the tree's root) and `
+    : `${nc} catch-up rows (committed tokens the cache lacked) and `;
   const before = t.tokens.map((x, i) => cell(onPath.has(i) ? "kept" : "dropped", start + nc + i, visible(text(x), 8),
                                              `#${i} ${onPath.has(i) ? "kept" : "dropped"}`)).join("");
   const kept = step.path.map((i, j) => cell("kept", start + nc + j, visible(text(t.tokens[i]), 8), `#${i}`)).join("");
   const total = start + nc + t.tokens.length;
-  return `<div>Before compaction: ${total} rows. The pass wrote ${nc ? nc + " catch-up rows (committed tokens the cache lacked) and " : ""}` +
+  return `<div>Before compaction: ${total} rows. The pass wrote ${wrote}` +
          `the ${t.tokens.length} tree nodes at slots ${start + nc}\u2013${total - 1}, each computed at position prefix + depth.</div>` +
          `<div class="cache">${prefix}${catchUp}${before}</div>` +
          `<div>After compaction: ${after} rows. Only the accepted path (${step.path.map(i => "#" + i).join(", ")}) is kept, ` +
@@ -382,9 +489,11 @@ function summary(step, k) {
     : drafted === 0 ? "nothing drafted: the target decodes one token"
     : chain ? `a chain of ${plural(drafted, "drafted token")}` : `a tree of ${plural(drafted, "drafted node")}`;
   const passes = step.draft_blocks.length;
-  return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, "drafted token")} accepted` +
-    ` + 1 from the target = ${step.tokens.length} emitted` + (step.tokens.length < accepted + 1 ? " (cut at the end)" : "") +
-    `. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}; ` +
+  const n = step.tokens.length, made = accepted + 1;
+  const emitted = n === made ? `${made} emitted` : `${made} tokens, of which ${n} emitted: ${cutWhy(step)}, so the ` +
+    `last ${plural(made - n, "token")} (marked \u2702) ${made - n === 1 ? "is" : "are"} cut`;
+  return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, step.copied ? "copied token" : "drafted token")} accepted` +
+    ` + 1 from the target = ${emitted}. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}; ` +
     `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}.`;
 }
 
@@ -413,9 +522,9 @@ function show(k) {
   $("summary").textContent = summary(step, current);
   $("tree").innerHTML = treeSvg(step);
   $("rule-head").textContent = `3. The verification rule: ${step.rule}`;
-  $("rule").textContent = (RULES[step.rule] || `rule ${step.rule}`) +
-    (step.rule === "greedy" ? " (At temperature 0 the target's p is 1 at its argmax, 0 elsewhere.)" : "");
+  $("rule").textContent = ruleText(step);
   $("checks").innerHTML = checksTable(step);
+  $("residual").innerHTML = residualView(step);
   $("cache").innerHTML = cacheView(step, seq);
   $("text").innerHTML = completion(current);
   const box = $("text"), now = box.querySelector(".now");  // scroll the text box, never the page
