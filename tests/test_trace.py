@@ -12,6 +12,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specdec_np.decode import Plan, generate
@@ -232,3 +233,109 @@ def test_cli_errors_in_one_line(args, needle, capsys):
     assert main(["trace", "def add(a, b):", "--plan", "default", "--max-new-tokens", "4", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+@pytest.fixture(scope="module")
+def shown(run, tmp_path_factory):
+    return rendered(run[2], tmp_path_factory.mktemp("page"))
+
+
+def svg_sizes(svg):
+    """(width attribute, viewBox width, every font-size) of a rendered tree."""
+    (tag, attrs), *_ = Page(svg).tags
+    assert tag == "svg"
+    return float(attrs["width"]), float(attrs["viewbox"].split()[2]), [float(a["font-size"]) for _, a in
+                                                                      Page(svg).tags if "font-size" in a]
+
+
+def test_the_tree_keeps_a_readable_size(run, shown):
+    """A long chain makes the picture wider, to scroll, never smaller: no style scales the tree down
+    to the column (a 16-token chain had 6 px text), every text is at least 10 px, and a deeper
+    tree is a wider picture."""
+    _, data, html = run
+    css = "".join(Page(html).contents("style"))
+    assert "max-width: 100%" not in css and "svg.fit" not in css
+    widths = {}
+    for step, s in zip(data["steps"], shown):
+        width, view, fonts = svg_sizes(s["tree"])
+        assert width == view and min(fonts) >= 10
+        depth = max(len(trace_path(step["tree"]["parents"], i)) for i in range(len(step["tree"]["parents"])))
+        widths.setdefault(depth, width)
+    assert len(widths) > 1
+    deep, shallow = max(widths), min(widths)
+    assert widths[deep] > widths[shallow]
+
+
+def trace_path(parents, i):
+    return [i] if i == 0 else trace_path(parents, parents[i]) + [i]
+
+
+def cut_run(embedded, tmp_path, why):
+    """A greedy run cut inside a step that would emit at least 3 tokens, before its last drafted
+    token: by max_new_tokens, or by an end-of-text (calling one of its tokens, not emitted before,
+    the end-of-text). Returns (the cut step's data, the uncut step, what the page shows of it, the
+    tokens it emitted)."""
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    full = generate(target, prompt, N_NEW, "staged", draft, ngram, keep_trees=True)
+    starts = np.cumsum([0] + [len(s.tokens) for s in full.stats.steps])
+    k, j = next((k, j) for k, s in enumerate(full.stats.steps) for j in range(len(s.tokens) - 2)
+                if why == "max_new_tokens" or s.tokens[j] not in full.tokens[:starts[k] + j])
+    kw = dict(max_new_tokens=int(starts[k]) + j + 1, eos=None) if why == "max_new_tokens" else \
+        dict(max_new_tokens=N_NEW, eos=full.stats.steps[k].tokens[j])
+    res = generate(target, prompt, kw.pop("max_new_tokens"), "staged", draft, ngram, keep_trees=True, **kw)
+    assert res.stop_reason == why and len(res.stats.steps) == k + 1
+    html = trace.page(trace.record(res, enc, prompt, "staged"))
+    return embedded_data(html)["steps"][k], full.stats.steps[k], rendered(html, tmp_path)[k], j + 1
+
+
+@pytest.mark.parametrize("why, says", [("max_new_tokens", "--max-new-tokens"), ("eos", "end-of-text")])
+def test_a_cut_step_says_what_was_cut_and_why(embedded, tmp_path, why, says):
+    step, uncut, s, emitted = cut_run(embedded, tmp_path, why)
+    made = len(uncut.tokens)
+    assert step["cut"] == why and len(step["tokens"]) == emitted and step["path"] == uncut.path
+    assert f"+ 1 from the target = {made} tokens, of which {emitted} emitted: " in s["summary"]
+    assert says in s["summary"] and f"last {made - emitted} tokens" in s["summary"]
+    marks = [a["data-state"] for _, a in Page(s["tree"]).tags if "data-state" in a]
+    # The path's nodes after the cut and the target's token are marked cut, not accepted.
+    assert marks.count("cut") == made - emitted and marks.count("yes") == emitted == len(uncut.path) - 1 - (made - emitted - 1)
+    assert s["checks"].count("cut \u2702") == made - emitted - 1 and says in s["checks"]
+
+
+def test_after_a_rejection_the_residual_is_shown_as_the_rule_used_it(run, shown):
+    """The residual tables hold the p' and q' the rule's checks compared (and the p' its final draw
+    came from), and the checks after a rejection are labelled p' and q'."""
+    res, data, _ = run
+    tables = [(step, r, s) for step, s in zip(data["steps"], shown) for r in step["residuals"]]
+    if res.stats.steps[0].rule == "greedy":
+        assert not tables  # greedy never rejects by a ratio: there is no residual
+        return
+    assert any(len(r["stages"]) > 2 for _, r, _ in tables), "the run should reject two siblings in a row"
+    for step, r, s in tables:
+        checks = {c["node"]: c for c in step["checks"] if c["test"] == "ratio"}
+        for k, child in enumerate(r["tested"]):
+            c, stage = checks[child], r["stages"][k]
+            j = r["tokens"].index(c["token"])
+            assert c["p"] == pytest.approx(stage["p"][j], abs=1e-12)
+            if stage["q"] is not None and step["rule"] != "point_mass":
+                assert c["q"] == pytest.approx(stage["q"][j], abs=1e-12)
+            if k and step["rule"] != "point_mass":
+                assert "p'/q'" in s["checks"] and "residual p'" in s["checks"]
+        draw = step["checks"][-1]
+        if draw["node"] == r["node"] and not draw["accepted"]:
+            last = r["stages"][-1]["p"]
+            assert draw["value"] == pytest.approx(last[r["tokens"].index(draw["token"])], abs=1e-9)
+        for stage in r["stages"]:
+            assert sum(stage["p"]) == pytest.approx(1.0, abs=1e-9)
+        assert f"After a rejection at node #{r['node']}" in s["residual"] and "p'" in s["residual"]
+    assert all(not step["residuals"] or s["residual"] for step, s in zip(data["steps"], shown))
+
+
+def test_first_step_names_the_prompts_prefill_and_copies_name_the_point_mass_rule(run, shown):
+    _, data, _ = run
+    assert "the prompt's prefill" in shown[0]["cache"] and "catch-up rows" not in shown[0]["cache"]
+    assert all("prefill" not in s["cache"] for s in shown[1:])
+    for step, s in zip(data["steps"], shown):
+        if step["rule"] == "point_mass":
+            assert ("copy of a repeat" in s["rule"]) == step["copied"]
+            assert ("draft's top tokens" in s["rule"]) == (not step["copied"])
