@@ -56,7 +56,7 @@ def residuals(step) -> list:
                 if step.rule == "recursive_wor":
                     q_res = verify.without(q_res, c.token)
             stages.append((p_res, q_res))
-        tokens = [c.token for c in tested]
+        tokens = [c.token for c in tested] + [c.token for c in step.checks if c.test == "draw" and c.node == node]
         for dist in (d for stage in (stages[0], stages[-1]) for d in stage if d is not None):
             tokens += [int(t) for t in np.argsort(-dist, kind="stable")[:SHOWN]]
         tokens = list(dict.fromkeys(tokens))
