@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test bench weights tutorials trace screenshots venv clean
+.PHONY: help demo test bench weights tutorials trace screenshots trace-png venv clean
 .DEFAULT_GOAL := help
 
 help:
@@ -12,6 +12,7 @@ help:
 	@echo "make test        set up .venv and run the test suite (offline)"
 	@echo "make tutorials   run the eight lessons in tutorials/"
 	@echo "make trace       one decoding run as a self-contained HTML page, out/trace.html"
+	@echo "make trace-png   docs/trace.png, the README's picture of the trace page (needs Chromium)"
 	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"
 	@echo "make weights     download real GPT-2 checkpoints (MODELS=\"gpt2-large gpt2\"; needs the network)"
 	@echo "make venv        only set up .venv;  make clean  remove .venv and out/"
@@ -55,20 +56,29 @@ trace: $(STAMP)
 	  $(PY) -m specdec_np trace - $(TRACE_ARGS) --out out/trace.html
 
 # The trace page as a real browser draws it, at a few steps (out/trace-step-N.png), for a person
-# to look at. Needs Chromium; not part of `make test`. docs/trace.png is step 4 of
-# make screenshots SHOT_STEPS=4 TRACE_ARGS="--method staged --plan default --max-new-tokens 64 \
-#   --temperature 1 --top-k 50 --seed 1 --sampled without --widths 2,2,1"
+# to look at. Needs Chromium; not part of `make test`.
 CHROMIUM ?= chromium
 SHOT_STEPS ?= 1 3 5 9
 SHOT_SIZE ?= 1100,900
+SHOT = $(CHROMIUM) --headless --disable-gpu --hide-scrollbars --virtual-time-budget=2000 \
+  $$( [ "$$(id -u)" = 0 ] && echo --no-sandbox )
 screenshots: trace
 	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "screenshots need Chromium: apt-get install chromium"; exit 1; }
 	@for k in $(SHOT_STEPS); do \
-	  $(CHROMIUM) --headless --disable-gpu --hide-scrollbars --virtual-time-budget=2000 \
-	    $$( [ "$$(id -u)" = 0 ] && echo --no-sandbox ) --window-size=$(SHOT_SIZE) \
-	    --screenshot=out/trace-step-$$k.png "file://$(CURDIR)/out/trace.html#step=$$k" >/dev/null 2>&1 \
-	    && test -s out/trace-step-$$k.png && echo "wrote out/trace-step-$$k.png" || exit 1; \
+	  $(SHOT) --window-size=$(SHOT_SIZE) --screenshot=out/trace-step-$$k.png "file://$(CURDIR)/out/trace.html#step=$$k" \
+	    >/dev/null 2>&1 && test -s out/trace-step-$$k.png && echo "wrote out/trace-step-$$k.png" || exit 1; \
 	done
+
+# docs/trace.png, the README's picture: step PNG_STEP of this sampled run. The README's caption
+# gives its step and token counts; tests/test_trace.py reads these two lines and checks the
+# caption against a run of the same arguments (it needs no browser).
+PNG_ARGS = --method staged --plan default --max-new-tokens 64 --temperature 1 --top-k 50 --seed 1 --sampled without --widths 2,2,1
+PNG_STEP = 4
+trace-png: $(STAMP)
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "trace-png needs Chromium: apt-get install chromium"; exit 1; }
+	$(MAKE) trace TRACE_ARGS="$(PNG_ARGS)"
+	$(SHOT) --window-size=1280,1500 --screenshot=docs/trace.png "file://$(CURDIR)/out/trace.html#step=$(PNG_STEP)" >/dev/null 2>&1
+	test -s docs/trace.png && echo "wrote docs/trace.png"
 
 tutorials: $(STAMP)
 	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done

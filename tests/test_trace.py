@@ -6,6 +6,7 @@ nothing outside itself; `python -m specdec_np trace` writes it."""
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -339,3 +340,23 @@ def test_first_step_names_the_prompts_prefill_and_copies_name_the_point_mass_rul
         if step["rule"] == "point_mass":
             assert ("copy of a repeat" in s["rule"]) == step["copied"]
             assert ("draft's top tokens" in s["rule"]) == (not step["copied"])
+
+
+def test_readme_caption_matches_the_run_of_make_trace_png(tmp_path):
+    """docs/trace.png is `make trace-png`: step PNG_STEP of a run of PNG_ARGS (both in the Makefile).
+    Regenerating it needs Chromium, which CI lacks; this checks the README's caption (its step, the
+    run's steps and tokens, how it ended) against a run of those same arguments."""
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    args = re.search(r"^PNG_ARGS = (.+)$", make, re.M).group(1).split()
+    shot = int(re.search(r"^PNG_STEP = (\d+)$", make, re.M).group(1))
+    assert "make trace-png" in (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"Step (\d+) of (\d+) of a sampled staged run on the demo's prompt \((\d+) tokens, ended by "
+                  r"(an end-of-text|--max-new-tokens)\), as `make trace-png` renders it", readme)
+    assert m, "the README's caption of docs/trace.png"
+    out = tmp_path / "trace.html"
+    assert main(["trace", PROMPT, *args, "--out", str(out)]) == 0
+    data = embedded_data(out.read_text(encoding="utf-8"))
+    ended = {"eos": "an end-of-text", "max_new_tokens": "--max-new-tokens"}[data["stop"]]
+    assert (int(m[1]), int(m[2]), int(m[3]), m[4]) == (shot, len(data["steps"]), data["totals"]["tokens"], ended)
+    assert data["steps"][shot - 1]["residuals"], "the picture's step should show a residual table"

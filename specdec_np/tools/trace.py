@@ -147,7 +147,7 @@ TEMPLATE = r"""<!doctype html>
   table { border-collapse: collapse; width: 100%; font-size: 13px; }
   th, td { border-bottom: 1px solid #e2e8f0; padding: 3px 6px; text-align: left; vertical-align: top; }
   th { background: #f7fafc; }
-  td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
   tr.yes td { background: #f0fff4; }
   tr.no td { background: #fff5f5; }
   tr.skip td { color: #718096; }
@@ -208,9 +208,9 @@ from: after temperature, top-k and top-p).</p>
     <h2 id="rule-head">3. The verification rule</h2>
     <p id="rule"></p>
     <div class="scroll"><table id="checks"></table></div>
-    <div id="residual"></div>
   </div>
   <div>
+    <div id="residual"></div>
     <h2>4. The target's KV cache</h2>
     <div id="cache"></div>
   </div>
@@ -367,7 +367,7 @@ function explain(step, c, t) {
     `the target's argmax is ${tok(c.value)}, not ${tok(c.token)}`;
   if (c.test === "ratio") {
     // Siblings rejected before this one: p (and q, for the recursive rules) are then what is left.
-    // They are p' and q' (the residual table below the checks shows them), not the columns' p and q.
+    // They are p' and q' (the residual table shows them), not the columns' p and q.
     const before = step.checks.filter((o, i) => i < c.first && o.test === "ratio" && t.parents[o.node] === t.parents[c.node]);
     const ids = before.map(o => "#" + o.node).join(", ");
     const after = !before.length ? "" : step.rule === "point_mass" ? `after ${ids} missed: ` :
@@ -386,7 +386,7 @@ function explain(step, c, t) {
     if (c.accepted) return `a leaf: the target draws a bonus token from p: ${tok(c.token)} (probability ${num(c.value)})`;
     const from = step.rule === "point_mass" ? "p without the tried children"
       : step.checks.some(o => o.test === "sequence") ? "what the target still owes there, norm(max(a p - q, 0)) for the path's weight a"
-      : "the residual p' = norm(max(p - q, 0)), what p still owes (see the table below)";
+      : "the residual p' = norm(max(p - q, 0)), what p still owes (see the residual table)";
     return `every child rejected: the target draws ${tok(c.token)} from ${from} (probability ${num(c.value)})`;
   }
   if (c.test === "sequence") {
@@ -429,7 +429,7 @@ function checksTable(step) {
 // After a rejection, the distributions the rule went on with, on the few tokens that matter: the
 // target's p, the draft's q, and after each rejected child the residual p' (and q').
 function residualView(step) {
-  const bar = (x, cls) => x === null ? "\u2014" : `<span class="bar ${cls}" style="width:${Math.round(60 * x)}px"></span>${num(x)}`;
+  const bar = (x, cls) => x === null ? "\u2014" : `<span class="bar ${cls}" style="width:${Math.round(40 * x)}px"></span>${num(x)}`;
   return step.residuals.map(r => {
     const tested = r.tested.map(i => step.tree.tokens[i]);
     const cols = [];  // [stage, "p" or "q", heading]
