@@ -70,15 +70,17 @@ assert abs(optimum.optimal_acceptance(p, optimum.draft_tuples(q, 1, "with")) - n
 
 # %%
 masks, plan = optimum.optimal_plan(p, drafts)
-print("draft set  P(set)   accept A     B     C     D")
+# Every column at 4 decimals: a row's accepts are parts of its P(set) and never add up to more.
+print("draft set  P(set)   accepted as A, B, C, D")
 for m, row in zip(masks, plan):
     tokens = [x for x in range(4) if m >> x & 1]
-    print(f"  {names(tokens):<8} {optimum.draft_sets(drafts)[int(m)]:.4f}   " + " ".join(f"{v:.3f}" for v in row))
+    print(f"  {names(tokens):<8} {optimum.draft_sets(drafts)[int(m)]:.4f}   " + " ".join(f"{v:.4f}" for v in row))
 out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, 2, "with")
 tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
 print(f"flow value {plan.sum():.4f}; the verifier built from it accepts {optimum.acceptance(out):.4f}, "
       f"TV from p = {tv:.1e}")
 assert tv < 1e-12 and abs(optimum.acceptance(out) - best) < 1e-12 and abs(plan.sum() - best) < 1e-12
+assert all(row.sum() <= optimum.draft_sets(drafts)[int(m)] + 1e-12 for m, row in zip(masks, plan))
 
 # %% [markdown]
 # ## Each rule next to the optimum
@@ -116,6 +118,9 @@ for scheme in optimum.SCHEMES:
         gaps[scheme, k], optima[scheme, k] = best - got, best
 
 assert gaps["with", 1] < 1e-12 and gaps["without", 1] < 1e-12  # one draft: token-wise rejection is optimal
+# The text's one-draft figures: sum(min(p, q)) when drawn, p of q's argmax when deterministic.
+assert abs(optima["with", 1] - np.minimum(p, q).sum()) < 1e-12 and abs(optima["without", 1] - optima["with", 1]) < 1e-12
+assert abs(optima["deterministic", 1] - p[np.argmax(q)]) < 1e-12 and optima["deterministic", 1] < optima["with", 1]
 assert all(gaps["deterministic", k] < 1e-12 for k in (1, 2, 3))  # point-mass reaches p(drafts)
 assert gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05  # sampled siblings: a real gap
 assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))  # distinct drafts cover more
@@ -123,8 +128,11 @@ assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))
 # %% [markdown]
 # What the chart shows:
 #
-# * **One draft**: all three coincide with sum(min(p, q)) (deterministic: p of q's argmax), and the
-#   rules reach it. The classic rule is optimal for one draft.
+# * **One draft**: drawn from q (with or without replacement is the same for one draft), the optimum
+#   is sum(min(p, q)) = 0.650 and the classic rule min(1, p/q) reaches it: it is optimal for one
+#   draft. The deterministic draft differs: it is always q's argmax, B, so the most any rule can
+#   accept is p(B) = 0.300, and point mass reaches that. A draft that is always the draft's
+#   favourite loses where q's favourite is not p's.
 # * **Deterministic drafts**: nothing can be accepted that was not drafted, so the optimum is p of
 #   the drafted set, and point-mass verification reaches it. Here q's top tokens are B and D, which
 #   p does not favour: more drafts help little until A is among them (k = 3).
