@@ -112,6 +112,31 @@ except ValueError as e:
     print("check_pairing:", e)
 
 # %% [markdown]
+# ## Why sample without replacement: a duplicate sibling is a wasted node
+#
+# Three children of the root drawn from q = (0.20, 0.50, 0.05, 0.25): with replacement the likely
+# token 1 is often drawn twice, and its copy can add nothing (once token 1 is rejected, the
+# residual gives it probability 0). Without replacement the three siblings are always distinct.
+# Exactly, over every random branch of drafting and verification:
+
+# %%
+def root_outcome(rand, sampled, rule, widths):
+    tree = build.build_fixed(ROOT, draft_fn, widths, rand=rand, replacement=(sampled == "with"))
+    path, _ = rule(tree, P[tree.tokens], rand)
+    kids = tree.tokens[children(tree, 0)]
+    return len(path) - 1, len(kids) - len(set(kids.tolist()))  # drafted tokens accepted, duplicate siblings
+
+
+expected = {}
+for sampled, rule in (("with", verify.verify_recursive), ("without", verify.verify_recursive_wor)):
+    dist = exact.outcomes(lambda rand: root_outcome(rand, sampled, rule, [3]))
+    expected[sampled] = sum(pr * acc for (acc, _), pr in dist.items())
+    dup = sum(pr for (_, d), pr in dist.items() if d)
+    print(f"3 siblings drawn {sampled + ' replacement:':<21} P(a duplicate) = {dup:.3f}, "
+          f"expected drafted tokens accepted = {expected[sampled]:.3f}")
+assert expected["without"] > expected["with"] + 0.1
+
+# %% [markdown]
 # ## Acceptance on the embedded models (top-k 50, temperature 1)
 #
 # The same tree shape (2, 2, 1, 1 children per depth: 14 drafted tokens) built three ways, plus the
@@ -122,7 +147,10 @@ except ValueError as e:
 # with replacement can draw the same token twice and waste a node, which sampling without
 # replacement avoids. At temperature 1 the target's probability of any one top token is small,
 # so the point-mass rule accepts little, while drawn children are accepted as often as p and q
-# overlap. `make bench` samples its top-k trees without replacement for that reason;
+# overlap. The last column counts the nodes each run spent on a token its sibling already had
+# (only drawing with replacement can); a short run can tie anyway, because a wasted node costs
+# tokens per pass only at the steps where the duplicated token is rejected: the exact comparison
+# above is the reliable one. `make bench` samples its top-k trees without replacement for that reason;
 # `Plan()`'s default stays the deterministic tree (pass `Plan(sampled="without")` to draw).
 
 # %%
@@ -137,13 +165,28 @@ configs = {
     "sampled w/o (recursive_wor)": ("tree", Plan(widths=W, sampled="without")),
 }
 n_new = 24
-print(f"{'tree (rule)':<28} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
+
+
+def duplicates(stats):
+    """Drafted nodes that repeat an earlier sibling's token, over every step: wasted nodes."""
+    n = 0
+    for t, _ in stats.trees:
+        for i in range(len(t)):
+            kids = t.tokens[children(t, i)]
+            n += len(kids) - len(set(kids.tolist()))
+    return n
+
+
+print(f"{'tree (rule)':<28} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12} {'wasted nodes':>12}")
 for name, (method, plan) in configs.items():
-    r = generate(target_model, prompt, n_new, method, draft_model, plan=plan, temperature=1.0, top_k=50, seed=0)
+    r = generate(target_model, prompt, n_new, method, draft_model, plan=plan, temperature=1.0, top_k=50, seed=0,
+                 keep_trees=True)
     s = r.stats
-    print(f"{name:<28} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
+    print(f"{name:<28} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12} {duplicates(s):>12}")
     assert s.target_passes == len(s.accepted) and sum(s.accepted) == len(r.tokens)
     assert max(s.accepted) <= 5  # at most depth 4 drafted tokens + 1 from the target
+    if "recursive_wor" in name or "point_mass" in name or "chain" in name:
+        assert duplicates(s) == 0  # distinct siblings by construction
 
 # %% [markdown]
 # ## Every check, step by step
@@ -163,7 +206,8 @@ method, plan = configs["sampled w/o (recursive_wor)"]
 kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
 r = generate(target_model, prompt, n_new, method, draft_model, keep_trees=True, **kw)
 assert r.tokens == generate(target_model, prompt, n_new, method, draft_model, **kw).tokens
-c = next(c for s in r.stats.steps for c in s.checks if c.test == "ratio" and c.u is not None)
+# A check where the draw matters: p < q (here p/q < 0.5), so the node is accepted only with probability p/q.
+c = next(c for s in r.stats.steps for c in s.checks if c.test == "ratio" and c.u is not None and c.value < 0.5)
 print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
