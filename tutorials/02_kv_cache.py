@@ -13,8 +13,6 @@
 #    they are stored and each step only computes the new token's.
 
 # %%
-import time
-
 import numpy as np
 
 from specdec_np.gpt2 import KVCache, forward, new_cache
@@ -36,21 +34,65 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # stream several times faster (`streaming_gbps` measures both). So which floor holds for a model
 # depends on whether its weights fit in that cache: the tiny target's 41 MB stream from memory
 # through a 32 MB cache (an AMD EPYC VM) but stay in a 480 MB one (an Intel Xeon VM). Weight
-# bytes divided by the rate give a floor on the time of one decoding step. The measured step is
-# above it: a forward pass also does work that is not a weight product (LayerNorms, attention
-# over the cache, Python), and its many small products do not reach the rate of one large one.
+# bytes divided by the rate give a floor on the time of one decoding step. Where the weights
+# exceed the cache only partly, the best case is that a cache's worth of them stays there and
+# the rest streams from memory, so the floor counts each share at its own rate.
+#
+# The claims below are checked against what this run measures: the cache streams at least as
+# fast as memory, and the measured step is above the floor (a forward pass also does work that is
+# not a weight product: LayerNorms, attention over the cache, Python; and its many small products
+# do not reach the rate of one large one). Timings are medians after warm-ups, so a burst of
+# noise moves them little; if a figure still contradicts a claim, the lesson says so in one line
+# and why, using the tools' measure of how much CPU other processes took meanwhile.
 
 # %%
+from specdec_np.tools.costcurve import median_ms  # noqa: E402
+from specdec_np.tools.plan import BUSY_CORES, cpu_times, settle_threads  # noqa: E402
+
+if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
+    print(f"note: {busy}: timing with one BLAS thread")
+
+
+def others_since(start) -> float | None:
+    """Cores' worth of CPU other processes used since `start` (a `cpu_times()` snapshot), as the
+    tools measure it (`plan.busy_warning`); None where unknown."""
+    end = cpu_times()
+    if start is None or end is None or end[2] - start[2] < 0.2:
+        return None
+    return ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
+
+
+def check(holds: bool, what: str, start, otherwise: str) -> None:
+    """Print nothing when a timing claim holds; else one line: what contradicts it, and why."""
+    if holds:
+        return
+    others = others_since(start)
+    if others is not None and others > BUSY_CORES:
+        why = f"this machine was busy while timing (other processes used {others:.1f} cores): rerun when idle"
+    else:
+        why = otherwise
+    print(f"note: {what}: {why}")
+
+
+start = cpu_times()
 from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size
 llc = last_level_cache_bytes()
-step_ms = block_cost_ms(model, [1], prefix_len=len(prompt), repeats=9)[1]
-fits = "" if llc is None else " (the weights fit)" if model.weight_bytes <= llc else " (the weights do not fit)"
-print(f"weights read per token:     {model.weight_bytes / 1e6:6.1f} MB ({model.n_params / 1e6:.1f}M float32)")
+step_ms = block_cost_ms(model, [1], prefix_len=len(prompt), repeats=15)[1]  # median of 15 after a warm-up
+W = model.weight_bytes
+cached_share = W if llc is None else min(W, llc)  # unknown cache size: the most optimistic floor
+floor_ms = (cached_share / from_cache + (W - cached_share) / from_memory) / 1e6
+fits = "" if llc is None else " (the weights fit)" if W <= llc else " (the weights do not fit)"
+print(f"weights read per token:     {W / 1e6:6.1f} MB ({model.n_params / 1e6:.1f}M float32)")
 print(f"last-level cache:           {last_level_cache() or 'unknown'}{fits}")
-for where, gbps in (("from memory", from_memory), ("from the cache", from_cache)):
-    floor_ms = model.weight_bytes / (gbps * 1e9) * 1e3
-    print(f"{'streamed ' + where + ':':<27} {gbps:6.1f} GB/s => floor {floor_ms:.2f} ms per token")
-print(f"measured one-token step:    {step_ms:6.2f} ms")
+print(f"streamed from memory:       {from_memory:6.1f} GB/s")
+print(f"streamed from the cache:    {from_cache:6.1f} GB/s ({from_cache / from_memory:.1f}x memory's rate)")
+print(f"floor: {cached_share / 1e6:.1f} MB from the cache, {(W - cached_share) / 1e6:.1f} MB from memory "
+      f"=> {floor_ms:.2f} ms per token")
+print(f"measured one-token step:    {step_ms:6.2f} ms ({step_ms / floor_ms:.1f}x the floor)")
+check(from_cache >= from_memory, f"the cache streamed slower than memory ({from_cache:.1f} < {from_memory:.1f} GB/s)",
+      start, "the cache size Linux reports may be shared or wrong on this VM")
+check(step_ms >= floor_ms, f"the step ({step_ms:.2f} ms) beat the floor ({floor_ms:.2f} ms)", start,
+      "the streaming rates were measured low: rerun to measure them again")
 
 # %% [markdown]
 # ## What the cache stores
@@ -78,28 +120,14 @@ assert cache.length == len(prompt)
 n_new = 24
 seq = list(prompt)
 next_logits = logits[-1]
-t_cached = t_full = 0.0
-ms_full = []
 for _ in range(n_new):
     tok = int(np.argmax(next_logits))
     seq.append(tok)
-
-    t0 = time.perf_counter()
     cached = forward(model, [tok], cache)[-1]  # one new token: [1, n_vocab] -> [n_vocab]
-    t1 = time.perf_counter()
     full = forward(model, seq, KVCache(cfg, capacity=len(seq)))[-1]  # the whole sequence again
-    t2 = time.perf_counter()
-    t_cached += t1 - t0
-    t_full += t2 - t1
-    ms_full.append(1e3 * (t2 - t1))
-
     assert np.allclose(cached, full, atol=1e-4, rtol=1e-4), "cached and recomputed logits differ"
     next_logits = cached
-
 print("completion:", repr(decode(enc, seq[len(prompt):])))
-print(f"with the cache:    {1e3 * t_cached / n_new:6.2f} ms per token (one token per pass)")
-print(f"without the cache: {1e3 * t_full / n_new:6.2f} ms per token "
-      f"(first step {ms_full[0]:.1f} ms over {len(prompt) + 1} tokens, last {ms_full[-1]:.1f} ms over {len(seq)})")
 
 # The cache now holds exactly the K/V a fresh prefill of the whole sequence would compute.
 fresh = new_cache(model)
@@ -109,6 +137,44 @@ assert L == len(seq) == fresh.length
 assert np.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
 assert np.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5)
 print("OK: the cached and the recomputed logits agree at every step, and so do the stored K/V")
+
+# %% [markdown]
+# Now the cost of one step, both ways, at the first step's length and at the last one's. Each
+# figure is a median of 9 passes after a warm-up, and the four are timed in turns, so a burst of
+# noise lands on all of them a little rather than on one a lot. (Timing the loop above step by
+# step would give single passes, each one a sample of the noise.)
+
+# %%
+def cached_step(n):  # one token after a cache of n - 1 tokens
+    c = new_cache(model)
+    forward(model, seq[:n - 1], c)
+    return lambda: (forward(model, [seq[n - 1]], c), c.truncate(n - 1))
+
+
+def full_step(n):  # the whole sequence of n tokens, no cache
+    return lambda: forward(model, seq[:n], KVCache(cfg, capacity=n))
+
+
+first, last = len(prompt) + 1, len(seq)
+fns = {("cache", first): cached_step(first), ("cache", last): cached_step(last),
+       ("full", first): full_step(first), ("full", last): full_step(last)}
+start = cpu_times()
+times = {key: [] for key in fns}
+for _ in range(9):
+    for key, fn in fns.items():
+        times[key].append(median_ms(fn, repeats=1, warmup=0))
+for fn in fns.values():
+    fn()  # (after the loop, so that the first round above is not the only cold one)
+ms = {key: float(np.median(t[1:])) for key, t in times.items()}  # round 1 was the warm-up
+print(f"{'':<18} {f'{first} tokens':>10} {f'{last} tokens':>10}")
+print(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
+print(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
+print(f"without the cache a step costs {ms['full', last] / ms['cache', last]:.1f}x a cached one at {last} tokens; "
+      f"the cached step is the one-token step measured above ({step_ms:.2f} ms), give or take the longer cache")
+check(ms["full", last] > ms["full", first], f"recomputing {last} tokens was not slower than {first}", start,
+      "at these lengths the pass is dominated by reading the weights, not by the tokens")
+check(ms["cache", last] < ms["full", first], "a cached step was not cheaper than a full recompute", start,
+      "unexpected: please report it")
 
 # %% [markdown]
 # ## What this means for speculative decoding
