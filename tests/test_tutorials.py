@@ -32,3 +32,16 @@ def test_tutorial_runs(path, tmp_path):
                           timeout=300)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr
+
+
+def test_readme_images_exist_and_parse():
+    """Every image the README shows is in the repository, and a hand-written SVG is well-formed XML."""
+    import re
+    import xml.dom.minidom
+
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert "docs/loop.svg" in images  # the picture of the whole loop, in "The paper in a few lines"
+    for image in images:
+        assert (ROOT / image).is_file(), f"README shows {image}, which is missing"
+        if image.endswith(".svg"):
+            xml.dom.minidom.parse(str(ROOT / image))
