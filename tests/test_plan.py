@@ -12,7 +12,7 @@ from specdec_np import ngram
 from specdec_np.decode import NEVER, Plan, generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import plan as plans
-from specdec_np.tools import profile as profiles
+from specdec_np.tools import acceptance as profiles
 from specdec_np.tools.costmodel import OVERHEADS
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)

@@ -228,7 +228,7 @@ if best[4] < 1:
 # %%
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
 from specdec_np.tools.plan import Busy, calibration  # noqa: E402
-from specdec_np.tools.profile import calibration_prompts, counts  # noqa: E402
+from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
 
 try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))

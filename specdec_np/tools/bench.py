@@ -44,7 +44,7 @@ from ..decode import Plan, generate
 from ..gpt2 import GPT2_SHAPES, random_params
 from ..models import load_embedded
 from ..tokenizer import encode
-from . import profile as profiles
+from . import acceptance as profiles
 from .blas import blas_name
 from .costcurve import gpt2_shapes_report, laid_out, matrix_report
 from .costmodel import record_ms

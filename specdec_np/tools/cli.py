@@ -138,7 +138,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
     changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
     from ..decode import Plan
-    from . import profile as profiles
+    from . import acceptance as profiles
     from .plan import describe, plans_for, progress_bar
 
     methods = candidate_methods(a)

@@ -4,7 +4,7 @@ A plan's milliseconds per token = (every forward pass it makes, at this machine'
 its block size, padded as the plan says, "cold" when the other model ran just before it and "warm"
 otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a fixed
 overhead per step, per step that drafts, per distribution the draft processes and per n-gram query)
-/ the tokens it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a
+/ the tokens it emits. The counts come from the pair's acceptance profile (`acceptance.py`) or from a
 run's own statistics; the curve and the overheads from this machine (`plan.calibration`, about ten
 seconds).
 """

@@ -3,7 +3,7 @@
 The core decodes whatever `Plan` it is given (constants by default); this module chooses one,
 Sequoia-style, from two things measured apart:
 
-- the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
+- the pair's acceptance profile (`acceptance.py`): what every candidate does per emitted token, a
   property of the models, shipped for the embedded pair; for any other pair measured on first use,
   per setting, on a grid sized to take a few minutes on this machine (`acceptance_profile`);
 - this machine's costs (`calibration`, about ten seconds on first use for the embedded pair, under
@@ -45,7 +45,7 @@ from .. import staged
 from ..checkpoint import atomic_file
 from ..decode import CHAINS, Plan, generate
 from ..fastpath import padded
-from . import profile as profiles
+from . import acceptance as profiles
 from .blas import blas, use_threads
 from .costcurve import choose_slab_rows, last_level_cache, laid_out, loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, pass_ms, record_ms, scaled
