@@ -133,7 +133,7 @@ def choices(profile, costs, temperature, default=False) -> dict:
 
 def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
     """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
-    in sampled settings `seeds` runs per prompt (`profile.run_seeds`), each run of every row with the same seed."""
+    in sampled settings `seeds` runs per prompt (`acceptance.run_seeds`), each run of every row with the same seed."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     bar = Progress(len(prompts) * runs, "bench")

@@ -38,11 +38,6 @@ def pad_size(curve: dict, k: int) -> int:
     return best
 
 
-def block_ms(curve: dict, k: int) -> float:
-    """What a pass of k tokens costs when padded as `pad_size` says (the `padding` table)."""
-    return interp(curve, padded(padding(curve), k))
-
-
 def padding(curve: dict | None, limit: int = 64) -> tuple:
     """The padding table a Plan takes (`target_pad`, `draft_pad`): entry k - 1 is the block size
     to compute k tokens as, for k = 1..limit; () without a curve (no padding)."""
@@ -89,7 +84,7 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
 
 
 def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float:
-    """The forward passes of a count record (`profile.counts`) at the curve's costs, padded."""
+    """The forward passes of a count record (`acceptance.counts`) at the curve's costs, padded."""
     return sum(n * pass_ms(curves, model, state, k, pad)
                for model, pad in (("target", target_pad), ("draft", draft_pad))
                for state, blocks in record[model].items() for k, n in blocks.items())
