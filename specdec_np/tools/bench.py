@@ -49,7 +49,8 @@ from .blas import blas_name
 from .costcurve import gpt2_shapes_report, laid_out, matrix_report
 from .costmodel import record_ms
 from .plan import (Busy, Choice, acceptance_profile, calibration, choose, describe, fallback, machine, machine_name,
-                   progress_bar, setting_name, settle_threads)
+                   setting_name, settle_threads)
+from .progress import Progress
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
 # plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
@@ -97,25 +98,6 @@ def read_prompts(path=None, limit=None) -> list[str]:
     return prompts[:limit] if limit else prompts
 
 
-class Progress:
-    """A one-line progress bar on stderr, silent when stderr is not a terminal."""
-
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.n, self.t0 = total, label, 0, time.time()
-        self.on = sys.stderr.isatty()
-
-    def step(self, note: str = "") -> None:
-        self.n += 1
-        if self.on:
-            frac = self.n / self.total
-            eta = (time.time() - self.t0) / frac * (1 - frac)
-            bar = "#" * int(30 * frac)
-            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.n}/{self.total} eta {eta:4.0f}s {note:<20}")
-            if self.n == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def choices(profile, costs, temperature, default=False) -> dict:
     """{row: Choice} for one setting: this machine's plan and each method's best plan (or the constant plan)."""
     out = {}
@@ -136,7 +118,7 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
     in sampled settings `seeds` runs per prompt (`acceptance.run_seeds`), each run of every row with the same seed."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
-    bar = Progress(len(prompts) * runs, "bench")
+    show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
@@ -160,7 +142,8 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
                         "same_as_baseline": (m == "ar" or sname != "greedy"
                                              or res.tokens == records[sname]["ar"][-1]["ids"]),
                         "ids": res.tokens})
-                bar.step(sname)
+                done += 1
+                show(done, total, sname)
     return records
 
 
@@ -409,7 +392,7 @@ def main(argv=None) -> int:
     if a.profile:
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
-                                    progress=progress_bar("profiling"), journal=journal, jobs=a.jobs)
+                                    progress=Progress("profiling"), journal=journal, jobs=a.jobs)
         profiles.save(measured, profiles.PROFILE_FILE)
         journal.unlink()
         print(f"wrote {profiles.PROFILE_FILE}")
@@ -420,7 +403,7 @@ def main(argv=None) -> int:
         print(f"note: this machine is busy ({busy}): BLAS uses one thread")
     try:
         costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
-                                   progress_bar("measuring this machine"))
+                                   Progress("measuring this machine"))
     except Busy as e:
         raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
@@ -436,7 +419,7 @@ def main(argv=None) -> int:
         return 0
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
     plans = {s: choices(acceptance_profile(target, draft, ngram, calibration_prompts, setting_name(skw["temperature"]),
-                                           costs, progress_bar("profiling the pair")),
+                                           costs, Progress("profiling the pair")),
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()

@@ -139,7 +139,8 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
     from ..decode import Plan
     from . import acceptance as profiles
-    from .plan import describe, plans_for, progress_bar
+    from .plan import describe, plans_for
+    from .progress import Progress
 
     methods = candidate_methods(a)
     check_shape(a, methods, target.config.n_ctx)
@@ -158,7 +159,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
                              "cannot run (it has no " + ("n-gram model" if draft is not None else "draft") + ")")
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
-                            progress_bar("measuring this machine (first run only)"))
+                            Progress("measuring this machine (first run only)"))
         # The fastest with the options applied whose rule is lossless for its trees (--rule without
         # --method: some methods' plans may draft trees the rule cannot verify); if none, the
         # fastest's error.
@@ -376,7 +377,8 @@ def setup(a) -> Setup:
     from ..decode import DRAFTED
     from ..models import load_model, load_ngram
     from ..tokenizer import encode, get_encoding
-    from .plan import apply_layout, progress_bar
+    from .plan import apply_layout
+    from .progress import Progress
     from .stdlib_ngram import stdlib_trigram
 
     check_options(a)
@@ -397,7 +399,7 @@ def setup(a) -> Setup:
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
             # built on first use and cached.
-            ngram = stdlib_trigram(target.config.n_vocab, progress_bar("building the trigram (first run only)"))
+            ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
             ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:

@@ -146,25 +146,6 @@ def write_json(path: Path, data: dict) -> None:
         f.write(json.dumps(data, indent=1) + "\n")
 
 
-def progress_bar(label: str):
-    """A one-line progress indicator on stderr: progress(done, total). Redrawn in place on a
-    terminal; elsewhere (a log file, CI) one line when it starts and one when it is done."""
-    started = False
-
-    def show(done, total):
-        nonlocal started
-        if sys.stderr.isatty():
-            bar = "#" * int(20 * done / total)
-            sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
-        elif done == total:
-            sys.stderr.write(f"{label}: done ({total}/{total})\n")
-        elif not started:
-            sys.stderr.write(f"{label} ...\n")
-        started = True
-        sys.stderr.flush()
-    return show
-
-
 # ----------------------------------------------------------------------------- this machine's costs
 
 def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
@@ -176,25 +157,35 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
         seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
     deadline = time.perf_counter() + seconds
 
-    def tick(done, total):
+    def in_time():
         if time.perf_counter() > deadline:
             raise Busy(f"measuring took over {seconds} s")
-        if progress:
-            progress(done, total)
 
+    # Progress in units of work: the layouts, each round of the cost curves, each setting's timed runs.
+    work = {"done": 0, "total": None}
+
+    def did(total: int | None = None):
+        in_time()
+        work["done"] += 1
+        work["total"] = total or work["total"]
+        if progress:
+            progress(work["done"], work["total"])
+
+    if progress:
+        progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
-    tick(0, 8)
+    did()
     target = laid_out(target, layout["target"])
     draft = laid_out(draft, layout["draft"]) if draft is not None else None
-    curves = loop_curves(target, draft, progress=lambda d, t: tick(d, t + 2))
+    curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(profiles.SETTINGS)))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     pads = {"target_pad": padding(curves["target"]["warm"]),
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
     runs = {}
-    for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, tick)
-        tick(6 + n + 1, 8)
+    for setting, kw in profiles.SETTINGS.items():
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, in_time)
+        did()
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
     scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
     curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
@@ -212,11 +203,11 @@ def timed_run_size(target_ms: float) -> tuple[int, int]:
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
-def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, tick=None) -> tuple[list, list]:
+def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
     blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
-    pass [(state, rows, ms)]; `tick` is called after each run (it raises `Busy` past the time allowed)."""
+    pass [(state, rows, ms)]; `in_time()` is called after each run (it raises `Busy` past the time allowed)."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -231,8 +222,8 @@ def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, t
             for method, plan in shapes:
                 plan = dataclasses.replace(plan, **pads)
                 res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
-                if tick:
-                    tick(6, 8)  # no progress to show: a check of the time
+                if in_time:
+                    in_time()
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
