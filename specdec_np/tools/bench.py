@@ -42,8 +42,10 @@ import numpy as np
 from ..checkpoint import atomic_file
 from ..decode import Plan, generate
 from ..gpt2 import GPT2_SHAPES, random_params
+from ..methods import make
 from ..models import load_embedded
 from ..tokenizer import encode
+from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
 from .costcurve import gpt2_shapes_report, laid_out, matrix_report
@@ -255,7 +257,8 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        token_level = "recursive_wor" if plan.sampled == "without" else "recursive"
+        kind = make(row, plan).kind(SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
+        token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
         pairs[f"{row}: {describe(dataclasses.replace(plan, rule=None), row)}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))

@@ -43,7 +43,8 @@ import numpy as np
 from .. import ngram as ngram_lib
 from .. import staged
 from ..checkpoint import atomic_file
-from ..decode import CHAINS, Plan, generate
+from ..decode import Plan, generate
+from ..methods import make
 from ..fastpath import padded
 from . import acceptance as profiles
 from .blas import blas, use_threads
@@ -393,12 +394,17 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
             priced.append((ms, r["method"], r["shape"]))
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
-    base = next(record_ms(r, curves, overheads) / r["tokens"] for r in profile["settings"][setting]
-                if r["method"] == "ar")
+    plain = next(r for r in profile["settings"][setting] if not drafts(r["method"], r["shape"]))
+    base = record_ms(plain, curves, overheads) / plain["tokens"]
     ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
-    if method is None and m != "ar" and base / ms < MARGIN:
-        ms, m, shape = base, "ar", {}
+    if method is None and drafts(m, shape) and base / ms < MARGIN:
+        ms, m, shape = base, plain["method"], {}
     return Choice(m, Plan(**shape, **pads), ms, base)
+
+
+def drafts(method: str, shape: dict) -> bool:
+    """Whether `method` with a profile record's plan shape drafts anything (plain decoding does not)."""
+    return make(method, Plan(**shape)).max_nodes() > 0
 
 
 def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False,
@@ -440,9 +446,10 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
     """`plan` with the tools' --budget/--depth applied (None leaves a value as it is): a chain
     method's length, one length whatever a lookup matched; a tree becomes a best-first tree of the
     draft's top tokens, since a drawn tree and the rule chosen for it do not carry over."""
-    if method in CHAINS:
+    m = make(method, plan)
+    if m.chain:
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if method == "ar" or budget is None and depth is None:  # plain decoding has no tree to resize
+    if not m.max_nodes() or budget is None and depth is None:  # plain decoding has no tree to resize
         return plan
     return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                budget=plan.budget if budget is None else budget,
@@ -452,9 +459,10 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
 def check_size(plan: Plan, method: str, n_ctx: int) -> None:
     """A one-line ValueError naming the option that sizes the tree (--depth, --widths or --budget) when
     a step of `plan` could draft more tokens than the target's context holds."""
-    nodes = plan.max_nodes(method)
+    m = make(method, plan)
+    nodes = m.max_nodes()
     if nodes > n_ctx:
-        option = "--depth" if method in CHAINS else "--widths" if plan.fixed(method) else "--budget"
+        option = "--depth" if m.chain else "--widths" if m.fixed() else "--budget"
         raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
                          f"target's context ({n_ctx} tokens)")
 
@@ -463,20 +471,22 @@ def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
     rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
-    if method == "ar":
+    m = make(method, plan)
+    if not m.max_nodes():
         return "plain decoding (no drafts)"
-    if method == "lookup" and plan.lookup_chains:
+    copied = m.chain and not m.runs_draft  # prompt lookup's chain: copied, not drafted
+    if copied and plan.lookup_chains:
         k3, k2, k1 = plan.lookup_chains
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
-    if method in CHAINS:
-        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    if m.chain:
+        return f"a chain of {plan.chain}" + (" copied from the context" if copied else "") + rule
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif plan.shape == "fixed":
         text = f"the draft's top tokens, widths {widths}"
     else:
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
-    if method == "staged":
+    if m.runs_draft and m.needs_ngram:  # the draft with stage 2
         guesses = f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len else "no n-gram guesses"
         copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
         text += f"; {guesses}; {copies}"
