@@ -360,3 +360,21 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.slab_rows) is target and laid_out(target, 0).slab_rows == 0
+
+
+def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
+    """bench's rule comparisons: a sampled chain's 'chain' against 'block'; a sampled tree's
+    token-level rule (verify.LOSSLESS's default for how its children were drawn) against 'traversal'."""
+    import dataclasses
+
+    from specdec_np.tools.bench import rule_pairs
+
+    nan = float("nan")
+    rows = {m: plans.Choice(m, Plan(), nan, nan) for m in ("speculative", "tree", "staged")}
+    rows["staged"] = plans.Choice("staged", Plan(shape="fixed", widths=(2, 1), sampled="with"), nan, nan)
+    pairs = rule_pairs({"top-k": rows})
+    got = {k: (a.method, a.plan.rule, b.plan.rule) for k, (a, b) in pairs.items()}
+    assert got["chain of 3"] == ("speculative", "chain", "block")
+    assert [v for k, v in got.items() if k.startswith("staged")] == [("staged", "recursive", "traversal")]
+    assert [v for k, v in got.items() if k.startswith("tree")] == [("tree", "recursive_wor", "traversal")] * 2
+    assert all(dataclasses.replace(a.plan, rule=None) == dataclasses.replace(b.plan, rule=None) for a, b in pairs.values())
