@@ -59,6 +59,7 @@ from .progress import Progress
 # step drafted by the draft model, as in the paper); prompt lookup is a reference outside the paper.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup"}
+BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
 SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
@@ -141,8 +142,8 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
                         "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
                                                   **pads),
                         "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
-                        "same_as_baseline": (m == "ar" or sname != "greedy"
-                                             or res.tokens == records[sname]["ar"][-1]["ids"]),
+                        "same_as_baseline": (m == BASELINE or sname != "greedy"
+                                             or res.tokens == records[sname][BASELINE][-1]["ids"]),
                         "ids": res.tokens})
                 done += 1
                 show(done, total, sname)
@@ -174,7 +175,7 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 def summarize(records, target) -> dict:
     out = {}
     for sname, per in records.items():
-        base = per["ar"]
+        base = per[BASELINE]
         base_tps = sum(r["tokens"] for r in base) / sum(r["seconds"] for r in base)
         base_pred = sum(r["predicted_ms"] or 0 for r in base)
         out[sname] = {}
@@ -199,9 +200,9 @@ def summarize(records, target) -> dict:
                 "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
                                        for k in ("draft", "target", "verify")},
             }
-        if "staged" in per:  # is staged the fastest? Its speed over each other method's, with an interval
-            out[sname]["staged"]["against"] = {m: paired_ratio(per["staged"], recs)
-                                               for m, recs in per.items() if m != "staged"}
+        if HEADLINE in per:  # is staged the fastest? Its speed over each other row's, with an interval
+            out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
+                                               for m, recs in per.items() if m != HEADLINE}
     return out
 
 
@@ -223,14 +224,14 @@ def markdown(summary, plans=None) -> str:
                          f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
         if plans:
             lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.plan, c.method)}"
-                                                 for m, c in plans[sname].items() if m != "ar") + ".")
+                                                 for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
         for m, r in per.items():
             t = r["ms_per_target_pass"]
             lines.append(f"| {NAMES[m]} | {t['draft']:.2f} | {t['target']:.2f} | {t['verify']:.2f} |")
-        if "against" in per.get("staged", {}):
+        if "against" in per.get(HEADLINE, {}):
             lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
-                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per["staged"]["against"].items()))
+                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per[HEADLINE]["against"].items()))
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
@@ -426,7 +427,7 @@ def main(argv=None) -> int:
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
-                                        if m in ("plan", "staged")))
+                                        if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
