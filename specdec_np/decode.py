@@ -33,8 +33,6 @@ from .tree import TARGET, Tree, block, path_key
 
 METHODS = tuple(methods.METHODS)
 NEVER = "never"  # generate(..., eos=NEVER): decode up to max_new_tokens, whatever tokens are emitted
-DRAFTED = tuple(name for name, kind in methods.METHODS.items() if kind.runs_draft)  # they run the draft model
-CHAINS = tuple(name for name, kind in methods.METHODS.items() if kind.chain)  # their tree is a chain
 
 
 def integral(value) -> bool:
@@ -126,26 +124,6 @@ class Plan:
             if any(size < k for k, size in enumerate(pad, 1)):
                 raise ValueError(f"plan: {name}[k - 1] must be >= k (a block is padded, never cut), got {pad}")
             object.__setattr__(self, name, pad)
-
-    # What a method makes of the plan (methods.py), for the tools.
-    def fixed(self, method: str) -> bool:
-        """Whether the draft tree of `method` has fixed widths (sampled trees always do)."""
-        return methods.make(method, self).fixed()
-
-    def lookup_lengths(self) -> tuple:
-        """Prompt lookup's chain lengths after matches of 3, 2 and 1 tokens."""
-        return methods.Lookup(self).lengths()
-
-    def max_depth(self, method: str) -> int:
-        return methods.make(method, self).max_depth()
-
-    def max_nodes(self, method: str) -> int:
-        """The most drafted nodes a step's tree can have (its size in the target's pass, less the root)."""
-        return methods.make(method, self).max_nodes()
-
-    def max_block(self, method: str) -> int:
-        """The most tokens a step proposes to the target: its tree's, or stage 2's copy (staged)."""
-        return methods.make(method, self).max_block()
 
 
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
@@ -320,7 +298,7 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
             raise ValueError(f"plan: {name} pads a block to {max(pad)} rows, more than the {who}'s context "
                              f"(n_ctx={model.config.n_ctx})")
     # A step's tree is one block of the target's pass: cap it at the context length, before any work.
-    nodes = plan.max_block(method)
+    nodes = methods.make(method, plan).max_block()
     if nodes > target.config.n_ctx:
         raise ValueError(f"plan: up to {nodes} drafted tokens per step ({tree_size_words(plan, method)}) exceed the "
                          f"cap of n_ctx={target.config.n_ctx}")

@@ -3,7 +3,7 @@
 import pytest
 
 from specdec_np.fastpath import padded
-from specdec_np.tools.costmodel import (OVERHEADS, block_ms, fit_overheads, forward_ms, interp, loop_scale, pad_size,
+from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, forward_ms, interp, loop_scale, pad_size,
                                         padding, record_ms, scaled, work)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
@@ -14,7 +14,6 @@ def test_pad_size_picks_the_cheapest_size_at_least_as_large():
     assert [pad_size(CURVE, k) for k in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
     assert pad_size(CURVE, 9) == 9  # interpolated 3.375 beats 16's 6.0: no padding
     assert pad_size(CURVE, 20) == 20  # past the curve: unpadded
-    assert block_ms(CURVE, 5) == 3.0 and block_ms(CURVE, 1) == 1.0
 
 
 def test_padding_table_without_a_curve_is_the_identity():
@@ -25,7 +24,7 @@ def test_padding_table_without_a_curve_is_the_identity():
 
 def record(target_cold=(), target_warm=(), draft_cold=(), draft_warm=(), steps=1, draft_dists=0, ngram_queries=0,
            tokens=1):
-    """A count record (`profile.counts`) from lists of block sizes."""
+    """A count record (`acceptance.counts`) from lists of block sizes."""
     def hist(blocks):
         out = {}
         for k in blocks:

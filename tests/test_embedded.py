@@ -59,7 +59,7 @@ def test_weights_budget():
 def test_shipped_profile_is_this_pair_and_this_format(embedded):
     """weights/profile.json loads with the current code and belongs to the shipped models: a new
     count format or retrained models without a new profile would make every first run measure one."""
-    from specdec_np.tools import profile as profiles
+    from specdec_np.tools import acceptance as profiles
 
     target, draft, trigram, _ = embedded
     shipped = profiles.load(profiles.PROFILE_FILE)  # raises on another format or version

@@ -2,7 +2,7 @@
 
 - The subset formula (the dual) equals a max flow (the primal) that is checked feasible: a feasible
   plan and a cut of equal value prove each other optimal (every cut bounds every plan). scipy's
-  linprog on the ordered-draft LP is an optional third opinion, skipped when scipy is absent.
+  linprog on the ordered-draft LP is a third opinion (scipy is in the test extra).
 - The plan is a real verifier (optimum.optimal_rule): lossless by exact enumeration, and it
   accepts exactly the optimum, so the optimum is reached, not just bounded.
 - Every paired rule (recursive, recursive_wor, point_mass) is lossless and accepts at most the
@@ -89,8 +89,8 @@ def test_subset_formula_equals_a_feasible_max_flow(seed, V, k, scheme):
 @settings(deadline=None, max_examples=10)
 @given(**case)
 def test_subset_formula_equals_linprog(seed, V, k, scheme):
-    """Optional: scipy's LP over ordered draft tuples (not sets) agrees."""
-    linprog = pytest.importorskip("scipy.optimize").linprog
+    """scipy's LP over ordered draft tuples (not sets) agrees."""
+    from scipy.optimize import linprog
     p, q = pair(seed, V)
     drafts = optimum.draft_tuples(q, k, scheme)
     variables = [(t, y) for t in drafts for y in sorted(set(t))]  # x[t, y]: drafts t, output y, accepted

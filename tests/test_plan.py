@@ -3,6 +3,7 @@ those costs in the user's cache directory, and the core's independence from all 
 
 import ast
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ from specdec_np import ngram
 from specdec_np.decode import NEVER, Plan, generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import plan as plans
-from specdec_np.tools import profile as profiles
+from specdec_np.tools import acceptance as profiles
 from specdec_np.tools.costmodel import OVERHEADS
+from specdec_np.tools.progress import Progress
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
 PROMPTS = [[1, 2, 3, 1, 2], [4, 5, 6, 7], [3, 3, 9, 1, 2, 3]]
@@ -113,7 +115,12 @@ def test_costs_are_cached_in_the_users_cache_directory(pair, tmp_path, monkeypat
 
 def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     target, draft, trigram = pair
-    got = plans.measure_costs(target, draft, trigram, PROMPTS)
+    seen = []
+    got = plans.measure_costs(target, draft, trigram, PROMPTS, progress=lambda done, total: seen.append((done, total)))
+    # Progress counts real units of work (layouts, curve rounds, settings): it only moves forward,
+    # its total never changes once known, and it ends exactly at that total.
+    assert seen[0] == (0, None) and seen[-1][0] == seen[-1][1]
+    assert [d for d, _ in seen] == list(range(len(seen))) and len({t for _, t in seen[2:]}) == 1
     assert set(got["curves"]) == {"target", "draft"}
     assert all(set(c) == {"warm", "cold"} and all(v > 0 for v in c["warm"].values()) for c in got["curves"].values())
     assert set(got["overheads"]) == {"greedy", "sampled"}
@@ -225,14 +232,31 @@ def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_pat
     assert plans.busy_warning(None) == ""
 
 
-def test_progress_bar_off_a_terminal_writes_whole_lines(capsys):
+def test_progress_off_a_terminal_writes_whole_lines(capsys):
     """In a log file or CI the indicator is two plain lines, not carriage-return redraws."""
-    show = plans.progress_bar("measuring")
+    show = Progress("measuring", tty=False)
     for done in range(1, 5):
         show(done, 4)
+    show.end()  # already ended at 4/4: no second closing line
     err = capsys.readouterr().err
     assert "\r" not in err
-    assert err.splitlines() == ["measuring ...", "measuring: done (4/4)"]
+    lines = err.splitlines()
+    assert lines[0] == "measuring ..." and lines[1].startswith("measuring: done, 4 in ") and len(lines) == 2
+
+
+def test_progress_on_a_terminal_redraws_one_line(capsys):
+    """On a terminal: one line redrawn in place, with the bar and the counts (in the unit given), then
+    a closing line; a task of unknown size ends with end()."""
+    show = Progress("fetching", unit=lambda n: f"{n} B", tty=True)
+    show(0, 8)
+    show(8, 8)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[" + "#" * 30 + "] 8 B/8 B" in err and "fetching: done, 8 B in" in err
+    show = Progress("fetching", tty=True)
+    show(5)
+    assert "\n" not in capsys.readouterr().err
+    show.end()
+    assert re.search(r"\rfetching: done, 5 in \d+\.\d s *\n$", capsys.readouterr().err)
 
 
 def test_a_first_use_profile_is_sized_to_this_machine():
@@ -336,3 +360,21 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.slab_rows) is target and laid_out(target, 0).slab_rows == 0
+
+
+def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
+    """bench's rule comparisons: a sampled chain's 'chain' against 'block'; a sampled tree's
+    token-level rule (verify.LOSSLESS's default for how its children were drawn) against 'traversal'."""
+    import dataclasses
+
+    from specdec_np.tools.bench import rule_pairs
+
+    nan = float("nan")
+    rows = {m: plans.Choice(m, Plan(), nan, nan) for m in ("speculative", "tree", "staged")}
+    rows["staged"] = plans.Choice("staged", Plan(shape="fixed", widths=(2, 1), sampled="with"), nan, nan)
+    pairs = rule_pairs({"top-k": rows})
+    got = {k: (a.method, a.plan.rule, b.plan.rule) for k, (a, b) in pairs.items()}
+    assert got["chain of 3"] == ("speculative", "chain", "block")
+    assert [v for k, v in got.items() if k.startswith("staged")] == [("staged", "recursive", "traversal")]
+    assert [v for k, v in got.items() if k.startswith("tree")] == [("tree", "recursive_wor", "traversal")] * 2
+    assert all(dataclasses.replace(a.plan, rule=None) == dataclasses.replace(b.plan, rule=None) for a, b in pairs.values())

@@ -280,7 +280,7 @@ note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2
 # %%
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
 from specdec_np.tools.plan import Busy, calibration  # noqa: E402
-from specdec_np.tools.profile import calibration_prompts, counts  # noqa: E402
+from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
 
 try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))

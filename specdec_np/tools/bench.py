@@ -42,20 +42,24 @@ import numpy as np
 from ..checkpoint import atomic_file
 from ..decode import Plan, generate
 from ..gpt2 import GPT2_SHAPES, random_params
+from ..methods import make
 from ..models import load_embedded
 from ..tokenizer import encode
-from . import profile as profiles
+from ..verify import LOSSLESS
+from . import acceptance as profiles
 from .blas import blas_name
 from .costcurve import gpt2_shapes_report, laid_out, matrix_report
 from .costmodel import record_ms
 from .plan import (Busy, Choice, acceptance_profile, calibration, choose, describe, fallback, machine, machine_name,
-                   progress_bar, setting_name, settle_threads)
+                   setting_name, settle_threads)
+from .progress import Progress
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
 # plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
 # step drafted by the draft model, as in the paper); prompt lookup is a reference outside the paper.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup"}
+BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
 SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
@@ -97,25 +101,6 @@ def read_prompts(path=None, limit=None) -> list[str]:
     return prompts[:limit] if limit else prompts
 
 
-class Progress:
-    """A one-line progress bar on stderr, silent when stderr is not a terminal."""
-
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.n, self.t0 = total, label, 0, time.time()
-        self.on = sys.stderr.isatty()
-
-    def step(self, note: str = "") -> None:
-        self.n += 1
-        if self.on:
-            frac = self.n / self.total
-            eta = (time.time() - self.t0) / frac * (1 - frac)
-            bar = "#" * int(30 * frac)
-            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.n}/{self.total} eta {eta:4.0f}s {note:<20}")
-            if self.n == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def choices(profile, costs, temperature, default=False) -> dict:
     """{row: Choice} for one setting: this machine's plan and each method's best plan (or the constant plan)."""
     out = {}
@@ -133,10 +118,10 @@ def choices(profile, costs, temperature, default=False) -> dict:
 
 def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
     """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
-    in sampled settings `seeds` runs per prompt (`profile.run_seeds`), each run of every row with the same seed."""
+    in sampled settings `seeds` runs per prompt (`acceptance.run_seeds`), each run of every row with the same seed."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
-    bar = Progress(len(prompts) * runs, "bench")
+    show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, text in enumerate(prompts):
         prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
         for sname, skw in settings.items():
@@ -157,10 +142,11 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
                         "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
                                                   **pads),
                         "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
-                        "same_as_baseline": (m == "ar" or sname != "greedy"
-                                             or res.tokens == records[sname]["ar"][-1]["ids"]),
+                        "same_as_baseline": (m == BASELINE or sname != "greedy"
+                                             or res.tokens == records[sname][BASELINE][-1]["ids"]),
                         "ids": res.tokens})
-                bar.step(sname)
+                done += 1
+                show(done, total, sname)
     return records
 
 
@@ -189,7 +175,7 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 def summarize(records, target) -> dict:
     out = {}
     for sname, per in records.items():
-        base = per["ar"]
+        base = per[BASELINE]
         base_tps = sum(r["tokens"] for r in base) / sum(r["seconds"] for r in base)
         base_pred = sum(r["predicted_ms"] or 0 for r in base)
         out[sname] = {}
@@ -214,9 +200,9 @@ def summarize(records, target) -> dict:
                 "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
                                        for k in ("draft", "target", "verify")},
             }
-        if "staged" in per:  # is staged the fastest? Its speed over each other method's, with an interval
-            out[sname]["staged"]["against"] = {m: paired_ratio(per["staged"], recs)
-                                               for m, recs in per.items() if m != "staged"}
+        if HEADLINE in per:  # is staged the fastest? Its speed over each other row's, with an interval
+            out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
+                                               for m, recs in per.items() if m != HEADLINE}
     return out
 
 
@@ -238,14 +224,14 @@ def markdown(summary, plans=None) -> str:
                          f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
         if plans:
             lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.plan, c.method)}"
-                                                 for m, c in plans[sname].items() if m != "ar") + ".")
+                                                 for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
         for m, r in per.items():
             t = r["ms_per_target_pass"]
             lines.append(f"| {NAMES[m]} | {t['draft']:.2f} | {t['target']:.2f} | {t['verify']:.2f} |")
-        if "against" in per.get("staged", {}):
+        if "against" in per.get(HEADLINE, {}):
             lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
-                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per["staged"]["against"].items()))
+                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per[HEADLINE]["against"].items()))
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
@@ -272,7 +258,8 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        token_level = "recursive_wor" if plan.sampled == "without" else "recursive"
+        kind = make(row, plan).kind(SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
+        token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
         pairs[f"{row}: {describe(dataclasses.replace(plan, rule=None), row)}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))
@@ -409,7 +396,7 @@ def main(argv=None) -> int:
     if a.profile:
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
-                                    progress=progress_bar("profiling"), journal=journal, jobs=a.jobs)
+                                    progress=Progress("profiling"), journal=journal, jobs=a.jobs)
         profiles.save(measured, profiles.PROFILE_FILE)
         journal.unlink()
         print(f"wrote {profiles.PROFILE_FILE}")
@@ -420,7 +407,7 @@ def main(argv=None) -> int:
         print(f"note: this machine is busy ({busy}): BLAS uses one thread")
     try:
         costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
-                                   progress_bar("measuring this machine"))
+                                   Progress("measuring this machine"))
     except Busy as e:
         raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
@@ -436,11 +423,11 @@ def main(argv=None) -> int:
         return 0
     settings = {s: SETTINGS[s] for s in a.settings.split(",")}
     plans = {s: choices(acceptance_profile(target, draft, ngram, calibration_prompts, setting_name(skw["temperature"]),
-                                           costs, progress_bar("profiling the pair")),
+                                           costs, Progress("profiling the pair")),
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
-                                        if m in ("plan", "staged")))
+                                        if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,

@@ -108,6 +108,21 @@ def given(a) -> list[str]:
     return [o for o in APPLIES_TO if values[o] is not None]
 
 
+def method_of(name: str):
+    """The method object `name` makes of the constant plan: what it runs, how its trees are built."""
+    from ..decode import Plan
+    from ..methods import make
+
+    return make(name, Plan())
+
+
+def profiled(name: str) -> bool:
+    """Whether the machine's plan can price `name`: it drafts, and the acceptance profile holds it."""
+    from .acceptance import PROFILED
+
+    return method_of(name).max_nodes() > 0 and name in PROFILED
+
+
 def candidate_methods(a) -> tuple:
     """The methods the options allow: --method, else those every option given applies to (in METHODS'
     order; () when no option narrows the choice)."""
@@ -138,12 +153,13 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
     changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
     from ..decode import Plan
-    from . import profile as profiles
-    from .plan import describe, plans_for, progress_bar
+    from . import acceptance as profiles
+    from .plan import describe, plans_for
+    from .progress import Progress
 
     methods = candidate_methods(a)
     check_shape(a, methods, target.config.n_ctx)
-    if a.plan == "default" or a.method in ("ar", "ngram") or draft is None:
+    if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
         method = a.method or "staged"
@@ -158,7 +174,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
                              "cannot run (it has no " + ("n-gram model" if draft is not None else "draft") + ")")
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
-                            progress_bar("measuring this machine (first run only)"))
+                            Progress("measuring this machine (first run only)"))
         # The fastest with the options applied whose rule is lossless for its trees (--rule without
         # --method: some methods' plans may draft trees the rule cannot verify); if none, the
         # fastest's error.
@@ -234,10 +250,11 @@ def check_rule_options(a) -> None:
         return
     if a.sampled is not None:
         kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method == "speculative" and a.temperature > 0:
-        kind, how = "with_replacement", "speculative's chain drawn from the draft"
-    elif a.method in ("lookup", "ngram"):
-        kind, how = "deterministic", f"{a.method}'s drafts, which are not drawn from the draft model"
+    elif a.method is not None and (method_of(a.method).chain or not method_of(a.method).runs_draft):
+        # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
+        kind = method_of(a.method).kind(a.temperature)
+        how = (f"{a.method}'s chain drawn from the draft" if method_of(a.method).runs_draft
+               else f"{a.method}'s drafts, which are not drawn from the draft model")
     else:
         kind = how = None
     if kind is not None and a.rule not in LOSSLESS[kind][1]:
@@ -339,7 +356,7 @@ def check_options(a) -> None:
             if a.method not in APPLIES_TO[option]:
                 raise ValueError(f"{option} does nothing with --method {a.method}: {DOES_NOTHING[a.method]}; it "
                                  f"applies to --method {', '.join(APPLIES_TO[option])}")
-    if (a.budget is not None or a.depth is not None and a.method not in ("speculative", "lookup")) \
+    if (a.budget is not None or a.depth is not None and not (a.method and method_of(a.method).chain)) \
             and (a.widths is not None or a.sampled is not None):
         first = "--budget" if a.budget is not None else "--depth"
         second = "--widths" if a.widths is not None else "--sampled"
@@ -373,10 +390,10 @@ class Setup(NamedTuple):
 
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
-    from ..decode import DRAFTED
     from ..models import load_model, load_ngram
     from ..tokenizer import encode, get_encoding
-    from .plan import apply_layout, progress_bar
+    from .plan import apply_layout
+    from .progress import Progress
     from .stdlib_ngram import stdlib_trigram
 
     check_options(a)
@@ -384,20 +401,20 @@ def setup(a) -> Setup:
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method is None or a.method in DRAFTED:
+    if a.method is None or method_of(a.method).runs_draft:
         draft = load_model(a.draft or default_draft(a.target))
-    elif a.method == "lookup" and a.plan == "machine":  # the pair's profile holds lookup's chain lengths
+    elif a.plan == "machine" and profiled(a.method):  # the pair's profile holds e.g. lookup's chain lengths
         try:
             draft = load_model(a.draft or default_draft(a.target))
         except (ValueError, FileNotFoundError):
             draft = None
     # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
-    wants_ngram = a.method in ("staged", "ngram") or (draft is not None and a.plan == "machine")
+    wants_ngram = a.method is not None and method_of(a.method).needs_ngram or (draft is not None and a.plan == "machine")
     if a.method is None or wants_ngram:
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
             # built on first use and cached.
-            ngram = stdlib_trigram(target.config.n_vocab, progress_bar("building the trigram (first run only)"))
+            ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
             ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:
@@ -412,10 +429,8 @@ def setup(a) -> Setup:
 def check_prompt_fits(tokens, a, target, draft) -> None:
     """The prompt must be shorter than the target's context, and than the draft's when the draft
     may decode (with --method, or the machine's choice): a one-line error before any measurement."""
-    from ..decode import DRAFTED
-
     for option, model in (("--target", target), ("--draft", draft)):
-        if model is None or option == "--draft" and a.method not in (None, *DRAFTED):
+        if model is None or option == "--draft" and a.method is not None and not method_of(a.method).runs_draft:
             continue
         name = a.target if option == "--target" else a.draft or default_draft(a.target)
         if len(tokens) >= model.config.n_ctx:

@@ -4,7 +4,7 @@ A plan's milliseconds per token = (every forward pass it makes, at this machine'
 its block size, padded as the plan says, "cold" when the other model ran just before it and "warm"
 otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a fixed
 overhead per step, per step that drafts, per distribution the draft processes and per n-gram query)
-/ the tokens it emits. The counts come from the pair's acceptance profile (`profile.py`) or from a
+/ the tokens it emits. The counts come from the pair's acceptance profile (`acceptance.py`) or from a
 run's own statistics; the curve and the overheads from this machine (`plan.calibration`, about ten
 seconds).
 """
@@ -36,11 +36,6 @@ def pad_size(curve: dict, k: int) -> int:
         if size > k and interp(curve, size) < best_ms:
             best, best_ms = size, interp(curve, size)
     return best
-
-
-def block_ms(curve: dict, k: int) -> float:
-    """What a pass of k tokens costs when padded as `pad_size` says (the `padding` table)."""
-    return interp(curve, padded(padding(curve), k))
 
 
 def padding(curve: dict | None, limit: int = 64) -> tuple:
@@ -89,7 +84,7 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
 
 
 def forward_ms(record: dict, curves: dict, target_pad=(), draft_pad=()) -> float:
-    """The forward passes of a count record (`profile.counts`) at the curve's costs, padded."""
+    """The forward passes of a count record (`acceptance.counts`) at the curve's costs, padded."""
     return sum(n * pass_ms(curves, model, state, k, pad)
                for model, pad in (("target", target_pad), ("draft", draft_pad))
                for state, blocks in record[model].items() for k, n in blocks.items())

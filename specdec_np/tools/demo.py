@@ -20,7 +20,8 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import apply_layout, busy_warning, check_size, cpu_times, describe, plans_for, progress_bar, resized
+from .plan import apply_layout, busy_warning, check_size, cpu_times, describe, plans_for, resized
+from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -75,8 +76,8 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=(m == "staged"),
-                       **kw)
+        # Every run keeps its trees (the demo draws one method's), so all pay the same for it.
+        res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
 
@@ -106,7 +107,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
     machine's layout of the models' products ({} with the constants: the models' own)."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
-                                                      progress=progress_bar("measuring this machine"))
+                                                      progress=Progress("measuring this machine"))
     for m in methods:
         if a.plan == "default":
             plan, origin = Plan(), "the constant plan"

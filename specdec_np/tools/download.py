@@ -15,7 +15,6 @@ import http.client
 import os
 import re
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE, WEIGHTS_DIR
+from .progress import Progress
 
 HUB_URL = "https://huggingface.co"
 FILES = (CONFIG_FILE, MODEL_FILE)
@@ -141,7 +141,7 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
     """Download `url` to `dest` via `dest.part`: resumed, size and sha256 checked, parsed, renamed."""
     sha, size = file_info(url, timeout)
     part = dest.with_name(dest.name + ".part")
-    show = progress_printer(f"{dest.parent.name}/{dest.name}", progress)
+    show = Progress(f"{dest.parent.name}/{dest.name}", unit=human, tty=progress)
     error = None
     for _ in range(retries + 1):
         try:
@@ -156,7 +156,7 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
     else:
         raise DownloadError(f"{url}: incomplete after {retries + 1} attempts ({error}); "
                             f"{part} is kept, run again to resume")
-    show(None, None)
+    show.end()
     if size is not None and got != size:
         part.unlink()
         raise DownloadError(f"{url}: got {got} bytes, the hub reports {size}")
@@ -174,31 +174,6 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
 
 def human(n_bytes: float) -> str:
     return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.1f} kB"
-
-
-def progress_printer(label: str, progress: bool | None):
-    """show(done, total) draws a progress bar on a terminal; elsewhere it prints only the final line."""
-    tty = sys.stderr.isatty() if progress is None else progress
-    t0, state = time.monotonic(), {"drawn": 0.0, "done": 0}
-
-    def show(done, total):
-        now = time.monotonic()
-        if done is None:  # finished
-            print(("\r" if tty else "") + f"{label}: {human(state['done'])} in {now - t0:.1f} s" + " " * 30,
-                  file=sys.stderr)
-            return
-        state["done"] = done
-        if tty and (now - state["drawn"] > 0.1 or done == total):
-            state["drawn"] = now
-            rate = f"{human(done / max(now - t0, 1e-9))}/s"
-            if total:
-                bar = "#" * int(30 * done / total)
-                line = f"{label} [{bar:<30}] {100 * done / total:5.1f}% {human(done)} of {human(total)} {rate}"
-            else:
-                line = f"{label} {human(done)} {rate}"
-            print("\r" + line, end="", file=sys.stderr, flush=True)
-
-    return show
 
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,

@@ -3,7 +3,7 @@
 The core decodes whatever `Plan` it is given (constants by default); this module chooses one,
 Sequoia-style, from two things measured apart:
 
-- the pair's acceptance profile (`profile.py`): what every candidate does per emitted token, a
+- the pair's acceptance profile (`acceptance.py`): what every candidate does per emitted token, a
   property of the models, shipped for the embedded pair; for any other pair measured on first use,
   per setting, on a grid sized to take a few minutes on this machine (`acceptance_profile`);
 - this machine's costs (`calibration`, about ten seconds on first use for the embedded pair, under
@@ -43,9 +43,10 @@ import numpy as np
 from .. import ngram as ngram_lib
 from .. import staged
 from ..checkpoint import atomic_file
-from ..decode import CHAINS, Plan, generate
+from ..decode import Plan, generate
+from ..methods import make
 from ..fastpath import padded
-from . import profile as profiles
+from . import acceptance as profiles
 from .blas import blas, use_threads
 from .costcurve import choose_slab_rows, last_level_cache, laid_out, loop_curves
 from .costmodel import fit_overheads, loop_scale, padding, pass_ms, record_ms, scaled
@@ -146,25 +147,6 @@ def write_json(path: Path, data: dict) -> None:
         f.write(json.dumps(data, indent=1) + "\n")
 
 
-def progress_bar(label: str):
-    """A one-line progress indicator on stderr: progress(done, total). Redrawn in place on a
-    terminal; elsewhere (a log file, CI) one line when it starts and one when it is done."""
-    started = False
-
-    def show(done, total):
-        nonlocal started
-        if sys.stderr.isatty():
-            bar = "#" * int(20 * done / total)
-            sys.stderr.write(f"\r{label} [{bar:<20}] {done}/{total}" + ("\n" if done == total else ""))
-        elif done == total:
-            sys.stderr.write(f"{label}: done ({total}/{total})\n")
-        elif not started:
-            sys.stderr.write(f"{label} ...\n")
-        started = True
-        sys.stderr.flush()
-    return show
-
-
 # ----------------------------------------------------------------------------- this machine's costs
 
 def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
@@ -176,25 +158,35 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
         seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
     deadline = time.perf_counter() + seconds
 
-    def tick(done, total):
+    def in_time():
         if time.perf_counter() > deadline:
             raise Busy(f"measuring took over {seconds} s")
-        if progress:
-            progress(done, total)
 
+    # Progress in units of work: the layouts, each round of the cost curves, each setting's timed runs.
+    work = {"done": 0, "total": None}
+
+    def did(total: int | None = None):
+        in_time()
+        work["done"] += 1
+        work["total"] = total or work["total"]
+        if progress:
+            progress(work["done"], work["total"])
+
+    if progress:
+        progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
-    tick(0, 8)
+    did()
     target = laid_out(target, layout["target"])
     draft = laid_out(draft, layout["draft"]) if draft is not None else None
-    curves = loop_curves(target, draft, progress=lambda d, t: tick(d, t + 2))
+    curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(profiles.SETTINGS)))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     pads = {"target_pad": padding(curves["target"]["warm"]),
             "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
     runs = {}
-    for n, (setting, kw) in enumerate(profiles.SETTINGS.items()):
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, tick)
-        tick(6 + n + 1, 8)
+    for setting, kw in profiles.SETTINGS.items():
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, in_time)
+        did()
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
     scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
     curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
@@ -212,11 +204,11 @@ def timed_run_size(target_ms: float) -> tuple[int, int]:
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
-def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, tick=None) -> tuple[list, list]:
+def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
     blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
-    pass [(state, rows, ms)]; `tick` is called after each run (it raises `Busy` past the time allowed)."""
+    pass [(state, rows, ms)]; `in_time()` is called after each run (it raises `Busy` past the time allowed)."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -231,8 +223,8 @@ def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, t
             for method, plan in shapes:
                 plan = dataclasses.replace(plan, **pads)
                 res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
-                if tick:
-                    tick(6, 8)  # no progress to show: a check of the time
+                if in_time:
+                    in_time()
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
@@ -402,12 +394,17 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
             priced.append((ms, r["method"], r["shape"]))
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
-    base = next(record_ms(r, curves, overheads) / r["tokens"] for r in profile["settings"][setting]
-                if r["method"] == "ar")
+    plain = next(r for r in profile["settings"][setting] if not drafts(r["method"], r["shape"]))
+    base = record_ms(plain, curves, overheads) / plain["tokens"]
     ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
-    if method is None and m != "ar" and base / ms < MARGIN:
-        ms, m, shape = base, "ar", {}
+    if method is None and drafts(m, shape) and base / ms < MARGIN:
+        ms, m, shape = base, plain["method"], {}
     return Choice(m, Plan(**shape, **pads), ms, base)
+
+
+def drafts(method: str, shape: dict) -> bool:
+    """Whether `method` with a profile record's plan shape drafts anything (plain decoding does not)."""
+    return make(method, Plan(**shape)).max_nodes() > 0
 
 
 def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False,
@@ -449,9 +446,10 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
     """`plan` with the tools' --budget/--depth applied (None leaves a value as it is): a chain
     method's length, one length whatever a lookup matched; a tree becomes a best-first tree of the
     draft's top tokens, since a drawn tree and the rule chosen for it do not carry over."""
-    if method in CHAINS:
+    m = make(method, plan)
+    if m.chain:
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if method == "ar" or budget is None and depth is None:  # plain decoding has no tree to resize
+    if not m.max_nodes() or budget is None and depth is None:  # plain decoding has no tree to resize
         return plan
     return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                budget=plan.budget if budget is None else budget,
@@ -461,9 +459,10 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
 def check_size(plan: Plan, method: str, n_ctx: int) -> None:
     """A one-line ValueError naming the option that sizes the tree (--depth, --widths or --budget) when
     a step of `plan` could draft more tokens than the target's context holds."""
-    nodes = plan.max_nodes(method)
+    m = make(method, plan)
+    nodes = m.max_nodes()
     if nodes > n_ctx:
-        option = "--depth" if method in CHAINS else "--widths" if plan.fixed(method) else "--budget"
+        option = "--depth" if m.chain else "--widths" if m.fixed() else "--budget"
         raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
                          f"target's context ({n_ctx} tokens)")
 
@@ -472,20 +471,22 @@ def describe(plan: Plan, method: str = "staged") -> str:
     """A plan in words, as `method` uses it."""
     widths = ",".join(map(str, plan.widths))
     rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
-    if method == "ar":
+    m = make(method, plan)
+    if not m.max_nodes():
         return "plain decoding (no drafts)"
-    if method == "lookup" and plan.lookup_chains:
+    copied = m.chain and not m.runs_draft  # prompt lookup's chain: copied, not drafted
+    if copied and plan.lookup_chains:
         k3, k2, k1 = plan.lookup_chains
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
-    if method in CHAINS:
-        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    if m.chain:
+        return f"a chain of {plan.chain}" + (" copied from the context" if copied else "") + rule
     if plan.sampled:
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif plan.shape == "fixed":
         text = f"the draft's top tokens, widths {widths}"
     else:
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
-    if method == "staged":
+    if m.runs_draft and m.needs_ngram:  # the draft with stage 2
         guesses = f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len else "no n-gram guesses"
         copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
         text += f"; {guesses}; {copies}"

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import verify
 from ..checkpoint import atomic_file
+from ..methods import METHODS
 from ..tokenizer import decode
 from ..tree import SOURCES
 
@@ -92,8 +93,12 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
+    kind = METHODS[method]
     return {
         "method": method, "about": about, "sources": list(SOURCES),
+        # What the page says of the method: staged (the draft with stage 2) or not; whether its n-gram
+        # nodes are copies from the context (prompt lookup's chain) rather than stage 2's guesses.
+        "staged": kind.runs_draft and kind.needs_ngram, "copies": kind.chain and not kind.runs_draft,
         "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
         "tokens": result.tokens, "stop": result.stop_reason,
         "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
@@ -272,7 +277,7 @@ function short(x) {  // 0.94 -> .94, in a node's box
 function who(step, i) {
   if (i === 0) return "target";
   const src = D.sources[step.proposers[i]];
-  if (src === "ngram") return step.copied || D.method === "lookup" ? "copy" : "guess";  // prompt lookup copies
+  if (src === "ngram") return step.copied || D.copies ? "copy" : "guess";  // prompt lookup copies
   return src === "target" ? "target" : "draft";
 }
 
@@ -534,7 +539,7 @@ function show(k) {
 
 function start() {
   const T = D.totals;
-  $("head").textContent = `${D.method === "staged" ? "Staged speculative" : "Speculative"} decoding, step by step`;
+  $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
   $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
     `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.`;

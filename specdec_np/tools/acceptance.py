@@ -27,6 +27,7 @@ import numpy as np
 
 from ..checkpoint import atomic_file
 from ..decode import Plan, generate
+from ..methods import METHODS
 from ..tokenizer import encode
 
 FORMAT = "specdec_np.profile"
@@ -73,11 +74,15 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
+# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them).
+PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
+
+
 def runnable(has_draft: bool, has_ngram: bool) -> set:
-    """The methods a pair can run: plain decoding and prompt lookup always; the draft's methods with a
-    draft; staged with a draft and an n-gram."""
-    return {"ar", "lookup"} | ({"speculative", "tree"} if has_draft else set()) | \
-        ({"staged"} if has_draft and has_ngram else set())
+    """The profiled methods a pair can run: those that run the draft need one, those that query the
+    n-gram need one (methods.py says which)."""
+    return {name for name in PROFILED if (has_draft or not METHODS[name].runs_draft)
+            and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def counts(stats, skip_first: bool = True) -> dict:
