@@ -265,7 +265,7 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
     return costs, True
 
 
-def busy_now(seconds: float = 0.25) -> str:
+def busy_now(seconds: float = 0.1) -> str:
     """Which share of the cores other processes use, measured over `seconds`, in words when it is
     more than BUSY_CORES ("" when the machine is quiet or /proc/stat is unknown)."""
     start = cpu_times()
@@ -277,13 +277,19 @@ def busy_now(seconds: float = 0.25) -> str:
     return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if others > BUSY_CORES else ""
 
 
+_settled: str | None = None  # settle_threads' verdict: it looks once per process
+
+
 def settle_threads() -> str:
     """On a busy machine, limit NumPy's BLAS to one thread for the rest of the process (OpenBLAS's
-    threads stall while another process holds a core) and say why; "" on a quiet one."""
-    busy = busy_now()
-    if busy:
-        use_threads(1)
-    return busy
+    threads stall while another process holds a core) and say why; "" on a quiet one. The
+    machine is looked at once per process (a tenth of a second); later calls repeat the verdict."""
+    global _settled
+    if _settled is None:
+        _settled = busy_now()
+        if _settled:
+            use_threads(1)
+    return _settled
 
 
 BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
