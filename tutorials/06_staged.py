@@ -78,8 +78,8 @@ for name, r in (("tree", tree_run), ("staged", staged_run)):
 
 # %% [markdown]
 # Each staged draft pass carries more rows (the trigram's guesses), and if the guesses are good
-# it saves whole passes. Since a draft pass of a few more tokens costs little more than one
-# (lesson 7), fewer passes is what counts.
+# it saves whole passes. Where a draft pass of a few more tokens costs little more than one, fewer
+# passes is what counts; whether it does on this machine is measured at the end of this lesson.
 #
 # ## Who wrote each token
 #
@@ -130,3 +130,51 @@ for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
     s = r.stats
     print(f"{name:<16} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
 assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
+
+# %% [markdown]
+# ## What stage 2 saves in time
+#
+# Passes are not time: a staged draft pass carries more rows, and a copied chain is a longer
+# block for the target. The same runs in float32 (the precision the tools decode in; a near-tie
+# may flip a token against float64, the time is what we read here), each timed three times in
+# turns, the median kept, next to plain decoding, with the products laid out as this machine's
+# BLAS runs them fastest (lesson 7). The trees here are big (16 drafted nodes, so the target
+# checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block costs several
+# times one token (lesson 7), so every run may be slower than plain decoding: what to read is
+# what stage 2 saves against the same trees without it. The tools choose smaller trees per
+# machine (README, results).
+
+# %%
+import time  # noqa: E402
+
+from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
+from specdec_np.tools.plan import BUSY_CORES, cpu_times, settle_threads  # noqa: E402
+
+if busy := settle_threads():
+    print(f"note: this machine is busy ({busy}): BLAS uses one thread, and the times below may be off")
+target32, draft32 = laid_out(target, choose_slab_rows(target)), laid_out(draft, choose_slab_rows(draft))
+runs = {"plain": ("ar", Plan()), "tree": ("tree", Plan(**shape)),
+        "drafts only": ("staged", Plan(copy_len=0, **shape)), "with copies": ("staged", Plan(copy_len=8, **shape))}
+seconds = {name: [] for name in runs}
+stats = {}
+start = cpu_times()
+for _ in range(3):
+    for name, (method, plan) in runs.items():
+        t0 = time.perf_counter()
+        r = generate(target32, prompt, n_new, method=method, plan=plan, draft=draft32, ngram=trigram)
+        seconds[name].append(time.perf_counter() - t0)
+        stats[name] = r
+end = cpu_times()
+ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}
+print(f"{'':<12} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
+for name in runs:
+    s = stats[name].stats
+    print(f"{name:<12} {ms[name]:>8.2f} {ms['plain'] / ms[name]:>6.2f}x {s.target_passes:>13} {s.draft_passes:>12}")
+for name in ("drafts only", "with copies"):
+    saved = ms["tree"] - ms[name]
+    print(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
+          f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
+if start is not None and end is not None and end[2] > start[2]:
+    others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
+    if others > BUSY_CORES:
+        print(f"note: this machine was busy while timing (other processes used {others:.1f} cores): rerun when idle")
