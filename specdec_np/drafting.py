@@ -58,6 +58,7 @@ class ModelDrafter:
         self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
         self.guessed: set[tuple] = set()
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
+        self.fed_in: dict[tuple, int] = {}  # path key -> the draft pass of this step that fed it
         self.block_sizes = []  # tokens fed per draft pass
 
     # -- one decoding step ---------------------------------------------------------------------
@@ -68,6 +69,7 @@ class ModelDrafter:
         self.root = len(self.seq) - 1  # the root (last emitted token) sits at this position
         self.tokens, self.parents = [], []  # the nodes fed this step, in feed order
         self.index: dict[tuple, int] = {}  # path key -> node
+        self.fed_in: dict[tuple, int] = {}  # path key -> the pass (0, 1, ...) that fed it: its logits
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
         self.guessed: set[tuple] = set()  # keys stage 2 proposed (for the paper's Fig. 3 credit)
@@ -116,6 +118,7 @@ class ModelDrafter:
             self.guessed.update(guesses)
             keys = keys + guesses
         for k in keys:
+            self.fed_in[k] = len(self.block_sizes)
             self.index[k] = len(self.tokens)
             self.tokens.append(k[-1] if k else self.seq[-1])
             self.parents.append(self.index[k[:-1]] if k else -1)

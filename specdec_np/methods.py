@@ -45,7 +45,9 @@ class Proposal:
     tree: the token tree (node 0 = seq[-1]); rule: the verification rule for it (verify.RULES);
     proposers: [n] who proposed each node (tree.SOURCES; the root TARGET); copied: stage 2's copy of
     a repeat (no draft pass); draft_blocks: rows of each draft pass it took; draft_dists: draft rows
-    processed into q; ngram_queries: n-gram queries it took.
+    processed into q; ngram_queries: n-gram queries it took; built_by: [n] per node, the draft pass
+    (0, 1, ...) whose output proposed it (the pass that fed its parent), None for the root and
+    where no draft model ran.
     """
 
     tree: Tree
@@ -55,6 +57,7 @@ class Proposal:
     draft_blocks: list = field(default_factory=list)
     draft_dists: int = 0
     ngram_queries: int = 0
+    built_by: list | None = None
 
 
 class Plain:
@@ -224,8 +227,12 @@ class DraftTree(Plain):
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
         proposers = [TARGET] + [NGRAM if path_key(tree.tokens, tree.parents, i) in d.guessed else DRAFT
                                 for i in range(1, len(tree))]
+        # Which draft pass built each node: the one that fed its parent (a parent stage 2 guessed was
+        # fed ahead of time, in the pass that fed the guess's own parent).
+        keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
+        built_by = [None] + [d.fed_in.get(keys[int(tree.parents[i])]) for i in range(1, len(tree))]
         return self.proposal(tree, proposers, draft_blocks=d.block_sizes, draft_dists=d.dists,
-                             ngram_queries=d.ngram_queries)
+                             ngram_queries=d.ngram_queries, built_by=built_by)
 
     def build(self, root: int, depth: int, rand) -> Tree:
         """The tree below `root` from the drafter's q (children drawn with `rand`, or top tokens)."""

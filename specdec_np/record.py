@@ -33,6 +33,7 @@ class Step:
     p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
     cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
     p_rows: dict | None = None  # {node: the target's p [V] after it} where a child of node was rejected
+    built_by: list | None = None  # per tree node, the draft pass (0, 1, ...) that proposed it (Proposal.built_by)
 
 
 @dataclass
@@ -102,7 +103,7 @@ class Recorder:
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
             step.tree, step.path, step.rule, step.checks = tree, verdict.path, proposal.rule, verdict.checks
-            step.proposers, step.copied = proposal.proposers, proposal.copied
+            step.proposers, step.copied, step.built_by = proposal.proposers, proposal.copied, proposal.built_by
             step.p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
             step.cache = (scored.start, scored.n_c, cache_length)
             # Where a child was rejected, the residual the rule went on with is computed from these

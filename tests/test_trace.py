@@ -360,3 +360,27 @@ def test_readme_caption_matches_the_run_of_make_trace_png(tmp_path):
     ended = {"eos": "an end-of-text", "max_new_tokens": "--max-new-tokens"}[data["stop"]]
     assert (int(m[1]), int(m[2]), int(m[3]), m[4]) == (shot, len(data["steps"]), data["totals"]["tokens"], ended)
     assert data["steps"][shot - 1]["residuals"], "the picture's step should show a residual table"
+
+
+def test_the_page_says_which_draft_pass_built_each_node(run, shown):
+    """A node is built by the draft pass that fed its parent. A parent the draft proposed was fed in a
+    later pass than the one that built it; a parent stage 2 guessed was fed ahead, in the very pass
+    that built it: its children cost no pass of their own. The page names the pass of every node."""
+    _, data, _ = run
+    drafted = [(step, s) for step, s in zip(data["steps"], shown) if step["draft_blocks"] and not step["copied"]]
+    assert drafted
+    for step, s in drafted:
+        by, parents = step["built_by"], step["tree"]["parents"]
+        assert by[0] is None and all(0 <= by[i] < len(step["draft_blocks"]) for i in range(1, len(by)))
+        for i in range(1, len(by)):
+            parent = parents[i]
+            if parent == 0:
+                continue
+            if step["proposers"][parent] == NGRAM:
+                assert by[i] == by[parent]
+            else:
+                assert by[i] > by[parent]
+        assert "built by" in s["checks"] and f"draft pass {by[1] + 1}" in s["checks"]
+        assert f"pass {by[1] + 1} built #1" in s["summary"]
+    copies = [s for step, s in zip(data["steps"], shown) if step["copied"]]
+    assert all("built #" not in s["summary"] for s in copies)

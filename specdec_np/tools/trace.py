@@ -75,7 +75,7 @@ def step_record(step) -> dict:
         "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
         "tree": {"tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "q": tree.q.tolist(),
                  "kind": tree.kind},
-        "proposers": step.proposers, "copied": step.copied, "p": step.p_nodes,
+        "proposers": step.proposers, "copied": step.copied, "p": step.p_nodes, "built_by": step.built_by,
         "path": step.path, "rule": step.rule, "checks": [dataclasses.asdict(c) for c in step.checks],
         "cache": list(step.cache), "residuals": residuals(step),
     }
@@ -407,6 +407,7 @@ function checksTable(step) {
   const rows = ['<tr><th>node</th><th>token</th><th>proposed by</th>' +
                 '<th title="the draft\'s probability of the token">q</th>' +
                 '<th title="the target\'s probability of the token after its parent">p</th>' +
+                '<th title="the draft pass whose output proposed the node">built by</th>' +
                 '<th>the check</th><th>verdict</th></tr>'];
   const order = step.checks.filter(c => c.test !== "draw").map(c => c.node);
   for (let i = 1; i < t.tokens.length; i++) if (!order.includes(i)) order.push(i);
@@ -421,12 +422,13 @@ function checksTable(step) {
     rows.push(`<tr class="${cut ? "cut" : c ? (c.accepted ? "yes" : "no") : kept ? "yes" : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
               `<td class="mono">${esc(visible(text(t.tokens[i])))}</td>` +
               `<td class="who">${marker(who(step, i))} ${WHO[who(step, i)].label}</td><td class="num">${step.copied ? "\u2014" : num(t.q[i])}</td>` +
-              `<td class="num">${num(step.p[i])}</td><td>${esc(why + cut)}</td><td class="verdict">${verdict}</td></tr>`);
+              `<td class="num">${num(step.p[i])}</td><td>${esc(builtBy(step, i))}</td>` +
+              `<td>${esc(why + cut)}</td><td class="verdict">${verdict}</td></tr>`);
   }
   const add = step.checks[step.checks.length - 1], last = step.path[step.path.length - 1];
   const cut = step.tokens.length < step.path.length ? ` (cut, not emitted: ${cutWhy(step)} before it)` : "";
   rows.push(`<tr class="${cut ? "cut" : "add"}"><td class="node">+<small> after #${last}</small></td><td class="mono">${esc(visible(text(add.token)))}</td>` +
-            `<td class="who">${marker("target")} target</td><td></td><td></td>` +
+            `<td class="who">${marker("target")} target</td><td></td><td></td><td>the target's pass</td>` +
             `<td>${esc(explain(step, add, t))}</td><td class="verdict">added${cut}</td></tr>`);
   return rows.join("");
 }
@@ -485,6 +487,26 @@ function cacheView(step, seq) {
          `<div class="cache">${prefix}${catchUp}${kept}</div>`;
 }
 
+// Which draft pass proposed node i: the pass that fed its parent. A parent that stage 2 guessed was
+// fed ahead of time, in the same pass as the guess's own parent: its children needed no pass of their own.
+function builtBy(step, i) {
+  const b = step.built_by ? step.built_by[i] : null;
+  if (b === null || b === undefined) return "\u2014";
+  const parent = step.tree.parents[i];
+  const ahead = parent > 0 && D.sources[step.proposers[parent]] === "ngram";
+  return `draft pass ${b + 1}` + (ahead ? " (from a node the n-gram guessed, scored ahead of time)" : "");
+}
+
+function passNodes(step) {  // "pass 1 built #1, #2; pass 2 built #3", or "" where no draft model ran
+  if (!step.built_by || step.copied) return "";
+  const by = new Map();
+  step.built_by.forEach((b, i) => { if (b !== null) by.set(b, (by.get(b) || []).concat([`#${i}`])); });
+  const ahead = step.built_by.filter((b, i) => b !== null && step.tree.parents[i] > 0 &&
+    D.sources[step.proposers[step.tree.parents[i]]] === "ngram").length;
+  const parts = [...by.keys()].sort((a, b) => a - b).map(b => `pass ${b + 1} built ${by.get(b).join(", ")}`);
+  return parts.length ? ` (${parts.join("; ")}${ahead ? `; ${plural(ahead, "node")} from n-gram guesses scored ahead of time` : ""})` : "";
+}
+
 function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
 
 function summary(step, k) {
@@ -498,7 +520,8 @@ function summary(step, k) {
   const emitted = n === made ? `${made} emitted` : `${made} tokens, of which ${n} emitted: ${cutWhy(step)}, so the ` +
     `last ${plural(made - n, "token")} (marked \u2702) ${made - n === 1 ? "is" : "are"} cut`;
   return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, step.copied ? "copied token" : "drafted token")} accepted` +
-    ` + 1 from the target = ${emitted}. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}; ` +
+    ` + 1 from the target = ${emitted}. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
+    `${passNodes(step)}; ` +
     `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}.`;
 }
 
