@@ -282,7 +282,7 @@ def test_bench_with_fixture(tmp_path, capsys):
     section = (tmp_path / "results.md").read_text()
     assert f"## {bench.machine_name()}" in section and "python -m specdec_np bench --prompts" in section
     kernel = res["machine"]["blas"]["kernel"]  # the section names the BLAS it was measured with
-    assert f"BLAS: " in section and f"{kernel} kernel" in section and "layout: target" in section
+    assert "BLAS: " in section and f"{kernel} kernel" in section and "layout: target" in section
     g = res["summary"]["greedy"]
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)
@@ -479,12 +479,20 @@ def test_the_suite_runs_blas_on_one_thread():
 
 
 def test_the_demo_says_when_its_timings_were_taken_on_a_busy_machine(monkeypatch):
-    from specdec_np.tools import demo as demo_mod
+    # The demo (and the lessons) print plan.timing_note under what they timed.
+    import os
 
-    monkeypatch.setattr(demo_mod, "busy_warning", lambda start: "note: this machine was busy while its costs were "
-                        "measured (other processes used 1.0 of its 2 cores), so ...")
-    line = demo_mod.busy_while_timing(demo_mod.busy_warning(None))
+    from specdec_np.tools import plan as plans
+
+    def since(others):  # a snapshot 10 s ago; now: own 15 s more, others `others` cores' worth
+        monkeypatch.setattr(plans, "cpu_times", lambda: (100.0 + 15 + 10 * others, 65.0, 10.0))
+        return (100.0, 50.0, 0.0)
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    line = plans.timing_note(since(1.0))
     assert "other processes used 1.0 of its 2 cores" in line and "rerun when it is idle" in line
+    assert plans.timing_note(since(0.1)) == ""  # quiet: nothing to say
+    assert plans.timing_note(since(0.1), "a figure was off", "why") == "note: a figure was off: why"
 
 
 def test_bench_options_for_curves_only_need_curves():

@@ -148,7 +148,7 @@ assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
 import time  # noqa: E402
 
 from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
-from specdec_np.tools.plan import BUSY_CORES, cpu_times, settle_threads  # noqa: E402
+from specdec_np.tools.plan import cpu_times, settle_threads, timing_note  # noqa: E402
 
 if busy := settle_threads():
     print(f"note: this machine is busy ({busy}): BLAS uses one thread, and the times below may be off")
@@ -164,7 +164,6 @@ for _ in range(3):
         r = generate(target32, prompt, n_new, method=method, plan=plan, draft=draft32, ngram=trigram)
         seconds[name].append(time.perf_counter() - t0)
         stats[name] = r
-end = cpu_times()
 ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}
 print(f"{'':<12} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
 for name in runs:
@@ -174,7 +173,5 @@ for name in ("drafts only", "with copies"):
     saved = ms["tree"] - ms[name]
     print(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
           f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
-if start is not None and end is not None and end[2] > start[2]:
-    others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
-    if others > BUSY_CORES:
-        print(f"note: this machine was busy while timing (other processes used {others:.1f} cores): rerun when idle")
+if line := timing_note(start):
+    print(line)

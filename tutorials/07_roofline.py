@@ -24,31 +24,17 @@ from specdec_np.tools.costcurve import (block_cost_ms, choose_slab_rows, laid_ou
                                         last_level_cache_bytes, streaming_gbps)
 from specdec_np.tokenizer import encode
 
-from specdec_np.tools.plan import BUSY_CORES, cpu_times, settle_threads
+from specdec_np.tools.plan import cpu_times, settle_threads, timing_note
 
 if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
     print(f"note: {busy}: timing with one BLAS thread")
 
 
-def others_since(start) -> float | None:
-    """Cores' worth of CPU other processes used since `start` (a `cpu_times()` snapshot), as the
-    tools measure it (`plan.busy_warning`); None where unknown."""
-    end = cpu_times()
-    if start is None or end is None or end[2] - start[2] < 0.2:
-        return None
-    return ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
-
-
 def note(start, contradicted: str = "", why: str = "") -> None:
-    """One line after a timed section, or nothing on a quiet machine where every claim held. If
-    other processes took CPU meanwhile (the tools' measure, as in `plan.busy_warning`), any figure
-    above may be off, so say that; else, if a figure contradicted a claim, say which and why."""
-    others = others_since(start)
-    if others is not None and others > BUSY_CORES:
-        print(f"note: this machine was busy while timing the figures above (other processes used {others:.1f} "
-              f"cores){': ' + contradicted if contradicted else ''}; rerun when idle")
-    elif contradicted:
-        print(f"note: {contradicted}: {why}")
+    """One line after a timed section, or nothing on a quiet machine where every claim held
+    (`plan.timing_note`: a busy machine, or a figure that contradicted a claim, and why)."""
+    if line := timing_note(start, contradicted, why):
+        print(line)
 
 
 target, draft, ngram, enc = load_embedded()
@@ -253,7 +239,6 @@ print(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
       f"the best measured was budget {max(rows, key=lambda row: row[5])[0]}.")
 if best[4] < 1:
     print("Predicted speedup below 1: with these models on this machine, plain decoding is faster.")
-worst = min(row[5] / row[4] for row in rows)  # measured over predicted speedup
 ratios = [row[5] / row[4] for row in rows]  # measured over predicted speedup
 note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2f} of it)" if min(ratios) < 0.5 else
      f"a measured speedup exceeded its prediction by half ({max(ratios):.2f}x it)" if max(ratios) > 1.5 else "",

@@ -20,7 +20,7 @@ from ..gpt2 import forward, new_cache
 from ..models import load_embedded
 from ..tokenizer import decode, encode
 from ..tree import NGRAM, SOURCES, render
-from .plan import apply_layout, busy_warning, check_size, cpu_times, describe, plans_for, resized
+from .plan import apply_layout, check_size, cpu_times, describe, plans_for, resized, timing_note
 from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
@@ -80,12 +80,6 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
         res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
-
-
-def busy_while_timing(warning: str) -> str:
-    """`plan.busy_warning`'s words about these timings: what other processes used, and what to do."""
-    what = warning.split("(", 1)[1].split(")", 1)[0]
-    return f"the machine was busy while these runs were timed ({what}): the speedups are noisy; rerun when it is idle"
 
 
 def table(results, base="ar") -> str:
@@ -161,8 +155,8 @@ def main(argv=None) -> int:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
     print(table(results))
-    if busy := busy_warning(timed):
-        print(f"note: {busy_while_timing(busy)}")
+    if busy := timing_note(timed):
+        print(busy)
     print("\nPlans:")
     for m, (plan, origin) in chosen.items():
         print(f"  {m}: {describe(plan, m)} ({origin})")
@@ -188,8 +182,8 @@ def main(argv=None) -> int:
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
         print()
         print(table(sampled))
-        if busy := busy_warning(timed):
-            print(f"note: {busy_while_timing(busy)}")
+        if busy := timing_note(timed):
+            print(busy)
         print(f"\nPlan: staged {describe(splans['staged'][0], 'staged')} ({splans['staged'][1]}).")
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0

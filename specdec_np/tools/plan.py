@@ -176,8 +176,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
         progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     did()
-    target = laid_out(target, layout["target"])
-    draft = laid_out(draft, layout["draft"]) if draft is not None else None
+    target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(profiles.SETTINGS)))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     pads = {"target_pad": padding(curves["target"]["warm"]),
@@ -272,9 +271,9 @@ def busy_now(seconds: float = 0.1) -> str:
     if start is None:
         return ""
     time.sleep(seconds)
-    end = cpu_times()
-    others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
-    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if others > BUSY_CORES else ""
+    others = others_since(start, min_window=0.0)
+    busy = others is not None and others > BUSY_CORES
+    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if busy else ""
 
 
 _settled: str | None = None  # settle_threads' verdict: it looks once per process
@@ -311,17 +310,37 @@ def cpu_times() -> tuple | None:
     return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
+def others_since(start: tuple | None, end: tuple | None = None, min_window: float = MIN_WINDOW) -> float | None:
+    """Cores' worth of CPU other processes used between two `cpu_times()` snapshots (`end`: now);
+    None where either is unknown or the window is shorter than `min_window` seconds (/proc/stat
+    counts in ticks of 10 ms, so a shorter window says nothing about the load)."""
+    end = cpu_times() if end is None else end
+    if start is None or end is None or end[2] - start[2] <= 0 or end[2] - start[2] < min_window:
+        return None
+    return ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
+
+
+def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> str:
+    """The line to print after figures timed since `start` (a `cpu_times()` snapshot), "" on a
+    quiet machine where every claim held: when other processes took CPU meanwhile, any figure may
+    be off, so say that (naming what `contradicted`, if anything); else, if a figure contradicted a
+    claim, say which and `why`. Lessons and the demo print it under what they timed."""
+    others = others_since(start)
+    if others is not None and others > BUSY_CORES:
+        return (f"note: this machine was busy while timing the figures above (other processes used {others:.1f} "
+                f"of its {os.cpu_count()} cores){': ' + contradicted if contradicted else ''}; rerun when it is idle")
+    return f"note: {contradicted}: {why}" if contradicted else ""
+
+
 def busy_warning(start: tuple | None) -> str:
     """A warning when other processes used the CPU since `start` (`cpu_times()`): OpenBLAS's
     threads then stall and the timings are slow and noisy ("" when the machine was quiet). Without
     /proc/stat: when the load average exceeds the cores, or "" if that is unknown too."""
     cores = os.cpu_count() or 1
     end = cpu_times()
-    if start is not None and end is not None and end[2] - start[2] < MIN_WINDOW:
-        return ""  # too short to tell: /proc/stat counts in ticks of 10 ms
     if start is not None and end is not None:
-        others = ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])  # cores' worth
-        if others <= BUSY_CORES:
+        others = others_since(start, end)
+        if others is None or others <= BUSY_CORES:  # quiet, or a window too short to tell
             return ""
         what = f"other processes used {others:.1f} of its {cores} cores"
     else:
