@@ -224,12 +224,11 @@ class DraftTree(Plain):
             return None
         d.begin(seq, depth)
         tree = self.build(seq[-1], depth, rand if self.sampled(self.temperature) else None)
+        keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
-        proposers = [TARGET] + [NGRAM if path_key(tree.tokens, tree.parents, i) in d.guessed else DRAFT
-                                for i in range(1, len(tree))]
+        proposers = [TARGET] + [NGRAM if keys[i] in d.guessed else DRAFT for i in range(1, len(tree))]
         # Which draft pass built each node: the one that fed its parent (a parent stage 2 guessed was
         # fed ahead of time, in the pass that fed the guess's own parent).
-        keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         built_by = [None] + [d.fed_in.get(keys[int(tree.parents[i])]) for i in range(1, len(tree))]
         return self.proposal(tree, proposers, draft_blocks=d.block_sizes, draft_dists=d.dists,
                              ngram_queries=d.ngram_queries, built_by=built_by)

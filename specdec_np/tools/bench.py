@@ -48,10 +48,10 @@ from ..tokenizer import encode
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
-from .costcurve import gpt2_shapes_report, laid_out, matrix_report
+from .costcurve import gpt2_shapes_report, matrix_report
 from .costmodel import record_ms
-from .plan import (Busy, Choice, acceptance_profile, calibration, choose, describe, fallback, machine, machine_name,
-                   setting_name, settle_threads)
+from .plan import (Busy, Choice, acceptance_profile, apply_layout, calibration, choose, describe, fallback, machine,
+                   machine_name, setting_name, settle_threads)
 from .progress import Progress
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
@@ -413,7 +413,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
     print(blas_line(costs))
     print_curves(costs)
-    target, draft = laid_out(target, costs["layout"]["target"]), laid_out(draft, costs["layout"]["draft"])
+    target, draft = apply_layout(costs["layout"], target, draft)
     if a.curves:
         if a.matrices:
             print("\nµs per product by k rows, one x @ w against column slabs (weights from memory):")
