@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo        set up .venv and run the offline demo (every method on one prompt)"
 	@echo "make test        set up .venv and run the test suite (offline)"
-	@echo "make tutorials   run the eight lessons in tutorials/"
+	@echo "make tutorials   run the lessons in tutorials/"
 	@echo "make trace       one decoding run as a self-contained HTML page, out/trace.html"
 	@echo "make trace-png   docs/trace.png, the README's picture of the trace page (needs Chromium)"
 	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"

@@ -151,7 +151,7 @@ def test_point_mass_is_optimal_for_deterministic_drafts(seed, V, k):
         assert abs(best - 1) < TOL
 
 
-P4 = np.array([0.45, 0.30, 0.15, 0.10])  # lessons 3 and 5's target and draft
+P4 = np.array([0.45, 0.30, 0.15, 0.10])  # lessons 3 and 6's target and draft
 Q4 = np.array([0.20, 0.50, 0.05, 0.25])
 
 

@@ -117,7 +117,7 @@ print("most likely next tokens:", ", ".join(f"{decode(enc, [t])!r} {probs[t]:.2f
 # ## The same thing, from the library
 #
 # `forward(model, tokens, cache)` does all of the above (plus the KV cache of lesson 2, and the
-# tree masks of lesson 4). Our hand-written walk must agree with it.
+# tree masks of lesson 5). Our hand-written walk must agree with it.
 
 # %%
 logits = forward(model, tokens, new_cache(model))  # [n, n_vocab]

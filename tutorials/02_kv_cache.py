@@ -173,5 +173,5 @@ else:
 # mostly waits for the weights. Feeding *several* tokens into that one pass (rows of a
 # matrix-matrix product instead of a vector) reuses each fetched weight several times, so it
 # costs much less than several passes. Speculative decoding exploits exactly that: guess a few
-# tokens cheaply, then check them all in one pass of the big model. Lesson 7 measures how many
+# tokens cheaply, then check them all in one pass of the big model. Lesson 8 measures how many
 # tokens fit in a pass on this machine before it stops being nearly free.

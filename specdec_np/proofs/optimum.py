@@ -17,7 +17,7 @@ at least that excess. For k = 1, max over H of q(H) - p(H) is TV(p, q), so alpha
 lesson 3's acceptance. The optimum depends on how the drafts were drawn, so every function here
 takes the distribution of the drafts, as {tuple of drafted tokens, in order: probability}.
 
-Exhaustive over 2^V subsets: for the tiny vocabularies (3-5 tokens) of the tests and lesson 8.
+Exhaustive over 2^V subsets: for the tiny vocabularies (3-5 tokens) of the tests and lesson 9.
 The library's rules are measured, not re-derived: `single_position` runs the real rule on a
 one-level tree under `exact.outcomes`. For chains, the same for the expected accepted length.
 """

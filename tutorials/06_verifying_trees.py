@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 5: verifying a tree without changing the output distribution
+# # Lesson 6: verifying a tree without changing the output distribution
 #
 # Lesson 3's rule checks one guess per position. A tree offers several siblings for the same
 # position, and the rule must pick among them so that the emitted tokens are still distributed
@@ -212,6 +212,6 @@ print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
 Path("out").mkdir(exist_ok=True)
-trace.write("out/tutorial_05_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
+trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
             "temperature 1, top-k 50, seed 0")
-print("wrote out/tutorial_05_trace.html: open it in a browser")
+print("wrote out/tutorial_06_trace.html: open it in a browser")

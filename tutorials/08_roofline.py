@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 7: your machine's roofline, and the tree budget it implies
+# # Lesson 8: your machine's roofline, and the tree budget it implies
 #
 # Speculative decoding pays when checking B+1 tokens in one target pass costs much less than
 # B+1 passes. How much less depends on the hardware: on the paper's GPU dozens of tokens are
@@ -109,8 +109,8 @@ try:  # a PNG as well, only if matplotlib happens to be installed (never require
     ax.set_ylabel("ms per forward pass")
     ax.legend()
     Path("out").mkdir(exist_ok=True)
-    fig.savefig("out/tutorial_07_cost_curve.png")
-    print("wrote out/tutorial_07_cost_curve.png")
+    fig.savefig("out/tutorial_08_cost_curve.png")
+    print("wrote out/tutorial_08_cost_curve.png")
 except ImportError:
     pass
 
@@ -347,7 +347,7 @@ for name, m in ms.items():
 # %%
 lk, lk_ms = timed("lookup", Plan(chain=3))
 note(start)  # the blocks above and this run
-# Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lessons 4 and 6 test it in float64).
+# Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lessons 5 and 7 test it in float64).
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
 print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 6: staged speculative decoding
+# # Lesson 7: staged speculative decoding
 #
 # Big trees move the bottleneck: the target checks a whole tree in one pass, but the draft needs
 # one pass per round of expansion (a tree of depth 6 takes at least 6 draft passes). The paper's
@@ -138,9 +138,9 @@ assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
 # block for the target. The same runs in float32 (the precision the tools decode in; a near-tie
 # may flip a token against float64, the time is what we read here), each timed three times in
 # turns, the median kept, next to plain decoding, with the products laid out as this machine's
-# BLAS runs them fastest (lesson 7). The trees here are big (16 drafted nodes, so the target
+# BLAS runs them fastest (lesson 8). The trees here are big (16 drafted nodes, so the target
 # checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block costs several
-# times one token (lesson 7), so every run may be slower than plain decoding: what to read is
+# times one token (lesson 8), so every run may be slower than plain decoding: what to read is
 # what stage 2 saves against the same trees without it. The tools choose smaller trees per
 # machine (README, results).
 

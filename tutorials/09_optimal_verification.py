@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Lesson 8: how close is each rule to the best possible?
+# # Lesson 9: how close is each rule to the best possible?
 #
-# Lesson 5 proved each tree rule lossless. Lossless is the constraint; acceptance is the goal.
+# Lesson 6 proved each tree rule lossless. Lossless is the constraint; acceptance is the goal.
 # How many drafts could *any* lossless rule accept? For one position the question has an exact
 # answer, and it depends on **how the drafts were drawn** (with replacement, without, or the
 # draft's top k), so every number below says which.
@@ -28,7 +28,7 @@ from specdec_np import build, verify
 from specdec_np.proofs import exact, optimum
 
 NAMES = "ABCD"
-p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 5)
+p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 6)
 q = np.array([0.20, 0.50, 0.05, 0.25])  # draft: too fond of B and D
 SCHEME_NAMES = {"with": "drawn from q with replacement", "without": "drawn from q without replacement",
                 "deterministic": "q's top k (deterministic)"}
@@ -85,7 +85,7 @@ assert all(row.sum() <= optimum.draft_sets(drafts)[int(m)] + 1e-12 for m, row in
 # %% [markdown]
 # ## Each rule next to the optimum
 #
-# For each way of drawing k = 1..3 drafts, the library's paired rule (lesson 5) runs on a tree of
+# For each way of drawing k = 1..3 drafts, the library's paired rule (lesson 6) runs on a tree of
 # one level, the root and its k children, built by `build.build_fixed` exactly as decoding builds
 # it; `optimum.single_position` enumerates every branch of drafting and verifying. In the chart,
 # `#` is the rule's acceptance and `+` what the optimum would add.
@@ -150,7 +150,7 @@ assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))
 # ## Lossless and accepting are separate claims
 #
 # Staying under the optimum proves nothing about the output. Verifying without-replacement drafts
-# with the with-replacement rule (lesson 5's mismatched pairing) accepts *less* than the optimum,
+# with the with-replacement rule (lesson 6's mismatched pairing) accepts *less* than the optimum,
 # and still changes the output distribution; a rule that always accepts the first draft goes over
 # the bound. The tests run both checks together.
 
@@ -266,7 +266,7 @@ try:
     axes[0].set_ylabel("P(accept a draft)")
     Path("out").mkdir(exist_ok=True)
     fig.tight_layout()
-    fig.savefig("out/tutorial_08_optimum.png")
-    print("wrote out/tutorial_08_optimum.png")
+    fig.savefig("out/tutorial_09_optimum.png")
+    print("wrote out/tutorial_09_optimum.png")
 except ImportError:
     pass

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 4: token trees and tree attention
+# # Lesson 5: token trees and tree attention
 #
 # A chain of guesses is fragile: guess 5 is only useful if guesses 1-4 were all right. The paper's
 # first idea is to spend the same batch on a **tree**: near the root, where being right is most
@@ -173,7 +173,7 @@ print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
 # With a well-trained draft the tree usually yields more tokens per target pass than the chain:
 # a wrong first guess sinks the whole chain, while the tree still has the runner-up. (With a
 # poorly trained draft both stay near 1 token per pass.) Whether that makes decoding *faster*
-# depends on what the extra tokens in a pass cost on this machine: lesson 7.
+# depends on what the extra tokens in a pass cost on this machine: lesson 8.
 
 # %% [markdown]
 # ## Watch the run step by step
@@ -189,6 +189,6 @@ from pathlib import Path
 from specdec_np.tools import trace
 
 Path("out").mkdir(exist_ok=True)
-trace.write("out/tutorial_04_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
-print("wrote out/tutorial_04_trace.html: open it in a browser")
+trace.write("out/tutorial_05_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
+print("wrote out/tutorial_05_trace.html: open it in a browser")
 print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')
