@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import WEIGHTS_DIR, atomic_file  # noqa: F401  (atomic_file: the tools import it from here)
+from .files import WEIGHTS_DIR, atomic_file
 from .gpt2 import GPT2, GPT2Config
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"

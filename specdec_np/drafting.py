@@ -19,9 +19,7 @@ import numpy as np
 
 from . import ngram as ngram_lib
 from . import staged
-from .fastpath import padded
-from .gpt2 import GPT2, forward
-from .kvcache import KVCache
+from .gpt2 import GPT2, forward, new_cache
 from .sampling import process
 from .tree import block, path_key
 
@@ -44,19 +42,18 @@ class ModelDrafter:
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 guess_len: int = 0, guess_rows: int | str = 0, max_nodes: int = 64, pad=()):
+                 guess_len: int = 0, guess_rows: int | str = 0, max_nodes: int = 64):
         self.model = model
         self.settings = draft_settings(temperature, top_k, top_p)
         self.ngram, self.guess_len = ngram, guess_len if ngram is not None else 0
         # At most guess_rows guessed nodes per pass; "pad": as many as fill the rows the padded
         # block computes anyway.
-        self.guess_rows, self.pad = guess_rows, tuple(pad)
-        # Scratch for the nodes of one step: the builder's (at most max_nodes besides the root),
-        # stage 2's guesses (at most guess_len below each of them) and a pass's padding rows.
-        scratch = (max_nodes + 1) * (1 + self.guess_len) + max(self.pad, default=0)
-        self.cache = KVCache(model.config, dtype=model.dtype, max_block=scratch)
+        self.guess_rows = guess_rows
+        # Scratch for the nodes of one step: the builder's (at most max_nodes besides the root) and
+        # stage 2's guesses (at most guess_len below each of them); new_cache adds padding rows.
+        self.cache = new_cache(model, (max_nodes + 1) * (1 + self.guess_len))
         self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
-        self.guessed: set[tuple] = set()
+        self.guessed: dict[tuple, int] = {}
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
         self.fed_in: dict[tuple, int] = {}  # path key -> the draft pass of this step that fed it
         self.block_sizes = []  # tokens fed per draft pass
@@ -72,7 +69,7 @@ class ModelDrafter:
         self.fed_in: dict[tuple, int] = {}  # path key -> the pass (0, 1, ...) that fed it: its logits
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
-        self.guessed: set[tuple] = set()  # keys stage 2 proposed (for the paper's Fig. 3 credit)
+        self.guessed: dict[tuple, int] = {}  # key stage 2 proposed -> NGRAM or COPY (the paper's Fig. 3 credit)
         # This step's costs: rows of each draft pass, rows processed into q, n-gram queries.
         self.block_sizes, self.dists, self.ngram_queries = [], 0, 0
         self.cache.truncate(min(self.cache.length, self.root))
@@ -111,12 +108,12 @@ class ModelDrafter:
             room = self.guess_rows
             if room == "pad":  # guesses fill the rows the padded block computes anyway
                 n = len(keys) + (self.root - self.cache.length if first == 0 else 0)
-                room = padded(self.pad, n) - n
+                room = self.model.padded(n) - n
             guesses, queries = staged.speculate(self.ngram, self.seq, keys, self.guess_len, self.max_depth, room,
                                                 self.logits)
             self.ngram_queries += queries
             self.guessed.update(guesses)
-            keys = keys + guesses
+            keys = keys + list(guesses)
         for k in keys:
             self.fed_in[k] = len(self.block_sizes)
             self.index[k] = len(self.tokens)
@@ -124,7 +121,7 @@ class ModelDrafter:
             self.parents.append(self.index[k[:-1]] if k else -1)
         tokens, positions, mask, n_c = block(self.seq, self.cache.length, self.tokens, self.parents, first)
         logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask,
-                         pad_to=padded(self.pad, len(tokens)), logits_from=n_c)  # [len(keys), V]
+                         pad_to=self.model.padded(len(tokens)), logits_from=n_c)  # [len(keys), V]
         self.logits.update(zip(keys, logits))
         self.block_sizes.append(len(tokens))
 

@@ -4,7 +4,7 @@ beyond float rounding.
 At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about
 what one costs: that is the premise of speculative decoding. A plain `x @ w` does not deliver it
 on a CPU: for a few rows OpenBLAS packs all of `w` into a scratch buffer on every call and runs
-a kernel tuned for large matrices, so 4 rows cost about twice one. `Weight` keeps a second layout
+a kernel tuned for large matrices, so a few rows cost well over one. `Weight` keeps a second layout
 of each matrix, column slabs, whose product by a few rows is one small matrix product per slab
 (one NumPy call, no packing where the BLAS has a small-matrix kernel), and `matmul` picks the
 layout by the block's row count. Up to which size the slabs pay depends on the BLAS kernel: the
@@ -31,8 +31,8 @@ class Weight:
            `slab_rows` rows (one x @ w), and for one row when `gemv` (a matrix-vector product,
            which OpenBLAS runs on every thread: the tied head, thousands of columns wide).
     slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, the last
-           zero-padded, for blocks of up to `slab_rows` rows: a second copy, so the matrix takes
-           twice its memory. None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
+           zero-padded, for blocks of up to `slab_rows` rows: a second copy of the matrix in
+           memory. None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray
@@ -84,8 +84,8 @@ def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
     wte.T as a `Weight` of its own (row-major, so that the head is one more `matmul`).
 
     Whether slabs pay depends on the BLAS kernel: with a kernel that multiplies small matrices
-    without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of 4 cost about one
-    token; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
+    without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of a few tokens cost
+    about one; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
     cheaper. The tools measure which holds on this machine and pass `slab_rows` (0: no slabs)."""
     def walk(tree):
         if isinstance(tree, list):
@@ -124,18 +124,12 @@ def softmax_(x):  # [..., L] -> [..., L], in place
     return x
 
 
-def padded(table, n: int) -> int:
-    """The block size to compute n rows as, from a Plan's padding table: table[n - 1] when the table
-    covers n, else n (no padding)."""
-    return table[n - 1] if n <= len(table) else n
-
-
 def pad_block(tokens, positions, mask, size: int):
     """Append dummy rows up to `size`: token 0 at the first position, seeing only itself, and
     invisible to every real row (their mask columns are False), so real rows compute exactly what
-    they would alone. Where a BLAS kernel works in panels, a block of 5-7 tokens can cost more than
-    one of 8 (the tools read which sizes to pad to off the measured cost curve; the core pads only
-    when a Plan says so)."""
+    they would alone. Where a BLAS kernel works in panels, a block of a few tokens can cost more
+    than a larger one (the tools read which sizes to pad to off the measured cost curve and set them as the
+    model's `GPT2.padding`)."""
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +34,8 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def gelu(x):  # GPT-2's tanh approximation
-    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, about 100x slower.
+    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, far slower than two products
+    # (measured: docs/performance.md).
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
@@ -96,7 +98,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
                [n_new, prefix + n_new]; default causal. Row i says which tokens node i attends to:
                for a tree, its ancestors and itself.
     pad_to:    compute the block as `pad_to` >= n_new rows, the extra rows dummies that no real
-               token attends to (`fastpath.pad_block`; the tools' cost model chooses padding).
+               token attends to (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
     logits_from: the first `logits_from` tokens get no logits: a decoder feeds committed tokens
                only to catch its cache up, and the head (a large share of a small model's weights)
                is then computed for the rows someone reads.
@@ -194,13 +196,38 @@ GPT2_SHAPES = {
 
 @dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config and its parameters (plain arrays, all of one dtype), and the largest
-    block its products read from column slabs (`fastpath.prepare`; 0: none), which changes no
-    number beyond float rounding, only the speed, and is the tools' choice for this machine."""
+    """A model: its config and its parameters (plain arrays, all of one dtype), and how its passes
+    are computed, which changes no number beyond float rounding, only the speed, and is the tools'
+    choice for this machine: the largest block its products read from column slabs
+    (`fastpath.prepare`; 0: none), and `padding`, the block sizes to compute passes of 1, 2, ...
+    rows as (padding[k - 1] >= k: a BLAS kernel working in panels can make a larger block cheaper;
+    () = unpadded; see `padded`)."""
 
     config: GPT2Config
     params: dict
     slab_rows: int = SLAB_ROWS
+    padding: tuple = ()
+
+    def __post_init__(self):
+        pad = self.padding
+        sizes = isinstance(pad, (list, tuple)) and all(
+            isinstance(size, numbers.Integral) and not isinstance(size, bool) and k <= size <= self.config.n_ctx
+            for k, size in enumerate(pad, 1))
+        if not sizes:
+            raise ValueError(f"padding: padding[k - 1] must be an integer from k to n_ctx={self.config.n_ctx} "
+                             f"(a block is padded, never cut, and fits the context), got {pad!r}")
+        object.__setattr__(self, "padding", tuple(int(size) for size in pad))
+
+    def padded(self, n: int) -> int:
+        """The rows to compute a block of n tokens as: padding[n - 1] where the table covers n, else n."""
+        return self.padding[n - 1] if n <= len(self.padding) else n
+
+    def with_padding(self, padding) -> "GPT2":
+        """The same model computing blocks padded by `padding` (sharing its prepared products)."""
+        model = GPT2(self.config, self.params, self.slab_rows, padding)
+        if "prepared" in self.__dict__:
+            model.__dict__["prepared"] = self.__dict__["prepared"]
+        return model
 
     @property
     def dtype(self) -> np.dtype:
@@ -208,14 +235,15 @@ class GPT2:
 
     def astype(self, dtype) -> "GPT2":
         """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
-        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.slab_rows)
+        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.slab_rows,
+                    self.padding)
 
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`: each matrix also in the
         layout a block of a few rows multiplies fastest, and the tied head wte.T as a row-major
-        copy of its own), made on first use: about twice the weights' memory, the same bytes read
-        per pass."""
+        copy of its own), made on first use: a second copy of the weights in memory, the same bytes
+        read per pass."""
         return prepare(self.params, self.slab_rows)
 
     @property
@@ -229,8 +257,9 @@ class GPT2:
 
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
-    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of `max_block`."""
-    return KVCache(model.config, dtype=model.dtype, max_block=max_block)
+    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of up to `max_block`
+    tokens and the padding rows `model.padded` may add to it."""
+    return KVCache(model.config, dtype=model.dtype, max_block=max_block + max(model.padding, default=0))
 
 
 def map_params(fn, tree):

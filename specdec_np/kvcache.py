@@ -16,15 +16,15 @@ class KVCache:
 
     `k` is a transposed view of [n_layer, n_head, head_dim, capacity] storage, so that the scores
     `q @ k.T` of a block are a plain matrix product over contiguous rows: a multi-token block's
-    scores cost about a third of those from [.., capacity, head_dim] storage (docs/performance.md).
+    scores cost less than from [.., capacity, head_dim] storage (measured: docs/performance.md).
 
     Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
     its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative
     decoder then `keep`s only the accepted root-to-node path of that block (compacted into
     contiguous slots) or `truncate`s. Nothing is ever concatenated: a step costs O(new tokens).
     Size it for the context plus the largest block (a tree occupies slots it will not keep).
-    `config` is the model's GPT2Config (n_layer, n_head, head_dim, n_ctx); `gpt2.new_cache` makes one
-    from a model.
+    `config` is the model's GPT2Config (n_layer, n_head, head_dim, n_ctx); make one with
+    `gpt2.new_cache(model, max_block)`, which sizes it for the model's padded blocks too.
     """
 
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):

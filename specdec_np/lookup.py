@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tree import NGRAM, TARGET, Tree
+from .tree import COPY, TARGET, Tree
 
 
 def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
@@ -63,8 +63,8 @@ def repeat_continuation(tokens, k: int) -> list[int]:
 
 
 def chain_tree(root: int, tokens) -> Tree:
-    """`tokens` as a deterministic chain below `root`, proposed by stage 2 (q = 1: no draft
+    """`tokens` as a deterministic chain below `root`, copied from the context (q = 1: no draft
     probabilities); the root alone if there are none."""
     n = len(tokens)
     return Tree(tokens=np.array([root] + list(tokens), dtype=np.int64), parents=np.arange(-1, n, dtype=np.int64),
-                q=np.ones(n + 1), kind="deterministic", source=np.array([TARGET] + [NGRAM] * n))
+                q=np.ones(n + 1), kind="deterministic", source=np.array([TARGET] + [COPY] * n))

@@ -1,274 +1,345 @@
-"""The decoding methods, one object each: what a step proposes to the target, and who proposed it.
+"""The decoding methods: what a step proposes to the target, and who proposed it.
 
-Every method answers one small interface (in the spirit of Hugging Face's `CandidateGenerator` and
-Medusa's `generate_candidates`), which is all the decoding loop (`decode.generate`) asks of it:
+A method is an object built once with its models and sampling settings (`make`), in the spirit of
+Hugging Face's `CandidateGenerator` and Medusa's `generate_candidates`; the decoding loop
+(`decode.generate`) asks it two things:
 
-- `propose(seq, rand) -> Proposal`: a token tree rooted at seq[-1], who proposed each node, the
-  lossless rule that verifies it (it follows from how the tree was drawn) and what drafting cost;
-- `commit(keys)`: the accepted path's keys, so a drafter with a cache keeps only that path;
-- its sizes: `max_depth()`, `max_nodes()` (drafted nodes of a tree), `max_block()` (the most
-  tokens a step proposes to the target, which sizes the target's cache scratch).
+- `propose(seq, rand) -> Proposal`: a token tree rooted at seq[-1] (each node's proposer in
+  `tree.source`), the lossless rule that verifies it (it follows from how the tree was drawn)
+  and what drafting cost;
+- `commit(keys)`: the accepted path's keys, so a drafter with a cache keeps only that path.
 
-| method        | class     | tree                                  | proposer        | runs the draft |
-|---------------|-----------|---------------------------------------|-----------------|----------------|
-| "ar"          | Plain     | the root alone                        | -               | no             |
-| "speculative" | Chain     | a chain of `chain` draft tokens       | draft           | yes            |
-| "tree"        | DraftTree | best-first or fixed widths            | draft           | yes            |
-| "staged"      | Staged    | as "tree", or stage 2's copy          | draft, n-gram   | yes            |
-| "ngram"       | Ngram     | best-first over the Katz trigram      | n-gram          | no             |
-| "lookup"      | Lookup    | the chain prompt lookup copies        | n-gram          | no             |
+What a method is under a plan needs no model: its sizes, how its trees' children are chosen, the
+rules lossless for it, the plan fields that size it and its description are pure functions of
+(method name, plan) below, in the plan's field names, for the checks (plan.py) and the tools.
 
-A method is built from the plan alone (its sizes and checks need no model); `start(...)` gives it
-the models and the sampling settings before decoding.
+| method        | class     | tree                                  | proposer            | runs the draft |
+|---------------|-----------|---------------------------------------|---------------------|----------------|
+| "ar"          | Plain     | the root alone                        | -                   | no             |
+| "speculative" | Chain     | a chain of `chain` draft tokens       | draft               | yes            |
+| "tree"        | DraftTree | best-first or fixed widths            | draft               | yes            |
+| "staged"      | Staged    | as "tree", or stage 2's copy          | draft, n-gram, copy | yes            |
+| "ngram"       | NgramTree | best-first over the Katz trigram      | n-gram              | no             |
+| "lookup"      | Lookup    | the chain prompt lookup copies        | copy                | no             |
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import build, staged, verify
 from .drafting import ModelDrafter, NgramDrafter
-from .fastpath import padded
-from .kvcache import KVCache
 from .lookup import chain_tree, lookup_by_match
-from .tree import DRAFT, NGRAM, TARGET, Tree, path_key
+from .tree import DRAFT, NGRAM, Tree, path_key
 
+METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
 KIND_OF = {None: "deterministic", "with": "with_replacement", "without": "without_replacement"}  # plan.sampled
 
+
+# ----------------------------------------------------------------------------- what a method is under a plan
+
+def runs_draft(method: str) -> bool:
+    """Whether `method` runs the draft model."""
+    return method in ("speculative", "tree", "staged")
+
+
+def needs_ngram(method: str) -> bool:
+    """Whether `method` reads the n-gram model."""
+    return method in ("staged", "ngram")
+
+
+def proposes_chain(method: str) -> bool:
+    """Whether `method`'s trees are chains (one child per node)."""
+    return method in ("speculative", "lookup")
+
+
+def fixed_widths(method: str, plan) -> bool:
+    """Whether `method`'s trees have plan.widths children per level (rather than a best-first budget)."""
+    return method in ("tree", "staged") and (plan.shape == "fixed" or plan.sampled is not None)
+
+
+def lookup_lengths(plan) -> tuple:
+    """Prompt lookup's chain lengths after matches of 3, 2 and 1 tokens."""
+    return plan.lookup_chains or (plan.chain,) * 3
+
+
+def max_depth(method: str, plan) -> int:
+    """The deepest node a step of `method` drafts."""
+    if method == "lookup":
+        return max(lookup_lengths(plan))
+    if method == "speculative":
+        return plan.chain
+    if method in ("tree", "staged"):
+        return len(plan.widths) if fixed_widths(method, plan) else plan.depth
+    return plan.depth if method == "ngram" else 0
+
+
+def max_nodes(method: str, plan) -> int:
+    """The most drafted nodes of a step's tree (its size in the target's pass, less the root)."""
+    if method in ("tree", "staged"):
+        return int(np.cumprod(plan.widths).sum()) if fixed_widths(method, plan) else plan.budget
+    return plan.budget if method == "ngram" else max_depth(method, plan)
+
+
+def max_block(method: str, plan) -> int:
+    """The most tokens a step proposes to the target below the root: a tree, or stage 2's copy."""
+    return max(max_nodes(method, plan), plan.copy_len if method == "staged" else 0)
+
+
+def drafts(method: str, plan) -> bool:
+    """Whether `method` proposes anything under `plan` (plain decoding does not)."""
+    return max_nodes(method, plan) > 0
+
+
+def expanded(method: str, plan) -> int:
+    """The most nodes the draft expands in a step: a best-first tree expands at most `budget` per level."""
+    if method in ("tree", "staged") and not fixed_widths(method, plan):
+        return plan.budget * plan.depth
+    return max_nodes(method, plan)
+
+
+def drawn(method: str, plan, temperature: float) -> str | None:
+    """How the draft's children are drawn from q: None (its top tokens), "with" or "without"
+    replacement; speculative decoding draws its chain with replacement when sampling (classic
+    speculative sampling) unless plan.sampled says otherwise."""
+    if method == "speculative":
+        return plan.sampled or ("with" if temperature > 0 else None)
+    return plan.sampled if method in ("tree", "staged") else None
+
+
+def kind(method: str, plan, temperature: float) -> str:
+    """How `method`'s trees' children are chosen (tree.KINDS), which decides the rules lossless on them."""
+    return KIND_OF[drawn(method, plan, temperature)]
+
+
+def lossless_rules(method: str, plan, temperature: float) -> tuple:
+    """The rules (verify.RULES) plan.rule may name for `method`: lossless for how its trees are drawn
+    (verify.LOSSLESS), 'greedy' only at temperature 0, 'chain' and 'block' only on chains."""
+    rules = verify.LOSSLESS[kind(method, plan, temperature)][1]
+    chains = proposes_chain(method) or fixed_widths(method, plan) and set(plan.widths) == {1}
+    return tuple(r for r in rules if (r != "greedy" or temperature == 0) and (chains or r not in ("chain", "block")))
+
+
+def check_rule(method: str, plan, temperature: float) -> None:
+    """A ValueError, before any work, when plan.rule is not lossless for the trees `method` drafts
+    under `plan` (the pairing `decode.accept` would refuse at the first step; verify.check_pairing)."""
+    rule = plan.rule
+    if rule is None or not drafts(method, plan):  # drafting nothing, its root-only trees need no rule
+        return
+    if rule == "greedy" and temperature > 0:
+        raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at "
+                         f"temperature 0; at temperature {temperature} leave rule None (the rule the "
+                         "tree's drafting needs)")
+    verify.check_pairing(kind(method, plan, temperature), rule)
+    if rule not in lossless_rules(method, plan, temperature):
+        raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
+
+
+def size_fields(method: str, plan) -> tuple:
+    """The plan fields that set how many tokens a step of `method` proposes (first the tree's)."""
+    tree = {"ar": (), "speculative": ("chain",), "ngram": ("budget",),
+            "lookup": ("lookup_chains",) if plan.lookup_chains else ("chain",)}.get(method)
+    if tree is None:
+        tree = ("widths",) if fixed_widths(method, plan) else ("budget",)
+    return tree + (("copy_len",) if method == "staged" else ())
+
+
+def size_words(method: str, plan) -> str:
+    """What sets `method`'s tokens per step, in the plan's terms, e.g. "budget=8, copy_len=12"."""
+    def value(name):
+        v = getattr(plan, name)
+        return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    return ", ".join(f"{name}={value(name)}" for name in size_fields(method, plan))
+
+
+def oversized(method: str, plan, n_ctx: int) -> str | None:
+    """The plan field at fault when a step of `method` could propose more tokens than a context of
+    `n_ctx` holds (the tree's size field, or copy_len); None when it fits."""
+    if max_nodes(method, plan) > n_ctx:
+        return size_fields(method, plan)[0]
+    return "copy_len" if max_block(method, plan) > n_ctx else None
+
+
+def check_size(method: str, plan, n_ctx: int) -> None:
+    """A ValueError, before any work, when a step's block (one pass of the target) could exceed its context."""
+    if oversized(method, plan, n_ctx):
+        raise ValueError(f"plan: up to {max_block(method, plan)} tokens per step ({size_words(method, plan)}) "
+                         f"exceed the target's context (n_ctx={n_ctx})")
+
+
+def describe(method: str, plan) -> str:
+    """`plan` in words, as `method` uses it."""
+    widths = ",".join(map(str, plan.widths))
+    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
+    if not drafts(method, plan):
+        return "plain decoding (no drafts)"
+    if method == "lookup" and plan.lookup_chains:
+        k3, k2, k1 = plan.lookup_chains
+        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
+    if proposes_chain(method):
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    if plan.sampled and fixed_widths(method, plan):
+        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
+    elif fixed_widths(method, plan):
+        text = f"the draft's top tokens, widths {widths}"
+    else:
+        text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
+    if method == "staged":
+        guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
+                   else "no n-gram guesses")
+        copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
+        text += f"; {guesses}; {copies}"
+    return text + rule
+
+
+# ----------------------------------------------------------------------------- the methods
 
 @dataclass
 class Proposal:
     """One step's tree and what the loop needs to know about it.
 
-    tree: the token tree (node 0 = seq[-1]); rule: the verification rule for it (verify.RULES);
-    proposers: [n] who proposed each node (tree.SOURCES; the root TARGET); copied: stage 2's copy of
-    a repeat (no draft pass); draft_blocks: rows of each draft pass it took; draft_dists: draft rows
-    processed into q; ngram_queries: n-gram queries it took; built_by: [n] per node, the draft pass
-    (0, 1, ...) whose output proposed it (the pass that fed its parent), None for the root and
-    where no draft model ran.
+    tree: the token tree (node 0 = seq[-1]; tree.source says who proposed each node); rule: the
+    verification rule for it (verify.RULES); copied: stage 2's copy of a repeat (no draft pass);
+    draft_blocks: rows of each draft pass it took; draft_dists: draft rows processed into q;
+    ngram_queries: n-gram queries it took; built_by: [n] per node, the draft pass (0, 1, ...) whose
+    output proposed it (the pass that fed its parent), None for the root and where no draft model
+    ran; made: when drafting ended (the recorder times the step's phases from it).
     """
 
     tree: Tree
     rule: str
-    proposers: list
     copied: bool = False
     draft_blocks: list = field(default_factory=list)
     draft_dists: int = 0
     ngram_queries: int = 0
     built_by: list | None = None
+    made: float = field(default_factory=time.perf_counter)
+
+
+def root_only(seq) -> Tree:
+    """The tree of a step that drafts nothing: the root seq[-1] alone."""
+    return Tree([seq[-1]], [-1], [1.0])
+
+
+def room(seq, n_ctx: int, depth: int) -> int:
+    """How deep a step's tree may go: a node at depth d sits at position len(seq) - 1 + d < n_ctx."""
+    return min(depth, n_ctx - len(seq) - 1)
+
+
+def rule_for(name: str, plan, temperature: float, tree: Tree, copied: bool = False) -> str:
+    """The rule that verifies `tree`: the plan's if it was drafted as the plan says, else (nothing
+    drafted, or stage 2's copy) the rule its own kind needs."""
+    if copied or plan.rule is None or len(tree) == 1:
+        return verify.default_rule(tree.kind, temperature, proposes_chain(name))
+    return plan.rule
 
 
 class Plain:
     """Autoregressive decoding: the target alone, one token per pass (a root-only tree)."""
 
-    # Whether it needs the draft model, whether it needs the n-gram, whether its trees are chains.
-    runs_draft = needs_ngram = chain = False
+    cache = None  # no drafter, no cache of its own
 
-    def __init__(self, plan):
-        self.plan = plan
-        self.temperature, self.n_ctx, self.cache = 0.0, None, None
-
-    # -- sizes ---------------------------------------------------------------------------------
-    def fixed(self) -> bool:
-        """Whether its trees have fixed widths (`plan.widths`) rather than a best-first budget."""
-        return False
-
-    def max_depth(self) -> int:
-        return 0
-
-    def max_nodes(self) -> int:
-        """The most drafted nodes a step's tree can have (its size in the target's pass, less the root)."""
-        return 0
-
-    def max_block(self) -> int:
-        """The most tokens a step proposes to the target."""
-        return self.max_nodes()
-
-    def kind(self, temperature: float) -> str:
-        """How its trees' children are chosen (tree.KINDS), which decides the rules lossless on them."""
-        return "deterministic"
-
-    def size_words(self) -> str:
-        """What sets its drafted tokens per step, in the plan's terms."""
-        return f"budget={self.plan.budget}"
-
-    def check_rule(self, temperature: float) -> None:
-        """A ValueError, before any work, when plan.rule is not lossless for the trees this method drafts."""
-        rule = self.plan.rule
-        if rule is None or not self.max_nodes():  # drafting nothing, its root-only trees need no rule
-            return
-        if rule == "greedy":
-            if temperature > 0:
-                raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at "
-                                 f"temperature 0; at temperature {temperature} leave rule None (the rule the "
-                                 "tree's drafting needs)")
-            return
-        verify.check_pairing(self.kind(temperature), rule)
-        if rule in ("chain", "block") and not (self.chain or self.fixed() and set(self.plan.widths) == {1}):
-            raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
-
-    # -- decoding ------------------------------------------------------------------------------
-    def start(self, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None) -> None:
-        """Get ready to decode for `target` (its context bounds the trees) with these models and settings."""
-        self.n_ctx, self.temperature, self.ngram = target.config.n_ctx, temperature, ngram
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+        self.plan, self.temperature = plan, temperature
 
     def propose(self, seq, rand) -> Proposal:
-        """The step's tree rooted at seq[-1]: a node at depth d sits at position len(seq) - 1 + d < n_ctx."""
-        depth = min(self.max_depth(), self.n_ctx - len(seq) - 1)
-        return (self.draft(seq, depth, rand) if depth > 0 else None) or self.proposal(Tree([seq[-1]], [-1], [1.0]))
-
-    def draft(self, seq, depth: int, rand) -> Proposal | None:
-        """The drafted tree at most `depth` (>= 1) deep, as a Proposal (None: nothing to draft)."""
-        return None
-
-    def proposal(self, tree: Tree, proposer: int | list = DRAFT, copied: bool = False, **costs) -> Proposal:
-        """A Proposal of `tree`, its nodes proposed by `proposer` (one source, or a list per node), verified by the plan's rule if it
-        was drafted as the plan says, else (nothing drafted, or stage 2's copy) by the rule its own
-        kind needs."""
-        own = copied or self.plan.rule is None or len(tree) == 1
-        rule = verify.default_rule(tree.kind, self.temperature, self.chain) if own else self.plan.rule
-        proposers = proposer if isinstance(proposer, list) else [TARGET] + [proposer] * (len(tree) - 1)
-        return Proposal(tree, rule, proposers, copied, **costs)
+        tree = root_only(seq)
+        return Proposal(tree, rule_for("ar", self.plan, self.temperature, tree))
 
     def commit(self, keys) -> None:
-        """The accepted path's keys (tokens below the root), after verification."""
-
-    def finish(self, length: int) -> None:
-        """Decoding ended with `length` tokens: drop cached rows past length - 1."""
+        """Nothing to keep: no drafter cache."""
 
 
-class Lookup(Plain):
-    """Prompt lookup: the chain that followed an earlier occurrence of the last 3, 2 or 1 tokens."""
+class Lookup:
+    """Prompt lookup: the chain that followed an earlier occurrence of the last 3, 2 or 1 tokens (a copy)."""
 
-    chain = True
+    cache = None
 
-    def lengths(self) -> tuple:
-        """Chain lengths after matches of 3, 2 and 1 tokens."""
-        return self.plan.lookup_chains or (self.plan.chain,) * 3
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+        self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
 
-    def max_depth(self) -> int:
-        return max(self.lengths())
+    def propose(self, seq, rand) -> Proposal:
+        depth = room(seq, self.n_ctx, max_depth("lookup", self.plan))
+        chain = lookup_by_match(seq, [min(k, depth) for k in lookup_lengths(self.plan)]) if depth > 0 else []
+        tree = chain_tree(seq[-1], chain)
+        return Proposal(tree, rule_for("lookup", self.plan, self.temperature, tree))
 
-    def max_nodes(self) -> int:
-        return self.max_depth()
-
-    def size_words(self) -> str:
-        chains = self.plan.lookup_chains
-        return f"lookup_chains={','.join(map(str, chains))}" if chains else f"chain={self.plan.chain}"
-
-    def draft(self, seq, depth, rand):
-        return self.proposal(chain_tree(seq[-1], lookup_by_match(seq, [min(k, depth) for k in self.lengths()])),
-                             NGRAM)
+    def commit(self, keys) -> None:
+        """Nothing to keep: no drafter cache."""
 
 
-class Ngram(Plain):
+class NgramTree:
     """The Katz trigram drafts a best-first tree itself (no draft model)."""
 
-    needs_ngram = True
+    cache = None
 
-    def max_depth(self) -> int:
-        return self.plan.depth
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+        self.plan, self.temperature, self.n_ctx, self.ngram = plan, temperature, target.config.n_ctx, ngram
 
-    def max_nodes(self) -> int:
-        return self.plan.budget
+    def propose(self, seq, rand) -> Proposal:
+        depth = room(seq, self.n_ctx, self.plan.depth)
+        if depth <= 0:
+            tree, queries = root_only(seq), 0
+        else:
+            drafter = NgramDrafter(self.ngram, seq)
+            tree = build.build_best_first(seq[-1], drafter.dist_fn, self.plan.budget, depth)
+            tree.source[1:] = NGRAM
+            queries = drafter.ngram_queries
+        return Proposal(tree, rule_for("ngram", self.plan, self.temperature, tree), ngram_queries=queries)
 
-    def draft(self, seq, depth, rand):
-        drafter = NgramDrafter(self.ngram, seq)
-        tree = build.build_best_first(seq[-1], drafter.dist_fn, self.plan.budget, depth)
-        return self.proposal(tree, NGRAM, ngram_queries=drafter.ngram_queries)
+    def commit(self, keys) -> None:
+        """Nothing to keep: no drafter cache."""
 
 
-class DraftTree(Plain):
+class DraftTree:
     """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths;
     children are the draft's top tokens, or drawn from q (`plan.sampled`)."""
 
-    runs_draft = True
+    name = "tree"
 
-    def fixed(self) -> bool:
-        return self.plan.shape == "fixed" or self.plan.sampled is not None
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+        self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
+        staged_ngram = ngram if needs_ngram(self.name) else None
+        self.drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=staged_ngram, guess_len=plan.guess_len,
+                                    guess_rows=plan.guess_rows, max_nodes=expanded(self.name, plan))
+        self.cache = self.drafter.cache  # the draft's KV cache (decode returns it for inspection)
 
-    def sampled(self, temperature: float) -> str | None:
-        """How children are drawn from q: None (top tokens), "with" or "without" replacement."""
-        return self.plan.sampled
-
-    def kind(self, temperature):
-        return KIND_OF[self.sampled(temperature)]
-
-    def max_depth(self) -> int:
-        return len(self.plan.widths) if self.fixed() else self.plan.depth
-
-    def max_nodes(self) -> int:
-        return int(np.cumprod(self.plan.widths).sum()) if self.fixed() else self.plan.budget
-
-    def expanded(self) -> int:
-        """The most nodes the draft expands a step: a best-first tree expands at most `budget` per level."""
-        return self.max_nodes() if self.fixed() else self.plan.budget * self.plan.depth
-
-    def size_words(self) -> str:
-        return f"widths={','.join(map(str, self.plan.widths))}" if self.fixed() else f"budget={self.plan.budget}"
-
-    def start(self, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
-        super().start(target, draft, ngram, temperature, top_k, top_p)
-        plan = self.plan
-        self.drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=ngram if self.needs_ngram else None,
-                                    guess_len=plan.guess_len, guess_rows=plan.guess_rows, max_nodes=self.expanded(),
-                                    pad=plan.draft_pad)
-        self.cache = self.drafter.cache
-
-    def draft(self, seq, depth, rand):
+    def propose(self, seq, rand) -> Proposal:
         d = self.drafter
-        depth = min(depth, d.model.config.n_ctx - len(seq))  # the draft feeds nodes up to depth - 1
+        # The draft feeds nodes up to depth - 1, in its own context.
+        depth = min(room(seq, self.n_ctx, max_depth(self.name, self.plan)), d.model.config.n_ctx - len(seq))
         if depth <= 0:
-            return None
+            tree = root_only(seq)
+            return Proposal(tree, rule_for(self.name, self.plan, self.temperature, tree))
         d.begin(seq, depth)
-        tree = self.build(seq[-1], depth, rand if self.sampled(self.temperature) else None)
+        tree = self.build(seq[-1], depth, rand if drawn(self.name, self.plan, self.temperature) else None)
         keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
-        proposers = [TARGET] + [NGRAM if keys[i] in d.guessed else DRAFT for i in range(1, len(tree))]
+        tree.source[1:] = [d.guessed.get(k, DRAFT) for k in keys[1:]]
         # Which draft pass built each node: the one that fed its parent (a parent stage 2 guessed was
         # fed ahead of time, in the pass that fed the guess's own parent).
         built_by = [None] + [d.fed_in.get(keys[int(tree.parents[i])]) for i in range(1, len(tree))]
-        return self.proposal(tree, proposers, draft_blocks=d.block_sizes, draft_dists=d.dists,
-                             ngram_queries=d.ngram_queries, built_by=built_by)
+        return Proposal(tree, rule_for(self.name, self.plan, self.temperature, tree), draft_blocks=d.block_sizes,
+                        draft_dists=d.dists, ngram_queries=d.ngram_queries, built_by=built_by)
 
     def build(self, root: int, depth: int, rand) -> Tree:
         """The tree below `root` from the drafter's q (children drawn with `rand`, or top tokens)."""
-        if self.fixed():
+        if fixed_widths(self.name, self.plan):
             return build.build_fixed(root, self.drafter.dist_fn, self.plan.widths[:depth], rand=rand,
                                      replacement=self.plan.sampled != "without")
         return build.build_best_first(root, self.drafter.dist_fn, self.plan.budget, depth)
 
-    def commit(self, keys):
+    def commit(self, keys) -> None:
         self.drafter.commit(keys)
-
-    def finish(self, length):
-        self.cache.truncate(min(self.cache.length, length - 1))
 
 
 class Chain(DraftTree):
     """Speculative decoding: a chain of `chain` draft tokens, drawn from q when sampling."""
 
-    chain = True
-
-    def fixed(self) -> bool:
-        return False
-
-    def sampled(self, temperature):
-        return self.plan.sampled or ("with" if temperature > 0 else None)  # classic speculative sampling
-
-    def max_depth(self) -> int:
-        return self.plan.chain
-
-    def max_nodes(self) -> int:
-        return self.plan.chain
-
-    def expanded(self) -> int:
-        return self.plan.chain
-
-    def size_words(self) -> str:
-        return f"chain={self.plan.chain}"
+    name = "speculative"
 
     def build(self, root, depth, rand):
         return build.build_chain(root, self.drafter.dist_fn, depth, rand=rand)
@@ -278,38 +349,28 @@ class Staged(DraftTree):
     """Staged decoding: a draft tree whose passes also evaluate stage 2's guesses, or, when the last
     three tokens recur, stage 2's copy of what followed them, verified with no draft pass."""
 
-    needs_ngram = True
+    name = "staged"
 
-    def max_block(self) -> int:
-        return max(self.max_nodes(), self.plan.copy_len)
-
-    def size_words(self) -> str:
-        return super().size_words() + ("" if self.fixed() else f", copy_len={self.plan.copy_len}")
-
-    def propose(self, seq, rand):
+    def propose(self, seq, rand) -> Proposal:
         """Stage 2's copy of a repeat if the last three tokens recur (one n-gram query), else the
         draft's tree."""
-        room = self.n_ctx - len(seq) - 1
-        if not (self.plan.copy_len and room > 0):
+        copy_len = min(self.plan.copy_len, self.n_ctx - len(seq) - 1)
+        if copy_len <= 0:
             return super().propose(seq, rand)
-        copy = staged.copied_chain(seq, min(self.plan.copy_len, room))
+        copy = staged.copied_chain(seq, copy_len)
         if copy is not None:
-            return self.proposal(copy, NGRAM, copied=True, ngram_queries=1)
+            return Proposal(copy, rule_for(self.name, self.plan, self.temperature, copy, copied=True), copied=True,
+                            ngram_queries=1)
         proposal = super().propose(seq, rand)
         proposal.ngram_queries += 1  # the search for a repeat
         return proposal
 
 
-METHODS = {"ar": Plain, "speculative": Chain, "tree": DraftTree, "staged": Staged, "ngram": Ngram, "lookup": Lookup}
+CLASSES = {"ar": Plain, "speculative": Chain, "tree": DraftTree, "staged": Staged, "ngram": NgramTree,
+           "lookup": Lookup}
 
 
-def make(name: str, plan):
-    """The method object for `name` under `plan` (the one place a method's name is read)."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
-    return METHODS[name](plan)
-
-
-def new_cache(target, method, pad=()) -> KVCache:
-    """The target's cache, with scratch for the widest block a step of `method` feeds (root included)."""
-    return KVCache(target.config, dtype=target.dtype, max_block=padded(pad, method.max_block() + 1))
+def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+    """The method `name` under `plan`, with its models and sampling settings (the target's context
+    bounds its trees), ready to propose."""
+    return CLASSES[name](plan, target, draft, ngram, temperature, top_k, top_p)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from .kvcache import KVCache
-from .tree import Tree
+from .tree import SOURCES, Tree
 
 
 @dataclass
@@ -28,7 +28,6 @@ class Step:
     path: list | None = None
     rule: str | None = None  # the verification rule that ran, and its checks (verify.Check)
     checks: list | None = None
-    proposers: list | None = None  # per tree node, who proposed it (credited as emitted tokens are)
     copied: bool | None = None  # the tree is stage 2's copy of a repeat (no draft pass)
     p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
     cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
@@ -48,6 +47,8 @@ class Stats:
     target_passes = property(lambda self: len(self.steps))
     accepted = property(lambda self: [len(s.tokens) for s in self.steps])  # tokens emitted per target pass
     source = property(lambda self: [x for s in self.steps for x in s.source])
+    # Emitted tokens by who proposed them, e.g. {"target": 18, "draft": 5, "ngram": 2, "copy": 103} (paper's Fig. 3).
+    tally = property(lambda self: {name: self.source.count(i) for i, name in enumerate(SOURCES)})
     target_blocks = property(lambda self: [s.target_block for s in self.steps])
     draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
     draft_passes = property(lambda self: sum(len(s.draft_blocks) for s in self.steps))
@@ -82,28 +83,24 @@ class Result:
 
 class Recorder:
     """Builds each step's `Step`: the time its phases took, what drafting cost, and with keep_trees
-    what the trace shows. `lap(value)` marks the end of a phase (and passes its value through);
-    `record(...)` closes the step and starts the next one's clock."""
+    what the trace shows. The phases are timed from when the step began (the previous `record`),
+    when its Proposal was made and when the target's pass ended; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
         self.keep_trees = keep_trees
-        self.times = [time.perf_counter()]
-
-    def lap(self, value):
-        self.times.append(time.perf_counter())
-        return value
+        self.began = time.perf_counter()
 
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
         """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens
         it emitted and who proposed each, and the target cache's length after compacting."""
-        t = self.times + [time.perf_counter()]
+        t = (self.began, proposal.made, scored.made, time.perf_counter())
         tree = proposal.tree
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
             step.tree, step.path, step.rule, step.checks = tree, verdict.path, proposal.rule, verdict.checks
-            step.proposers, step.copied, step.built_by = proposal.proposers, proposal.copied, proposal.built_by
+            step.copied, step.built_by = proposal.copied, proposal.built_by
             step.p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
             step.cache = (scored.start, scored.n_c, cache_length)
             # Where a child was rejected, the residual the rule went on with is computed from these
@@ -111,4 +108,4 @@ class Recorder:
             rejected = {int(tree.parents[c.node]) for c in verdict.checks if c.test == "ratio" and not c.accepted}
             step.p_rows = {node: scored.p[node].copy() for node in sorted(rejected)}
         self.stats.steps.append(step)
-        self.times = [time.perf_counter()]
+        self.began = time.perf_counter()

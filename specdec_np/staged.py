@@ -22,38 +22,40 @@ from __future__ import annotations
 
 from . import ngram as ngram_lib
 from .lookup import chain_tree, repeat_continuation
-from .tree import Tree
+from .tree import COPY, NGRAM, Tree
 
 
-def guess(ngram, context, n: int) -> tuple[list[int], int]:
-    """Stage 2's guess of the n tokens after `context`, and the n-gram queries it took: the copy
-    of a repeat if there is one, else the trigram's greedy continuation."""
+def guess(ngram, context, n: int) -> tuple[list[int], int, int]:
+    """Stage 2's guess of the n tokens after `context`, who made it (tree.SOURCES) and the n-gram
+    queries it took: the copy of a repeat if there is one (COPY), else the trigram's greedy
+    continuation (NGRAM)."""
     copied = repeat_continuation(context, n)
     if copied:
-        return copied, 1
-    return ngram_lib.greedy_continuation(ngram, context, n), 1 + n
+        return copied, COPY, 1
+    return ngram_lib.greedy_continuation(ngram, context, n), NGRAM, 1 + n
 
 
-def speculate(ngram, seq, keys, guess_len: int, max_depth: int, room: int, known) -> tuple[list[tuple], int]:
+def speculate(ngram, seq, keys, guess_len: int, max_depth: int, room: int, known) -> tuple[dict, int]:
     """The guessed nodes the draft should evaluate alongside `keys` (path keys below the root of
-    `seq`), at most `room` of them, skipping `known` ones; and the n-gram queries spent.
+    `seq`), at most `room` of them, skipping `known` ones, each with who guessed it ({key: COPY or
+    NGRAM}, in order); and the n-gram queries spent.
 
     Each key gets the guess of the next min(guess_len, max_depth - 1 - depth) levels below it:
     nodes at depth max_depth are leaves, never expanded, so guessing past max_depth - 1 is waste.
     """
-    extra, queries = [], 0
+    extra, queries = {}, 0
     for k in keys:
         if len(extra) >= room:
             break
         n = min(guess_len, max_depth - 1 - len(k))
         if n <= 0:
             continue
-        tokens, q = guess(ngram, list(seq) + list(k), n)
+        tokens, source, q = guess(ngram, list(seq) + list(k), n)
         queries += q
         for j in range(1, len(tokens) + 1):  # each guessed node, below its guessed parent
             g = k + tuple(tokens[:j])
             if g not in known and g not in extra and len(extra) < room:
-                extra.append(g)
+                extra[g] = source
     return extra, queries
 
 

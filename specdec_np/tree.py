@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("deterministic", "with_replacement", "without_replacement")
-SOURCES = ("target", "draft", "ngram")  # who proposed a node, or produced an emitted token (paper's Fig. 3)
-TARGET, DRAFT, NGRAM = range(3)
+# Who proposed a node, or produced an emitted token (the paper's Fig. 3): the target, the draft
+# model, the trigram's own continuation, or a copy of what followed a repeat in the context.
+SOURCES = ("target", "draft", "ngram", "copy")
+TARGET, DRAFT, NGRAM, COPY = range(4)
 
 
 @dataclass

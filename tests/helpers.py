@@ -17,7 +17,7 @@ import numpy as np
 
 from specdec_np import verify
 from specdec_np.build import build_fixed
-from specdec_np.decode import NEVER, generate
+from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
 from specdec_np.proofs import exact
@@ -40,7 +40,7 @@ class Models(NamedTuple):
 
 def ar_greedy(model, prompt, n):
     """The model's own greedy continuation: what every decoding method must emit at temperature 0."""
-    return generate(model, prompt, n, method="ar", eos=NEVER).tokens
+    return generate(model, prompt, n, method="ar", eos=None).tokens
 
 
 def exact_target_distribution(model, prompt, m):

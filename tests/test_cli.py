@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_np.methods import make
+from specdec_np.methods import max_depth, max_nodes
 from specdec_np.tools import bench, demo
 from specdec_np.tools.cli import main
 
@@ -111,7 +111,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # At temperature > 0 the machine's plan may draw its tree from the draft (fixed widths, traversal):
     # --budget/--depth must give the best-first tree they ask for, with a rule valid for it, not be
     # ignored; options that cannot apply are one-line errors naming them.
-    from specdec_np.decode import Plan
+    from specdec_np.plan import Plan
     from specdec_np.tools import cli, plan as plans
 
     drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
@@ -131,7 +131,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     method, plan, about, _ = choose(budget=16, depth=5)
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
         ("staged", "best_first", 16, 5, None, None)
-    assert make(method, plan).max_nodes() == 16 and "best-first, 16 nodes at most 5 deep" in about
+    assert max_nodes(method, plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
     assert asked[-1] == ("tree", "staged")  # without --method, the plan is the fastest where --budget applies
     assert "(this machine's of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
@@ -144,7 +144,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # The machine's lookup plan may set its chain's length by the match; --depth gives one length.
     drawn = Plan(lookup_chains=(23, 7, 0))
     method, plan, about, _ = choose(depth=5, method="lookup")
-    assert (method, plan.chain, plan.lookup_chains, make(method, plan).max_depth()) == ("lookup", 5, (), 5)
+    assert (method, plan.chain, plan.lookup_chains, max_depth(method, plan)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
     assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose(method="lookup")[2]
     # Without any option the machine's plan may be any method (None: plan_for's own choice).
@@ -225,7 +225,7 @@ def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
     # length for the chain methods, a best-first tree of the draft's top tokens for the others.
     import argparse
 
-    from specdec_np.decode import Plan
+    from specdec_np.plan import Plan
     from specdec_np.tools import plan as plans
 
     drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
@@ -349,12 +349,13 @@ def test_no_prompt_with_standard_input_closed_is_one_line():
 
 def test_the_end_of_text_token_is_not_printed(monkeypatch, capsys, embedded):
     from specdec_np import decode
+    from specdec_np.record import Result
 
     real = decode.generate
 
     def ends_at_eos(target, prompt, *args, **kwargs):  # as if the model had emitted <|endoftext|> last
         res = real(target, prompt, *args, **kwargs)
-        return decode.Result(res.tokens + [target.config.n_vocab - 1], res.stats, "eos")
+        return Result(res.tokens + [target.config.n_vocab - 1], res.stats, "eos")
 
     monkeypatch.setattr(decode, "generate", ends_at_eos)
     assert main(["generate", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "4"]) == 0

@@ -2,8 +2,7 @@
 
 import pytest
 
-from specdec_np.fastpath import padded
-from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, forward_ms, interp, loop_scale, pad_size,
+from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, forward_ms, interp, loop_scale, pad_size, padded,
                                         padding, record_ms, scaled, work)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.

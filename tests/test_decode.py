@@ -14,9 +14,11 @@ from helpers import SMALL as CFG
 from helpers import TINY_PROMPT as PROMPT
 from helpers import always_accept, ar_greedy, exact_target_distribution
 from specdec_np import ngram, verify
-from specdec_np.decode import NEVER, Plan, generate
+from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
+from specdec_np.plan import Plan
 from specdec_np.sampling import process
+from specdec_np.tree import COPY
 from specdec_np.tree import NGRAM as NGRAM_SOURCE
 from specdec_np.tree import children, depths
 
@@ -47,7 +49,7 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
     target, draft, trigram = small
     ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=NEVER)
+    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=None)
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 
@@ -56,7 +58,7 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
 def test_drafts_are_really_accepted(small, kw):
     """The equivalence above is not vacuous: multi-token acceptance and compaction happen."""
     target, draft, trigram = small
-    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=NEVER)
+    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=None)
     assert res.tokens == ar_greedy(target, [1, 2, 3], 40)
     assert res.stats.tokens_per_pass > 1.5
     assert res.stats.target_passes < 40
@@ -66,7 +68,7 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes(small):
     target, draft, trigram = small
     # copy_len=0: stage 2 only speculates the draft (the paper's staged decoding), so every
     # step's tree is the draft's own.
-    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=NEVER)
+    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=None)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
         tree = generate(target, prompt, 30, method="tree", **kw)
         staged = generate(target, prompt, 30, method="staged", **kw)
@@ -77,14 +79,14 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes(small):
             assert pa == pb
         assert staged.stats.draft_passes < tree.stats.draft_passes
         assert staged.stats.ngram_queries > 0
-        assert 2 in staged.stats.source  # some emitted tokens are credited to the n-gram
+        assert NGRAM_SOURCE in staged.stats.source  # some emitted tokens are credited to the n-gram
 
 
 def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
     target, draft, trigram = small
     # guess_len=0: the draft gets no guessed rows, so with copies off too staged makes exactly the
     # tree decoder's draft passes; the same run with guesses does not.
-    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=NEVER)
+    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=None)
     shape = dict(widths=(2, 1, 1), sampled="without", copy_len=0)
     tree = generate(target, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
     bare = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
@@ -100,7 +102,8 @@ def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
 
 def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier(small):
     """Stage 2 guesses a continuation copied from the context when its last three tokens occurred
-    before (code repeats its names), else the trigram's greedy continuation."""
+    before (code repeats its names), credited as a copy; else the trigram's greedy continuation,
+    credited to the n-gram."""
     from specdec_np.drafting import ModelDrafter
 
     _, draft, trigram = small
@@ -113,10 +116,10 @@ def test_stage_two_guesses_what_followed_the_same_three_tokens_earlier(small):
 
     repeat = [7, 8, 9, 30, 31, 20, 7, 8, 9]
     assert ngram.greedy_continuation(trigram, repeat, 2) != [30, 31]  # the copy is not the trigram's guess
-    assert guessed(repeat) == {(30,), (30, 31)}
+    assert guessed(repeat) == {(30,): COPY, (30, 31): COPY}
     fresh = [7, 8, 9, 30, 31, 20, 21, 8, 9]  # "7 8 9" does not recur: the trigram guesses
     g = ngram.greedy_continuation(trigram, fresh, 2)
-    assert guessed(fresh) == {(g[0],), tuple(g)}
+    assert guessed(fresh) == {(g[0],): NGRAM_SOURCE, tuple(g): NGRAM_SOURCE}
 
 
 def test_staged_copies_a_repeat_straight_to_the_target(small):
@@ -127,20 +130,20 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
     start = [5, 6, 7, 8]
     prompt = start + ar_greedy(target, start, 20) + start[-3:]  # ends in a repeat of "6 7 8"
     ref = ar_greedy(target, prompt, 30)
-    kw = dict(draft=draft, ngram=trigram, eos=NEVER, keep_trees=True, method="staged")
+    kw = dict(draft=draft, ngram=trigram, eos=None, keep_trees=True, method="staged")
     copying = generate(target, prompt, 30, plan=plan(copy_len=6), **kw)
     drafting = generate(target, prompt, 30, plan=plan(copy_len=0), **kw)
     assert copying.tokens == drafting.tokens == ref
-    copied = [(t, path) for t, path in copying.stats.trees if (t.source == NGRAM_SOURCE).any()]
-    assert copied and all(len(t) <= 7 and (t.source[1:] == NGRAM_SOURCE).all() for t, _ in copied)
+    copied = [(s.tree, s.path) for s in copying.stats.steps if s.copied]
+    assert copied and all(len(t) <= 7 and (t.source[1:] == COPY).all() for t, _ in copied)
     assert sum(len(path) - 1 for _, path in copied) > 0  # copied tokens are accepted, not just proposed
-    assert not any((t.source == NGRAM_SOURCE).any() for t, _ in drafting.stats.trees)
+    assert not any(s.copied for s in drafting.stats.steps)
     assert copying.stats.draft_passes < drafting.stats.draft_passes
-    assert copying.stats.source.count(NGRAM_SOURCE) > 0
+    assert copying.stats.source.count(COPY) > 0 and copying.stats.tally["copy"] == copying.stats.source.count(COPY)
     # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
     assert 0 < copying.stats.draft_steps <= len(copying.stats.trees) - len(copied)
     assert copying.stats.draft_steps <= copying.stats.draft_passes
-    spec = generate(target, prompt, 30, draft=draft, eos=NEVER, method="speculative", plan=plan(chain=3))
+    spec = generate(target, prompt, 30, draft=draft, eos=None, method="speculative", plan=plan(chain=3))
     assert spec.stats.draft_steps == spec.stats.target_passes  # a chain is drafted every step
 
 
@@ -148,7 +151,7 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
                                 dict(method="speculative", temperature=0.8, seed=5)])
 def test_caches_equal_a_fresh_prefill(small, kw):
     target, draft, trigram = small
-    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=NEVER, **kw)
+    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=None, **kw)
     seq = [4, 5, 6] + res.tokens
     for model, cache in ((target, res.target_cache), (draft, res.draft_cache)):
         fresh = new_cache(model)
@@ -162,8 +165,8 @@ def test_caches_equal_a_fresh_prefill(small, kw):
 
 def test_budget_one_depth_one_drafts_one_token_per_step(small):
     target, draft, _ = small
-    ref = generate(target, [1, 2], 20, method="ar", eos=NEVER)
-    res = generate(target, [1, 2], 20, method="tree", draft=draft, plan=plan(budget=1, depth=1), eos=NEVER,
+    ref = generate(target, [1, 2], 20, method="ar", eos=None)
+    res = generate(target, [1, 2], 20, method="tree", draft=draft, plan=plan(budget=1, depth=1), eos=None,
                    keep_trees=True)
     assert res.tokens == ref.tokens
     assert {len(t) for t, _ in res.stats.trees} == {2}
@@ -177,7 +180,7 @@ def test_eos_and_max_new_tokens_mid_path(small):
     res = generate(target, [1, 2, 3], 30, method="tree", draft=draft, plan=plan(budget=10, depth=4), eos=eos)
     assert res.tokens == ref[:first + 1] and res.stop_reason == "eos"
     for n in range(1, 9):  # cut wherever an accepted path would overshoot
-        res = generate(target, [1, 2, 3], n, method="tree", draft=draft, plan=plan(budget=10, depth=5), eos=NEVER)
+        res = generate(target, [1, 2, 3], n, method="tree", draft=draft, plan=plan(budget=10, depth=5), eos=None)
         assert res.tokens == ref[:n] and res.stop_reason == "max_new_tokens"
         assert sum(res.stats.accepted) == n  # statistics count what was emitted, not what was accepted
 
@@ -187,7 +190,7 @@ def test_context_limit_stops_cleanly(small):
     prompt = [i % (CFG.n_vocab - 1) for i in range(CFG.n_ctx - 5)]
     for method in ("ar", "tree", "staged"):
         res = generate(target, prompt, 50, method=method, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4),
-                       eos=NEVER)
+                       eos=None)
         assert res.stop_reason == "context"
         assert len(prompt) + len(res.tokens) == CFG.n_ctx
         assert res.tokens == ar_greedy(target, prompt, 50)[:5]
@@ -232,8 +235,7 @@ def test_bad_input_raises(small):
     (dict(copy_len=-1), "copy_len must be an integer >= 0"), (dict(guess_len=True), "guess_len must be"),
     (dict(guess_rows="lots"), "guess_rows must be"), (dict(rule="magic"), "unknown rule"),
     (dict(lookup_chains=(7, 3)), "lookup_chains must be"), (dict(lookup_chains=(0, 0, 0)), "lookup_chains must be"),
-    (dict(lookup_chains=(7, -1, 0)), "lookup_chains must be"), (dict(lookup_chains=7), "lookup_chains must be"),
-    (dict(target_pad=(1, 1)), "target_pad")])
+    (dict(lookup_chains=(7, -1, 0)), "lookup_chains must be"), (dict(lookup_chains=7), "lookup_chains must be")])
 def test_plan_validates_itself(shape, message):
     with pytest.raises(ValueError, match=message):
         Plan(**shape)
@@ -242,7 +244,7 @@ def test_plan_validates_itself(shape, message):
 def test_plan_defaults_are_constants():
     assert Plan() == Plan(shape="best_first", budget=8, depth=6, widths=(2, 2, 1, 1, 1, 1), chain=4,
                           lookup_chains=(), sampled=None,
-                          guess_len=3, guess_rows=4, copy_len=12, rule=None, target_pad=(), draft_pad=())
+                          guess_len=3, guess_rows=4, copy_len=12, rule=None)
     assert Plan(widths=[2, 1]).widths == (2, 1)  # lists are accepted and frozen
 
 
@@ -254,7 +256,7 @@ def test_plan_defaults_are_constants():
 def test_tree_construction_per_setting(small, method, temperature, sampled, kind):
     target, draft, trigram = small
     res = generate(target, [1, 2, 3], 12, method=method, draft=draft, ngram=trigram, temperature=temperature,
-                   plan=plan(sampled=sampled, copy_len=0), eos=NEVER, keep_trees=True)
+                   plan=plan(sampled=sampled, copy_len=0), eos=None, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
     if sampled is not None:
         # Sampled children come in the plan's fixed widths 2, 2, 1, ...
@@ -264,7 +266,7 @@ def test_tree_construction_per_setting(small, method, temperature, sampled, kind
 
 def test_same_seed_same_tokens(small):
     target, draft, _ = small
-    kw = dict(method="tree", draft=draft, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=NEVER)
+    kw = dict(method="tree", draft=draft, temperature=1.0, top_k=20, plan=plan(budget=6, depth=3), eos=None)
     assert generate(target, [1, 2], 25, seed=11, **kw).tokens == generate(target, [1, 2], 25, seed=11, **kw).tokens
 
 
@@ -290,7 +292,7 @@ def runs_changed_by_rounding(small, monkeypatch) -> int:
             for wobble in (0.0, 1e-12):
                 monkeypatch.setattr(decode, "forward", rounded(wobble))
                 runs.append(generate(target, [1, 2, 3], 30, method, draft, plan=shape, temperature=1.0, seed=seed,
-                                     eos=NEVER).tokens)
+                                     eos=None).tokens)
             changed += runs[0] != runs[1]
     return changed
 
@@ -350,7 +352,7 @@ def exact_output(tiny, method, fields, settings, prompt, n=2):
 
     def fn(rand):
         res = generate(tiny.target, prompt, n, method, tiny.draft, tiny.trigram, Plan(**fields), temperature=1.0,
-                       rand=rand, eos=NEVER, keep_trees=True, **settings)
+                       rand=rand, eos=None, keep_trees=True, **settings)
         rules.update(step.rule for step in res.stats.steps)
         return tuple(res.tokens)
 
@@ -397,8 +399,8 @@ def test_staged_sampled_children_are_exact_samples_of_q(tiny):
     """Stage 2 only precomputes the draft's distributions: a sampled tree drafted with it has exactly
     the distribution of one drafted without it, and that is the product of the draft's q along it."""
     from specdec_np import build
-    from specdec_np.proofs import exact
     from specdec_np.drafting import ModelDrafter
+    from specdec_np.proofs import exact
 
     def tree_distribution(trigram):
         def fn(rand):
@@ -441,9 +443,9 @@ def staged_copy_distribution(tiny, n=3):
 
     def fn(rand):
         res = generate(tiny.target, COPY_PROMPT, n, method="staged", draft=tiny.draft, ngram=tiny.trigram,
-                       temperature=1.0, plan=shape, rand=rand, keep_trees=True, eos=NEVER)
+                       temperature=1.0, plan=shape, rand=rand, keep_trees=True, eos=None)
         for t, _ in res.stats.trees:
-            steps["copied" if (t.source == NGRAM_SOURCE).any() else "drafted"] += 1
+            steps["copied" if (t.source == COPY).any() else "drafted"] += 1
         return tuple(res.tokens)
 
     return exact.outcomes(fn), steps["copied"] > 0 and steps["drafted"] > 0
@@ -457,7 +459,7 @@ def lookup_distribution(tiny, n=3):
     proposed = [0]
 
     def fn(rand):
-        res = generate(tiny.target, COPY_PROMPT, n, method="lookup", temperature=1.0, rand=rand, eos=NEVER,
+        res = generate(tiny.target, COPY_PROMPT, n, method="lookup", temperature=1.0, rand=rand, eos=None,
                        plan=plan(lookup_chains=(2, 1, 0)), keep_trees=True)
         proposed[0] += sum(len(t) > 1 for t, _ in res.stats.trees)
         return tuple(res.tokens)
@@ -493,7 +495,7 @@ def test_lookup_steps_propose_the_chain_for_their_match(small):
 
     target, _, _ = small
     prompt = [1, 2, 3, 4, 1, 2, 3]
-    res = generate(target, prompt, 20, "lookup", plan=plan(lookup_chains=(6, 3, 0)), eos=NEVER, keep_trees=True)
+    res = generate(target, prompt, 20, "lookup", plan=plan(lookup_chains=(6, 3, 0)), eos=None, keep_trees=True)
     seq, lengths = list(prompt), set()
     for step in res.stats.steps:
         want = lookup_by_match(seq, (6, 3, 0))
@@ -509,7 +511,7 @@ def test_wide_fixed_tree_runs_to_the_end_of_the_context(small):
     # from the tree, and a bigger tree is refused before any work.
     target, draft, _ = small
     wide = plan(shape="fixed", widths=(3, 3, 5))
-    res = generate(target, [1, 2], 100, method="tree", draft=draft, plan=wide, eos=NEVER)
+    res = generate(target, [1, 2], 100, method="tree", draft=draft, plan=wide, eos=None)
     assert res.stop_reason == "context" and res.tokens == ar_greedy(target, [1, 2], len(res.tokens))
-    with pytest.raises(ValueError, match="widths=4,4,4\\) exceed the cap of n_ctx=64"):
+    with pytest.raises(ValueError, match=r"widths=4,4,4\) exceed the target.s context \(n_ctx=64\)"):
         generate(target, [1, 2], 100, method="tree", draft=draft, plan=plan(shape="fixed", widths=(4, 4, 4)))

@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import ngram
-from specdec_np.decode import METHODS, NEVER, Plan, generate
+from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
+from specdec_np.methods import METHODS
+from specdec_np.plan import Plan
 from specdec_np.tools import download
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,8 +104,9 @@ def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end
     (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
     (dict(seed="abc"), ValueError, "seed"),
     (dict(seed=-1), ValueError, "seed"),
-    (dict(plan={"budget": 3}), TypeError, "plan must be a decode.Plan"),
-    (dict(method="tree", plan=Plan(widths=(100, 100), sampled="with")), ValueError, "exceed the cap of n_ctx=40"),
+    (dict(plan={"budget": 3}), TypeError, "plan must be a plan.Plan"),
+    (dict(method="tree", plan=Plan(widths=(100, 100), sampled="with")), ValueError,
+     r"up to 10100 tokens per step \(widths=100,100\) exceed the target's context \(n_ctx=40\)"),
     (dict(method="staged", plan=Plan(copy_len=100)), ValueError, "copy_len=100"),
     (dict(prompt=None), TypeError, "prompt must be a list of token ids, got NoneType None"),
     (dict(prompt=5), TypeError, "prompt must be a list of token ids, got int 5"),
@@ -111,10 +114,8 @@ def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end
     (dict(draft="tiny-draft"), TypeError, "draft must be a loaded gpt2.GPT2"),  # wrong even where unused
     (dict(method="staged", ngram="weights/tiny-trigram.npz"), TypeError,
      r"ngram must be a loaded ngram.Trigram \(e.g. models.load_ngram\(path\)\), got str"),
-    (dict(plan=Plan(target_pad=(100000,))), ValueError, r"target_pad pads a block to 100000 rows, more than the "
-                                                        r"target's context \(n_ctx=40\)"),
-    (dict(method="tree", plan=Plan(draft_pad=(2, 41))), ValueError, "draft_pad pads a block to 41 rows"),
-    (dict(eos=-1), ValueError, r"eos must be a token id in 0..23, None .* or decode.NEVER .*, got -1"),
+    (dict(eos=-25), ValueError, r"eos must be a token id in 0..23 \(or -1 for the last.*None \(no end-of-text stop\), "
+                                r"got -25"),
     (dict(eos="x"), ValueError, "eos must be a token id in 0..23.*got 'x'"),
     (dict(eos=24), ValueError, "eos must be a token id in 0..23.*got 24"),
     (dict(eos=True), ValueError, "eos must be a token id"),
@@ -132,18 +133,17 @@ def test_api_rejects_a_target_that_is_not_a_model(models):
         generate("tiny-target", [1, 2], 4)
 
 
-@pytest.mark.parametrize("pad", [(1.5,), (1, 2.0001), ("4",), 3, (0,), (True,)])
-def test_plan_padding_must_be_whole_block_sizes(pad):
-    # 1.5 used to be cut to 1 without a word.
-    for name in ("target_pad", "draft_pad"):
-        with pytest.raises(ValueError, match=f"plan: {name} must be a list of integers >= 1"):
-            Plan(**{name: pad})
-    assert Plan(target_pad=[np.int64(2), 2, 4]).target_pad == (2, 2, 4)
+@pytest.mark.parametrize("pad", [(1.5,), (1, 2.0001), ("4",), 3, (0,), (True,), (2, 1), (100000,), (2, 41)])
+def test_a_models_padding_must_be_block_sizes_within_its_context(models, pad):
+    target, _, _ = models
+    with pytest.raises(ValueError, match=r"padding: padding\[k - 1\] must be an integer from k to n_ctx=40"):
+        target.with_padding(pad)
+    assert target.with_padding([np.int64(2), 2, 4]).padding == (2, 2, 4)
 
 
 def test_eos_in_range_stops_and_never_does_not(models):
     target, _, _ = models
-    free = generate(target, [1, 2], 20, eos=NEVER)
+    free = generate(target, [1, 2], 20, eos=None)
     assert free.stop_reason == "max_new_tokens" and len(free.tokens) == 20
     eos = free.tokens[3]
     res = generate(target, [1, 2], 20, eos=np.int64(eos))
@@ -160,8 +160,8 @@ def test_a_draft_whose_context_the_prompt_fills_is_named_before_any_work(models)
     # A prompt that fits, decoding past the end of the draft's context: the draft stops drafting
     # (one-token trees) and the target goes on, with the same tokens as plain decoding.
     for method in ("speculative", "tree", "staged"):
-        res = generate(target, list(range(6)), 12, method, short, trigram, eos=NEVER)
-        assert res.tokens == generate(target, list(range(6)), 12, eos=NEVER).tokens
+        res = generate(target, list(range(6)), 12, method, short, trigram, eos=None)
+        assert res.tokens == generate(target, list(range(6)), 12, eos=None).tokens
         assert res.stats.steps[-1].draft_blocks == []
 
 
@@ -183,7 +183,7 @@ def test_a_failed_download_leaves_nothing_and_names_every_model(tmp_path, capsys
 
 
 @given(method=st.sampled_from(METHODS), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
-       prompt=st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=8), eos=st.sampled_from([NEVER, 3, 5]),
+       prompt=st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=8), eos=st.sampled_from([None, 3, 5]),
        copy_len=st.sampled_from([0, 4]), seed=st.integers(0, 3))
 @settings(max_examples=60)
 def test_statistics_follow_from_the_emitted_tokens(models, method, temperature, n, prompt, eos, copy_len, seed):

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from specdec_np import ngram
-from specdec_np.decode import NEVER, Plan, generate
+from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, random_params
+from specdec_np.plan import Plan
 from specdec_np.tools import plan as plans
 from specdec_np.tools import acceptance as profiles
 from specdec_np.tools.costmodel import OVERHEADS
@@ -49,11 +50,11 @@ def costs(per_token, fixed=1.0):
 
 def test_profile_counts_what_each_run_did_past_its_prefill(pair):
     target, draft, trigram = pair
-    ar = generate(target, PROMPTS[0], 10, "ar", eos=NEVER)
+    ar = generate(target, PROMPTS[0], 10, "ar", eos=None)
     c = profiles.counts(ar.stats)
     assert c == {"tokens": 9, "steps": 9, "draft_dists": 0, "ngram_queries": 0, "target": {"cold": {}, "warm": {1: 9}},
                  "draft": {"cold": {}, "warm": {}}}
-    spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=NEVER)
+    spec = generate(target, PROMPTS[1], 10, "speculative", draft, plan=Plan(chain=2), eos=None)
     c = profiles.counts(spec.stats)
     steps = spec.stats.steps[1:]
     assert c["tokens"] == sum(len(s.tokens) for s in steps) and c["steps"] == len(steps)
@@ -71,7 +72,7 @@ def test_the_plan_drafts_only_where_drafting_pays(profile):
         cheap = plans.choose(profile, costs(per_token=0.01), temperature)
         assert cheap.method != "ar" and cheap.speedup >= plans.MARGIN
         dear = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature)
-        assert dear.method == "ar" and dear.plan == Plan(target_pad=dear.plan.target_pad, draft_pad=dear.plan.draft_pad)
+        assert dear.method == "ar" and dear.plan == Plan()
         # One method's best plan is still available when asked for (here slower than plain decoding).
         spec = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature, "speculative")
         assert spec.method == "speculative" and spec.plan.chain == 2 and spec.speedup < 1
@@ -135,7 +136,7 @@ def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, t
     """generate's defaults give the same tokens for a seed whatever costs are cached and whatever
     the machine says it is; the tools' choice does follow the costs (the control)."""
     target, draft, trigram = pair
-    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=NEVER)
+    kw = dict(method="staged", draft=draft, ngram=trigram, temperature=1.0, top_k=10, seed=7, eos=None)
     before = generate(target, [1, 2, 3, 1, 2], 24, **kw)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     for cpu, cost in (("a memory-bound CPU", costs(0.01)), ("a compute-bound CPU", costs(5.0, 0.0))):
@@ -331,9 +332,11 @@ def test_a_busy_machine_gets_the_fallback_plan_and_one_blas_thread(pair, profile
     monkeypatch.setattr(plans, "busy_warning", lambda start: "")
     monkeypatch.setattr(plans, "acceptance_profile", lambda *a, **k: profile)
     choice = plans.plan_for(target, draft, trigram, None, 0.0)
-    assert choice.origin.startswith("this machine's") and choice.layout == {"target": 4, "draft": 0}
+    pads = plans.pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
+    assert choice.origin.startswith("this machine's") and choice.layout == {"target": 4, "draft": 0} | pads
     laid_target, laid_draft = choice.models(target, draft)
     assert (laid_target.slab_rows, laid_draft.slab_rows) == (4, 0) and laid_target.params is target.params
+    assert (laid_target.padding, laid_draft.padding) == (pads["target_pad"], pads["draft_pad"])
 
 
 def test_measuring_stops_past_its_time(pair):

@@ -23,7 +23,8 @@ from helpers import (TOL, ar_greedy, assert_lossless, callback, dense_tables, ma
                      target_rows)
 from specdec_np import verify
 from specdec_np.build import build_chain, build_fixed
-from specdec_np.decode import NEVER, Plan, generate
+from specdec_np.decode import generate
+from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.tree import Tree
 
@@ -296,7 +297,7 @@ def test_generate_at_top_k(embedded, name):
     target, draft, ngram, enc = embedded
     method, plan = E2E[name]
     prompt = list(range(100, 120))
-    kw = dict(method=method, draft=draft, ngram=ngram, plan=plan, temperature=1.0, top_k=50, seed=3, eos=NEVER)
+    kw = dict(method=method, draft=draft, ngram=ngram, plan=plan, temperature=1.0, top_k=50, seed=3, eos=None)
     res = generate(target, prompt, 40, keep_trees=True, **kw)
     assert len(res.tokens) == 40 and res.stop_reason == "max_new_tokens"
     assert generate(target, prompt, 40, **kw).tokens == res.tokens
@@ -327,9 +328,9 @@ def test_temperature_zero(embedded):
     for method, plan in (("speculative", Plan(chain=4, rule="block")),
                          ("tree", Plan(shape="fixed", widths=(2, 1), rule="traversal"))):
         with pytest.raises(ValueError, match="not lossless on a deterministic tree"):
-            generate(target, prompt, 8, method=method, draft=draft, plan=plan, eos=NEVER)
+            generate(target, prompt, 8, method=method, draft=draft, plan=plan, eos=None)
         res = generate(target, prompt, 24, method=method, draft=draft, plan=dataclasses.replace(plan, sampled="with"),
-                       eos=NEVER)
+                       eos=None)
         assert res.tokens == greedy
 
 

@@ -19,8 +19,9 @@
 import numpy as np
 
 from specdec_np import build, verify
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import generate
 from specdec_np.models import load_embedded
+from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.tokenizer import decode, encode
 

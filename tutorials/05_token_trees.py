@@ -14,10 +14,11 @@
 import numpy as np
 
 from specdec_np import build
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import generate
 from specdec_np.drafting import ModelDrafter
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
+from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import attention_mask, children, cumulative_q, depths, draw_mask, path_to, positions, render
 

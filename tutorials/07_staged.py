@@ -25,10 +25,11 @@
 import numpy as np
 
 from specdec_np import ngram
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import generate
 from specdec_np.models import load_embedded
+from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
-from specdec_np.tree import NGRAM, SOURCES
+from specdec_np.tree import COPY, NGRAM, SOURCES
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
@@ -84,12 +85,13 @@ for name, r in (("tree", tree_run), ("staged", staged_run)):
 # ## Who wrote each token
 #
 # As in the paper's Fig. 3: every emitted token is credited to the cheapest stage that proposed
-# it: the trigram (it guessed the token and the draft kept it in the tree), the draft model, or
-# the target itself (the extra token of each pass). Easily predicted stretches (indentation,
+# it: a copy of what followed an earlier occurrence of the last three tokens (stage 2 guessed it
+# from the context and the draft kept it), the trigram (its own guess, kept by the draft), the
+# draft model, or the target itself (the extra token of each pass). Easily predicted stretches (indentation,
 # closing brackets, repeated names) are where the trigram shines.
 
 # %%
-MARKS = {"target": "{}", "draft": "<{}>", "ngram": "[{}]"}  # how each stage's tokens are shown
+MARKS = {"target": "{}", "draft": "<{}>", "ngram": "[{}]", "copy": "«{}»"}  # how each stage's tokens are shown
 
 
 def by_stage(tokens, sources) -> str:
@@ -97,13 +99,13 @@ def by_stage(tokens, sources) -> str:
     return "".join(MARKS[SOURCES[src]].format(decode(enc, [tok])) for tok, src in zip(tokens, sources))
 
 
-print("staged completion ([ngram]  <draft>  target unmarked):\n")
+print("staged completion («copy»  [ngram]  <draft>  target unmarked):\n")
 print(decode(enc, prompt) + by_stage(staged_run.tokens, staged_run.stats.source))
 counts = {name: staged_run.stats.source.count(i) for i, name in enumerate(SOURCES)}
 print("\ntokens by stage:", counts)
 assert sum(counts.values()) == len(staged_run.tokens)
 assert counts["target"] >= staged_run.stats.target_passes - 1  # every pass but perhaps a cut last one adds one
-assert NGRAM not in tree_run.stats.source  # without stage 2 no token can be credited to the trigram
+assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no token is a trigram guess or copy
 
 # %% [markdown]
 # ## Stage 2 proposing to the target
@@ -123,7 +125,7 @@ assert NGRAM not in tree_run.stats.source  # without stage 2 no token can be cre
 # %%
 copy_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=8, **shape), **kw)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
-copied = [t for t, _ in copy_run.stats.trees if (t.source == NGRAM).any()]  # proposed by stage 2
+copied = [s.tree for s in copy_run.stats.steps if s.copied]  # stage 2's copies, verified with no draft pass
 print(f"{len(copied)} of {len(copy_run.stats.trees)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in (("drafts only", staged_run), ("with copies", copy_run)):

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec_np.decode import Plan, generate
+from specdec_np.decode import generate
 from specdec_np.models import load_embedded
+from specdec_np.plan import Plan
 from specdec_np.tools.costcurve import (block_cost_ms, choose_slab_rows, laid_out, last_level_cache,
                                         last_level_cache_bytes, streaming_gbps)
 from specdec_np.tokenizer import encode
@@ -263,9 +264,9 @@ note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2
 # counted work with them. The same runs, priced again:
 
 # %%
+from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
 from specdec_np.tools.plan import Busy, calibration  # noqa: E402
-from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
 
 try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))

@@ -23,7 +23,7 @@ WORK = HERE / "work"
 sys.path.insert(0, str(HERE.parent))
 
 from specdec_np import checkpoint, ngram  # noqa: E402
-from specdec_np.decode import NEVER, generate  # noqa: E402
+from specdec_np.decode import generate  # noqa: E402
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
 
 CHUNK = 100  # sequences per saved chunk
@@ -39,7 +39,7 @@ def sample_draft(n_tokens: int, seq_len: int = 256) -> np.ndarray:
         t0, out = time.time(), []
         for j in range(CHUNK):
             seed = i * CHUNK + j
-            res = generate(draft, [eot], seq_len, method="ar", temperature=1.5, seed=seed, eos=NEVER)
+            res = generate(draft, [eot], seq_len, method="ar", temperature=1.5, seed=seed, eos=None)
             out += [eot] + res.tokens
         arr = np.array(out, dtype=np.uint16)
         tmp = WORK / f"draft_samples_{i:04d}.tmp.npy"

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import atomic_file
-from ..decode import Plan, generate
-from ..methods import METHODS
+from .. import methods
+from ..decode import generate
+from ..files import atomic_file
+from ..plan import Plan
 from ..tokenizer import encode
 
 FORMAT = "specdec_np.profile"
@@ -81,8 +82,8 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
 def runnable(has_draft: bool, has_ngram: bool) -> set:
     """The profiled methods a pair can run: those that run the draft need one, those that query the
     n-gram need one (methods.py says which)."""
-    return {name for name in PROFILED if (has_draft or not METHODS[name].runs_draft)
-            and (has_ngram or not METHODS[name].needs_ngram)}
+    return {name for name in PROFILED if (has_draft or not methods.runs_draft(name))
+            and (has_ngram or not methods.needs_ngram(name))}
 
 
 def counts(stats, skip_first: bool = True) -> dict:

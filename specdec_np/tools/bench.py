@@ -39,19 +39,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import atomic_file
-from ..decode import Plan, generate
+from .. import methods
+from ..decode import generate
+from ..files import atomic_file
 from ..gpt2 import GPT2_SHAPES, random_params
-from ..methods import make
+from ..methods import describe
 from ..models import load_embedded
+from ..plan import Plan
 from ..tokenizer import encode
+from ..tree import SOURCES
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
 from .costcurve import gpt2_shapes_report, matrix_report
 from .costmodel import record_ms
-from .plan import (Busy, Choice, acceptance_profile, apply_layout, calibration, choose, describe, fallback, machine,
-                   machine_name, setting_name, settle_threads)
+from .plan import (Busy, Choice, acceptance_profile, apply_layout, calibration, choose, fallback, machine,
+                   machine_name, pads, setting_name, settle_threads)
 from .progress import Progress
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best
@@ -133,14 +136,13 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
                                    plan=choice.plan, seed=seed, **skw)
                     dt = time.perf_counter() - t0
                     s = res.stats
-                    pads = {"target_pad": choice.plan.target_pad, "draft_pad": choice.plan.draft_pad}
                     records[sname][m].append({
                         "prompt": i, "seed": seed, "tokens": len(res.tokens), "seconds": dt,
                         "target_passes": s.target_passes, "draft_passes": s.draft_passes,
                         "ngram_queries": s.ngram_queries, "bytes": s.target_bytes + s.draft_bytes,
-                        "source": [s.source.count(j) for j in range(3)],
+                        "source": list(s.tally.values()),
                         "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
-                                                  **pads),
+                                                  **pads(costs["curves"])),
                         "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
                         "same_as_baseline": (m == BASELINE or sname != "greedy"
                                              or res.tokens == records[sname][BASELINE][-1]["ids"]),
@@ -194,7 +196,7 @@ def summarize(records, target) -> dict:
                 "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
                 "same_as_baseline": all(r["same_as_baseline"] for r in recs),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
-                "tokens_by_stage": dict(zip(("target", "draft", "ngram"), np.sum([r["source"] for r in recs], axis=0).tolist())),
+                "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist())),
                 # Where the time goes: ms per target pass spent drafting, in the target's forward
                 # pass, and verifying (processing logits, the rule, cache compaction).
                 "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
@@ -223,7 +225,7 @@ def markdown(summary, plans=None) -> str:
                          f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
                          f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
         if plans:
-            lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.plan, c.method)}"
+            lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
                                                  for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
         for m, r in per.items():
@@ -258,9 +260,9 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        kind = make(row, plan).kind(SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
+        kind = methods.kind(row, plan, SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
-        pairs[f"{row}: {describe(dataclasses.replace(plan, rule=None), row)}"] = tuple(
+        pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))
     return pairs
@@ -413,7 +415,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
     print(blas_line(costs))
     print_curves(costs)
-    target, draft = apply_layout(costs["layout"], target, draft)
+    target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     if a.curves:
         if a.matrices:
             print("\nµs per product by k rows, one x @ w against column slabs (weights from memory):")
@@ -426,7 +428,7 @@ def main(argv=None) -> int:
                                            costs, Progress("profiling the pair")),
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
-        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.plan, c.method)}" for m, c in rows.items()
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)}" for m, c in rows.items()
                                         if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
@@ -436,7 +438,7 @@ def main(argv=None) -> int:
         records = run(prompts, target, draft, ngram, enc, plans, costs, a.max_new_tokens, settings, a.seeds)
         summary = summarize(records, target)
         md = markdown(summary, plans)
-        res |= {"plans": {s: {m: {"method": c.method, "plan": describe(c.plan, c.method),
+        res |= {"plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                   "predicted_speedup": c.speedup} for m, c in rows.items()}
                           for s, rows in plans.items()},
                 "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}

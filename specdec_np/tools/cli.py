@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..tree import SOURCES
+from .. import methods
+from ..plan import Plan
 from ..verify import RULES
 
 if TYPE_CHECKING:
-    from ..decode import Plan
     from ..gpt2 import GPT2
 
 EXAMPLES = r'''examples:
@@ -48,7 +48,7 @@ TRACE_EXAMPLES = r'''examples:
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
-    from ..decode import METHODS
+    from ..methods import METHODS
 
     p.add_argument("prompt", nargs="?", help="prompt text, or - to read standard input")
     p.add_argument("--file", help="read the prompt from this file")
@@ -108,25 +108,17 @@ def given(a) -> list[str]:
     return [o for o in APPLIES_TO if values[o] is not None]
 
 
-def method_of(name: str):
-    """The method object `name` makes of the constant plan: what it runs, how its trees are built."""
-    from ..decode import Plan
-    from ..methods import make
-
-    return make(name, Plan())
-
-
 def profiled(name: str) -> bool:
     """Whether the machine's plan can price `name`: it drafts, and the acceptance profile holds it."""
     from .acceptance import PROFILED
 
-    return method_of(name).max_nodes() > 0 and name in PROFILED
+    return methods.drafts(name, Plan()) and name in PROFILED
 
 
 def candidate_methods(a) -> tuple:
     """The methods the options allow: --method, else those every option given applies to (in METHODS'
     order; () when no option narrows the choice)."""
-    from ..decode import METHODS
+    from ..methods import METHODS
 
     if a.method is not None:
         return (a.method,)
@@ -137,7 +129,6 @@ def candidate_methods(a) -> tuple:
 def check_shape(a, methods, n_ctx: int) -> None:
     """The tree options against the target's context, for every method they may shape: before any
     measurement, so the answer does not depend on which of them the machine's plan picks."""
-    from ..decode import Plan
     from .plan import check_size, resized
 
     for method in methods or ("staged",):
@@ -152,13 +143,12 @@ def check_shape(a, methods, n_ctx: int) -> None:
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
     changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
-    from ..decode import Plan
     from . import acceptance as profiles
-    from .plan import describe, plans_for
+    from .plan import plans_for
     from .progress import Progress
 
-    methods = candidate_methods(a)
-    check_shape(a, methods, target.config.n_ctx)
+    candidates = candidate_methods(a)
+    check_shape(a, candidates, target.config.n_ctx)
     if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
@@ -168,9 +158,9 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         origin, layout = "the constant plan", {}
     else:
         usable = profiles.runnable(draft is not None, ngram is not None)
-        asked = tuple(m for m in methods if m in usable)
-        if methods and not asked:
-            raise ValueError(f"{', '.join(given(a))}: for --method {', '.join(methods)}, which this model pair "
+        asked = tuple(m for m in candidates if m in usable)
+        if candidates and not asked:
+            raise ValueError(f"{', '.join(given(a))}: for --method {', '.join(candidates)}, which this model pair "
                              "cannot run (it has no " + ("n-gram model" if draft is not None else "draft") + ")")
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
@@ -185,7 +175,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
         origin = choice.origin.replace("this machine's", f"this machine's{among}", 1)
     options = bool(given(a))
-    return method, plan, f"{describe(plan, method)} ({origin}{', changed by options' if options else ''})", layout
+    return method, plan, f"{methods.describe(method, plan)} ({origin}{', changed by options' if options else ''})", layout
 
 
 def changed(plan, method: str, a):
@@ -221,16 +211,13 @@ RULE_NEEDS = {
 
 
 def check_rule(plan, method: str, temperature: float) -> None:
-    """decode.check_rule in the command line's terms: the plan's rule must be lossless for the trees
+    """methods.check_rule in the command line's terms: the plan's rule must be lossless for the trees
     the method drafts; the error says which options give such trees."""
-    from ..decode import check_rule as core_check
-    from .plan import describe
-
     try:
-        core_check(plan, method, temperature)
+        methods.check_rule(method, plan, temperature)
     except ValueError:
         raise ValueError(f"--rule {plan.rule} is lossless only {RULE_NEEDS[plan.rule]}, not on method {method}'s "
-                         f"{describe(dataclasses.replace(plan, rule=None), method)}") from None
+                         f"{methods.describe(method, dataclasses.replace(plan, rule=None))}") from None
 
 
 def lossless(plan, method: str, temperature: float) -> bool:
@@ -250,10 +237,10 @@ def check_rule_options(a) -> None:
         return
     if a.sampled is not None:
         kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method is not None and (method_of(a.method).chain or not method_of(a.method).runs_draft):
+    elif a.method is not None and (methods.proposes_chain(a.method) or not methods.runs_draft(a.method)):
         # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
-        kind = method_of(a.method).kind(a.temperature)
-        how = (f"{a.method}'s chain drawn from the draft" if method_of(a.method).runs_draft
+        kind = methods.kind(a.method, Plan(), a.temperature)
+        how = (f"{a.method}'s chain drawn from the draft" if methods.runs_draft(a.method)
                else f"{a.method}'s drafts, which are not drawn from the draft model")
     else:
         kind = how = None
@@ -313,7 +300,8 @@ DEFAULT_DRAFTS = {"gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "disti
 
 
 def default_draft(target_arg: str) -> str:
-    from ..checkpoint import WEIGHTS_DIR, resolve
+    from ..checkpoint import resolve
+    from ..files import WEIGHTS_DIR
 
     embedded = WEIGHTS_DIR / "tiny-target"
     try:
@@ -356,7 +344,7 @@ def check_options(a) -> None:
             if a.method not in APPLIES_TO[option]:
                 raise ValueError(f"{option} does nothing with --method {a.method}: {DOES_NOTHING[a.method]}; it "
                                  f"applies to --method {', '.join(APPLIES_TO[option])}")
-    if (a.budget is not None or a.depth is not None and not (a.method and method_of(a.method).chain)) \
+    if (a.budget is not None or a.depth is not None and not (a.method and methods.proposes_chain(a.method))) \
             and (a.widths is not None or a.sampled is not None):
         first = "--budget" if a.budget is not None else "--depth"
         second = "--widths" if a.widths is not None else "--sampled"
@@ -401,7 +389,7 @@ def setup(a) -> Setup:
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method is None or method_of(a.method).runs_draft:
+    if a.method is None or methods.runs_draft(a.method):
         draft = load_model(a.draft or default_draft(a.target))
     elif a.plan == "machine" and profiled(a.method):  # the pair's profile holds e.g. lookup's chain lengths
         try:
@@ -409,7 +397,7 @@ def setup(a) -> Setup:
         except (ValueError, FileNotFoundError):
             draft = None
     # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
-    wants_ngram = a.method is not None and method_of(a.method).needs_ngram or (draft is not None and a.plan == "machine")
+    wants_ngram = a.method is not None and methods.needs_ngram(a.method) or (draft is not None and a.plan == "machine")
     if a.method is None or wants_ngram:
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
@@ -430,7 +418,7 @@ def check_prompt_fits(tokens, a, target, draft) -> None:
     """The prompt must be shorter than the target's context, and than the draft's when the draft
     may decode (with --method, or the machine's choice): a one-line error before any measurement."""
     for option, model in (("--target", target), ("--draft", draft)):
-        if model is None or option == "--draft" and a.method is not None and not method_of(a.method).runs_draft:
+        if model is None or option == "--draft" and a.method is not None and not methods.runs_draft(a.method):
             continue
         name = a.target if option == "--target" else a.draft or default_draft(a.target)
         if len(tokens) >= model.config.n_ctx:
@@ -467,7 +455,7 @@ def print_stats(s: Setup, res, dt: float) -> None:
           f"weight traffic {st.weight_traffic:.2f}"
           f" x autoregressive; time: draft {st.time_draft:.2f} s, target {st.time_target:.2f} s, "
           f"verify {st.time_verify:.2f} s\n"
-          f"tokens by stage: " + ", ".join(f"{n} {st.source.count(i)}" for i, n in enumerate(SOURCES)),
+          "tokens by stage: " + ", ".join(f"{n} {count}" for n, count in st.tally.items()),
           file=sys.stderr)
 
 

@@ -1,7 +1,7 @@
 """The cost model: what a decoding plan costs on this machine, from counted work and measured costs.
 
 A plan's milliseconds per token = (every forward pass it makes, at this machine's cost curve for
-its block size, padded as the plan says, "cold" when the other model ran just before it and "warm"
+its block size, padded as the model's table says, "cold" when the other model ran just before it and "warm"
 otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a fixed
 overhead per step, per step that drafts, per distribution the draft processes and per n-gram query)
 / the tokens it emits. The counts come from the pair's acceptance profile (`acceptance.py`) or from a
@@ -15,7 +15,11 @@ import functools
 
 import numpy as np
 
-from ..fastpath import padded
+
+def padded(table, n: int) -> int:
+    """The block size a padding table computes n rows as: table[n - 1] when it covers n, else n
+    (as `GPT2.padded` does with the model's own table)."""
+    return table[n - 1] if n <= len(table) else n
 
 def interp(curve: dict, k: int) -> float:
     """Cost of a k-token pass: linear between measured sizes, extended linearly past the last two
@@ -39,8 +43,8 @@ def pad_size(curve: dict, k: int) -> int:
 
 
 def padding(curve: dict | None, limit: int = 64) -> tuple:
-    """The padding table a Plan takes (`target_pad`, `draft_pad`): entry k - 1 is the block size
-    to compute k tokens as, for k = 1..limit; () without a curve (no padding)."""
+    """The padding table a model takes (`GPT2.padding`, set by `plan.apply_layout`): entry k - 1 is
+    the block size to compute k tokens as, for k = 1..limit; () without a curve (no padding)."""
     if not curve:
         return ()
     return _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items())), limit)

@@ -15,12 +15,14 @@ import time
 
 import numpy as np
 
-from ..decode import Plan, generate
+from ..decode import generate
 from ..gpt2 import forward, new_cache
+from ..methods import describe
 from ..models import load_embedded
+from ..plan import Plan
 from ..tokenizer import decode, encode
-from ..tree import NGRAM, SOURCES, render
-from .plan import apply_layout, check_size, cpu_times, describe, plans_for, resized, timing_note
+from ..tree import COPY, NGRAM, SOURCES, render
+from .plan import apply_layout, check_size, cpu_times, plans_for, resized, timing_note
 from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
@@ -31,8 +33,8 @@ PROMPT = '''def count_words(text: str) -> dict:
     """
 '''
 
-COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m"}  # red, blue, green
-MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]")}
+COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m"}  # red, blue, green, yellow
+MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»")}
 RESET = "\033[0m"
 
 
@@ -55,9 +57,9 @@ def colour_by_stage(enc, tokens, sources, color: bool) -> str:
 
 def legend(color: bool) -> str:
     if color:
-        return "  ".join(f"{COLORS[n]}{n}{RESET}" for n in ("ngram", "draft", "target"))
-    return "  ".join(f"{a or ''}{n}{b or ''}" for n, (a, b) in (("ngram", MARKS["ngram"]), ("draft", MARKS["draft"]),
-                                                                ("target", ("", " (unmarked)"))))
+        return "  ".join(f"{COLORS[n]}{n}{RESET}" for n in ("copy", "ngram", "draft", "target"))
+    return "  ".join(f"{a}{n}{b}" for n, (a, b) in (("copy", MARKS["copy"]), ("ngram", MARKS["ngram"]),
+                                                    ("draft", MARKS["draft"]), ("target", ("", " (unmarked)"))))
 
 
 def first_difference(a, b):
@@ -159,16 +161,15 @@ def main(argv=None) -> int:
         print(busy)
     print("\nPlans:")
     for m, (plan, origin) in chosen.items():
-        print(f"  {m}: {describe(plan, m)} ({origin})")
+        print(f"  {m}: {describe(m, plan)} ({origin})")
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
-              f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (n-gram tokens below).")
+              f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
     staged = results["staged"][0]
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
-    counts = {n: staged.stats.source.count(i) for i, n in enumerate(SOURCES)}
-    print(f"\ntokens by stage: {counts}")
-    trees = [tp for tp in staged.stats.trees if not (tp[0].source == NGRAM).any()]  # drafted, not copied
+    print(f"\ntokens by stage: {staged.stats.tally}")
+    trees = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]  # the draft's alone
     if trees:
         tree, path = max(trees[: len(trees) // 2 + 1], key=lambda tp: len(tp[1]))
         print(f"\nOne verification tree ({len(tree.tokens) - 1} drafted tokens; * = accepted path, "
@@ -184,6 +185,6 @@ def main(argv=None) -> int:
         print(table(sampled))
         if busy := timing_note(timed):
             print(busy)
-        print(f"\nPlan: staged {describe(splans['staged'][0], 'staged')} ({splans['staged'][1]}).")
+        print(f"\nPlan: staged {describe('staged', splans['staged'][0])} ({splans['staged'][1]}).")
         print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
     return 0

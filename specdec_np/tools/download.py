@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from .. import checkpoint
-from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE, WEIGHTS_DIR
+from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
+from ..files import WEIGHTS_DIR
 from .progress import Progress
 
 HUB_URL = "https://huggingface.co"

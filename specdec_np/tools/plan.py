@@ -40,12 +40,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import methods, staged
 from .. import ngram as ngram_lib
-from .. import staged
-from ..checkpoint import atomic_file
-from ..decode import Plan, generate
-from ..methods import make
-from ..fastpath import padded
+from ..decode import generate
+from ..files import atomic_file
+from ..plan import Plan
 from . import acceptance as profiles
 from .blas import blas, use_threads
 from .costcurve import choose_slab_rows, last_level_cache, laid_out, loop_curves
@@ -68,7 +67,7 @@ class Choice:
     plan: Plan
     ms_per_token: float
     baseline_ms_per_token: float
-    layout: dict = dataclasses.field(default_factory=dict)  # {"target": slab rows, "draft": ...}: `laid_out`
+    layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
     busy: str = ""  # why the plan is the busy machine's fallback, not a measured one ("" when measured)
 
     @property
@@ -88,10 +87,23 @@ class Choice:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with the slab rows of a measured `layout` ({"target": rows, "draft": rows};
-    a model it does not name, or None, is left as it is): see `costcurve.laid_out`."""
-    return (laid_out(target, layout["target"]) if "target" in layout else target,
-            laid_out(draft, layout["draft"]) if draft is not None and "draft" in layout else draft)
+    """(target, draft) with the slab rows of a measured `layout` ({"target": rows, "draft": rows}: see
+    `costcurve.laid_out`) and its padding tables ({"target_pad": table, "draft_pad": table}: `pads`,
+    set as the models' `GPT2.padding`); a model it does not name, or None, is left as it is."""
+    def lay(model, name):
+        if model is not None and name in layout:
+            model = laid_out(model, layout[name])
+        if model is not None and name + "_pad" in layout:
+            model = model.with_padding(layout[name + "_pad"])
+        return model
+    return lay(target, "target"), lay(draft, "draft")
+
+
+def pads(curves: dict) -> dict:
+    """The padding tables of measured cost curves ({"target_pad": ..., "draft_pad": ...}): the block
+    size each model computes passes of 1, 2, ... rows as (`costmodel.padding`)."""
+    return {"target_pad": padding(curves["target"]["warm"]),
+            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
 
 
 def setting_name(temperature) -> str:
@@ -179,17 +191,17 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(profiles.SETTINGS)))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
-    pads = {"target_pad": padding(curves["target"]["warm"]),
-            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
+    padded_blocks = pads(curves)
+    target, draft = apply_layout(padded_blocks, target, draft)
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
     runs = {}
     for setting, kw in profiles.SETTINGS.items():
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, pads, new_tokens, in_time)
+        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, new_tokens, in_time)
         did()
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
     scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
     curves["target"] = {state: scaled(curve, scale) for state, curve in curves["target"].items()}
-    overheads = {setting: fit_overheads(steps, curves, query_ms, pads["draft_pad"])
+    overheads = {setting: fit_overheads(steps, curves, query_ms, padded_blocks["draft_pad"])
                  for setting, (steps, _) in runs.items()}
     return {"version": CALIBRATION_VERSION, "machine": machine(), "layout": layout, "curves": curves,
             "target_scale": scale, "overheads": overheads}
@@ -203,7 +215,7 @@ def timed_run_size(target_ms: float) -> tuple[int, int]:
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
-def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
+def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
     """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
     four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
     blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
@@ -220,13 +232,12 @@ def timed_steps(target, draft, ngram, prompts, kw, pads, new_tokens: int = 32, i
         steps, passes = [], []
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
-                plan = dataclasses.replace(plan, **pads)
                 res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
                 if in_time:
                     in_time()
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
-                    passes.append(("cold" if s.draft_blocks else "warm", padded(plan.target_pad, s.target_block),
+                    passes.append(("cold" if s.draft_blocks else "warm", target.padded(s.target_block),
                                    1000 * s.seconds[1]))
     return steps, passes
 
@@ -408,28 +419,21 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
     drafting plan must beat plain decoding by MARGIN); `keep(record)` may narrow the candidates."""
     setting = setting_name(temperature)
     curves, overheads = costs["curves"], costs["overheads"][setting]
-    pads = {"target_pad": padding(curves["target"]["warm"]),
-            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
     usable = profiles.runnable(has_draft, has_ngram)
     priced = []
     for r in profile["settings"][setting]:
         if r["method"] in usable and (method is None or r["method"] == method) and r["tokens"] \
                 and (keep is None or keep(r)):
-            ms = record_ms(r, curves, overheads, **pads) / r["tokens"]
+            ms = record_ms(r, curves, overheads, **pads(curves)) / r["tokens"]
             priced.append((ms, r["method"], r["shape"]))
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
-    plain = next(r for r in profile["settings"][setting] if not drafts(r["method"], r["shape"]))
+    plain = next(r for r in profile["settings"][setting] if not methods.drafts(r["method"], Plan(**r["shape"])))
     base = record_ms(plain, curves, overheads) / plain["tokens"]
     ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
-    if method is None and drafts(m, shape) and base / ms < MARGIN:
+    if method is None and methods.drafts(m, Plan(**shape)) and base / ms < MARGIN:
         ms, m, shape = base, plain["method"], {}
-    return Choice(m, Plan(**shape, **pads), ms, base)
-
-
-def drafts(method: str, shape: dict) -> bool:
-    """Whether `method` with a profile record's plan shape drafts anything (plain decoding does not)."""
-    return make(method, Plan(**shape)).max_nodes() > 0
+    return Choice(m, Plan(**shape), ms, base)
 
 
 def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False,
@@ -451,7 +455,7 @@ def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recal
         return {m: fallback(m, temperature, "the machine was busy") for m in methods}
     profile = acceptance_profile(target, draft, ngram, prompts, setting_name(temperature), costs, progress)
     return {m: dataclasses.replace(choose(profile, costs, temperature, m, draft is not None, ngram is not None),
-                                   layout=costs["layout"]) for m in methods}
+                                   layout=costs["layout"] | pads(costs["curves"])) for m in methods}
 
 
 def fallback(method: str | None, temperature: float, why: str) -> Choice:
@@ -471,48 +475,27 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
     """`plan` with the tools' --budget/--depth applied (None leaves a value as it is): a chain
     method's length, one length whatever a lookup matched; a tree becomes a best-first tree of the
     draft's top tokens, since a drawn tree and the rule chosen for it do not carry over."""
-    m = make(method, plan)
-    if m.chain:
+    if methods.proposes_chain(method):
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if not m.max_nodes() or budget is None and depth is None:  # plain decoding has no tree to resize
+    if not methods.drafts(method, plan) or budget is None and depth is None:  # plain decoding has no tree to resize
         return plan
     return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                budget=plan.budget if budget is None else budget,
                                depth=plan.depth if depth is None else depth)
 
 
+# The command-line option that sets each plan field a size error can name (methods.oversized).
+OPTION = {"budget": "--budget", "widths": "--widths", "chain": "--depth", "lookup_chains": "--depth",
+          "copy_len": "--copy-len"}
+
+
 def check_size(plan: Plan, method: str, n_ctx: int) -> None:
-    """A one-line ValueError naming the option that sizes the tree (--depth, --widths or --budget) when
-    a step of `plan` could draft more tokens than the target's context holds."""
-    m = make(method, plan)
-    nodes = m.max_nodes()
-    if nodes > n_ctx:
-        option = "--depth" if m.chain else "--widths" if m.fixed() else "--budget"
-        raise ValueError(f"{option}: a tree of up to {nodes} drafted tokens per step exceeds the cap of the "
-                         f"target's context ({n_ctx} tokens)")
-
-
-def describe(plan: Plan, method: str = "staged") -> str:
-    """A plan in words, as `method` uses it."""
-    widths = ",".join(map(str, plan.widths))
-    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
-    m = make(method, plan)
-    if not m.max_nodes():
-        return "plain decoding (no drafts)"
-    copied = m.chain and not m.runs_draft  # prompt lookup's chain: copied, not drafted
-    if copied and plan.lookup_chains:
-        k3, k2, k1 = plan.lookup_chains
-        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
-    if m.chain:
-        return f"a chain of {plan.chain}" + (" copied from the context" if copied else "") + rule
-    if plan.sampled:
-        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
-    elif plan.shape == "fixed":
-        text = f"the draft's top tokens, widths {widths}"
-    else:
-        text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
-    if m.runs_draft and m.needs_ngram:  # the draft with stage 2
-        guesses = f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len else "no n-gram guesses"
-        copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
-        text += f"; {guesses}; {copies}"
-    return text + rule + ("; padded blocks" if plan.target_pad or plan.draft_pad else "")
+    """methods.check_size in the command line's terms: a one-line ValueError naming the option that
+    sizes the tree (--depth, --widths or --budget) or the copy (--copy-len) when a step of `plan`
+    could propose more tokens than the target's context holds."""
+    field = methods.oversized(method, plan, n_ctx)
+    if field == "copy_len":
+        raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {plan.copy_len}")
+    if field:
+        raise ValueError(f"{OPTION[field]}: a tree of up to {methods.max_nodes(method, plan)} drafted tokens per step "
+                         f"exceeds the cap of the target's context ({n_ctx} tokens)")

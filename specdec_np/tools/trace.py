@@ -9,7 +9,7 @@ cache before and after compaction, and the completion coloured by who produced e
 paper's Fig. 3).
 
 The page shows what ran: its data is `generate(..., keep_trees=True)`'s own record of each step
-(`decode.Step`, the record the statistics are computed from), not a recomputation. It needs no
+(`record.Step`, the record the statistics are computed from), not a recomputation. It needs no
 network: the data, styles and script are inside the file, and it reads without colour (shapes
 and text labels say the same as the colours).
 """
@@ -22,9 +22,8 @@ import json
 
 import numpy as np
 
-from .. import verify
-from ..checkpoint import atomic_file
-from ..methods import METHODS
+from .. import methods, verify
+from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import SOURCES
 
@@ -68,14 +67,14 @@ def residuals(step) -> list:
 
 
 def step_record(step) -> dict:
-    """One decode.Step as plain JSON values (it must have been kept with keep_trees)."""
+    """One record.Step as plain JSON values (it must have been kept with keep_trees)."""
     tree = step.tree
     return {
         "tokens": step.tokens, "source": step.source, "target_block": step.target_block,
         "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
         "tree": {"tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "q": tree.q.tolist(),
                  "kind": tree.kind},
-        "proposers": step.proposers, "copied": step.copied, "p": step.p_nodes, "built_by": step.built_by,
+        "proposers": step.tree.source.tolist(), "copied": step.copied, "p": step.p_nodes, "built_by": step.built_by,
         "path": step.path, "rule": step.rule, "checks": [dataclasses.asdict(c) for c in step.checks],
         "cache": list(step.cache), "residuals": residuals(step),
     }
@@ -93,12 +92,10 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
-    kind = METHODS[method]
     return {
         "method": method, "about": about, "sources": list(SOURCES),
-        # What the page says of the method: staged (the draft with stage 2) or not; whether its n-gram
-        # nodes are copies from the context (prompt lookup's chain) rather than stage 2's guesses.
-        "staged": kind.runs_draft and kind.needs_ngram, "copies": kind.chain and not kind.runs_draft,
+        # What the page says of the method: staged (the draft with stage 2) or not.
+        "staged": methods.runs_draft(method) and methods.needs_ngram(method),
         "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
         "tokens": result.tokens, "stop": result.stop_reason,
         "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
@@ -177,9 +174,11 @@ TEMPLATE = r"""<!doctype html>
   .src-target { background: var(--target-bg); border-bottom: 2px solid var(--target); }
   .src-draft { background: var(--draft-bg); border-bottom: 2px dashed var(--draft); }
   .src-ngram { background: var(--ngram-bg); border-bottom: 3px double var(--ngram); }
+  .src-copy { background: var(--copy-bg); border-bottom: 3px solid var(--copy); }
   .now { outline: 2px solid #1a202c; }
   body.marks .src-ngram::before { content: "["; } body.marks .src-ngram::after { content: "]"; }
   body.marks .src-draft::before { content: "{"; } body.marks .src-draft::after { content: "}"; }
+  body.marks .src-copy::before { content: "«"; } body.marks .src-copy::after { content: "»"; }
   .hint { color: #718096; font-size: 12px; }
   @media (max-width: 900px) { .cols { grid-template-columns: 1fr; } }
 </style>
@@ -277,7 +276,8 @@ function short(x) {  // 0.94 -> .94, in a node's box
 function who(step, i) {
   if (i === 0) return "target";
   const src = D.sources[step.proposers[i]];
-  if (src === "ngram") return step.copied || D.copies ? "copy" : "guess";  // prompt lookup copies
+  if (src === "ngram") return "guess";
+  if (src === "copy") return "copy";
   return src === "target" ? "target" : "draft";
 }
 
@@ -296,7 +296,8 @@ function legend() {
   const items = Object.keys(WHO).map(k => `<span>${marker(k)} ${WHO[k].label}</span>`);
   items.push('<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
              '<span>faded, dotted: not examined</span>', '<span><b>&#9986;</b> faded, dotted: accepted but cut (the run ended)</span>');
-  items.push('<span>text: <span class="tok src-ngram">n-gram</span> <span class="tok src-draft">draft</span> ' +
+  items.push('<span>text: <span class="tok src-copy">copy</span> <span class="tok src-ngram">n-gram</span> ' +
+             '<span class="tok src-draft">draft</span> ' +
              '<span class="tok src-target">target</span></span>');
   $("legend").innerHTML = items.join("");
 }
@@ -493,7 +494,7 @@ function builtBy(step, i) {
   const b = step.built_by ? step.built_by[i] : null;
   if (b === null || b === undefined) return "\u2014";
   const parent = step.tree.parents[i];
-  const ahead = parent > 0 && D.sources[step.proposers[parent]] === "ngram";
+  const ahead = parent > 0 && ["ngram", "copy"].includes(D.sources[step.proposers[parent]]);
   return `draft pass ${b + 1}` + (ahead ? " (from a node the n-gram guessed, scored ahead of time)" : "");
 }
 
@@ -502,7 +503,7 @@ function passNodes(step) {  // "pass 1 built #1, #2; pass 2 built #3", or "" whe
   const by = new Map();
   step.built_by.forEach((b, i) => { if (b !== null) by.set(b, (by.get(b) || []).concat([`#${i}`])); });
   const ahead = step.built_by.filter((b, i) => b !== null && step.tree.parents[i] > 0 &&
-    D.sources[step.proposers[step.tree.parents[i]]] === "ngram").length;
+    ["ngram", "copy"].includes(D.sources[step.proposers[step.tree.parents[i]]])).length;
   const parts = [...by.keys()].sort((a, b) => a - b).map(b => `pass ${b + 1} built ${by.get(b).join(", ")}`);
   return parts.length ? ` (${parts.join("; ")}${ahead ? `; ${plural(ahead, "node")} from n-gram guesses scored ahead of time` : ""})` : "";
 }
