@@ -335,6 +335,7 @@ LOSSLESS = {
     "with_replacement": ("recursive", ("greedy", "chain", "recursive", "block", "traversal")),
     "without_replacement": ("recursive_wor", ("greedy", "recursive_wor", "traversal")),  # traversal reads tree.kind
 }
+CHAIN_RULES = ("chain", "block")  # rules that verify a chain (one child per node), lossless on no wider tree
 
 
 def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str:
@@ -374,7 +375,7 @@ def check_tree(tree: Tree, rule: str) -> None:
     """check_pairing plus the shape the rule needs: chains for 'chain' and 'block', distinct siblings
     for 'point_mass'."""
     check_pairing(tree.kind, rule)
-    if rule in ("chain", "block"):
+    if rule in CHAIN_RULES:
         n_children = np.bincount(tree.parents[1:], minlength=len(tree))
         if n_children.max(initial=0) > 1:
             raise ValueError(f"rule {rule!r} needs at most one child per node; node {int(n_children.argmax())} "

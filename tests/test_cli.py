@@ -87,8 +87,8 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["ngram", "fit", "tests", "--out", "never.npz"], "text file tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "tests"], "--out tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
-                         (["demo", "--plan", "default", "--budget", "5000"], "--budget: a tree of up to 5000"),
-                         (["demo", "--plan", "default", "--depth", "600"], "--depth: a tree of up to 600"),
+                         (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
+                         (["demo", "--plan", "default", "--depth", "600"], "tokens per step (--depth 600)"),
                          (["bench", "--seeds", "0"], "--seeds"),
                          (["bench", "--jobs", "2"], "--jobs"),  # it applies to --profile only
                          (["bench", "--profile", "--jobs", "0"], "--jobs")):
@@ -112,20 +112,21 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # --budget/--depth must give the best-first tree they ask for, with a rule valid for it, not be
     # ignored; options that cannot apply are one-line errors naming them.
     from specdec_np.plan import Plan
-    from specdec_np.tools import cli, plan as plans
+    from specdec_np.tools import choice, cli
+    from specdec_np.tools.options import check_options
 
     drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
     asked = []
 
     def plans_for(target, draft, ngram, enc, temperature, methods, *rest):
         asked.append(methods)
-        return {m: plans.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
+        return {m: choice.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
 
-    monkeypatch.setattr(plans, "plans_for", plans_for)
+    monkeypatch.setattr(cli, "plans_for", plans_for)
 
     def choose(**options):
         a = namespace(**options)
-        cli.check_options(a)
+        check_options(a)
         return cli.choose_plan(a, *embedded, 1.0)
 
     method, plan, about, _ = choose(budget=16, depth=5)
@@ -157,16 +158,41 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     ms = {"speculative": 5.0, "lookup": 1.5, "tree": 3.0, "staged": 2.0}
 
     def plans_by_method(target, draft, ngram, enc, temperature, methods, *rest):
-        return {m: plans.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
+        return {m: choice.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
                                 ms[m], 4.0) for m in methods}
 
-    monkeypatch.setattr(plans, "plans_for", plans_by_method)
+    monkeypatch.setattr(cli, "plans_for", plans_by_method)
     method, plan, about, _ = choose(rule="recursive")
     assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
     assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
     with pytest.raises(ValueError, match="--rule recursive_wor is lossless only on trees whose children are drawn "
-                                         "without replacement .*, not on method lookup's"):  # none: the fastest's error
+                                         "from the draft without replacement .*, not on method lookup's"):
         choose(rule="recursive_wor")
+
+
+def test_the_rule_messages_follow_verify_lossless(monkeypatch):
+    """The command line's words for where a rule is lossless come from verify.LOSSLESS, the core's
+    one table: change the table and both the option check and the plan's check follow it."""
+    from specdec_np import verify
+    from specdec_np.plan import Plan
+    from specdec_np.tools.options import check_options, check_rule, lossless_on
+
+    a = namespace(rule="traversal", sampled="without")
+    drawn = Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")
+    check_options(a)  # traversal is lossless on trees drawn without replacement
+    check_rule(drawn, "tree", 1.0)
+    assert "without replacement" in lossless_on("traversal")
+    table = dict(verify.LOSSLESS, without_replacement=("recursive_wor", ("greedy", "recursive_wor")))
+    monkeypatch.setattr(verify, "LOSSLESS", table)
+    needle = ("--rule traversal is lossless only on trees whose children are drawn from the draft with replacement "
+              r"\(--sampled with, or --method speculative at temperature > 0\), not on ")
+    with pytest.raises(ValueError, match=needle + r"trees drawn without replacement \(--sampled without\)$"):
+        check_options(a)
+    with pytest.raises(ValueError, match=needle + "method tree's widths 2,1 drawn from the draft"):
+        check_rule(drawn, "tree", 1.0)
+    monkeypatch.setattr(verify, "LOSSLESS", dict(table, deterministic=("point_mass", ("greedy", "point_mass",
+                                                                                       "traversal"))))
+    assert lossless_on("traversal").startswith("on trees of the draft's top tokens (no --sampled) or on trees whose")
 
 
 @pytest.mark.parametrize("options, methods", [
@@ -176,61 +202,65 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
 ])
 def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(options, methods):
-    from specdec_np.tools import cli
+    from specdec_np.tools.options import candidate_methods
 
-    assert cli.candidate_methods(namespace(**options)) == methods
+    assert candidate_methods(namespace(**options)) == methods
 
 
 @pytest.mark.parametrize("args, needle", [
     # Options that would do nothing, whatever the machine's plan would have been (checked before it is measured).
-    (["--method", "lookup", "--widths", "2,1"], "--widths does nothing with --method lookup: it copies a chain"),
+    (["--method", "lookup", "--widths", "2,1"], "--widths does nothing with --method lookup, whose plan is a chain "
+                                                "of 4 copied"),
     (["--method", "speculative", "--widths", "2"], "--widths does nothing with --method speculative"),
-    (["--method", "ngram", "--widths", "2"], "--widths does nothing with --method ngram: the trigram drafts a best"),
+    (["--method", "ngram", "--widths", "2"], "--widths does nothing with --method ngram, whose plan is best-first"),
     (["--method", "lookup", "--sampled", "with"], "--sampled does nothing with --method lookup"),
     (["--method", "speculative", "--sampled", "without", "--temperature", "1"], "--sampled does nothing with --method "
                                                                                "speculative"),
     (["--method", "ngram", "--sampled", "with"], "--sampled does nothing with --method ngram"),
-    (["--method", "ar", "--rule", "greedy"], "--rule does nothing with --method ar: plain decoding"),
+    (["--method", "ar", "--rule", "greedy"], "--rule does nothing with --method ar, whose plan is plain decoding"),
     (["--method", "ar", "--depth", "3"], "--depth does nothing with --method ar"),
-    (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree"),
+    (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree, whose plan is best-first, "
+                                              "8 nodes at most 6 deep: it applies to --method staged"),
     (["--top-k", "50"], "--top-k: at temperature 0 decoding is greedy"),
     (["--top-p", "0.9"], "--top-p: at temperature 0 decoding is greedy"),
     # Sizes: the same answer whichever method the machine's measurement would pick.
-    (["--budget", "100000"], "--budget: a tree of up to 100000 drafted tokens per step exceeds"),
-    (["--depth", "100000"], "--depth: a tree of up to 100000 drafted tokens per step exceeds"),
-    (["--widths", "30,30"], "--widths: a tree of up to 930 drafted tokens"),
-    (["--copy-len", "600"], "--copy-len must be at most the target's context (512 tokens)"),
+    (["--budget", "100000"], "up to 100000 tokens per step (--budget 100000"),
+    (["--depth", "100000"], "up to 100000 tokens per step (--depth 100000)"),
+    (["--widths", "30,30"], "up to 930 tokens per step (--widths 30,30"),
+    (["--copy-len", "600"], "(--budget 8, --copy-len 600) exceed the target's context (n_ctx=512)"),
     # --rule against what the options say about the tree, in the command line's terms.
     (["--rule", "block", "--sampled", "without", "--temperature", "1"],
-     "--rule block is lossless only on a chain drawn from the draft with replacement (--method speculative at "
-     "temperature > 0, or --sampled with --widths 1,1,1), not on trees drawn without replacement (--sampled without)"),
+     "--rule block is lossless only on trees whose children are drawn from the draft with replacement (--sampled "
+     "with, or --method speculative at temperature > 0) that are chains (--method speculative, or --widths 1,1,1), "
+     "not on trees drawn without replacement (--sampled without)"),
     (["--rule", "block", "--widths", "2,1", "--temperature", "1"], "not on --widths 2,1"),
     (["--rule", "recursive", "--method", "lookup", "--temperature", "1"], "--rule recursive is lossless only on trees "
-                                                                         "whose children are drawn with replacement"),
+                                                                         "whose children are drawn from the draft with "
+                                                                         "replacement"),
 ])
 def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, needle, monkeypatch, capsys):
-    from specdec_np.tools import plan as plans
+    from specdec_np.tools import cli
 
     def measured(*a, **k):
         raise AssertionError("the machine was measured")
 
-    monkeypatch.setattr(plans, "plans_for", measured)
+    monkeypatch.setattr(cli, "plans_for", measured)
     assert main(["generate", "def f(x):", *args]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
 
 
 def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
-    # The demo's --budget/--depth mean what the CLI's do (one helper, plan.resized): a chain's
+    # The demo's --budget/--depth mean what the CLI's do (one helper, options.resized): a chain's
     # length for the chain methods, a best-first tree of the draft's top tokens for the others.
     import argparse
 
     from specdec_np.plan import Plan
-    from specdec_np.tools import plan as plans
+    from specdec_np.tools import choice
 
     drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
              "staged": Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
-    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: {m: plans.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
+    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: {m: choice.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
     drawn["ar"] = Plan()
     a = argparse.Namespace(plan="machine", budget=None, depth=4)
     got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items()}
@@ -348,20 +378,20 @@ def test_no_prompt_with_standard_input_closed_is_one_line():
 
 
 def test_the_end_of_text_token_is_not_printed(monkeypatch, capsys, embedded):
-    from specdec_np import decode
     from specdec_np.record import Result
+    from specdec_np.tools import cli
 
-    real = decode.generate
+    real = cli.generate
 
     def ends_at_eos(target, prompt, *args, **kwargs):  # as if the model had emitted <|endoftext|> last
         res = real(target, prompt, *args, **kwargs)
         return Result(res.tokens + [target.config.n_vocab - 1], res.stats, "eos")
 
-    monkeypatch.setattr(decode, "generate", ends_at_eos)
+    monkeypatch.setattr(cli, "generate", ends_at_eos)
     assert main(["generate", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "4"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("def f(x):") and len(out) > len("def f(x):\n") and "<|endoftext|>" not in out
-    monkeypatch.setattr(decode, "generate", real)
+    monkeypatch.setattr(cli, "generate", real)
     assert main(["generate", "def f(x):", "--method", "ar", "--plan", "default", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out == out  # the same text, without the end-of-text token
 
@@ -369,10 +399,10 @@ def test_the_end_of_text_token_is_not_printed(monkeypatch, capsys, embedded):
 def test_a_draft_whose_context_the_prompt_fills_is_named_before_the_machine_is_measured(tmp_path, monkeypatch, capsys):
     from specdec_np import checkpoint
     from specdec_np.gpt2 import GPT2Config, random_params
-    from specdec_np.tools import plan as plans
+    from specdec_np.tools import cli
 
     checkpoint.save(random_params(GPT2Config(n_vocab=8193, n_ctx=8, n_embd=8, n_layer=1, n_head=2)), tmp_path / "short")
-    monkeypatch.setattr(plans, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
+    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
     prompt = "def add(a, b):\n    return a + b\n"  # more than 8 tokens
     for args in ([], ["--method", "staged", "--plan", "default"], ["--method", "tree"]):
         assert main(["generate", prompt, "--draft", str(tmp_path / "short"), *args]) == 2
@@ -480,20 +510,20 @@ def test_the_suite_runs_blas_on_one_thread():
 
 
 def test_the_demo_says_when_its_timings_were_taken_on_a_busy_machine(monkeypatch):
-    # The demo (and the lessons) print plan.timing_note under what they timed.
+    # The demo (and the lessons) print machine.timing_note under what they timed.
     import os
 
-    from specdec_np.tools import plan as plans
+    from specdec_np.tools import machine
 
     def since(others):  # a snapshot 10 s ago; now: own 15 s more, others `others` cores' worth
-        monkeypatch.setattr(plans, "cpu_times", lambda: (100.0 + 15 + 10 * others, 65.0, 10.0))
+        monkeypatch.setattr(machine, "cpu_times", lambda: (100.0 + 15 + 10 * others, 65.0, 10.0))
         return (100.0, 50.0, 0.0)
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    line = plans.timing_note(since(1.0))
+    line = machine.timing_note(since(1.0))
     assert "other processes used 1.0 of its 2 cores" in line and "rerun when it is idle" in line
-    assert plans.timing_note(since(0.1)) == ""  # quiet: nothing to say
-    assert plans.timing_note(since(0.1), "a figure was off", "why") == "note: a figure was off: why"
+    assert machine.timing_note(since(0.1)) == ""  # quiet: nothing to say
+    assert machine.timing_note(since(0.1), "a figure was off", "why") == "note: a figure was off: why"
 
 
 def test_bench_options_for_curves_only_need_curves():

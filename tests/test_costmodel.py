@@ -58,7 +58,7 @@ def test_cost_model_prices_cold_and_warm_passes_padded_and_overheads():
 
 
 def timed_step(blocks, dists, queries, overheads, pad):
-    """A timed step (`plan.timed_steps`): its draft blocks, distributions, n-gram queries and the ms
+    """A timed step (`calibration.timed_steps`): its draft blocks, distributions, n-gram queries and the ms
     outside the target's pass, here exactly what the cost model charges for them."""
     r = record(draft_cold=list(blocks[:1]), draft_warm=list(blocks[1:]), draft_dists=dists, ngram_queries=queries)
     return list(blocks), dists, queries, forward_ms(r, CURVES, draft_pad=pad) + sum(

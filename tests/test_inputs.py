@@ -39,15 +39,15 @@ def run_cli(*args, stdin=None):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--method", "tree", "--widths", "100,100"], "--widths: a tree of up to 10100 drafted tokens"),
-    (["--method", "tree", "--budget", "5000"], "--budget: a tree of up to 5000"),
-    (["--method", "speculative", "--depth", "600"], "--depth: a tree of up to 600"),
+    (["--method", "tree", "--widths", "100,100"], "10100 tokens per step (--widths 100,100)"),
+    (["--method", "tree", "--budget", "5000"], "5000 tokens per step (--budget 5000)"),
+    (["--method", "speculative", "--depth", "600"], "600 tokens per step (--depth 600)"),
     (["--depth", "0"], "--depth must be >= 1"), (["--depth", "-1"], "--depth must be >= 1"),
     (["--budget", "0"], "--budget must be >= 1"), (["--budget", "-5"], "--budget must be >= 1"),
     (["--seed", "-1"], "--seed must be >= 0"), (["--top-k", "0"], "--top-k must be >= 1"),
     (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1]"),
     (["--temperature", "-1"], "--temperature must be"),
-    (["--copy-len", "2000"], "--copy-len must be at most"),
+    (["--copy-len", "2000"], "--copy-len 2000) exceed"),
     (["--ngram", "weights/README.md"], "is not a specdec_np n-gram model"),
     (["--target", "no/such/dir"], "no checkpoint directory"),
 ])

@@ -1,10 +1,8 @@
 """The tools' plan: the acceptance profile's counts, the choice on a machine's costs, the cache of
-those costs in the user's cache directory, and the core's independence from all of it."""
+those costs in the user's cache directory, and how busy the machine is while they are measured."""
 
-import ast
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +11,10 @@ from specdec_np import ngram
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.plan import Plan
-from specdec_np.tools import plan as plans
+from specdec_np.tools import calibration as cal
+from specdec_np.tools import choice, machine
 from specdec_np.tools import acceptance as profiles
-from specdec_np.tools.costmodel import OVERHEADS
+from specdec_np.tools.costmodel import OVERHEADS, pads
 from specdec_np.tools.progress import Progress
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
@@ -69,17 +68,17 @@ def test_the_plan_drafts_only_where_drafting_pays(profile):
     """Blocks nearly free (memory-bound): a drafting plan wins; blocks costing k times a single
     token (compute-bound): plain decoding is the plan, never a slower drafting one."""
     for temperature in (0.0, 1.0):
-        cheap = plans.choose(profile, costs(per_token=0.01), temperature)
-        assert cheap.method != "ar" and cheap.speedup >= plans.MARGIN
-        dear = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature)
+        cheap = choice.choose(profile, costs(per_token=0.01), temperature)
+        assert cheap.method != "ar" and cheap.speedup >= choice.MARGIN
+        dear = choice.choose(profile, costs(per_token=5.0, fixed=0.0), temperature)
         assert dear.method == "ar" and dear.plan == Plan()
         # One method's best plan is still available when asked for (here slower than plain decoding).
-        spec = plans.choose(profile, costs(per_token=5.0, fixed=0.0), temperature, "speculative")
+        spec = choice.choose(profile, costs(per_token=5.0, fixed=0.0), temperature, "speculative")
         assert spec.method == "speculative" and spec.plan.chain == 2 and spec.speedup < 1
     with pytest.raises(ValueError, match="no candidate"):
-        plans.choose(profile, costs(0.01), 0.0, "tree")  # not in this profile
+        choice.choose(profile, costs(0.01), 0.0, "tree")  # not in this profile
     # Without a draft model or an n-gram the plan is made of what can run.
-    assert plans.choose(profile, costs(0.01), 0.0, has_draft=False).method in ("ar", "lookup")
+    assert choice.choose(profile, costs(0.01), 0.0, has_draft=False).method in ("ar", "lookup")
 
 
 def test_a_profile_round_trips_through_json(tmp_path, profile):
@@ -96,28 +95,28 @@ def test_costs_are_cached_in_the_users_cache_directory(pair, tmp_path, monkeypat
 
     def fake_measure(*args, **kw):
         measured.append(1)
-        return {"version": plans.CALIBRATION_VERSION, "n": len(measured)}
+        return {"version": cal.CALIBRATION_VERSION, "n": len(measured)}
 
-    monkeypatch.setattr(plans, "measure_costs", fake_measure)
-    first, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    monkeypatch.setattr(cal, "measure_costs", fake_measure)
+    first, fresh = cal.calibration(target, draft, trigram, PROMPTS)
     assert fresh and first["n"] == 1
     files = list((tmp_path / "cache" / "specdec_np").glob("costs-*.json"))
     assert len(files) == 1 and not list((tmp_path / "cache" / "specdec_np").glob("*.tmp"))
-    again, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    again, fresh = cal.calibration(target, draft, trigram, PROMPTS)
     assert not fresh and again["n"] == 1 and len(measured) == 1  # later runs start at once
-    assert plans.calibration(target, draft, trigram, PROMPTS, recalibrate=True)[0]["n"] == 2
+    assert cal.calibration(target, draft, trigram, PROMPTS, recalibrate=True)[0]["n"] == 2
     # Another machine (or BLAS, or model pair) is another key: measured anew, in its own file.
-    monkeypatch.setattr(plans, "machine", lambda: {"cpu": "another CPU", "cpus": 64})
-    assert plans.calibration(target, draft, trigram, PROMPTS)[1]
+    monkeypatch.setattr(cal, "machine", lambda: {"cpu": "another CPU", "cpus": 64})
+    assert cal.calibration(target, draft, trigram, PROMPTS)[1]
     other = random_params(CFG, seed=9, dtype=np.float64)
-    assert plans.calibration(target, other, trigram, PROMPTS)[1]
+    assert cal.calibration(target, other, trigram, PROMPTS)[1]
     assert len(list((tmp_path / "cache" / "specdec_np").glob("costs-*.json"))) == 3
 
 
 def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     target, draft, trigram = pair
     seen = []
-    got = plans.measure_costs(target, draft, trigram, PROMPTS, progress=lambda done, total: seen.append((done, total)))
+    got = cal.measure_costs(target, draft, trigram, PROMPTS, progress=lambda done, total: seen.append((done, total)))
     # Progress counts real units of work (layouts, curve rounds, settings): it only moves forward,
     # its total never changes once known, and it ends exactly at that total.
     assert seen[0] == (0, None) and seen[-1][0] == seen[-1][1]
@@ -140,28 +139,12 @@ def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, t
     before = generate(target, [1, 2, 3, 1, 2], 24, **kw)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     for cpu, cost in (("a memory-bound CPU", costs(0.01)), ("a compute-bound CPU", costs(5.0, 0.0))):
-        monkeypatch.setattr(plans, "machine", lambda cpu=cpu: {"cpu": cpu, "cpus": 96})
-        monkeypatch.setattr(plans, "measure_costs", lambda *a, cost=cost, **k: cost)
-        plans.calibration(target, draft, trigram, PROMPTS)
+        monkeypatch.setattr(cal, "machine", lambda cpu=cpu: {"cpu": cpu, "cpus": 96})
+        monkeypatch.setattr(cal, "measure_costs", lambda *a, cost=cost, **k: cost)
+        cal.calibration(target, draft, trigram, PROMPTS)
         after = generate(target, [1, 2, 3, 1, 2], 24, **kw)
         assert after.tokens == before.tokens and after.stats.accepted == before.stats.accepted
-    assert plans.choose(profile, costs(0.01), 1.0).method != plans.choose(profile, costs(5.0, 0.0), 1.0).method
-
-
-def test_the_core_imports_no_tool_and_reads_no_file():
-    """The layering, checked on the source: no core module imports the tools, reads /proc/cpuinfo or a
-    cost cache; only the loaders of models, vocabularies and n-grams open files."""
-    core = Path(plans.__file__).resolve().parents[1]
-    loaders = ("checkpoint.py", "models.py", "tokenizer.py", "ngram.py")
-    for path in sorted(core.glob("*.py")):
-        text = path.read_text()
-        if path.name != "__main__.py":  # the entry point hands over to the tools
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, ast.ImportFrom):
-                    assert "tools" not in (node.module or ""), f"{path.name} imports {node.module}"
-                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
-                    assert path.name in loaders, f"{path.name} opens a file"
-        assert "cpuinfo" not in text and "XDG" not in text and "profile.json" not in text, path.name
+    assert choice.choose(profile, costs(0.01), 1.0).method != choice.choose(profile, costs(5.0, 0.0), 1.0).method
 
 
 def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path, monkeypatch):
@@ -205,32 +188,33 @@ def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_pat
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     measured = []
-    monkeypatch.setattr(plans, "measure_costs",
-                        lambda *a, **k: measured.append(1) or {"version": plans.CALIBRATION_VERSION, "n": len(measured)})
+    monkeypatch.setattr(cal, "measure_costs",
+                        lambda *a, **k: measured.append(1) or {"version": cal.CALIBRATION_VERSION, "n": len(measured)})
 
     def others_use(cores):  # snapshots (all CPU s, own CPU s, wall s) over 10 s: own 15 s, others `cores`
         snaps = iter([(100.0, 50.0, 0.0), (100.0 + 15 + 10 * cores, 65.0, 10.0)])
-        monkeypatch.setattr(plans, "cpu_times", lambda: next(snaps))
+        for module in (cal, machine):  # calibration's snapshot at the start, busy_warning's at the end
+            monkeypatch.setattr(module, "cpu_times", lambda: next(snaps))
 
     others_use(1.0)
-    got, fresh = plans.calibration(target, draft, trigram, PROMPTS)
+    got, fresh = cal.calibration(target, draft, trigram, PROMPTS)
     assert fresh and got["n"] == 1 and "other processes used 1.0" in got["busy"]  # marked: no plan is chosen from it
     assert "not cached" in (err := capsys.readouterr().err) and "other processes used 1.0" in err
-    others_use(plans.BUSY_CORES / 2)
-    assert plans.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
+    others_use(machine.BUSY_CORES / 2)
+    assert cal.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
     assert capsys.readouterr().err == ""
-    assert plans.calibration(target, draft, trigram, PROMPTS) == ({"version": plans.CALIBRATION_VERSION, "n": 2}, False)
+    assert cal.calibration(target, draft, trigram, PROMPTS) == ({"version": cal.CALIBRATION_VERSION, "n": 2}, False)
     # A window too short to count ticks in says nothing (a cached or fake measurement takes no time).
     snaps = iter([(100.0, 50.0, 0.0), (100.02, 50.0, 0.001)])
-    monkeypatch.setattr(plans, "cpu_times", lambda: next(snaps))
-    assert plans.busy_warning(plans.cpu_times()) == ""
+    monkeypatch.setattr(machine, "cpu_times", lambda: next(snaps))
+    assert machine.busy_warning(machine.cpu_times()) == ""
     # No /proc/stat: the load average.
-    monkeypatch.setattr(plans, "cpu_times", lambda: None)
+    monkeypatch.setattr(machine, "cpu_times", lambda: None)
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
-    assert "not cached" in plans.busy_warning(None) and "load" in plans.busy_warning(None)
+    assert "not cached" in machine.busy_warning(None) and "load" in machine.busy_warning(None)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
-    assert plans.busy_warning(None) == ""
+    assert machine.busy_warning(None) == ""
 
 
 def test_progress_off_a_terminal_writes_whole_lines(capsys):
@@ -263,15 +247,15 @@ def test_progress_on_a_terminal_redraws_one_line(capsys):
 def test_a_first_use_profile_is_sized_to_this_machine():
     """A pair with no shipped profile is profiled in about PROFILE_SECONDS: the largest size that
     fits, smaller on a slower machine or a bigger pair, never below the smallest."""
-    sizes = [plans.profile_size(30, ms)[:2] for ms in (0.01, 3.0, 20.0, 150.0, 1e4)]
-    assert sizes[0] == plans.PROFILE_SIZES[0] and sizes[-1] == plans.PROFILE_SIZES[-1]
-    assert [plans.PROFILE_SIZES.index(s) for s in sizes] == sorted(plans.PROFILE_SIZES.index(s) for s in sizes)
+    sizes = [choice.profile_size(30, ms)[:2] for ms in (0.01, 3.0, 20.0, 150.0, 1e4)]
+    assert sizes[0] == choice.PROFILE_SIZES[0] and sizes[-1] == choice.PROFILE_SIZES[-1]
+    assert [choice.PROFILE_SIZES.index(s) for s in sizes] == sorted(choice.PROFILE_SIZES.index(s) for s in sizes)
     for ms in (3.0, 20.0, 150.0):
-        n_prompts, tokens, seconds = plans.profile_size(30, ms)
+        n_prompts, tokens, seconds = choice.profile_size(30, ms)
         assert seconds == 30 * n_prompts * tokens * ms / 1000
-        assert seconds <= plans.PROFILE_SECONDS or (n_prompts, tokens) == plans.PROFILE_SIZES[-1]
+        assert seconds <= choice.PROFILE_SECONDS or (n_prompts, tokens) == choice.PROFILE_SIZES[-1]
     # The calibration's timed runs shrink the same way: the embedded target's size where a pass is cheap.
-    assert plans.timed_run_size(2.5) == (3, 32) and plans.timed_run_size(40.0) == (1, 8)
+    assert cal.timed_run_size(2.5) == (3, 32) and cal.timed_run_size(40.0) == (1, 8)
 
 
 def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp_path, monkeypatch, capsys):
@@ -280,15 +264,15 @@ def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp
     runs = []
     monkeypatch.setattr(profiles, "generate", lambda *a, **k: runs.append((len(a[1]), a[2])) or generate(*a, **k))
     slow = costs(per_token=0.0, fixed=400.0)  # a pass of 400 ms: the smallest profile
-    got = plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow)
-    n_prompts, tokens = plans.PROFILE_SIZES[-1]
+    got = choice.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow)
+    n_prompts, tokens = choice.PROFILE_SIZES[-1]
     assert set(got["settings"]) == {"greedy"} and (got["prompts"], got["max_new_tokens"]) == (n_prompts, tokens)
     assert {r[1] for r in runs} == {tokens} and len(runs) == n_prompts * len(got["settings"]["greedy"])
     assert {r["method"] for r in got["settings"]["greedy"]} == {"ar", "lookup", "speculative", "tree", "staged"}
     assert "first run only" in capsys.readouterr().err
-    assert plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow) == got
+    assert choice.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow) == got
     assert len(runs) == n_prompts * len(got["settings"]["greedy"])  # the second time from the cache
-    plans.acceptance_profile(target, draft, trigram, PROMPTS * 2, "sampled", slow)  # the other setting: measured
+    choice.acceptance_profile(target, draft, trigram, PROMPTS * 2, "sampled", slow)  # the other setting: measured
     assert len(runs) > n_prompts * len(got["settings"]["greedy"])
     assert len(list((tmp_path / "specdec_np").glob("profile-*.json"))) == 2
 
@@ -301,63 +285,63 @@ def test_a_busy_machine_gets_the_fallback_plan_and_one_blas_thread(pair, profile
 
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(plans, "busy_now", lambda seconds=0.1: "other processes use 1.0 of its 2 cores")
-    monkeypatch.setattr(plans, "_settled", None)  # not yet looked at in this process
+    monkeypatch.setattr(machine, "busy_now", lambda seconds=0.1: "other processes use 1.0 of its 2 cores")
+    monkeypatch.setattr(machine, "_settled", None)  # not yet looked at in this process
     threads = blas.blas()["threads"]
     try:
-        assert "1.0 of its 2 cores" in plans.settle_threads() and blas.blas()["threads"] == 1
-        monkeypatch.setattr(plans, "busy_now", lambda seconds=0.1: "")
-        assert "1.0 of its 2 cores" in plans.settle_threads()  # looked at once per process
+        assert "1.0 of its 2 cores" in machine.settle_threads() and blas.blas()["threads"] == 1
+        monkeypatch.setattr(machine, "busy_now", lambda seconds=0.1: "")
+        assert "1.0 of its 2 cores" in machine.settle_threads()  # looked at once per process
     finally:
         blas.use_threads(threads)
-    monkeypatch.setattr(plans, "settle_threads", lambda: "")
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(profiles, "calibration_prompts", lambda enc: PROMPTS)
-    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: costs(0.01))
-    monkeypatch.setattr(plans, "busy_warning", lambda start: "note: this machine was busy (others used 1.0)")
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
+    monkeypatch.setattr(cal, "busy_warning", lambda start: "note: this machine was busy (others used 1.0)")
     for temperature, method in ((0.0, "lookup"), (1.0, "ar")):
-        choice = plans.plan_for(target, draft, trigram, None, temperature)
-        assert (choice.method, choice.plan, choice.layout) == (method, Plan(), {})
-        assert choice.origin.startswith("not measured") and "busy" in capsys.readouterr().err
-        assert plans.plan_for(target, draft, trigram, None, temperature, method="tree").method == "tree"
+        chosen = choice.plan_for(target, draft, trigram, None, temperature)
+        assert (chosen.method, chosen.plan, chosen.layout) == (method, Plan(), {})
+        assert chosen.origin.startswith("not measured") and "busy" in capsys.readouterr().err
+        assert choice.plan_for(target, draft, trigram, None, temperature, method="tree").method == "tree"
     assert not list(tmp_path.rglob("costs-*.json"))
 
     def slow(*a, **k):
-        raise plans.Busy("measuring took over 30 s")
-    monkeypatch.setattr(plans, "measure_costs", slow)
-    assert plans.plan_for(target, draft, trigram, None, 0.0).origin == \
+        raise cal.Busy("measuring took over 30 s")
+    monkeypatch.setattr(cal, "measure_costs", slow)
+    assert choice.plan_for(target, draft, trigram, None, 0.0).origin == \
         "not measured: the machine was busy"
     assert "too busy to measure" in capsys.readouterr().err
     # The control: a quiet measurement gives a measured plan with its layout.
-    monkeypatch.setattr(plans, "measure_costs", lambda *a, **k: costs(0.01) | {"layout": {"target": 4, "draft": 0}})
-    monkeypatch.setattr(plans, "busy_warning", lambda start: "")
-    monkeypatch.setattr(plans, "acceptance_profile", lambda *a, **k: profile)
-    choice = plans.plan_for(target, draft, trigram, None, 0.0)
-    pads = plans.pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
-    assert choice.origin.startswith("this machine's") and choice.layout == {"target": 4, "draft": 0} | pads
-    laid_target, laid_draft = choice.models(target, draft)
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01) | {"layout": {"target": 4, "draft": 0}})
+    monkeypatch.setattr(cal, "busy_warning", lambda start: "")
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    chosen = choice.plan_for(target, draft, trigram, None, 0.0)
+    padding = pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
+    assert chosen.origin.startswith("this machine's") and chosen.layout == {"target": 4, "draft": 0} | padding
+    laid_target, laid_draft = chosen.models(target, draft)
     assert (laid_target.slab_rows, laid_draft.slab_rows) == (4, 0) and laid_target.params is target.params
-    assert (laid_target.padding, laid_draft.padding) == (pads["target_pad"], pads["draft_pad"])
+    assert (laid_target.padding, laid_draft.padding) == (padding["target_pad"], padding["draft_pad"])
 
 
 def test_measuring_stops_past_its_time(pair):
     target, draft, trigram = pair
-    with pytest.raises(plans.Busy, match="over 0 s"):
-        plans.measure_costs(target, draft, trigram, PROMPTS, seconds=0)
+    with pytest.raises(cal.Busy, match="over 0 s"):
+        cal.measure_costs(target, draft, trigram, PROMPTS, seconds=0)
 
 
 def test_the_cost_cache_key_names_the_blas_kernel_and_threads():
     from specdec_np.tools import blas
 
-    m = plans.machine()
+    m = machine.machine()
     assert set(m["blas"]) == {"library", "version", "kernel", "threads"} and m["blas"]["threads"] >= 1
-    assert m["blas"]["kernel"] in plans.machine_name()
+    assert m["blas"]["kernel"] in machine.machine_name()
     threads = blas.blas()["threads"]
     try:
         blas.use_threads(1)
-        one = plans.machine()
+        one = machine.machine()
     finally:
         blas.use_threads(threads)
-    assert one["blas"]["threads"] == 1 and (threads == 1 or one != plans.machine())
+    assert one["blas"]["threads"] == 1 and (threads == 1 or one != machine.machine())
 
 
 def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
@@ -376,8 +360,8 @@ def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
     from specdec_np.tools.bench import rule_pairs
 
     nan = float("nan")
-    rows = {m: plans.Choice(m, Plan(), nan, nan) for m in ("speculative", "tree", "staged")}
-    rows["staged"] = plans.Choice("staged", Plan(shape="fixed", widths=(2, 1), sampled="with"), nan, nan)
+    rows = {m: choice.Choice(m, Plan(), nan, nan) for m in ("speculative", "tree", "staged")}
+    rows["staged"] = choice.Choice("staged", Plan(shape="fixed", widths=(2, 1), sampled="with"), nan, nan)
     pairs = rule_pairs({"top-k": rows})
     got = {k: (a.method, a.plan.rule, b.plan.rule) for k, (a, b) in pairs.items()}
     assert got["chain of 3"] == ("speculative", "chain", "block")

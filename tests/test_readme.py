@@ -27,7 +27,7 @@ def test_the_readme_has_python_blocks():
 
 
 def test_the_readmes_python_blocks_run(monkeypatch, capsys):
-    from specdec_np.tools import plan as tools_plan
+    from specdec_np.tools import calibration
 
     real = decode.generate
 
@@ -35,10 +35,10 @@ def test_the_readmes_python_blocks_run(monkeypatch, capsys):
         return real(target, prompt, min(max_new_tokens, N_NEW), *args, **kwargs)
 
     def busy(*args, **kwargs):
-        raise tools_plan.Busy("the test suite does not measure this machine")
+        raise calibration.Busy("the test suite does not measure this machine")
 
     monkeypatch.setattr(decode, "generate", few_tokens)
-    monkeypatch.setattr(tools_plan, "measure_costs", busy)
+    monkeypatch.setattr(calibration, "measure_costs", busy)
     blocks = python_blocks(README.read_text())
     namespace = {}
     for block in blocks:

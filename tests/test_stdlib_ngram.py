@@ -137,16 +137,17 @@ def test_the_machines_plan_is_chosen_with_the_built_trigram(checkpoints, cache, 
     # Without --method the machine's plan may pick staged: the pair is profiled with the trigram.
     import argparse
 
-    from specdec_np.tools import cli, plan as plans
+    from specdec_np.plan import Plan
+    from specdec_np.tools import choice, cli
 
     monkeypatch.setenv(stdlib_ngram.SOURCES_ENV, os.pathsep.join(map(str, FEW)))
     seen = {}
 
     def plans_for(target, draft, trigram, enc, temperature, methods, *rest):
         seen["ngram"] = trigram
-        return {m: plans.Choice("staged", plans.Plan(), 1.0, 2.0) for m in methods}
+        return {m: choice.Choice("staged", Plan(), 1.0, 2.0) for m in methods}
 
-    monkeypatch.setattr(plans, "plans_for", plans_for)
+    monkeypatch.setattr(cli, "plans_for", plans_for)
     parser = argparse.ArgumentParser()
     cli.add_generate_args(parser)
     a = parser.parse_args(["def f(x):", "--target", str(checkpoints / "target"), "--draft", str(checkpoints / "draft")])

@@ -47,18 +47,10 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 
 # %%
 from specdec_np.tools.costcurve import median_ms  # noqa: E402
-from specdec_np.tools.plan import cpu_times, settle_threads, timing_note  # noqa: E402
+from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
 
 if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
     print(f"note: {busy}: timing with one BLAS thread")
-
-
-def note(start, contradicted: str = "", why: str = "") -> None:
-    """One line after a timed section, or nothing on a quiet machine where every claim held
-    (`plan.timing_note`: a busy machine, or a figure that contradicted a claim, and why)."""
-    if line := timing_note(start, contradicted, why):
-        print(line)
-
 
 start = cpu_times()
 from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size

@@ -150,7 +150,7 @@ assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
 import time  # noqa: E402
 
 from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
-from specdec_np.tools.plan import cpu_times, settle_threads, timing_note  # noqa: E402
+from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
 
 if busy := settle_threads():
     print(f"note: this machine is busy ({busy}): BLAS uses one thread, and the times below may be off")
@@ -175,5 +175,4 @@ for name in ("drafts only", "with copies"):
     saved = ms["tree"] - ms[name]
     print(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
           f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
-if line := timing_note(start):
-    print(line)
+note(start)

@@ -25,18 +25,10 @@ from specdec_np.tools.costcurve import (block_cost_ms, choose_slab_rows, laid_ou
                                         last_level_cache_bytes, streaming_gbps)
 from specdec_np.tokenizer import encode
 
-from specdec_np.tools.plan import cpu_times, settle_threads, timing_note
+from specdec_np.tools.machine import cpu_times, note, settle_threads
 
 if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
     print(f"note: {busy}: timing with one BLAS thread")
-
-
-def note(start, contradicted: str = "", why: str = "") -> None:
-    """One line after a timed section, or nothing on a quiet machine where every claim held
-    (`plan.timing_note`: a busy machine, or a figure that contradicted a claim, and why)."""
-    if line := timing_note(start, contradicted, why):
-        print(line)
-
 
 target, draft, ngram, enc = load_embedded()
 slab_rows = choose_slab_rows(target)  # the layout of the products this machine multiplies fastest (see below)
@@ -195,7 +187,7 @@ assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in ano
 # The predicted speedup is the ratio; we set it next to the measured one. (`tools/costmodel.py`
 # refines this model with padding, with curves measured "cold" (right after the other model ran,
 # as most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
-# draft distribution and n-gram query; `tools/plan.py` prices every candidate of the pair's
+# draft distribution and n-gram query; `tools/choice.py` prices every candidate of the pair's
 # acceptance profile that way and picks the cheapest for this machine.)
 
 # %%
@@ -257,7 +249,7 @@ note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2
 #
 # ## The tools' cost model
 #
-# `tools/plan.py` measures the missing terms once per machine (about ten seconds on first use,
+# `tools/calibration.py` measures the missing terms once per machine (about ten seconds on first use,
 # then cached in the user's cache directory): the curves cold and warm, scaled to what a pass of
 # each size costs inside the loop, and what a step, a drafting step, a draft distribution and an
 # n-gram query add, fitted on a few short timed runs. `costmodel.record_ms` prices a run's
@@ -266,7 +258,7 @@ note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2
 # %%
 from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
-from specdec_np.tools.plan import Busy, calibration  # noqa: E402
+from specdec_np.tools.calibration import Busy, calibration  # noqa: E402
 
 try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
@@ -288,7 +280,7 @@ if costs is not None:
         print(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
 
 # %% [markdown]
-# The tools' model is what chooses each machine's plan (`plan_for`), so its errors are measured
+# The tools' model is what chooses each machine's plan (`choice.plan_for`), so its errors are measured
 # too: `make bench` prints its prediction next to every measured speedup.
 
 # %% [markdown]

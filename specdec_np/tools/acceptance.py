@@ -8,7 +8,7 @@ what it did: tokens emitted, target passes by block size and by whether the draf
 them, draft passes by size and by whether they were a step's first, the draft's rows processed
 into distributions, n-gram queries. Counts depend only on the models and the prompts, so the
 embedded pair's profile ships in `weights/`; `costmodel.py` prices it on this machine's cost
-curve, and `plan.py` picks the cheapest.
+curve, and `choice.py` picks the cheapest.
 
 Counts skip each run's first step (the prompt's prefill, the same for every candidate). Stage 2's
 "pad" rows depend on a machine's padding, so candidates use a fixed number of guessed rows.

@@ -2,7 +2,7 @@
 
 For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the rows run
 one after the other on the same prompt (interleaved, so machine noise hits all alike): baseline
-(autoregressive), this machine's plan (the method and plan `plan.py` predicts fastest here, maybe
+(autoregressive), this machine's plan (the method and plan `choice.py` predicts fastest here, maybe
 plain decoding), then each method with this machine's best plan for it: speculative (a draft
 chain), tree (a draft tree, no stage 2), staged, staged with drafts only (no chains copied straight
 to the target: the paper's staged decoding), and a reference outside the paper, prompt lookup (a
@@ -51,10 +51,11 @@ from ..tree import SOURCES
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
-from .costcurve import gpt2_shapes_report, matrix_report
-from .costmodel import record_ms
-from .plan import (Busy, Choice, acceptance_profile, apply_layout, calibration, choose, fallback, machine,
-                   machine_name, pads, setting_name, settle_threads)
+from .calibration import Busy, calibration
+from .choice import Choice, acceptance_profile, choose, fallback, setting_name
+from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
+from .costmodel import pads, record_ms
+from .machine import machine, machine_name, settle_threads
 from .progress import Progress
 
 # Rows: the machine's plan (whichever method it chose), then each method with this machine's best

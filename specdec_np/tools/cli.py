@@ -1,30 +1,42 @@
 """Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
 
-`generate` decodes with this machine's plan (`plan.plans_for`: the method and plan the cost model
+`generate` decodes with this machine's plan (`choice.plans_for`: the method and plan the cost model
 predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
-core's constant one; --method, --budget, --depth, --widths, --sampled, --rule and --copy-len change either.
-Options are checked before anything is measured, and an option that would change nothing is an
-error: without --method, the plan is chosen among the methods the options given shape (APPLIES_TO).
+core's constant one; --method, --budget, --depth, --widths, --sampled, --rule and --copy-len change
+either (`options.py`: what they mean for a plan, and their checks, made before anything is measured).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from .. import methods
+import numpy as np
+
+from .. import ngram as ngram_lib
+from ..checkpoint import resolve
+from ..decode import generate
+from ..files import WEIGHTS_DIR
+from ..gpt2 import GPT2
+from ..methods import METHODS, describe, needs_ngram, runs_draft
+from ..models import load_model, load_ngram
 from ..plan import Plan
+from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
-
-if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+from . import bench, demo, download, trace
+from .acceptance import runnable
+from .choice import plans_for
+from .costcurve import apply_layout
+from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, lossless,
+                      profiled)
+from .progress import Progress
+from .stdlib_ngram import stdlib_trigram
 
 EXAMPLES = r'''examples:
   (the embedded models write Python: give them a signature and a docstring)
@@ -48,8 +60,6 @@ TRACE_EXAMPLES = r'''examples:
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
-    from ..methods import METHODS
-
     p.add_argument("prompt", nargs="?", help="prompt text, or - to read standard input")
     p.add_argument("--file", help="read the prompt from this file")
     p.add_argument("--target", default="tiny-target", help="target model: tiny-target (embedded), a GPT-2 name after "
@@ -88,67 +98,11 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
-# The methods each option shapes. Without --method, the machine's plan is chosen among the methods
-# every option given applies to, so whether the options are valid never depends on what the
-# measurement picks (plain decoding, or a chain where a tree was asked for).
-APPLIES_TO = {
-    "--budget": ("tree", "staged", "ngram"),  # a best-first tree's size
-    "--depth": ("speculative", "tree", "staged", "ngram", "lookup"),  # a tree's depth, a chain's length
-    "--widths": ("tree", "staged"),  # a fixed-width tree of the draft's
-    "--sampled": ("tree", "staged"),  # children drawn from the draft (speculative's chain always is)
-    "--rule": ("speculative", "tree", "staged", "ngram", "lookup"),  # plain decoding verifies nothing
-    "--copy-len": ("staged",),  # stage 2's copies
-}
-
-
-def given(a) -> list[str]:
-    """The method-specific options given, in APPLIES_TO's order."""
-    values = {"--budget": a.budget, "--depth": a.depth, "--widths": a.widths, "--sampled": a.sampled,
-              "--rule": a.rule, "--copy-len": a.copy_len}
-    return [o for o in APPLIES_TO if values[o] is not None]
-
-
-def profiled(name: str) -> bool:
-    """Whether the machine's plan can price `name`: it drafts, and the acceptance profile holds it."""
-    from .acceptance import PROFILED
-
-    return methods.drafts(name, Plan()) and name in PROFILED
-
-
-def candidate_methods(a) -> tuple:
-    """The methods the options allow: --method, else those every option given applies to (in METHODS'
-    order; () when no option narrows the choice)."""
-    from ..methods import METHODS
-
-    if a.method is not None:
-        return (a.method,)
-    options = given(a)
-    return tuple(m for m in METHODS if all(m in APPLIES_TO[o] for o in options)) if options else ()
-
-
-def check_shape(a, methods, n_ctx: int) -> None:
-    """The tree options against the target's context, for every method they may shape: before any
-    measurement, so the answer does not depend on which of them the machine's plan picks."""
-    from .plan import check_size, resized
-
-    for method in methods or ("staged",):
-        plan = resized(Plan(), method, a.budget, a.depth)
-        if a.widths is not None and method in APPLIES_TO["--widths"]:
-            plan = dataclasses.replace(plan, shape="fixed", widths=parse_widths(a.widths))
-        check_size(plan, method, n_ctx)
-    if a.copy_len is not None and a.copy_len > n_ctx:
-        raise ValueError(f"--copy-len must be at most the target's context ({n_ctx} tokens), got {a.copy_len}")
-
-
 def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
-    changes; `layout` is the machine's layout of the models' products (`plan.Choice.models`; {}: the models' own)."""
-    from . import acceptance as profiles
-    from .plan import plans_for
-    from .progress import Progress
-
-    candidates = candidate_methods(a)
-    check_shape(a, candidates, target.config.n_ctx)
+    changes; `layout` is the machine's layout of the models' products (`choice.Choice.models`; {}: the models' own)."""
+    methods = candidate_methods(a)
+    check_shape(a, methods, target.config.n_ctx)
     if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
         # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
         # draft has no pair to profile.
@@ -157,11 +111,12 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         check_rule(plan, method, temperature)
         origin, layout = "the constant plan", {}
     else:
-        usable = profiles.runnable(draft is not None, ngram is not None)
-        asked = tuple(m for m in candidates if m in usable)
-        if candidates and not asked:
-            raise ValueError(f"{', '.join(given(a))}: for --method {', '.join(candidates)}, which this model pair "
-                             "cannot run (it has no " + ("n-gram model" if draft is not None else "draft") + ")")
+        usable = runnable(draft is not None, ngram is not None)
+        asked = tuple(m for m in methods if m in usable)
+        if methods and not asked:
+            missing = "n-gram model" if draft is not None else "draft"
+            raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
+                             f"this model pair cannot run (it has no {missing})")
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
                             Progress("measuring this machine (first run only)"))
@@ -174,92 +129,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         check_rule(plan, method, temperature)
         among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
         origin = choice.origin.replace("this machine's", f"this machine's{among}", 1)
-    options = bool(given(a))
-    return method, plan, f"{methods.describe(method, plan)} ({origin}{', changed by options' if options else ''})", layout
-
-
-def changed(plan, method: str, a):
-    """`plan` as `method` uses it, with the options' changes: --budget/--depth resize it (plan.resized),
-    --widths/--sampled/--copy-len/--rule set those fields."""
-    from .plan import resized
-
-    change = {}
-    if a.widths is not None:
-        change.update(shape="fixed", widths=parse_widths(a.widths))
-    if a.sampled is not None:
-        change["sampled"] = a.sampled
-    if a.copy_len is not None:
-        change["copy_len"] = a.copy_len
-    if a.rule is not None:
-        change["rule"] = a.rule
-    return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
-
-
-# Where each rule is lossless, in the command line's terms (verify.LOSSLESS in the core's).
-RULE_NEEDS = {
-    "greedy": "at --temperature 0 only",
-    "point_mass": "on trees of the draft's top tokens (no --sampled)",
-    "chain": "on a chain drawn from the draft with replacement (--method speculative at temperature > 0, "
-             "or --sampled with --widths 1,1,1)",
-    "block": "on a chain drawn from the draft with replacement (--method speculative at temperature > 0, "
-             "or --sampled with --widths 1,1,1)",
-    "recursive": "on trees whose children are drawn with replacement (--sampled with)",
-    "recursive_wor": "on trees whose children are drawn without replacement (--sampled without)",
-    "traversal": "on trees whose children are drawn from the draft (--sampled with or without, or "
-                 "--method speculative at temperature > 0)",
-}
-
-
-def check_rule(plan, method: str, temperature: float) -> None:
-    """methods.check_rule in the command line's terms: the plan's rule must be lossless for the trees
-    the method drafts; the error says which options give such trees."""
-    try:
-        methods.check_rule(method, plan, temperature)
-    except ValueError:
-        raise ValueError(f"--rule {plan.rule} is lossless only {RULE_NEEDS[plan.rule]}, not on method {method}'s "
-                         f"{methods.describe(method, dataclasses.replace(plan, rule=None))}") from None
-
-
-def lossless(plan, method: str, temperature: float) -> bool:
-    try:
-        check_rule(plan, method, temperature)
-    except ValueError:
-        return False
-    return True
-
-
-def check_rule_options(a) -> None:
-    """--rule against what the other options already say about the trees (how children are chosen,
-    whether it is a chain), before any plan is chosen; choose_plan checks the plan itself."""
-    from ..verify import LOSSLESS
-
-    if a.rule is None or a.rule == "greedy":
-        return
-    if a.sampled is not None:
-        kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method is not None and (methods.proposes_chain(a.method) or not methods.runs_draft(a.method)):
-        # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
-        kind = methods.kind(a.method, Plan(), a.temperature)
-        how = (f"{a.method}'s chain drawn from the draft" if methods.runs_draft(a.method)
-               else f"{a.method}'s drafts, which are not drawn from the draft model")
-    else:
-        kind = how = None
-    if kind is not None and a.rule not in LOSSLESS[kind][1]:
-        raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on {how}")
-    if a.rule in ("chain", "block") and a.widths is not None and max(parse_widths(a.widths)) > 1:
-        raise ValueError(f"--rule {a.rule} is lossless only {RULE_NEEDS[a.rule]}, not on --widths {a.widths}")
-
-
-def parse_widths(text):
-    if text is None:
-        return None
-    try:
-        widths = [int(w) for w in text.split(",")]
-    except ValueError:
-        widths = []
-    if not widths or min(widths) < 1:
-        raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
-    return widths
+    return method, plan, f"{describe(method, plan)} ({origin}{', changed by options' if given(a) else ''})", layout
 
 
 def read_prompt(a) -> str:
@@ -300,9 +170,6 @@ DEFAULT_DRAFTS = {"gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "disti
 
 
 def default_draft(target_arg: str) -> str:
-    from ..checkpoint import resolve
-    from ..files import WEIGHTS_DIR
-
     embedded = WEIGHTS_DIR / "tiny-target"
     try:
         if target_arg == "tiny-target" or resolve(target_arg).resolve() == embedded.resolve():
@@ -315,53 +182,6 @@ def default_draft(target_arg: str) -> str:
     raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft "
                      f"(defaults: tiny-target -> tiny-draft, " + ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
                      + ")")
-
-
-def check_options(a) -> None:
-    """One-line errors naming the option, before any model is loaded."""
-    if a.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {a.max_new_tokens}")
-    if a.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {a.seed}")
-    if not a.temperature >= 0 or a.temperature == float("inf"):
-        raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {a.temperature}")
-    if a.top_k is not None and a.top_k < 1:
-        raise ValueError(f"--top-k must be >= 1, got {a.top_k}")
-    if a.top_p is not None and not 0 < a.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
-    for option, value, low in (("--budget", a.budget, 1), ("--depth", a.depth, 1), ("--copy-len", a.copy_len, 0)):
-        if value is not None and value < low:
-            raise ValueError(f"{option} must be >= {low}, got {value}")
-    parse_widths(a.widths)
-    # Options that would change nothing are errors, whichever method the machine's plan picks later.
-    if a.temperature == 0:
-        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p)):
-            if value is not None:
-                raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
-                                 "changes nothing: give --temperature > 0 to sample")
-    if a.method is not None:
-        for option in given(a):
-            if a.method not in APPLIES_TO[option]:
-                raise ValueError(f"{option} does nothing with --method {a.method}: {DOES_NOTHING[a.method]}; it "
-                                 f"applies to --method {', '.join(APPLIES_TO[option])}")
-    if (a.budget is not None or a.depth is not None and not (a.method and methods.proposes_chain(a.method))) \
-            and (a.widths is not None or a.sampled is not None):
-        first = "--budget" if a.budget is not None else "--depth"
-        second = "--widths" if a.widths is not None else "--sampled"
-        raise ValueError(f"{first} asks for a best-first tree, {second} for a fixed-width one: give one")
-    if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
-        raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
-    check_rule_options(a)
-
-
-# Why a method ignores the options that shape other methods' drafts.
-DOES_NOTHING = {
-    "ar": "plain decoding drafts nothing and verifies nothing",
-    "speculative": "it drafts a chain (its length is --depth), drawn from the draft when sampling",
-    "lookup": "it copies a chain from the context (its length is --depth)",
-    "ngram": "the trigram drafts a best-first tree (--budget, --depth)",
-    "tree": "it drafts a tree of the draft model's, with no stage 2",
-}
 
 
 class Setup(NamedTuple):
@@ -378,18 +198,12 @@ class Setup(NamedTuple):
 
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
-    from ..models import load_model, load_ngram
-    from ..tokenizer import encode, get_encoding
-    from .plan import apply_layout
-    from .progress import Progress
-    from .stdlib_ngram import stdlib_trigram
-
     check_options(a)
     text = read_prompt(a)
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method is None or methods.runs_draft(a.method):
+    if a.method is None or runs_draft(a.method):
         draft = load_model(a.draft or default_draft(a.target))
     elif a.plan == "machine" and profiled(a.method):  # the pair's profile holds e.g. lookup's chain lengths
         try:
@@ -397,7 +211,7 @@ def setup(a) -> Setup:
         except (ValueError, FileNotFoundError):
             draft = None
     # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
-    wants_ngram = a.method is not None and methods.needs_ngram(a.method) or (draft is not None and a.plan == "machine")
+    wants_ngram = a.method is not None and needs_ngram(a.method) or (draft is not None and a.plan == "machine")
     if a.method is None or wants_ngram:
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
@@ -418,7 +232,7 @@ def check_prompt_fits(tokens, a, target, draft) -> None:
     """The prompt must be shorter than the target's context, and than the draft's when the draft
     may decode (with --method, or the machine's choice): a one-line error before any measurement."""
     for option, model in (("--target", target), ("--draft", draft)):
-        if model is None or option == "--draft" and a.method is not None and not methods.runs_draft(a.method):
+        if model is None or option == "--draft" and a.method is not None and not runs_draft(a.method):
             continue
         name = a.target if option == "--target" else a.draft or default_draft(a.target)
         if len(tokens) >= model.config.n_ctx:
@@ -429,9 +243,6 @@ def check_prompt_fits(tokens, a, target, draft) -> None:
 
 def run(a, s: Setup, keep_trees=False):
     """(the prompt's tokens, generate's Result, seconds) for the options `a`."""
-    from ..decode import generate
-    from ..tokenizer import encode
-
     tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
     res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
@@ -460,8 +271,6 @@ def print_stats(s: Setup, res, dt: float) -> None:
 
 
 def cmd_generate(a) -> int:
-    from ..tokenizer import decode
-
     s = setup(a)
     _, res, _ = run(a, s)
     # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
@@ -472,13 +281,11 @@ def cmd_generate(a) -> int:
 
 def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
-    from .trace import write
-
     out = file_to_write(Path(a.out), "trace.html")
     s = setup(a)
     tokens, res, _ = run(a, s, keep_trees=True)
     with naming_out(a.out):
-        write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
+        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
@@ -529,11 +336,6 @@ def sampling_words(a) -> str:
 
 def cmd_ngram(argv) -> int:
     """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257]`; argv starts after `ngram`."""
-    import numpy as np
-
-    from .. import ngram
-    from ..tokenizer import encode, get_encoding
-
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
                                  description="Fit a Katz backoff trigram on GPT-2 BPE tokens of text files.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -559,9 +361,9 @@ def cmd_ngram(argv) -> int:
             raise ValueError(f"text file {name} is not UTF-8: byte {e.start} is {data[e.start:e.start + 1]!r} "
                              "(convert it, or leave it out)") from None
         tokens.extend(encode(enc, text))
-    model = ngram.fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
+    model = ngram_lib.fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
     with naming_out(args.out):
-        ngram.save(model, out)
+        ngram_lib.save(model, out)
     print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
           f"{len(model.bi_tok)} bigrams, {len(model.tri_tok)} trigrams -> {args.out} "
           f"({args.out.stat().st_size / 1e6:.1f} MB)")
@@ -595,15 +397,12 @@ def main(argv=None) -> int:
         if cmd == "trace":
             return cmd_trace(a)
         if cmd == "weights":
-            from .download import main as weights_main
-            return weights_main(rest)
+            return download.main(rest)
         if cmd == "ngram":
             return cmd_ngram(rest)
         if cmd == "demo":
-            from .demo import main as demo_main
-            return demo_main(rest)
-        from .bench import main as bench_main
-        return bench_main(rest)
+            return demo.main(rest)
+        return bench.main(rest)
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

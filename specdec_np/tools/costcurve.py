@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..fastpath import Weight, matmul
 from ..gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
 
 
@@ -117,6 +118,19 @@ def laid_out(model: GPT2, slab_rows: int) -> GPT2:
     return model if model.slab_rows == slab_rows else dataclasses.replace(model, slab_rows=slab_rows)
 
 
+def apply_layout(layout: dict, target, draft):
+    """(target, draft) with the slab rows of a measured `layout` ({"target": rows, "draft": rows}: see
+    `laid_out`) and its padding tables ({"target_pad": table, "draft_pad": table}: `costmodel.pads`,
+    set as the models' `GPT2.padding`); a model it does not name, or None, is left as it is."""
+    def lay(model, name):
+        if model is not None and name in layout:
+            model = laid_out(model, layout[name])
+        if model is not None and name + "_pad" in layout:
+            model = model.with_padding(layout[name + "_pad"])
+        return model
+    return lay(target, "target"), lay(draft, "draft")
+
+
 def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 12, 16), prefix_len: int = 200, repeats: int = 9,
                      seconds: float = 3.0, tie: float = 1.05) -> int:
     """The largest block this machine's BLAS multiplies from column slabs about as fast as with
@@ -152,8 +166,6 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
     one x @ w and from column slabs (`fastpath.Weight`), the weights cold: copies totalling
     `stream_mb` MB are cycled so that each product reads its matrix from memory, as a pass does.
     Medians over three cycles. {f"{name} {n_in}x{n_out}": {"x @ w": {k: us}, "slabs": {k: us}}}."""
-    from ..fastpath import Weight, matmul
-
     report = {}
     out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
     for name, model in models.items():

@@ -5,7 +5,7 @@ its block size, padded as the model's table says, "cold" when the other model ra
 otherwise (`costcurve.loop_curves`), plus the Python and NumPy work around the passes: a fixed
 overhead per step, per step that drafts, per distribution the draft processes and per n-gram query)
 / the tokens it emits. The counts come from the pair's acceptance profile (`acceptance.py`) or from a
-run's own statistics; the curve and the overheads from this machine (`plan.calibration`, about ten
+run's own statistics; the curve and the overheads from this machine (`calibration.py`, about ten
 seconds).
 """
 
@@ -20,6 +20,7 @@ def padded(table, n: int) -> int:
     """The block size a padding table computes n rows as: table[n - 1] when it covers n, else n
     (as `GPT2.padded` does with the model's own table)."""
     return table[n - 1] if n <= len(table) else n
+
 
 def interp(curve: dict, k: int) -> float:
     """Cost of a k-token pass: linear between measured sizes, extended linearly past the last two
@@ -43,11 +44,18 @@ def pad_size(curve: dict, k: int) -> int:
 
 
 def padding(curve: dict | None, limit: int = 64) -> tuple:
-    """The padding table a model takes (`GPT2.padding`, set by `plan.apply_layout`): entry k - 1 is
+    """The padding table a model takes (`GPT2.padding`, set by `costcurve.apply_layout`): entry k - 1 is
     the block size to compute k tokens as, for k = 1..limit; () without a curve (no padding)."""
     if not curve:
         return ()
     return _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items())), limit)
+
+
+def pads(curves: dict) -> dict:
+    """The padding tables of measured cost curves ({"target_pad": ..., "draft_pad": ...}): the block
+    size each model computes passes of 1, 2, ... rows as (`padding` of its warm curve)."""
+    return {"target_pad": padding(curves["target"]["warm"]),
+            "draft_pad": padding(curves["draft"]["warm"]) if "draft" in curves else ()}
 
 
 @functools.lru_cache(maxsize=8)

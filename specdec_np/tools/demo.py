@@ -22,7 +22,10 @@ from ..models import load_embedded
 from ..plan import Plan
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
-from .plan import apply_layout, check_size, cpu_times, plans_for, resized, timing_note
+from .choice import plans_for
+from .costcurve import apply_layout
+from .machine import cpu_times, timing_note
+from .options import check_fits, resized
 from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
@@ -99,7 +102,7 @@ def table(results, base="ar") -> str:
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
     """({method: (plan, where it came from)}, layout): this machine's best plan for each method, or
-    the constants, resized by --budget/--depth as the CLI resizes them (`plan.resized`), and this
+    the constants, resized by --budget/--depth as the CLI resizes them (`options.resized`), and this
     machine's layout of the models' products ({} with the constants: the models' own)."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
@@ -110,7 +113,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
         else:
             plan, origin = chosen[m].plan, chosen[m].origin
         changed = resized(plan, m, a.budget, a.depth)
-        check_size(changed, m, target.config.n_ctx)
+        check_fits(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out, next((c.layout for c in chosen.values()), {})
 

@@ -6,7 +6,7 @@ than ask for one fitted by hand (`python -m specdec_np ngram fit FILES --out FIL
 one on text that is on every machine that runs this code: the `.py` files of the Python standard
 library (code, as the prompts staged decoding does best on are; its tests and installed packages
 left out). That takes seconds (the files hold some 6 million GPT-2 tokens), happens on first use
-only, and the result is cached in the user's cache directory (`plan.cache_dir()`, not the weights
+only, and the result is cached in the user's cache directory (`cache.py`, not the weights
 folder, which may be read-only), under a key of what it depends on: the tokenizer, the Python
 version and the source files. `--ngram FILE` still overrides it.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import ngram
 from ..tokenizer import BPE_FILES, get_encoding
-from .plan import cache_dir
+from .cache import cache_path
 
 VERSION = 1  # of how the trigram is built: a change rebuilds every cached one
 # A list of files (os.pathsep-separated) to fit on instead of the standard library: for tests,
@@ -50,8 +50,7 @@ def cache_file(n_vocab: int, files) -> Path:
     key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
            "files": hashlib.sha256(json.dumps(stats).encode()).hexdigest()}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"trigram-{n_vocab}-{digest}.npz"
+    return cache_path(f"trigram-{n_vocab}", key).with_suffix(".npz")
 
 
 def _stat(path: Path):

@@ -1,0 +1,199 @@
+"""The command line's options in the plan's terms, and their checks.
+
+The options that shape a plan (--budget, --depth, --widths, --sampled, --rule, --copy-len) set the
+`Plan` fields of the same names (`OPTIONS`, the one map from field names to option names). Which
+methods each shapes follows from the methods' properties (`shapes`), where a rule is lossless from
+`verify.LOSSLESS` (`lossless_on`), and the size of a step's tree is checked by the core
+(`methods.check_size`), its message put in the options' words (`in_options`). Every check runs
+before anything is loaded or measured, and an option that would change nothing is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .. import methods, verify
+from ..methods import METHODS, describe
+from ..plan import Plan
+from .acceptance import PROFILED
+
+# The Plan field each command-line option sets (--depth is also a chain's length).
+OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
+           "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "copy_len": "--copy-len"}
+SHAPING = ("budget", "depth", "widths", "sampled", "rule", "copy_len")  # the options' own fields, in order
+
+# The core's tree kinds (verify.LOSSLESS's keys) in the command line's terms.
+KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
+         "with_replacement": "trees whose children are drawn from the draft with replacement (--sampled with, or "
+                             "--method speculative at temperature > 0)",
+         "without_replacement": "trees whose children are drawn from the draft without replacement (--sampled "
+                                "without)"}
+
+
+def shapes(field: str, name: str) -> bool:
+    """Whether the option setting plan `field` changes what method `name` drafts, from its properties:
+    only a method that drafts has a depth and a rule, only a tree (not a chain) a budget, only the
+    draft model's trees widths and drawn children, only the draft with stage 2 copies (copy_len)."""
+    drafts = methods.drafts(name, Plan())
+    tree = drafts and not methods.proposes_chain(name)
+    draft_tree = tree and methods.runs_draft(name)
+    return {"depth": drafts, "rule": drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
+            "copy_len": methods.runs_draft(name) and methods.needs_ngram(name)}[field]
+
+
+def given(a) -> list[str]:
+    """The plan fields the options given set, in SHAPING's order."""
+    return [f for f in SHAPING if getattr(a, f) is not None]
+
+
+def candidate_methods(a) -> tuple:
+    """The methods the options allow: --method, else those every option given shapes (in METHODS'
+    order; () when no option narrows the choice). Without --method the machine's plan is chosen
+    among them, so whether the options are valid never depends on what the measurement picks."""
+    if a.method is not None:
+        return (a.method,)
+    fields = given(a)
+    return tuple(m for m in METHODS if all(shapes(f, m) for f in fields)) if fields else ()
+
+
+def profiled(name: str) -> bool:
+    """Whether the machine's plan can price `name`: it drafts, and the acceptance profile holds it."""
+    return methods.drafts(name, Plan()) and name in PROFILED
+
+
+def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
+    """`plan` with --budget/--depth applied (None leaves a value as it is): a chain method's length,
+    one length whatever a lookup matched; a tree becomes a best-first tree of the draft's top tokens,
+    since a drawn tree and the rule chosen for it do not carry over."""
+    if methods.proposes_chain(method):
+        return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
+    if not methods.drafts(method, plan) or budget is None and depth is None:  # plain decoding has no tree to resize
+        return plan
+    return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
+                               budget=plan.budget if budget is None else budget,
+                               depth=plan.depth if depth is None else depth)
+
+
+def changed(plan: Plan, method: str, a) -> Plan:
+    """`plan` as `method` uses it, with the options' changes: --budget/--depth resize it (`resized`),
+    --widths/--sampled/--copy-len/--rule set those fields."""
+    change = {f: getattr(a, f) for f in ("sampled", "copy_len", "rule") if getattr(a, f) is not None}
+    if a.widths is not None:
+        change.update(shape="fixed", widths=parse_widths(a.widths))
+    return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
+
+
+def in_options(message: str) -> str:
+    """A core message about a plan in the command line's words: each `field=value` as `--option value`."""
+    return re.sub(r"\b([a-z_]+)=", lambda m: f"{OPTIONS[m[1]]} " if m[1] in OPTIONS else m[0],
+                  message.removeprefix("plan: "))
+
+
+def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
+    """`methods.check_size` (a step's block within the target's context) in the options' words."""
+    try:
+        methods.check_size(method, plan, n_ctx)
+    except ValueError as e:
+        raise ValueError(in_options(str(e))) from None
+
+
+def check_shape(a, candidates, n_ctx: int) -> None:
+    """The tree options against the target's context, for every method they may shape: before any
+    measurement, so the answer does not depend on which of them the machine's plan picks."""
+    for method in candidates or ("staged",):
+        check_fits(dataclasses.replace(changed(Plan(copy_len=0), method, a), rule=None), method, n_ctx)
+
+
+def lossless_on(rule: str) -> str:
+    """Where `rule` is lossless, in the command line's terms: the tree kinds `verify.LOSSLESS` allows
+    it on, and a chain for the rules that verify one (`verify.CHAIN_RULES`); greedy at temperature 0."""
+    if rule == "greedy":
+        return "at --temperature 0"
+    kinds = " or on ".join(KINDS[k] for k, (_, rules) in verify.LOSSLESS.items() if rule in rules)
+    chain = " that are chains (--method speculative, or --widths 1,1,1)" if rule in verify.CHAIN_RULES else ""
+    return f"on {kinds}{chain}"
+
+
+def check_rule(plan: Plan, method: str, temperature: float) -> None:
+    """methods.check_rule in the command line's terms: the plan's rule must be lossless for the trees
+    the method drafts; the error says which options give such trees."""
+    try:
+        methods.check_rule(method, plan, temperature)
+    except ValueError:
+        raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on method {method}'s "
+                         f"{describe(method, dataclasses.replace(plan, rule=None))}") from None
+
+
+def lossless(plan: Plan, method: str, temperature: float) -> bool:
+    try:
+        check_rule(plan, method, temperature)
+    except ValueError:
+        return False
+    return True
+
+
+def check_rule_options(a) -> None:
+    """--rule against what the other options already say about the trees (how children are chosen,
+    whether it is a chain), before any plan is chosen; `check_rule` checks the plan itself."""
+    if a.rule is None or a.rule == "greedy":
+        return
+    if a.sampled is not None:
+        kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
+    elif a.method is not None and (methods.proposes_chain(a.method) or not methods.runs_draft(a.method)):
+        # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
+        kind = methods.kind(a.method, Plan(), a.temperature)
+        how = (f"{a.method}'s chain drawn from the draft" if methods.runs_draft(a.method)
+               else f"{a.method}'s drafts, which are not drawn from the draft model")
+    else:
+        kind = how = None
+    if kind is not None and a.rule not in verify.LOSSLESS[kind][1]:
+        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {how}")
+    if a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
+        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
+
+
+def parse_widths(text):
+    if text is None:
+        return None
+    try:
+        widths = [int(w) for w in text.split(",")]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 1:
+        raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
+    return widths
+
+
+def check_options(a) -> None:
+    """One-line errors naming the option, before any model is loaded."""
+    for option, value, low in (("--max-new-tokens", a.max_new_tokens, 0), ("--seed", a.seed, 0),
+                               ("--top-k", a.top_k, 1), ("--budget", a.budget, 1), ("--depth", a.depth, 1),
+                               ("--copy-len", a.copy_len, 0)):
+        if value is not None and value < low:
+            raise ValueError(f"{option} must be >= {low}, got {value}")
+    if not a.temperature >= 0 or a.temperature == float("inf"):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {a.temperature}")
+    if a.top_p is not None and not 0 < a.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
+    parse_widths(a.widths)
+    # Options that would change nothing are errors, whichever method the machine's plan picks later.
+    if a.temperature == 0:
+        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p)):
+            if value is not None:
+                raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
+                                 "changes nothing: give --temperature > 0 to sample")
+    if a.method is not None:
+        for field in given(a):
+            if not shapes(field, a.method):
+                raise ValueError(f"{OPTIONS[field]} does nothing with --method {a.method}, whose plan is "
+                                 f"{describe(a.method, Plan())}: it applies to --method "
+                                 + ", ".join(m for m in METHODS if shapes(field, m)))
+    if (a.budget is not None or a.depth is not None and not (a.method and methods.proposes_chain(a.method))) \
+            and (a.widths is not None or a.sampled is not None):
+        first = "--budget" if a.budget is not None else "--depth"
+        second = "--widths" if a.widths is not None else "--sampled"
+        raise ValueError(f"{first} asks for a best-first tree, {second} for a fixed-width one: give one")
+    if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
+        raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
+    check_rule_options(a)
