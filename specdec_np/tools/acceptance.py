@@ -27,9 +27,9 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import atomic_file
 from ..plan import Plan
 from ..tokenizer import encode
+from .cache import write_json
 
 FORMAT = "specdec_np.profile"
 VERSION = 2
@@ -246,10 +246,7 @@ def from_json(data: dict) -> dict:
 
 def save(profile: dict, path) -> None:
     """Write atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_file(path, "w") as f:
-        f.write(json.dumps(to_json(profile), indent=1) + "\n")
+    write_json(Path(path), to_json(profile))
 
 
 def load(path) -> dict:

@@ -26,7 +26,6 @@ from .costcurve import apply_layout, choose_slab_rows, loop_curves
 from .costmodel import fit_overheads, loop_scale, pads, pass_ms, scaled
 from .machine import busy_warning, cpu_times, machine
 
-
 CALIBRATION_VERSION = 7
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 

@@ -21,12 +21,11 @@ import sys
 from .. import methods
 from ..plan import Plan
 from . import acceptance as profiles
-from .cache import cache_path, read_json, write_json
+from .cache import cache_path, read_json
 from .calibration import Busy, calibration
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
-
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
@@ -148,7 +147,7 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
                      f"candidate plans on {n_prompts} prompts x {tokens} tokens, about {about}\n")
     measured = profiles.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
                                 grid=grid, progress=progress)
-    write_json(path, profiles.to_json(measured))
+    profiles.save(measured, path)
     return measured
 
 
