@@ -62,6 +62,73 @@ def tv_from_target(target, widths, sampled, rule):
 
 
 # %% [markdown]
+# ## Recursive rejection, by hand
+#
+# Lesson 3's p and q (the rows after token A), and two siblings at the root drawn from q without
+# replacement: B first, then D. The tables have the columns of the trace page's residual table:
+# the target's p, the distribution q the sibling was drawn from, the ratio min(1, p/q) a sibling
+# with that token is tested with, and the residual norm(max(p - q, 0)) the rule goes on with after
+# a rejection.
+
+# %%
+from specdec_np.tree import Tree  # noqa: E402
+
+NAMES = "ABCD"
+A, B, C, D = range(4)
+
+
+def residual_table(title, p, q):
+    """One stage of recursive rejection: p, q, the ratio each token is tested with, the residual."""
+    ratio = np.array([verify.accept_ratio(p[x], q[x]) for x in range(len(p))])
+    res = verify.residual(p, q)
+    print(f"{title}\n  token     p      q   min(1, p/q)   residual")
+    for x in range(len(p)):
+        print(f"    {NAMES[x]}   {p[x]:.3f}  {q[x]:.3f}      {ratio[x]:.3f}       {res[x]:.3f}")
+    return ratio, res
+
+
+p, q = P[A], Q[A]
+ratio1, p1 = residual_table("sibling 1 is B, drawn from q:", p, q)
+q1 = verify.without(q, B)  # sibling 2 was drawn from q without B
+ratio2, p2 = residual_table("B rejected; sibling 2 is D, drawn from q' = q without B (renormalised), "
+                            "tested against p':", p1, q1)
+print(f"D rejected too: the correction token is drawn from p'' = "
+      + ", ".join(f"{NAMES[x]} {p2[x]:.3f}" for x in range(4)))
+assert abs(ratio1[B] - 0.6) < 1e-12 and ratio2[D] == 0.0 and ratio2[A] == 1.0  # the numbers the text uses
+assert np.allclose(p1, [0.25 / 0.35, 0, 0.10 / 0.35, 0]) and np.allclose(q1, [0.4, 0, 0.1, 0.5])
+
+# %% [markdown]
+# Read it row by row. B is tested with min(1, 0.30/0.50) = 0.6: the draft proposes B more often
+# than the target wants it, so B is accepted 6 times in 10, which pays p(B) = q(B) x 0.6 = 0.30 in
+# full. After a rejection the rule owes p' = norm(max(p - q, 0)): nothing to B and D (the draft
+# already over-supplied them), the rest to A and C in proportion to what they still lack
+# (0.25 : 0.10). Why exactly p', whichever sibling was rejected: over the draw of the first
+# sibling, y comes out accepted with probability min(p(y), q(y)) (lesson 3), so the rejections,
+# of total probability 1 - sum min(p, q), must supply the rest, p - min(p, q) = max(p - q, 0):
+# normalised, that is p'.
+#
+# The second sibling faces the same problem with p' as the target and q' as the draft: the
+# one-token rule is lossless for *any* pair (target, distribution the token was really drawn
+# from). That is why the rule must use q' = q without B here: D was drawn from q', not from q.
+# D's ratio is p'(D)/q'(D) = 0: the residual owes D nothing, so D is rejected for certain (as A
+# would have been accepted for certain: p'(A) = 0.714 > q'(A) = 0.4). After the last sibling,
+# the correction is drawn from the last residual p''. By induction over the siblings, the token
+# the root emits is distributed as p; once a child is accepted, the same argument runs at the
+# child, with the target's p there (lesson 3's induction for chains).
+#
+# The library's `verify_recursive_wor` on this very tree (B and D under the root): the first
+# emitted token is B with probability 0.6, D never, and otherwise A or C in p'' 's proportions.
+
+# %%
+hand = Tree(tokens=[A, B, D], parents=[-1, 0, 0], q=[1.0, q[B], q1[D]], kind="without_replacement",
+            draft_dists=[q, np.zeros(4), np.zeros(4)])
+first = exact.outcomes(lambda rand: verify.emitted(hand, *verify.verify_recursive_wor(hand, P[hand.tokens], rand))[0])
+by_hand = {B: ratio1[B], A: (1 - ratio1[B]) * p2[A], C: (1 - ratio1[B]) * p2[C]}
+print("verify_recursive_wor, first token:", ", ".join(f"{NAMES[x]} {first.get(x, 0):.4f}" for x in range(4)),
+      "  by hand:", ", ".join(f"{NAMES[x]} {by_hand.get(x, 0):.4f}" for x in range(4)))
+assert exact.total_variation(first, by_hand) < 1e-12
+
+# %% [markdown]
 # ## Each rule, paired with the trees it assumes, is exact
 #
 # Trees with two children at depth 1 and one below each (`widths=[2, 1]`). For greedy the target
@@ -143,16 +210,13 @@ assert expected["without"] > expected["with"] + 0.1
 # The same tree shape (2, 2, 1, 1 children per depth: 14 drafted tokens) built three ways, plus the
 # best-first tree of 14 nodes and a chain of 4 guesses for reference. What we compare is
 # **tokens per target pass**: how much each target pass yields. Seeds are fixed, so the numbers
-# are reproducible on one machine, but a short run is a small sample: differences of a few
-# tenths are noise. Which shape wins depends on how well the draft matches the target; sampling
-# with replacement can draw the same token twice and waste a node, which sampling without
-# replacement avoids. At temperature 1 the target's probability of any one top token is small,
+# are reproducible on one machine, but a run of a few steps is a small sample: differences of a
+# few tenths are noise. At temperature 1 the target's probability of any one top token is small,
 # so the point-mass rule accepts little, while drawn children are accepted as often as p and q
 # overlap. The last column counts the nodes each run spent on a token its sibling already had
-# (only drawing with replacement can); a short run can tie anyway, because a wasted node costs
-# tokens per pass only at the steps where the duplicated token is rejected: the exact comparison
-# above is the reliable one. `make bench` samples its top-k trees without replacement for that reason;
-# `Plan()`'s default stays the deterministic tree (pass `Plan(sampled="without")` to draw).
+# (only drawing with replacement can). A wasted node costs tokens only at the steps where the
+# duplicated token is rejected, so a short run can tie; the section after the table compares the
+# two ways of drawing exactly, on the real models' distributions.
 
 # %%
 target_model, draft_model, _, enc = load_embedded()
@@ -188,6 +252,66 @@ for name, (method, plan) in configs.items():
     assert max(s.accepted) <= 5  # at most depth 4 drafted tokens + 1 from the target
     if "recursive_wor" in name or "point_mass" in name or "chain" in name:
         assert duplicates(s) == 0  # distinct siblings by construction
+
+# %% [markdown]
+# ## With or without replacement, exactly, on the real models
+#
+# For one position, the chance that recursive rejection accepts one of k siblings has a short
+# exact form, the rule's own recursion: a first sibling x is accepted with probability
+# sum min(p, q); otherwise (x drawn and rejected, probability q(x) - min(p(x), q(x))) the next
+# siblings face p' = norm(max(p - q, 0)) and q (with replacement) or q without x (without).
+# Checked against the enumeration of the library's rules on lesson 3's p and q, then evaluated on
+# the target's and the draft's distributions (top-k 50, temperature 1) at every position of a
+# sampled text: no sampling noise, so the two ways of drawing compare position by position.
+
+# %%
+from specdec_np.gpt2 import forward, new_cache  # noqa: E402
+from specdec_np.proofs import optimum  # noqa: E402
+
+
+def p_accept(p, q, k, replacement):
+    """P(one of k siblings drawn from q is accepted) by recursive rejection against p, exactly."""
+    if k == 0 or q is None:
+        return 0.0
+    accepted = np.minimum(p, q).sum()
+    p_res = verify.residual(p, q)
+    if replacement:
+        return accepted + (1 - accepted) * p_accept(p_res, q, k - 1, True)
+    rejected = q - np.minimum(p, q)  # [V]: P(x drawn first and rejected)
+    return accepted + sum(rejected[x] * p_accept(p_res, verify.without(q, x), k - 1, False)
+                          for x in np.flatnonzero(rejected > 0))
+
+
+for k in (1, 2, 3):
+    for scheme, rule in (("with", "recursive"), ("without", "recursive_wor")):
+        enumerated = optimum.acceptance(optimum.single_position(verify.RULES[rule], P[A], Q[A], k, scheme))
+        assert abs(p_accept(P[A], Q[A], k, scheme == "with") - enumerated) < 1e-12
+
+text = generate(target_model, prompt, n_new, method="ar", temperature=1.0, top_k=50, seed=0).tokens
+seq = list(prompt) + text[:-1]
+rows = {name: forward(m, seq, new_cache(m))[len(prompt) - 1:] for name, m in (("p", target_model), ("q", draft_model))}
+k = 2
+wins = {"with": 0, "without": 0, "tie": 0}
+totals = {"with": 0.0, "without": 0.0}
+for lp, lq in zip(rows["p"], rows["q"]):
+    p_t = process(lp.astype(np.float64), temperature=1.0, top_k=50)
+    q_t = process(lq.astype(np.float64), temperature=1.0, top_k=50)
+    keep = np.flatnonzero((p_t > 0) | (q_t > 0))  # the tokens either could emit: at most 100
+    acc = {s: p_accept(p_t[keep], q_t[keep], k, s == "with") for s in totals}
+    for s in totals:
+        totals[s] += acc[s] / len(text)
+    diff = acc["without"] - acc["with"]
+    wins["without" if diff > 1e-12 else "with" if diff < -1e-12 else "tie"] += 1
+print(f"{k} siblings at each of the {len(text)} positions of the sampled text: P(accept one) averages "
+      f"{totals['with']:.3f} with replacement, {totals['without']:.3f} without")
+print(f"positions where drawing without replacement accepts more: {wins['without']}, less: {wins['with']}, "
+      f"the same: {wins['tie']}")
+
+# %% [markdown]
+# A duplicate sibling can only be rejected if its first copy was, and then the residual owes it
+# nothing: drawing without replacement spends that node on a new token instead. `make bench`
+# samples its top-k trees without replacement for that reason; `Plan()`'s default stays the
+# deterministic tree (pass `Plan(sampled="without")` to draw).
 
 # %% [markdown]
 # ## Every check, step by step
