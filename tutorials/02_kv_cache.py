@@ -1,14 +1,18 @@
 # %% [markdown]
-# # Lesson 2: the KV cache, and why decoding is memory-bound
+# # Lesson 2: the KV cache, and what a pass over several tokens costs
 #
-# Generating text is a loop: run the model, pick the next token, append it, repeat. Two facts
+# Generating text is a loop: run the model, pick the next token, append it, repeat. Three facts
 # about that loop motivate everything in the later lessons:
 #
 # 1. **Each step re-reads every weight.** With one new token, every linear layer is a
 #    vector-matrix product: 2 floating-point operations per weight, and each float32 weight is
-#    4 bytes fetched from memory. That is 0.5 FLOP per byte, far below what a CPU can compute per
-#    byte it can load, so the step waits on memory: time per token >= weight bytes / bandwidth.
-# 2. **The KV cache makes a step cost one token, not the whole sequence.** A token's keys and
+#    4 bytes fetched from memory (or from a cache, if the weights fit in it). That is 0.5 FLOP per
+#    byte, far below what a CPU core can compute per byte it loads, so the step mostly waits for
+#    the weights to arrive.
+# 2. **So a pass over k new tokens costs much less than k passes.** The weights are fetched once
+#    per pass whatever k is; k rows reuse each one. This is the premise of speculative decoding:
+#    checking k guesses in one pass costs far less than k steps. We measure it below.
+# 3. **The KV cache makes a step cost one token, not the whole sequence.** A token's keys and
 #    values never change once computed (causal attention: the past never sees the future), so
 #    they are stored and each step only computes the new token's.
 
@@ -17,7 +21,6 @@ import numpy as np
 
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
-from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
 from specdec_np.tokenizer import decode, encode, get_encoding
 
 model = load_model("tiny-target")
@@ -26,53 +29,51 @@ enc = get_encoding(cfg.n_vocab)
 prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average of a list.\"\"\"\n")
 
 # %% [markdown]
-# ## The memory-bound floor
+# ## The premise, measured
 #
-# A vector-matrix product over one large float32 matrix measures the rate at which this machine
-# can feed weights to the arithmetic. The rate depends on where the weights come from: a matrix
-# larger than every cache streams from memory, a smaller one can stay in the last-level cache and
-# stream several times faster (`streaming_gbps` measures both). So which floor holds for a model
-# depends on whether its weights fit in that cache: the tiny target's 41 MB stream from memory
-# through a 32 MB cache (an AMD EPYC VM) but stay in a 480 MB one (an Intel Xeon VM). Weight
-# bytes divided by the rate give a floor on the time of one decoding step. Where the weights
-# exceed the cache only partly, the best case is that a cache's worth of them stays there and
-# the rest streams from memory, so the floor counts each share at its own rate.
-#
-# The claims below are checked against what this run measures: the cache streams at least as
-# fast as memory, and the measured step is above the floor (a forward pass also does work that is
-# not a weight product: LayerNorms, attention over the cache, Python; and its many small products
-# do not reach the rate of one large one). Timings are medians after warm-ups, so a burst of
-# noise moves them little; if a figure still contradicts a claim, the lesson says so in one line
-# and why, using the tools' measure of how much CPU other processes took meanwhile.
+# `block_cost_ms` times one forward pass of k new tokens after the prompt, already in the KV cache
+# (the next section shows what that holds). Figures are medians after a warm-up, the sizes timed
+# in turns so that a burst of noise lands on all of them a little.
+# Each cost is shown as a ratio to one token's, next to k, what k separate passes would cost.
+# How the BLAS library multiplies a block of a few rows matters here: the second column lays
+# the products out in column slabs (`fastpath.Weight`), which some BLAS kernels multiply faster
+# for small blocks; lesson 10 shows why, and the tools pick whichever wins on each machine.
 
 # %%
-from specdec_np.tools.costcurve import median_ms  # noqa: E402
+from specdec_np.tools.blas import blas_name  # noqa: E402
+from specdec_np.tools.costcurve import block_cost_ms, laid_out, last_level_cache, streaming_gbps  # noqa: E402
 from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
 
-if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
-    print(f"note: {busy}: timing with one BLAS thread")
-
+settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
+KS = [1, 2, 4, 8]
 start = cpu_times()
-from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size
-llc = last_level_cache_bytes()
-step_ms = block_cost_ms(model, [1], prefix_len=len(prompt), repeats=15)[1]  # median of 15 after a warm-up
+layouts = {"one x @ w": block_cost_ms(laid_out(model, 0), KS, prefix_len=len(prompt), repeats=9),
+           "slabs": block_cost_ms(laid_out(model, 16), KS, prefix_len=len(prompt), repeats=9)}
+from_memory, from_cache = streaming_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
+print(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
+print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)
+      + f" {'k passes':>9}")
+for k in KS:
+    print(f"{k:>12} " + " ".join(f"{c[k]:>16.2f} {c[k] / c[1]:>6.2f}x" for c in layouts.values()) + f" {k:>8}x")
+fastest = {k: min(c[k] for c in layouts.values()) for k in KS}  # ms, whichever layout was faster at k
+r8 = fastest[8] / fastest[1]
+print(f"a pass over 8 new tokens costs {r8:.2f}x a pass over one (each at its faster layout): "
+      + (f"{8 / r8:.1f}x less per token than 8 passes" if r8 < 8 else "no less than 8 passes"))
+step_ms = fastest[1]
 W = model.weight_bytes
-cached_share = W if llc is None else min(W, llc)  # unknown cache size: the most optimistic floor
-floor_ms = (cached_share / from_cache + (W - cached_share) / from_memory) / 1e6
-fits = "" if llc is None else " (the weights fit)" if W <= llc else " (the weights do not fit)"
-print(f"weights read per token:     {W / 1e6:6.1f} MB ({model.n_params / 1e6:.1f}M float32)")
-print(f"last-level cache:           {last_level_cache() or 'unknown'}{fits}")
-print(f"streamed from memory:       {from_memory:6.1f} GB/s")
-print(f"streamed from the cache:    {from_cache:6.1f} GB/s ({from_cache / from_memory:.1f}x memory's rate)")
-print(f"floor: {cached_share / 1e6:.1f} MB from the cache, {(W - cached_share) / 1e6:.1f} MB from memory "
-      f"=> {floor_ms:.2f} ms per token")
-print(f"measured one-token step:    {step_ms:6.2f} ms ({step_ms / floor_ms:.1f}x the floor)")
-if from_cache < from_memory:
-    note(start, f"the cache streamed slower than memory ({from_cache:.1f} < {from_memory:.1f} GB/s)",
-         "the cache size Linux reports may be shared or wrong on this VM")
-else:
-    note(start, "" if step_ms >= floor_ms else f"the step ({step_ms:.2f} ms) beat the floor ({floor_ms:.2f} ms)",
-         "the streaming rates were measured low: rerun to measure them again")
+rate = W / step_ms / 1e6  # GB/s
+print(f"a one-token pass reads {W / 1e6:.1f} MB of weights in {step_ms:.2f} ms: {rate:.1f} GB/s, "
+      f"{'faster' if rate > from_memory else 'slower'} than one large product streams from memory "
+      f"({from_memory:.1f} GB/s; {from_cache:.1f} GB/s out of the cache)")
+note(start)
+
+# %% [markdown]
+# The last line is a measure, not a bound. Where a pass streams its weights faster than memory
+# can deliver them, part of them stayed in the cache between passes (a 41 MB model sits whole in
+# some servers' caches of hundreds of MB); where it is slower, the pass also did work that is not
+# streaming weights (LayerNorms, attention over the cache, Python), and its many small products
+# do not reach the rate of one large one. Either way the ratios above are what speculative
+# decoding has to work with on this machine: lesson 8 turns them into a tree size.
 
 # %% [markdown]
 # ## What the cache stores
@@ -125,6 +126,9 @@ print("OK: the cached and the recomputed logits agree at every step, and so do t
 # step would give single passes, each one a sample of the noise.)
 
 # %%
+from specdec_np.tools.costcurve import median_ms  # noqa: E402
+
+
 def cached_step(n):  # one token after a cache of n - 1 tokens
     c = new_cache(model)
     forward(model, seq[:n - 1], c)
@@ -143,27 +147,22 @@ times = {key: [] for key in fns}
 for _ in range(9):
     for key, fn in fns.items():
         times[key].append(median_ms(fn, repeats=1, warmup=0))
-for fn in fns.values():
-    fn()  # (after the loop, so that the first round above is not the only cold one)
 ms = {key: float(np.median(t[1:])) for key, t in times.items()}  # round 1 was the warm-up
 print(f"{'':<18} {f'{first} tokens':>10} {f'{last} tokens':>10}")
 print(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
 print(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
-print(f"without the cache a step costs {ms['full', last] / ms['cache', last]:.1f}x a cached one at {last} tokens; "
-      f"the cached step is the one-token step measured above ({step_ms:.2f} ms), give or take the longer cache")
-if ms["full", last] <= ms["full", first]:
-    note(start, f"recomputing {last} tokens was not slower than {first}",
-         "at these lengths a pass is dominated by reading the weights, not by the tokens")
-else:
-    note(start, "" if ms["cache", last] < ms["full", first] else "a cached step was not cheaper than a full recompute",
-         "unexpected: please report it")
+print(f"at {last} tokens a step without the cache cost {ms['full', last] / ms['cache', last]:.1f}x a cached one")
+note(start)
 
 # %% [markdown]
+# Recomputing the sequence is a pass over all of its tokens: its work grows with the sequence.
+# The cached step stays a one-token pass, plus attention over a cache that grows by one row per
+# token.
+#
 # ## What this means for speculative decoding
 #
-# Without the cache, cost grows with the sequence. With it, each token costs one pass that
-# mostly waits for the weights. Feeding *several* tokens into that one pass (rows of a
-# matrix-matrix product instead of a vector) reuses each fetched weight several times, so it
-# costs much less than several passes. Speculative decoding exploits exactly that: guess a few
-# tokens cheaply, then check them all in one pass of the big model. Lesson 8 measures how many
-# tokens fit in a pass on this machine before it stops being nearly free.
+# With the cache each token costs one pass that mostly waits for the weights, and a pass over a
+# few tokens costs the ratio measured at the top, not k passes. Speculative decoding exploits
+# exactly that: guess a few tokens cheaply, then check them all in one pass of the big model.
+# Lesson 8 measures the whole curve on this machine and reads off how many tokens a pass should
+# carry.
