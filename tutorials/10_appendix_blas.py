@@ -1,0 +1,107 @@
+# %% [markdown]
+# # Lesson 10 (appendix): how the BLAS multiplies a block, and why the layout matters
+#
+# Lesson 2's premise, a pass over k new tokens costing much less than k passes, holds only if
+# the matrix products of a k-row block read each weight once and hide the k rows of arithmetic
+# behind that read. Whether a CPU delivers it depends on how the BLAS library (OpenBLAS, under
+# NumPy) computes `x @ w` for a few rows. This appendix looks inside; the other lessons only use
+# its outcome, `costcurve.choose_slab_rows`, the layout the tools pick for this machine.
+#
+# * **Packing.** For a matrix-matrix product OpenBLAS first copies ("packs") blocks of `w` into a
+#   scratch buffer laid out for its kernel, on every call. For hundreds of rows that copy is paid
+#   back many times; for 2 to 16 rows it can cost more than the arithmetic, so a 2-row block can
+#   cost more than twice a 1-row one (a 1-row product is a matrix-vector product: no packing).
+# * **Kernels.** The innermost loop multiplies a small panel of rows by a panel of columns, 4 or
+#   8 wide depending on the CPU's vector registers (AVX2 "Haswell", AVX-512 "SkylakeX", ...).
+#   OpenBLAS picks the kernel for the CPU it finds (`OPENBLAS_CORETYPE` overrides it).
+# * **Slabs.** `fastpath.Weight` keeps a second copy of each weight matrix cut into column slabs
+#   of 64, and multiplies a block of up to `slab_rows` rows one small product per slab in a
+#   single NumPy call. Kernels that multiply such small matrices without packing (OpenBLAS's
+#   AVX-512 ones) then stream the weights once; kernels that pack even small products (the AVX2
+#   ones) can lose. Both layouts compute the same numbers, so the tools time both and keep the
+#   faster one (`costcurve.choose_slab_rows`, passed in with the model: `laid_out(model, rows)`).
+
+# %%
+import numpy as np
+
+from specdec_np.gpt2 import forward, new_cache
+from specdec_np.models import load_embedded
+from specdec_np.tokenizer import encode
+from specdec_np.tools.blas import blas_name
+from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
+from specdec_np.tools.costmodel import pad_size
+from specdec_np.tools.machine import cpu_times, note, settle_threads
+
+settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
+target, _, _, enc = load_embedded()
+prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
+print(f"BLAS: {blas_name()}")
+
+# %% [markdown]
+# ## The two layouts, side by side
+#
+# A pass of k new tokens after the prompt, with one `x @ w` per product and with column slabs,
+# timed in turns (medians of 9 after a warm-up), as ratios to one token against the ideal of 1.
+
+# %%
+KS = [1, 2, 4, 8, 16]
+start = cpu_times()
+by_layout = {"x @ w": block_cost_ms(laid_out(target, 0), KS, prefix_len=len(prompt), repeats=9),
+             "slabs": block_cost_ms(laid_out(target, 16), KS, prefix_len=len(prompt), repeats=9)}
+print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
+for k in KS:
+    print(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS[1:]}
+print("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS[1:]))
+slab_rows = choose_slab_rows(target)
+print(f"the tools' choice (timed again, side by side): "
+      f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
+note(start)
+
+# %% [markdown]
+# Read the ratios against the ideal: where a layout stays near 1.00x, the block's arithmetic is
+# hidden behind the weight reads; where it climbs, either the BLAS does work per call that grows
+# with the rows (packing), or the arithmetic itself, 2 FLOPs per weight per row, outgrows the
+# time the weights take to arrive. The tools' choice can differ from one run's table: it is
+# timed separately, and near a tie either layout is as good.
+#
+# ## Odd sizes, and padding a block
+#
+# Because the kernels work on panels of 4 or 8 rows, on many machines a block of 5-7 tokens
+# costs *more* than one of 8, and 13-15 more than 16. A verifier can exploit that for free:
+# compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
+# attends to (`forward(..., pad_to=8)`). The real rows compute exactly what they would alone; the
+# decoder pads each block to the cheapest measured size at least as large (`costmodel.pad_size`;
+# the tools put the table in the Plan).
+
+# %%
+target = laid_out(target, slab_rows)
+start = cpu_times()
+odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
+print("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
+print("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
+note(start)
+
+cache = new_cache(target)
+forward(target, prompt, cache)
+plain = forward(target, prompt[:5], cache)
+cache.truncate(len(prompt))
+padded = forward(target, prompt[:5], cache, pad_to=8)
+print(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
+      f"cache length {cache.length}")
+assert padded.shape == plain.shape and cache.length == len(prompt) + 5
+assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in another order
+# A size is padded only to a measured size that costs no more, and never below itself.
+assert all(k <= pad_size(odd, k) <= 8 and odd[pad_size(odd, k)] <= odd[k] for k in (4, 5, 6, 7, 8))
+
+# %% [markdown]
+# ## Try this
+#
+# * Run this lesson with another kernel: `OPENBLAS_CORETYPE=Haswell .venv/bin/python
+#   tutorials/10_appendix_blas.py` (or `SkylakeX` on a CPU with AVX-512). Look at which layout
+#   wins at 2-8 tokens, and at the BLAS line: it names the kernel in use.
+# * Run it with `OPENBLAS_NUM_THREADS=2` while another program keeps one core busy
+#   (`python3 -c 'while True: pass' &`, then `kill %1`), and compare the ratios with a quiet run:
+#   threads that wait for each other show up as jumps.
+# * Change `pad_to=8` to `pad_to=16` in the padding cell: the real rows' logits still match
+#   (the asserts check it), only the cost changes.
