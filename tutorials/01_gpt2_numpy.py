@@ -5,9 +5,9 @@
 # run a stack of identical blocks (attention, then an MLP, each added back to a residual stream),
 # normalise, and multiply by the embedding table again to score every vocabulary token.
 #
-# We walk a short prompt through the embedded tiny target model step by step, with the same
-# small functions `specdec_np/gpt2.py` is built from, and check that we land on exactly what the
-# library's `forward` computes. Run it with `.venv/bin/python tutorials/01_gpt2_numpy.py`, or open
+# We write the three small functions a block is made of (`linear`, `layer_norm`, `gelu`), walk a
+# short prompt through the embedded tiny target model step by step with them, and check that we
+# land on exactly what the library's `forward` computes. Run it with `.venv/bin/python tutorials/01_gpt2_numpy.py`, or open
 # it cell by cell (`# %%` markers) in VS Code, PyCharm or Jupyter (via jupytext).
 
 # %%
@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from specdec_np.gpt2 import attention, forward, gelu, layer_norm, linear, new_cache
+from specdec_np import gpt2
+from specdec_np.gpt2 import attention, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
@@ -25,6 +26,42 @@ cfg, params = model.config, model.params
 enc = get_encoding(cfg.n_vocab)  # GPT-2's BPE, cut to this model's vocabulary
 print(cfg)
 print(f"{model.n_params / 1e6:.1f}M parameters, {model.weight_bytes / 1e6:.1f} MB of float32 weights")
+
+# %% [markdown]
+# ## Three small functions
+#
+# * `linear`: x @ w + b, one row per token (GPT-2 stores w as [n_in, n_out]).
+# * `layer_norm`: each row shifted to mean 0 and scaled to variance 1, then scaled by a learned g
+#   and shifted by a learned b, so that every block sees inputs of a steady size.
+# * `gelu`: the MLP's nonlinearity, x times (about) the chance a standard normal is below x;
+#   GPT-2 uses this tanh approximation of it.
+#
+# Each is checked against the library's version on random inputs (the library's are written for
+# speed: in-place updates, a choice of product layout; the numbers are the same).
+
+# %%
+def linear(x, w, b):  # [n, n_in] -> [n, n_out]
+    return x @ w + b
+
+
+def layer_norm(x, g, b, eps=1e-5):  # [n, d] -> [n, d]
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(var + eps) + b
+
+
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+rng = np.random.default_rng(0)
+xs = rng.standard_normal((3, cfg.n_embd)).astype(np.float32)  # [3, n_embd]
+ln = params["blocks"][0]["ln_1"]
+fc = params["blocks"][0]["mlp"]["c_fc"]
+assert np.allclose(linear(xs, **fc), gpt2.linear(xs, **fc), atol=1e-5)
+assert np.allclose(layer_norm(xs, **ln), gpt2.layer_norm(xs, **ln), atol=1e-5)
+assert np.allclose(gelu(xs), gpt2.gelu(xs), atol=1e-6)
+print("linear, layer_norm, gelu == the library's")
 
 # %% [markdown]
 # ## Tokens and embeddings

@@ -85,13 +85,15 @@ for name, r in (("tree", tree_run), ("staged", staged_run)):
 # ## Who wrote each token
 #
 # As in the paper's Fig. 3: every emitted token is credited to the cheapest stage that proposed
-# it: a copy of what followed an earlier occurrence of the last three tokens (stage 2 guessed it
-# from the context and the draft kept it), the trigram (its own guess, kept by the draft), the
-# draft model, or the target itself (the extra token of each pass). Easily predicted stretches (indentation,
-# closing brackets, repeated names) are where the trigram shines.
+# it: stage 2 (it guessed the token and the draft kept it in the tree), the draft model, or the
+# target itself (the extra token of each pass). Stage 2's guesses come from two places, shown
+# apart: the trigram's table, and copies of what followed an earlier occurrence of the last
+# tokens (`tree.SOURCES` names every source). Easily predicted stretches (indentation, closing
+# brackets, repeated names) are where stage 2 shines.
 
 # %%
-MARKS = {"target": "{}", "draft": "<{}>", "ngram": "[{}]", "copy": "«{}»"}  # how each stage's tokens are shown
+MARKS = {"target": "{}", "draft": "<{}>", "ngram": "[{}]", "copy": "«{}»"}  # how each source's tokens are shown
+LEGEND = "  ".join(MARKS[name].format(name) for name in SOURCES if name != "target") + "  target unmarked"
 
 
 def by_stage(tokens, sources) -> str:
@@ -99,7 +101,7 @@ def by_stage(tokens, sources) -> str:
     return "".join(MARKS[SOURCES[src]].format(decode(enc, [tok])) for tok, src in zip(tokens, sources))
 
 
-print("staged completion («copy»  [ngram]  <draft>  target unmarked):\n")
+print(f"staged completion ({LEGEND}):\n")
 print(decode(enc, prompt) + by_stage(staged_run.tokens, staged_run.stats.source))
 counts = {name: staged_run.stats.source.count(i) for i, name in enumerate(SOURCES)}
 print("\ntokens by stage:", counts)
@@ -125,13 +127,15 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 # %%
 copy_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=8, **shape), **kw)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
-copied = [s.tree for s in copy_run.stats.steps if s.copied]  # stage 2's copies, verified with no draft pass
-print(f"{len(copied)} of {len(copy_run.stats.trees)} steps verified a copied chain\n")
+copied = sum(bool(step.copied) for step in copy_run.stats.steps)  # steps whose tree is stage 2's copy
+print(f"{copied} of {len(copy_run.stats.steps)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
     s = r.stats
     print(f"{name:<16} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
 assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
+print(f"\nthe same completion, by who proposed each token ({LEGEND}):\n")
+print(by_stage(copy_run.tokens, copy_run.stats.source))
 
 # %% [markdown]
 # ## What stage 2 saves in time
@@ -141,10 +145,10 @@ assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
 # may flip a token against float64, the time is what we read here), each timed three times in
 # turns, the median kept, next to plain decoding, with the products laid out as this machine's
 # BLAS runs them fastest (lesson 8). The trees here are big (16 drafted nodes, so the target
-# checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block costs several
-# times one token (lesson 8), so every run may be slower than plain decoding: what to read is
-# what stage 2 saves against the same trees without it. The tools choose smaller trees per
-# machine (README, results).
+# checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block can cost
+# several times one token (lesson 8 measures it here), so these runs can be slower than plain
+# decoding: what to read is what stage 2 saves or loses against the same trees without it. The
+# tools choose smaller trees per machine (README, results).
 
 # %%
 import time  # noqa: E402
@@ -152,8 +156,7 @@ import time  # noqa: E402
 from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
 from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
 
-if busy := settle_threads():
-    print(f"note: this machine is busy ({busy}): BLAS uses one thread, and the times below may be off")
+settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
 target32, draft32 = laid_out(target, choose_slab_rows(target)), laid_out(draft, choose_slab_rows(draft))
 runs = {"plain": ("ar", Plan()), "tree": ("tree", Plan(**shape)),
         "drafts only": ("staged", Plan(copy_len=0, **shape)), "with copies": ("staged", Plan(copy_len=8, **shape))}
