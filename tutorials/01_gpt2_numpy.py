@@ -162,3 +162,31 @@ diff = np.abs(logits - logits_by_hand).max()
 print(f"largest difference from forward(): {diff:.2e}")
 assert np.allclose(logits, logits_by_hand, atol=1e-4, rtol=1e-4), "the walk-through disagrees with forward()"
 print("OK: the walk-through reproduces gpt2.forward")
+
+# %% [markdown]
+# ## Try this
+#
+# * In the attention cell, make every token visible to every other: `causal = np.ones((n, n),
+#   dtype=bool)`. The check against `gpt2.attention` fails, yet the bar chart of the last token
+#   does not move: the last row already saw every token. Only the earlier rows change.
+# * Drop the position embeddings (`x = params["wte"][tokens]`): the model can no longer tell
+#   word order, and the next-token guesses change.
+# * Change the prompt and watch the five most likely next tokens.
+#
+# The first two predictions, checked:
+
+# %%
+def softmax_rows(scores):  # [..., n] -> [..., n]: softmax over the last axis
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+scores_all = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n], no mask
+seen_by_all = softmax_rows(scores_all)
+assert np.allclose(seen_by_all[:, -1], weights[:, -1]) and not np.allclose(seen_by_all[:, :-1], weights[:, :-1])
+y = params["wte"][tokens]  # no positions
+for blk in params["blocks"]:
+    y = block_by_hand(y, blk)
+no_positions = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon) @ params["wte"].T  # [n, n_vocab]
+assert not np.allclose(no_positions, logits_by_hand, atol=1e-2)
+print("without the mask only the earlier rows change; without positions the logits change")

@@ -166,3 +166,19 @@ note(start)
 # exactly that: guess a few tokens cheaply, then check them all in one pass of the big model.
 # Lesson 8 measures the whole curve on this machine and reads off how many tokens a pass should
 # carry.
+
+# %% [markdown]
+# ## Try this
+#
+# * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1` afterwards) and rerun:
+#   look at the note under each table and at how the ratios to one token move.
+# * Add 3, 5 and 16 to `KS`: where does a pass stop costing about the same per extra token?
+# * Forget the cache in the decoding loop: `forward(model, [tok], new_cache(model))`. The model
+#   then sees only the new token, the logits no longer match the recomputed ones, and the assert
+#   stops the loop. Checked:
+
+# %%
+forgetful = forward(model, [seq[-1]], new_cache(model))[-1]  # the last token alone, no past K/V
+with_past = forward(model, seq, new_cache(model))[-1]
+assert not np.allclose(forgetful, with_past, atol=1e-4, rtol=1e-4)
+print(f"without the past K/V the last token's logits differ by up to {np.abs(forgetful - with_past).max():.2f}")

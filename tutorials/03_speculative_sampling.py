@@ -230,3 +230,29 @@ print(f"speculative: {len(res.tokens)} tokens in {s.target_passes} target passes
       f"({s.tokens_per_pass:.2f} per pass), {s.draft_passes} draft passes; plain sampling: {ar.stats.target_passes} passes")
 assert s.target_passes == len(s.accepted) and all(1 <= a <= 5 for a in s.accepted)
 assert sum(s.accepted) >= len(res.tokens) and ar.stats.target_passes == len(ar.tokens)
+
+# %% [markdown]
+# ## Try this
+#
+# * In the editable cell, set `my_q = my_p.copy()`: the acceptance becomes 1 and "always accept"
+#   is exact too (TV 0): when the draft is the target, every guess is kept.
+# * In `speculative_step`, draw the replacement from `np.maximum(q - p, 0)` (the residual the
+#   wrong way round): the enumeration catches it (TV well above 0).
+# * Ask `library_step` for one guess (`k=1`): a pass then yields 1 token with probability 0.35
+#   (a rejection) and 2 with 0.65, the acceptance rate sum(min(p, q)) derived at the top.
+#
+# The three predictions, checked:
+
+# %%
+check_rule(my_p, my_p.copy())
+
+
+def wrong_way_round(rand):
+    x = rand.draw(q)
+    return x if rand.coin(min(1.0, p[x] / q[x])) else rand.draw(np.maximum(q - p, 0))
+
+
+assert exact.total_variation(exact.outcomes(wrong_way_round), target) > 0.01
+one_guess = exact.outcomes(lambda rand: len(library_step(rand, k=1)))
+assert abs(one_guess[1] - 0.35) < 1e-12 and abs(one_guess[2] - 0.65) < 1e-12
+print(f"k = 1: {one_guess[1]:.2f} of passes yield 1 token, {one_guess[2]:.2f} yield 2")

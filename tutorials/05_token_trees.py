@@ -212,3 +212,25 @@ Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_05_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
 print("wrote out/tutorial_05_trace.html: open it in a browser")
 print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')
+
+# %% [markdown]
+# ## Try this
+#
+# * Build the first tree with `widths=[2, 3]`: 1 + 2 + 6 = 9 nodes (" cat" and " dog" are each
+#   followed by three words in the table), and each leaf's row of the mask shows 3 nodes (the
+#   root, its parent, itself).
+# * In the tree pass, drop the mask (`mask=None`: plain causal attention over the nodes in
+#   index order): every node then also sees the siblings before it, and the logits no longer
+#   match the paths run alone.
+# * Raise `B` and watch the draft-pass column: the chain's grows with B, the tree's with its depth.
+#
+# The first two predictions, checked:
+
+# %%
+wide = build.build_fixed(0, table_fn, widths=[2, 3])
+leaf_rows = [int(attention_mask(wide)[i].sum()) for i in range(len(wide)) if children(wide, i).size == 0]
+assert len(wide) == 9 and leaf_rows == [3] * 6
+print(draw_mask(wide))
+unmasked = forward(target, tree.tokens, prefix.copy(), positions=positions(tree, prefix.length))  # causal, no tree mask
+assert not np.allclose(unmasked, logits, atol=1e-4)
+print("without the tree mask the tree pass no longer equals the paths run alone")

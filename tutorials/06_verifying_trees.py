@@ -340,3 +340,26 @@ Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
             "temperature 1, top-k 50, seed 0")
 print("wrote out/tutorial_06_trace.html: open it in a browser")
+
+# %% [markdown]
+# ## Try this
+#
+# * In the hand-worked tree, put D first and B second (`tokens=[A, D, B]`, and `q=[1.0, q[D],
+#   verify.without(q, D)[B]]`): D is now accepted with probability min(1, 0.10/0.25) = 0.4, and B
+#   is never emitted, because after D's rejection the residual owes B nothing.
+# * In the exactness cell, give the recursive rules three siblings (`[3]` instead of `[2, 1]`):
+#   still exact (TV < 1e-12).
+# * Set the sampled runs' `seed` to 1, 2, 3: which of the two ways of drawing yields more tokens
+#   per pass now changes from run to run; the exact comparison does not.
+#
+# The first two predictions, checked:
+
+# %%
+d_first = Tree(tokens=[A, D, B], parents=[-1, 0, 0], q=[1.0, q[D], verify.without(q, D)[B]],
+               kind="without_replacement", draft_dists=[q, np.zeros(4), np.zeros(4)])
+first = exact.outcomes(lambda rand: verify.emitted(d_first, *verify.verify_recursive_wor(d_first, P[d_first.tokens],
+                                                                                          rand))[0])
+assert abs(first[D] - 0.4) < 1e-12 and first.get(B, 0.0) == 0.0
+for name, target, sampled, rule in cases[2:]:
+    assert tv_from_target(target, [3], sampled, rule) < 1e-12
+print(f"D first: D emitted with probability {first[D]:.2f}, B never; three siblings: still exact")

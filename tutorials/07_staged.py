@@ -179,3 +179,17 @@ for name in ("drafts only", "with copies"):
     print(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
           f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
 note(start)
+
+# %% [markdown]
+# ## Try this
+#
+# * Give the trees a smaller budget (`shape = dict(budget=4, depth=6)`): look at how many draft
+#   passes stage 2 saves now, and at who is credited with the tokens.
+# * Change `copy_len=8` to `copy_len=0` in the copies run: no step verifies a copied chain, and
+#   the run is the "drafts only" one. That is the run above, checked below.
+# * Pick a prompt of your own (prose rather than code, say): look at how many steps copy and at
+#   the share of tokens each stage is credited with.
+
+# %%
+assert sum(bool(step.copied) for step in staged_run.stats.steps) == 0  # copy_len=0: no copies
+print(f"copy_len=0: {sum(bool(step.copied) for step in staged_run.stats.steps)} copied steps")

@@ -268,3 +268,17 @@ print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
 print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")
 
+
+# %% [markdown]
+# ## Try this
+#
+# * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1`) and rerun: look at
+#   the notes, at how the curve's ratios move, and at whether the budget the model picks changes.
+# * Add budgets 1 and 32 to the loop over `B`: where does the predicted speedup peak?
+# * Replace `Plan(budget=B)` by `Plan(chain=B)`: each step then runs B draft passes of one row
+#   (lesson 5), and the draft-passes column says so. Checked below for one step's worth.
+
+# %%
+chain_run = generate(target, prompt, 3, method="speculative", draft=draft, plan=Plan(chain=4))
+assert all(len(step.draft_blocks) == 4 for step in chain_run.stats.steps[1:])  # after the first, one pass per guess
+print(f"a chain of 4: {[len(step.draft_blocks) for step in chain_run.stats.steps]} draft passes per step")

@@ -321,3 +321,25 @@ try:
     print("wrote out/tutorial_09_optimum.png")
 except ImportError:
     pass
+
+# %% [markdown]
+# ## Try this
+#
+# * Set `q = p` at the top: every rule, and the optimum, accept with probability 1 for every k.
+# * In Sun et al.'s example, make the draft equal the target (`d2 = t2`): token-wise, block and
+#   the bound all become 2 (both drafts always kept).
+# * Give the subset formula three drafts (`optimum.draft_tuples(q, 3, "with")`) and find which H
+#   is now the bottleneck.
+#
+# The first two predictions, checked:
+
+# %%
+for scheme in ("with", "without"):
+    same = optimum.single_position(verify.RULES[optimum.PAIRED_RULE[scheme]], p, p, 2, scheme)
+    assert abs(optimum.acceptance(same) - 1) < 1e-12
+    assert abs(optimum.optimal_acceptance(p, optimum.draft_tuples(p, 2, scheme)) - 1) < 1e-12
+equal = {name: optimum.expected(optimum.chain_accepted(rule, t2, t2, 0, 2)) for name, rule in chain_rules.items()}
+equal["bound"] = optimum.chain_coupling_bound(t2, t2, 0, 2)
+assert all(abs(v - 2) < 1e-12 for v in equal.values())
+print("q = p: every rule accepts with probability 1; equal tables in Sun et al.'s example: "
+      + ", ".join(f"{name} {v:.0f}" for name, v in equal.items()))
