@@ -144,7 +144,7 @@ print(by_stage(copy_run.tokens, copy_run.stats.source))
 # block for the target. The same runs in float32 (the precision the tools decode in; a near-tie
 # may flip a token against float64, the time is what we read here), each timed three times in
 # turns, the median kept, next to plain decoding, with the products laid out as this machine's
-# BLAS runs them fastest (lesson 8). The trees here are big (16 drafted nodes, so the target
+# BLAS runs them fastest (lesson 10). The trees here are big (16 drafted nodes, so the target
 # checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block can cost
 # several times one token (lesson 8 measures it here), so these runs can be slower than plain
 # decoding: what to read is what stage 2 saves or loses against the same trees without it. The
