@@ -7,8 +7,9 @@
 #
 # We write the three small functions a block is made of (`linear`, `layer_norm`, `gelu`), walk a
 # short prompt through the embedded tiny target model step by step with them, and check that we
-# land on exactly what the library's `forward` computes. Run it with `.venv/bin/python tutorials/01_gpt2_numpy.py`, or open
-# it cell by cell (`# %%` markers) in VS Code, PyCharm or Jupyter (via jupytext).
+# land on exactly what the library's `forward` computes. Run it with
+# `.venv/bin/python tutorials/01_gpt2_numpy.py`, or open it cell by cell (`# %%` markers) in VS Code,
+# PyCharm or Jupyter (via jupytext).
 
 # %%
 import math

@@ -7,11 +7,12 @@
 # 1. **Each step re-reads every weight.** With one new token, every linear layer is a
 #    vector-matrix product: 2 floating-point operations per weight, and each float32 weight is
 #    4 bytes fetched from memory (or from a cache, if the weights fit in it). That is 0.5 FLOP per
-#    byte, far below what a CPU core can compute per byte it loads, so the step mostly waits for
-#    the weights to arrive.
-# 2. **So a pass over k new tokens costs much less than k passes.** The weights are fetched once
-#    per pass whatever k is; k rows reuse each one. This is the premise of speculative decoding:
-#    checking k guesses in one pass costs far less than k steps. We measure it below.
+#    byte, far below what a CPU core can compute per byte it loads: the step is limited by how
+#    fast the weights arrive rather than by arithmetic.
+# 2. **So a pass over k new tokens should cost much less than k passes.** The weights are fetched
+#    once per pass whatever k is; k rows reuse each one. This is the premise of speculative
+#    decoding: checking k guesses in one pass costs less than k steps. We measure how much less
+#    on this machine first.
 # 3. **The KV cache makes a step cost one token, not the whole sequence.** A token's keys and
 #    values never change once computed (causal attention: the past never sees the future), so
 #    they are stored and each step only computes the new token's.

@@ -68,7 +68,8 @@ for name, curve in curves.items():
     print(f"{name}: ms per forward pass of k tokens")
     print(bar_chart(curve))
     cheap = [k for k in KS if curve[k] <= 2 * curve[1]]
-    print(f"the largest block that cost at most twice a one-token pass: {max(cheap)} token{'s' if max(cheap) > 1 else ''}\n")
+    most = max(cheap)
+    print(f"the largest block that cost at most twice a one-token pass: {most} token{'s' if most > 1 else ''}\n")
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 note(start)
 

@@ -225,7 +225,8 @@ a_then_b = Tree(tokens=[0, 0, 1], parents=[-1, 0, 1], q=[1.0, two_q[0], two_q[1]
 kept = {name: exact.outcomes(lambda rand: len(rule(a_then_b, np.tile(two_p, (3, 1)), rand)[0]) - 1)
         for name, rule in chain_rules.items()}
 for name, dist in kept.items():
-    print(f"  chain A, B; {name:<10}: " + ", ".join(f"{n} kept with probability {pr:.2f}" for n, pr in sorted(dist.items())))
+    print(f"  chain A, B; {name:<10}: "
+          + ", ".join(f"{n} kept with probability {pr:.2f}" for n, pr in sorted(dist.items())))
 assert kept["token-wise"] == {0: 0.5, 2: 0.5} and kept["block"] == {2: 1.0}
 
 # %% [markdown]
@@ -265,8 +266,9 @@ a_b_and_b = Tree(tokens=[0, 0, 1, 1], parents=[-1, 0, 1, 0], q=[1.0, two_q[0], t
                  kind="with_replacement", draft_dists=[two_q, two_q, np.zeros(2), np.zeros(2)])
 for name in ("recursive", "traversal"):
     paths = exact.outcomes(lambda rand: tuple(verify.RULES[name](a_b_and_b, np.tile(two_p, (4, 1)), rand)[0]))
-    print(f"  {name:<10}: " + ", ".join(f"path {'-'.join('root' if i == 0 else 'AB'[a_b_and_b.tokens[i]] for i in path)} "
-                                       f"with probability {pr:.2f}" for path, pr in sorted(paths.items())))
+    shown = [("-".join("root" if i == 0 else "AB"[a_b_and_b.tokens[i]] for i in path), pr)
+             for path, pr in sorted(paths.items())]
+    print(f"  {name:<10}: " + ", ".join(f"path {path} with probability {pr:.2f}" for path, pr in shown))
     assert paths == ({(0, 1, 2): 0.5, (0, 3): 0.5} if name == "recursive" else {(0, 1, 2): 1.0})
 
 # %% [markdown]
