@@ -154,7 +154,7 @@ best = min(rows, key=lambda row: row[3])
 print(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
       f"the best measured was budget {max(rows, key=lambda row: row[5])[0]}.")
 if best[4] < 1:
-    print("Predicted speedup below 1: with these models on this machine, plain decoding is faster.")
+    print("The model predicts that no budget beats plain decoding with these models on this machine.")
 ratios = [row[5] / row[4] for row in rows]  # measured over predicted speedup
 print(f"measured speedups were {min(ratios):.2f} to {max(ratios):.2f} times the predicted ones")
 note(start)
