@@ -2,8 +2,8 @@
 # # Lesson 3: speculative sampling
 #
 # A small **draft** model guesses the next few tokens, one at a time (cheap). The big **target**
-# model then scores all of them in **one** forward pass, which on this machine costs little more
-# than a pass over one token (lesson 2 measures it).
+# model then scores all of them in **one** forward pass instead of one pass per guess (lesson 2
+# measures what a pass over several tokens costs on this machine against a pass over one).
 # A rule decides how many guesses to keep; the target always adds one token of its own.
 #
 # With greedy decoding the rule is obvious: keep guesses while they equal the target's argmax.

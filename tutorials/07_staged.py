@@ -37,8 +37,8 @@ prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols =
 # %% [markdown]
 # ## The trigram's guess
 #
-# It only looks at the last two tokens, and answers with a table lookup: microseconds, no weights
-# streamed. Its greedy guess of the next few tokens after the prompt:
+# It only looks at the last two tokens, and answers with a table lookup: no weights streamed, no
+# matrix product. Its greedy guess of the next few tokens after the prompt:
 
 # %%
 guess = ngram.greedy_continuation(trigram, prompt, 6)
