@@ -72,7 +72,7 @@ note(start)
 # compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
 # attends to (`forward(..., pad_to=8)`). The real rows compute exactly what they would alone; the
 # decoder pads each block to the cheapest measured size at least as large (`costmodel.pad_size`;
-# the tools put the table in the Plan).
+# the tools give the model that table, `GPT2.padding`, where they set its layout).
 
 # %%
 target = laid_out(target, slab_rows)
