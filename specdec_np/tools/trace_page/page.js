@@ -1,0 +1,362 @@
+"use strict";
+const D = JSON.parse(document.getElementById("trace-data").textContent);
+const $ = id => document.getElementById(id);
+// Who proposed a node: the draft, stage 2's n-gram guess (kept by the draft), a copy of a repeat
+// (stage 2's, or prompt lookup's), or
+// the target (the root, and the token the target adds). Each has a colour AND a shape.
+const WHO = {
+  draft: {label: "draft", color: "var(--draft)", bg: "var(--draft-bg)", shape: "circle"},
+  guess: {label: "n-gram guess", color: "var(--ngram)", bg: "var(--ngram-bg)", shape: "diamond"},
+  copy: {label: "copy of a repeat", color: "var(--copy)", bg: "var(--copy-bg)", shape: "square"},
+  target: {label: "target", color: "var(--target)", bg: "var(--target-bg)", shape: "triangle"},
+};
+const RULES = {
+  greedy: "greedy (temperature 0): follow the child whose token is the target's argmax; at the first node with no such child, or after a leaf, the target adds its argmax.",
+  point_mass: "point mass: try the children in order, accepting each with its share of the target's probability not yet tried; the same as drawing x ~ p and descending if x is a child. If none is accepted, the target draws from p without the tried children.",
+  chain: "chain rejection sampling: accept the drafted x ~ q with probability min(1, p(x)/q(x)) against a uniform draw u; on a rejection the target draws from norm(max(p - q, 0)); after the whole chain, a bonus token from p.",
+  recursive: "recursive rejection sampling (children drawn from q with replacement): test each child with min(1, p/q) against a uniform draw u; after a rejection p := norm(max(p - q, 0)) for the next sibling. If all are rejected, the target draws from what p still owes.",
+  recursive_wor: "recursive rejection sampling without replacement: as with replacement, and a rejected token is also removed from q (renormalised) before the next sibling is tested.",
+  block: "block verification (a chain drawn from q): each prefix x1..xi gets a weight a_i = min(1, a_(i-1) p(xi)/q(xi)), so a later token with p > q can make up for an earlier one with p < q. Testing from the end of the chain back, keep x1..xi with a probability computed from a_i against a uniform draw u; the target then draws from what it still owes there.",
+  traversal: "traversal verification (a tree drawn from q): paths are tested from the leaves towards the root, each node only after all its children were rejected, with the weight of its whole path (as block verification does on a chain). A rejected child lowers its parent's weight and what the parent still owes; the first node kept ends the step, and the target draws from what it owes.",
+};
+
+// Point mass is the rule for children that were not drawn from a distribution: the draft's top
+// tokens, or stage 2's copy of a repeat (which has no q at all).
+function ruleText(step) {
+  const base = RULES[step.rule] || `rule ${step.rule}`;
+  if (step.rule === "point_mass") return (step.copied
+    ? "point mass (the children are stage 2's copy of a repeat, one token per node, not drawn from any distribution, so there is no q): "
+    : "point mass (the children are the draft's top tokens, chosen, not drawn): ") + base.slice("point mass: ".length);
+  return base + (step.rule === "greedy" ? " (At temperature 0 the target's p is 1 at its argmax, 0 elsewhere.)" : "");
+}
+// Why a step's path was cut (only the run's last step can be): the tokens after the cut are not emitted.
+function cutWhy(step) {
+  return step.cut === "eos" ? "the end-of-text token ends the run" :
+    step.cut === "max_new_tokens" ? "the run reached --max-new-tokens" : "the context is full";
+}
+// Whether node i of the accepted path was emitted: the path's j-th node is the step's j-th token.
+function emittedNode(step, i) { const j = step.path.indexOf(i); return j < 0 || j <= step.tokens.length; }
+
+function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
+function text(t) { return D.text[t] !== undefined ? D.text[t] : "#" + t; }
+function visible(s, max) {  // a token with its whitespace shown, shortened to max characters
+  s = s.replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
+  return max && s.length > max ? s.slice(0, max - 1) + "\u2026" : s;
+}
+function tok(t) { return "\u2018" + visible(text(t)) + "\u2019"; }
+function num(x) {  // 3 decimals; a tiny non-zero probability as 2e-5, not 0.000
+  return x === null || x === undefined ? "" : x > 0 && x < 0.001 ? x.toExponential(0) : Number(x).toFixed(3);
+}
+function short(x) {  // 0.94 -> .94, in a node's box
+  return x === 1 || x === 0 ? String(x) : x >= 0.995 ? ">.99" : x < 0.005 ? "<.01" : x.toFixed(2).slice(1);
+}
+function who(step, i) {
+  if (i === 0) return "target";
+  const src = D.sources[step.proposers[i]];
+  if (src === "ngram") return "guess";
+  if (src === "copy") return "copy";
+  return src === "target" ? "target" : "draft";
+}
+
+function shape(kind, x, y, r, color) {  // a marker centred on (x, y)
+  const s = `fill="${color}" stroke="#1a202c" stroke-width="1"`;
+  if (kind === "circle") return `<circle cx="${x}" cy="${y}" r="${r}" ${s}/>`;
+  if (kind === "square") return `<rect x="${x - r}" y="${y - r}" width="${2 * r}" height="${2 * r}" ${s}/>`;
+  if (kind === "diamond") return `<polygon points="${x},${y - r - 1} ${x + r + 1},${y} ${x},${y + r + 1} ${x - r - 1},${y}" ${s}/>`;
+  return `<polygon points="${x},${y - r} ${x + r},${y + r} ${x - r},${y + r}" ${s}/>`;
+}
+function marker(kind) {
+  return `<svg width="16" height="16" viewBox="0 0 16 16">${shape(WHO[kind].shape, 8, 8, 6, WHO[kind].color)}</svg>`;
+}
+
+function legend() {
+  const items = Object.keys(WHO).map(k => `<span>${marker(k)} ${WHO[k].label}</span>`);
+  items.push('<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
+             '<span>faded, dotted: not examined</span>', '<span><b>&#9986;</b> faded, dotted: accepted but cut (the run ended)</span>');
+  items.push('<span>text: <span class="tok src-copy">copy</span> <span class="tok src-ngram">n-gram</span> ' +
+             '<span class="tok src-draft">draft</span> ' +
+             '<span class="tok src-target">target</span></span>');
+  $("legend").innerHTML = items.join("");
+}
+
+// What the rule concluded about each node: the check on it (a node is tested at most once).
+function verdicts(step) {
+  const byNode = {};
+  step.checks.forEach((c, i) => { if (c.test !== "draw") byNode[c.node] = Object.assign({first: i}, c); });
+  return byNode;
+}
+
+function treeSvg(step) {
+  const t = step.tree, n = t.tokens.length, onPath = new Set(step.path), v = verdicts(step);
+  const kids = Array.from({length: n}, () => []);
+  for (let i = 1; i < n; i++) kids[t.parents[i]].push(i);
+  const depth = [0], row = [];
+  for (let i = 1; i < n; i++) depth[i] = depth[t.parents[i]] + 1;
+  let next = 0;
+  (function place(i) {  // leaves take rows in order; a parent sits level with its first child
+    kids[i].forEach(place);
+    row[i] = kids[i].length ? row[kids[i][0]] : next++;
+  })(0);
+  const last = step.path[step.path.length - 1], added = step.checks[step.checks.length - 1];
+  const W = 110, H = 56, BW = 90, BH = 38, X0 = 14, Y0 = 30;
+  const cols = Math.max(Math.max(...depth) + 1, depth[last] + 2);  // the added token sits right of the path
+  const X = i => X0 + depth[i] * W, Y = i => Y0 + row[i] * H;
+  const out = [];
+  for (let d = 0; d < cols; d++)
+    out.push(`<text x="${X0 + d * W}" y="14" font-size="11" fill="#4a5568">${d === 0 ? "root" : "depth " + d}</text>`);
+  for (let i = 1; i < n; i++) {
+    const p = t.parents[i], path = onPath.has(i);
+    out.push(`<path d="M${X(p) + BW},${Y(p) + BH / 2} C${X(p) + BW + 12},${Y(p) + BH / 2} ${X(i) - 12},${Y(i) + BH / 2} ${X(i)},${Y(i) + BH / 2}"` +
+             ` fill="none" stroke="${path ? "#1a202c" : "#a0aec0"}" stroke-width="${path ? 3 : 1.5}"/>`);
+  }
+  const box = (x, y, kind, label, sub, state, title, idx) => {
+    const dash = state === "no" ? ' stroke-dasharray="5 3"' : state === "skip" || state === "cut" ? ' stroke-dasharray="2 2"' : "";
+    const width = state === "yes" || state === "root" ? 3 : state === "no" ? 2 : 1;
+    const mark = state === "yes" ? "\u2713" : state === "no" ? "\u2717" : state === "cut" ? "\u2702" : "";
+    return `<g opacity="${state === "skip" || state === "cut" ? 0.55 : 1}" data-state="${state}"><title>${esc(title)}</title>` +
+      `<rect x="${x}" y="${y}" width="${BW}" height="${BH}" rx="5" fill="${WHO[kind].bg}" stroke="#1a202c" stroke-width="${width}"${dash}/>` +
+      shape(WHO[kind].shape, x + 1, y + 1, 6, WHO[kind].color) +
+      `<text x="${x + 10}" y="${y - 3}" font-size="10" fill="#4a5568">${idx}</text>` +
+      `<text x="${x + BW - 4}" y="${y - 3}" font-size="13" font-weight="700" text-anchor="end">${mark}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 16}" font-size="13" text-anchor="middle">${esc(visible(label, 10))}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 31}" font-size="10" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
+  };
+  for (let i = 0; i < n; i++) {
+    // block and traversal test a path as a whole: its nodes above the one tested are kept with it
+    const c = v[i], state = i === 0 ? "root" : !emittedNode(step, i) ? "cut" :
+      c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
+    const sub = i === 0 ? "last token" : (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}`;
+    const title = i === 0 ? "node 0: the root, the last emitted token" :
+      `node ${i}: ${tok(t.tokens[i])} proposed by ${WHO[who(step, i)].label}; q = ${num(t.q[i])}, p = ${num(step.p[i])}; ` +
+      (c ? (c.accepted ? "accepted" : "rejected") : onPath.has(i) ? "accepted with the path below it" : "not examined") +
+      (state === "cut" ? `, but cut: ${cutWhy(step)} before it` : "");
+    out.push(box(X(i), Y(i), who(step, i), text(t.tokens[i]), sub, state, title, "#" + i));
+  }
+  // The token the target adds after the accepted path (a correction or a bonus draw).
+  const emitted = step.tokens.length === step.path.length;
+  const ax = X0 + (depth[last] + 1) * W, ay = kids[last].length ? Y0 + next * H : Y(last);  // below rejected children
+  out.push(`<path d="M${X(last) + BW},${Y(last) + BH / 2} C${X(last) + BW + 12},${Y(last) + BH / 2} ${ax - 12},${ay + BH / 2} ${ax},${ay + BH / 2}"` +
+           ` fill="none" stroke="var(--target)" stroke-width="2.5" stroke-dasharray="6 3"/>`);
+  out.push(box(ax, ay, "target", text(added.token), emitted ? "target adds" : "cut: not emitted", emitted ? "yes" : "cut",
+               `the target's token after node ${last}: ${tok(added.token)}` + (emitted ? "" : `, cut: ${cutWhy(step)} before it`), "+"));
+  const height = Y0 + (next + (kids[last].length ? 1 : 0)) * H;
+  const width = X0 + cols * W + 10;
+  return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" ` +
+         `aria-label="token tree of step">${out.join("")}</svg>`;
+}
+
+function explain(step, c, t) {
+  if (c.test === "argmax") return c.accepted ? `${tok(c.token)} is the target's argmax` :
+    `the target's argmax is ${tok(c.value)}, not ${tok(c.token)}`;
+  if (c.test === "ratio") {
+    // Siblings rejected before this one: p (and q, for the recursive rules) are then what is left.
+    // They are p' and q' (the residual table shows them), not the columns' p and q.
+    const before = step.checks.filter((o, i) => i < c.first && o.test === "ratio" && t.parents[o.node] === t.parents[c.node]);
+    const ids = before.map(o => "#" + o.node).join(", ");
+    const after = !before.length ? "" : step.rule === "point_mass" ? `after ${ids} missed: ` :
+      `after ${ids} rejected, against the residual p' = norm(max(p - q, 0))` +
+      (step.rule === "recursive_wor" ? ` and q' = q without the rejected token: ` : ` (q' = q: siblings drawn with replacement): `);
+    const prob = step.rule === "point_mass" ? `p(x) / p(untried) = ${num(c.value)}`
+      : before.length ? `min(1, p'/q') = min(1, ${num(c.p)}/${num(c.q)}) = ${num(c.value)}`
+      : `min(1, p/q) = min(1, ${num(c.p)}/${num(c.q)}) = ${num(c.value)}`;
+    const draw = c.u === null ? `, ${c.value >= 1 ? "accepted" : "rejected"} without a draw`
+      : `; u = ${num(c.u)} ${c.accepted ? "<" : "\u2265"} ${num(c.value)}`;
+    return after + prob + draw;
+  }
+  if (c.test === "draw") {
+    if (step.rule === "greedy") return c.accepted ? `a leaf: the target adds its argmax ${tok(c.token)}` :
+      `no child is the argmax: the target adds its argmax ${tok(c.token)}`;
+    if (c.accepted) return `a leaf: the target draws a bonus token from p: ${tok(c.token)} (probability ${num(c.value)})`;
+    const from = step.rule === "point_mass" ? "p without the tried children"
+      : step.checks.some(o => o.test === "sequence") ? "what the target still owes there, norm(max(a p - q, 0)) for the path's weight a"
+      : "the residual p' = norm(max(p - q, 0)), what p still owes (see the residual table)";
+    return `every child rejected: the target draws ${tok(c.token)} from ${from} (probability ${num(c.value)})`;
+  }
+  if (c.test === "sequence") {
+    const draw = c.u === null ? `, ${c.value >= 1 ? "kept" : "not kept"} without a draw`
+      : `; u = ${num(c.u)} ${c.accepted ? "<" : "\u2265"} ${num(c.value)}`;
+    return `no deeper node kept: keep the path to here with probability ${num(c.value)}` + draw;
+  }
+  return `${c.test}: value ${num(c.value)}` + (c.u === null ? "" : `, u = ${num(c.u)}`);
+}
+
+function checksTable(step) {
+  const t = step.tree, v = verdicts(step), onPath = new Set(step.path);
+  const rows = ['<tr><th>node</th><th>token</th><th>proposed by</th>' +
+                '<th title="the draft\'s probability of the token">q</th>' +
+                '<th title="the target\'s probability of the token after its parent">p</th>' +
+                '<th title="the draft pass whose output proposed the node">built by</th>' +
+                '<th>the check</th><th>verdict</th></tr>'];
+  const order = step.checks.filter(c => c.test !== "draw").map(c => c.node);
+  for (let i = 1; i < t.tokens.length; i++) if (!order.includes(i)) order.push(i);
+  for (const i of order) {
+    const c = v[i], parent = t.parents[i];
+    const kept = !c && onPath.has(i);  // on the accepted path with no test of its own (block, traversal)
+    const why = c ? explain(step, c, t) : kept ? "kept: the path through it to a deeper node was accepted as a whole"
+      : onPath.has(parent) ? "not examined: an earlier sibling was accepted" : `not examined: node #${parent} was not accepted`;
+    const cut = !emittedNode(step, i) ? `; cut, not emitted: ${cutWhy(step)} before it` : "";
+    const verdict = (c ? (c.accepted ? "accepted \u2713" : "rejected \u2717") : kept ? "accepted \u2713" : "\u2014") +
+      (cut ? ", cut \u2702" : "");
+    rows.push(`<tr class="${cut ? "cut" : c ? (c.accepted ? "yes" : "no") : kept ? "yes" : "skip"}"><td class="node">#${i}<small> of #${parent}</small></td>` +
+              `<td class="mono">${esc(visible(text(t.tokens[i])))}</td>` +
+              `<td class="who">${marker(who(step, i))} ${WHO[who(step, i)].label}</td><td class="num">${step.copied ? "\u2014" : num(t.q[i])}</td>` +
+              `<td class="num">${num(step.p[i])}</td><td>${esc(builtBy(step, i))}</td>` +
+              `<td>${esc(why + cut)}</td><td class="verdict">${verdict}</td></tr>`);
+  }
+  const add = step.checks[step.checks.length - 1], last = step.path[step.path.length - 1];
+  const cut = step.tokens.length < step.path.length ? ` (cut, not emitted: ${cutWhy(step)} before it)` : "";
+  rows.push(`<tr class="${cut ? "cut" : "add"}"><td class="node">+<small> after #${last}</small></td><td class="mono">${esc(visible(text(add.token)))}</td>` +
+            `<td class="who">${marker("target")} target</td><td></td><td></td><td>the target's pass</td>` +
+            `<td>${esc(explain(step, add, t))}</td><td class="verdict">added${cut}</td></tr>`);
+  return rows.join("");
+}
+
+// After a rejection, the distributions the rule went on with, on the few tokens that matter: the
+// target's p, the draft's q, and after each rejected child the residual p' (and q').
+function residualView(step) {
+  const bar = (x, cls) => x === null ? "\u2014" : `<span class="bar ${cls}" style="width:${Math.round(40 * x)}px"></span>${num(x)}`;
+  return step.residuals.map(r => {
+    const tested = r.tested.map(i => step.tree.tokens[i]);
+    const cols = [];  // [stage, "p" or "q", heading]
+    r.stages.forEach((st, k) => {
+      const mark = k === 0 ? "" : "'" + (r.stages.length > 2 ? `<sub>${k}</sub>` : ""), why = k === 0 ? "" : ` after #${r.tested[k - 1]}`;
+      cols.push([k, "p", `p${mark}${why}`]);
+      if (st.q !== null && (k === 0 || step.rule === "recursive_wor")) cols.push([k, "q", `q${mark}${why}`]);
+    });
+    const rows = r.tokens.concat([null]).map((x, j) => {
+      const label = x === null ? "<i>every other token</i>" :
+        esc(visible(text(x))) + (tested.includes(x) ? ` <small>(#${r.tested[tested.indexOf(x)]})</small>` : "");
+      return `<tr><td class="mono">${label}</td>` +
+        cols.map(([k, d]) => `<td class="num">${bar(r.stages[k][d][j], d)}</td>`).join("") + "</tr>";
+    });
+    const note = step.rule === "point_mass" ? "after a miss, p' is p without the tried child, renormalised"
+      : "p' = norm(max(p - q, 0)): where the draft proposed too much (q > p) nothing is owed any more, and what " +
+        "is left is where the target wants more than the draft gave" +
+        (step.rule === "recursive_wor" ? "; q' = q without the rejected token, renormalised (siblings drawn without replacement)" : "");
+    return `<h2>After a rejection at node #${r.node}: p, q and the residual</h2><p class="hint">${esc(note)}.</p>` +
+      `<div class="scroll"><table><tr><th>token</th>${cols.map(c => `<th>${c[2]}</th>`).join("")}</tr>${rows.join("")}</table></div>`;
+  }).join("");
+}
+
+function cell(cls, slot, body, note) {
+  return `<div class="cell ${cls}"><small>${slot}</small>${esc(body)}${note ? `<small>${esc(note)}</small>` : ""}</div>`;
+}
+
+function cacheView(step, seq) {
+  const [start, nc, after] = step.cache, t = step.tree, onPath = new Set(step.path);
+  const prefix = start ? cell("prefix", `0\u2013${start - 1}`, `${start} rows`, "cached") : "";
+  // At the first step (an empty cache) the rows before the tree are the prompt's prefill: every
+  // prompt token but the last, which is the tree's root.
+  const prefill = start === 0, what = prefill ? "prompt" : "catch-up";
+  const catchUp = nc === 0 ? "" : nc > 6 ? cell("prefix", `${start}\u2013${start + nc - 1}`, `${nc} rows`, what)
+    : seq.slice(start, start + nc).map((x, j) => cell("", start + j, visible(text(x), 8), what)).join("");
+  const wrote = nc === 0 ? "" : prefill ? `the prompt's prefill (${plural(nc, "row")}: its tokens but the last, the tree's root) and `
+    : `${nc} catch-up rows (committed tokens the cache lacked) and `;
+  const before = t.tokens.map((x, i) => cell(onPath.has(i) ? "kept" : "dropped", start + nc + i, visible(text(x), 8),
+                                             `#${i} ${onPath.has(i) ? "kept" : "dropped"}`)).join("");
+  const kept = step.path.map((i, j) => cell("kept", start + nc + j, visible(text(t.tokens[i]), 8), `#${i}`)).join("");
+  const total = start + nc + t.tokens.length;
+  return `<div>Before compaction: ${total} rows. The pass wrote ${wrote}` +
+         `the ${t.tokens.length} tree nodes at slots ${start + nc}\u2013${total - 1}, each computed at position prefix + depth.</div>` +
+         `<div class="cache">${prefix}${catchUp}${before}</div>` +
+         `<div>After compaction: ${after} rows. Only the accepted path (${step.path.map(i => "#" + i).join(", ")}) is kept, ` +
+         `moved to contiguous slots: exactly what a plain pass over the accepted text would have written. ` +
+         `The token the target added is fed at the next step.</div>` +
+         `<div class="cache">${prefix}${catchUp}${kept}</div>`;
+}
+
+// Which draft pass proposed node i: the pass that fed its parent. A parent that stage 2 guessed was
+// fed ahead of time, in the same pass as the guess's own parent: its children needed no pass of their own.
+function builtBy(step, i) {
+  const b = step.built_by ? step.built_by[i] : null;
+  if (b === null || b === undefined) return "\u2014";
+  const parent = step.tree.parents[i];
+  const ahead = parent > 0 && ["ngram", "copy"].includes(D.sources[step.proposers[parent]]);
+  return `draft pass ${b + 1}` + (ahead ? " (from a node the n-gram guessed, scored ahead of time)" : "");
+}
+
+function passNodes(step) {  // "pass 1 built #1, #2; pass 2 built #3", or "" where no draft model ran
+  if (!step.built_by || step.copied) return "";
+  const by = new Map();
+  step.built_by.forEach((b, i) => { if (b !== null) by.set(b, (by.get(b) || []).concat([`#${i}`])); });
+  const ahead = step.built_by.filter((b, i) => b !== null && step.tree.parents[i] > 0 &&
+    ["ngram", "copy"].includes(D.sources[step.proposers[step.tree.parents[i]]])).length;
+  const parts = [...by.keys()].sort((a, b) => a - b).map(b => `pass ${b + 1} built ${by.get(b).join(", ")}`);
+  return parts.length ? ` (${parts.join("; ")}${ahead ? `; ${plural(ahead, "node")} from n-gram guesses scored ahead of time` : ""})` : "";
+}
+
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+
+function summary(step, k) {
+  const t = step.tree, drafted = t.tokens.length - 1, accepted = step.path.length - 1;
+  const chain = t.parents.every((p, i) => p === i - 1);
+  const what = step.copied ? `stage 2 copied a repeat: a chain of ${plural(drafted, "token")}, no draft pass`
+    : drafted === 0 ? "nothing drafted: the target decodes one token"
+    : chain ? `a chain of ${plural(drafted, "drafted token")}` : `a tree of ${plural(drafted, "drafted node")}`;
+  const passes = step.draft_blocks.length;
+  const n = step.tokens.length, made = accepted + 1;
+  const emitted = n === made ? `${made} emitted` : `${made} tokens, of which ${n} emitted: ${cutWhy(step)}, so the ` +
+    `last ${plural(made - n, "token")} (marked \u2702) ${made - n === 1 ? "is" : "are"} cut`;
+  return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, step.copied ? "copied token" : "drafted token")} accepted` +
+    ` + 1 from the target = ${emitted}. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
+    `${passNodes(step)}; ` +
+    `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}.`;
+}
+
+function completion(k) {  // the prompt, then every emitted token by who proposed it; this step's framed
+  const parts = [`<span class="prompt">${esc(D.prompt_text)}</span>`];
+  for (let j = 0; j <= k; j++) {
+    const s = D.steps[j], toks = s.tokens.map((x, i) => {
+      const src = D.sources[s.source[i]];
+      return `<span class="tok src-${src}" title="step ${j + 1}: ${src}">${esc(text(x))}</span>`;
+    }).join("");
+    parts.push(j === k ? `<span class="now">${toks}</span>` : toks);
+  }
+  return parts.join("");
+}
+
+let current = 0;
+function show(k) {
+  current = Math.max(0, Math.min(D.steps.length - 1, k));
+  const step = D.steps[current];
+  let seq = D.prompt.slice();
+  for (let j = 0; j < current; j++) seq = seq.concat(D.steps[j].tokens);
+  $("where").textContent = `Step ${current + 1} of ${D.steps.length}`;
+  $("slider").value = current + 1;
+  $("prev").disabled = current === 0;
+  $("next").disabled = current === D.steps.length - 1;
+  $("summary").textContent = summary(step, current);
+  $("tree").innerHTML = treeSvg(step);
+  $("rule-head").textContent = `3. The verification rule: ${step.rule}`;
+  $("rule").textContent = ruleText(step);
+  $("checks").innerHTML = checksTable(step);
+  $("residual").innerHTML = residualView(step);
+  $("cache").innerHTML = cacheView(step, seq);
+  $("text").innerHTML = completion(current);
+  const box = $("text"), now = box.querySelector(".now");  // scroll the text box, never the page
+  if (now) box.scrollTop = Math.max(0, now.offsetTop - box.clientHeight / 2);
+  try { history.replaceState(null, "", "#step=" + (current + 1)); } catch (e) { /* a browser may refuse on file: pages */ }
+}
+
+function start() {
+  const T = D.totals;
+  $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
+  $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
+  $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
+    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.`;
+  legend();
+  if (!D.steps.length) { $("summary").textContent = "The run has no steps (no tokens were asked for)."; return; }
+  $("slider").max = D.steps.length;
+  $("prev").onclick = () => show(current - 1);
+  $("next").onclick = () => show(current + 1);
+  $("slider").oninput = e => show(Number(e.target.value) - 1);
+  $("marks").onchange = e => document.body.classList.toggle("marks", e.target.checked);
+  document.addEventListener("keydown", e => {
+    if (e.target.tagName === "INPUT" && e.target.type === "range") return;  // the slider moves itself
+    const go = {ArrowLeft: current - 1, ArrowRight: current + 1, Home: 0, End: D.steps.length - 1}[e.key];
+    if (go !== undefined) { e.preventDefault(); show(go); }
+  });
+  const m = /step=(\d+)/.exec(location.hash);
+  show(m ? Number(m[1]) - 1 : 0);
+}
+start();
