@@ -26,7 +26,7 @@ from . import methods, verify
 from .gpt2 import GPT2, forward, new_cache
 from .kvcache import KVCache
 from .plan import Plan, check_inputs
-from .record import Recorder, Result
+from .record import NO_RECORD, Recorder, Result
 from .sampling import Rand, process
 from .tree import TARGET, Tree, block, path_key
 
@@ -55,10 +55,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
                           eos)
     eos = None if eos is None else eos % target.config.n_vocab
-    rand = Rand(seed) if rand is None else rand
-    proposer = methods.make(method, plan, target, draft, ngram, temperature, top_k, top_p)
-    cache = new_cache(target, methods.max_block(method, plan) + 1)  # scratch for the root and a step's block
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if methods.runs_draft(method) else 0, keep_trees)
+    rand = recorder.watch(Rand(seed) if rand is None else rand)
+    proposer = methods.make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
+    cache = new_cache(target, methods.max_block(method, plan) + 1)  # scratch for the root and a step's block
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
         # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).
@@ -66,7 +66,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
         # Verify: the target scores every node in one tree-masked pass; p[i] follows node i.
         scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p)
         # Accept: a lossless rule keeps a root-to-node path and draws one more token from the target.
-        verdict = accept(proposal, scored.p, rand, keep_trees)
+        verdict = accept(proposal, scored.p, rand, recorder)
         # Compact: both caches keep only the accepted path, in contiguous slots.
         compact(cache, scored, proposal.tree, verdict.path, proposer)
         # Emit: the accepted tokens and the target's, cut at max_new_tokens or an end-of-text.
@@ -106,21 +106,17 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the rule accepted: the root-to-node `path`, the target's `token` after it, and with
-    keep_trees the rule's `checks` (verify.Check), else None."""
+    """What the rule accepted: the root-to-node `path` and the target's `token` after it."""
 
     path: list
     token: int
-    checks: list | None
 
 
-def accept(proposal, p, rand, keep_checks: bool = False) -> Verdict:
+def accept(proposal, p, rand, recorder=NO_RECORD) -> Verdict:
     """The proposal's rule run on its tree against the target's p [n, V] (refused if the rule is not
-    lossless for how the tree was drawn)."""
+    lossless for how the tree was drawn), its tests reported to `recorder`."""
     verify.check_tree(proposal.tree, proposal.rule)
-    checks = [] if keep_checks else None
-    path, token = verify.RULES[proposal.rule](proposal.tree, p, rand, checks)
-    return Verdict(path, token, checks)
+    return Verdict(*verify.RULES[proposal.rule](proposal.tree, p, rand, recorder))
 
 
 def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:

@@ -20,8 +20,9 @@ import numpy as np
 from . import ngram as ngram_lib
 from . import staged
 from .gpt2 import GPT2, forward, new_cache
+from .record import NO_RECORD
 from .sampling import process
-from .tree import block, path_key
+from .tree import DRAFT, block, path_key
 
 
 def draft_settings(temperature, top_k, top_p):
@@ -39,10 +40,11 @@ class ModelDrafter:
     `commit(accepted_keys)`. The nodes fed this step form a tree of their own, in feed order
     (`tokens`, `parents`; node i at cache slot root + i, see `tree.block`): the builder's
     nodes and stage 2's guesses, each identified by its path key (the tokens below the root).
+    Each pass is reported to `recorder` (record.py) with the keys it fed and where each came from.
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 guess_len: int = 0, guess_rows: int | str = 0, max_nodes: int = 64):
+                 guess_len: int = 0, guess_rows: int | str = 0, max_nodes: int = 64, recorder=NO_RECORD):
         self.model = model
         self.settings = draft_settings(temperature, top_k, top_p)
         self.ngram, self.guess_len = ngram, guess_len if ngram is not None else 0
@@ -55,7 +57,7 @@ class ModelDrafter:
         self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
         self.guessed: dict[tuple, int] = {}
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
-        self.fed_in: dict[tuple, int] = {}  # path key -> the draft pass of this step that fed it
+        self.recorder = recorder  # told of each pass: the nodes it fed and where each came from (record.py)
         self.block_sizes = []  # tokens fed per draft pass
 
     # -- one decoding step ---------------------------------------------------------------------
@@ -66,7 +68,6 @@ class ModelDrafter:
         self.root = len(self.seq) - 1  # the root (last emitted token) sits at this position
         self.tokens, self.parents = [], []  # the nodes fed this step, in feed order
         self.index: dict[tuple, int] = {}  # path key -> node
-        self.fed_in: dict[tuple, int] = {}  # path key -> the pass (0, 1, ...) that fed it: its logits
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
         self.guessed: dict[tuple, int] = {}  # key stage 2 proposed -> NGRAM or COPY (the paper's Fig. 3 credit)
@@ -115,7 +116,6 @@ class ModelDrafter:
             self.guessed.update(guesses)
             keys = keys + list(guesses)
         for k in keys:
-            self.fed_in[k] = len(self.block_sizes)
             self.index[k] = len(self.tokens)
             self.tokens.append(k[-1] if k else self.seq[-1])
             self.parents.append(self.index[k[:-1]] if k else -1)
@@ -124,6 +124,7 @@ class ModelDrafter:
                          pad_to=self.model.padded(len(tokens)), logits_from=n_c)  # [len(keys), V]
         self.logits.update(zip(keys, logits))
         self.block_sizes.append(len(tokens))
+        self.recorder.draft_pass(keys, [self.guessed.get(k, DRAFT) for k in keys], len(tokens))
 
 
 class NgramDrafter:

@@ -33,6 +33,7 @@ import numpy as np
 from . import build, staged, verify
 from .drafting import ModelDrafter, NgramDrafter
 from .lookup import chain_tree, lookup_by_match
+from .record import NO_RECORD
 from .tree import DRAFT, NGRAM, Tree, path_key
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
@@ -204,9 +205,8 @@ class Proposal:
     tree: the token tree (node 0 = seq[-1]; tree.source says who proposed each node); rule: the
     verification rule for it (verify.RULES); copied: stage 2's copy of a repeat (no draft pass);
     draft_blocks: rows of each draft pass it took; draft_dists: draft rows processed into q;
-    ngram_queries: n-gram queries it took; built_by: [n] per node, the draft pass (0, 1, ...) whose
-    output proposed it (the pass that fed its parent), None for the root and where no draft model
-    ran; made: when drafting ended (the recorder times the step's phases from it).
+    ngram_queries: n-gram queries it took; made: when drafting ended (the recorder times the step's
+    phases from it).
     """
 
     tree: Tree
@@ -215,7 +215,6 @@ class Proposal:
     draft_blocks: list = field(default_factory=list)
     draft_dists: int = 0
     ngram_queries: int = 0
-    built_by: list | None = None
     made: float = field(default_factory=time.perf_counter)
 
 
@@ -242,7 +241,8 @@ class Plain:
 
     cache = None  # no drafter, no cache of its own
 
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
+                 recorder=NO_RECORD):
         self.plan, self.temperature = plan, temperature
 
     def propose(self, seq, rand) -> Proposal:
@@ -258,7 +258,8 @@ class Lookup:
 
     cache = None
 
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
+                 recorder=NO_RECORD):
         self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
 
     def propose(self, seq, rand) -> Proposal:
@@ -276,7 +277,8 @@ class NgramTree:
 
     cache = None
 
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
+                 recorder=NO_RECORD):
         self.plan, self.temperature, self.n_ctx, self.ngram = plan, temperature, target.config.n_ctx, ngram
 
     def propose(self, seq, rand) -> Proposal:
@@ -300,11 +302,12 @@ class DraftTree:
 
     name = "tree"
 
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
+                 recorder=NO_RECORD):
         self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
         staged_ngram = ngram if needs_ngram(self.name) else None
         self.drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=staged_ngram, guess_len=plan.guess_len,
-                                    guess_rows=plan.guess_rows, max_nodes=expanded(self.name, plan))
+                                    guess_rows=plan.guess_rows, max_nodes=expanded(self.name, plan), recorder=recorder)
         self.cache = self.drafter.cache  # the draft's KV cache (decode returns it for inspection)
 
     def propose(self, seq, rand) -> Proposal:
@@ -319,11 +322,8 @@ class DraftTree:
         keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
         tree.source[1:] = [d.guessed.get(k, DRAFT) for k in keys[1:]]
-        # Which draft pass built each node: the one that fed its parent (a parent stage 2 guessed was
-        # fed ahead of time, in the pass that fed the guess's own parent).
-        built_by = [None] + [d.fed_in.get(keys[int(tree.parents[i])]) for i in range(1, len(tree))]
         return Proposal(tree, rule_for(self.name, self.plan, self.temperature, tree), draft_blocks=d.block_sizes,
-                        draft_dists=d.dists, ngram_queries=d.ngram_queries, built_by=built_by)
+                        draft_dists=d.dists, ngram_queries=d.ngram_queries)
 
     def build(self, root: int, depth: int, rand) -> Tree:
         """The tree below `root` from the drafter's q (children drawn with `rand`, or top tokens)."""
@@ -370,7 +370,8 @@ CLASSES = {"ar": Plain, "speculative": Chain, "tree": DraftTree, "staged": Stage
            "lookup": Lookup}
 
 
-def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None):
+def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
+         recorder=NO_RECORD):
     """The method `name` under `plan`, with its models and sampling settings (the target's context
-    bounds its trees), ready to propose."""
-    return CLASSES[name](plan, target, draft, ngram, temperature, top_k, top_p)
+    bounds its trees), ready to propose; its drafter reports its passes to `recorder` (record.py)."""
+    return CLASSES[name](plan, target, draft, ngram, temperature, top_k, top_p, recorder)

@@ -1,14 +1,23 @@
 """What a decoding run did: one `Step` per target pass, built in one place (`Recorder`), and the
 statistics derived from the steps (`Stats`). The decoding loop hands each step to the recorder and
 does no bookkeeping of its own; the tools and the trace page (tools/trace.py) read the steps.
+
+With keep_trees a step also keeps what a trace shows (`Trace`): the tree, the rule's tests
+(`Check`) and the draft's passes (`DraftPass`). The verification rules and the drafter report
+these to a recorder, one call each; by default to `NO_RECORD`, whose calls do nothing, so that the
+rules and the drafter read as the algorithm and nothing else.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .kvcache import KVCache
+from .sampling import SURE
 from .tree import SOURCES, Tree
 
 
@@ -23,16 +32,56 @@ class Step:
     draft_dists: int  # the draft's rows processed into a distribution (stage 2's guesses mostly are not)
     ngram_queries: int
     seconds: tuple  # (drafting, the target's pass, verifying + compacting + emitting)
-    # With keep_trees, what a trace shows (tools/trace.py); None otherwise.
-    tree: Tree | None = None  # the verified tree and its accepted path
-    path: list | None = None
-    rule: str | None = None  # the verification rule that ran, and its checks (verify.Check)
-    checks: list | None = None
-    copied: bool | None = None  # the tree is stage 2's copy of a repeat (no draft pass)
-    p_nodes: list | None = None  # per tree node, the target's probability of its token after its parent
-    cache: tuple | None = None  # the target cache's length before the pass, catch-up rows, length after compacting
-    p_rows: dict | None = None  # {node: the target's p [V] after it} where a child of node was rejected
-    built_by: list | None = None  # per tree node, the draft pass (0, 1, ...) that proposed it (Proposal.built_by)
+    trace: Trace | None = None  # with keep_trees, what a trace shows (tools/trace.py); None otherwise
+
+
+@dataclass
+class Check:
+    """One test a verification rule made (verify.py reports each to its recorder). test: "argmax"
+    (accepted iff token == the target's argmax, `value`), "ratio" (accepted iff the uniform draw `u`
+    < `value`, the acceptance probability; u is None when value is 0 or 1 and no draw was needed),
+    "sequence" (block and traversal verification: accepted iff u < `value`, the probability of
+    keeping the whole path to this node once every candidate below it was rejected), "draw" (node's
+    next token drawn from what p still owes: `token`, accepted is False for a correction, True for
+    the bonus after a leaf). p, q: the probabilities of the token the test compared (after earlier
+    rejections), or None."""
+
+    node: int
+    token: int
+    test: str
+    value: float
+    accepted: bool
+    p: float | None = None
+    q: float | None = None
+    u: float | None = None
+
+
+@dataclass
+class DraftPass:
+    """One forward pass of the draft model: the nodes it fed, each as its path key (the tokens below
+    the step's root; () is the root), who proposed each (tree.SOURCES: DRAFT for the root and the
+    tree's nodes, fed so that the builder gets their children; NGRAM for stage 2's trigram guesses,
+    COPY for its guesses copied from a repeat in the context), and its rows (the catch-up tokens
+    the cache lacked first)."""
+
+    keys: list
+    origins: list
+    rows: int
+
+
+@dataclass
+class Trace:
+    """What a trace shows of a step, kept with keep_trees (tools/trace.py draws it)."""
+
+    tree: Tree  # the verified tree (tree.source: who proposed each node)
+    path: list  # its accepted path, root first
+    rule: str  # the verification rule that ran
+    checks: list  # the rule's tests in the order it made them (Check)
+    copied: bool  # the tree is stage 2's copy of a repeat (no draft pass)
+    passes: list  # the step's draft passes (DraftPass), in order
+    p_nodes: list  # per tree node, the target's probability of its token after its parent
+    cache: tuple  # the target cache's length before the pass, catch-up rows, length after compacting
+    p_rows: dict  # {node: the target's p [V] after it} where a child of node was rejected
 
 
 @dataclass
@@ -60,7 +109,7 @@ class Stats:
     time_verify = property(lambda self: sum(s.seconds[2] for s in self.steps))
     target_bytes = property(lambda self: self.target_passes * self.target_weight_bytes)
     draft_bytes = property(lambda self: self.draft_passes * self.draft_weight_bytes)
-    trees = property(lambda self: [(s.tree, s.path) for s in self.steps if s.tree is not None])
+    trees = property(lambda self: [(s.trace.tree, s.trace.path) for s in self.steps if s.trace is not None])
 
     @property
     def tokens_per_pass(self) -> float:
@@ -81,15 +130,70 @@ class Result:
     draft_cache: KVCache | None = None
 
 
-class Recorder:
+class NoRecord:
+    """The recorder a rule or a drafter reports to by default: every call does nothing."""
+
+    def check(self, node: int, token: int, test: str, value: float, accepted: bool, p=None, q=None) -> None:
+        """A verification rule made a test (a Check without its u, which the recorder notes itself)."""
+
+    def draw(self, node: int, token: int, probs, bonus: bool) -> None:
+        """A verification rule drew the target's token after `node` from `probs` (unnormalised)."""
+
+    def draft_pass(self, keys: list, origins: list, rows: int) -> None:
+        """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
+
+
+NO_RECORD = NoRecord()
+
+
+class Uniforms:
+    """A random generator that notes the last uniform number it gave: Rand's coin compares one with
+    its probability, and a trace shows it beside the test (`Recorder.watch`)."""
+
+    def __init__(self, rng):
+        self.rng, self.last = rng, None
+
+    def random(self) -> float:
+        self.last = float(self.rng.random())
+        return self.last
+
+
+class Recorder(NoRecord):
     """Builds each step's `Step`: the time its phases took, what drafting cost, and with keep_trees
-    what the trace shows. The phases are timed from when the step began (the previous `record`),
-    when its Proposal was made and when the target's pass ended; `record(...)` closes the step."""
+    what the trace shows, reported by the loop, the drafter (`draft_pass`) and the rule (`check`,
+    `draw`). The phases are timed from when the step began (the previous `record`), when its
+    Proposal was made and when the target's pass ended; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
         self.keep_trees = keep_trees
         self.began = time.perf_counter()
+        self.checks, self.passes, self.uniforms = [], [], None
+
+    def watch(self, rand):
+        """`rand`, with keep_trees drawing its numbers through `Uniforms` (the same generator, so the
+        same numbers) so that each check can show its u; a stand-in without a generator (the exact
+        enumerator's) has no u to show and is returned as it is."""
+        if not self.keep_trees or not hasattr(rand, "rng"):
+            return rand
+        watched = copy.copy(rand)
+        watched.rng = self.uniforms = Uniforms(rand.rng)
+        return watched
+
+    def check(self, node, token, test, value, accepted, p=None, q=None):
+        if self.keep_trees:
+            # Rand.coin draws a uniform number exactly when SURE < value < 1 - SURE: then it is the last one.
+            drawn = self.uniforms is not None and SURE < value < 1.0 - SURE
+            self.checks.append(Check(int(node), int(token), test, float(value), bool(accepted), _float(p), _float(q),
+                                     self.uniforms.last if drawn else None))
+
+    def draw(self, node, token, probs, bonus):
+        if self.keep_trees:
+            self.checks.append(Check(int(node), int(token), "draw", float(probs[token] / np.sum(probs)), bool(bonus)))
+
+    def draft_pass(self, keys, origins, rows):
+        if self.keep_trees:
+            self.passes.append(DraftPass(list(keys), list(origins), int(rows)))
 
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
         """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens
@@ -99,13 +203,16 @@ class Recorder:
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
-            step.tree, step.path, step.rule, step.checks = tree, verdict.path, proposal.rule, verdict.checks
-            step.copied, step.built_by = proposal.copied, proposal.built_by
-            step.p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
-            step.cache = (scored.start, scored.n_c, cache_length)
             # Where a child was rejected, the residual the rule went on with is computed from these
             # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
-            rejected = {int(tree.parents[c.node]) for c in verdict.checks if c.test == "ratio" and not c.accepted}
-            step.p_rows = {node: scored.p[node].copy() for node in sorted(rejected)}
+            rejected = {int(tree.parents[c.node]) for c in self.checks if c.test == "ratio" and not c.accepted}
+            step.trace = Trace(tree, verdict.path, proposal.rule, self.checks, proposal.copied, self.passes, [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist(),
+                               (scored.start, scored.n_c, cache_length),
+                               {node: scored.p[node].copy() for node in sorted(rejected)})
         self.stats.steps.append(step)
         self.began = time.perf_counter()
+        self.checks, self.passes = [], []
+
+
+def _float(x):
+    return None if x is None else float(x)

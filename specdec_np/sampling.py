@@ -151,21 +151,17 @@ class Rand:
             self.rng = seed_or_generator
         else:
             self.rng = np.random.default_rng(seed_or_generator)
-        self.last_u = None
 
     def coin(self, p: float) -> bool:
         """True with probability p (p <= 0: never, p >= 1: always, no random number consumed; within
-        SURE of 0 or 1 counts as 0 or 1). The uniform draw is kept in `last_u` (None when none was
-        consumed) for the trace."""
-        self.last_u = None
+        SURE of 0 or 1 counts as 0 or 1)."""
         if p != p:
             raise ValueError("coin: probability is NaN")
         if p >= 1.0 - SURE:
             return True
         if p <= SURE:
             return False
-        self.last_u = float(self.rng.random())
-        return self.last_u < p
+        return self.rng.random() < p
 
     def draw(self, probs) -> int:
         """A token id drawn with probability probs[i] / sum(probs) (zero-probability ids never come out)."""

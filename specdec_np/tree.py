@@ -204,11 +204,14 @@ def render(tree: Tree, decode_fn=None, accepted=None) -> str:
 
 
 def draw_mask(tree: Tree) -> str:
-    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j."""
+    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j. Columns are
+    one character apart, so node numbers are read down the header: its first rows hold the tens
+    (and hundreds), its last the units (column 12 reads 1 over 2)."""
     mask = attention_mask(tree)
     d = depths(tree)
     n = len(tree)
     w = len(str(n - 1))
-    head = " " * (w + 6) + " ".join(str(j % 10) for j in range(n))
+    labels = [f"{j:>{w}}" for j in range(n)]  # column j's number, right-aligned, read top to bottom
+    head = [" " * (w + 6) + " ".join(label[k] for label in labels) for k in range(w)]
     rows = [f"{i:>{w}} d={d[i]:<2} " + " ".join("x" if m else "." for m in mask[i]) for i in range(n)]
-    return "\n".join([head] + rows)
+    return "\n".join(head + rows)

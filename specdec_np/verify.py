@@ -1,6 +1,6 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand, log=None) -> (path, next_token)`. p: [n, V] is the target's processed
+Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V] is the target's processed
 distribution after each tree node (row i = the distribution of the token following node i).
 path: node indices root..last accepted node. next_token: the target's correction (at the first
 rejection) or bonus token (after a leaf). The step emits tree.tokens[path[1:]] + [next_token],
@@ -8,58 +8,33 @@ and for every rule paired with the trees it assumes, that sequence is distribute
 the target had sampled it token by token (the tests enumerate every random branch to prove it).
 
 All randomness goes through rand.coin / rand.draw, so the exact enumerator can explore it.
-With a list as `log`, a rule appends one `Check` per node it examined and one for its final draw:
-the decode loop keeps them (with keep_trees) so a trace can show why each token was kept.
+A rule reports each test it makes, and its final draw, to `recorder` (record.py; one call each,
+through `coin` and `draw`): the decode loop's recorder keeps them with keep_trees, so a trace can
+show why each token was kept; the default `NO_RECORD` does nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from .record import NO_RECORD
 from .tree import Tree, children, path_to
 
 
-@dataclass
-class Check:
-    """One test a rule made. test: "argmax" (accepted iff token == the target's argmax, `value`),
-    "ratio" (accepted iff the uniform draw `u` < `value`, the acceptance probability; u is None when
-    value is 0 or 1 and no draw was needed), "sequence" (block and traversal verification: accepted
-    iff u < `value`, the probability of keeping the whole path to this node once every candidate
-    below it was rejected), "draw" (node's next token drawn from what p still owes: `token`,
-    accepted is False for a correction, True for the bonus after a leaf).
-    p, q: the probabilities of the token the test compared (after earlier rejections), or None."""
-
-    node: int
-    token: int
-    test: str
-    value: float
-    accepted: bool
-    p: float | None = None
-    q: float | None = None
-    u: float | None = None
-
-
-def coin(rand, prob: float, log, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
-    """rand.coin(prob), noted in `log` (as a Check of kind `test`) with the uniform draw it was compared with."""
+def coin(rand, prob: float, recorder, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
+    """rand.coin(prob), a test of kind `test` on `node` (its token, and the p and q it compared),
+    reported to the recorder."""
     ok = rand.coin(prob)
-    if log is not None:
-        log.append(Check(int(node), int(token), test, float(prob), bool(ok), _float(p), _float(q),
-                         getattr(rand, "last_u", None)))
+    recorder.check(node, token, test, prob, ok, p, q)
     return ok
 
 
-def draw(rand, probs, log, node: int, bonus: bool) -> int:
-    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf)."""
+def draw(rand, probs, recorder, node: int, bonus: bool) -> int:
+    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf),
+    reported to the recorder."""
     x = rand.draw(probs)
-    if log is not None:
-        log.append(Check(int(node), int(x), "draw", float(probs[x] / np.sum(probs)), bool(bonus)))
+    recorder.draw(node, x, probs, bonus)
     return x
-
-
-def _float(x):
-    return None if x is None else float(x)
 
 
 def emitted(tree: Tree, path, next_token: int) -> list[int]:
@@ -95,7 +70,7 @@ def accept_ratio(p_x: float, q_x: float) -> float:
     return min(1.0, p_x / q_x)
 
 
-def verify_greedy(tree: Tree, p, rand=None, log=None):
+def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
     """Temperature 0: follow the child equal to argmax p (ties -> lowest id); emit argmax at the first miss."""
     path = [0]
     while True:
@@ -103,17 +78,15 @@ def verify_greedy(tree: Tree, p, rand=None, log=None):
         best = int(np.argmax(p[node]))
         kids = children(tree, node)
         match = [int(c) for c in kids if tree.tokens[c] == best]
-        if log is not None:
-            log += [Check(int(c), int(tree.tokens[c]), "argmax", best, int(tree.tokens[c]) == best,
-                          float(p[node][tree.tokens[c]])) for c in kids]
+        for c in kids:
+            recorder.check(c, tree.tokens[c], "argmax", best, tree.tokens[c] == best, p[node][tree.tokens[c]])
         if not match:
-            if log is not None:
-                log.append(Check(node, best, "draw", 1.0, kids.size == 0))
+            recorder.check(node, best, "draw", 1.0, kids.size == 0)  # the argmax: no draw
             return path, best
         path.append(match[0])
 
 
-def verify_point_mass(tree: Tree, p, rand, log=None):
+def verify_point_mass(tree: Tree, p, rand, recorder=NO_RECORD):
     """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
 
     Done sequentially so no work is wasted: accept child c with probability p_res(c)/sum(p_res);
@@ -129,18 +102,19 @@ def verify_point_mass(tree: Tree, p, rand, log=None):
         for c in children(tree, node):
             x = tree.tokens[c]
             mass = p_res.sum()
-            if mass > 0 and coin(rand, p_res[x] / mass, log, c, x, p_res[x] / mass, 1.0):
+            if mass > 0 and coin(rand, p_res[x] / mass, recorder, c, x, p_res[x] / mass, 1.0):
                 accepted = int(c)
                 break
             p_res[x] = 0.0
         if accepted is None:
             # p_res has no mass only if the children covered p's support yet all missed: a
             # probability-0 event (rounding); fall back to p.
-            return path, draw(rand, p_res if p_res.sum() > 0 else p[node], log, node, children(tree, node).size == 0)
+            owed = p_res if p_res.sum() > 0 else p[node]
+            return path, draw(rand, owed, recorder, node, children(tree, node).size == 0)
         path.append(accepted)
 
 
-def verify_chain(tree: Tree, p, rand, log=None):
+def verify_chain(tree: Tree, p, rand, recorder=NO_RECORD):
     """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)).
 
     On rejection emit a draw from norm(max(p - q, 0)); after the whole chain, a bonus draw from p.
@@ -151,16 +125,16 @@ def verify_chain(tree: Tree, p, rand, log=None):
         node = path[-1]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, draw(rand, p[node], log, node, True)  # bonus token
+            return path, draw(rand, p[node], recorder, node, True)  # bonus token
         c = int(kids[0])
         x = tree.tokens[c]
         q = tree.draft_dists[node]  # [V]
-        if not coin(rand, accept_ratio(p[node][x], q[x]), log, c, x, p[node][x], q[x]):
-            return path, draw(rand, residual(p[node], q), log, node, False)  # correction token
+        if not coin(rand, accept_ratio(p[node][x], q[x]), recorder, c, x, p[node][x], q[x]):
+            return path, draw(rand, residual(p[node], q), recorder, node, False)  # correction token
         path.append(c)
 
 
-def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
+def verify_recursive(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
     """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
 
     Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
@@ -174,12 +148,12 @@ def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
         p_res = np.array(p[node], dtype=np.float64)  # [V]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, draw(rand, p_res, log, node, True)  # bonus token
+            return path, draw(rand, p_res, recorder, node, True)  # bonus token
         q_res = tree.draft_dists[node]  # [V]; `without` copies before changing it
         accepted = None
         for c in kids:
             x = tree.tokens[c]
-            if coin(rand, accept_ratio(p_res[x], q_res[x]), log, c, x, p_res[x], q_res[x]):
+            if coin(rand, accept_ratio(p_res[x], q_res[x]), recorder, c, x, p_res[x], q_res[x]):
                 accepted = int(c)
                 break
             p_res = residual(p_res, q_res)
@@ -188,13 +162,13 @@ def verify_recursive(tree: Tree, p, rand, log=None, replacement: bool = True):
                 if q_res is None:  # q exhausted: no sibling can follow
                     break
         if accepted is None:
-            return path, draw(rand, p_res, log, node, False)  # correction token
+            return path, draw(rand, p_res, recorder, node, False)  # correction token
         path.append(accepted)
 
 
-def verify_recursive_wor(tree: Tree, p, rand, log=None):
+def verify_recursive_wor(tree: Tree, p, rand, recorder=NO_RECORD):
     """verify_recursive for children drawn without replacement (RSD / Sequoia)."""
-    return verify_recursive(tree, p, rand, log, replacement=False)
+    return verify_recursive(tree, p, rand, recorder, replacement=False)
 
 
 def sequence_weight(a: float, p_x: float, q_x: float) -> float:
@@ -228,7 +202,7 @@ def stop_weight(a: float, S: float) -> float:
     return S / total if total > 0 else 1.0
 
 
-def verify_block(tree: Tree, p, rand, log=None):
+def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
     """Block verification (Sun et al., ICLR 2025): a sampled chain's accepted prefix, decided jointly.
 
     Forward, the weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)) of the prefixes x_1..x_i (a_0 = 1).
@@ -257,20 +231,20 @@ def verify_block(tree: Tree, p, rand, log=None):
         else:
             S, r = owed_after(a[i], p[node], tree.draft_dists[node])
             h, owed = stop_weight(a[i], S), (r / S if S > 0 else p[node])
-        if coin(rand, h, log, node, x, p[parent][x], tree.draft_dists[parent][x], test="sequence"):
-            return chain[:i + 1], draw(rand, owed, log, node, i == len(chain) - 1)
+        if coin(rand, h, recorder, node, x, p[parent][x], tree.draft_dists[parent][x], test="sequence"):
+            return chain[:i + 1], draw(rand, owed, recorder, node, i == len(chain) - 1)
     # Every drafted token rejected: with a_0 = 1 the correction is the usual residual norm(max(p - q, 0)).
     if len(chain) == 1:
-        return chain, draw(rand, p[0], log, 0, True)
-    return chain[:1], draw(rand, residual(p[0], tree.draft_dists[0]), log, 0, False)
+        return chain, draw(rand, p[0], recorder, 0, True)
+    return chain[:1], draw(rand, residual(p[0], tree.draft_dists[0]), recorder, 0, False)
 
 
-def verify_traversal(tree: Tree, p, rand, log=None):
+def verify_traversal(tree: Tree, p, rand, recorder=NO_RECORD):
     """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says."""
-    return traverse(tree, p, rand, log, replacement=tree.kind == "with_replacement")
+    return traverse(tree, p, rand, recorder, replacement=tree.kind == "with_replacement")
 
 
-def traverse(tree: Tree, p, rand, log=None, replacement: bool = True):
+def traverse(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
     """Traversal verification: test the tree's paths from the leaves towards the root, in post-order.
 
     Every node carries a weight, a = min(1, a_parent p_owed(x)/q_left(x)) when it is first reached
@@ -310,8 +284,8 @@ def traverse(tree: Tree, p, rand, log=None, replacement: bool = True):
                 if q_left is None:  # q exhausted: no sibling can follow
                     break
         # The root's weight is 1 here (S / (S + 0)): it is always kept, no test needed.
-        if node == 0 or coin(rand, a, log, node, tree.tokens[node], p_x, q_x, test="sequence"):
-            return path_to(tree, node), draw(rand, owed, log, node, kids.size == 0)
+        if node == 0 or coin(rand, a, recorder, node, tree.tokens[node], p_x, q_x, test="sequence"):
+            return path_to(tree, node), draw(rand, owed, recorder, node, kids.size == 0)
         return None
 
     return visit(0, 1.0)

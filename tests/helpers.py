@@ -133,7 +133,7 @@ def callback(dist, calls=None):
 
 # ----------------------------------------------------------------------------- a broken rule
 
-def always_accept(tree, p, rand, log=None):
+def always_accept(tree, p, rand, recorder=None):
     """Broken, for the negative controls: accept the first child down to a leaf, untested, then a
     bonus token from the target's distribution there."""
     node = 0

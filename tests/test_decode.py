@@ -134,10 +134,10 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
     copying = generate(target, prompt, 30, plan=plan(copy_len=6), **kw)
     drafting = generate(target, prompt, 30, plan=plan(copy_len=0), **kw)
     assert copying.tokens == drafting.tokens == ref
-    copied = [(s.tree, s.path) for s in copying.stats.steps if s.copied]
+    copied = [(s.trace.tree, s.trace.path) for s in copying.stats.steps if s.trace.copied]
     assert copied and all(len(t) <= 7 and (t.source[1:] == COPY).all() for t, _ in copied)
     assert sum(len(path) - 1 for _, path in copied) > 0  # copied tokens are accepted, not just proposed
-    assert not any(s.copied for s in drafting.stats.steps)
+    assert not any(s.trace.copied for s in drafting.stats.steps)
     assert copying.stats.draft_passes < drafting.stats.draft_passes
     assert copying.stats.source.count(COPY) > 0 and copying.stats.tally["copy"] == copying.stats.source.count(COPY)
     # Steps that ran the draft (the cost model charges their first pass cold): never a copied one.
@@ -353,7 +353,7 @@ def exact_output(tiny, method, fields, settings, prompt, n=2):
     def fn(rand):
         res = generate(tiny.target, prompt, n, method, tiny.draft, tiny.trigram, Plan(**fields), temperature=1.0,
                        rand=rand, eos=None, keep_trees=True, **settings)
-        rules.update(step.rule for step in res.stats.steps)
+        rules.update(step.trace.rule for step in res.stats.steps)
         return tuple(res.tokens)
 
     return exact.outcomes(fn), rules
@@ -499,7 +499,7 @@ def test_lookup_steps_propose_the_chain_for_their_match(small):
     seq, lengths = list(prompt), set()
     for step in res.stats.steps:
         want = lookup_by_match(seq, (6, 3, 0))
-        assert list(step.tree.tokens[1:]) == want
+        assert list(step.trace.tree.tokens[1:]) == want
         lengths.add(len(want))
         seq += step.tokens
     assert 6 in lengths  # the prompt's repeat was copied

@@ -89,7 +89,7 @@ el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8
 __SCRIPT__
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "rule", "checks", "residual", "cache"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -126,9 +126,10 @@ def test_page_data_is_the_decode_loops_record(run):
     assert embedded_data(html) == json.loads(json.dumps(data))  # the page embeds exactly this
     assert len(data["steps"]) == len(res.stats.steps) > 3
     for rec, step in zip(data["steps"], res.stats.steps):
-        assert rec["checks"] == [dataclasses.asdict(c) for c in step.checks]
-        assert rec["path"] == step.path and rec["tokens"] == step.tokens and rec["rule"] == step.rule
-        assert rec["tree"]["tokens"] == step.tree.tokens.tolist()
+        t = step.trace
+        assert rec["checks"] == [dataclasses.asdict(c) for c in t.checks]
+        assert rec["path"] == t.path and rec["tokens"] == step.tokens and rec["rule"] == t.rule
+        assert rec["tree"]["tokens"] == t.tree.tokens.tolist()
 
 
 def test_replayed_steps_give_the_tokens_and_the_statistics(run):
@@ -166,7 +167,7 @@ def test_the_runs_show_what_the_page_explains(run):
     checks = [c for step in data["steps"] for c in step["checks"]]
     assert SOURCES.index("draft") in proposers and {NGRAM, COPY} & proposers  # stage 2's guesses or copies
     assert any(not c["accepted"] for c in checks if c["test"] != "draw")
-    if res.stats.steps[0].rule == "greedy":
+    if res.stats.steps[0].trace.rule == "greedy":
         assert any(step["copied"] for step in data["steps"])
         assert all(c["value"] == c["token"] for c in checks if c["test"] == "argmax" and c["accepted"])
     else:
@@ -184,7 +185,7 @@ def test_keeping_the_record_changes_nothing(embedded):
     plain = generate(target, prompt, N_NEW, "staged", draft, ngram, **kw)
     assert kept.tokens == plain.tokens and kept.stats.source == plain.stats.source
     assert [s.draft_blocks for s in kept.stats.steps] == [s.draft_blocks for s in plain.stats.steps]
-    assert all(s.tree is None and s.checks is None and s.cache is None for s in plain.stats.steps)
+    assert all(s.trace is None for s in plain.stats.steps) and all(s.trace for s in kept.stats.steps)
     with pytest.raises(ValueError, match="keep_trees"):
         trace.record(plain, enc, prompt, "staged")
 
@@ -261,7 +262,7 @@ def test_the_tree_keeps_a_readable_size(run, shown):
     widths = {}
     for step, s in zip(data["steps"], shown):
         width, view, fonts = svg_sizes(s["tree"])
-        assert width == view and min(fonts) >= 10
+        assert width == view <= 1280 and min(fonts) >= 10
         depth = max(len(trace_path(step["tree"]["parents"], i)) for i in range(len(step["tree"]["parents"])))
         widths.setdefault(depth, width)
     assert len(widths) > 1
@@ -296,12 +297,13 @@ def cut_run(embedded, tmp_path, why):
 def test_a_cut_step_says_what_was_cut_and_why(embedded, tmp_path, why, says):
     step, uncut, s, emitted = cut_run(embedded, tmp_path, why)
     made = len(uncut.tokens)
-    assert step["cut"] == why and len(step["tokens"]) == emitted and step["path"] == uncut.path
+    assert step["cut"] == why and len(step["tokens"]) == emitted and step["path"] == uncut.trace.path
     assert f"+ 1 from the target = {made} tokens, of which {emitted} emitted: " in s["summary"]
     assert says in s["summary"] and f"last {made - emitted} tokens" in s["summary"]
     marks = [a["data-state"] for _, a in Page(s["tree"]).tags if "data-state" in a]
     # The path's nodes after the cut and the target's token are marked cut, not accepted.
-    assert marks.count("cut") == made - emitted and marks.count("yes") == emitted == len(uncut.path) - 1 - (made - emitted - 1)
+    assert marks.count("cut") == made - emitted
+    assert marks.count("yes") == emitted == len(uncut.trace.path) - 1 - (made - emitted - 1)
     assert s["checks"].count("cut \u2702") == made - emitted - 1 and says in s["checks"]
 
 
@@ -310,7 +312,7 @@ def test_after_a_rejection_the_residual_is_shown_as_the_rule_used_it(run, shown)
     came from), and the checks after a rejection are labelled p' and q'."""
     res, data, _ = run
     tables = [(step, r, s) for step, s in zip(data["steps"], shown) for r in step["residuals"]]
-    if res.stats.steps[0].rule == "greedy":
+    if res.stats.steps[0].trace.rule == "greedy":
         assert not tables  # greedy never rejects by a ratio: there is no residual
         return
     assert any(len(r["stages"]) > 2 for _, r, _ in tables), "the run should reject two siblings in a row"
@@ -347,12 +349,18 @@ def test_first_step_names_the_prompts_prefill_and_copies_name_the_point_mass_rul
 def test_readme_caption_matches_the_run_of_make_trace_png(tmp_path):
     """docs/trace.png is `make trace-png`: step PNG_STEP of a run of PNG_ARGS (both in the Makefile).
     Regenerating it needs Chromium, which CI lacks; this checks the README's caption (its step, the
-    run's steps and tokens, how it ended) against a run of those same arguments."""
+    run's steps and tokens, how it ended) against a run of those same arguments. The README's
+    sampled trace command is that run, and it shows the acceptance probability at work: a ratio
+    test with 0 < min(1, p/q) < 1. The picture's step shows the draft's passes and the mask."""
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
     args = re.search(r"^PNG_ARGS = (.+)$", make, re.M).group(1).split()
     shot = int(re.search(r"^PNG_STEP = (\d+)$", make, re.M).group(1))
     assert "make trace-png" in (ROOT / "README.md").read_text(encoding="utf-8")
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ").split())
+    sampled = re.search(r'make trace TRACE_ARGS="([^"]+)"', readme)
+    assert sampled and sampled[1].split() == args, "the README's sampled trace command is make trace-png's run"
+    for pinned in ("--plan default", "--sampled without", "--widths 2,2,1", "--temperature 1", "--top-k 50", "--seed 1"):
+        assert f" {pinned} " in f" {sampled[1]} ", pinned
     m = re.search(r"Step (\d+) of (\d+) of a sampled staged run on the demo's prompt \((\d+) tokens, ended by "
                   r"(an end-of-text|--max-new-tokens)\), as `make trace-png` renders it", readme)
     assert m, "the README's caption of docs/trace.png"
@@ -361,7 +369,11 @@ def test_readme_caption_matches_the_run_of_make_trace_png(tmp_path):
     data = embedded_data(out.read_text(encoding="utf-8"))
     ended = {"eos": "an end-of-text", "max_new_tokens": "--max-new-tokens"}[data["stop"]]
     assert (int(m[1]), int(m[2]), int(m[3]), m[4]) == (shot, len(data["steps"]), data["totals"]["tokens"], ended)
-    assert data["steps"][shot - 1]["residuals"], "the picture's step should show a residual table"
+    step = data["steps"][shot - 1]
+    assert step["residuals"], "the picture's step should show a residual table"
+    assert len(step["passes"]) > 1 and len(step["tree"]["tokens"]) > 4, "and the draft's passes and the mask"
+    ratios = [c["value"] for s in data["steps"] for c in s["checks"] if c["test"] == "ratio"]
+    assert any(0 < r < 1 for r in ratios), "the sampled run should show a test min(1, p/q) strictly between 0 and 1"
 
 
 def test_the_page_says_which_draft_pass_built_each_node(run, shown):
@@ -404,3 +416,77 @@ def test_the_page_files_ship_in_the_wheel(tmp_path):
         for name in ("page.html", "page.css", "page.js"):
             shipped = z.read(f"specdec_np/tools/trace_page/{name}").decode("utf-8")
             assert shipped == trace.page_file(name) and shipped.strip()
+
+
+def rows_of(html, tag="tr", cls=None):
+    """Per matching <tr>, its attributes and the classes of its <td> cells, from rendered HTML."""
+    page, out = Page(html), []
+    for tag_, attrs in page.tags:
+        if tag_ == "tr" and (cls is None or attrs.get("class") == cls):
+            out.append((attrs, []))
+        elif tag_ == "td" and out:
+            out[-1][1].append(attrs.get("class"))
+    return out
+
+
+def test_the_timeline_shows_each_draft_pass_and_what_it_fed(run, shown):
+    """Per step, one timeline row per draft pass with its rows, and in it every row the pass fed: the
+    recorded passes add up to the step's draft blocks; each node of the tree that stage 2 guessed
+    was fed as its guess (the trigram's, or a copy) and each node was built by one pass; a pass that
+    built nothing says why."""
+    _, data, _ = run
+    guessed_nodes = 0
+    for step, s in zip(data["steps"], shown):
+        passes, tree = step["passes"], step["tree"]
+        assert [p["rows"] for p in passes] == step["draft_blocks"]
+        timeline = [attrs for attrs, _ in rows_of(s["passes"], cls="pass")]
+        assert [int(a["data-rows"]) for a in timeline] == step["draft_blocks"]
+        assert [int(a["data-fed"]) for a in timeline] == [len(p["fed"]) for p in passes]
+        fed = [a["data-origin"] for t, a in Page(s["passes"]).tags if t == "span" and "data-origin" in a]
+        assert fed == [o for p in passes for o in (["catch-up"] if p["catch_up"] else []) + [r["origin"] for r in p["fed"]]]
+        assert all(p["rows"] == p["catch_up"] + len(p["fed"]) for p in passes)
+        if not passes:
+            assert "No draft pass" in s["passes"]
+            continue
+        where = {r["node"]: r for p in passes for r in p["fed"] if r["node"] is not None}
+        for node, r in where.items():
+            assert r["token"] == tree["tokens"][node]
+            proposer = step["proposers"][node]
+            assert r["origin"] == {NGRAM: "guess", COPY: "copy"}.get(proposer, "root" if node == 0 else "node")
+            guessed_nodes += proposer in (NGRAM, COPY)
+        built = sorted(i for p in passes for i in p["built"])
+        assert built == list(range(1, len(tree["tokens"])))  # every drafted node, by exactly one pass
+        assert s["passes"].count("built nothing:") == sum(not p["built"] for p in passes)
+    assert guessed_nodes > 0
+
+
+def test_the_mask_is_the_trees_attention_mask(run, shown):
+    """Per step, an n x n grid equal to tree.attention_mask of the step's tree, its columns labelled
+    by the full node number (not j % 10)."""
+    from specdec_np.tree import Tree, attention_mask
+
+    _, data, _ = run
+    for step, s in zip(data["steps"], shown):
+        tree = Tree(step["tree"]["tokens"], step["tree"]["parents"], step["tree"]["q"])
+        n = len(tree)
+        (table,) = [a for t, a in Page(s["mask"]).tags if t == "table"]
+        assert int(table["data-n"]) == n
+        grid = [cells for _, cells in rows_of(s["mask"]) if cells]
+        assert np.array_equal(np.array([[c == "on" for c in row] for row in grid]).reshape(n, n), attention_mask(tree))
+        assert Page(s["mask"]).contents("th", **{"class": "col"}) == [str(j) for j in range(n)]
+
+
+def test_the_deepest_tree_fits_in_1280_pixels(embedded, tmp_path):
+    """A copied chain of 12 tokens (the deepest tree of a staged run) and the token the target adds
+    are drawn within 1280 px, their text still at least 10 px."""
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    res = generate(target, prompt, 12, "lookup", plan=Plan(lookup_chains=(12, 12, 12)), keep_trees=True)
+    html = trace.page(trace.record(res, enc, prompt, "lookup"))
+    steps = embedded_data(html)["steps"]
+    deep = [k for k, step in enumerate(steps) if len(step["tree"]["tokens"]) == 13]
+    assert deep, "a step with a 12-token chain"
+    shown = rendered(html, tmp_path)
+    for k in deep:
+        width, view, fonts = svg_sizes(shown[k]["tree"])
+        assert width == view <= 1280 and min(fonts) >= 10

@@ -52,6 +52,17 @@ def test_render_and_mask_drawing():
     assert len(grid) == 6 and grid[-1].endswith("x x . x x")
 
 
+def test_mask_drawing_labels_every_column_with_its_node_number():
+    """Past node 9 the header takes a row per digit: read top to bottom, column j says j (node 10
+    is "1" over "0", never a bare "0"), and the 'x' of row i's own node sits under label i."""
+    chain = Tree(tokens=list(range(13)), parents=list(range(-1, 12)), q=[1.0] * 13)
+    grid = draw_mask(chain).splitlines()
+    head, rows = grid[:2], grid[2:]
+    for i, row in enumerate(rows):
+        col = row.rindex("x")  # the diagonal: node i sees itself last
+        assert "".join(line[col] for line in head).strip() == str(i)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(tokens=[1, 2], parents=[0, 0], q=[1, 1]), "parents\\[0\\]"),
     (dict(tokens=[1, 2, 3], parents=[-1, 2, 0], q=[1, 1, 1]), "parents\\[i\\]"),

@@ -26,6 +26,7 @@ from specdec_np.build import build_chain, build_fixed
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
+from specdec_np.record import Recorder
 from specdec_np.tree import Tree
 
 PROCESSING = [dict(), dict(top_k=2), dict(top_p=0.7), dict(top_k=3, top_p=0.8)]
@@ -238,7 +239,7 @@ def test_negative_control_fails_on_most_random_examples(name, monkeypatch):
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 
 
-# ----------------------------------------------------------------------------- what the log records
+# ----------------------------------------------------------------------------- what the recorder keeps
 
 def test_checks_record_every_test_and_the_final_draw():
     """Per branch: a "sequence" check per node tested (all rejected but the last, which is the end of
@@ -247,9 +248,9 @@ def test_checks_record_every_test_and_the_final_draw():
 
     def run(build, rule, rand):
         tree = build(0, callback(draft), rand)
-        log = []
-        path, nxt = rule(tree, target_rows(tree, target), rand, log)
-        *tests, final = log
+        recorder = Recorder(0, keep_trees=True)
+        path, nxt = rule(tree, target_rows(tree, target), rand, recorder)
+        *tests, final = recorder.checks
         assert all(c.test == "sequence" for c in tests) and not any(c.accepted for c in tests[:-1])
         assert final.test == "draw" and final.token == nxt and final.node == path[-1]
         if len(path) > 1:
@@ -305,13 +306,13 @@ def test_generate_at_top_k(embedded, name):
     assert sum(stats.accepted) == len(res.tokens) == len(stats.source)
     out = []
     for step in stats.steps:
-        *tests, final = step.checks
+        *tests, final = step.trace.checks
         assert final.test == "draw"
-        if step.copied:
+        if step.trace.copied:
             continue  # stage 2's copies are verified by the rule for copied chains
-        assert step.rule == plan.rule
+        assert step.trace.rule == plan.rule
         assert all(c.test == "sequence" for c in tests)
-        emitted = verify.emitted(step.tree, step.path, final.token)
+        emitted = verify.emitted(step.trace.tree, step.trace.path, final.token)
         assert step.tokens == emitted[:len(step.tokens)]
         out += step.tokens
     if method != "staged":

@@ -198,10 +198,11 @@ print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
 # %% [markdown]
 # ## Watch the run step by step
 #
-# With `keep_trees=True` each step of `stats.steps` keeps its tree, the rule's checks and the
-# accepted path: the record the statistics above are computed from. `tools/trace.py` draws that
-# record as one self-contained HTML page (no network): step through the tree run above with the
-# arrow keys, and see every tree, why each node was accepted or not, and the cache compacted.
+# With `keep_trees=True` each step of `stats.steps` keeps its tree, the rule's checks, the
+# draft's passes and the accepted path (`step.trace`) beside the record the statistics above are
+# computed from. `tools/trace.py` draws that record as one self-contained HTML page (no network):
+# step through the tree run above with the arrow keys, and see every tree, the draft's passes, why
+# each node was accepted or not, and the cache compacted.
 
 # %%
 from pathlib import Path

@@ -316,9 +316,9 @@ print(f"positions where drawing without replacement accepts more: {wins['without
 # %% [markdown]
 # ## Every check, step by step
 #
-# The rules note each test they make (`verify.Check`): the acceptance probability min(1, p/q),
-# the uniform draw u it was compared with, the token the target drew at the end. With
-# `keep_trees=True` the decoding loop keeps them per step, and `tools/trace.py` shows them as one
+# The rules report each test they make to a recorder (`record.Check`): the acceptance probability
+# min(1, p/q), the uniform draw u it was compared with, the token the target drew at the end. With
+# `keep_trees=True` the decoding loop keeps them per step (`step.trace.checks`), and `tools/trace.py` shows them as one
 # self-contained HTML page, next to each step's tree. Here the sampled-without-replacement run
 # again, kept and written out (keeping the record changes nothing: the same seed gives the same tokens).
 
@@ -332,7 +332,7 @@ kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
 r = generate(target_model, prompt, n_new, method, draft_model, keep_trees=True, **kw)
 assert r.tokens == generate(target_model, prompt, n_new, method, draft_model, **kw).tokens
 # A check where the draw matters: p < q (here p/q < 0.5), so the node is accepted only with probability p/q.
-c = next(c for s in r.stats.steps for c in s.checks if c.test == "ratio" and c.u is not None and c.value < 0.5)
+c = next(c for s in r.stats.steps for c in s.trace.checks if c.test == "ratio" and c.u is not None and c.value < 0.5)
 print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12

@@ -127,7 +127,7 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 # %%
 copy_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=8, **shape), **kw)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
-copied = sum(bool(step.copied) for step in copy_run.stats.steps)  # steps whose tree is stage 2's copy
+copied = sum(step.trace.copied for step in copy_run.stats.steps)  # steps whose tree is stage 2's copy
 print(f"{copied} of {len(copy_run.stats.steps)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
@@ -191,5 +191,5 @@ note(start)
 #   the share of tokens each stage is credited with.
 
 # %%
-assert sum(bool(step.copied) for step in staged_run.stats.steps) == 0  # copy_len=0: no copies
-print(f"copy_len=0: {sum(bool(step.copied) for step in staged_run.stats.steps)} copied steps")
+assert sum(step.trace.copied for step in staged_run.stats.steps) == 0  # copy_len=0: no copies
+print(f"copy_len=0: {sum(step.trace.copied for step in staged_run.stats.steps)} copied steps")

@@ -185,8 +185,8 @@ def optimal_rule(p, drafts: dict):
     probability plan[:, y].sum() + owed(y) = p(y): lossless. A max flow
     leaves no augmenting path, so a set with rejection mass left has all its tokens' p used up:
     the owed tokens are never drafted ones (zeroing them below only removes rounding).
-    Returns rule(tree, p_rows, rand, log=None) -> (path, next_token), like verify.RULES (it
-    notes no checks in `log`: it is a yardstick for one-level trees, not a decoding rule).
+    Returns rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES (it
+    reports no checks: it is a yardstick for one-level trees, not a decoding rule).
     """
     p = np.asarray(p, dtype=np.float64)
     masks, plan = optimal_plan(p, drafts)
@@ -194,7 +194,7 @@ def optimal_rule(p, drafts: dict):
     accept = {int(mask): plan[i] / sets[int(mask)] for i, mask in enumerate(masks)}  # [V] per set
     owed = np.maximum(p - plan.sum(axis=0), 0.0)  # [V]
 
-    def rule(tree: Tree, p_rows, rand, log=None):
+    def rule(tree: Tree, p_rows, rand, recorder=None):
         kids = children(tree, 0)
         tokens = tree.tokens[kids]
         w = accept[mask_of(tokens)]  # [V] zero outside the drafted set

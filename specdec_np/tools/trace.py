@@ -9,10 +9,11 @@ cache before and after compaction, and the completion coloured by who produced e
 paper's Fig. 3).
 
 The page shows what ran: its data is `generate(..., keep_trees=True)`'s own record of each step
-(`record.Step`, the record the statistics are computed from), not a recomputation. It needs no
-network: the data, styles and script are inside the file, and it reads without colour (shapes
-and text labels say the same as the colours). The page's markup, styles and script are files of
-their own, trace_page/page.html, page.css and page.js (package data), which `page` puts together.
+(`record.Step` and its `Trace`, the record the statistics are computed from), not a
+recomputation. It needs no network: the data, styles and script are inside the file, and it reads
+without colour (shapes and text labels say the same as the colours). The page's markup, styles
+and script are files of their own, trace_page/page.html, page.css and page.js (package data),
+which `page` puts together.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ import numpy as np
 from .. import methods, verify
 from ..files import atomic_file
 from ..tokenizer import decode
-from ..tree import SOURCES
+from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 
+# Why a draft pass fed a row (who proposed it, record.DraftPass): a tree node, fed to get its
+# children; stage 2's trigram guess; stage 2's guess copied from a repeat. The root is "root".
+ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
 SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
 
 
-def residuals(step) -> list:
+def residuals(trace) -> list:
     """Per node where a child was rejected by a ratio test: p, q and what they became after each
     rejection (p' = norm(max(p - q, 0)), and without replacement q' = q without the rejected token),
     recomputed with verify's own functions from the recorded rows, on the few tokens that matter.
@@ -40,25 +44,25 @@ def residuals(step) -> list:
     The page shows them because after a rejection the rule tests the next sibling, or draws the
     target's token, against p' and q', not against the p and q of the node's column; a test checks
     that the numbers here are the ones the rule's checks used."""
-    tree, out = step.tree, []
-    for node, p in (step.p_rows or {}).items():
-        tested = [c for c in step.checks if c.test == "ratio" and int(tree.parents[c.node]) == node]
+    tree, out = trace.tree, []
+    for node, p in trace.p_rows.items():
+        tested = [c for c in trace.checks if c.test == "ratio" and int(tree.parents[c.node]) == node]
         q = tree.draft_dists[node] if tree.draft_dists is not None else None
         stages = [(np.asarray(p, dtype=np.float64), q)]
         for c in tested:
             if c.accepted:
                 break
             p_res, q_res = stages[-1]
-            if step.rule == "point_mass":  # the tried child's share is gone; the rest renormalised
+            if trace.rule == "point_mass":  # the tried child's share is gone; the rest renormalised
                 p_res = p_res.copy()
                 p_res[c.token] = 0.0
                 p_res = p_res / p_res.sum() if p_res.sum() > 0 else p_res
             else:
                 p_res = verify.residual(p_res, q_res)
-                if step.rule == "recursive_wor":
+                if trace.rule == "recursive_wor":
                     q_res = verify.without(q_res, c.token)
             stages.append((p_res, q_res))
-        tokens = [c.token for c in tested] + [c.token for c in step.checks if c.test == "draw" and c.node == node]
+        tokens = [c.token for c in tested] + [c.token for c in trace.checks if c.test == "draw" and c.node == node]
         for dist in (d for stage in (stages[0], stages[-1]) for d in stage if d is not None):
             tokens += [int(t) for t in np.argsort(-dist, kind="stable")[:SHOWN]]
         tokens = list(dict.fromkeys(tokens))
@@ -68,23 +72,49 @@ def residuals(step) -> list:
     return out
 
 
+def passes(trace) -> tuple[list, list]:
+    """The step's draft passes as the page's timeline draws them, and per tree node the pass that built
+    it (None for the root and where no draft pass ran).
+
+    A pass builds the children of the nodes it feeds: node i was built by the pass that fed its
+    parent. A parent stage 2 guessed was fed ahead of time, in the same pass as the guess's own
+    parent, so its children needed no pass of their own. Per pass: its rows (catch-up rows first),
+    each fed row (its token, depth, where it came from, and the tree node it became, None when it
+    did not end in the tree), and the tree nodes it built."""
+    tree = trace.tree
+    node_of = {path_key(tree.tokens, tree.parents, i): i for i in range(len(tree))}
+    fed_in = {k: j for j, dp in enumerate(trace.passes) for k in dp.keys}
+    built_by = [None] + [fed_in.get(path_key(tree.tokens, tree.parents, int(tree.parents[i])))
+                         for i in range(1, len(tree))]
+    out = []
+    for j, dp in enumerate(trace.passes):
+        fed = [{"token": int(k[-1]) if k else int(tree.tokens[0]), "depth": len(k),
+                "origin": ORIGIN[origin] if k else "root", "node": node_of.get(k)}
+               for k, origin in zip(dp.keys, dp.origins)]
+        out.append({"rows": dp.rows, "catch_up": dp.rows - len(dp.keys), "fed": fed,
+                    "built": [i for i in range(1, len(tree)) if built_by[i] == j]})
+    return out, built_by
+
+
 def step_record(step) -> dict:
     """One record.Step as plain JSON values (it must have been kept with keep_trees)."""
-    tree = step.tree
+    t = step.trace
+    timeline, built_by = passes(t)
     return {
         "tokens": step.tokens, "source": step.source, "target_block": step.target_block,
         "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
-        "tree": {"tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "q": tree.q.tolist(),
-                 "kind": tree.kind},
-        "proposers": step.tree.source.tolist(), "copied": step.copied, "p": step.p_nodes, "built_by": step.built_by,
-        "path": step.path, "rule": step.rule, "checks": [dataclasses.asdict(c) for c in step.checks],
-        "cache": list(step.cache), "residuals": residuals(step),
+        "tree": {"tokens": t.tree.tokens.tolist(), "parents": t.tree.parents.tolist(), "q": t.tree.q.tolist(),
+                 "kind": t.tree.kind},
+        "proposers": t.tree.source.tolist(), "copied": t.copied, "p": t.p_nodes, "built_by": built_by,
+        "passes": timeline,
+        "path": t.path, "rule": t.rule, "checks": [dataclasses.asdict(c) for c in t.checks],
+        "cache": list(t.cache), "residuals": residuals(t),
     }
 
 
 def record(result, enc, prompt, method: str, about: str = "") -> dict:
     """The page's data: the run's steps as recorded, its totals, and the text of every token shown."""
-    if any(s.tree is None for s in result.stats.steps):
+    if any(s.trace is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
     for step in steps:  # a step whose path was cut (only the last can be): why, for the page to say
@@ -94,6 +124,7 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
+        ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {
         "method": method, "about": about, "sources": list(SOURCES),
         # What the page says of the method: staged (the draft with stage 2) or not.

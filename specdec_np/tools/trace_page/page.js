@@ -86,6 +86,7 @@ function verdicts(step) {
   return byNode;
 }
 
+const TREE_WIDTH = 1220, MIN_W = 70;  // the tree's widest drawing in px (the page's width at 1280 px), its narrowest column
 function treeSvg(step) {
   const t = step.tree, n = t.tokens.length, onPath = new Set(step.path), v = verdicts(step);
   const kids = Array.from({length: n}, () => []);
@@ -98,8 +99,12 @@ function treeSvg(step) {
     row[i] = kids[i].length ? row[kids[i][0]] : next++;
   })(0);
   const last = step.path[step.path.length - 1], added = step.checks[step.checks.length - 1];
-  const W = 110, H = 56, BW = 90, BH = 38, X0 = 14, Y0 = 30;
   const cols = Math.max(Math.max(...depth) + 1, depth[last] + 2);  // the added token sits right of the path
+  // Columns narrow (down to MIN_W) so that the deepest tree, a copied chain of 12 tokens and the
+  // target's token after it, fits in TREE_WIDTH: a 1280 px window shows it whole. The boxes'
+  // labels shorten with them; their text never shrinks (at least 10 px).
+  const H = 56, BH = 38, X0 = 14, Y0 = 30, W = Math.max(MIN_W, Math.min(110, Math.floor((TREE_WIDTH - X0 - 10) / cols)));
+  const BW = W - 20, chars = Math.floor((BW - 6) / 8);
   const X = i => X0 + depth[i] * W, Y = i => Y0 + row[i] * H;
   const out = [];
   for (let d = 0; d < cols; d++)
@@ -118,14 +123,16 @@ function treeSvg(step) {
       shape(WHO[kind].shape, x + 1, y + 1, 6, WHO[kind].color) +
       `<text x="${x + 10}" y="${y - 3}" font-size="10" fill="#4a5568">${idx}</text>` +
       `<text x="${x + BW - 4}" y="${y - 3}" font-size="13" font-weight="700" text-anchor="end">${mark}</text>` +
-      `<text x="${x + BW / 2}" y="${y + 16}" font-size="13" text-anchor="middle">${esc(visible(label, 10))}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 16}" font-size="13" text-anchor="middle">${esc(visible(label, chars))}</text>` +
       `<text x="${x + BW / 2}" y="${y + 31}" font-size="10" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
   };
   for (let i = 0; i < n; i++) {
     // block and traversal test a path as a whole: its nodes above the one tested are kept with it
     const c = v[i], state = i === 0 ? "root" : !emittedNode(step, i) ? "cut" :
       c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
-    const sub = i === 0 ? "last token" : (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}`;
+    const sub = i === 0 ? (BW >= 80 ? "last token" : "root") : BW >= 80 ?
+      (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}` :
+      (step.copied ? "" : `q${short(t.q[i])} `) + `p${short(step.p[i])}`;  // a narrow box
     const title = i === 0 ? "node 0: the root, the last emitted token" :
       `node ${i}: ${tok(t.tokens[i])} proposed by ${WHO[who(step, i)].label}; q = ${num(t.q[i])}, p = ${num(step.p[i])}; ` +
       (c ? (c.accepted ? "accepted" : "rejected") : onPath.has(i) ? "accepted with the path below it" : "not examined") +
@@ -137,7 +144,7 @@ function treeSvg(step) {
   const ax = X0 + (depth[last] + 1) * W, ay = kids[last].length ? Y0 + next * H : Y(last);  // below rejected children
   out.push(`<path d="M${X(last) + BW},${Y(last) + BH / 2} C${X(last) + BW + 12},${Y(last) + BH / 2} ${ax - 12},${ay + BH / 2} ${ax},${ay + BH / 2}"` +
            ` fill="none" stroke="var(--target)" stroke-width="2.5" stroke-dasharray="6 3"/>`);
-  out.push(box(ax, ay, "target", text(added.token), emitted ? "target adds" : "cut: not emitted", emitted ? "yes" : "cut",
+  out.push(box(ax, ay, "target", text(added.token), emitted ? (BW >= 80 ? "target adds" : "added") : (BW >= 80 ? "cut: not emitted" : "cut"), emitted ? "yes" : "cut",
                `the target's token after node ${last}: ${tok(added.token)}` + (emitted ? "" : `, cut: ${cutWhy(step)} before it`), "+"));
   const height = Y0 + (next + (kids[last].length ? 1 : 0)) * H;
   const width = X0 + cols * W + 10;
@@ -285,6 +292,68 @@ function passNodes(step) {  // "pass 1 built #1, #2; pass 2 built #3", or "" whe
   return parts.length ? ` (${parts.join("; ")}${ahead ? `; ${plural(ahead, "node")} from n-gram guesses scored ahead of time` : ""})` : "";
 }
 
+// Stage 2 at work: the draft's passes of the step in order, each with every row it fed: the tree's
+// nodes the builder asked to expand, stage 2's guesses below them (the trigram's, or copied from a
+// repeat) fed in the same pass, and catch-up rows. A pass builds the children of what it fed; a
+// guess the tree used saved a pass, a guess it did not use cost a row.
+const ORIGIN = {
+  root: {who: "target", label: "the root"},
+  node: {who: "draft", label: "a tree node, fed to get its children"},
+  guess: {who: "guess", label: "stage 2's trigram guess"},
+  copy: {who: "copy", label: "stage 2's guess copied from a repeat"},
+};
+function builtNothing(step, pass) {  // why a pass built no node of the tree
+  const fed = pass.fed.filter(r => r.origin !== "root");
+  if (!fed.some(r => r.node !== null))
+    return "built nothing: the nodes it fed did not stay in the tree (the builder kept more probable paths found later)";
+  return "built nothing: no child of the nodes it fed ranked among the paths the tree kept";
+}
+function passesView(step) {
+  if (step.copied) return `<p>No draft pass: stage 2 copied a repeat of the last three tokens, and the target verifies the copy directly.</p>`;
+  if (!step.passes.length) return step.tree.tokens.length === 1 ? "<p>No draft pass: nothing was drafted this step.</p>"
+    : `<p>No draft pass: no draft model runs in this method (the ${WHO[who(step, 1)].label} proposed the tree).</p>`;
+  const rows = step.passes.map((pass, j) => {
+    const chips = pass.fed.map(r => {
+      const o = ORIGIN[r.origin], w = WHO[o.who], kept = r.node !== null;
+      const title = `${tok(r.token)} at depth ${r.depth}: ${o.label}; ` + (kept ? `in the tree as node #${r.node}` : "not in the tree");
+      return `<span class="fed ${kept ? "kept" : "unused"}" data-origin="${r.origin}" title="${esc(title)}" ` +
+             `style="background:${w.bg}">${marker(o.who)}${esc(visible(text(r.token), 8))}` +
+             `<small>${kept ? "#" + r.node : "\u2014"}</small></span>`;
+    });
+    if (pass.catch_up) chips.unshift(`<span class="fed catch" data-origin="catch-up">${plural(pass.catch_up, "catch-up row")}</span>`);
+    const built = pass.built.length ? "built " + pass.built.map(i => "#" + i).join(", ") : builtNothing(step, pass);
+    const counts = ["node", "guess", "copy"].map(o => [o, pass.fed.filter(r => r.origin === o).length]).filter(([, n]) => n)
+      .map(([o, n]) => `${n} ${o === "node" ? "tree" : o}`).join(" + ");
+    return `<tr class="pass" data-rows="${pass.rows}" data-fed="${pass.fed.length}"><td class="num">${j + 1}</td>` +
+           `<td class="num">${pass.rows}<small>${counts}</small></td><td><div class="fedrow">${chips.join("")}</div></td>` +
+           `<td class="${pass.built.length ? "" : "nothing"}">${esc(built)}</td></tr>`;
+  });
+  return `<table class="timeline"><tr><th>pass</th><th title="rows fed in this pass">rows</th>` +
+         `<th>what it fed (solid: ended in the tree as the node shown)</th><th>what it built</th></tr>${rows.join("")}</table>`;
+}
+
+// The target's pass over the tree: node i attends to node j when j is i or one of its ancestors,
+// so each path is computed as if it were the only text (every node also sees the whole cached prefix
+// and the catch-up rows). Siblings sit at the same position, prefix + depth.
+function maskView(step) {
+  const t = step.tree, n = t.tokens.length, onPath = new Set(step.path);
+  const depth = [0];
+  for (let i = 1; i < n; i++) depth[i] = depth[t.parents[i]] + 1;
+  const sees = Array.from({length: n}, () => new Array(n).fill(false));
+  for (let i = 0; i < n; i++) {
+    if (i) sees[i] = sees[t.parents[i]].slice();
+    sees[i][i] = true;
+  }
+  const pos0 = step.cache[0] + step.cache[1];  // the root's position: the committed prefix's length
+  const head = `<tr><th class="corner">node \\ sees</th>${t.tokens.map((_, j) => `<th class="col">${j}</th>`).join("")}</tr>`;
+  const rows = sees.map((row, i) => `<tr class="${onPath.has(i) ? "onpath" : ""}"><th title="${esc(tok(t.tokens[i]))}">` +
+    `#${i} <small>pos ${pos0 + depth[i]}</small></th>` +
+    row.map((on, j) => `<td class="${on ? "on" : "off"}" title="#${i} ${on ? "sees" : "does not see"} #${j}"></td>`).join("") + "</tr>");
+  return `<p class="hint">Row i: what node i attends to in the target's pass (filled: j is i or its ancestor). ` +
+         `Every node also sees the ${pos0} committed tokens before the root; siblings share a position (prefix + depth). ` +
+         `Rows of the accepted path are marked.</p><table class="mask" data-n="${n}">${head}${rows.join("")}</table>`;
+}
+
 function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
 
 function summary(step, k) {
@@ -327,7 +396,9 @@ function show(k) {
   $("next").disabled = current === D.steps.length - 1;
   $("summary").textContent = summary(step, current);
   $("tree").innerHTML = treeSvg(step);
-  $("rule-head").textContent = `3. The verification rule: ${step.rule}`;
+  $("passes").innerHTML = passesView(step);
+  $("mask").innerHTML = maskView(step);
+  $("rule-head").textContent = `4. The verification rule: ${step.rule}`;
   $("rule").textContent = ruleText(step);
   $("checks").innerHTML = checksTable(step);
   $("residual").innerHTML = residualView(step);
