@@ -206,7 +206,8 @@ class Recorder(NoRecord):
             # Where a child was rejected, the residual the rule went on with is computed from these
             # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
             rejected = {int(tree.parents[c.node]) for c in self.checks if c.test == "ratio" and not c.accepted}
-            step.trace = Trace(tree, verdict.path, proposal.rule, self.checks, proposal.copied, self.passes, [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist(),
+            p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
+            step.trace = Trace(tree, verdict.path, proposal.rule, self.checks, proposal.copied, self.passes, p_nodes,
                                (scored.start, scored.n_c, cache_length),
                                {node: scored.p[node].copy() for node in sorted(rejected)})
         self.stats.steps.append(step)

@@ -1,7 +1,8 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V] is the target's processed
-distribution after each tree node (row i = the distribution of the token following node i).
+Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V] is the
+target's processed distribution after each tree node (row i = the distribution of the token
+following node i).
 path: node indices root..last accepted node. next_token: the target's correction (at the first
 rejection) or bonus token (after a leaf). The step emits tree.tokens[path[1:]] + [next_token],
 and for every rule paired with the trees it assumes, that sequence is distributed exactly as if

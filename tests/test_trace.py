@@ -359,7 +359,8 @@ def test_readme_caption_matches_the_run_of_make_trace_png(tmp_path):
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ").split())
     sampled = re.search(r'make trace TRACE_ARGS="([^"]+)"', readme)
     assert sampled and sampled[1].split() == args, "the README's sampled trace command is make trace-png's run"
-    for pinned in ("--plan default", "--sampled without", "--widths 2,2,1", "--temperature 1", "--top-k 50", "--seed 1"):
+    for pinned in ("--plan default", "--sampled without", "--widths 2,2,1", "--temperature 1", "--top-k 50",
+                   "--seed 1"):
         assert f" {pinned} " in f" {sampled[1]} ", pinned
     m = re.search(r"Step (\d+) of (\d+) of a sampled staged run on the demo's prompt \((\d+) tokens, ended by "
                   r"(an end-of-text|--max-new-tokens)\), as `make trace-png` renders it", readme)
@@ -443,7 +444,8 @@ def test_the_timeline_shows_each_draft_pass_and_what_it_fed(run, shown):
         assert [int(a["data-rows"]) for a in timeline] == step["draft_blocks"]
         assert [int(a["data-fed"]) for a in timeline] == [len(p["fed"]) for p in passes]
         fed = [a["data-origin"] for t, a in Page(s["passes"]).tags if t == "span" and "data-origin" in a]
-        assert fed == [o for p in passes for o in (["catch-up"] if p["catch_up"] else []) + [r["origin"] for r in p["fed"]]]
+        rows = [(["catch-up"] if p["catch_up"] else []) + [r["origin"] for r in p["fed"]] for p in passes]
+        assert fed == [origin for row in rows for origin in row]
         assert all(p["rows"] == p["catch_up"] + len(p["fed"]) for p in passes)
         if not passes:
             assert "No draft pass" in s["passes"]
