@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test bench weights tutorials trace screenshots trace-png venv clean
+.PHONY: help demo test bench weights memory tutorials trace screenshots trace-png venv clean
 .DEFAULT_GOAL := help
 
 help:
@@ -15,6 +15,7 @@ help:
 	@echo "make trace-png   docs/trace.png, the README's picture of the trace page (needs Chromium)"
 	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"
 	@echo "make weights     download real GPT-2 checkpoints (MODELS=\"gpt2-large gpt2\"; needs the network)"
+	@echo "make memory      peak memory of generate with gpt2-large + gpt2 shapes (random weights, in /tmp)"
 	@echo "make venv        only set up .venv;  make clean  remove .venv and out/"
 
 # The venv is (re)installed only when pyproject.toml changes: a second run installs nothing.
@@ -46,6 +47,11 @@ bench: $(VENV)/.bench
 MODELS ?= gpt2-large gpt2
 weights: $(STAMP)
 	$(PY) -m specdec_np weights $(MODELS)
+
+# Peak resident memory of `generate` with a gpt2-large-shaped target and a gpt2-shaped draft, random
+# weights written to a temporary directory and deleted (ARGS="--plan machine" for this machine's plan).
+memory: $(STAMP)
+	$(PY) weights/measure_memory.py $(ARGS)
 
 # One decoding run as a self-contained HTML page, out/trace.html: the demo's prompt, staged, with
 # the constant plan (the same page on every machine). Open it offline; arrow keys step through it.

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import WEIGHTS_DIR, atomic_file
-from .gpt2 import GPT2, GPT2Config
+from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
+from .gpt2 import GPT2, GPT2Config, check_hyperparameter
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
@@ -36,10 +36,14 @@ ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 ST_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
             "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 SAVE_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+# GPT2Config's fields -> the config.json keys that hold them (HF's names, then OpenAI's hparams.json names).
+CONFIG_KEYS = {"n_vocab": ("vocab_size", "n_vocab"), "n_ctx": ("n_positions", "n_ctx"), "n_embd": ("n_embd",),
+               "n_layer": ("n_layer",), "n_head": ("n_head",), "layer_norm_epsilon": ("layer_norm_epsilon",)}
 
 # Tensors of HF files that are not parameters: the causal-mask buffers of old transformers
 # versions, and the LM head, tied to `wte` in GPT-2 (checked against it, then dropped).
 BUFFER_RE = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
+BLOCK_RE = re.compile(r"h\.(\d+)\.")  # a tensor of block i
 LM_HEAD = "lm_head.weight"
 
 
@@ -105,6 +109,16 @@ def read_header(path) -> tuple[dict, int]:
             raise CheckpointError(f"{path}: corrupt file: tensor '{name}' of shape {tuple(shape)} ({dtype}) "
                                   f"has {end - begin} bytes")
         entry["shape"], entry["data_offsets"] = tuple(shape), (begin, end)
+    # The format's rule: the tensors' byte ranges tile the data buffer, no overlap, no hole, nothing after.
+    at, previous = 0, None
+    for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
+        begin, end = entry["data_offsets"]
+        if begin != at:
+            problem = f"overlaps tensor '{previous}'" if begin < at else f"leaves bytes {at}..{begin} unused before it"
+            raise CheckpointError(f"{path}: corrupt file: tensor '{name}' (bytes {begin}..{end}) {problem}")
+        at, previous = end, name
+    if at != data_len:
+        raise CheckpointError(f"{path}: corrupt file: {data_len - at} bytes after the last tensor's data")
     return header, 8 + n
 
 
@@ -153,30 +167,33 @@ def read_config(path) -> GPT2Config:
     except (UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"{path}: not a valid config.json ({e})") from None
 
-    def get(*keys, default=None):
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        if default is None:
+    # GPT2Config's fields and the config.json keys they are read from (the first one present),
+    # each checked under the name the file uses.
+    fields = {}
+    for field, keys in CONFIG_KEYS.items():
+        key = next((k for k in keys if cfg.get(k) is not None), None)
+        if key is None and field != "layer_norm_epsilon":
             raise CheckpointError(f"{path}: missing '{keys[0]}'")
-        return default
-
+        fields[field] = 1e-5 if key is None else cfg[key]
+        try:
+            check_hyperparameter(field, fields[field], key)
+        except ValueError as e:
+            raise CheckpointError(f"{path}: {e}") from None
+    try:
+        config = GPT2Config(**fields)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
     # Variants of GPT-2 that this forward pass does not compute: refuse rather than be wrong.
     act = cfg.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: activation_function '{act}' is not supported (GPT-2's tanh GELU, 'gelu_new')")
-    if cfg.get("n_inner") not in (None, 4 * get("n_embd")):
+    if cfg.get("n_inner") not in (None, 4 * config.n_embd):
         raise CheckpointError(f"{path}: n_inner={cfg['n_inner']} is not supported (must be 4 * n_embd)")
     if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
         raise CheckpointError(f"{path}: non-standard attention scaling is not supported")
     if cfg.get("tie_word_embeddings") is False:
         raise CheckpointError(f"{path}: an untied LM head (tie_word_embeddings=false) is not supported")
-    try:
-        return GPT2Config(n_vocab=int(get("vocab_size", "n_vocab")), n_ctx=int(get("n_positions", "n_ctx")),
-                          n_embd=int(get("n_embd")), n_layer=int(get("n_layer")), n_head=int(get("n_head")),
-                          layer_norm_epsilon=float(get("layer_norm_epsilon", default=1e-5)))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
+    return config
 
 
 def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | None = None) -> dict:
@@ -246,6 +263,12 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
         if name in names:
             raise CheckpointError(f"{file}: tensor '{name}' appears twice ('{names[name]}' and '{key}')")
         names[name] = key
+    # The block count first, from the names alone: a config.json that does not belong to this file
+    # (n_layer 10**12) must fail here, before anything of its size is built.
+    blocks = {int(m[1]) for name in names if (m := BLOCK_RE.match(name))}
+    if config.n_layer != len(blocks):
+        raise CheckpointError(f"{Path(file).parent / CONFIG_FILE}: n_layer={config.n_layer}, but {file} holds "
+                              f"{len(blocks)} blocks")
     expected = param_shapes(config)
     missing = [n for n in expected if n not in names]
     if missing:
@@ -325,15 +348,19 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
 
 def resolve(name_or_path) -> Path:
     """A checkpoint directory: a path to one, or the name of a downloaded model in `weights/`."""
+    name = str(name_or_path)
+    if not name.strip():
+        raise FileNotFoundError(f"an empty checkpoint name {name!r}: give a model name ({', '.join(HUB_REPOS)}, "
+                                "tiny-target) or a checkpoint directory")
     p = Path(name_or_path)
     if p.is_dir():
         return p
-    name = str(name_or_path)
-    local = WEIGHTS_DIR / name
+    local = check_weights_dir(WEIGHTS_DIR) / name
     if os.sep not in name and "/" not in name and (local / CONFIG_FILE).is_file() and (local / MODEL_FILE).is_file():
         return local
     if name in HUB_REPOS:
         raise FileNotFoundError(f"checkpoint '{name}' is not downloaded (no {local / MODEL_FILE}): run "
                                 f"`make weights MODELS={name}` (or `python -m specdec_np weights {name}`)")
-    raise FileNotFoundError(f"no checkpoint directory '{name}', and not a known model name "
+    where = f"{WEIGHTS_ENV}={os.environ[WEIGHTS_ENV]}" if WEIGHTS_ENV in os.environ else WEIGHTS_DIR
+    raise FileNotFoundError(f"no checkpoint directory '{name}' (here or in {where}), and not a known model name "
                             f"({', '.join(HUB_REPOS)})")

@@ -4,12 +4,12 @@ beyond float rounding.
 At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about
 what one costs: that is the premise of speculative decoding. A plain `x @ w` does not deliver it
 on a CPU: for a few rows OpenBLAS packs all of `w` into a scratch buffer on every call and runs
-a kernel tuned for large matrices, so a few rows cost well over one. `Weight` keeps a second layout
-of each matrix, column slabs, whose product by a few rows is one small matrix product per slab
-(one NumPy call, no packing where the BLAS has a small-matrix kernel), and `matmul` picks the
-layout by the block's row count. Up to which size the slabs pay depends on the BLAS kernel: the
-tools measure it and set `GPT2.slab_rows`. The measurements behind each choice, with the command
-that repeats them, are in docs/performance.md.
+a kernel tuned for large matrices, so a few rows cost well over one. `Weight` adds a second layout
+of each matrix, column slabs (a copy in a small model, a view of the matrix in a large one), whose
+product by a few rows is one small matrix product per slab (one NumPy call, no packing where the
+BLAS has a small-matrix kernel), and `matmul` picks the layout by the block's row count. Up to
+which size the slabs pay depends on the BLAS kernel: the tools measure it and set `GPT2.slab_rows`.
+The measurements behind each choice, with the command that repeats them, are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -21,18 +21,24 @@ import numpy as np
 SLAB = 64  # columns per slab: small enough that a slab's product needs no packing, wide enough for the kernel
 SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
+SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a copy of its matrices (`Weight`)
 
 
 @dataclass(frozen=True, eq=False)
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out], row-major: the parameter itself (not a copy), for blocks of more than
-           `slab_rows` rows (one x @ w), and for one row when `gemv` (a matrix-vector product,
-           which OpenBLAS runs on every thread: the tied head, thousands of columns wide).
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, the last
-           zero-padded, for blocks of up to `slab_rows` rows: a second copy of the matrix in
-           memory. None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
+    w:     [n_in, n_out]: the parameter itself (not a copy), for blocks of more than `slab_rows`
+           rows (one x @ w), and for one row when `gemv` (a matrix-vector product, which OpenBLAS
+           runs on every thread: the tied head, thousands of columns wide). The head's w is wte.T,
+           a row-major copy of its own in a small model, a transposed view of wte in a large one.
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, for blocks of
+           up to `slab_rows` rows. In a small model (`copy`) a second copy of the matrix in memory,
+           each slab contiguous and the last zero-padded. In a large one, where that copy
+           would not fit beside the model in a laptop's memory, a strided view of `w` itself (the
+           same slabs, each row of a slab n_out apart: no memory) when n_out is a multiple of SLAB,
+           as GPT-2's layer matrices are; the head (50257 columns) keeps a copy.
+           None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray
@@ -41,17 +47,22 @@ class Weight:
     gemv: bool = False  # one row is a matrix-vector product over `w`, not a product by slabs
 
     @classmethod
-    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None) -> "Weight":
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None,
+           copy: bool = True) -> "Weight":
         """[n_in, n_out] -> Weight; no slabs for a matrix of at most `slab_min` numbers (default
-        SLAB_MIN) or when `slab_rows` is 0 (every product then reads `w`)."""
+        SLAB_MIN) or when `slab_rows` is 0 (every product then reads `w`); `copy`: slabs (and a
+        row-major w) as copies, else views of `w` where they can be."""
         n_in, n_out = w.shape
+        w = np.ascontiguousarray(w) if copy else w
         if w.size <= (SLAB_MIN if slab_min is None else slab_min) or slab_rows < 1:
-            return cls(np.ascontiguousarray(w), None, 0, gemv)
-        n_slabs = -(-n_out // SLAB)
-        padded = np.zeros((n_in, n_slabs * SLAB), dtype=w.dtype)  # [n_in, n_slabs * SLAB]
-        padded[:, :n_out] = w
-        slabs = np.ascontiguousarray(padded.reshape(n_in, n_slabs, SLAB).transpose(1, 0, 2))  # [n_slabs, n_in, SLAB]
-        return cls(np.ascontiguousarray(w), slabs, slab_rows, gemv)
+            return cls(w, None, 0, gemv)
+        full = n_out // SLAB  # slabs with no padding
+        if not copy and full * SLAB == n_out and w.strides[1] == w.itemsize:
+            return cls(w, w.reshape(n_in, full, SLAB).transpose(1, 0, 2), slab_rows, gemv)  # [n_slabs, n_in, SLAB]
+        slabs = np.zeros((-(-n_out // SLAB), n_in, SLAB), dtype=w.dtype)  # [n_slabs, n_in, SLAB]
+        slabs[:full] = w[:, :full * SLAB].reshape(n_in, full, SLAB).transpose(1, 0, 2)
+        slabs[full:, :, :n_out - full * SLAB] = w[:, full * SLAB:]  # the last slab, zero-padded
+        return cls(w, slabs, slab_rows, gemv)
 
 
 def matmul(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
@@ -81,22 +92,30 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
 def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a
     `Weight` whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head
-    wte.T as a `Weight` of its own (row-major, so that the head is one more `matmul`).
+    wte.T as a `Weight` of its own (so that the head is one more `matmul`). The slabs are copies
+    in a model of at most SLAB_COPY_MAX bytes of weights, views where they can be in a larger one.
 
     Whether slabs pay depends on the BLAS kernel: with a kernel that multiplies small matrices
     without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of a few tokens cost
     about one; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
     cheaper. The tools measure which holds on this machine and pass `slab_rows` (0: no slabs)."""
+    def nbytes(tree):
+        if isinstance(tree, dict):
+            tree = list(tree.values())
+        return sum(map(nbytes, tree)) if isinstance(tree, list) else tree.nbytes
+
+    copy = nbytes(params) <= SLAB_COPY_MAX
+
     def walk(tree):
         if isinstance(tree, list):
             return [walk(v) for v in tree]
         if not isinstance(tree, dict):
             return tree
         if tree.keys() == {"w", "b"}:
-            return {"w": Weight.of(tree["w"], slab_rows), "b": tree["b"]}
+            return {"w": Weight.of(tree["w"], slab_rows, copy=copy), "b": tree["b"]}
         return {k: walk(v) for k, v in tree.items()}
     prepared = walk(params)
-    prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True)
+    prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True, copy=copy)
     return prepared
 
 

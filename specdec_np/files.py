@@ -1,33 +1,76 @@
 """Where the shipped files live, and how files are written.
 
 WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and
-downloaded checkpoints (`weights/` beside the package; the environment variable
-SPECDEC_NP_WEIGHTS names another). Every module reads it from here.
+downloaded checkpoints (`weights/` beside the package, SHIPPED_DIR; the environment variable
+SPECDEC_NP_WEIGHTS names another). Every module reads it from here. The tools' files about the
+embedded pair, its acceptance profile and calibration prompts, are read from WEIGHTS_DIR when it
+holds them, else from SHIPPED_DIR (`weights_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
-WEIGHTS_DIR = Path(os.environ.get("SPECDEC_NP_WEIGHTS", Path(__file__).resolve().parent.parent / "weights"))
+WEIGHTS_ENV = "SPECDEC_NP_WEIGHTS"
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "weights"
+WEIGHTS_DIR = Path(os.environ[WEIGHTS_ENV]) if WEIGHTS_ENV in os.environ else SHIPPED_DIR
+
+
+def check_weights_dir(directory: Path) -> Path:
+    """`directory` (WEIGHTS_DIR), or a FileNotFoundError naming SPECDEC_NP_WEIGHTS when that variable
+    is set but empty or not a directory: a lookup by name there would otherwise blame the name."""
+    value = os.environ.get(WEIGHTS_ENV)
+    if value is not None and not (value and Path(directory).is_dir()):
+        problem = "is empty" if not value else "is a file" if Path(value).exists() else "does not exist"
+        raise FileNotFoundError(f"{WEIGHTS_ENV}={value!r} {problem}: it must name the weights directory "
+                                f"(unset it to use {SHIPPED_DIR})")
+    return Path(directory)
+
+
+def weights_file(name: str) -> Path:
+    """WEIGHTS_DIR / name if there is one, else the shipped SHIPPED_DIR / name."""
+    here = WEIGHTS_DIR / name
+    return here if WEIGHTS_DIR != SHIPPED_DIR and here.is_file() else SHIPPED_DIR / name
 
 
 @contextlib.contextmanager
 def atomic_file(path, mode="wb"):
     """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success, so
-    a reader never sees a half-written file and a failed write leaves the old one in place."""
+    a reader never sees a half-written file and a failed write (or SIGTERM) leaves the old one in place."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with terminated_as_exit():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, mode) as f:
+                yield f
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def terminated_as_exit():
+    """While the block runs, SIGTERM raises SystemExit(143) in the main thread (when nothing else
+    handles SIGTERM), so that cleanup clauses run before the process ends, as they do for Ctrl-C:
+    the default action would end it at once and leave a temporary file behind."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -176,12 +176,26 @@ class GPT2Config:
     layer_norm_epsilon: float = 1e-5
 
     def __post_init__(self):
+        for field, value in vars(self).items():
+            check_hyperparameter(field, value)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+
+def check_hyperparameter(field: str, value, name: str | None = None) -> None:
+    """A ValueError naming `name` (default: the GPT2Config field) unless `value` suits `field`: a
+    positive finite number for layer_norm_epsilon, else a count (an integer >= 1, not a bool, a
+    string or 8193.7)."""
+    name = name or field
+    if field == "layer_norm_epsilon":
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 < value < math.inf:
+            raise ValueError(f"{name}={value!r} must be a positive finite number")
+    elif not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
 # Shapes of the real GPT-2 family (used for benchmarks with random weights, and by the loader).
@@ -241,9 +255,9 @@ class GPT2:
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`: each matrix also in the
-        layout a block of a few rows multiplies fastest, and the tied head wte.T as a row-major
-        copy of its own), made on first use: a second copy of the weights in memory, the same bytes
-        read per pass."""
+        layout a block of a few rows multiplies fastest, and the tied head wte.T), made on first
+        use: in a small model copies, a second copy of the weights in memory; in a large one views
+        of the weights where they can be (only the head's slabs are copied). The same bytes read per pass."""
         return prepare(self.params, self.slab_rows)
 
     @property

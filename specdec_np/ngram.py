@@ -60,6 +60,11 @@ _SAVED = ("uni_count",
           "bi_ctx", "bi_ctx_count", "bi_len", "bi_tok", "bi_count", "bi_discount", "bi_abs_discount",
           "tri_ctx", "tri_ctx_count", "tri_len", "tri_tok", "tri_count", "tri_discount", "tri_abs_discount")
 
+# What load() accepts of the saved numbers: the least value of each integer scalar and count array
+# (a history was seen at least once, a token may never have been), and the float arrays' ranges.
+_META = {"n_vocab": 1, "katz_k": 1, "min_count": 1}
+_LEAST = {"uni_count": 0, "ctx": 0, "ctx_count": 1, "len": 1, "tok": 0, "count": 1}
+
 
 @dataclass
 class Trigram:
@@ -378,15 +383,58 @@ def load(path) -> Trigram:
             arrays = {name: z[name] for name in z.files}
     except Exception as e:  # not an .npz, or one that holds pickled objects
         raise ValueError(f"{path} is not a specdec_np n-gram model") from e
-    if arrays.get("format", np.array("")).item() != FORMAT:
+    tag = arrays.get("format", np.array(""))
+    if tag.shape != () or tag.item() != FORMAT:
         raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
-    missing = [name for name in ("version", "n_vocab", "katz_k", "min_count", *_SAVED) if name not in arrays]
+    missing = [name for name in ("version", *_META, *_SAVED) if name not in arrays]
     if missing:
         raise ValueError(f"{path} is missing arrays {missing}")
-    if int(arrays["version"]) != VERSION:
-        raise ValueError(f"{path} is n-gram format version {int(arrays['version'])}, this code reads {VERSION}")
-    V = int(arrays["n_vocab"])
-    if arrays["uni_count"].shape != (V,):
-        raise ValueError(f"{path}: uni_count has shape {arrays['uni_count'].shape}, expected ({V},)")
+    version = arrays["version"]
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) != VERSION:
+        raise ValueError(f"{path} is n-gram format version {version.tolist()!r}, this code reads {VERSION}")
+    try:
+        meta, counts = check_saved(arrays)
+        return _build(counts, meta["n_vocab"], meta["katz_k"], meta["min_count"])
+    except ValueError as e:
+        raise ValueError(f"{path}: not a valid n-gram model: {e}") from None
+
+
+def check_saved(arrays: dict) -> tuple[dict, dict]:
+    """(n_vocab, katz_k, min_count) and the count arrays of a saved model, after checking that they
+    are what fit() writes: integers of the right shapes and ranges (token ids and histories inside
+    the vocabulary, histories sorted, each history's entries as many as its len), discounts in
+    [0, 1]. A ValueError naming the array otherwise."""
+    meta = {}
+    for name, least in _META.items():
+        a = arrays[name]
+        if a.shape != () or a.dtype.kind not in "iu" or int(a) < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {a.tolist()!r}")
+        meta[name] = int(a)
+    V, k = meta["n_vocab"], meta["katz_k"]
+    if V > 2**20:
+        raise ValueError(f"n_vocab={V} must be at most {2**20}")
     counts = {name: arrays[name] for name in _SAVED}
-    return _build(counts, V, int(arrays["katz_k"]), int(arrays["min_count"]))
+    for name, a in counts.items():
+        field = name.split("_", 1)[1] if name != "uni_count" else name
+        if field in ("discount", "abs_discount"):
+            shape = (k + 2,) if field == "discount" else ()
+            if a.shape != shape or a.dtype.kind != "f" or not np.all((a >= 0) & (a <= 1)):
+                raise ValueError(f"{name} must be {shape or 'one'} float(s) in [0, 1]")
+        elif a.ndim != 1 or a.dtype.kind not in "iu" or (a.size and int(a.min()) < _LEAST[field]):
+            raise ValueError(f"{name} must be a 1-D array of integers >= {_LEAST[field]}")
+    if counts["uni_count"].shape != (V,):
+        raise ValueError(f"uni_count has shape {counts['uni_count'].shape}, expected ({V},)")
+    for order, histories in (("bi", V), ("tri", V * V)):
+        ctx, ctx_count, lens, tok, count = (counts[f"{order}_{x}"] for x in ("ctx", "ctx_count", "len", "tok", "count"))
+        if not len(ctx) == len(ctx_count) == len(lens):
+            raise ValueError(f"{order}_ctx, {order}_ctx_count and {order}_len must have one entry per history")
+        if len(tok) != len(count) or len(tok) != int(lens.sum(dtype=np.int64)):
+            raise ValueError(f"{order}_tok and {order}_count must have {order}_len's sum of entries")
+        if ctx.size and (int(ctx.max()) >= histories or np.any(np.diff(ctx.astype(np.int64)) <= 0)):
+            raise ValueError(f"{order}_ctx must be increasing history keys below {histories}")
+        if tok.size and int(tok.max()) >= V:
+            raise ValueError(f"{order}_tok holds token id {int(tok.max())}, outside the vocabulary 0..{V - 1}")
+        starts = np.cumsum(lens, dtype=np.int64) - lens.astype(np.int64)  # [C] each history's first entry
+        if ctx.size and np.any(ctx_count < np.add.reduceat(count.astype(np.int64), starts)):
+            raise ValueError(f"{order}_ctx_count must be at least the sum of its history's {order}_count")
+    return meta, counts

@@ -15,7 +15,7 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-from .files import WEIGHTS_DIR
+from .files import WEIGHTS_DIR, check_weights_dir
 
 # The digests tiktoken itself pins for these files: we check them ourselves because tiktoken's
 # own check is skipped when a file comes from its cache, so it does not protect files on disk.
@@ -53,6 +53,8 @@ def get_encoding(n_vocab: int = GPT2_N_VOCAB, bpe_dir: str | Path = WEIGHTS_DIR)
     n_ranks = n_vocab - 1
     if not 256 <= n_ranks <= GPT2_N_VOCAB - 1:
         raise ValueError(f"n_vocab={n_vocab} has no GPT-2 BPE tokenizer: it needs 257 <= n_vocab <= {GPT2_N_VOCAB}")
+    if Path(bpe_dir) == WEIGHTS_DIR:
+        check_weights_dir(WEIGHTS_DIR)  # a bad SPECDEC_NP_WEIGHTS is named, not just the file it lacks
     return _encoding(n_vocab, str(Path(bpe_dir).resolve()))
 
 

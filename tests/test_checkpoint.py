@@ -221,8 +221,18 @@ def test_unexpected_tensor(model, tmp_path):
 
 
 def test_more_layers_than_config(model, tmp_path):
-    assert_refused(tmp_path, hf_tensors(model), r"unexpected tensor 'h\.1\.\w+", hf_config(n_layer=1))
-    assert_refused(tmp_path, hf_tensors(model), r"missing tensor 'h\.2\.ln_1\.weight'", hf_config(n_layer=3))
+    assert_refused(tmp_path, hf_tensors(model), r"config\.json: n_layer=1, but .*model\.safetensors holds 2 blocks",
+                   hf_config(n_layer=1))
+    assert_refused(tmp_path, hf_tensors(model), r"config\.json: n_layer=3, but .*holds 2 blocks", hf_config(n_layer=3))
+    tensors = hf_tensors(model)
+    tensors["h.5.ln_1.weight"] = tensors.pop("h.1.ln_1.weight")
+    assert_refused(tmp_path, tensors, r"n_layer=2, but .* holds 3 blocks")
+
+
+def test_config_of_another_size_fails_before_allocating(model, tmp_path):
+    """B12: n_layer 10**12 is refused from the tensor names, naming config.json, before any
+    structure of that size is built (this would otherwise run out of memory)."""
+    assert_refused(tmp_path, hf_tensors(model), r"config\.json: n_layer=1000000000000, but", hf_config(n_layer=10**12))
 
 
 def test_wrong_shape(model, tmp_path):

@@ -215,3 +215,23 @@ def test_main(tmp_path, hub, files, capsys):
     assert out.out.strip() == str(tmp_path / "gpt2")
     assert "gpt2/model.safetensors" in out.err  # one closing line per file when not a terminal
     assert json.loads((tmp_path / "gpt2" / "config.json").read_bytes()) == json.loads(files["config.json"])
+
+
+def test_an_offline_download_leaves_no_directory_it_made(tmp_path, capsys):
+    # Nothing listens on port 9 (discard): the download fails at once, and --dest NEW/deeper is gone again.
+    rc = dl.main(["gpt2", "--dest", str(tmp_path / "NEW" / "deeper"), "--base-url", "http://127.0.0.1:9",
+                  "--retries", "0"])
+    assert rc == 1 and "gpt2" in capsys.readouterr().err
+    assert not (tmp_path / "NEW").exists()
+
+
+def test_a_config_and_model_that_do_not_match_are_deleted_and_said(tmp_path, hub, files):
+    # A hub serving a config.json of another model: each file is valid, together they are not a checkpoint.
+    other = json.loads(files[dl.CONFIG_FILE])
+    other["n_layer"] = 2
+    hub.files["/openai-community/gpt2/resolve/main/config.json"] = json.dumps(other).encode()
+    with pytest.raises(dl.DownloadError, match=r"n_layer=2.*both deleted, run again"):
+        get(tmp_path, hub)
+    assert not any((tmp_path / "gpt2").iterdir())
+    hub.files["/openai-community/gpt2/resolve/main/config.json"] = files[dl.CONFIG_FILE]
+    assert (get(tmp_path, hub) / dl.MODEL_FILE).is_file()  # the next run downloads both again

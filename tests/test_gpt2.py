@@ -246,3 +246,36 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
         cache = new_cache(m)
         got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+
+
+def test_a_large_model_reads_its_slabs_from_views(monkeypatch):
+    # Above SLAB_COPY_MAX bytes of weights the layer matrices' slabs are views of the parameters
+    # (no second copy) and the head is wte.T itself; the logits are those of the copies (within
+    # rounding: one row's head is a matrix-vector product over wte rather than over its transpose).
+    model = random_params(GPT2Config(n_vocab=61, n_ctx=48, n_embd=64, n_layer=2, n_head=4), 1, np.float64, 0.3)
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)
+    toks = list(range(3, 20))
+    copied = dataclasses.replace(model)
+    assert copied.prepared  # laid out now, as a small model
+    monkeypatch.setattr(fastpath, "SLAB_COPY_MAX", 0)
+    viewed = dataclasses.replace(model)
+    for block, prepared in zip(model.params["blocks"], viewed.prepared["blocks"]):
+        for part, name in [("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")]:
+            weight, w = prepared[part][name]["w"], block[part][name]["w"]
+            assert weight.w is w and np.shares_memory(weight.slabs, w)
+    head = viewed.prepared["head"]
+    assert np.shares_memory(head.w, model.params["wte"]) and not np.shares_memory(head.slabs, model.params["wte"])
+    assert not np.shares_memory(copied.prepared["head"].w, model.params["wte"])  # the small model's row-major copy
+    for n in (1, 3, SLAB_ROWS + 1):
+        got = [forward(m, toks[:n], new_cache(m)) for m in (copied, viewed)]
+        np.testing.assert_allclose(got[0], got[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("field, value", [("n_head", 0), ("n_head", -8), ("n_vocab", 0), ("n_embd", -16),
+                                          ("n_layer", "6"), ("n_vocab", 8193.7), ("n_ctx", True),
+                                          ("layer_norm_epsilon", -1.0), ("layer_norm_epsilon", float("nan")),
+                                          ("layer_norm_epsilon", float("inf"))])
+def test_config_refuses_impossible_hyperparameters(field, value):
+    # B11: n_head=0 was a ZeroDivisionError; the others were accepted, then failed oddly.
+    with pytest.raises(ValueError, match=f"^{field}="):
+        GPT2Config(**{field: value})

@@ -153,3 +153,18 @@ def test_the_machines_plan_is_chosen_with_the_built_trigram(checkpoints, cache, 
     a = parser.parse_args(["def f(x):", "--target", str(checkpoints / "target"), "--draft", str(checkpoints / "draft")])
     s = cli.setup(a)
     assert s.method == "staged" and s.ngram is seen["ngram"] and s.ngram.n_vocab == GPT2_VOCAB
+
+
+def test_a_cache_file_that_loads_but_is_not_valid_is_built_again(cache, capsys):
+    # B13: a trigram whose bi_len went negative raised IndexError and was never rebuilt.
+    path = stdlib_ngram.cache_file(GPT2_VOCAB, FEW)
+    path.parent.mkdir(parents=True)
+    ngram.save(ngram.fit(np.arange(50) % 7, GPT2_VOCAB), path)
+    with np.load(path) as z:
+        arrays = dict(z)
+    arrays["bi_len"] = -arrays["bi_len"].astype(np.int64)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    model = stdlib_ngram.stdlib_trigram(GPT2_VOCAB, files=FEW)
+    assert "building a Katz trigram" in capsys.readouterr().err
+    assert ngram.load(path).n_vocab == model.n_vocab == GPT2_VOCAB

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
+from ..files import weights_file
 from ..plan import Plan
 from ..tokenizer import encode
 from .cache import write_json
@@ -34,8 +35,8 @@ from .cache import write_json
 FORMAT = "specdec_np.profile"
 VERSION = 2
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
-PROFILE_FILE = Path(__file__).resolve().parents[2] / "weights" / "profile.json"
-PROMPTS_FILE = Path(__file__).resolve().parents[2] / "weights" / "calibration.jsonl"
+PROFILE_FILE = weights_file("profile.json")
+PROMPTS_FILE = weights_file("calibration.jsonl")
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
@@ -228,19 +229,44 @@ def to_json(profile: dict) -> dict:
     return fix(profile)
 
 
+COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
+
+
 def from_json_record(r: dict) -> dict:
-    """A count record read back: block sizes as ints again."""
-    return dict(r, **{model: {state: {int(k): n for k, n in c.items()} for state, c in r[model].items()}
-                      for model in ("target", "draft")})
+    """A count record read back: block sizes as ints again. A ValueError if it is not one: every
+    total an integer >= 0, and for the target and the draft, passes by state (cold, warm) and size."""
+    def count(n):
+        return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+    if not isinstance(r, dict) or not all(count(r.get(k)) for k in COUNTS):
+        raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers >= 0)")
+    passes = {}
+    for model in ("target", "draft"):
+        states = r.get(model)
+        if not isinstance(states, dict) or set(states) != {"cold", "warm"} or not all(
+                isinstance(c, dict) and all(str(k).isdigit() and int(k) >= 1 and count(n) for k, n in c.items())
+                for c in states.values()):
+            raise ValueError(f"a count record's {model!r} needs passes by state (cold, warm): block size -> count")
+        passes[model] = {state: {int(k): n for k, n in c.items()} for state, c in states.items()}
+    return dict(r, **passes)
 
 
 def from_json(data: dict) -> dict:
-    """A profile read back: widths as tuples and block sizes as ints again."""
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise ValueError("not a specdec_np acceptance profile (or another version)")
+    """A profile read back: widths as tuples and block sizes as ints again; a ValueError if it is
+    not a profile of this version (every setting's records, each a method, a plan shape and counts)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise ValueError(f"not a specdec_np acceptance profile ('{FORMAT}', version {VERSION})")
+    settings = data.get("settings")
+    if not isinstance(settings, dict) or not settings or not all(
+            s in SETTINGS and isinstance(records, list) for s, records in settings.items()):
+        raise ValueError(f"'settings' must hold a list of records for {' or '.join(SETTINGS)}, or both")
+    for records in settings.values():
+        for r in records:
+            if not isinstance(r, dict) or r.get("method") not in PROFILED or not isinstance(r.get("shape"), dict):
+                raise ValueError(f"a record needs a method ({', '.join(PROFILED)}) and a plan shape")
     data["settings"] = {setting: [dict(from_json_record(r), shape={k: tuple(v) if isinstance(v, list) else v
                                                                    for k, v in r["shape"].items()})
-                                  for r in records] for setting, records in data["settings"].items()}
+                                  for r in records] for setting, records in settings.items()}
     return data
 
 
@@ -250,11 +276,27 @@ def save(profile: dict, path) -> None:
 
 
 def load(path) -> dict:
-    return from_json(json.loads(Path(path).read_text()))
+    """The profile in `path`; a ValueError naming the file if it is not one."""
+    try:
+        return from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a valid acceptance profile: {e}") from None
 
 
 def calibration_prompts(enc, path=None) -> list[list[int]]:
-    """The calibration prompts (code held out from the embedded models' training), as token ids."""
+    """The calibration prompts (code held out from the embedded models' training), as token ids:
+    one JSON object with a non-empty "prompt" a line. A ValueError naming the file and line if not."""
     path = PROMPTS_FILE if path is None else Path(path)
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [encode(enc, rec["prompt"]) for rec in lines]
+    prompts = []
+    for i, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            rec = json.loads(line) if line.strip() else None
+        except (UnicodeDecodeError, ValueError):
+            rec = {}
+        if rec is not None and not (isinstance(rec, dict) and isinstance(rec.get("prompt"), str) and rec["prompt"]):
+            raise ValueError(f"{path}, line {i}: not a calibration prompt (a JSON object with a non-empty \"prompt\")")
+        if rec is not None:
+            prompts.append(encode(enc, rec["prompt"]))
+    if not prompts:
+        raise ValueError(f"{path}: no calibration prompts (one JSON object with a \"prompt\" a line)")
+    return prompts

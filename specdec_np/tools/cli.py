@@ -199,6 +199,9 @@ class Setup(NamedTuple):
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
+    for option, value in (("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give a model name or a path")
     text = read_prompt(a)
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)

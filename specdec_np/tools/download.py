@@ -10,6 +10,7 @@ file's `X-Linked-Etag`) and whose content parses is renamed to its final name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import os
@@ -188,18 +189,25 @@ def download(name: str, dest_root=None, base_url: str | None = None, retries: in
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL
     dest = Path(WEIGHTS_DIR if dest_root is None else dest_root) / name
-    created = not dest.exists()
+    created = [d for d in (dest, *dest.parents) if not d.exists()]  # made here: removed again if left empty
     dest.mkdir(parents=True, exist_ok=True)
     try:
         for file in FILES:
             if not (dest / file).is_file():
                 download_file(file_url(base_url, name, file), dest / file, retries, timeout, progress)
     except BaseException:
-        if created and not any(dest.iterdir()):  # nothing fetched: leave no empty directory behind
-            dest.rmdir()
+        for d in created:  # nothing fetched: leave no empty directory behind (dest first, then its parents)
+            with contextlib.suppress(OSError):
+                d.rmdir()
         raise
-    header, _ = checkpoint.read_header(dest / MODEL_FILE)
-    checkpoint.match_tensors(dest / MODEL_FILE, header, checkpoint.read_config(dest / CONFIG_FILE))
+    try:
+        header, _ = checkpoint.read_header(dest / MODEL_FILE)
+        checkpoint.match_tensors(dest / MODEL_FILE, header, checkpoint.read_config(dest / CONFIG_FILE))
+    except ValueError as e:  # each file valid, but not of one model: keeping them would stop every later download
+        for file in FILES:
+            (dest / file).unlink(missing_ok=True)
+        raise DownloadError(f"{e}; the hub's {CONFIG_FILE} and {MODEL_FILE} do not belong together: both deleted, "
+                            "run again to download them again") from None
     return dest
 
 

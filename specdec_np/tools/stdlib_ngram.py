@@ -97,7 +97,7 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
     if path.is_file():
         try:
             return ngram.load(path)
-        except (OSError, ValueError):  # cut short or corrupted: build it again
+        except Exception:  # cut short, corrupted or not valid in any way: a cache is built again
             pass
     if not files:
         raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "

@@ -1,0 +1,214 @@
+"""A file that is not what its reader expects (a checkpoint, its config.json, a trigram, the acceptance
+profile, the calibration prompts) gets a one-line error naming the file and what is wrong, before any work;
+files are never left half-written, also on SIGTERM."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec_np import checkpoint, files, ngram
+from specdec_np.tokenizer import get_encoding
+from specdec_np.tools import acceptance as profiles
+from specdec_np.tools.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "weights" / "tiny-target"
+TRIGRAM = ROOT / "weights" / "tiny-trigram.npz"
+
+
+def one_error_line(capsys, rc, expected_rc=2) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == expected_rc and len(err) == 1 and err[0].startswith("error:"), err
+    return err[0]
+
+
+def checkpoint_with(tmp_path, **changes) -> Path:
+    """The embedded target's weights with its config.json changed."""
+    d = tmp_path / "ck"
+    d.mkdir()
+    shutil.copy(TARGET / checkpoint.MODEL_FILE, d)
+    cfg = json.loads((TARGET / checkpoint.CONFIG_FILE).read_text())
+    cfg.update(changes)
+    (d / checkpoint.CONFIG_FILE).write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"n_head": 0}, "n_head=0"),  # B11: was a ZeroDivisionError
+    ({"n_layer": 10**12}, "n_layer=1000000000000, but"),  # B12: was a minute, then MemoryError
+    ({"n_head": -8}, "n_head=-8"),
+    ({"layer_norm_epsilon": -1}, "layer_norm_epsilon=-1"),
+    ({"layer_norm_epsilon": math.nan}, "layer_norm_epsilon=nan"),
+    ({"n_layer": "6"}, "n_layer='6'"),
+    ({"vocab_size": 8193.7}, "vocab_size=8193.7"),
+    ({"n_positions": 0}, "n_positions=0"),
+    ({"n_head": 7}, "not divisible by n_head=7"),
+])
+def test_a_config_json_that_does_not_fit_is_named_with_its_field(tmp_path, capsys, changes, needle):
+    d = checkpoint_with(tmp_path, **changes)
+    rc = main(["generate", "x", "--target", str(d), "--method", "ar", "--plan", "default"])
+    line = one_error_line(capsys, rc)
+    assert "config.json" in line and needle in line
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["--target", ""], None, "--target is empty"),
+    (["--draft", " "], None, "--draft is empty"),
+    (["--ngram", "", "--method", "staged"], None, "--ngram is empty"),
+    ([], "nonexistent", "SPECDEC_NP_WEIGHTS='{}' does not exist"),
+    ([], "", "SPECDEC_NP_WEIGHTS='' is empty"),
+    ([], "file", "SPECDEC_NP_WEIGHTS='{}' is a file"),
+])
+def test_an_empty_option_or_weights_variable_is_named(tmp_path, capsys, monkeypatch, args, env, needle):
+    if env is not None:
+        value = {"nonexistent": str(tmp_path / "nowhere"), "": "", "file": str(TRIGRAM)}[env]
+        monkeypatch.setenv(files.WEIGHTS_ENV, value)
+        monkeypatch.setattr(checkpoint, "WEIGHTS_DIR", Path(value))  # as the variable sets it when imported
+        needle = needle.format(value)
+    rc = main(["generate", "x", "--plan", "default", *args])
+    assert needle in one_error_line(capsys, rc)
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+def write_raw(path, header: dict, data: bytes) -> Path:
+    blob = json.dumps(header).encode()
+    path.write_bytes(len(blob).to_bytes(8, "little") + blob + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, needle", [
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(8) + b"garbage",
+     "7 bytes after the last tensor's data"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8),
+     "tensor 'b' (bytes 4..8) overlaps tensor 'a'"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8), "leaves bytes 0..4 unused"),
+])
+def test_a_safetensors_file_whose_ranges_do_not_tile_its_data_is_refused(tmp_path, header, data, needle):
+    path = write_raw(tmp_path / "model.safetensors", header, data)
+    with pytest.raises(checkpoint.CheckpointError, match="model.safetensors: corrupt file") as e:
+        checkpoint.read_header(path)
+    assert needle in str(e.value)
+
+
+def test_wpe_read_from_wtes_bytes_is_refused(tmp_path):
+    # The embedded draft's file with wpe pointed at wte's first bytes: shapes fine, data shared.
+    src = ROOT / "weights" / "tiny-draft" / checkpoint.MODEL_FILE
+    header, start = checkpoint.read_header(src)
+    raw = src.read_bytes()
+    meta = json.loads(raw[8:start])
+    wpe = next(k for k in meta if k.endswith("wpe.weight"))
+    wte = next(k for k in meta if k.endswith("wte.weight"))
+    size = meta[wpe]["data_offsets"][1] - meta[wpe]["data_offsets"][0]
+    meta[wpe]["data_offsets"] = [meta[wte]["data_offsets"][0], meta[wte]["data_offsets"][0] + size]
+    path = write_raw(tmp_path / "model.safetensors", meta, raw[start:])
+    with pytest.raises(checkpoint.CheckpointError, match="overlaps|unused"):
+        checkpoint.read_header(path)
+
+
+# ----------------------------------------------------------------------------- trigram files
+
+def trigram_arrays():
+    with np.load(TRIGRAM) as z:
+        return dict(z)
+
+
+def spoil(name, how):
+    def change(a):
+        a[name] = how(a[name])
+    return change
+
+
+@pytest.mark.parametrize("change, needle", [
+    (spoil("bi_len", lambda x: -x.astype(np.int64)), "bi_len"),  # B13: was an IndexError
+    (spoil("bi_len", lambda x: -x), "bi_tok and bi_count"),  # unsigned: wraps around
+    (spoil("tri_tok", lambda x: x[:-5]), "tri_tok and tri_count"),
+    (spoil("version", lambda x: np.array("x")), "version 'x'"),
+    (spoil("tri_tok", lambda x: x.astype(np.int64) + 10**6), "tri_tok holds token id"),
+    (spoil("tri_count", lambda x: -x.astype(np.int64)), "tri_count must be"),
+    (spoil("bi_count", lambda x: np.zeros_like(x)), "bi_count must be a 1-D array of integers >= 1"),
+    (spoil("katz_k", lambda x: np.array(0)), "katz_k must be an integer >= 1"),
+    (spoil("tri_tok", lambda x: x.astype(np.float64)), "tri_tok must be a 1-D array of integers"),
+    (spoil("tri_ctx", lambda x: x[::-1].copy()), "tri_ctx must be increasing"),
+    (spoil("bi_discount", lambda x: x[:2]), "bi_discount must be"),
+    (spoil("tri_ctx_count", lambda x: np.ones_like(x)), "tri_ctx_count must be at least"),
+])
+def test_a_trigram_file_that_is_not_what_fit_writes_is_named(tmp_path, change, needle):
+    arrays = trigram_arrays()
+    change(arrays)
+    path = tmp_path / "spoiled.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match="spoiled.npz") as e:
+        ngram.load(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_shipped_trigram_passes_its_own_check():
+    ngram.load(TRIGRAM)  # the negative control: the check refuses only what fit could not write
+
+
+# ----------------------------------------------------------------------------- profile and calibration prompts
+
+@pytest.mark.parametrize("text", ["[]", "", "{not json", '{"format": "specdec_np.profile", "version": 2}',
+                                  '{"format": "specdec_np.profile", "version": 2, "settings": {"greedy": [{}], '
+                                  '"sampled": []}}'])
+def test_a_profile_that_is_not_one_is_named(tmp_path, text):
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="profile.json: not a valid acceptance profile") as e:
+        profiles.load(path)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, needle", [("", "no calibration prompts"), ("\n\n", "no calibration prompts"),
+                                          ('{"prompt": "def f():"}\ngarbage\n', "line 2"),
+                                          ('{"prompt": ""}\n', "line 1"), ("[1]\n", "line 1")])
+def test_calibration_prompts_that_are_not_are_named(tmp_path, text, needle):
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="calibration.jsonl") as e:
+        profiles.calibration_prompts(get_encoding(8193), path)
+    assert needle in str(e.value)
+
+
+def test_profile_and_prompts_are_read_from_the_weights_directory_else_the_shipped_ones(tmp_path, monkeypatch):
+    # B15: SPECDEC_NP_WEIGHTS moves them too; a directory without them falls back to the shipped files.
+    monkeypatch.setattr(files, "WEIGHTS_DIR", tmp_path)
+    assert files.weights_file("profile.json") == files.SHIPPED_DIR / "profile.json"
+    (tmp_path / "profile.json").write_text("[]")
+    assert files.weights_file("profile.json") == tmp_path / "profile.json"
+    with pytest.raises(ValueError, match=str(tmp_path / "profile.json")):
+        profiles.load(files.weights_file("profile.json"))
+    assert profiles.PROFILE_FILE == files.SHIPPED_DIR / "profile.json"  # read once, when the tools load
+
+
+# ----------------------------------------------------------------------------- SIGTERM
+
+def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path):
+    # What `ngram fit --out` (and every cache and page) writes goes through atomic_file.
+    script = ("import os, signal, sys; from specdec_np.files import atomic_file\n"
+              "with atomic_file(sys.argv[1]) as f:\n"
+              "    f.write(b'half')\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    f.write(b'never')\n")
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.npz")], cwd=ROOT, timeout=60)
+    assert r.returncode == 143 and list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_weights_variable_is_named_when_only_the_tokenizer_reads_it(tmp_path):
+    # The variable is read when specdec_np is imported: a process of its own. The target is a path,
+    # so only the tokenizer's BPE files are looked up in the weights directory.
+    env = dict(os.environ, SPECDEC_NP_WEIGHTS=str(tmp_path / "nowhere"))
+    r = subprocess.run([sys.executable, "-m", "specdec_np", "generate", "x", "--target", str(TARGET), "--plan",
+                        "default"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"error: SPECDEC_NP_WEIGHTS='{tmp_path / 'nowhere'}' does not exist: it must name the weights directory "
+        f"(unset it to use {files.SHIPPED_DIR})")
