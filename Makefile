@@ -85,6 +85,17 @@ trace-png: $(STAMP)
 tutorials: $(STAMP)
 	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
 
+# One executed notebook per lesson in tutorials/notebooks/ (jupytext, nbclient, ipykernel from the
+# notebooks extra; the kernel `specdec_np` is registered for the current user). OpenBLAS picks its
+# own kernel for the CPU: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only.
+# Refuses on a busy machine (the notebooks show a quiet run's timings).
+$(VENV)/.notebooks: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[notebooks]"
+	touch $@
+
+notebooks: $(VENV)/.notebooks
+	@env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) tutorials/make_notebooks.py
+
 # Exit 1 until every exercise is correct (the stubs say "not yet written").
 exercises: $(STAMP)
 	@$(PY) tutorials/exercises/grade.py

@@ -56,8 +56,9 @@ MISTAKES = [
     ("recursive_rejection.py", "q not renormalised after a rejected sibling is removed",
      "q_res = q_res / q_res.sum()  # ... renormalised", "pass", "case 2 of 7"),
     # Cases 1 and 2 are chains (checked below): the first tree with siblings is the smallest.
-    ("tree_attention.py", "a sibling visible in the mask", "mask[i] = mask[tree.parents[i]]  # the parent's row: every ancestor",
-     "mask[i, :i] = True", "case 3 of 14 (the tree with parents [-1, 0, 0])"),
+    ("tree_attention.py", "a sibling visible in the mask",
+     "mask[i] = mask[tree.parents[i]]  # the parent's row: every ancestor", "mask[i, :i] = True",
+     "case 3 of 14 (the tree with parents [-1, 0, 0])"),
     ("tree_attention.py", "position = node index instead of prefix + depth", "return prefix_len + depth",
      "return prefix_len + np.arange(len(depth))", "case 3 of 14 (the tree with parents [-1, 0, 0])"),
     ("tree_attention.py", "an exception in the learner's code", "return prefix_len + depth",
@@ -89,7 +90,8 @@ def test_a_broken_file_is_wrong_in_one_line(tmp_path):
     proc = run_grader(tmp_path)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1 and len(lines) == 3
-    assert lines[2].startswith("exercise 3") and ": wrong: cannot import recursive_rejection.py: SyntaxError" in lines[2]
+    assert lines[2].startswith("exercise 3")
+    assert ": wrong: cannot import recursive_rejection.py: SyntaxError" in lines[2]
     assert "Traceback" not in proc.stdout + proc.stderr
 
 

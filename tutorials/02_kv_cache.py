@@ -19,6 +19,7 @@ from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tools.costcurve import block_cost_ms, last_level_cache, last_level_cache_bytes, streaming_gbps
 from specdec_np.tokenizer import decode, encode, get_encoding
+from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
 
 model = load_model("tiny-target")
 cfg = model.config
@@ -50,7 +51,7 @@ from specdec_np.tools.costcurve import median_ms  # noqa: E402
 from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
 
 if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
-    print(f"note: {busy}: timing with one BLAS thread")
+    print_timed(f"note: {busy}: timing with one BLAS thread")
 
 start = cpu_times()
 from_memory, from_cache = streaming_gbps()  # GB/s: a matrix twice the last-level cache, and one half its size
@@ -62,11 +63,11 @@ floor_ms = (cached_share / from_cache + (W - cached_share) / from_memory) / 1e6
 fits = "" if llc is None else " (the weights fit)" if W <= llc else " (the weights do not fit)"
 print(f"weights read per token:     {W / 1e6:6.1f} MB ({model.n_params / 1e6:.1f}M float32)")
 print(f"last-level cache:           {last_level_cache() or 'unknown'}{fits}")
-print(f"streamed from memory:       {from_memory:6.1f} GB/s")
-print(f"streamed from the cache:    {from_cache:6.1f} GB/s ({from_cache / from_memory:.1f}x memory's rate)")
-print(f"floor: {cached_share / 1e6:.1f} MB from the cache, {(W - cached_share) / 1e6:.1f} MB from memory "
+print_timed(f"streamed from memory:       {from_memory:6.1f} GB/s")
+print_timed(f"streamed from the cache:    {from_cache:6.1f} GB/s ({from_cache / from_memory:.1f}x memory's rate)")
+print_timed(f"floor: {cached_share / 1e6:.1f} MB from the cache, {(W - cached_share) / 1e6:.1f} MB from memory "
       f"=> {floor_ms:.2f} ms per token")
-print(f"measured one-token step:    {step_ms:6.2f} ms ({step_ms / floor_ms:.1f}x the floor)")
+print_timed(f"measured one-token step:    {step_ms:6.2f} ms ({step_ms / floor_ms:.1f}x the floor)")
 if from_cache < from_memory:
     note(start, f"the cache streamed slower than memory ({from_cache:.1f} < {from_memory:.1f} GB/s)",
          "the cache size Linux reports may be shared or wrong on this VM")
@@ -147,9 +148,9 @@ for fn in fns.values():
     fn()  # (after the loop, so that the first round above is not the only cold one)
 ms = {key: float(np.median(t[1:])) for key, t in times.items()}  # round 1 was the warm-up
 print(f"{'':<18} {f'{first} tokens':>10} {f'{last} tokens':>10}")
-print(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
-print(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
-print(f"without the cache a step costs {ms['full', last] / ms['cache', last]:.1f}x a cached one at {last} tokens; "
+print_timed(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
+print_timed(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
+print_timed(f"without the cache a step costs {ms['full', last] / ms['cache', last]:.1f}x a cached one at {last} tokens; "
       f"the cached step is the one-token step measured above ({step_ms:.2f} ms), give or take the longer cache")
 if ms["full", last] <= ms["full", first]:
     note(start, f"recomputing {last} tokens was not slower than {first}",

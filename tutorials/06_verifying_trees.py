@@ -202,6 +202,7 @@ for name, (method, plan) in configs.items():
 from pathlib import Path
 
 from specdec_np.tools import trace
+from specdec_np.tools.lesson import show_page
 
 method, plan = configs["sampled w/o (recursive_wor)"]
 kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
@@ -215,4 +216,4 @@ assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e
 Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
             "temperature 1, top-k 50, seed 0")
-print("wrote out/tutorial_06_trace.html: open it in a browser")
+show_page("out/tutorial_06_trace.html")  # inline in a notebook

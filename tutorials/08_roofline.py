@@ -24,11 +24,12 @@ from specdec_np.plan import Plan
 from specdec_np.tools.costcurve import (block_cost_ms, choose_slab_rows, laid_out, last_level_cache,
                                         last_level_cache_bytes, streaming_gbps)
 from specdec_np.tokenizer import encode
+from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
 
 from specdec_np.tools.machine import cpu_times, note, settle_threads
 
 if busy := settle_threads():  # OpenBLAS's threads stall while another process holds a core
-    print(f"note: {busy}: timing with one BLAS thread")
+    print_timed(f"note: {busy}: timing with one BLAS thread")
 
 target, draft, ngram, enc = load_embedded()
 slab_rows = choose_slab_rows(target)  # the layout of the products this machine multiplies fastest (see below)
@@ -78,11 +79,11 @@ def bar_chart(curve, floor_ms, width=48):
     return "\n".join(lines)
 
 
-print(f"matrix-vector streaming rate: {from_memory:.1f} GB/s from memory, {from_cache:.1f} GB/s from the "
+print_timed(f"matrix-vector streaming rate: {from_memory:.1f} GB/s from memory, {from_cache:.1f} GB/s from the "
       f"last-level cache ({last_level_cache() or 'size unknown'})\n")
 for name, curve in curves.items():
-    print(f"{name}: ms per forward pass of k tokens (floor {floor[name]:.2f} ms)")
-    print(bar_chart(curve, floor[name]))
+    print_timed(f"{name}: ms per forward pass of k tokens (floor {floor[name]:.2f} ms)")
+    print_timed(bar_chart(curve, floor[name]))
     print()
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 beaten = [f"the {name}'s one-token pass ({c[1]:.2f} ms) beat its floor ({floor[name]:.2f} ms)"
@@ -129,12 +130,12 @@ LAYOUT_KS = [1, 2, 4, 8, 16]
 start_layouts = cpu_times()
 by_layout = {"x @ w": block_cost_ms(laid_out(target, 0), LAYOUT_KS, prefix_len=len(prompt), repeats=9),
              "slabs": block_cost_ms(laid_out(target, 16), LAYOUT_KS, prefix_len=len(prompt), repeats=9)}
-print(f"BLAS: {blas_name()}")
+print_timed(f"BLAS: {blas_name()}")
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in LAYOUT_KS:
-    print(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+    print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
 note(start_layouts)
-print(f"\nThe tools' choice on this machine (used in the rest of this lesson): "
+print_timed(f"\nThe tools' choice on this machine (used in the rest of this lesson): "
       f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}.")
 print("Past a few rows a block's arithmetic (2 FLOPs per weight per row) takes longer than reading the\n"
       "weights on one core, so even the best layout climbs: the budget a tree can spend is where it does.")
@@ -155,16 +156,16 @@ from specdec_np.tools.costmodel import pad_size  # noqa: E402
 
 start = cpu_times()
 odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
-print("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
+print_timed("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
 note(start)
-print("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
+print_timed("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
 
 cache = new_cache(target)
 forward(target, prompt, cache)
 plain = forward(target, prompt[:5], cache)
 cache.truncate(len(prompt))
 padded = forward(target, prompt[:5], cache, pad_to=8)
-print(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
+print_timed(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
       f"cache length {cache.length}")
 assert padded.shape == plain.shape and cache.length == len(prompt) + 5
 assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in another order
@@ -222,16 +223,16 @@ for B in (2, 4, 8, 16):
     assert max(s.target_blocks[1:], default=0) <= B + 1
     assert s.target_bytes == s.target_passes * target.weight_bytes
 
-print(f"plain decoding: predicted {c_ar:.2f} ms/token, measured {ar_ms:.2f} ms/token\n")
+print_timed(f"plain decoding: predicted {c_ar:.2f} ms/token, measured {ar_ms:.2f} ms/token\n")
 print(f"{'budget':>6} {'tokens/pass':>11} {'draft passes/step':>17} {'predicted ms/tok':>16} "
       f"{'predicted speedup':>17} {'measured speedup':>16}")
 for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
-    print(f"{B:>6} {tpp:>11.2f} {dpp:>17.2f} {pred:>16.2f} {sp_pred:>16.2f}x {sp_meas:>15.2f}x")
+    print_timed(f"{B:>6} {tpp:>11.2f} {dpp:>17.2f} {pred:>16.2f} {sp_pred:>16.2f}x {sp_meas:>15.2f}x")
 best = min(rows, key=lambda row: row[3])
-print(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
+print_timed(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
       f"the best measured was budget {max(rows, key=lambda row: row[5])[0]}.")
 if best[4] < 1:
-    print("Predicted speedup below 1: with these models on this machine, plain decoding is faster.")
+    print_timed("Predicted speedup below 1: with these models on this machine, plain decoding is faster.")
 ratios = [row[5] / row[4] for row in rows]  # measured over predicted speedup
 note(start, f"a measured speedup fell below half its prediction ({min(ratios):.2f} of it)" if min(ratios) < 0.5 else
      f"a measured speedup exceeded its prediction by half ({max(ratios):.2f}x it)" if max(ratios) > 1.5 else "",
@@ -264,7 +265,7 @@ try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
 except Busy as e:  # the tools stop measuring a machine too busy to time
     costs = None
-    print(f"this machine was too busy to measure ({e}): rerun when it is idle to see the tools' model")
+    print_timed(f"this machine was too busy to measure ({e}): rerun when it is idle to see the tools' model")
 
 
 def tools_ms_per_token(stats):
@@ -277,7 +278,7 @@ if costs is not None:
     tools_ar = tools_ms_per_token(ar.stats)
     print(f"{'budget':>6} {'measured speedup':>16} {'lesson model':>12} {'tools model':>11}")
     for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
-        print(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
+        print_timed(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
 
 # %% [markdown]
 # The tools' model is what chooses each machine's plan (`choice.plan_for`), so its errors are measured
@@ -329,7 +330,7 @@ for _ in range(41):  # the first round warms up
         cache.truncate(len(prompt))
 ms = {name: 1e3 * float(np.median(t[1:])) for name, t in times.items()}
 for name, m in ms.items():
-    print(f"4-token target block {name + ':':<22} {m:.2f} ms ({m / ms['back to back']:.2f}x back to back)")
+    print_timed(f"4-token target block {name + ':':<22} {m:.2f} ms ({m / ms['back to back']:.2f}x back to back)")
 
 # %% [markdown]
 # Where a block is slower after a pause, that is why `costmodel.py` prices passes on a "cold" curve, and it is
@@ -342,6 +343,6 @@ lk, lk_ms = timed("lookup", Plan(chain=3))
 note(start)  # the blocks above and this run
 # Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lessons 5 and 7 test it in float64).
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
-print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
+print_timed(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")
 
