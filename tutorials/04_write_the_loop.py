@@ -4,8 +4,8 @@
 # Lesson 3 proved the rule on a 4-token table. The library's real loop is spread over
 # `decode.py`, `methods.py` and `drafting.py`, because it also handles trees, stage 2, padding and
 # statistics. Strip all that away and speculative decoding is one short function. Here you write
-# it with four pieces only: `gpt2.forward` (a pass over new tokens after a KV cache), `KVCache`
-# (`truncate` forgets the tail), `sampling.process` (logits -> the distribution we sample from)
+# it with four pieces only: `gpt2.forward` (a pass over new tokens after a KV cache), a `KVCache`
+# (made by `gpt2.new_cache`; `truncate` forgets the tail), `sampling.process` (logits -> the distribution we sample from)
 # and `sampling.Rand` (the only source of randomness: `draw` and `coin`). Nothing from `decode`,
 # `methods`, `drafting` or `verify`.
 #
@@ -25,8 +25,7 @@
 # %%
 import numpy as np
 
-from specdec_np.gpt2 import forward
-from specdec_np.kvcache import KVCache
+from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.sampling import Rand, process
 from specdec_np.tokenizer import decode, encode
@@ -65,8 +64,7 @@ def speculative_decode(prompt, n_new, k, rand, settings=(0.0, None, None), corre
 
     settings: (temperature, top_k, top_p) for `process`; correction: what a rejection draws from.
     """
-    t_cache = KVCache(target.config, dtype=target.dtype)
-    d_cache = KVCache(draft.config, dtype=draft.dtype)
+    t_cache, d_cache = new_cache(target), new_cache(draft)
     seq = list(prompt)
     forward(target, seq[:-1], t_cache)  # prefill all but the last token: each step feeds from seq[-1]
     forward(draft, seq[:-1], d_cache)
@@ -112,20 +110,21 @@ def speculative_decode(prompt, n_new, k, rand, settings=(0.0, None, None), corre
 # same random numbers in the same order (k draft draws, then one coin per guess, then one draw).
 
 # %%
-from specdec_np.decode import NEVER, Plan, generate  # only to compare with the library
+from specdec_np.decode import generate  # only to compare with the library
+from specdec_np.plan import Plan
 
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n")
 N, K = 40, 4
 ours = speculative_decode(prompt, N, K, Rand(0))
-lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=NEVER).tokens
-ar = generate(target, prompt, N, method="ar", eos=NEVER).tokens
+lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None).tokens
+ar = generate(target, prompt, N, method="ar", eos=None).tokens
 print("greedy:", repr(decode(enc, ours)))
 print(f"greedy: ours == library speculative: {ours == lib}, == plain decoding: {ours == ar}")
 assert ours == lib == ar
 
 sampled = dict(temperature=1.0, top_k=50)
 ours = speculative_decode(prompt, N, K, Rand(1), settings=(1.0, 50, None))
-lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=NEVER, seed=1,
+lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None, seed=1,
                **sampled).tokens
 print("sampled (temperature 1, top-k 50, seed 1):", repr(decode(enc, ours)))
 print(f"sampled: ours == library speculative with the same seed: {ours == lib}")
@@ -178,7 +177,7 @@ short = encode(enc, "def f(x):")
 
 
 def target_next(context, settings=SETTINGS):  # the target's distribution after a context (for the reference)
-    return process(forward(target, list(context), KVCache(target.config, dtype=target.dtype))[-1], *settings)
+    return process(forward(target, list(context), new_cache(target))[-1], *settings)
 
 
 def first_3(rand, correction=residual):  # our loop's first 3 tokens, k = 1 guess per step

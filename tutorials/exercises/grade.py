@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec_np import build
-from specdec_np.gpt2 import GPT2Config, forward, random_params
-from specdec_np.kvcache import KVCache
+from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
 from specdec_np.proofs import exact
 from specdec_np.tree import Tree, path_to
 
@@ -125,13 +124,13 @@ def tree_logit_diff(funcs, model, tree: Tree, context) -> tuple[float, int]:
         raise Wrong(f"attention_mask returned shape {mask.shape} for a tree of {n} nodes, expected ({n}, {n})")
     if pos.shape != (n,) or not np.issubdtype(pos.dtype, np.integer):
         raise Wrong(f"positions returned {pos.dtype} shape {pos.shape} for a tree of {n} nodes, expected ({n},) ints")
-    cache = KVCache(model.config, dtype=model.dtype)
+    cache = new_cache(model)
     forward(model, context, cache)
     logits = forward(model, tree.tokens, cache, positions=pos, mask=mask.astype(bool))  # [n, V]
     diffs = []
     for i in range(n):
         chain = list(context) + [int(t) for t in tree.tokens[path_to(tree, i)]]
-        alone = forward(model, chain, KVCache(model.config, dtype=model.dtype))[-1]  # [V]
+        alone = forward(model, chain, new_cache(model))[-1]  # [V]
         diffs.append(float(np.abs(logits[i] - alone).max()))
     return max(diffs), int(np.argmax(diffs))
 
