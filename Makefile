@@ -4,13 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test bench weights memory tutorials trace screenshots trace-png venv clean
+.PHONY: help demo test bench weights memory tutorials exercises notebooks trace screenshots trace-png venv clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo        set up .venv and run the offline demo (every method on one prompt)"
 	@echo "make test        set up .venv and run the test suite (offline)"
 	@echo "make tutorials   run the lessons in tutorials/"
+	@echo "make exercises   grade your solutions in tutorials/exercises/ (exact checks, one line each)"
+	@echo "make notebooks   regenerate tutorials/notebooks/ from the lessons (quiet machine; installs Jupyter)"
 	@echo "make trace       one decoding run as a self-contained HTML page, out/trace.html"
 	@echo "make trace-png   docs/trace.png, the README's picture of the trace page (needs Chromium)"
 	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"
@@ -88,6 +90,21 @@ trace-png: $(STAMP)
 
 tutorials: $(STAMP)
 	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
+
+# One executed notebook per lesson in tutorials/notebooks/ (jupytext, nbclient, ipykernel from the
+# notebooks extra; the kernel `specdec_np` is registered for the current user). OpenBLAS picks its
+# own kernel for the CPU: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only.
+# Refuses on a busy machine (the notebooks show a quiet run's timings).
+$(VENV)/.notebooks: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[notebooks]"
+	touch $@
+
+notebooks: $(VENV)/.notebooks
+	@env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) tutorials/make_notebooks.py
+
+# Exit 1 until every exercise is correct (the stubs say "not yet written").
+exercises: $(STAMP)
+	@$(PY) tutorials/exercises/grade.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -191,3 +191,16 @@ def test_wide_vocabulary_matches_reference(top_k, top_p):
     logits = np.round(np.random.default_rng(0).normal(size=2000), 1)  # many exact ties
     got = process(logits, 0.8, top_k, top_p)
     np.testing.assert_allclose(got, reference(logits.tolist(), 0.8, top_k, top_p), rtol=0, atol=1e-12)
+
+
+def test_the_enumerators_draw_offers_the_positive_entries_only():
+    """exact.ScriptedRand.draw: one option per positive entry, in id order, probability entry / sum;
+    a negative, NaN or all-zero vector is refused, as by Rand.draw."""
+    from specdec_np.proofs.exact import ScriptedRand, outcomes
+
+    probs = np.zeros(5000)
+    probs[[7, 3, 4999]] = [0.5, 0.25, 0.75]
+    assert outcomes(lambda rand: rand.draw(probs)) == {3: 0.25 / 1.5, 7: 0.5 / 1.5, 4999: 0.75 / 1.5}
+    for bad in ([0.5, -0.1, 0.6], [0.5, np.nan, 0.6], [0.0, 0.0]):
+        with pytest.raises(ValueError):
+            ScriptedRand([]).draw(np.array(bad))

@@ -1,37 +1,114 @@
 """Every tutorial runs top to bottom with the venv's python: they cannot rot. They run in a temporary
-folder, so the files they write (`out/`) do not land in the repository.
+folder, so the files they write (`out/`) do not land in the repository. Each lesson's notebook
+(tutorials/notebooks/, written by `make notebooks`) holds the lesson's code and prints the same
+deterministic lines as the suite's own run of it (lines marked by `tools.lesson.print_timed` excepted).
 
 Each tutorial checks its own lesson with asserts (exact distributions, equal logits, identical
 trees and tokens), so a tutorial that runs to the end has passed its checks.
 """
 
+import functools
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from specdec_np.tools.lesson import MARKS
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 
 
 def test_all_lessons_present():
-    assert [t.name[:2] for t in TUTORIALS] == [f"{i:02d}" for i in (1, 2, 3, 5, 6, 7, 8, 9, 10)]
+    assert [t.name[:2] for t in TUTORIALS] == [f"{i:02d}" for i in range(1, 11)]
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
-def test_tutorial_runs(path, tmp_path):
+@functools.lru_cache(maxsize=None)
+def run_lesson(path: Path) -> subprocess.CompletedProcess:
+    """One run of a lesson, in a temporary folder, shared by the tests that read its output."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # works uninstalled too
     env.setdefault("NO_COLOR", "1")
     # On a busy machine multi-threaded OpenBLAS stalls on small blocks (threads wait for each other),
     # which only costs time: the tutorials' checks do not depend on the thread count.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    with tempfile.TemporaryDirectory() as work:
+        return subprocess.run([sys.executable, str(path)], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
+def test_tutorial_runs(path):
+    proc = run_lesson(path)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------- the notebooks (make notebooks)
+NOTEBOOKS = ROOT / "tutorials" / "notebooks"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def percent_cells(path: Path) -> list[str]:
+    """The code cells of a percent-format lesson, as jupytext reads them (blank edges stripped)."""
+    cells, kind, lines = [], None, []
+    for line in path.read_text(encoding="utf-8").splitlines() + ["# %%"]:
+        if line.startswith("# %%"):
+            if kind == "code" and "\n".join(lines).strip():
+                cells.append("\n".join(lines).strip("\n"))
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        else:
+            lines.append(line)
+    return cells
+
+
+def deterministic(lines) -> list[str]:
+    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`tools.lesson`'s
+    print_timed and print_rounding mark the others)."""
+    return [ANSI.sub("", line).rstrip() for line in lines if not line.startswith(MARKS)]
+
+
+def text(value) -> str:
+    """A notebook's text field: a string, or a list of lines."""
+    return "".join(value) if isinstance(value, list) else value
+
+
+def stdout_lines(cell) -> list[str]:
+    return "".join(text(o["text"]) for o in cell["outputs"]
+                   if o["output_type"] == "stream" and o["name"] == "stdout").splitlines()
+
+
+def test_every_lesson_has_a_notebook():
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == [t.stem for t in TUTORIALS]
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
+def test_notebook_holds_the_lessons_run(path):
+    """The notebook `make notebooks` wrote: the lesson's code, executed in order without an error,
+    the machine named first, and the same deterministic lines the suite's own run prints."""
+    nb_path = NOTEBOOKS / f"{path.stem}.ipynb"
+    assert nb_path.stat().st_size < 1_000_000, f"{nb_path.name} is {nb_path.stat().st_size} bytes"
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    source = [text(c["source"]) for c in code]
+    assert source == percent_cells(path), f"{nb_path.name} is not {path.name}'s code: run make notebooks"
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    for cell, src in zip(code, source):
+        assert not any(o["output_type"] == "error" for o in cell["outputs"]), src[:200]
+        if re.search(r"^(print|print_timed|print_rounding|show_page)\(", src, flags=re.M):  # runs unconditionally
+            assert cell["outputs"], f"a printing cell has no output: {src[:200]}"
+    first = stdout_lines(code[0])
+    assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]
+    printed = [line for cell in code for line in stdout_lines(cell)][1:]  # without the machine's line
+    run = run_lesson(path)
+    assert run.returncode == 0, f"{path.name} failed"
+    assert deterministic(printed) == deterministic(run.stdout.splitlines()), (
+        f"{nb_path.name}'s deterministic lines differ from this run of {path.name}: run make notebooks")
 
 
 def test_readme_images_exist_and_parse():
@@ -45,3 +122,17 @@ def test_readme_images_exist_and_parse():
         assert (ROOT / image).is_file(), f"README shows {image}, which is missing"
         if image.endswith(".svg"):
             xml.dom.minidom.parse(str(ROOT / image))
+
+
+def test_make_notebooks_refuses_on_a_busy_machine(capsys):
+    """One line, before any Jupyter import or kernel registration, when the load check sees others."""
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    try:
+        import make_notebooks
+    finally:
+        sys.path.remove(str(ROOT / "tutorials"))
+    assert make_notebooks.main([], load_check=lambda: "other processes use 1.4 of its 2 cores") == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("make_notebooks: refused: other processes use 1.4 of its 2 cores")
+    assert make_notebooks.main(["no_such_lesson.py"], load_check=lambda: "") == 1
+    assert capsys.readouterr().out == "make_notebooks: no lesson file no_such_lesson.py\n"

@@ -23,6 +23,7 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
+from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
 
 model = load_model("tiny-target")
 cfg = model.config
@@ -51,19 +52,19 @@ start = cpu_times()
 layouts = {"one x @ w": block_cost_ms(laid_out(model, 0), KS, prefix_len=len(prompt), repeats=9),
            "slabs": block_cost_ms(laid_out(model, 16), KS, prefix_len=len(prompt), repeats=9)}
 from_memory, from_cache = streaming_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
-print(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
+print_timed(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
 print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)
       + f" {'k passes':>9}")
 for k in KS:
-    print(f"{k:>12} " + " ".join(f"{c[k]:>16.2f} {c[k] / c[1]:>6.2f}x" for c in layouts.values()) + f" {k:>8}x")
+    print_timed(f"{k:>12} " + " ".join(f"{c[k]:>16.2f} {c[k] / c[1]:>6.2f}x" for c in layouts.values()) + f" {k:>8}x")
 fastest = {k: min(c[k] for c in layouts.values()) for k in KS}  # ms, whichever layout was faster at k
 r8 = fastest[8] / fastest[1]
-print(f"a pass over 8 new tokens costs {r8:.2f}x a pass over one (each at its faster layout): "
+print_timed(f"a pass over 8 new tokens costs {r8:.2f}x a pass over one (each at its faster layout): "
       + (f"{8 / r8:.1f}x less per token than 8 passes" if r8 < 8 else "no less than 8 passes"))
 step_ms = fastest[1]
 W = model.weight_bytes
 rate = W / step_ms / 1e6  # GB/s
-print(f"a one-token pass reads {W / 1e6:.1f} MB of weights in {step_ms:.2f} ms: {rate:.1f} GB/s, "
+print_timed(f"a one-token pass reads {W / 1e6:.1f} MB of weights in {step_ms:.2f} ms: {rate:.1f} GB/s, "
       f"{'faster' if rate > from_memory else 'slower'} than one large product streams from memory "
       f"({from_memory:.1f} GB/s; {from_cache:.1f} GB/s out of the cache)")
 note(start)
@@ -150,9 +151,9 @@ for _ in range(9):
         times[key].append(median_ms(fn, repeats=1, warmup=0))
 ms = {key: float(np.median(t[1:])) for key, t in times.items()}  # round 1 was the warm-up
 print(f"{'':<18} {f'{first} tokens':>10} {f'{last} tokens':>10}")
-print(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
-print(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
-print(f"at {last} tokens a step without the cache cost {ms['full', last] / ms['cache', last]:.1f}x a cached one")
+print_timed(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
+print_timed(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
+print_timed(f"at {last} tokens a step without the cache cost {ms['full', last] / ms['cache', last]:.1f}x a cached one")
 note(start)
 
 # %% [markdown]

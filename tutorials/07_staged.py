@@ -30,6 +30,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
+from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
@@ -173,10 +174,10 @@ ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in 
 print(f"{'':<12} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
 for name in runs:
     s = stats[name].stats
-    print(f"{name:<12} {ms[name]:>8.2f} {ms['plain'] / ms[name]:>6.2f}x {s.target_passes:>13} {s.draft_passes:>12}")
+    print_timed(f"{name:<12} {ms[name]:>8.2f} {ms['plain'] / ms[name]:>6.2f}x {s.target_passes:>13} {s.draft_passes:>12}")
 for name in ("drafts only", "with copies"):
     saved = ms["tree"] - ms[name]
-    print(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
+    print_timed(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
           f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
 note(start)
 

@@ -27,6 +27,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
 from specdec_np.tokenizer import encode
+from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
 
 from specdec_np.tools.machine import cpu_times, note, settle_threads
 
@@ -66,10 +67,10 @@ def bar_chart(curve, width=40):
 
 for name, curve in curves.items():
     print(f"{name}: ms per forward pass of k tokens")
-    print(bar_chart(curve))
+    print_timed(bar_chart(curve))
     cheap = [k for k in KS if curve[k] <= 2 * curve[1]]
     most = max(cheap)
-    print(f"the largest block that cost at most twice a one-token pass: {most} token{'s' if most > 1 else ''}\n")
+    print_timed(f"the largest block that cost at most twice a one-token pass: {most} token{'s' if most > 1 else ''}\n")
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 note(start)
 
@@ -145,18 +146,18 @@ for B in (2, 4, 8, 16):
     assert max(s.target_blocks[1:], default=0) <= B + 1
     assert s.target_bytes == s.target_passes * target.weight_bytes
 
-print(f"plain decoding: predicted {c_ar:.2f} ms/token, measured {ar_ms:.2f} ms/token\n")
+print_timed(f"plain decoding: predicted {c_ar:.2f} ms/token, measured {ar_ms:.2f} ms/token\n")
 print(f"{'budget':>6} {'tokens/pass':>11} {'draft passes/step':>17} {'predicted ms/tok':>16} "
       f"{'predicted speedup':>17} {'measured speedup':>16}")
 for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
-    print(f"{B:>6} {tpp:>11.2f} {dpp:>17.2f} {pred:>16.2f} {sp_pred:>16.2f}x {sp_meas:>15.2f}x")
+    print_timed(f"{B:>6} {tpp:>11.2f} {dpp:>17.2f} {pred:>16.2f} {sp_pred:>16.2f}x {sp_meas:>15.2f}x")
 best = min(rows, key=lambda row: row[3])
-print(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
+print_timed(f"\nThe model picks budget {best[0]} (predicted {best[4]:.2f}x); "
       f"the best measured was budget {max(rows, key=lambda row: row[5])[0]}.")
 if best[4] < 1:
-    print("The model predicts that no budget beats plain decoding with these models on this machine.")
+    print_timed("The model predicts that no budget beats plain decoding with these models on this machine.")
 ratios = [row[5] / row[4] for row in rows]  # measured over predicted speedup
-print(f"measured speedups were {min(ratios):.2f} to {max(ratios):.2f} times the predicted ones")
+print_timed(f"measured speedups were {min(ratios):.2f} to {max(ratios):.2f} times the predicted ones")
 note(start)
 
 # %% [markdown]
@@ -186,7 +187,7 @@ try:
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
 except Busy as e:  # the tools stop measuring a machine too busy to time
     costs = None
-    print(f"this machine was too busy to measure ({e}): rerun when it is idle to see the tools' model")
+    print_timed(f"this machine was too busy to measure ({e}): rerun when it is idle to see the tools' model")
 
 
 def tools_ms_per_token(stats):
@@ -197,9 +198,9 @@ def tools_ms_per_token(stats):
 
 if costs is not None:
     tools_ar = tools_ms_per_token(ar.stats)
-    print(f"{'budget':>6} {'measured speedup':>16} {'lesson model':>12} {'tools model':>11}")
+    print_timed(f"{'budget':>6} {'measured speedup':>16} {'lesson model':>12} {'tools model':>11}")
     for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
-        print(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
+        print_timed(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
 
 # %% [markdown]
 # The tools' model is what chooses each machine's plan (`choice.plan_for`), so its errors are measured
@@ -251,9 +252,9 @@ for _ in range(41):  # the first round warms up
         cache.truncate(len(prompt))
 ms = {name: 1e3 * float(np.median(t[1:])) for name, t in times.items()}
 for name, m in ms.items():
-    print(f"4-token target block {name + ':':<22} {m:.2f} ms ({m / ms['back to back']:.2f}x back to back)")
+    print_timed(f"4-token target block {name + ':':<22} {m:.2f} ms ({m / ms['back to back']:.2f}x back to back)")
 slower = [name for name in ms if name != "back to back" and ms[name] > ms["back to back"]]
-print(f"slower than back to back here: {', '.join(slower) if slower else 'neither'}")
+print_timed(f"slower than back to back here: {', '.join(slower) if slower else 'neither'}")
 
 # %% [markdown]
 # Where a block is slower after a pause, that is why `costmodel.py` prices passes on a "cold" curve, and
@@ -266,7 +267,7 @@ lk, lk_ms = timed("lookup", Plan(chain=3))
 note(start)  # the blocks above and this run
 # Greedy: the same tokens as plain decoding (in float32 a near-tie could flip; lessons 5 and 7 test it in float64).
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
-print(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
+print_timed(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")
 
 

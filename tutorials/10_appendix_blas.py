@@ -30,12 +30,13 @@ from specdec_np.tokenizer import encode
 from specdec_np.tools.blas import blas_name
 from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
 from specdec_np.tools.costmodel import pad_size
+from specdec_np.tools.lesson import print_rounding, print_timed  # mark lines measured on this machine
 from specdec_np.tools.machine import cpu_times, note, settle_threads
 
 settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
 target, _, _, enc = load_embedded()
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
-print(f"BLAS: {blas_name()}")
+print_timed(f"BLAS: {blas_name()}")
 
 # %% [markdown]
 # ## The two layouts, side by side
@@ -50,11 +51,11 @@ by_layout = {"x @ w": block_cost_ms(laid_out(target, 0), KS, prefix_len=len(prom
              "slabs": block_cost_ms(laid_out(target, 16), KS, prefix_len=len(prompt), repeats=9)}
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
-    print(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+    print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
 faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS[1:]}
-print("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS[1:]))
+print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS[1:]))
 slab_rows = choose_slab_rows(target)
-print(f"the tools' choice (timed again, side by side): "
+print_timed(f"the tools' choice (timed again, side by side): "
       f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
 note(start)
 
@@ -78,8 +79,8 @@ note(start)
 target = laid_out(target, slab_rows)
 start = cpu_times()
 odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
-print("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
-print("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
+print_timed("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
+print_timed("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
 note(start)
 
 cache = new_cache(target)
@@ -87,7 +88,7 @@ forward(target, prompt, cache)
 plain = forward(target, prompt[:5], cache)
 cache.truncate(len(prompt))
 padded = forward(target, prompt[:5], cache, pad_to=8)
-print(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
+print_rounding(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
       f"cache length {cache.length}")
 assert padded.shape == plain.shape and cache.length == len(prompt) + 5
 assert np.allclose(padded, plain, atol=1e-4)  # float32: the BLAS may sum in another order

@@ -43,11 +43,13 @@ class ScriptedRand:
         return self.choose([(True, p), (False, 1.0 - p)])
 
     def draw(self, probs) -> int:
-        probs = np.asarray(probs, dtype=np.float64).tolist()  # [V] as floats: small V, plain Python is faster
-        total = sum(probs)
-        if not total > 0 or min(probs) < 0:
+        probs = np.asarray(probs, dtype=np.float64)  # [V]
+        ids = np.flatnonzero(probs > 0)  # [n]: only these can come out (a model's V is thousands, n a few)
+        kept = probs[ids].tolist()
+        total = sum(kept)  # plain Python, in id order: the sum over all of probs (zeros add nothing)
+        if not total > 0 or not (probs >= 0).all():  # a negative or NaN entry
             raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
-        return self.choose([(i, pi / total) for i, pi in enumerate(probs) if pi > 0])
+        return self.choose([(i, pi / total) for i, pi in zip(ids.tolist(), kept)])
 
 
 def outcomes(fn, max_runs: int = 1_000_000) -> dict:

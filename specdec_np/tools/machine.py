@@ -19,6 +19,7 @@ import numpy as np
 
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
+from .lesson import print_timed
 
 BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
 MIN_WINDOW = 0.2  # seconds: a shorter window says nothing about the load
@@ -140,4 +141,4 @@ def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
     """Print `timing_note`'s line under figures timed since `start`, or nothing on a quiet machine
     where every claim held: what lessons print after each timed section."""
     if line := timing_note(start, contradicted, why):
-        print(line)
+        print_timed(line)  # marked: tests/test_tutorials.py compares a lesson's other lines with its notebook
