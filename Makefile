@@ -78,7 +78,7 @@ screenshots: trace
 	done
 
 # docs/trace.png, the README's picture: step PNG_STEP of this sampled run. The README's caption
-# gives its step and token counts; tests/test_trace.py reads these two lines and checks the
+# gives its step and token counts; tests/tools/test_trace.py reads these two lines and checks the
 # caption against a run of the same arguments (it needs no browser).
 PNG_ARGS = --method staged --plan default --max-new-tokens 64 --temperature 1 --top-k 50 --seed 1 --sampled without --widths 2,2,1
 PNG_STEP = 4

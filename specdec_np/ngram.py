@@ -21,7 +21,7 @@ Katz's Good-Turing ratio for 1 <= r <= k (k = `katz_k`, 5 by default), counts ab
 
     r* = (r + 1) n_{r+1} / n_r,   A = (k + 1) n_{k+1} / n_1,   d_r = (r*/r - A) / (1 - A).
 
-Fallbacks, where Katz + Good-Turing breaks down (all exercised in tests/test_ngram.py):
+Fallbacks, where Katz + Good-Turing breaks down (all exercised in tests/core/test_ngram.py):
   1. Good-Turing undefined or out of range: when n_1 = 0, n_r = 0, n_{r+1} = 0, A >= 1, or d_r is not in
      (0, 1), that r uses absolute discounting instead, d_r = (r - D) / r, with Ney's D = n_1 / (n_1 + 2 n_2)
      (D = 0.5 when n_1 = 0 or n_2 = 0). D is in (0, 1), so 0 < d_r < 1.

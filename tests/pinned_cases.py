@@ -1,4 +1,4 @@
-"""The cases tests/test_pinned_55d3cd9.py decodes (shared with the script that recorded its fixture)."""
+"""The cases tests/core/test_pinned_55d3cd9.py decodes (shared with the script that recorded its fixture)."""
 
 N_NEW = 24
 SEED = 7

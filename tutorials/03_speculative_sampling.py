@@ -204,9 +204,9 @@ assert abs(sum(per_pass.values()) - 1) < 1e-12 and set(per_pass) <= {1, 2, 3, 4}
 # %% [markdown]
 # What "exact" covers here: every random branch of one step on these two 4x4 tables, k = 3, the
 # first 3 tokens. One pair of tables proves nothing in general; the induction above does, and the
-# test suite checks the same enumeration on many random tables: `tests/test_verify_exact.py` (every
+# test suite checks the same enumeration on many random tables: `tests/core/lossless/test_verify_exact.py` (every
 # rule, 3 to 5 tokens, tables with zeros, ties and near-ties, drafts equal to, disjoint from or close
-# to the target, drawn by hypothesis), `tests/test_verify_block_traversal.py` (block and traversal
+# to the target, drawn by hypothesis), `tests/core/lossless/test_verify_block_traversal.py` (block and traversal
 # verification), each next to negative controls the same check must reject.
 
 # %% [markdown]

@@ -3,7 +3,7 @@
 `print_timed` marks every line whose figures come from a clock (or from a choice made on measured
 figures), `print_rounding` every line that shows a float32 rounding error (it depends on the BLAS
 kernel and its threads): those differ from run to run or machine to machine, while every other
-line a lesson prints is deterministic. tests/test_notebooks.py compares a lesson's notebook with the suite's own
+line a lesson prints is deterministic. tests/docs/test_tutorials.py compares a lesson's notebook with the suite's own
 run of the lesson line by line, skipping the marked ones. `show_page` shows an HTML page (the
 trace) inline when the lesson runs in a Jupyter kernel, and prints where it is otherwise.
 """

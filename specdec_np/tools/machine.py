@@ -141,4 +141,4 @@ def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
     """Print `timing_note`'s line under figures timed since `start`, or nothing on a quiet machine
     where every claim held: what lessons print after each timed section."""
     if line := timing_note(start, contradicted, why):
-        print_timed(line)  # marked: tests/test_tutorials.py compares a lesson's other lines with its notebook
+        print_timed(line)  # marked: tests/docs/test_tutorials.py compares a lesson's other lines with its notebook

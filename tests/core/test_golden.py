@@ -13,7 +13,7 @@ import pytest
 from specdec_np import checkpoint
 from specdec_np.gpt2 import GPT2Config, forward, new_cache
 
-GOLDEN = Path(__file__).parent / "fixtures" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 TOKENS = np.load(GOLDEN / "tokens.npy")  # [20]
 LOGITS = np.load(GOLDEN / "logits.npy")  # [20, n_vocab], float64, from transformers
 TOL = {np.float32: 1e-5, np.float64: 1e-10}

@@ -18,7 +18,7 @@ from specdec_np.methods import METHODS
 from specdec_np.plan import Plan
 from specdec_np.tools import download
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CFG = GPT2Config(n_vocab=24, n_ctx=40, n_embd=16, n_layer=1, n_head=2)
 
 

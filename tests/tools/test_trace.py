@@ -25,7 +25,7 @@ from specdec_np.tools.cli import main
 from specdec_np.tools.demo import PROMPT
 from specdec_np.tree import COPY, NGRAM, SOURCES, TARGET
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N_NEW = 24
 RUNS = {
     "greedy": dict(),

@@ -18,7 +18,7 @@ from specdec_np.tokenizer import get_encoding
 from specdec_np.tools import acceptance as profiles
 from specdec_np.tools.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "weights" / "tiny-target"
 TRIGRAM = ROOT / "weights" / "tiny-trigram.npz"
 

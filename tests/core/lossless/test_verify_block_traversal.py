@@ -11,8 +11,6 @@ through `generate` on the embedded models.
 """
 
 import dataclasses
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,23 +331,6 @@ def test_temperature_zero(embedded):
         res = generate(target, prompt, 24, method=method, draft=draft, plan=dataclasses.replace(plan, sampled="with"),
                        eos=None)
         assert res.tokens == greedy
-
-
-def test_bench_rules_rows(tmp_path):
-    """`bench --rows rules`: each comparison runs the token-level rule and the new one on the same shapes."""
-    from specdec_np.tools import bench
-    prompts = Path(__file__).parent / "fixtures" / "prompts.jsonl"
-    with pytest.raises(ValueError, match="top-k"):
-        bench.main(["--prompts", str(prompts), "--rows", "rules", "--settings", "greedy"])
-    assert bench.main(["--prompts", str(prompts), "--limit", "1", "--max-new-tokens", "8", "--rows", "rules",
-                       "--settings", "top-k", "--plan", "default", "--out", str(tmp_path)]) == 0
-    rules = json.loads((tmp_path / "results.json").read_text())["rules"]
-    assert {"chain of 3", "chain of 8"} <= set(rules) and len(rules) >= 4
-    for name, r in rules.items():
-        assert list(r["rules"]) == (["chain", "block"] if name.startswith("chain") else ["recursive_wor", "traversal"])
-        for ratio, low, high in (r["gain_tokens_per_target_pass"], r["gain_tokens_per_s"]):
-            assert low <= ratio <= high
-    assert "verification rules side by side" in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.parametrize("rule", ["chain", "block", "traversal"])

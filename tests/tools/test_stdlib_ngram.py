@@ -18,7 +18,7 @@ from specdec_np import checkpoint, ngram
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.tools import stdlib_ngram
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FEW = [STDLIB / "bisect.py", STDLIB / "colorsys.py", STDLIB / "keyword.py"]  # small, and in every CPython
 GPT2_VOCAB = 50257

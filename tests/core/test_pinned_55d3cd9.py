@@ -24,7 +24,7 @@ from specdec_np.plan import Plan
 from specdec_np.tokenizer import encode
 from specdec_np.tree import SOURCES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "pinned_55d3cd9.jsonl"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pinned_55d3cd9.jsonl"
 PINNED = {r["case"]: r for r in map(json.loads, FIXTURE.read_text().splitlines())}
 LETTER = "tdnc"  # a source's letter in the fixture: SOURCES order (target, draft, ngram, copy)
 

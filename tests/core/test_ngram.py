@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from specdec_np import ngram
 from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, save, top_k
 from specdec_np.lookup import lookup_by_match, prompt_lookup
-from specdec_np.tools.cli import cmd_ngram
 
 
 def all_contexts(V):
@@ -386,24 +385,6 @@ def test_prompt_lookup_matches_brute_force(tokens, max_ngram, k):
     assert prompt_lookup(tokens, max_ngram=max_ngram, k=k) == want
 
 
-# ------------------------------------------------------------------------------- command line
-
-def test_fit_command_joins_files_with_endoftext(tmp_path):
-    a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("def f(x):\n    return x\n")
-    b.write_text("def g(y):\n    return y\n")
-    out = tmp_path / "tri.npz"
-    assert cmd_ngram(["fit", str(a), str(b), "--out", str(out), "--n-vocab", "8193"]) == 0
-    m = load(out)
-    assert m.n_vocab == 8193
-    assert m.counts["uni_count"][8192] == 1                             # one <|endoftext|> between 2 files
-    # The last token of a.py is followed by <|endoftext|>, which is followed by the first token of b.py.
-    from specdec_np.tokenizer import encode, get_encoding
-    enc = get_encoding(8193)
-    last_a, first_b = encode(enc, a.read_text())[-1], encode(enc, b.read_text())[0]
-    assert top_k(m, [last_a, 8192], 1)[0][0] == first_b
-    with pytest.raises(FileNotFoundError, match="nope.py does not exist"):
-        cmd_ngram(["fit", str(tmp_path / "nope.py"), "--out", str(out)])
 
 
 def test_top_k_ties_among_many_tokens():

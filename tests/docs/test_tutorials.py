@@ -20,7 +20,7 @@ import pytest
 
 from specdec_np.tools.lesson import MARKS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 
 

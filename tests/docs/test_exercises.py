@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "tutorials" / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
 

@@ -13,7 +13,7 @@ from specdec_np.methods import max_depth, max_nodes
 from specdec_np.tools import bench, demo
 from specdec_np.tools.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "prompts.jsonl"
 
 

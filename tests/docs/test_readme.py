@@ -13,7 +13,7 @@ import pytest
 
 from specdec_np import decode
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 N_NEW = 6
 
 
