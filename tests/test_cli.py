@@ -165,8 +165,9 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     method, plan, about, _ = choose(rule="recursive")
     assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
     assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
+    # none: the fastest's error
     with pytest.raises(ValueError, match="--rule recursive_wor is lossless only on trees whose children are drawn "
-                                         "from the draft without replacement .*, not on method lookup's"):
+                                         "from the draft without replacement .*, not on the trees of method lookup"):
         choose(rule="recursive_wor")
 
 

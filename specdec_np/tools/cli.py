@@ -391,6 +391,12 @@ def main(argv=None) -> int:
     else:
         a = ap.parse_args(argv)
         cmd, rest = a.cmd, None
+    if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None and cmd == "generate":  # `>&-`: said before any work, not a traceback after it
+        print("error: standard output is closed: the completion has nowhere to go (redirect it, e.g. > out.txt)",
+              file=sys.stderr)
+        return 2
     try:
         if cmd == "generate":
             return cmd_generate(a)
