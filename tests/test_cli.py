@@ -533,3 +533,52 @@ def test_bench_options_for_curves_only_need_curves():
     for option in ("--matrices", "--gpt2-shapes"):
         with pytest.raises(ValueError, match=f"{option} applies to --curves only"):
             bench.main([option, "--prompts", "/nonexistent.jsonl"])
+
+
+def link(kind, src, dst):
+    if kind == "symlink":
+        os.symlink(src, dst)
+    else:
+        os.link(src, dst)
+
+
+@pytest.mark.parametrize("out", ["same", "symlink", "hardlink", "dotted"])
+def test_ngram_fit_refuses_an_out_that_is_one_of_its_inputs(tmp_path, capsys, out):
+    """B8: the input is never replaced by the model, whatever path names it."""
+    src = tmp_path / "src.py"
+    src.write_text("def f(x):\n    return x\n")
+    (tmp_path / "sub").mkdir()
+    path = {"same": src, "dotted": tmp_path / "sub" / ".." / "src.py"}.get(out, tmp_path / "alias.py")
+    if out in ("symlink", "hardlink"):
+        link(out, src, path)
+    assert main(["ngram", "fit", str(src), "--out", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"--out {path} is the input {src}" in lines[0], lines
+    assert src.read_text() == "def f(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("katz_k", ["1000000000000000000000000000000", "1000000000", "0", "6"])
+def test_ngram_fit_bounds_katz_k_by_the_tokens(tmp_path, capsys, katz_k):
+    """B9: an absurd --katz-k is one line naming it (it was an OverflowError or a 7.45 GiB table)."""
+    src = tmp_path / "src.py"
+    src.write_text("x = 1\n")  # 4 tokens
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "t.npz"), "--katz-k", katz_k]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--katz-k must be in 1..5 (no n-gram of the files' 4 tokens" in lines[0], lines
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_ngram_fit_takes_the_vocabulary_from_a_checkpoint_and_says_the_shipped_one(tmp_path, capsys):
+    from specdec_np import ngram
+    from specdec_np.files import WEIGHTS_DIR
+
+    src = tmp_path / "src.py"
+    src.write_text("def f(x):\n    return x\n")
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "t.npz"), "--vocab-from",
+                 str(WEIGHTS_DIR / "tiny-target")]) == 0
+    assert ngram.load(tmp_path / "t.npz").n_vocab == 8193
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "u.npz")]) == 0  # the default: GPT-2's
+    assert ngram.load(tmp_path / "u.npz").n_vocab == 50257
+    with pytest.raises(SystemExit):
+        main(["ngram", "fit", "--help"])
+    assert "8193 for the embedded tiny models" in " ".join(capsys.readouterr().out.split())
