@@ -582,3 +582,47 @@ def test_ngram_fit_takes_the_vocabulary_from_a_checkpoint_and_says_the_shipped_o
     with pytest.raises(SystemExit):
         main(["ngram", "fit", "--help"])
     assert "8193 for the embedded tiny models" in " ".join(capsys.readouterr().out.split())
+
+
+def no_measuring(*args, **kwargs):
+    raise AssertionError("measured before the check")
+
+
+@pytest.mark.parametrize("lines, extra, needle", [
+    # B5: --max-new-tokens that leaves no room for a prompt (the slice start went positive).
+    (['{"prompt": "def f():"}'], ["--max-new-tokens", "600"], "--max-new-tokens 600 leaves no room for a prompt"),
+    (['{"prompt": "def f():"}'], ["--max-new-tokens", "511"], "give at most 510"),
+    # B6: an empty prompt, named by file and line.
+    (['{"prompt": "def f():"}', '{"prompt": ""}'], [], "p.jsonl: line 2's prompt is empty"),
+    # B7: a gzip whose deflate data is corrupt.
+    (None, [], "c.jsonl.gz: not gzipped UTF-8 text"),
+])
+def test_bench_checks_prompts_and_sizes_before_measuring_and_leaves_no_out(tmp_path, capsys, monkeypatch, lines,
+                                                                           extra, needle):
+    import gzip
+    monkeypatch.setattr(bench, "calibration", no_measuring)
+    if lines is None:
+        data = bytearray(gzip.compress(b"".join(b'{"prompt":"x%d"}\n' % i for i in range(2000))))
+        data[40:60] = bytes(x ^ 255 for x in data[40:60])
+        prompts = tmp_path / "c.jsonl.gz"
+        prompts.write_bytes(bytes(data))
+    else:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "b"
+    assert main(["bench", "--prompts", str(prompts), "--plan", "default", "--settings", "greedy", "--out", str(out),
+                 *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+    assert not out.exists()
+
+
+def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "calibration", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x = 1"}\n' + '{"prompt": "%s"}\n' % ("y = 2\\n" * 40) * 2)
+    assert main(["bench", "--prompts", str(prompts), "--max-new-tokens", "500", "--out", str(tmp_path / "b")]) == 130
+    notes = [line for line in capsys.readouterr().out.splitlines() if "longer than" in line]
+    assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
+                     "--max-new-tokens 500: each keeps its last 11 tokens"]
+    assert not (tmp_path / "b").exists()
