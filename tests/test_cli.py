@@ -189,7 +189,7 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
               r"\(--sampled with, or --method speculative at temperature > 0\), not on ")
     with pytest.raises(ValueError, match=needle + r"trees drawn without replacement \(--sampled without\)$"):
         check_options(a)
-    with pytest.raises(ValueError, match=needle + "method tree's widths 2,1 drawn from the draft"):
+    with pytest.raises(ValueError, match=needle + r"the trees of method tree \(widths 2,1 drawn from the draft"):
         check_rule(drawn, "tree", 1.0)
     monkeypatch.setattr(verify, "LOSSLESS", dict(table, deterministic=("point_mass", ("greedy", "point_mass",
                                                                                        "traversal"))))
