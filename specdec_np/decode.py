@@ -43,7 +43,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       "ngram" (the n-gram drafts the tree itself), "lookup" (prompt lookup's chain, no model);
       each is an object of methods.py.
     plan: the tree's shape, stage 2 and the rule (`Plan()`'s constants by default).
-    temperature, top_k, top_p: the target distribution to sample from; 0 = greedy.
+    temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
+      must then be None: they would change nothing).
     rand: the source of randomness (`sampling.Rand`; the exact enumerator passes its own);
       default `Rand(seed)`. At temperature > 0 speculative draws its chain from q unless
       plan.sampled says otherwise (classic speculative sampling).
@@ -53,7 +54,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     """
     plan = Plan() if plan is None else plan
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
-                          eos)
+                          eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if methods.runs_draft(method) else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)

@@ -104,10 +104,11 @@ def expanded(method: str, plan) -> int:
 
 def drawn(method: str, plan, temperature: float) -> str | None:
     """How the draft's children are drawn from q: None (its top tokens), "with" or "without"
-    replacement; speculative decoding draws its chain with replacement when sampling (classic
-    speculative sampling) unless plan.sampled says otherwise."""
+    replacement. Speculative decoding draws its chain from q when sampling (classic speculative
+    sampling) or when plan.sampled asks, always with replacement: one child per node is the same
+    draw either way, so the chain is a with_replacement tree whatever plan.sampled says."""
     if method == "speculative":
-        return plan.sampled or ("with" if temperature > 0 else None)
+        return "with" if plan.sampled or temperature > 0 else None
     return plan.sampled if method in ("tree", "staged") else None
 
 
@@ -134,6 +135,10 @@ def check_rule(method: str, plan, temperature: float) -> None:
         raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at "
                          f"temperature 0; at temperature {temperature} leave rule None (the rule the "
                          "tree's drafting needs)")
+    if method == "speculative" and plan.sampled == "without" and rule not in lossless_rules(method, plan, temperature):
+        raise ValueError(f"plan: rule {rule!r} is not lossless for speculative's chain: it is drawn from q with "
+                         f"replacement whatever sampled says (one child per node is the same draw); lossless: "
+                         f"{', '.join(lossless_rules(method, plan, temperature))}")
     verify.check_pairing(kind(method, plan, temperature), rule)
     if rule not in lossless_rules(method, plan, temperature):
         raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
@@ -156,17 +161,33 @@ def size_words(method: str, plan) -> str:
     return ", ".join(f"{name}={value(name)}" for name in size_fields(method, plan))
 
 
+def guesses(method: str, plan) -> int:
+    """How deep stage 2 guesses below each node the draft feeds (staged only)."""
+    return plan.guess_len if runs_draft(method) and needs_ngram(method) else 0
+
+
 def oversized(method: str, plan, n_ctx: int) -> str | None:
-    """The plan field at fault when a step of `method` could propose more tokens than a context of
-    `n_ctx` holds (the tree's size field, or copy_len); None when it fits."""
+    """The plan field at fault when a size of a step of `method` outgrows a context of `n_ctx`; None
+    when all fit. Every size that scales a block or a cache is capped: the target's block (the
+    tree's size field, or copy_len) and the depths the draft's scratch grows with (the tree's
+    depth, stage 2's guess_len: no node lies past the context, so deeper is never drafted)."""
     if max_nodes(method, plan) > n_ctx:
         return size_fields(method, plan)[0]
-    return "copy_len" if max_block(method, plan) > n_ctx else None
+    if max_block(method, plan) > n_ctx:
+        return "copy_len"
+    if max_depth(method, plan) > n_ctx:
+        return "depth"  # the other fields that set a depth (widths, chain, lookup_chains) size the block too
+    return "guess_len" if guesses(method, plan) > n_ctx else None
 
 
 def check_size(method: str, plan, n_ctx: int) -> None:
-    """A ValueError, before any work, when a step's block (one pass of the target) could exceed its context."""
-    if oversized(method, plan, n_ctx):
+    """A ValueError, before any work (and any allocation), when a step's block (one pass of the
+    target) or a depth could outgrow the target's context (oversized)."""
+    field = oversized(method, plan, n_ctx)
+    if field in ("depth", "guess_len"):
+        raise ValueError(f"plan: {field}={getattr(plan, field)} is deeper than the target's context (n_ctx={n_ctx}): "
+                         "no node lies past it")
+    if field:
         raise ValueError(f"plan: up to {max_block(method, plan)} tokens per step ({size_words(method, plan)}) "
                          f"exceed the target's context (n_ctx={n_ctx})")
 

@@ -160,14 +160,25 @@ def _count_level(keys: np.ndarray, V: int, min_count: int, k: int) -> dict:
             "discount": disc, "abs_discount": np.float64(D)}
 
 
-def fit(tokens, n_vocab: int, *, katz_k: int = 5, min_count: int = 1) -> Trigram:
+KATZ_K = 5  # Katz's k: counts above it are trusted
+
+
+def max_katz_k(n_tokens: int) -> int:
+    """The largest k `fit` takes for a stream of n_tokens: no n-gram is seen more often than the stream
+    is long, so a larger k discounts nothing more (it would only size katz_discounts' table for
+    counts that cannot occur); the default k always."""
+    return max(n_tokens, KATZ_K)
+
+
+def fit(tokens, n_vocab: int, *, katz_k: int = KATZ_K, min_count: int = 1) -> Trigram:
     """Katz backoff trigram of a token stream (1-D ints in 0..n_vocab-1).
 
     `min_count` > 1 drops trigrams seen fewer times (a smaller model); bigrams and unigrams are all kept.
     """
     t = _check_stream(tokens, n_vocab)                           # [N]
-    if operator.index(katz_k) < 1:
-        raise ValueError(f"katz_k={katz_k} must be >= 1")
+    if not 1 <= operator.index(katz_k) <= max_katz_k(len(t)):
+        raise ValueError(f"katz_k={katz_k} must be in 1..{max_katz_k(len(t))} (no n-gram of a stream of {len(t)} "
+                         "tokens is seen more often)")
     if operator.index(min_count) < 1:
         raise ValueError(f"min_count={min_count} must be >= 1")
     V = n_vocab

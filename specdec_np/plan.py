@@ -8,6 +8,7 @@ The decoding loop (decode.py) trusts what passes here; the method-specific facts
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from . import methods, verify
@@ -96,9 +97,10 @@ class Plan:
 
 
 def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
-                 eos) -> list:
+                 eos, rand=None, keep_trees=False) -> list:
     """generate's arguments checked: the prompt as a list of ints, or a one-line ValueError/TypeError
-    naming the bad argument."""
+    naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding keeps the
+    argmax, which both always keep, so they would change nothing."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
     for name, value, kind, example in (("target", target, GPT2, "models.load_model('tiny-target')"),
                                        ("draft", draft, GPT2, "models.load_model('tiny-draft')"),
@@ -107,6 +109,16 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
             raise TypeError(f"{name} must be a loaded {kind.__module__.split('.')[-1]}.{kind.__name__} "
                             f"(e.g. {example}), got {type(value).__name__} {value!r:.60}")
     check_settings(temperature, top_k, top_p)
+    if temperature == 0 and (top_k is not None or top_p is not None):
+        name = "top_k" if top_k is not None else "top_p"
+        raise ValueError(f"{name} changes nothing at temperature 0 (greedy keeps the argmax, which top_k and top_p "
+                         "always keep): leave it None, or sample with temperature > 0")
+    # Rand's interface: coin(p) and draw(probs) (the exact enumerator's ScriptedRand has it too).
+    if rand is not None and not (callable(getattr(rand, "coin", None)) and callable(getattr(rand, "draw", None))):
+        raise TypeError(f"rand must be a sampling.Rand (e.g. sampling.Rand(seed), or sampling.Rand(generator) for a "
+                        f"numpy Generator) or None, got {type(rand).__name__}")
+    if not isinstance(keep_trees, bool):
+        raise TypeError(f"keep_trees must be True or False, got {type(keep_trees).__name__} {keep_trees!r:.60}")
     if method not in methods.METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(methods.METHODS)}")
     if not isinstance(plan, Plan):
@@ -145,6 +157,9 @@ def check_prompt(prompt, target) -> list:
     if isinstance(prompt, (str, bytes)):
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
+    if isinstance(prompt, (Mapping, Set)):  # list() would take a dict's keys, a set's ids in no order
+        raise TypeError(f"prompt must be a sequence of token ids (a list, tuple or array), not a "
+                        f"{type(prompt).__name__}")
     try:
         prompt = list(prompt)
     except TypeError:

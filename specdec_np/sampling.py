@@ -122,13 +122,17 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
             ids = top_k_ids(row, top_k)  # [k]
             kept = row[ids].astype(np.float64) - m  # [k]
             if temperature != 1:
-                kept /= temperature
+                with np.errstate(over="ignore"):  # see below: a tiny temperature
+                    kept /= temperature
             out[ids] = softmax_(kept)
     else:
         z = logits.astype(np.float64)  # [..., V], in place from here
         z -= row_max
         if temperature != 1:
-            z /= temperature
+            # A tiny temperature (down to the subnormal 5e-324) sends every logit below the maximum to
+            # -inf, whose exp is 0: the exact limit, greedy over the maxima. The maximum stays 0.
+            with np.errstate(over="ignore"):
+                z /= temperature
         softmax_(z)
     if top_p is not None:
         z = keep_top_p(z, top_p)

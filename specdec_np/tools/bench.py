@@ -34,7 +34,9 @@ import gzip
 import importlib.util
 import json
 import sys
+import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -96,13 +98,46 @@ def read_prompts(path=None, limit=None) -> list[str]:
                         raise ValueError(f"{path}: line {i + 1} is not JSON ({e.msg}): give {form}") from None
                     if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
                         raise ValueError(f"{path}: line {i + 1} has no \"prompt\" field: give {form}")
+                    if not rec["prompt"]:  # nothing to condition on: generate refuses it, after the measuring
+                        raise ValueError(f"{path}: line {i + 1}'s prompt is empty: give at least one character")
                     prompts.append(rec["prompt"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
         raise ValueError(f"{path}: not {'gzipped ' if opener is gzip.open else ''}UTF-8 text ({e}): give {form}") \
             from None
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts[:limit] if limit else prompts
+
+
+def prompt_room(n_ctx: int, max_new_tokens: int) -> int:
+    """The most prompt tokens a run keeps (its last ones), so that max_new_tokens fit in the context."""
+    return n_ctx - max_new_tokens - 1
+
+
+def check_sizes(prompts, enc, n_ctx: int, max_new_tokens: int) -> None:
+    """Before any measuring: --max-new-tokens must leave room for a prompt in the context (an error),
+    and prompts longer than that room are cut to their last tokens (said once)."""
+    room = prompt_room(n_ctx, max_new_tokens)
+    if room < 1:
+        raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the target's context "
+                         f"({n_ctx} tokens): give at most {n_ctx - 2}")
+    cut = sum(len(encode(enc, text)) > room for text in prompts)
+    if cut:
+        print(f"note: {cut} of {len(prompts)} prompts are longer than the {room} tokens the context ({n_ctx}) leaves "
+              f"beside --max-new-tokens {max_new_tokens}: each keeps its last {room} tokens")
+
+
+def writable(out_dir: Path) -> None:
+    """--out checked before any measuring (it is created only when the results are written): its
+    nearest existing directory must take new files."""
+    existing = next(p for p in (out_dir.absolute(), *out_dir.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out {out_dir}: {existing} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {out_dir}: cannot write in {existing}: {e.strerror or e}") from None
 
 
 def choices(profile, costs, temperature, default=False) -> dict:
@@ -127,7 +162,7 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, text in enumerate(prompts):
-        prompt = encode(enc, text)[-(target.config.n_ctx - max_new_tokens - 1):]
+        prompt = encode(enc, text)[-prompt_room(target.config.n_ctx, max_new_tokens):]
         for sname, skw in settings.items():
             overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
             for seed in profiles.run_seeds(i, skw["temperature"], seeds):
@@ -394,9 +429,12 @@ def main(argv=None) -> int:
         raise ValueError(f"--prompts {a.prompts}: {e.strerror or e}") from None
     except ValueError as e:  # not JSONL: read_prompts names the file and line
         raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable(out_dir)
     target, draft, ngram, enc = load_embedded()
+    if prompts is not None:
+        check_sizes(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     if a.profile:
+        out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
                                     progress=Progress("profiling"), journal=journal, jobs=a.jobs)
@@ -456,6 +494,7 @@ def main(argv=None) -> int:
     head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
             if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
     print(f"\n{head}\n{md}")
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "results.json", json.dumps(res, indent=1) + "\n")
     write_text(out_dir / "results.md", md + "\n")
     if a.results:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import ngram as ngram_lib
-from ..checkpoint import resolve
+from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..decode import generate
 from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2
@@ -338,23 +338,36 @@ def sampling_words(a) -> str:
 
 
 def cmd_ngram(argv) -> int:
-    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257]`; argv starts after `ngram`."""
+    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257 | --vocab-from CHECKPOINT]`; argv
+    starts after `ngram`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
                                  description="Fit a Katz backoff trigram on GPT-2 BPE tokens of text files.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="tokenize FILES (joined by <|endoftext|>) and fit a trigram")
     f.add_argument("files", nargs="+", type=Path)
-    f.add_argument("--out", required=True, type=Path, help="output .npz")
-    f.add_argument("--n-vocab", type=int, default=50257, help="vocabulary size of the model it drafts for")
+    f.add_argument("--out", required=True, type=Path, help="output .npz (not one of FILES)")
+    vocab = f.add_mutually_exclusive_group()
+    vocab.add_argument("--n-vocab", type=int, default=None,
+                       help="vocabulary size of the models it drafts for: 50257 for GPT-2 (the default), "
+                            f"{EMBEDDED_N_VOCAB} for the embedded tiny models")
+    vocab.add_argument("--vocab-from", metavar="CHECKPOINT", default=None,
+                       help="take the vocabulary size from this checkpoint (a directory or a downloaded model's name, "
+                            "e.g. weights/tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
-    f.add_argument("--katz-k", type=int, default=5, help="counts above this are not discounted")
+    f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
+                   "(default: %(default)s)")
     args = ap.parse_args(argv)
     out = file_to_write(args.out, "trigram.npz")
-    enc = get_encoding(args.n_vocab)
+    n_vocab = args.n_vocab or 50257
+    if args.vocab_from is not None:
+        n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab
+    enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
         if not name.is_file():
             raise FileNotFoundError(f"text file {name} " + ("is a directory" if name.is_dir() else "does not exist"))
+        if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never overwrite it
+            raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
         if i:
             tokens.append(enc.eot_token)
         data = name.read_bytes()
@@ -364,7 +377,11 @@ def cmd_ngram(argv) -> int:
             raise ValueError(f"text file {name} is not UTF-8: byte {e.start} is {data[e.start:e.start + 1]!r} "
                              "(convert it, or leave it out)") from None
         tokens.extend(encode(enc, text))
-    model = ngram_lib.fit(np.array(tokens, dtype=np.int64), args.n_vocab, katz_k=args.katz_k, min_count=args.min_count)
+    # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
+    if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
+        raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
+                         f"{len(tokens)} tokens is seen more often), got {args.katz_k}")
+    model = ngram_lib.fit(np.array(tokens, dtype=np.int64), n_vocab, katz_k=args.katz_k, min_count=args.min_count)
     with naming_out(args.out):
         ngram_lib.save(model, out)
     print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
@@ -394,6 +411,12 @@ def main(argv=None) -> int:
     else:
         a = ap.parse_args(argv)
         cmd, rest = a.cmd, None
+    if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None and cmd == "generate":  # `>&-`: said before any work, not a traceback after it
+        print("error: standard output is closed: the completion has nowhere to go (redirect it, e.g. > out.txt)",
+              file=sys.stderr)
+        return 2
     try:
         if cmd == "generate":
             return cmd_generate(a)

@@ -121,8 +121,8 @@ def check_rule(plan: Plan, method: str, temperature: float) -> None:
     try:
         methods.check_rule(method, plan, temperature)
     except ValueError:
-        raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on method {method}'s "
-                         f"{describe(method, dataclasses.replace(plan, rule=None))}") from None
+        raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on the trees of method "
+                         f"{method} ({describe(method, dataclasses.replace(plan, rule=None))})") from None
 
 
 def lossless(plan: Plan, method: str, temperature: float) -> bool:

@@ -310,6 +310,10 @@ def test_fit_rejects_bad_streams():
         fit(np.array([0.0, 1.0]), 5)
     with pytest.raises(ValueError, match="min_count=0"):
         fit(np.array([0, 1]), 5, min_count=0)
+    for k in (10**30, 10**9, 0):  # B9: an OverflowError, a 7.45 GiB table
+        with pytest.raises(ValueError, match=rf"katz_k={k} must be in 1..7 \(no n-gram of a stream of 7 tokens"):
+            fit(np.arange(7) % 5, 5, katz_k=k)
+    assert fit(np.arange(7) % 5, 5, katz_k=7).katz_k == 7  # the bound itself fits
 
 
 def test_queries_reject_out_of_vocabulary_ids():

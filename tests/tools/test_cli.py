@@ -165,8 +165,9 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     method, plan, about, _ = choose(rule="recursive")
     assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
     assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
+    # none: the fastest's error
     with pytest.raises(ValueError, match="--rule recursive_wor is lossless only on trees whose children are drawn "
-                                         "from the draft without replacement .*, not on method lookup's"):
+                                         "from the draft without replacement .*, not on the trees of method lookup"):
         choose(rule="recursive_wor")
 
 
@@ -188,7 +189,7 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
               r"\(--sampled with, or --method speculative at temperature > 0\), not on ")
     with pytest.raises(ValueError, match=needle + r"trees drawn without replacement \(--sampled without\)$"):
         check_options(a)
-    with pytest.raises(ValueError, match=needle + "method tree's widths 2,1 drawn from the draft"):
+    with pytest.raises(ValueError, match=needle + r"the trees of method tree \(widths 2,1 drawn from the draft"):
         check_rule(drawn, "tree", 1.0)
     monkeypatch.setattr(verify, "LOSSLESS", dict(table, deterministic=("point_mass", ("greedy", "point_mass",
                                                                                        "traversal"))))
@@ -532,3 +533,96 @@ def test_bench_options_for_curves_only_need_curves():
     for option in ("--matrices", "--gpt2-shapes"):
         with pytest.raises(ValueError, match=f"{option} applies to --curves only"):
             bench.main([option, "--prompts", "/nonexistent.jsonl"])
+
+
+def link(kind, src, dst):
+    if kind == "symlink":
+        os.symlink(src, dst)
+    else:
+        os.link(src, dst)
+
+
+@pytest.mark.parametrize("out", ["same", "symlink", "hardlink", "dotted"])
+def test_ngram_fit_refuses_an_out_that_is_one_of_its_inputs(tmp_path, capsys, out):
+    """B8: the input is never replaced by the model, whatever path names it."""
+    src = tmp_path / "src.py"
+    src.write_text("def f(x):\n    return x\n")
+    (tmp_path / "sub").mkdir()
+    path = {"same": src, "dotted": tmp_path / "sub" / ".." / "src.py"}.get(out, tmp_path / "alias.py")
+    if out in ("symlink", "hardlink"):
+        link(out, src, path)
+    assert main(["ngram", "fit", str(src), "--out", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"--out {path} is the input {src}" in lines[0], lines
+    assert src.read_text() == "def f(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("katz_k", ["1000000000000000000000000000000", "1000000000", "0", "6"])
+def test_ngram_fit_bounds_katz_k_by_the_tokens(tmp_path, capsys, katz_k):
+    """B9: an absurd --katz-k is one line naming it (it was an OverflowError or a 7.45 GiB table)."""
+    src = tmp_path / "src.py"
+    src.write_text("x = 1\n")  # 4 tokens
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "t.npz"), "--katz-k", katz_k]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--katz-k must be in 1..5 (no n-gram of the files' 4 tokens" in lines[0], lines
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_ngram_fit_takes_the_vocabulary_from_a_checkpoint_and_says_the_shipped_one(tmp_path, capsys):
+    from specdec_np import ngram
+    from specdec_np.files import WEIGHTS_DIR
+
+    src = tmp_path / "src.py"
+    src.write_text("def f(x):\n    return x\n")
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "t.npz"), "--vocab-from",
+                 str(WEIGHTS_DIR / "tiny-target")]) == 0
+    assert ngram.load(tmp_path / "t.npz").n_vocab == 8193
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "u.npz")]) == 0  # the default: GPT-2's
+    assert ngram.load(tmp_path / "u.npz").n_vocab == 50257
+    with pytest.raises(SystemExit):
+        main(["ngram", "fit", "--help"])
+    assert "8193 for the embedded tiny models" in " ".join(capsys.readouterr().out.split())
+
+
+def no_measuring(*args, **kwargs):
+    raise AssertionError("measured before the check")
+
+
+@pytest.mark.parametrize("lines, extra, needle", [
+    # B5: --max-new-tokens that leaves no room for a prompt (the slice start went positive).
+    (['{"prompt": "def f():"}'], ["--max-new-tokens", "600"], "--max-new-tokens 600 leaves no room for a prompt"),
+    (['{"prompt": "def f():"}'], ["--max-new-tokens", "511"], "give at most 510"),
+    # B6: an empty prompt, named by file and line.
+    (['{"prompt": "def f():"}', '{"prompt": ""}'], [], "p.jsonl: line 2's prompt is empty"),
+    # B7: a gzip whose deflate data is corrupt.
+    (None, [], "c.jsonl.gz: not gzipped UTF-8 text"),
+])
+def test_bench_checks_prompts_and_sizes_before_measuring_and_leaves_no_out(tmp_path, capsys, monkeypatch, lines,
+                                                                           extra, needle):
+    import gzip
+    monkeypatch.setattr(bench, "calibration", no_measuring)
+    if lines is None:
+        data = bytearray(gzip.compress(b"".join(b'{"prompt":"x%d"}\n' % i for i in range(2000))))
+        data[40:60] = bytes(x ^ 255 for x in data[40:60])
+        prompts = tmp_path / "c.jsonl.gz"
+        prompts.write_bytes(bytes(data))
+    else:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "b"
+    assert main(["bench", "--prompts", str(prompts), "--plan", "default", "--settings", "greedy", "--out", str(out),
+                 *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+    assert not out.exists()
+
+
+def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "calibration", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x = 1"}\n' + '{"prompt": "%s"}\n' % ("y = 2\\n" * 40) * 2)
+    assert main(["bench", "--prompts", str(prompts), "--max-new-tokens", "500", "--out", str(tmp_path / "b")]) == 130
+    notes = [line for line in capsys.readouterr().out.splitlines() if "longer than" in line]
+    assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
+                     "--max-new-tokens 500: each keeps its last 11 tokens"]
+    assert not (tmp_path / "b").exists()

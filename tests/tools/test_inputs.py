@@ -127,6 +127,49 @@ def test_api_rejects_bad_arguments_naming_them(models, kw, error, needle):
         generate(target, **args)
 
 
+@pytest.mark.parametrize("kw, error, needle", [
+    # B16: a depth or a guess length past the context is refused before its cache is allocated.
+    (dict(method="tree", plan=Plan(depth=10**6)), ValueError, r"plan: depth=1000000 is deeper than the target's "
+                                                              r"context \(n_ctx=40\)"),
+    (dict(method="staged", plan=Plan(depth=10**6)), ValueError, "plan: depth=1000000"),
+    (dict(method="ngram", plan=Plan(depth=41)), ValueError, "plan: depth=41"),
+    (dict(method="staged", plan=Plan(guess_len=10**6)), ValueError, "plan: guess_len=1000000 is deeper"),
+    # B17: what rand must be.
+    (dict(temperature=1.0, rand=np.random.default_rng(0)), TypeError, r"rand must be a sampling.Rand .*got Generator"),
+    (dict(temperature=1.0, rand=object()), TypeError, "rand must be a sampling.Rand .*got object"),
+    # A dict or a set is not a token sequence; options that change nothing; keep_trees a bool.
+    (dict(prompt={1: 2}), TypeError, "prompt must be a sequence of token ids .*not a dict"),
+    (dict(prompt={1, 2}), TypeError, "not a set"),
+    (dict(top_k=5), ValueError, "top_k changes nothing at temperature 0"),
+    (dict(top_p=0.9), ValueError, "top_p changes nothing at temperature 0"),
+    (dict(keep_trees="yes"), TypeError, "keep_trees must be True or False, got str 'yes'"),
+    # A speculative chain is drawn with replacement whatever sampled says: the rule's error says so.
+    (dict(method="speculative", temperature=1.0, plan=Plan(sampled="without", rule="recursive_wor")), ValueError,
+     "rule 'recursive_wor' is not lossless for speculative's chain: it is drawn from q with replacement"),
+])
+def test_api_refuses_sizes_rand_and_silent_arguments_before_any_work(models, kw, error, needle, monkeypatch):
+    target, draft, trigram = models
+    monkeypatch.setattr("specdec_np.decode.new_cache", lambda *a, **k: pytest.fail("allocated before the check"))
+    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", draft=draft, ngram=trigram) | kw
+    with pytest.raises(error, match=needle) as e:
+        generate(target, **args)
+    assert "\n" not in str(e.value)
+
+
+def test_accepted_counterparts_of_the_refused_arguments_decode(models):
+    """The controls: a depth at the context, a Rand over a Generator, a tuple prompt, a with-replacement rule
+    on a speculative chain asked 'without', and a subnormal temperature all decode (no warning)."""
+    target, draft, trigram = models
+    from specdec_np.sampling import Rand
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generate(target, [1, 2], 4, "tree", draft, plan=Plan(depth=40))
+        generate(target, (1, 2), 4, "speculative", draft, temperature=1.0, rand=Rand(np.random.default_rng(0)),
+                 plan=Plan(sampled="without", rule="recursive"))
+        generate(target, [1, 2], 4, "ar", temperature=5e-324, top_k=3, keep_trees=True)
+
+
 def test_api_rejects_a_target_that_is_not_a_model(models):
     with pytest.raises(TypeError, match=r"target must be a loaded gpt2.GPT2 \(e.g. models.load_model\('tiny-target'\)\), "
                                         "got str 'tiny-target'"):
@@ -211,3 +254,21 @@ def test_the_greedy_rule_is_refused_when_sampling(small):
     with pytest.raises(ValueError, match="rule 'greedy'"):
         generate(small.target, [1, 2], 4, "speculative", small.draft, plan=Plan(rule="greedy"), temperature=1.0)
     assert len(generate(small.target, [1, 2], 4, "speculative", small.draft, plan=Plan(rule="greedy")).tokens) == 4
+
+
+@pytest.mark.parametrize("closed, rc, out_has, err_has", [
+    (">&-", 2, None, "error: standard output is closed"),  # B10: was an AttributeError traceback
+    ("2>&-", 0, "x", None),  # the statistics are not written into the completion
+])
+def test_a_closed_standard_stream_gets_a_clean_exit(closed, rc, out_has, err_has):
+    import shlex
+    cmd = (f"{shlex.quote(sys.executable)} -m specdec_np generate x --plan default --method ar --max-new-tokens 4 "
+           f"--stats {closed}")
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, cwd=ROOT, timeout=300)
+    out, err = r.stdout.decode(), r.stderr.decode()
+    assert r.returncode == rc, err
+    assert "Traceback" not in err and "method ar" not in out  # the statistics never reach standard output
+    if err_has:
+        assert len(err.strip().splitlines()) == 1 and err_has in err
+    if out_has:
+        assert out.startswith(out_has) and err == ""
