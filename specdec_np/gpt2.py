@@ -59,7 +59,8 @@ def linear(x, w, b):  # [n, n_in] -> [n, n_out]
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, <= L] or None -> [h, n, d]
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
     if bias is not None:  # over the last columns (the ones before are seen by every row)
-        scores[..., k.shape[1] - bias.shape[1]:] += bias  # 0 where the mask allows, -inf elsewhere; every row sees itself
+        # 0 where the mask allows, -inf elsewhere; every row sees itself
+        scores[..., k.shape[1] - bias.shape[1]:] += bias
     return softmax_(scores) @ v
 
 

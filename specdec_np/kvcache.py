@@ -31,7 +31,8 @@ class KVCache:
         self.config = config
         self.capacity = capacity if capacity is not None else config.n_ctx + max_block
         shape = (config.n_layer, config.n_head, self.capacity, config.head_dim)
-        self.k = np.zeros((config.n_layer, config.n_head, config.head_dim, self.capacity), dtype=dtype).transpose(0, 1, 3, 2)
+        k_shape = (config.n_layer, config.n_head, config.head_dim, self.capacity)
+        self.k = np.zeros(k_shape, dtype=dtype).transpose(0, 1, 3, 2)
         self.v = np.zeros(shape, dtype=dtype)
         self.length = 0
 
@@ -44,7 +45,8 @@ class KVCache:
         """
         offsets = np.asarray(offsets, dtype=np.int64)
         if offsets.size and (np.any(np.diff(offsets) <= 0) or offsets[0] < 0 or start + offsets[-1] >= self.length):
-            raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block [{start}, {self.length})")
+            raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block "
+                             f"[{start}, {self.length})")
         if not 0 <= start <= self.length:
             raise ValueError(f"keep: start {start} outside the cache (length {self.length})")
         n = offsets.size

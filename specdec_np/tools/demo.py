@@ -36,7 +36,8 @@ PROMPT = '''def count_words(text: str) -> dict:
     """
 '''
 
-COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m"}  # red, blue, green, yellow
+# red, blue, green, yellow
+COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m"}
 MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»")}
 RESET = "\033[0m"
 
@@ -189,5 +190,6 @@ def main(argv=None) -> int:
         if busy := timing_note(timed):
             print(busy)
         print(f"\nPlan: staged {describe('staged', splans['staged'][0])} ({splans['staged'][1]}).")
-        print("\n" + PROMPT + colour_by_stage(enc, sampled["staged"][0].tokens, sampled["staged"][0].stats.source, color))
+        staged = sampled["staged"][0]
+        print("\n" + PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     return 0

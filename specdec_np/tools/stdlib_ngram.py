@@ -92,7 +92,8 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
         files, origin = [Path(f) for f in files], "the given files"
     else:
         files = source_files()
-        origin = SOURCES_ENV if os.environ.get(SOURCES_ENV) else f"Python {platform.python_version()}'s standard library"
+        origin = SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
+            f"Python {platform.python_version()}'s standard library"
     path = cache_file(n_vocab, files)
     if path.is_file():
         try:
@@ -104,8 +105,8 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
                          "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
     megabytes = sum(st.st_size for f in files if (st := _stat(f))) / 1e6
     seconds = 5 * math.ceil(megabytes / 10)  # 2 MB a second (a quiet core does more), to the next 5 s
-    sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files of "
-                     f"{origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
+    sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files "
+                     f"of {origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
     model = build(n_vocab, files, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     ngram.save(model, path)  # atomically: a temporary file renamed into place
