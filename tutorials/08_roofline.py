@@ -253,8 +253,9 @@ for _ in range(41):  # the first round warms up
 ms = {name: 1e3 * float(np.median(t[1:])) for name, t in times.items()}
 for name, m in ms.items():
     print_timed(f"4-token target block {name + ':':<22} {m:.2f} ms ({m / ms['back to back']:.2f}x back to back)")
-slower = [name for name in ms if name != "back to back" and ms[name] > ms["back to back"]]
-print_timed(f"slower than back to back here: {', '.join(slower) if slower else 'neither'}")
+# Within 5% is timing noise, not a slowdown.
+slower = [name for name in ms if name != "back to back" and ms[name] > 1.05 * ms["back to back"]]
+print_timed(f"more than 5% slower than back to back here: {', '.join(slower) if slower else 'neither'}")
 
 # %% [markdown]
 # Where a block is slower after a pause, that is why `costmodel.py` prices passes on a "cold" curve, and
