@@ -122,7 +122,7 @@ def lossless_rules(method: str, plan, temperature: float) -> tuple:
     (verify.LOSSLESS), 'greedy' only at temperature 0, 'chain' and 'block' only on chains."""
     rules = verify.LOSSLESS[kind(method, plan, temperature)][1]
     chains = proposes_chain(method) or fixed_widths(method, plan) and set(plan.widths) == {1}
-    return tuple(r for r in rules if (r != "greedy" or temperature == 0) and (chains or r not in ("chain", "block")))
+    return tuple(r for r in rules if (r != "greedy" or temperature == 0) and (chains or r not in verify.CHAIN_RULES))
 
 
 def check_rule(method: str, plan, temperature: float) -> None:
