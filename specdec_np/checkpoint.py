@@ -9,7 +9,9 @@ which is exactly specdec_np's orientation (see gpt2.py), so no tensor is transpo
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import re
 from pathlib import Path
@@ -22,13 +24,9 @@ from .gpt2 import GPT2, GPT2Config, check_hyperparameter
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
 # The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
-HUB_REPOS = {
-    "distilgpt2": "distilbert/distilgpt2",
-    "gpt2": "openai-community/gpt2",
-    "gpt2-medium": "openai-community/gpt2-medium",
-    "gpt2-large": "openai-community/gpt2-large",
-    "gpt2-xl": "openai-community/gpt2-xl",
-}
+HUB_REPOS = {"distilgpt2": "distilbert/distilgpt2", "gpt2": "openai-community/gpt2",
+             "gpt2-medium": "openai-community/gpt2-medium", "gpt2-large": "openai-community/gpt2-large",
+             "gpt2-xl": "openai-community/gpt2-xl"}
 
 # safetensors dtype -> NumPy dtype of the stored bytes (BF16 is read as raw uint16 bits).
 ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
@@ -71,11 +69,9 @@ def f32_to_bf16(x):  # float32 [...] -> uint16 [...]
 # ----------------------------------------------------------------------------- safetensors
 
 def read_header(path) -> tuple[dict, int]:
-    """The JSON header of a safetensors file (tensor name -> entry) and where its data begins.
-
-    Every entry is checked against the file: known dtype, byte range inside the data buffer and
-    of the size its shape needs. So a truncated download is caught without reading the data.
-    """
+    """The JSON header of a safetensors file (tensor name -> entry) and where its data begins, every entry
+    checked against the file (known dtype, byte range inside the data and of its shape's size): a
+    truncated download is caught without reading the data."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -166,20 +162,14 @@ def read_config(path) -> GPT2Config:
             raise ValueError("not a JSON object")
     except (UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"{path}: not a valid config.json ({e})") from None
-
-    # GPT2Config's fields and the config.json keys they are read from (the first one present),
-    # each checked under the name the file uses.
     fields = {}
-    for field, keys in CONFIG_KEYS.items():
-        key = next((k for k in keys if cfg.get(k) is not None), None)
-        if key is None and field != "layer_norm_epsilon":
-            raise CheckpointError(f"{path}: missing '{keys[0]}'")
-        fields[field] = 1e-5 if key is None else cfg[key]
-        try:
+    try:  # each field from the first of its keys present, checked under the name the file uses
+        for field, keys in CONFIG_KEYS.items():
+            key = next((k for k in keys if cfg.get(k) is not None), None)
+            if key is None and field != "layer_norm_epsilon":
+                raise ValueError(f"missing '{keys[0]}'")
+            fields[field] = 1e-5 if key is None else cfg[key]
             check_hyperparameter(field, fields[field], key)
-        except ValueError as e:
-            raise CheckpointError(f"{path}: {e}") from None
-    try:
         config = GPT2Config(**fields)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
@@ -230,20 +220,8 @@ def param_shapes(config: GPT2Config) -> dict:
     return shapes
 
 
-def set_path(tree, where, value):
-    for k in where[:-1]:
-        tree = tree[k]
-    tree[where[-1]] = value
-
-
-def get_path(tree, where):
-    for k in where:
-        tree = tree[k]
-    return tree
-
-
 def empty_params(config: GPT2Config) -> dict:
-    """The nested dict of params with empty leaves (in random_params' order), for `set_path` to fill."""
+    """The nested dict of params with empty leaves (in random_params' order), for `load` to fill."""
     def block():
         return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
     return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
@@ -252,11 +230,9 @@ def empty_params(config: GPT2Config) -> dict:
 # ----------------------------------------------------------------------------- load / save
 
 def match_tensors(file, header: dict, config: GPT2Config) -> dict:
-    """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes.
-
-    Accepts both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`),
-    ignores the mask buffers, and allows a `lm_head.weight` of wte's shape. Reads no data.
-    """
+    """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes (reads no
+    data): both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`), the mask
+    buffers ignored, a `lm_head.weight` of wte's shape allowed."""
     names = {}
     for key in header:
         name = key.removeprefix("transformer.")
@@ -291,10 +267,8 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
 
 
 def load(path, dtype=np.float32) -> GPT2:
-    """Load a HF GPT-2 checkpoint directory (fp32/fp16/bf16 storage) as a GPT2 of `dtype`.
-
-    `path` is a directory or a name `resolve` knows (a downloaded model in weights/).
-    """
+    """Load a HF GPT-2 checkpoint (fp32/fp16/bf16 storage; a directory or a name `resolve` knows) as a
+    GPT2 of `dtype`."""
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"load: dtype must be float32 or float64, not {np.dtype(dtype)}")
     path = resolve(path)
@@ -308,7 +282,8 @@ def load(path, dtype=np.float32) -> GPT2:
     params = empty_params(config)
     with open(file, "rb") as f:
         for name, (where, _) in param_shapes(config).items():
-            set_path(params, where, read_tensor(f, file, names[name], header[names[name]], data_start, dtype))
+            parent = functools.reduce(operator.getitem, where[:-1], params)  # the dict or list that holds it
+            parent[where[-1]] = read_tensor(f, file, names[name], header[names[name]], data_start, dtype)
         if LM_HEAD in names:  # GPT-2 ties the head to wte: anything else is a different model
             head = read_tensor(f, file, names[LM_HEAD], header[names[LM_HEAD]], data_start, dtype)
             if not np.array_equal(head, params["wte"]):
@@ -318,11 +293,8 @@ def load(path, dtype=np.float32) -> GPT2:
 
 
 def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:
-    """Write `model` as a HF GPT-2 checkpoint (keys `h.0.attn.c_attn.weight`, ..., like the gpt2 repo).
-
-    dtype: float16 (default, half the bytes), float32, float64 or "bfloat16" (round to nearest even).
-    Each file is written to a temporary name and renamed, so none is ever left half-written.
-    """
+    """Write `model` as a HF GPT-2 checkpoint (keys `h.0.attn.c_attn.weight`, ..., like the gpt2 repo) of
+    float16 (default), float32, float64 or "bfloat16" (round to nearest even), each file atomically."""
     name = "bfloat16" if dtype in ("bfloat16", "bf16") else np.dtype(dtype).name
     if name not in SAVE_DTYPES:
         raise ValueError(f"save: dtype must be one of {', '.join(SAVE_DTYPES)}, not {dtype!r}")
@@ -330,7 +302,7 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
     path_dir.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for key, (where, shape) in param_shapes(model.config).items():
-        a = np.asarray(get_path(model.params, where))
+        a = np.asarray(functools.reduce(operator.getitem, where, model.params))
         if a.shape != shape:
             raise ValueError(f"save: parameter {key} has shape {a.shape}, expected {shape}")
         with np.errstate(over="ignore"):  # out of range becomes inf, refused just below

@@ -1,15 +1,12 @@
 """Speed tricks for `gpt2.py`, apart from the math they speed up: none changes what is computed
 beyond float rounding.
 
-At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about
-what one costs: that is the premise of speculative decoding. A plain `x @ w` does not deliver it
-on a CPU: for a few rows OpenBLAS packs all of `w` into a scratch buffer on every call and runs
-a kernel tuned for large matrices, so a few rows cost well over one. `Weight` adds a second layout
-of each matrix, column slabs (a copy in a small model, a view of the matrix in a large one), whose
-product by a few rows is one small matrix product per slab (one NumPy call, no packing where the
-BLAS has a small-matrix kernel), and `matmul` picks the layout by the block's row count. Up to
-which size the slabs pay depends on the BLAS kernel: the tools measure it and set `GPT2.slab_rows`.
-The measurements behind each choice, with the command that repeats them, are in docs/performance.md.
+At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about what
+one costs: the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few
+rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
+each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
+where the BLAS has a small-matrix kernel); `matmul` picks the layout by the block's row count, up to
+`GPT2.slab_rows`, which the tools measure. The measurements behind each choice are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -28,17 +25,14 @@ SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a 
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out]: the parameter itself (not a copy), for blocks of more than `slab_rows`
-           rows (one x @ w), and for one row when `gemv` (a matrix-vector product, which OpenBLAS
-           runs on every thread: the tied head, thousands of columns wide). The head's w is wte.T,
-           a row-major copy of its own in a small model, a transposed view of wte in a large one.
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers cut into column slabs, for blocks of
-           up to `slab_rows` rows. In a small model (`copy`) a second copy of the matrix in memory,
-           each slab contiguous and the last zero-padded. In a large one, where that copy
-           would not fit beside the model in a laptop's memory, a strided view of `w` itself (the
-           same slabs, each row of a slab n_out apart: no memory) when n_out is a multiple of SLAB,
-           as GPT-2's layer matrices are; the head (50257 columns) keeps a copy.
-           None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
+    w:     [n_in, n_out], the parameter itself, for blocks of more than `slab_rows` rows, and for one row
+           when `gemv` (a matrix-vector product, which OpenBLAS runs on every thread: the wide tied head,
+           whose w is wte.T, a row-major copy in a small model, a transposed view in a large one).
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of up to
+           `slab_rows` rows: in a small model (`copy`) a copy, each slab contiguous and the last
+           zero-padded; in a large one, whose copy would not fit beside it in a laptop's memory, a
+           strided view of `w` when n_out is a multiple of SLAB (GPT-2's layer matrices; the head
+           keeps a copy). None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray
@@ -49,9 +43,8 @@ class Weight:
     @classmethod
     def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None,
            copy: bool = True) -> "Weight":
-        """[n_in, n_out] -> Weight; no slabs for a matrix of at most `slab_min` numbers (default
-        SLAB_MIN) or when `slab_rows` is 0 (every product then reads `w`); `copy`: slabs (and a
-        row-major w) as copies, else views of `w` where they can be."""
+        """[n_in, n_out] -> Weight (no slabs for at most `slab_min` numbers, default SLAB_MIN); `copy`:
+        slabs (and a row-major w) as copies, else views of `w` where they can be."""
         n_in, n_out = w.shape
         w = np.ascontiguousarray(w) if copy else w
         if w.size <= (SLAB_MIN if slab_min is None else slab_min) or slab_rows < 1:
@@ -89,22 +82,14 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
-    """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a
-    `Weight` whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head
-    wte.T as a `Weight` of its own (so that the head is one more `matmul`). The slabs are copies
-    in a model of at most SLAB_COPY_MAX bytes of weights, views where they can be in a larger one.
-
-    Whether slabs pay depends on the BLAS kernel: with a kernel that multiplies small matrices
-    without packing (OpenBLAS's AVX-512 SkylakeX kernels) they make a block of a few tokens cost
-    about one; with OpenBLAS's AVX2 Haswell kernels each slab's product is packed too, and one x @ w is
-    cheaper. The tools measure which holds on this machine and pass `slab_rows` (0: no slabs)."""
-    def nbytes(tree):
-        if isinstance(tree, dict):
-            tree = list(tree.values())
-        return sum(map(nbytes, tree)) if isinstance(tree, list) else tree.nbytes
-
-    copy = nbytes(params) <= SLAB_COPY_MAX
+def prepare(params: dict, slab_rows: int, weight_bytes: int) -> dict:
+    """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight`
+    whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head wte.T as a `Weight`
+    of its own (one more `matmul`); copies in a model of at most SLAB_COPY_MAX `weight_bytes`, else views.
+    Slabs pay with a BLAS kernel that multiplies small matrices without packing (OpenBLAS's SkylakeX);
+    with its Haswell kernels each slab is packed too and one x @ w is cheaper: the tools measure which
+    holds here and pass `slab_rows` (0: no slabs)."""
+    copy = weight_bytes <= SLAB_COPY_MAX
 
     def walk(tree):
         if isinstance(tree, list):
@@ -120,9 +105,9 @@ def prepare(params: dict, slab_rows: int = SLAB_ROWS) -> dict:
 
 
 def kth_largest(values, k: int, subset: int = 1024):  # [..., V] -> [..., 1]
-    """The k-th largest value along the last axis, as np.partition finds it, but without
-    partitioning the whole vocabulary: the k-th largest of the first `subset` entries is a lower
-    bound of it, so only the entries at or above that bound (a few hundred) are partitioned."""
+    """The k-th largest value along the last axis, as np.partition finds it, without partitioning the
+    whole vocabulary: the k-th largest of the first `subset` entries is a lower bound, so only the
+    entries at or above it are partitioned."""
     V = values.shape[-1]
     if V < 4 * subset or k > subset // 4:  # a bound from few entries would keep most of the row
         return np.partition(values, V - k, axis=-1)[..., V - k:V - k + 1]
@@ -144,11 +129,9 @@ def softmax_(x):  # [..., L] -> [..., L], in place
 
 
 def pad_block(tokens, positions, mask, size: int):
-    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself, and
-    invisible to every real row (their mask columns are False), so real rows compute exactly what
-    they would alone. Where a BLAS kernel works in panels, a block of a few tokens can cost more
-    than a larger one (the tools read which sizes to pad to off the measured cost curve and set them as the
-    model's `GPT2.padding`)."""
+    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
+    every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
+    panels a few tokens can cost more than more (the tools set the sizes as `GPT2.padding`)."""
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]

@@ -34,8 +34,7 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def gelu(x):  # GPT-2's tanh approximation
-    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, far slower than two products
-    # (measured: docs/performance.md).
+    # x * x * x, not x ** 3: NumPy's float32 power is a generic pow, slower than two products.
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
@@ -90,20 +89,18 @@ def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd]
 
 def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
             logits_from: int = 0):
-    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix.
+    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix,
+    whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
 
     tokens:    [n_new] token ids.
-    positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain). For a token tree
-               a node's position is prefix + its depth, not its index in the block.
+    positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain); in a tree prefix + depth.
     mask:      bool, [n_new, n_new] among the new tokens (the prefix is always visible) or
-               [n_new, prefix + n_new]; default causal. Row i says which tokens node i attends to:
-               for a tree, its ancestors and itself.
-    pad_to:    compute the block as `pad_to` >= n_new rows, the extra rows dummies that no real
-               token attends to (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
-    logits_from: the first `logits_from` tokens get no logits: a decoder feeds committed tokens
-               only to catch its cache up, and the head (a large share of a small model's weights)
-               is then computed for the rows someone reads.
-    The block's K/V are written at slots `prefix..prefix+n_new-1` and `cache.length` advances.
+               [n_new, prefix + n_new]; default causal. Row i: what node i attends to (in a tree, its
+               ancestors and itself).
+    pad_to:    compute the block as `pad_to` >= n_new rows, dummies no real token attends to
+               (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
+    logits_from: the first tokens, fed only to catch a cache up, get no logits (the head is a large
+               share of a small model's weights).
     """
     c, p = model.config, model.prepared
     tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)
@@ -129,9 +126,8 @@ def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
 
 
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
-    """forward's arguments checked and completed: (tokens [n], positions [n], mask [n, prefix + n]
-    or None for one token of a chain, n_real), padded to `pad_to` rows; a ValueError names what is
-    wrong."""
+    """forward's arguments checked (a ValueError names what is wrong) and completed, padded to `pad_to`
+    rows: (tokens [n], positions [n], mask [n, prefix + n] or None for one token of a chain, n_real)."""
     c = model.config
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     n, start = tokens.size, cache.length
@@ -211,12 +207,10 @@ GPT2_SHAPES = {
 
 @dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config and its parameters (plain arrays, all of one dtype), and how its passes
-    are computed, which changes no number beyond float rounding, only the speed, and is the tools'
-    choice for this machine: the largest block its products read from column slabs
-    (`fastpath.prepare`; 0: none), and `padding`, the block sizes to compute passes of 1, 2, ...
-    rows as (padding[k - 1] >= k: a BLAS kernel working in panels can make a larger block cheaper;
-    () = unpadded; see `padded`)."""
+    """A model: its config, its parameters (plain arrays of one dtype) and how its passes are computed
+    (only the speed, the tools' choice for this machine): the largest block its products read from
+    column slabs (`fastpath.prepare`; 0: none) and `padding`, the sizes to compute blocks of 1, 2, ...
+    rows as (padding[k - 1] >= k; () = unpadded; see `padded`)."""
 
     config: GPT2Config
     params: dict
@@ -255,11 +249,9 @@ class GPT2:
 
     @functools.cached_property
     def prepared(self) -> dict:
-        """The parameters as `forward` reads them (`fastpath.prepare`: each matrix also in the
-        layout a block of a few rows multiplies fastest, and the tied head wte.T), made on first
-        use: in a small model copies, a second copy of the weights in memory; in a large one views
-        of the weights where they can be (only the head's slabs are copied). The same bytes read per pass."""
-        return prepare(self.params, self.slab_rows)
+        """The parameters as `forward` reads them (`fastpath.prepare`), made on first use: the slabs are
+        copies in a model of at most SLAB_COPY_MAX bytes, views of the weights where they can be in a larger one."""
+        return prepare(self.params, self.slab_rows, self.weight_bytes)
 
     @property
     def n_params(self) -> int:
@@ -286,14 +278,11 @@ def map_params(fn, tree):
 
 
 def iter_params(tree):
-    if isinstance(tree, dict):
-        for v in tree.values():
-            yield from iter_params(v)
-    elif isinstance(tree, list):
-        for v in tree:
-            yield from iter_params(v)
-    else:
+    if not isinstance(tree, (dict, list)):
         yield tree
+        return
+    for v in tree.values() if isinstance(tree, dict) else tree:
+        yield from iter_params(v)
 
 
 def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: float = 0.02) -> GPT2:

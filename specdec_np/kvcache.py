@@ -12,19 +12,14 @@ import numpy as np
 
 
 class KVCache:
-    """Preallocated keys and values of one model: `k, v` are [n_layer, n_head, capacity, head_dim].
+    """Preallocated keys and values of one model (its GPT2Config): `k, v` are [n_layer, n_head, capacity,
+    head_dim]; `k` is a transposed view of [.., head_dim, capacity] storage, so that a block's scores
+    `q @ k.T` are a plain matrix product over contiguous rows.
 
-    `k` is a transposed view of [n_layer, n_head, head_dim, capacity] storage, so that the scores
-    `q @ k.T` of a block are a plain matrix product over contiguous rows: a multi-token block's
-    scores cost less than from [.., capacity, head_dim] storage (measured: docs/performance.md).
-
-    Slots `0..length-1` hold the committed sequence (slot i = position i). A forward pass writes
-    its block of new tokens at slots `length..length+n_new-1` and advances `length`; a speculative
-    decoder then `keep`s only the accepted root-to-node path of that block (compacted into
-    contiguous slots) or `truncate`s. Nothing is ever concatenated: a step costs O(new tokens).
-    Size it for the context plus the largest block (a tree occupies slots it will not keep).
-    `config` is the model's GPT2Config (n_layer, n_head, head_dim, n_ctx); make one with
-    `gpt2.new_cache(model, max_block)`, which sizes it for the model's padded blocks too.
+    Slots `0..length-1` hold the committed sequence (slot i = position i); a forward pass writes its block
+    at slots `length..length+n_new-1` and advances `length`, then a decoder `keep`s the accepted path or
+    `truncate`s. The capacity is the context plus the largest block (a tree occupies slots it will not
+    keep): make one with `gpt2.new_cache(model, max_block)`, which counts the model's padding rows too.
     """
 
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
@@ -37,12 +32,8 @@ class KVCache:
         self.length = 0
 
     def keep(self, start: int, offsets) -> None:
-        """Keep slots `start + offsets` (ascending) at `start, start+1, ...`; drop everything after.
-
-        Used after verification: `start` is where the block began, `offsets` the accepted path's
-        nodes within the block. Their K/V were computed at the right positions (prefix + depth),
-        so moving them into contiguous slots gives exactly the cache a plain prefill would.
-        """
+        """Keep slots `start + offsets` (ascending) at `start, start+1, ...`; drop everything after:
+        `start` is where the block began, `offsets` the accepted path's nodes within it."""
         offsets = np.asarray(offsets, dtype=np.int64)
         if offsets.size and (np.any(np.diff(offsets) <= 0) or offsets[0] < 0 or start + offsets[-1] >= self.length):
             raise ValueError(f"keep: offsets {offsets.tolist()} must be ascending slots of the block "

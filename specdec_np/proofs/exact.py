@@ -89,10 +89,8 @@ def prefix_marginal(dist: dict, m: int) -> dict:
 
 
 def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
-    """The exact distribution of m tokens sampled autoregressively: {tokens: prob}.
-
-    next_dist(context tuple) -> [V] probabilities of the next token (e.g. a target table).
-    """
+    """The exact distribution {tokens: prob} of m tokens sampled autoregressively, next_dist(context
+    tuple) -> [V] giving the next token's probabilities (e.g. a target table)."""
     dist = {(): 1.0}
     for _ in range(m):
         new = {}

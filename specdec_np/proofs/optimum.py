@@ -1,25 +1,20 @@
 """The best acceptance any lossless verifier can reach, and what the library's rules reach.
 
-One position, k drafts. The draft proposes k tokens from q (drawn with replacement, without, or
-deterministically its top k); a verifier sees them and the target's p, and must output a token y
-distributed exactly as p, whatever the drafts were. It *accepts* when y is one of the drafts.
-Over all lossless verifiers, the best acceptance probability is an optimal-transport value
-(SpecTr, Sun et al. 2023): couple the random set D of drafted tokens with y ~ p so that
-P(y in D) is as large as possible. That is a max-flow: source -> each draft set S (capacity
-P(D = S)) -> each token y in S -> sink (capacity p(y)). By max-flow = min-cut its value is a
-minimum over subsets H of the vocabulary, the dual form of Hu et al. 2025 ("Towards Optimal
-Multi-draft Speculative Decoding"):
+One position, k drafts from q (with replacement, without, or deterministically its top k); a verifier
+sees them and the target's p, must output y distributed exactly as p whatever the drafts, and *accepts*
+when y is a draft. The best acceptance of any lossless verifier is an optimal-transport value (SpecTr,
+Sun et al. 2023), the max-flow source -> draft set S (capacity P(D = S)) -> token y in S -> sink
+(capacity p(y)); by max-flow = min-cut a minimum over subsets H of the vocabulary, the dual form of
+Hu et al. 2025 ("Towards Optimal Multi-draft Speculative Decoding"):
 
     alpha* = min over H of  p(H) + P(D not inside H)  =  1 - max over H of [P(D inside H) - p(H)]
 
-Read it as: if the drafts land inside H more often than p lands in H, the verifier must reject
-at least that excess. For k = 1, max over H of q(H) - p(H) is TV(p, q), so alpha* = sum(min(p, q)),
-lesson 3's acceptance. The optimum depends on how the drafts were drawn, so every function here
-takes the distribution of the drafts, as {tuple of drafted tokens, in order: probability}.
-
-Exhaustive over 2^V subsets: for the tiny vocabularies (3-5 tokens) of the tests and lesson 9.
-The library's rules are measured, not re-derived: `single_position` runs the real rule on a
-one-level tree under `exact.outcomes`. For chains, the same for the expected accepted length.
+If the drafts land inside H more often than p does, the verifier must reject at least that excess; for
+k = 1 the max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Every function takes the
+drafts' distribution, {tuple of drafted tokens, in order: probability}, and is exhaustive over 2^V subsets
+(the 3-5 token vocabularies of the tests and lesson 9). The library's rules are measured, not re-derived:
+`single_position` runs the real rule on a one-level tree under `exact.outcomes`; chains, the same for the
+expected accepted length.
 """
 
 from __future__ import annotations
@@ -41,11 +36,9 @@ ROOT = 0  # the root token of the one-level trees: irrelevant, only its children
 # ----------------------------------------------------------------------------- the drafts' distribution
 
 def draft_tuples(q, k: int, scheme: str) -> dict:
-    """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them.
-
-    "with": k iid draws from q. "without": each draw from q renormalised without the earlier
-    ones, stopping early once q is exhausted. "deterministic": q's top k (positive probability).
-    """
+    """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them: "with"
+    k iid draws from q, "without" each from q renormalised without the earlier ones (stopping once q is
+    exhausted), "deterministic" q's top k of positive probability."""
     q = np.asarray(q, dtype=np.float64)  # [V]
     if scheme == "deterministic":
         return {tuple(int(x) for x in build.top_tokens(q, k)): 1.0}
@@ -70,10 +63,7 @@ def draft_tuples(q, k: int, scheme: str) -> dict:
 
 def mask_of(tokens) -> int:
     """A set of tokens as a bitmask: bit x is set when token x is in the set (V <= ~20)."""
-    m = 0
-    for x in tokens:
-        m |= 1 << int(x)
-    return m
+    return sum(1 << x for x in set(map(int, tokens)))
 
 
 def draft_sets(drafts: dict) -> dict:
@@ -87,25 +77,18 @@ def draft_sets(drafts: dict) -> dict:
 
 # ----------------------------------------------------------------------------- the optimum (dual)
 
-def subset_bits(V: int):  # -> [2^V, V] bool
-    """Row H is subset number H of the vocabulary: bits[H, x] is True when token x is in it."""
-    return (np.arange(2 ** V)[:, None] >> np.arange(V)) & 1 == 1
-
-
 def cut_values(p, drafts: dict):  # -> [2^V]
-    """p(H) + P(D not inside H) for every subset H (indexed by its bitmask): each is an upper bound
-    on any lossless verifier's acceptance, and the smallest is the optimum.
-
-    Why a bound: y in D and D inside H put y in H, so P(accept) <= P(y in H) + P(D not inside H).
-    """
+    """p(H) + P(D not inside H) for every subset H (indexed by its bitmask), each an upper bound on any
+    lossless verifier's acceptance (y in D and D inside H put y in H); the smallest is the optimum."""
     p = np.asarray(p, dtype=np.float64)
     V = p.size
     sets = draft_sets(drafts)
     masks = np.array(list(sets), dtype=np.int64)  # [m]
     probs = np.array(list(sets.values()))  # [m]
     H = np.arange(2 ** V)
+    inside = (H[:, None] >> np.arange(V)) & 1 == 1  # [2^V, V] token x is in subset H
     outside = (masks[None, :] & ~H[:, None]) != 0  # [2^V, m] draft set S has a token outside H
-    return subset_bits(V) @ p + outside @ probs
+    return inside @ p + outside @ probs
 
 
 def optimal_acceptance(p, drafts: dict) -> float:
@@ -122,12 +105,9 @@ def bottleneck(p, drafts: dict) -> list[int]:
 # ----------------------------------------------------------------------------- the optimum (primal)
 
 def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] -> [n, n]
-    """Edmonds-Karp: push flow along shortest augmenting paths until none is left.
-
-    capacity[i, j] >= 0 (np.inf allowed). Returns flow [n, n]: flow[i, j] >= 0 sent along edge i -> j,
-    never both ways. Exact up to rounding: each augmentation saturates an edge, and shortest paths
-    bound their number by O(n * edges).
-    """
+    """Edmonds-Karp: push flow along shortest augmenting paths until none is left. capacity[i, j] >= 0
+    (np.inf allowed); flow[i, j] >= 0 is sent along i -> j, never both ways. Exact up to rounding: each
+    augmentation saturates an edge, and shortest paths bound their number by O(n * edges)."""
     n = capacity.shape[0]
     flow = np.zeros((n, n))
     while True:
@@ -154,11 +134,9 @@ def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] ->
 
 
 def optimal_plan(p, drafts: dict):
-    """A best coupling, from the max-flow: (masks [m], plan [m, V]).
-
-    plan[i, y] = P(D = masks[i] and the verifier outputs y, accepting it); plan[i, y] > 0 only for
-    y in masks[i], rows sum to <= P(D = masks[i]), columns to <= p(y), and plan.sum() = alpha*.
-    """
+    """A best coupling, from the max-flow: (masks [m], plan [m, V]), plan[i, y] = P(D = masks[i] and the
+    verifier accepts y); > 0 only for y in masks[i], rows sum to <= P(D = masks[i]), columns to <= p(y),
+    and plan.sum() = alpha*."""
     p = np.asarray(p, dtype=np.float64)
     V = p.size
     sets = draft_sets(drafts)
@@ -179,14 +157,12 @@ def optimal_plan(p, drafts: dict):
 def optimal_rule(p, drafts: dict):
     """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`.
 
-    Given the drafted set S: accept y in S with probability plan[S, y] / P(S) (descend to the first
-    child with token y); otherwise emit a draw from what p is still owed, p - (accepted mass per
-    token). Rejection has total probability 1 - alpha* = sum(owed), so each y comes out with
-    probability plan[:, y].sum() + owed(y) = p(y): lossless. A max flow
-    leaves no augmenting path, so a set with rejection mass left has all its tokens' p used up:
-    the owed tokens are never drafted ones (zeroing them below only removes rounding).
-    Returns rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES (it
-    reports no checks: it is a yardstick for one-level trees, not a decoding rule).
+    Given the drafted set S: accept y in S with probability plan[S, y] / P(S) (descend to the first child
+    with token y), else emit a draw from what p is still owed, p - (accepted mass per token). Rejection has
+    probability 1 - alpha* = sum(owed), so y comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A
+    max flow leaves no augmenting path, so the owed tokens are never drafted ones (zeroing them below only
+    removes rounding). rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES
+    (it reports no checks: a yardstick, not a decoding rule).
     """
     p = np.asarray(p, dtype=np.float64)
     masks, plan = optimal_plan(p, drafts)
@@ -223,12 +199,9 @@ def one_level_tree(q, k: int, scheme: str, rand) -> Tree:
 
 
 def single_position(rule, p, q, k: int, scheme: str) -> dict:
-    """{(accepted, first emitted token): exact probability} of drafting k children and verifying.
-
-    Every random branch of the builder and the rule is enumerated (exact.outcomes). The children's
-    own target rows only feed the bonus token after an accepted child, which plays no part here:
-    they are a point mass, to keep the enumeration small.
-    """
+    """{(accepted, first emitted token): exact probability} of drafting k children and verifying, every
+    random branch enumerated (exact.outcomes). The children's target rows only feed the bonus token after
+    an accepted child, which plays no part here: a point mass, to keep the enumeration small."""
     p = np.asarray(p, dtype=np.float64)
 
     def step(rand):
@@ -257,11 +230,8 @@ def output_distribution(outcomes: dict) -> dict:
 # ----------------------------------------------------------------------------- chains
 
 def chain_accepted(rule, target, draft, root: int, length: int) -> dict:
-    """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts.
-
-    target, draft: context tuple -> [V] (the distribution of the next token; the context starts
-    with `root`). The chain is drawn by build.build_chain, as decoding draws it.
-    """
+    """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts,
+    drawn by build.build_chain as decoding draws them; target, draft: context tuple (from `root`) -> [V]."""
     def step(rand):
         dist_fn = lambda tokens, parents, nodes: np.array(  # noqa: E731
             [draft((root,) + path_key(tokens, parents, i)) for i in nodes])
@@ -279,13 +249,11 @@ def expected(dist: dict) -> float:
 
 
 def chain_coupling_bound(target, draft, root: int, length: int) -> float:
-    """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)).
-
-    An upper bound on any lossless verifier's expected accepted length on a sampled chain:
-    accepting >= j drafts means the output's first j tokens (distributed as p) equal the drafts'
-    (distributed as q), which one coupling can arrange at most with probability 1 - TV of the two
-    j-token distributions. Each j is bounded on its own, so the sum need not be reachable: block
-    verification (Sun et al. 2025), optimal among verifiers, can stay below it.
+    """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)): an upper bound on any
+    lossless verifier's expected accepted length on a sampled chain. Accepting >= j drafts means the
+    output's first j tokens (~ p) equal the drafts' (~ q), which a coupling arranges at most with
+    probability 1 - TV of the two j-token distributions. Each j is bounded on its own, so the sum need not
+    be reachable: block verification (Sun et al. 2025), optimal among verifiers, can stay below it.
     """
     total = 0.0
     for j in range(1, length + 1):
