@@ -36,9 +36,8 @@ With these every next-token distribution sums to one over the vocabulary and is 
 their mass goes to the backoff (c(u,v) keeps counting them), as Katz's count cutoffs do.
 
 Queries use the last two tokens of the context. Each history's continuations are stored sorted by
-(probability desc, token id asc) in flat CSR-like arrays, and the unigram order is precomputed, so
-`top_k` merges three short sorted candidate lists (trigram-seen, bigram-seen, unigram) instead of
-building and sorting the full [V] distribution.
+(probability desc, token id asc) in flat CSR-like arrays, as is the unigram order, so `top_k` merges
+three short sorted lists (trigram-seen, bigram-seen, unigram) instead of sorting the full [V] distribution.
 """
 
 from __future__ import annotations
@@ -68,11 +67,9 @@ _LEAST = {"uni_count": 0, "ctx": 0, "ctx_count": 1, "len": 1, "tok": 0, "count":
 
 @dataclass
 class Trigram:
-    """A fitted Katz trigram: its counts (what is saved) and the flat query arrays derived from them.
-
-    Per order, history i owns entries ptr[i]:ptr[i+1] of tok/p, sorted by (p desc, tok asc); p is the
-    final P(tok|history) and bow[i] the factor applied to the lower order for every other token.
-    """
+    """A fitted Katz trigram: its counts (what is saved) and the flat query arrays derived from them. Per
+    order, history i owns entries ptr[i]:ptr[i+1] of tok/p, p the final P(tok|history); bow[i] is the
+    factor applied to the lower order for every other token."""
 
     n_vocab: int
     katz_k: int
@@ -99,10 +96,8 @@ class Trigram:
 # ---------------------------------------------------------------------------------------------- fitting
 
 def katz_discounts(counts: np.ndarray, k: int) -> tuple[np.ndarray, float]:
-    """Discount ratios d[r] (index r = 0..k+1, d[k+1] = 1 stands for every r > k) of one order, and Ney's D.
-
-    Good-Turing as Katz corrected it where defined and inside (0, 1), else absolute discounting (fallback 1).
-    """
+    """Discount ratios d[r] (r = 0..k+1, d[k+1] = 1 stands for every r > k) of one order, and Ney's D:
+    Good-Turing as Katz corrected it where defined and inside (0, 1), else absolute discounting (fallback 1)."""
     n = np.bincount(np.minimum(counts, k + 2), minlength=k + 3).astype(np.float64)  # n[r] = #n-grams seen r times
     D = n[1] / (n[1] + 2 * n[2]) if n[1] > 0 and n[2] > 0 else 0.5
     A = (k + 1) * n[k + 1] / n[1] if n[1] > 0 else np.inf
@@ -122,12 +117,9 @@ def _check_stream(tokens, n_vocab: int) -> np.ndarray:
     if not 1 <= n_vocab <= 2**20:
         raise ValueError(f"n_vocab={n_vocab} must be in 1..{2**20}")
     t = np.asarray(tokens)
-    if t.ndim != 1:
-        raise ValueError(f"tokens must be a 1-D array of token ids, got shape {t.shape}")
-    if t.size == 0:
-        raise ValueError("tokens is empty: cannot fit an n-gram model to an empty token stream")
-    if not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"tokens must be integer token ids, got dtype {t.dtype}")
+    if t.ndim != 1 or t.size == 0 or not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"tokens must be a 1-D array of integer token ids, not an empty token stream "
+                         f"(got shape {t.shape}, dtype {t.dtype})")
     lo, hi = int(t.min()), int(t.max())
     if lo < 0 or hi >= n_vocab:
         bad = lo if lo < 0 else hi
@@ -164,17 +156,13 @@ KATZ_K = 5  # Katz's k: counts above it are trusted
 
 
 def max_katz_k(n_tokens: int) -> int:
-    """The largest k `fit` takes for a stream of n_tokens: no n-gram is seen more often than the stream
-    is long, so a larger k discounts nothing more (it would only size katz_discounts' table for
-    counts that cannot occur); the default k always."""
+    """The largest k `fit` takes for a stream of n_tokens (the default k always): no n-gram is seen more
+    often than the stream is long, so a larger k discounts nothing more."""
     return max(n_tokens, KATZ_K)
 
 
 def fit(tokens, n_vocab: int, *, katz_k: int = KATZ_K, min_count: int = 1) -> Trigram:
-    """Katz backoff trigram of a token stream (1-D ints in 0..n_vocab-1).
-
-    `min_count` > 1 drops trigrams seen fewer times (a smaller model); bigrams and unigrams are all kept.
-    """
+    """Katz backoff trigram of a token stream (1-D ints in 0..n_vocab-1); `min_count` prunes trigrams only."""
     t = _check_stream(tokens, n_vocab)                           # [N]
     if not 1 <= operator.index(katz_k) <= max_katz_k(len(t)):
         raise ValueError(f"katz_k={katz_k} must be in 1..{max_katz_k(len(t))} (no n-gram of a stream of {len(t)} "
@@ -191,11 +179,9 @@ def fit(tokens, n_vocab: int, *, katz_k: int = KATZ_K, min_count: int = 1) -> Tr
 
 
 def _katz_level(ctx_count, lens, count, d, D, k, lower_p, denom, V):
-    """Final P(w|h) of the seen entries and backoff weights of one order (fallbacks 2 and 3 applied).
-
-    lower_p [E]: lower-order probability of each entry's token; denom [C]: lower-order mass of the unseen
-    tokens of each history (1 - sum of lower_p over its entries).
-    """
+    """Final P(w|h) of the seen entries and backoff weights of one order (fallbacks 2 and 3 applied), from
+    lower_p [E], each entry's lower-order probability, and denom [C], the lower-order mass of each
+    history's unseen tokens (1 - sum of lower_p over its entries)."""
     C = len(lens)
     start = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)  # [C]
     ctx_of = np.repeat(np.arange(C), lens)                       # [E]
@@ -263,13 +249,10 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
 
 def _history(model: Trigram, context) -> tuple[int, int]:
     """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
-    last = context[-2:]
-    ids = []
-    for x in last:
-        t = operator.index(x)
+    ids = [operator.index(x) for x in context[-2:]]
+    for t in ids:
         if not 0 <= t < model.n_vocab:
             raise ValueError(f"context token id {t} is outside the vocabulary 0..{model.n_vocab - 1}")
-        ids.append(t)
     if not ids:
         return -1, -1
     i2 = int(model.bi_index[ids[-1]])
@@ -298,12 +281,9 @@ def dist(model: Trigram, context) -> np.ndarray:
 
 
 def _group_top(tok, val, scales, skip, n_skip, k, near_ties=True):
-    """The tokens of one sorted group (val desc, tok asc) that can make the top k, and their probabilities.
-
-    Skips tokens marked in `skip` (they belong to a higher order; at most n_skip of them). Beyond the first
-    k kept, it also takes those whose value is within rounding of the k-th (`near_ties`): once scaled they
-    may round to the same probability and then win on a lower id.
-    """
+    """The tokens of one sorted group (val desc, tok asc) that can make the top k, and their probabilities,
+    skipping the (at most n_skip) tokens of a higher order marked in `skip`. With `near_ties` it also takes
+    those within rounding of the k-th: once scaled they may round to its probability and win on a lower id."""
     pos = np.flatnonzero(~skip[tok[:k + n_skip]])[:k]            # positions of the first (up to) k kept
     if near_ties and len(pos) == k:
         thr = val[pos[-1]] * (1 - 1e-12)
@@ -316,11 +296,9 @@ def _group_top(tok, val, scales, skip, n_skip, k, near_ties=True):
 
 
 def top_k(model: Trigram, context, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k most likely next tokens and their probabilities, ties broken by lower token id first.
-
-    Every token is in exactly one group: seen after (u,v), else seen after v, else unigram; within a
-    group the stored order is the probability order, so the first k of each group are the candidates.
-    """
+    """The k most likely next tokens and their probabilities, ties broken by lower token id first. Every
+    token is in one group (seen after (u,v), else after v, else unigram), each stored in probability order,
+    so the first k of each group are the candidates."""
     if operator.index(k) < 1:
         raise ValueError(f"k={k} must be >= 1")
     k = min(k, model.n_vocab)
@@ -411,10 +389,8 @@ def load(path) -> Trigram:
 
 
 def check_saved(arrays: dict) -> tuple[dict, dict]:
-    """(n_vocab, katz_k, min_count) and the count arrays of a saved model, after checking that they
-    are what fit() writes: integers of the right shapes and ranges (token ids and histories inside
-    the vocabulary, histories sorted, each history's entries as many as its len), discounts in
-    [0, 1]. A ValueError naming the array otherwise."""
+    """(n_vocab, katz_k, min_count) and the count arrays of a saved model, or a ValueError naming the array
+    that is not what fit() writes (integers of its shapes and ranges, histories sorted, discounts in [0, 1])."""
     meta = {}
     for name, least in _META.items():
         a = arrays[name]
