@@ -1,10 +1,9 @@
 """Where the shipped files live, and how files are written.
 
-WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and
-downloaded checkpoints (`weights/` beside the package, SHIPPED_DIR; the environment variable
-SPECDEC_NP_WEIGHTS names another). Every module reads it from here. The tools' files about the
-embedded pair, its acceptance profile and calibration prompts, are read from WEIGHTS_DIR when it
-holds them, else from SHIPPED_DIR (`weights_file`).
+WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and downloaded
+checkpoints (`weights/` beside the package, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
+module reads it from here. The embedded pair's acceptance profile and calibration prompts are read from
+WEIGHTS_DIR when it holds them, else from SHIPPED_DIR (`weights_file`).
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ def weights_file(name: str) -> Path:
 
 @contextlib.contextmanager
 def atomic_file(path, mode="wb"):
-    """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success, so
-    a reader never sees a half-written file and a failed write (or SIGTERM) leaves the old one in place."""
+    """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success: a reader
+    never sees a half-written file, a failed write (or SIGTERM) leaves the old one in place."""
     path = Path(path)
     with terminated_as_exit():
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
@@ -59,9 +58,8 @@ def atomic_file(path, mode="wb"):
 
 @contextlib.contextmanager
 def terminated_as_exit():
-    """While the block runs, SIGTERM raises SystemExit(143) in the main thread (when nothing else
-    handles SIGTERM), so that cleanup clauses run before the process ends, as they do for Ctrl-C:
-    the default action would end it at once and leave a temporary file behind."""
+    """While the block runs, SIGTERM raises SystemExit(143) in the main thread (when nothing else handles
+    it), so that cleanup clauses run as they do for Ctrl-C rather than leave a temporary file behind."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return

@@ -114,8 +114,8 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
 
 
 def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
-    """0 where the mask lets a token attend, -inf elsewhere, for the columns from the first one
-    some token may not see (the leading ones, seen by all, need no bias); None when all are seen."""
+    """0 where the mask lets a token attend, -inf elsewhere, from the first column some token may not see
+    (the leading ones, seen by all, need no bias); None when all are seen."""
     if mask is None:
         return None
     seen = mask.all(axis=0)  # [L]
@@ -184,9 +184,8 @@ class GPT2Config:
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
-    """A ValueError naming `name` (default: the GPT2Config field) unless `value` suits `field`: a
-    positive finite number for layer_norm_epsilon, else a count (an integer >= 1, not a bool, a
-    string or 8193.7)."""
+    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a positive finite
+    number for layer_norm_epsilon, else a count (an integer >= 1, not a bool, a string or 8193.7)."""
     name = name or field
     if field == "layer_norm_epsilon":
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 < value < math.inf:
@@ -196,13 +195,10 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
 
 
 # Shapes of the real GPT-2 family (used for benchmarks with random weights, and by the loader).
-GPT2_SHAPES = {
-    "distilgpt2": GPT2Config(n_layer=6),
-    "gpt2": GPT2Config(),
-    "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
-    "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
-    "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25),
-}
+GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
+               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,8 +260,7 @@ class GPT2:
 
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
-    """An empty cache for `model` (its dtype), sized for n_ctx plus a block of up to `max_block`
-    tokens and the padding rows `model.padded` may add to it."""
+    """An empty cache for `model` (its dtype), for n_ctx plus a block of up to `max_block` tokens and its padding."""
     return KVCache(model.config, dtype=model.dtype, max_block=max_block + max(model.padding, default=0))
 
 

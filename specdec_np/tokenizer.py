@@ -29,28 +29,22 @@ EOT = "<|endoftext|>"
 PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def _check_digest(path: Path, expected: str) -> None:
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file {path} is missing (it ships with specdec_np in weights/)")
-    got = hashlib.sha256(path.read_bytes()).hexdigest()
-    if got != expected:
-        raise ValueError(f"tokenizer file {path} has sha256 {got}, expected {expected}: "
-                         "the file is corrupt or not GPT-2's")
-
-
 @functools.lru_cache(maxsize=None)
 def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
     d = Path(bpe_dir)
-    for name, digest in BPE_FILES.items():
-        _check_digest(d / name, digest)
+    for name, expected in BPE_FILES.items():
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"tokenizer file {d / name} is missing (it ships with specdec_np in weights/)")
+        got = hashlib.sha256((d / name).read_bytes()).hexdigest()
+        if got != expected:
+            raise ValueError(f"tokenizer file {d / name} has sha256 {got}, expected {expected}: "
+                             "the file is corrupt or not GPT-2's")
     return data_gym_to_mergeable_bpe_ranks(str(d / "vocab.bpe"), str(d / "encoder.json"))
 
 
 def get_encoding(n_vocab: int = GPT2_N_VOCAB, bpe_dir: str | Path = WEIGHTS_DIR) -> tiktoken.Encoding:
-    """GPT-2 BPE for a model with `n_vocab` tokens: the first `n_vocab - 1` ranks + `<|endoftext|>`.
-
-    Token ids below `n_vocab - 1` are GPT-2's own ids; `<|endoftext|>` is `n_vocab - 1`.
-    """
+    """GPT-2 BPE for a model with `n_vocab` tokens: the first `n_vocab - 1` ranks (GPT-2's own ids) and
+    `<|endoftext|>` as id `n_vocab - 1`."""
     n_ranks = n_vocab - 1
     if not 256 <= n_ranks <= GPT2_N_VOCAB - 1:
         raise ValueError(f"n_vocab={n_vocab} has no GPT-2 BPE tokenizer: it needs 257 <= n_vocab <= {GPT2_N_VOCAB}")
