@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
-from .gpt2 import GPT2, GPT2Config, check_hyperparameter
+from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_shapes
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
@@ -200,31 +200,6 @@ def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | Non
     }
     cfg.update(extra or {})
     return cfg
-
-
-# ----------------------------------------------------------------------------- names <-> params
-
-def param_shapes(config: GPT2Config) -> dict:
-    """HF tensor name (no `transformer.` prefix) -> (where in params, expected shape)."""
-    d, c = config.n_embd, config
-    shapes = {"wte.weight": (("wte",), (c.n_vocab, d)), "wpe.weight": (("wpe",), (c.n_ctx, d)),
-              "ln_f.weight": (("ln_f", "g"), (d,)), "ln_f.bias": (("ln_f", "b"), (d,))}
-    per_block = {"ln_1": {"g": (d,), "b": (d,)}, "ln_2": {"g": (d,), "b": (d,)},
-                 "attn.c_attn": {"w": (d, 3 * d), "b": (3 * d,)}, "attn.c_proj": {"w": (d, d), "b": (d,)},
-                 "mlp.c_fc": {"w": (d, 4 * d), "b": (4 * d,)}, "mlp.c_proj": {"w": (4 * d, d), "b": (d,)}}
-    hf_leaf = {"g": "weight", "w": "weight", "b": "bias"}
-    for i in range(c.n_layer):
-        for module, leaves in per_block.items():
-            for leaf, shape in leaves.items():
-                shapes[f"h.{i}.{module}.{hf_leaf[leaf]}"] = (("blocks", i, *module.split("."), leaf), shape)
-    return shapes
-
-
-def empty_params(config: GPT2Config) -> dict:
-    """The nested dict of params with empty leaves (in random_params' order), for `load` to fill."""
-    def block():
-        return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
-    return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
 
 
 # ----------------------------------------------------------------------------- load / save

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -280,27 +281,37 @@ def iter_params(tree):
         yield from iter_params(v)
 
 
+def param_shapes(config: GPT2Config) -> dict:
+    """HF tensor name (no `transformer.` prefix) -> (where in params, shape), in the order of the params."""
+    d = config.n_embd
+    per_block = {"ln_1": {"g": (d,), "b": (d,)}, "attn.c_attn": {"w": (d, 3 * d), "b": (3 * d,)},
+                 "attn.c_proj": {"w": (d, d), "b": (d,)}, "ln_2": {"g": (d,), "b": (d,)},
+                 "mlp.c_fc": {"w": (d, 4 * d), "b": (4 * d,)}, "mlp.c_proj": {"w": (4 * d, d), "b": (d,)}}
+    hf_leaf = {"g": "weight", "w": "weight", "b": "bias"}
+    shapes = {"wte.weight": (("wte",), (config.n_vocab, d)), "wpe.weight": (("wpe",), (config.n_ctx, d))}
+    for i in range(config.n_layer):
+        for module, leaves in per_block.items():
+            for leaf, shape in leaves.items():
+                shapes[f"h.{i}.{module}.{hf_leaf[leaf]}"] = (("blocks", i, *module.split("."), leaf), shape)
+    shapes.update({"ln_f.weight": (("ln_f", "g"), (d,)), "ln_f.bias": (("ln_f", "b"), (d,))})
+    return shapes
+
+
+def empty_params(config: GPT2Config) -> dict:
+    """The nested dict of params with empty leaves, to fill at `param_shapes`' places."""
+    def block():
+        return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
+    return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
+
+
 def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: float = 0.02) -> GPT2:
     """A GPT-2 with random weights (GPT-2's init scale), for tests and cost measurements."""
     rng = np.random.default_rng(seed)
-    d, c = config.n_embd, config
     gen_dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64  # GPT-2-large: no 6 GB temp
-
-    def normal(std, *shape):
-        return rng.standard_normal(shape, dtype=gen_dtype) * gen_dtype(std)
-
-    def lin(n_in, n_out):
-        return {"w": normal(scale, n_in, n_out), "b": normal(scale, n_out)}
-
-    def ln():
-        return {"g": 1 + normal(0.1, d), "b": normal(0.1, d)}
-
-    params = {
-        "wte": normal(scale, c.n_vocab, d),
-        "wpe": normal(scale, c.n_ctx, d),
-        "blocks": [{"ln_1": ln(), "attn": {"c_attn": lin(d, 3 * d), "c_proj": lin(d, d)},
-                    "ln_2": ln(), "mlp": {"c_fc": lin(d, 4 * d), "c_proj": lin(4 * d, d)}}
-                   for _ in range(c.n_layer)],
-        "ln_f": ln(),
-    }
-    return GPT2(config, map_params(lambda a: np.ascontiguousarray(a, dtype=dtype), params))
+    params = empty_params(config)
+    for where, shape in param_shapes(config).values():
+        in_layer_norm = any(str(k).startswith("ln_") for k in where)  # layer norms: g about 1, b about 0
+        a = rng.standard_normal(shape, dtype=gen_dtype) * gen_dtype(0.1 if in_layer_norm else scale)
+        parent = functools.reduce(operator.getitem, where[:-1], params)  # the dict or list that holds it
+        parent[where[-1]] = np.ascontiguousarray(1 + a if where[-1] == "g" else a, dtype=dtype)
+    return GPT2(config, params)
