@@ -189,17 +189,12 @@ def read_config(path) -> GPT2Config:
 def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | None = None) -> dict:
     """A `config.json` that transformers' GPT2LMHeadModel loads as this model."""
     eot = config.n_vocab - 1  # <|endoftext|> is the last id, in full GPT-2 and in the tiny vocabularies
-    cfg = {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-        "vocab_size": config.n_vocab, "n_positions": config.n_ctx, "n_ctx": config.n_ctx,
-        "n_embd": config.n_embd, "n_layer": config.n_layer, "n_head": config.n_head, "n_inner": None,
-        "layer_norm_epsilon": config.layer_norm_epsilon, "activation_function": "gelu_new",
-        "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1, "initializer_range": 0.02,
-        "scale_attn_weights": True, "tie_word_embeddings": True, "use_cache": True,
-        "bos_token_id": eot, "eos_token_id": eot, "torch_dtype": dtype_name,
-    }
-    cfg.update(extra or {})
-    return cfg
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": config.n_vocab,
+            "n_positions": config.n_ctx, "n_ctx": config.n_ctx, "n_embd": config.n_embd, "n_layer": config.n_layer,
+            "n_head": config.n_head, "n_inner": None, "layer_norm_epsilon": config.layer_norm_epsilon,
+            "activation_function": "gelu_new", "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1,
+            "initializer_range": 0.02, "scale_attn_weights": True, "tie_word_embeddings": True, "use_cache": True,
+            "bos_token_id": eot, "eos_token_id": eot, "torch_dtype": dtype_name, **(extra or {})}
 
 
 # ----------------------------------------------------------------------------- load / save
@@ -232,12 +227,9 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
     for name, (_, shape) in [*expected.items(), *([(LM_HEAD, (None, wte_shape))] if LM_HEAD in names else [])]:
         got = header[names[name]]["shape"]
         if got != shape:
-            hint = {"wte.weight": f"vocab_size={config.n_vocab}, n_embd={config.n_embd}",
-                    "wpe.weight": f"n_positions={config.n_ctx}, n_embd={config.n_embd}",
-                    LM_HEAD: f"a head tied to wte: vocab_size={config.n_vocab}, n_embd={config.n_embd}",
-                    }.get(name, f"n_embd={config.n_embd}")
-            raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {got}, expected {shape} "
-                                  f"from {CONFIG_FILE} ({hint})")
+            sizes = f"vocab_size={config.n_vocab}, n_positions={config.n_ctx}, n_embd={config.n_embd}"
+            raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {got}, expected {shape} from "
+                                  f"{CONFIG_FILE} ({sizes})")
     return names
 
 

@@ -1,5 +1,4 @@
-"""Speed tricks for `gpt2.py`, apart from the math they speed up: none changes what is computed
-beyond float rounding.
+"""Speed tricks for `gpt2.py`, apart from the math they speed up: none changes a number beyond float rounding.
 
 At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about what
 one costs: the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few
@@ -25,14 +24,12 @@ SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a 
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out], the parameter itself, for blocks of more than `slab_rows` rows, and for one row
-           when `gemv` (a matrix-vector product, which OpenBLAS runs on every thread: the wide tied head,
-           whose w is wte.T, a row-major copy in a small model, a transposed view in a large one).
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of up to
-           `slab_rows` rows: in a small model (`copy`) a copy, each slab contiguous and the last
-           zero-padded; in a large one, whose copy would not fit beside it in a laptop's memory, a
-           strided view of `w` when n_out is a multiple of SLAB (GPT-2's layer matrices; the head
-           keeps a copy). None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
+    w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`
+           (a matrix-vector product, which OpenBLAS runs on every thread: the wide tied head wte.T).
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of up to `slab_rows`
+           rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy would not
+           fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
+           None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray

@@ -1,18 +1,16 @@
 """GPT-2 in NumPy: the forward pass over a block of new tokens (a chain or a token tree) with a KV cache.
 
-What GPT-2 computes (Radford et al. 2019; OpenAI's gpt-2 code), written after picoGPT's small pure
-functions: learned positions, pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head.
-One addition for speculative decoding: `forward` takes each new token's position and which
-tokens it may attend to, so a whole token tree is scored in one pass (tree attention).
-Parameters are plain arrays in a nested dict (picoGPT's layout; linear weights [n_in, n_out],
-GPT-2's Conv1D orientation, so `x @ w + b`):
+What GPT-2 computes (Radford et al. 2019; OpenAI's gpt-2 code), written after picoGPT's small pure functions:
+learned positions, pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head. One addition for
+speculative decoding: `forward` takes each new token's position and which tokens it may attend to, so a
+whole token tree is scored in one pass (tree attention). Parameters are plain arrays in a nested dict
+(picoGPT's layout; linear weights [n_in, n_out], GPT-2's Conv1D orientation, so `x @ w + b`):
 
     params = {"wte": [n_vocab, n_embd], "wpe": [n_ctx, n_embd], "ln_f": {"g", "b"},
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-How the products are laid out and dispatched to BLAS, and other speed tricks, live in
-`fastpath.py` (`model.prepared`); the KV cache in `kvcache.py`.
+The speed tricks (how products are laid out for BLAS) live in `fastpath.py`, the KV cache in `kvcache.py`.
 """
 
 from __future__ import annotations

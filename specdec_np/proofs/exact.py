@@ -1,11 +1,10 @@
 """Exact output distributions, by enumerating every random branch of the real code.
 
-`outcomes(fn)` runs `fn(rand)` with a scripted stand-in for `sampling.Rand` whose coin/draw follow
-a prescribed list of choices and multiply up each choice's probability. A depth-first search
-over choice sequences (each run replays a prefix, then takes the first option at every new
-choice point and queues the others) visits every branch of positive probability exactly once.
-So the tests check the library's actual rules, with no re-implementation and no sampling noise.
-fn must be deterministic given its choices (no other randomness).
+`outcomes(fn)` runs `fn(rand)` with a scripted stand-in for `sampling.Rand` whose coin/draw follow a
+prescribed list of choices and multiply up their probabilities. A depth-first search over choice sequences
+(each run replays a prefix, takes the first option at every new choice point and queues the others) visits
+every branch of positive probability once, so the tests check the library's actual rules with no
+re-implementation and no sampling noise. fn must be deterministic given its choices.
 """
 
 from __future__ import annotations
