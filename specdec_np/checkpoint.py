@@ -1,10 +1,9 @@
 """GPT-2 checkpoints in Hugging Face's layout: a directory with `model.safetensors` + `config.json`.
 
-We read the safetensors format ourselves (an 8-byte little-endian header length, a JSON header
-giving each tensor's dtype, shape and byte range, then the raw little-endian bytes): NumPy has no
-bfloat16, and parsing the header ourselves lets a truncated or corrupt file fail with a message
-that names the tensor and the file. HF's GPT-2 stores linear weights as Conv1D, [n_in, n_out],
-which is exactly specdec_np's orientation (see gpt2.py), so no tensor is transposed.
+We read the safetensors format ourselves (an 8-byte little-endian header length, a JSON header giving each
+tensor's dtype, shape and byte range, then the raw little-endian bytes): NumPy has no bfloat16, and a
+truncated or corrupt file fails with a message naming the tensor and the file. HF's GPT-2 stores linear
+weights as Conv1D, [n_in, n_out], specdec_np's orientation (see gpt2.py), so no tensor is transposed.
 """
 
 from __future__ import annotations

@@ -93,9 +93,8 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
 
     tokens:    [n_new] token ids.
     positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain); in a tree prefix + depth.
-    mask:      bool, [n_new, n_new] among the new tokens (the prefix is always visible) or
-               [n_new, prefix + n_new]; default causal. Row i: what node i attends to (in a tree, its
-               ancestors and itself).
+    mask:      bool, [n_new, n_new] (the prefix always visible) or [n_new, prefix + n_new]; default causal.
+               Row i: what node i attends to (in a tree, its ancestors and itself).
     pad_to:    compute the block as `pad_to` >= n_new rows, dummies no real token attends to
                (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
     logits_from: the first tokens, fed only to catch a cache up, get no logits (the head is a large

@@ -17,9 +17,8 @@ class KVCache:
     `q @ k.T` are a plain matrix product over contiguous rows.
 
     Slots `0..length-1` hold the committed sequence (slot i = position i); a forward pass writes its block
-    at slots `length..length+n_new-1` and advances `length`, then a decoder `keep`s the accepted path or
-    `truncate`s. The capacity is the context plus the largest block (a tree occupies slots it will not
-    keep): make one with `gpt2.new_cache(model, max_block)`, which counts the model's padding rows too.
+    after them and advances `length`, then a decoder `keep`s the accepted path or `truncate`s. The capacity
+    is the context plus the largest block: make one with `gpt2.new_cache(model, max_block)`.
     """
 
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):

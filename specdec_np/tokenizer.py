@@ -1,9 +1,8 @@
 """GPT-2's byte-pair encoding, built offline from the two files shipped in `weights/`.
 
-The full encoding has 50257 tokens. The embedded tiny models use the same BPE restricted to
-its first N ranks (token ids 0..N-1 are exactly GPT-2's ids, `<|endoftext|>` becomes id N), so
-that the embedding table does not dominate a small model. Which one a model needs follows from
-its vocabulary size: `n_vocab == 50257` is full GPT-2, otherwise `n_vocab - 1` ranks.
+The full encoding has 50257 tokens. The embedded tiny models use its first N ranks (ids 0..N-1 are GPT-2's,
+`<|endoftext|>` becomes id N), so that the embedding table does not dominate a small model; a model's
+vocabulary size says which: `n_vocab == 50257` is full GPT-2, otherwise `n_vocab - 1` ranks.
 """
 
 from __future__ import annotations
