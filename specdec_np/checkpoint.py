@@ -49,7 +49,6 @@ class CheckpointError(ValueError):
 
 
 # ----------------------------------------------------------------------------- bfloat16
-
 def bf16_to_f32(bits):  # uint16 [...] -> float32 [...]
     """bfloat16 is the top half of a float32: widening is exact."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
@@ -66,7 +65,6 @@ def f32_to_bf16(x):  # float32 [...] -> uint16 [...]
 
 
 # ----------------------------------------------------------------------------- safetensors
-
 def read_header(path) -> tuple[dict, int]:
     """The JSON header of a safetensors file (tensor name -> entry) and where its data begins, every entry
     checked against the file (known dtype, byte range inside the data and of its shape's size): a
@@ -131,11 +129,9 @@ def read_tensor(f, path, name, entry, data_start, dtype):
     return a
 
 
-def write_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+def write_safetensors(path, tensors: dict) -> None:
     """Write `name -> (safetensors dtype, array of its stored bytes)` atomically (bf16 as uint16 bits)."""
-    header, offset = {}, 0
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    header, offset = {"__metadata__": {"format": "pt"}}, 0  # the metadata transformers' loader expects
     for name, (st_dtype, a) in tensors.items():
         header[name] = {"dtype": st_dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
@@ -149,7 +145,6 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None) -> None
 
 
 # ----------------------------------------------------------------------------- config
-
 def read_config(path) -> GPT2Config:
     """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names)."""
     path = Path(path)
@@ -197,7 +192,6 @@ def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | Non
 
 
 # ----------------------------------------------------------------------------- load / save
-
 def match_tensors(file, header: dict, config: GPT2Config) -> dict:
     """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes (reads no
     data): both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`), the mask
@@ -277,7 +271,7 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
         if not np.isfinite(wide).all():
             raise ValueError(f"save: parameter {key} is not finite in {name} (nan, inf or out of range)")
         tensors[key] = (SAVE_DTYPES[name], stored)
-    write_safetensors(path_dir / MODEL_FILE, tensors, {"format": "pt"})
+    write_safetensors(path_dir / MODEL_FILE, tensors)
     with atomic_file(path_dir / CONFIG_FILE, "w") as f:
         json.dump(hf_config(model.config, name, extra_config), f, indent=2)
         f.write("\n")

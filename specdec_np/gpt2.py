@@ -27,7 +27,6 @@ from .fastpath import SLAB_ROWS, matmul, pad_block, prepare, softmax_
 from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
-
 # Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -56,8 +55,7 @@ def linear(x, w, b):  # [n, n_in] -> [n, n_out]
 
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, <= L] or None -> [h, n, d]
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
-    if bias is not None:  # over the last columns (the ones before are seen by every row)
-        # 0 where the mask allows, -inf elsewhere; every row sees itself
+    if bias is not None:  # 0 where allowed, else -inf (each row sees itself), over the last columns (others: all see)
         scores[..., k.shape[1] - bias.shape[1]:] += bias
     return softmax_(scores) @ v
 
@@ -158,7 +156,6 @@ def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, lo
 
 
 # ----------------------------------------------------------------------------- the model
-
 @dataclass(frozen=True)
 class GPT2Config:
     """Hyperparameters, named as in GPT-2's `config.json` (n_ctx is its `n_positions`)."""
@@ -192,7 +189,7 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
-# Shapes of the real GPT-2 family (used for benchmarks with random weights, and by the loader).
+# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
 GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
                "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
                "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
@@ -243,8 +240,7 @@ class GPT2:
 
     @functools.cached_property
     def prepared(self) -> dict:
-        """The parameters as `forward` reads them (`fastpath.prepare`), made on first use: the slabs are
-        copies in a model of at most SLAB_COPY_MAX bytes, views of the weights where they can be in a larger one."""
+        """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
         return prepare(self.params, self.slab_rows, self.weight_bytes)
 
     @property

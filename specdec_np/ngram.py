@@ -22,11 +22,11 @@ Katz's Good-Turing ratio for 1 <= r <= k (k = `katz_k`, 5 by default), counts ab
     r* = (r + 1) n_{r+1} / n_r,   A = (k + 1) n_{k+1} / n_1,   d_r = (r*/r - A) / (1 - A).
 
 Fallbacks, where Katz + Good-Turing breaks down (all exercised in tests/core/test_ngram.py):
-  1. Good-Turing undefined or out of range: when n_1 = 0, n_r = 0, n_{r+1} = 0, A >= 1, or d_r is not in
-     (0, 1), that r uses absolute discounting instead, d_r = (r - D) / r, with Ney's D = n_1 / (n_1 + 2 n_2)
-     (D = 0.5 when n_1 = 0 or n_2 = 0). D is in (0, 1), so 0 < d_r < 1.
-  2. No mass left: a history whose continuations were all seen more than k times (and none pruned) would
-     keep beta(h) = 0. Its counts are discounted absolutely instead, c - D, so beta(h) > 0.
+  1. Good-Turing undefined or out of range (n_1, n_r or n_{r+1} = 0, A >= 1, or d_r not in (0, 1)): that r
+     uses absolute discounting, d_r = (r - D) / r, with Ney's D = n_1 / (n_1 + 2 n_2) in (0, 1) (0.5 when n_1
+     or n_2 is 0), so 0 < d_r < 1.
+  2. No mass left: a history whose continuations were all seen more than k times (none pruned) would keep
+     beta(h) = 0; its counts are discounted absolutely instead, c - D, so beta(h) > 0.
   3. Nothing to back off to: a history that has seen every token (or whose seen tokens hold all the
      lower-order mass, up to 1e-12) has no unseen tokens to give beta(h) to, and alpha = beta / 0. It
      interpolates instead: P(w|h) = P*(w|h) + beta(h) P_lower(w|h'), which also sums to one.
@@ -88,13 +88,11 @@ class Trigram:
     tri_tok: np.ndarray     # [n_tri]
     tri_p: np.ndarray       # [n_tri]
     tri_bow: np.ndarray     # [n_tri_ctx]
-    # top_k answers by (bigram history, trigram history, k): they depend on nothing else, and a
-    # staged drafter asks the same few contexts over and over (code repeats itself).
+    # top_k's answers by (bigram history, trigram history, k): a staged drafter asks the same ones again.
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------- fitting
-
 def katz_discounts(counts: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     """Discount ratios d[r] (r = 0..k+1, d[k+1] = 1 stands for every r > k) of one order, and Ney's D:
     Good-Turing as Katz corrected it where defined and inside (0, 1), else absolute discounting (fallback 1)."""
@@ -246,7 +244,6 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
 
 
 # ---------------------------------------------------------------------------------------------- queries
-
 def _history(model: Trigram, context) -> tuple[int, int]:
     """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
     ids = [operator.index(x) for x in context[-2:]]
@@ -351,10 +348,8 @@ def greedy_continuation(model: Trigram, context, n: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------ save / load
-
 def save(model: Trigram, path) -> None:
     """Write the counts to one compressed .npz (format tag, version, n_vocab inside), atomically."""
-    path = Path(path)
     meta = {"format": np.array(FORMAT), "version": np.array(VERSION), "n_vocab": np.array(model.n_vocab),
             "katz_k": np.array(model.katz_k), "min_count": np.array(model.min_count)}
     with atomic_file(path) as f:

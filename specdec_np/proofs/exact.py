@@ -79,12 +79,17 @@ def total_variation(a: dict, b: dict) -> float:
     return 0.5 * sum(abs(a.get(x, 0.0) - b.get(x, 0.0)) for x in set(a) | set(b))
 
 
+def marginal(dist: dict, key) -> dict:
+    """{key(outcome): total probability} of a distribution {outcome: probability}."""
+    out = {}
+    for x, pr in dist.items():
+        out[key(x)] = out.get(key(x), 0.0) + pr
+    return out
+
+
 def prefix_marginal(dist: dict, m: int) -> dict:
     """The distribution of the first m items of tuple-valued outcomes."""
-    out = {}
-    for seq, pr in dist.items():
-        out[tuple(seq[:m])] = out.get(tuple(seq[:m]), 0.0) + pr
-    return out
+    return marginal(dist, lambda seq: tuple(seq[:m]))
 
 
 def sequence_distribution(next_dist, context: tuple, m: int) -> dict:

@@ -1,20 +1,19 @@
 """The best acceptance any lossless verifier can reach, and what the library's rules reach.
 
-One position, k drafts from q (with replacement, without, or deterministically its top k); a verifier
-sees them and the target's p, must output y distributed exactly as p whatever the drafts, and *accepts*
-when y is a draft. The best acceptance of any lossless verifier is an optimal-transport value (SpecTr,
-Sun et al. 2023), the max-flow source -> draft set S (capacity P(D = S)) -> token y in S -> sink
-(capacity p(y)); by max-flow = min-cut a minimum over subsets H of the vocabulary, the dual form of
-Hu et al. 2025 ("Towards Optimal Multi-draft Speculative Decoding"):
+One position, k drafts from q (with replacement, without, or deterministically its top k); a verifier sees
+them and the target's p, must output y ~ p exactly whatever the drafts, and *accepts* when y is a draft.
+The best acceptance of any lossless verifier is an optimal-transport value (SpecTr, Sun et al. 2023), the
+max-flow source -> draft set S (capacity P(D = S)) -> token y in S -> sink (capacity p(y)); by max-flow =
+min-cut a minimum over subsets H of the vocabulary, the dual form of Hu et al. 2025 ("Towards Optimal
+Multi-draft Speculative Decoding"):
 
     alpha* = min over H of  p(H) + P(D not inside H)  =  1 - max over H of [P(D inside H) - p(H)]
 
-If the drafts land inside H more often than p does, the verifier must reject at least that excess; for
-k = 1 the max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Every function takes the
-drafts' distribution, {tuple of drafted tokens, in order: probability}, and is exhaustive over 2^V subsets
-(the 3-5 token vocabularies of the tests and lesson 9). The library's rules are measured, not re-derived:
-`single_position` runs the real rule on a one-level tree under `exact.outcomes`; chains, the same for the
-expected accepted length.
+If the drafts land inside H more often than p does, the verifier must reject at least that excess; for k = 1
+the max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Functions take the drafts'
+distribution {tuple of drafted tokens, in order: probability} and are exhaustive over 2^V subsets (the 3-5
+tokens of the tests and lesson 9). The library's rules are measured, not re-derived: `single_position` runs
+the real rule on a one-level tree under `exact.outcomes`; for chains, the expected accepted length.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ ROOT = 0  # the root token of the one-level trees: irrelevant, only its children
 
 
 # ----------------------------------------------------------------------------- the drafts' distribution
-
 def draft_tuples(q, k: int, scheme: str) -> dict:
     """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them: "with"
     k iid draws from q, "without" each from q renormalised without the earlier ones (stopping once q is
@@ -69,14 +67,10 @@ def mask_of(tokens) -> int:
 def draft_sets(drafts: dict) -> dict:
     """{bitmask of the set of drafted tokens: probability}: acceptance only asks *whether* y was
     drafted, so order and repeats do not matter to the optimum."""
-    out = {}
-    for tokens, prob in drafts.items():
-        out[mask_of(tokens)] = out.get(mask_of(tokens), 0.0) + prob
-    return out
+    return exact.marginal(drafts, mask_of)
 
 
 # ----------------------------------------------------------------------------- the optimum (dual)
-
 def cut_values(p, drafts: dict):  # -> [2^V]
     """p(H) + P(D not inside H) for every subset H (indexed by its bitmask), each an upper bound on any
     lossless verifier's acceptance (y in D and D inside H put y in H); the smallest is the optimum."""
@@ -103,7 +97,6 @@ def bottleneck(p, drafts: dict) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- the optimum (primal)
-
 def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] -> [n, n]
     """Edmonds-Karp: push flow along shortest augmenting paths until none is left. capacity[i, j] >= 0
     (np.inf allowed); flow[i, j] >= 0 is sent along i -> j, never both ways. Exact up to rounding: each
@@ -155,15 +148,12 @@ def optimal_plan(p, drafts: dict):
 
 
 def optimal_rule(p, drafts: dict):
-    """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`.
-
-    Given the drafted set S: accept y in S with probability plan[S, y] / P(S) (descend to the first child
-    with token y), else emit a draw from what p is still owed, p - (accepted mass per token). Rejection has
-    probability 1 - alpha* = sum(owed), so y comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A
-    max flow leaves no augmenting path, so the owed tokens are never drafted ones (zeroing them below only
-    removes rounding). rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES
-    (it reports no checks: a yardstick, not a decoding rule).
-    """
+    """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`: given the drafted
+    set S, accept y in S with probability plan[S, y] / P(S) (descend to the first child with token y), else
+    emit a draw from what p is still owed, p - (accepted mass per token). Rejection has probability
+    1 - alpha* = sum(owed), so y comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A max flow leaves
+    no augmenting path, so owed tokens are never drafted ones (zeroing them below only removes rounding).
+    rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES (reporting no checks)."""
     p = np.asarray(p, dtype=np.float64)
     masks, plan = optimal_plan(p, drafts)
     sets = draft_sets(drafts)
@@ -186,7 +176,6 @@ def optimal_rule(p, drafts: dict):
 
 
 # ----------------------------------------------------------------------------- the library's rules, measured
-
 def one_level_tree(q, k: int, scheme: str, rand) -> Tree:
     """Root + k drafted children, built by the library's builder exactly as decoding builds them."""
     q = np.asarray(q, dtype=np.float64)
@@ -221,14 +210,10 @@ def acceptance(outcomes: dict) -> float:
 
 def output_distribution(outcomes: dict) -> dict:
     """{first emitted token: probability} from single_position's outcomes: must equal p."""
-    out = {}
-    for (_, y), prob in outcomes.items():
-        out[y] = out.get(y, 0.0) + prob
-    return out
+    return exact.marginal(outcomes, lambda outcome: outcome[1])
 
 
 # ----------------------------------------------------------------------------- chains
-
 def chain_accepted(rule, target, draft, root: int, length: int) -> dict:
     """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts,
     drawn by build.build_chain as decoding draws them; target, draft: context tuple (from `root`) -> [V]."""
