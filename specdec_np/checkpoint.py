@@ -72,12 +72,9 @@ def read_header(path) -> tuple[dict, int]:
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes, no header length)")
-        n = int.from_bytes(head, "little")
-        if 8 + n > size:
-            raise CheckpointError(f"{path}: truncated or corrupt safetensors file: header of {n} bytes "
+        n = int.from_bytes(f.read(8), "little")  # the header's length
+        if size < 8 or 8 + n > size:
+            raise CheckpointError(f"{path}: truncated or corrupt safetensors file: its header (8 + {n} bytes) "
                                   f"does not fit in the file's {size} bytes")
         try:
             header = json.loads(f.read(n))

@@ -86,10 +86,9 @@ def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd]
 
 def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
             logits_from: int = 0):
-    """Logits [n_new - logits_from, n_vocab] for a block of new tokens appended after the cached prefix,
-    whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
+    """Logits [n_new - logits_from, n_vocab] for a block of new tokens [n_new] appended after the cached
+    prefix, whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
 
-    tokens:    [n_new] token ids.
     positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain); in a tree prefix + depth.
     mask:      bool, [n_new, n_new] (the prefix always visible) or [n_new, prefix + n_new]; default causal.
                Row i: what node i attends to (in a tree, its ancestors and itself).

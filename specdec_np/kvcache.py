@@ -16,9 +16,8 @@ class KVCache:
     head_dim]; `k` is a transposed view of [.., head_dim, capacity] storage, so that a block's scores
     `q @ k.T` are a plain matrix product over contiguous rows.
 
-    Slots `0..length-1` hold the committed sequence (slot i = position i); a forward pass writes its block
-    after them and advances `length`, then a decoder `keep`s the accepted path or `truncate`s. The capacity
-    is the context plus the largest block: make one with `gpt2.new_cache(model, max_block)`.
+    Slots `0..length-1` hold the committed sequence (slot i = position i); its capacity is the context plus
+    the largest block: make one with `gpt2.new_cache(model, max_block)`.
     """
 
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
@@ -40,13 +39,10 @@ class KVCache:
         if not 0 <= start <= self.length:
             raise ValueError(f"keep: start {start} outside the cache (length {self.length})")
         n = offsets.size
-        if n == 0 or offsets[-1] == n - 1:  # ascending from 0 up to n - 1: already in place (a chain, plain decoding)
-            self.length = start + n
-            return
-        src = start + offsets
-        # Fancy indexing copies the sources first, so overlapping moves are safe.
-        self.k[:, :, start:start + n] = self.k[:, :, src]
-        self.v[:, :, start:start + n] = self.v[:, :, src]
+        if n and offsets[-1] != n - 1:  # else ascending from 0 up to n - 1: already in place (a chain)
+            src = start + offsets  # fancy indexing copies the sources first, so overlapping moves are safe
+            self.k[:, :, start:start + n] = self.k[:, :, src]
+            self.v[:, :, start:start + n] = self.v[:, :, src]
         self.length = start + n
 
     def truncate(self, length: int) -> None:

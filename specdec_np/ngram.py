@@ -127,11 +127,7 @@ def _check_stream(tokens, n_vocab: int) -> np.ndarray:
 
 def _small_uint(a: np.ndarray) -> np.ndarray:
     """`a` (non-negative ints) in the smallest unsigned dtype that holds it, to keep files small."""
-    top = int(a.max()) if a.size else 0
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if top <= np.iinfo(dt).max:
-            return a.astype(dt)
-    return a.astype(np.uint64)
+    return a.astype(np.min_scalar_type(int(a.max()) if a.size else 0))
 
 
 def _count_level(keys: np.ndarray, V: int, min_count: int, k: int) -> dict:

@@ -44,8 +44,7 @@ def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
 def get_encoding(n_vocab: int = GPT2_N_VOCAB, bpe_dir: str | Path = WEIGHTS_DIR) -> tiktoken.Encoding:
     """GPT-2 BPE for a model with `n_vocab` tokens: the first `n_vocab - 1` ranks (GPT-2's own ids) and
     `<|endoftext|>` as id `n_vocab - 1`."""
-    n_ranks = n_vocab - 1
-    if not 256 <= n_ranks <= GPT2_N_VOCAB - 1:
+    if not 257 <= n_vocab <= GPT2_N_VOCAB:
         raise ValueError(f"n_vocab={n_vocab} has no GPT-2 BPE tokenizer: it needs 257 <= n_vocab <= {GPT2_N_VOCAB}")
     if Path(bpe_dir) == WEIGHTS_DIR:
         check_weights_dir(WEIGHTS_DIR)  # a bad SPECDEC_NP_WEIGHTS is named, not just the file it lacks
