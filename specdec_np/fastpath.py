@@ -80,12 +80,10 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
 
 
 def prepare(params: dict, slab_rows: int, weight_bytes: int) -> dict:
-    """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight`
-    whose slabs serve blocks of up to `slab_rows` rows, plus "head", the tied LM head wte.T as a `Weight`
-    of its own (one more `matmul`); copies in a model of at most SLAB_COPY_MAX `weight_bytes`, else views.
-    Slabs pay with a BLAS kernel that multiplies small matrices without packing (OpenBLAS's SkylakeX);
-    with its Haswell kernels each slab is packed too and one x @ w is cheaper: the tools measure which
-    holds here and pass `slab_rows` (0: no slabs)."""
+    """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
+    slabs serve blocks of up to `slab_rows` rows (0: none; the tools measure whether slabs pay with this
+    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (one more `matmul`). The
+    slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`, else views."""
     copy = weight_bytes <= SLAB_COPY_MAX
 
     def walk(tree):

@@ -1,7 +1,7 @@
 """Where models come from: the embedded tiny pair + trigram shipped in `weights/`, or real GPT-2.
 
-`load_model("tiny-target")`, `load_model("gpt2-large")` (after `make weights`) or a directory path.
-The tokenizer follows from the vocabulary size (see `tokenizer.get_encoding`).
+`load_model("tiny-target")`, `load_model("gpt2-large")` (after `make weights`) or a directory path; the
+tokenizer follows from the vocabulary size (`tokenizer.get_encoding`).
 """
 
 from __future__ import annotations

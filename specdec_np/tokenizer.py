@@ -18,10 +18,8 @@ from .files import WEIGHTS_DIR, check_weights_dir
 
 # The digests tiktoken itself pins for these files: we check them ourselves because tiktoken's
 # own check is skipped when a file comes from its cache, so it does not protect files on disk.
-BPE_FILES = {
-    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-}
+BPE_FILES = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+             "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
 GPT2_N_VOCAB = 50257  # 50256 BPE ranks + <|endoftext|>
 EOT = "<|endoftext|>"
 # GPT-2's pre-tokenizer regex (as in tiktoken's "gpt2" encoding).

@@ -236,10 +236,9 @@ def expected(dist: dict) -> float:
 def chain_coupling_bound(target, draft, root: int, length: int) -> float:
     """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)): an upper bound on any
     lossless verifier's expected accepted length on a sampled chain. Accepting >= j drafts means the
-    output's first j tokens (~ p) equal the drafts' (~ q), which a coupling arranges at most with
-    probability 1 - TV of the two j-token distributions. Each j is bounded on its own, so the sum need not
-    be reachable: block verification (Sun et al. 2025), optimal among verifiers, can stay below it.
-    """
+    output's first j tokens (~ p) equal the drafts' (~ q), at most 1 - TV of the two j-token distributions
+    under any coupling. Each j is bounded on its own, so the sum need not be reachable: block verification
+    (Sun et al. 2025), optimal among verifiers, can stay below it."""
     total = 0.0
     for j in range(1, length + 1):
         p_seq = exact.sequence_distribution(target, (root,), j)
