@@ -126,7 +126,7 @@ def softmax_(x):  # [..., L] -> [..., L], in place
 def pad_block(tokens, positions, mask, size: int):
     """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
     every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
-    panels a few tokens can cost more than more (the tools set the sizes as `GPT2.padding`)."""
+    panels a few rows can cost more than a larger block (the tools set the sizes as `GPT2.padding`)."""
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]

@@ -55,7 +55,7 @@ def linear(x, w, b):  # [n, n_in] -> [n, n_out]
 
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, <= L] or None -> [h, n, d]
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(0, 2, 1)  # [h, n, L]
-    if bias is not None:  # 0 where allowed, else -inf (each row sees itself), over the last columns (others: all see)
+    if bias is not None:  # 0 or -inf (each row sees itself) on the last columns; all rows see the earlier ones
         scores[..., k.shape[1] - bias.shape[1]:] += bias
     return softmax_(scores) @ v
 
@@ -94,8 +94,8 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_
                Row i: what node i attends to (in a tree, its ancestors and itself).
     pad_to:    compute the block as `pad_to` >= n_new rows, dummies no real token attends to
                (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
-    logits_from: the first tokens, fed only to catch a cache up, get no logits (the head is a large
-               share of a small model's weights).
+    logits_from: the first `logits_from` tokens (fed only to catch a cache up) get no logits: the head
+               is a large share of a small model's weights.
     """
     c, p = model.config, model.prepared
     tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)

@@ -68,8 +68,8 @@ _LEAST = {"uni_count": 0, "ctx": 0, "ctx_count": 1, "len": 1, "tok": 0, "count":
 @dataclass
 class Trigram:
     """A fitted Katz trigram: its counts (what is saved) and the flat query arrays derived from them. Per
-    order, history i owns entries ptr[i]:ptr[i+1] of tok/p, p the final P(tok|history); bow[i] is the
-    factor applied to the lower order for every other token."""
+    order, history i owns entries ptr[i]:ptr[i+1] of tok/p, sorted by (p desc, tok asc), p the final
+    P(tok|history); bow[i] is the factor applied to the lower order for every other token."""
 
     n_vocab: int
     katz_k: int
