@@ -1,16 +1,13 @@
 """Drafters: who proposes the token tree, as `dist_fn` callbacks for the tree builders of `build.py`.
 
 A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?"
-(one call per tree level). Two drafters answer it:
+(one call per tree level). Two drafters answer it, each counting what its last step cost:
 
 - `ModelDrafter`: the draft model. It expands a whole frontier in one tree-masked forward pass over
   its own KV cache, and after verification keeps only the accepted path, like the target. With an
   n-gram model it is the **staged** drafter: every pass also evaluates stage 2's guesses below
   the nodes it expands (`staged.speculate`), so later levels often need no pass of their own.
 - `NgramDrafter`: the Katz trigram drafts the tree directly (no draft model).
-
-Each counts what the step that began last cost: draft passes and their rows, rows processed into
-q, n-gram queries.
 """
 
 from __future__ import annotations
@@ -25,49 +22,34 @@ from .sampling import process
 from .tree import DRAFT, block, path_key
 
 
-def draft_settings(temperature, top_k, top_p):
-    """How the draft's logits are processed into q. At temperature 0 the *verification* is greedy,
-    but a one-hot q would collapse every tree to a chain: rank alternatives by softmax(logits)."""
-    if temperature == 0:
-        return 1.0, None, None
-    return temperature, top_k, top_p
-
-
 class ModelDrafter:
     """The draft model (optionally staged with an n-gram) answering `dist_fn` queries.
 
-    Per decoding step: `begin(seq, max_depth)`, then the builder calls `dist_fn`, then
-    `commit(accepted_keys)`. The nodes fed this step form a tree of their own, in feed order
-    (`tokens`, `parents`; node i at cache slot root + i, see `tree.block`): the builder's
-    nodes and stage 2's guesses, each identified by its path key (the tokens below the root).
-    Each pass is reported to `recorder` (record.py) with the keys it fed and where each came from.
+    Per decoding step: `begin(seq, max_depth)`, the builder's `dist_fn` calls, `commit(accepted_keys)`.
+    The nodes fed this step (the builder's, and stage 2's guesses: at most `guess_rows` per pass, "pad"
+    as many as fill the padded block's rows) form a tree of their own in feed order (`tokens`,
+    `parents`; node i at cache slot root + i, see `tree.block`), each known by its path key. `rows`:
+    their scratch (methods.draft_rows). Each pass is reported to `recorder` (record.py).
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 guess_len: int = 0, guess_rows: int | str = 0, max_nodes: int = 64, recorder=NO_RECORD):
-        self.model = model
-        self.settings = draft_settings(temperature, top_k, top_p)
-        self.ngram, self.guess_len = ngram, guess_len if ngram is not None else 0
-        # At most guess_rows guessed nodes per pass; "pad": as many as fill the rows the padded
-        # block computes anyway.
-        self.guess_rows = guess_rows
-        # Scratch for the nodes of one step: the builder's (at most max_nodes besides the root) and
-        # stage 2's guesses (at most guess_len below each of them); new_cache adds padding rows.
-        self.cache = new_cache(model, (max_nodes + 1) * (1 + self.guess_len))
-        self.dists = self.ngram_queries = 0  # this step's costs (see begin), with block_sizes below
-        self.guessed: dict[tuple, int] = {}
+                 guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):
+        self.model, self.recorder = model, recorder
+        # At temperature 0 the *verification* is greedy, but a one-hot q would collapse every tree to
+        # a chain: the draft ranks alternatives by softmax(logits).
+        self.settings = (1.0, None, None) if temperature == 0 else (temperature, top_k, top_p)
+        self.ngram, self.guess_rows = ngram, guess_rows
+        self.guess_len = guess_len if ngram is not None else 0
+        self.cache = new_cache(model, rows)  # new_cache adds the padding rows
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
-        self.recorder = recorder  # told of each pass: the nodes it fed and where each came from (record.py)
-        self.block_sizes = []  # tokens fed per draft pass
+        self.block_sizes, self.dists, self.ngram_queries, self.guessed = [], 0, 0, {}  # this step's (see begin)
 
-    # -- one decoding step ---------------------------------------------------------------------
     def begin(self, seq, max_depth: int) -> None:
         """Start a step after the committed `seq`; the tree will be at most `max_depth` deep."""
         self.seq = [int(t) for t in seq]
         self.max_depth = max_depth
         self.root = len(self.seq) - 1  # the root (last emitted token) sits at this position
-        self.tokens, self.parents = [], []  # the nodes fed this step, in feed order
-        self.index: dict[tuple, int] = {}  # path key -> node
+        self.tokens, self.parents, self.index = [], [], {}  # the nodes fed this step, in feed order; key -> node
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
         self.guessed: dict[tuple, int] = {}  # key stage 2 proposed -> NGRAM or COPY (the paper's Fig. 3 credit)
@@ -100,7 +82,6 @@ class ModelDrafter:
         # end of the draft's context) must not keep this step's nodes again.
         self.index = {}
 
-    # -- the forward pass ----------------------------------------------------------------------
     def draft_pass(self, keys) -> None:
         """One forward pass over the nodes `keys` (their parents fed already, or earlier in `keys`),
         plus stage 2's guesses below them, and on the step's first pass the catch-up rows."""

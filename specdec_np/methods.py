@@ -10,8 +10,7 @@ Hugging Face's `CandidateGenerator` and Medusa's `generate_candidates`; the deco
 - `commit(keys)`: the accepted path's keys, so a drafter with a cache keeps only that path.
 
 What a method is under a plan needs no model: its sizes, how its trees' children are chosen, the
-rules lossless for it, the plan fields that size it and its description are pure functions of
-(method name, plan) below, in the plan's field names, for the checks (plan.py) and the tools.
+rules lossless for it and its description are pure functions of (method name, plan), in the plan's terms.
 
 | method        | class     | tree                                  | proposer            | runs the draft |
 |---------------|-----------|---------------------------------------|---------------------|----------------|
@@ -37,7 +36,6 @@ from .record import NO_RECORD
 from .tree import DRAFT, NGRAM, Tree, path_key
 
 METHODS = ("ar", "speculative", "tree", "staged", "ngram", "lookup")
-KIND_OF = {None: "deterministic", "with": "with_replacement", "without": "without_replacement"}  # plan.sampled
 
 
 # ----------------------------------------------------------------------------- what a method is under a plan
@@ -62,15 +60,10 @@ def fixed_widths(method: str, plan) -> bool:
     return method in ("tree", "staged") and (plan.shape == "fixed" or plan.sampled is not None)
 
 
-def lookup_lengths(plan) -> tuple:
-    """Prompt lookup's chain lengths after matches of 3, 2 and 1 tokens."""
-    return plan.lookup_chains or (plan.chain,) * 3
-
-
 def max_depth(method: str, plan) -> int:
     """The deepest node a step of `method` drafts."""
     if method == "lookup":
-        return max(lookup_lengths(plan))
+        return max(plan.lookup_chains or (plan.chain,))
     if method == "speculative":
         return plan.chain
     if method in ("tree", "staged"):
@@ -95,26 +88,22 @@ def drafts(method: str, plan) -> bool:
     return max_nodes(method, plan) > 0
 
 
-def expanded(method: str, plan) -> int:
-    """The most nodes the draft expands in a step: a best-first tree expands at most `budget` per level."""
-    if method in ("tree", "staged") and not fixed_widths(method, plan):
-        return plan.budget * plan.depth
-    return max_nodes(method, plan)
-
-
-def drawn(method: str, plan, temperature: float) -> str | None:
-    """How the draft's children are drawn from q: None (its top tokens), "with" or "without"
-    replacement. Speculative decoding draws its chain from q when sampling (classic speculative
-    sampling) or when plan.sampled asks, always with replacement: one child per node is the same
-    draw either way, so the chain is a with_replacement tree whatever plan.sampled says."""
-    if method == "speculative":
-        return "with" if plan.sampled or temperature > 0 else None
-    return plan.sampled if method in ("tree", "staged") else None
+def draft_rows(method: str, plan) -> int:
+    """The draft's scratch for one step, in KV cache rows: the root and the nodes it may feed (a
+    best-first tree expands at most `budget` per level), each with stage 2's `guess_len` guesses."""
+    best_first = method in ("tree", "staged") and not fixed_widths(method, plan)
+    fed = plan.budget * plan.depth if best_first else max_nodes(method, plan)
+    return (fed + 1) * (1 + (plan.guess_len if method == "staged" else 0))
 
 
 def kind(method: str, plan, temperature: float) -> str:
-    """How `method`'s trees' children are chosen (tree.KINDS), which decides the rules lossless on them."""
-    return KIND_OF[drawn(method, plan, temperature)]
+    """How `method`'s trees' children are chosen (tree.KINDS), which decides the rules lossless on them.
+    Speculative decoding draws its chain from q when sampling or when plan.sampled asks, with
+    replacement whatever plan.sampled says: one child per node is the same draw either way."""
+    if method == "speculative":
+        return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
+    sampled = plan.sampled if method in ("tree", "staged") else None
+    return {None: "deterministic", "with": "with_replacement", "without": "without_replacement"}[sampled]
 
 
 def lossless_rules(method: str, plan, temperature: float) -> tuple:
@@ -128,73 +117,62 @@ def lossless_rules(method: str, plan, temperature: float) -> tuple:
 def check_rule(method: str, plan, temperature: float) -> None:
     """A ValueError, before any work, when plan.rule is not lossless for the trees `method` drafts
     under `plan` (the pairing `decode.accept` would refuse at the first step; verify.check_pairing)."""
-    rule = plan.rule
-    if rule is None or not drafts(method, plan):  # drafting nothing, its root-only trees need no rule
+    rule, allowed = plan.rule, lossless_rules(method, plan, temperature)
+    if rule is None or rule in allowed or not drafts(method, plan):  # drafting nothing needs no rule
         return
-    if rule == "greedy" and temperature > 0:
+    if rule == "greedy":  # not allowed: temperature > 0
         raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at "
                          f"temperature 0; at temperature {temperature} leave rule None (the rule the "
                          "tree's drafting needs)")
-    if method == "speculative" and plan.sampled == "without" and rule not in lossless_rules(method, plan, temperature):
+    if method == "speculative" and plan.sampled == "without":
         raise ValueError(f"plan: rule {rule!r} is not lossless for speculative's chain: it is drawn from q with "
                          f"replacement whatever sampled says (one child per node is the same draw); lossless: "
-                         f"{', '.join(lossless_rules(method, plan, temperature))}")
+                         f"{', '.join(allowed)}")
     verify.check_pairing(kind(method, plan, temperature), rule)
-    if rule not in lossless_rules(method, plan, temperature):
-        raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
+    raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
 
 
-def size_fields(method: str, plan) -> tuple:
-    """The plan fields that set how many tokens a step of `method` proposes (first the tree's)."""
+def words(plan, fields) -> str:
+    """Plan fields as the messages name them, e.g. "budget=8, widths=2,2,1" (the CLI maps each to its option)."""
+    values = [getattr(plan, name) for name in fields]
+    return ", ".join(f"{name}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                     for name, v in zip(fields, values))
+
+
+def size_words(method: str, plan) -> str:
+    """The plan fields that set how many tokens a step of `method` proposes, first the tree's, e.g.
+    "budget=8, copy_len=12"."""
     tree = {"ar": (), "speculative": ("chain",), "ngram": ("budget",),
             "lookup": ("lookup_chains",) if plan.lookup_chains else ("chain",)}.get(method)
     if tree is None:
         tree = ("widths",) if fixed_widths(method, plan) else ("budget",)
-    return tree + (("copy_len",) if method == "staged" else ())
-
-
-def size_words(method: str, plan) -> str:
-    """What sets `method`'s tokens per step, in the plan's terms, e.g. "budget=8, copy_len=12"."""
-    def value(name):
-        v = getattr(plan, name)
-        return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    return ", ".join(f"{name}={value(name)}" for name in size_fields(method, plan))
-
-
-def guesses(method: str, plan) -> int:
-    """How deep stage 2 guesses below each node the draft feeds (staged only)."""
-    return plan.guess_len if runs_draft(method) and needs_ngram(method) else 0
-
-
-def oversized(method: str, plan, n_ctx: int) -> str | None:
-    """The plan field at fault when a size of a step of `method` outgrows a context of `n_ctx`; None
-    when all fit. Every size that scales a block or a cache is capped: the target's block (the
-    tree's size field, or copy_len) and the depths the draft's scratch grows with (the tree's
-    depth, stage 2's guess_len: no node lies past the context, so deeper is never drafted)."""
-    if max_nodes(method, plan) > n_ctx:
-        return size_fields(method, plan)[0]
-    if max_block(method, plan) > n_ctx:
-        return "copy_len"
-    if max_depth(method, plan) > n_ctx:
-        return "depth"  # the other fields that set a depth (widths, chain, lookup_chains) size the block too
-    return "guess_len" if guesses(method, plan) > n_ctx else None
+    return words(plan, tree + (("copy_len",) if method == "staged" else ()))
 
 
 def check_size(method: str, plan, n_ctx: int) -> None:
-    """A ValueError, before any work (and any allocation), when a step's block (one pass of the
-    target) or a depth could outgrow the target's context (oversized)."""
-    field = oversized(method, plan, n_ctx)
-    if field in ("depth", "guess_len"):
-        raise ValueError(f"plan: {field}={getattr(plan, field)} is deeper than the target's context (n_ctx={n_ctx}): "
-                         "no node lies past it")
-    if field:
+    """A ValueError naming the plan fields at fault, before any allocation, when a step of `method`
+    outgrows a context of `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node
+    lies past the context); or the draft's scratch (draft_rows), at most n_ctx rows per position."""
+    if max_block(method, plan) > n_ctx:
         raise ValueError(f"plan: up to {max_block(method, plan)} tokens per step ({size_words(method, plan)}) "
                          f"exceed the target's context (n_ctx={n_ctx})")
+    # The other fields that set a depth (widths, chain, lookup_chains) size the block too.
+    depths = {"depth": max_depth(method, plan), "guess_len": plan.guess_len if method == "staged" else 0}
+    for name, depth in depths.items():
+        if depth > n_ctx:
+            raise ValueError(f"plan: {name}={depth} is deeper than the target's context (n_ctx={n_ctx}): "
+                             "no node lies past it")
+    rows = draft_rows(method, plan)
+    if runs_draft(method) and rows > n_ctx * n_ctx:
+        grown = ("widths",) if fixed_widths(method, plan) else ("budget", "depth")
+        if method == "staged":
+            grown += ("guess_len",)
+        raise ValueError(f"plan: {words(plan, grown)} give the draft a scratch of {rows} rows per step, more than "
+                         f"the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
 
 
 def describe(method: str, plan) -> str:
     """`plan` in words, as `method` uses it."""
-    widths = ",".join(map(str, plan.widths))
     rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
     if not drafts(method, plan):
         return "plain decoding (no drafts)"
@@ -203,6 +181,7 @@ def describe(method: str, plan) -> str:
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
     if proposes_chain(method):
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    widths = ",".join(map(str, plan.widths))
     if plan.sampled and fixed_widths(method, plan):
         text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
     elif fixed_widths(method, plan):
@@ -212,8 +191,7 @@ def describe(method: str, plan) -> str:
     if method == "staged":
         guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
                    else "no n-gram guesses")
-        copies = f"copies of {plan.copy_len}" if plan.copy_len else "no copies"
-        text += f"; {guesses}; {copies}"
+        text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")
     return text + rule
 
 
@@ -221,22 +199,15 @@ def describe(method: str, plan) -> str:
 
 @dataclass
 class Proposal:
-    """One step's tree and what the loop needs to know about it.
+    """One step's tree and what the loop needs to know about it."""
 
-    tree: the token tree (node 0 = seq[-1]; tree.source says who proposed each node); rule: the
-    verification rule for it (verify.RULES); copied: stage 2's copy of a repeat (no draft pass);
-    draft_blocks: rows of each draft pass it took; draft_dists: draft rows processed into q;
-    ngram_queries: n-gram queries it took; made: when drafting ended (the recorder times the step's
-    phases from it).
-    """
-
-    tree: Tree
-    rule: str
-    copied: bool = False
-    draft_blocks: list = field(default_factory=list)
-    draft_dists: int = 0
+    tree: Tree  # node 0 = seq[-1]; tree.source says who proposed each node
+    rule: str  # the verification rule for it (verify.RULES)
+    copied: bool = False  # stage 2's copy of a repeat (no draft pass)
+    draft_blocks: list = field(default_factory=list)  # rows of each draft pass it took
+    draft_dists: int = 0  # draft rows processed into q
     ngram_queries: int = 0
-    made: float = field(default_factory=time.perf_counter)
+    made: float = field(default_factory=time.perf_counter)  # when drafting ended (the recorder times phases)
 
 
 def root_only(seq) -> Tree:
@@ -249,75 +220,64 @@ def room(seq, n_ctx: int, depth: int) -> int:
     return min(depth, n_ctx - len(seq) - 1)
 
 
-def rule_for(name: str, plan, temperature: float, tree: Tree, copied: bool = False) -> str:
-    """The rule that verifies `tree`: the plan's if it was drafted as the plan says, else (nothing
-    drafted, or stage 2's copy) the rule its own kind needs."""
-    if copied or plan.rule is None or len(tree) == 1:
-        return verify.default_rule(tree.kind, temperature, proposes_chain(name))
-    return plan.rule
+class Method:
+    """What every method holds: the plan, the temperature, the target's context (which bounds its
+    trees) and the n-gram; `commit` keeps nothing unless a drafter has a cache (DraftTree)."""
 
-
-class Plain:
-    """Autoregressive decoding: the target alone, one token per pass (a root-only tree)."""
-
-    cache = None  # no drafter, no cache of its own
-
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
-                 recorder=NO_RECORD):
-        self.plan, self.temperature = plan, temperature
-
-    def propose(self, seq, rand) -> Proposal:
-        tree = root_only(seq)
-        return Proposal(tree, rule_for("ar", self.plan, self.temperature, tree))
-
-    def commit(self, keys) -> None:
-        """Nothing to keep: no drafter cache."""
-
-
-class Lookup:
-    """Prompt lookup: the chain that followed an earlier occurrence of the last 3, 2 or 1 tokens (a copy)."""
-
-    cache = None
-
-    def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
-                 recorder=NO_RECORD):
-        self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
-
-    def propose(self, seq, rand) -> Proposal:
-        depth = room(seq, self.n_ctx, max_depth("lookup", self.plan))
-        chain = lookup_by_match(seq, [min(k, depth) for k in lookup_lengths(self.plan)]) if depth > 0 else []
-        tree = chain_tree(seq[-1], chain)
-        return Proposal(tree, rule_for("lookup", self.plan, self.temperature, tree))
-
-    def commit(self, keys) -> None:
-        """Nothing to keep: no drafter cache."""
-
-
-class NgramTree:
-    """The Katz trigram drafts a best-first tree itself (no draft model)."""
-
-    cache = None
+    cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
     def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
                  recorder=NO_RECORD):
         self.plan, self.temperature, self.n_ctx, self.ngram = plan, temperature, target.config.n_ctx, ngram
 
-    def propose(self, seq, rand) -> Proposal:
-        depth = room(seq, self.n_ctx, self.plan.depth)
-        if depth <= 0:
-            tree, queries = root_only(seq), 0
-        else:
-            drafter = NgramDrafter(self.ngram, seq)
-            tree = build.build_best_first(seq[-1], drafter.dist_fn, self.plan.budget, depth)
-            tree.source[1:] = NGRAM
-            queries = drafter.ngram_queries
-        return Proposal(tree, rule_for("ngram", self.plan, self.temperature, tree), ngram_queries=queries)
+    def proposal(self, tree: Tree, copied: bool = False, **costs) -> Proposal:
+        """`tree` with its rule: the plan's, or (nothing drafted, or stage 2's copy) its kind's own."""
+        rule = self.plan.rule
+        if copied or rule is None or len(tree) == 1:
+            rule = verify.default_rule(tree.kind, self.temperature, proposes_chain(self.name))
+        return Proposal(tree, rule, copied, **costs)
 
     def commit(self, keys) -> None:
         """Nothing to keep: no drafter cache."""
 
 
-class DraftTree:
+class Plain(Method):
+    """Autoregressive decoding: the target alone, one token per pass (a root-only tree)."""
+
+    name = "ar"
+
+    def propose(self, seq, rand) -> Proposal:
+        return self.proposal(root_only(seq))
+
+
+class Lookup(Method):
+    """Prompt lookup: the chain that followed an earlier occurrence of the last 3, 2 or 1 tokens (a copy)."""
+
+    name = "lookup"
+
+    def propose(self, seq, rand) -> Proposal:
+        depth = room(seq, self.n_ctx, max_depth(self.name, self.plan))
+        lengths = self.plan.lookup_chains or (self.plan.chain,) * 3  # after matches of 3, 2 and 1 tokens
+        chain = lookup_by_match(seq, [min(k, depth) for k in lengths]) if depth > 0 else []
+        return self.proposal(chain_tree(seq[-1], chain))
+
+
+class NgramTree(Method):
+    """The Katz trigram drafts a best-first tree itself (no draft model)."""
+
+    name = "ngram"
+
+    def propose(self, seq, rand) -> Proposal:
+        depth = room(seq, self.n_ctx, self.plan.depth)
+        if depth <= 0:
+            return self.proposal(root_only(seq))
+        drafter = NgramDrafter(self.ngram, seq)
+        tree = build.build_best_first(seq[-1], drafter.dist_fn, self.plan.budget, depth)
+        tree.source[1:] = NGRAM
+        return self.proposal(tree, ngram_queries=drafter.ngram_queries)
+
+
+class DraftTree(Method):
     """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths;
     children are the draft's top tokens, or drawn from q (`plan.sampled`)."""
 
@@ -325,26 +285,25 @@ class DraftTree:
 
     def __init__(self, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
                  recorder=NO_RECORD):
-        self.plan, self.temperature, self.n_ctx = plan, temperature, target.config.n_ctx
-        staged_ngram = ngram if needs_ngram(self.name) else None
-        self.drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=staged_ngram, guess_len=plan.guess_len,
-                                    guess_rows=plan.guess_rows, max_nodes=expanded(self.name, plan), recorder=recorder)
-        self.cache = self.drafter.cache  # the draft's KV cache (decode returns it for inspection)
+        super().__init__(plan, target, draft, ngram, temperature)
+        self.drafter = ModelDrafter(draft, temperature, top_k, top_p, ngram=ngram if needs_ngram(self.name) else None,
+                                    guess_len=plan.guess_len, guess_rows=plan.guess_rows,
+                                    rows=draft_rows(self.name, plan), recorder=recorder)
+        self.cache = self.drafter.cache
 
     def propose(self, seq, rand) -> Proposal:
         d = self.drafter
         # The draft feeds nodes up to depth - 1, in its own context.
         depth = min(room(seq, self.n_ctx, max_depth(self.name, self.plan)), d.model.config.n_ctx - len(seq))
         if depth <= 0:
-            tree = root_only(seq)
-            return Proposal(tree, rule_for(self.name, self.plan, self.temperature, tree))
+            return self.proposal(root_only(seq))
         d.begin(seq, depth)
-        tree = self.build(seq[-1], depth, rand if drawn(self.name, self.plan, self.temperature) else None)
+        drawn = kind(self.name, self.plan, self.temperature) != "deterministic"
+        tree = self.build(seq[-1], depth, rand if drawn else None)
         keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
         tree.source[1:] = [d.guessed.get(k, DRAFT) for k in keys[1:]]
-        return Proposal(tree, rule_for(self.name, self.plan, self.temperature, tree), draft_blocks=d.block_sizes,
-                        draft_dists=d.dists, ngram_queries=d.ngram_queries)
+        return self.proposal(tree, draft_blocks=d.block_sizes, draft_dists=d.dists, ngram_queries=d.ngram_queries)
 
     def build(self, root: int, depth: int, rand) -> Tree:
         """The tree below `root` from the drafter's q (children drawn with `rand`, or top tokens)."""
@@ -373,26 +332,22 @@ class Staged(DraftTree):
     name = "staged"
 
     def propose(self, seq, rand) -> Proposal:
-        """Stage 2's copy of a repeat if the last three tokens recur (one n-gram query), else the
-        draft's tree."""
         copy_len = min(self.plan.copy_len, self.n_ctx - len(seq) - 1)
         if copy_len <= 0:
             return super().propose(seq, rand)
         copy = staged.copied_chain(seq, copy_len)
         if copy is not None:
-            return Proposal(copy, rule_for(self.name, self.plan, self.temperature, copy, copied=True), copied=True,
-                            ngram_queries=1)
+            return self.proposal(copy, copied=True, ngram_queries=1)
         proposal = super().propose(seq, rand)
         proposal.ngram_queries += 1  # the search for a repeat
         return proposal
 
 
-CLASSES = {"ar": Plain, "speculative": Chain, "tree": DraftTree, "staged": Staged, "ngram": NgramTree,
-           "lookup": Lookup}
+CLASSES = {cls.name: cls for cls in (Plain, Chain, DraftTree, Staged, NgramTree, Lookup)}
 
 
 def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
          recorder=NO_RECORD):
-    """The method `name` under `plan`, with its models and sampling settings (the target's context
-    bounds its trees), ready to propose; its drafter reports its passes to `recorder` (record.py)."""
+    """The method `name` under `plan`, with its models and sampling settings, ready to propose; its
+    drafter reports its passes to `recorder` (record.py)."""
     return CLASSES[name](plan, target, draft, ngram, temperature, top_k, top_p, recorder)
