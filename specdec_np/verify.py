@@ -1,17 +1,13 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V] is the
-target's processed distribution after each tree node (row i = the distribution of the token
-following node i).
-path: node indices root..last accepted node. next_token: the target's correction (at the first
-rejection) or bonus token (after a leaf). The step emits tree.tokens[path[1:]] + [next_token],
-and for every rule paired with the trees it assumes, that sequence is distributed exactly as if
-the target had sampled it token by token (the tests enumerate every random branch to prove it).
-
-All randomness goes through rand.coin / rand.draw, so the exact enumerator can explore it.
-A rule reports each test it makes, and its final draw, to `recorder` (record.py; one call each,
-through `coin` and `draw`): the decode loop's recorder keeps them with keep_trees, so a trace can
-show why each token was kept; the default `NO_RECORD` does nothing.
+Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V], the
+target's processed distribution after each tree node; path: node indices root..last accepted node;
+next_token: the target's correction (at the first rejection) or bonus token (after a leaf). For
+every rule paired with the trees it assumes, the emitted tree.tokens[path[1:]] + [next_token] is
+distributed exactly as if the target had sampled it token by token (the tests enumerate every
+random branch to prove it: all randomness goes through rand.coin / rand.draw). Each test and the
+final draw are reported to `recorder` (record.py; `coin`, `draw`) so a trace can show why each token
+was kept; the default `NO_RECORD` does nothing.
 """
 
 from __future__ import annotations
@@ -23,16 +19,14 @@ from .tree import Tree, children, path_to
 
 
 def coin(rand, prob: float, recorder, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
-    """rand.coin(prob), a test of kind `test` on `node` (its token, and the p and q it compared),
-    reported to the recorder."""
+    """rand.coin(prob), a test of kind `test` on `node` (its token, the p and q compared), reported."""
     ok = rand.coin(prob)
     recorder.check(node, token, test, prob, ok, p, q)
     return ok
 
 
 def draw(rand, probs, recorder, node: int, bonus: bool) -> int:
-    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf),
-    reported to the recorder."""
+    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf), reported."""
     x = rand.draw(probs)
     recorder.draw(node, x, probs, bonus)
     return x
@@ -44,20 +38,15 @@ def emitted(tree: Tree, path, next_token: int) -> list[int]:
 
 
 def residual(p, q):  # [V], [V] -> [V]
-    """norm(max(p - q, 0)): what p still owes once a draft token drawn from q was rejected.
-
-    It sums to 0 only if p <= q everywhere, i.e. p == q for two distributions; then every draft
-    token is accepted with probability min(1, p/q) = 1, so a rejection has probability 0 (it can
-    only come from rounding) and we keep p unchanged rather than divide by zero.
-    """
+    """norm(max(p - q, 0)): what p still owes once a draft token drawn from q was rejected. It sums to
+    0 only if p == q, when a rejection comes only from rounding: p is kept rather than divided by 0."""
     r = np.maximum(p - q, 0.0)
     total = r.sum()
     return r / total if total > 0 else p
 
 
 def without(q, x: int):  # [V] -> [V] or None
-    """q with token x removed and renormalised: what the next sibling is drawn from when siblings are
-    drawn without replacement; None when nothing is left."""
+    """q without token x, renormalised: the next sibling's q without replacement; None if nothing is left."""
     q = np.array(q, dtype=np.float64)
     q[x] = 0.0
     total = q.sum()
@@ -72,7 +61,7 @@ def accept_ratio(p_x: float, q_x: float) -> float:
 
 
 def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
-    """Temperature 0: follow the child equal to argmax p (ties -> lowest id); emit argmax at the first miss."""
+    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss."""
     path = [0]
     while True:
         node = path[-1]
@@ -89,12 +78,9 @@ def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
 
 def verify_point_mass(tree: Tree, p, rand, recorder=NO_RECORD):
     """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
-
-    Done sequentially so no work is wasted: accept child c with probability p_res(c)/sum(p_res);
-    on a miss zero p_res(c) and try the next child. Accepting c given the earlier misses has
-    exactly the probability that x ~ p is c given x is none of the earlier children, and if none
-    matches, x is drawn from p without the children: overall x ~ p, whatever the draft proposed.
-    """
+    Sequentially: accept child c with probability p_res(c)/sum(p_res) (x ~ p is c given it is none of
+    the earlier children), on a miss zero p_res(c) and try the next; if none matches, x is drawn from
+    p without them: overall x ~ p, whatever the draft proposed."""
     path = [0]
     while True:
         node = path[-1]
@@ -108,19 +94,16 @@ def verify_point_mass(tree: Tree, p, rand, recorder=NO_RECORD):
                 break
             p_res[x] = 0.0
         if accepted is None:
-            # p_res has no mass only if the children covered p's support yet all missed: a
-            # probability-0 event (rounding); fall back to p.
+            # No mass left: the children covered p's support yet all missed (only by rounding).
             owed = p_res if p_res.sum() > 0 else p[node]
             return path, draw(rand, owed, recorder, node, children(tree, node).size == 0)
         path.append(accepted)
 
 
 def verify_chain(tree: Tree, p, rand, recorder=NO_RECORD):
-    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)).
-
-    On rejection emit a draw from norm(max(p - q, 0)); after the whole chain, a bonus draw from p.
-    q = tree.draft_dists[node] must be the exact distribution x was drawn from.
-    """
+    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x));
+    on rejection a draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q =
+    tree.draft_dists[node] must be the exact distribution x was drawn from."""
     path = [0]
     while True:
         node = path[-1]
@@ -137,12 +120,9 @@ def verify_chain(tree: Tree, p, rand, recorder=NO_RECORD):
 
 def verify_recursive(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
     """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
-
     Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
-    norm(max(p_res - q_res, 0)) (what is still owed), and without replacement also q_res(x) := 0,
-    renormalised: the next sibling was drawn from q without the earlier ones. If every child is
-    rejected, emit a draw from p_res. With replacement q_res stays q (siblings are iid draws).
-    """
+    norm(max(p_res - q_res, 0)) (what is still owed), and without replacement q_res := q_res without
+    x (the next sibling was drawn so; iid siblings keep q). If all are rejected, draw from p_res."""
     path = [0]
     while True:
         node = path[-1]
@@ -172,33 +152,18 @@ def verify_recursive_wor(tree: Tree, p, rand, recorder=NO_RECORD):
     return verify_recursive(tree, p, rand, recorder, replacement=False)
 
 
-def sequence_weight(a: float, p_x: float, q_x: float) -> float:
-    """min(1, a * p(x) / q(x)): the weight of a path extended by x, from its parent's weight a.
-
-    Along a chain a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1 (the root): a deficit early on
-    (p < q) can be made up by a later token with p > q, which token-wise rejection cannot do.
-    It is accept_ratio of the path's owed mass a p(x) against q(x).
-    """
-    return accept_ratio(a * p_x, q_x)
-
-
 def owed_after(a: float, p, q):  # [V], [V] -> (float, [V])
     """(S, max(a p - q, 0)): what the target still owes after a node of weight a once the draft's
-    token there, drawn from q, is off the table. S = its mass, sum(max(a p - q, 0))."""
+    token there, drawn from q, is off the table; S is its mass."""
     r = np.maximum(a * p - q, 0.0)
     return float(r.sum()), r
 
 
 def stop_weight(a: float, S: float) -> float:
-    """S / (S + 1 - a): the chance of stopping at a node of weight a once every deeper candidate
-    was rejected (Sun et al.'s h_i).
-
-    Given the node's path, rejecting everything below it has probability S + 1 - a (the draft's
-    mass that a p does not cover, sum(max(q - a p, 0))); stopping in a fraction S of that pays
-    exactly what is still owed, and leaves 1 - a to fall through to the parent: the node's weight
-    is spent. S + 1 - a = 0 means the draft's next token is always kept (a = 1, p = q): this point
-    is then reached with probability 0 (only by rounding), and stopping is as good as anything.
-    """
+    """S / (S + 1 - a): the chance of stopping at a node of weight a once every deeper candidate was
+    rejected (Sun et al.'s h_i). That rejection has probability S + 1 - a (sum(max(q - a p, 0)));
+    stopping in a fraction S of it pays exactly what is still owed and leaves 1 - a to the parent.
+    S + 1 - a = 0 (a = 1, p = q) is reached only by rounding: stopping is as good as any."""
     total = S + 1.0 - a
     return S / total if total > 0 else 1.0
 
@@ -206,16 +171,14 @@ def stop_weight(a: float, S: float) -> float:
 def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
     """Block verification (Sun et al., ICLR 2025): a sampled chain's accepted prefix, decided jointly.
 
-    Forward, the weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)) of the prefixes x_1..x_i (a_0 = 1).
-    Backward, from the last token towards the root: keep x_1..x_i with probability h_i (h = a at
-    the end of the chain, else stop_weight(a_i, S_i)) and emit a draw from p there (after the whole
-    chain) or from norm(max(a_i p - q, 0)) (a correction); at the root, h_0 = 1.
-
-    Why it is lossless, by induction from the end of the chain: given x_1..x_i, the step keeps
-    x_1..x_i and emits after it a sequence distributed as a_i times the target's continuation,
-    and with probability 1 - a_i keeps none of x_1..x_i (the next token x takes min(q(x), a_i p(x))
-    of a_i p; when it fails, with probability S_i + 1 - a_i, stopping pays the rest, S_i). At i = 0,
-    a_0 = 1: the step emits the target's distribution. It never keeps fewer tokens in expectation
+    Forward, the prefixes' weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)), a_0 = 1: an early deficit
+    (p < q) can be made up by a later token with p > q, which token-wise rejection cannot do.
+    Backward, from the last token: keep x_1..x_i with probability h_i (a_i at the chain's end, else
+    stop_weight(a_i, S_i)) and emit a draw from p (after the whole chain) or norm(max(a_i p - q, 0)).
+    Lossless, by induction from the end: given x_1..x_i, the step keeps them and emits a_i times the
+    target's continuation, and with probability 1 - a_i keeps none of them (the next token x pays
+    min(q(x), a_i p(x)) of a_i p; when it fails, probability S_i + 1 - a_i, stopping pays the rest,
+    S_i). At the root a_0 = 1: the target's distribution. It keeps no fewer tokens in expectation
     than verify_chain, and (Sun et al.'s theorem) no valid verifier of one chain drawn from q keeps
     more. q = tree.draft_dists[node] must be the exact distribution each x_i was drawn from.
     """
@@ -223,7 +186,7 @@ def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
     a = [1.0]  # [len(chain)] the prefixes' weights
     for parent, node in zip(chain, chain[1:]):
         x = tree.tokens[node]
-        a.append(sequence_weight(a[-1], p[parent][x], tree.draft_dists[parent][x]))
+        a.append(accept_ratio(a[-1] * p[parent][x], tree.draft_dists[parent][x]))
     for i in range(len(chain) - 1, 0, -1):
         node, parent = chain[i], chain[i - 1]
         x = tree.tokens[node]
@@ -241,41 +204,34 @@ def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
 
 
 def verify_traversal(tree: Tree, p, rand, recorder=NO_RECORD):
-    """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says."""
-    return traverse(tree, p, rand, recorder, replacement=tree.kind == "with_replacement")
+    """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says:
+    its paths tested from the leaves towards the root, in post-order.
 
-
-def traverse(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
-    """Traversal verification: test the tree's paths from the leaves towards the root, in post-order.
-
-    Every node carries a weight, a = min(1, a_parent p_owed(x)/q_left(x)) when it is first reached
-    (the root: 1). A node is tested only after all of its children were rejected, and kept with its
-    current weight: then the path to it is accepted and the next token drawn from what the node
-    still owes (p after a leaf: the bonus). When a child is rejected, its parent's owed
-    distribution becomes norm(max(a p_owed - q_left, 0)) and its weight stop_weight(a, S) -- as in
-    block verification, which this is on a chain; without replacement the rejected token also
-    leaves q_left (renormalised), as in verify_recursive. On a tree of depth 1 it is recursive
-    rejection sampling.
-
-    Why it is lossless (block verification's induction, per node): given how it was reached, a node
-    of weight a owes a * p_owed. Its next child x, drawn from q_left, pays min(q_left(x), a
-    p_owed(x)) of it through its subtree (the same claim, one level down); when that whole subtree
-    fails, with probability S + 1 - a, what is left is max(a p_owed - q_left, 0), and the new
-    weight and owed distribution are exactly that, conditioned on the failure. So the next sibling
-    must be drawn from q_left: iid siblings keep q, siblings drawn without replacement drop the
-    rejected token, which the residual no longer owes anyway (it was rejected only if q_left > a
-    p_owed there). With nothing left below it a node is kept with its weight, and at the root
-    a = 1: the step emits the target's distribution.
+    A node's weight is a = min(1, a_parent p_owed(x)/q_left(x)) when first reached (the root: 1).
+    It is tested only once all its children were rejected, kept with its current weight (the path
+    to it accepted, the next token drawn from what it still owes: p after a leaf). A rejected child
+    sets its parent's owed distribution to norm(max(a p_owed - q_left, 0)) and weight to
+    stop_weight(a, S), as block verification does (this is it on a chain); without replacement the
+    token also leaves q_left, as in verify_recursive (this is it on a tree of depth 1).
+    Lossless by block verification's induction, per node: a node of weight a owes a p_owed. Its next
+    child x, drawn from q_left, pays min(q_left(x), a p_owed(x)) of it through its subtree (the same
+    claim, a level down); when that subtree fails, probability S + 1 - a, what is left is
+    max(a p_owed - q_left, 0): the new weight and owed distribution, given the failure. So the next
+    sibling must be drawn from q_left (iid siblings keep q; without replacement the rejected token
+    goes, which the residual no longer owes: it was rejected only if q_left > a p_owed there). At
+    the root a = 1: the step emits the target's distribution.
     """
+    replacement = tree.kind == "with_replacement"
+
     def visit(node: int, a: float, p_x=None, q_x=None):
-        """(path, next token) if the path to `node` or a path below it is accepted, else None.
-        a: the node's weight; p_x, q_x: its token's probabilities when its parent reached it."""
+        """(path, next token) if the path to `node` (weight a; p_x, q_x: its token's probabilities
+        when reached) or one below it is accepted, else None."""
         kids = children(tree, node)
         owed = p[node]  # [V] replaced, never changed in place
         q_left = tree.draft_dists[node]  # [V]; `without` copies before changing it
         for c in kids:
             x = tree.tokens[c]
-            found = visit(int(c), sequence_weight(a, owed[x], q_left[x]), owed[x], q_left[x])
+            found = visit(int(c), accept_ratio(a * owed[x], q_left[x]), owed[x], q_left[x])
             if found is not None:
                 return found
             S, r = owed_after(a, owed, q_left)  # c and everything below it rejected
@@ -292,19 +248,11 @@ def traverse(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
     return visit(0, 1.0)
 
 
-RULES = {
-    "greedy": verify_greedy,
-    "point_mass": verify_point_mass,
-    "chain": verify_chain,
-    "recursive": verify_recursive,
-    "recursive_wor": verify_recursive_wor,
-    "block": verify_block,
-    "traversal": verify_traversal,
-}
+RULES = {"greedy": verify_greedy, "point_mass": verify_point_mass, "chain": verify_chain, "recursive": verify_recursive,
+         "recursive_wor": verify_recursive_wor, "block": verify_block, "traversal": verify_traversal}
 
-# The one table of which rules are lossless on which trees: a tree kind (how its children were
-# chosen) -> (the rule it gets by default at temperature > 0, every rule lossless on it). Greedy is
-# lossless on every kind at temperature 0, the only temperature where it samples the target.
+# The one table of which rules are lossless on which trees: a tree kind (how its children were chosen)
+# -> (its default rule at temperature > 0, every rule lossless on it; greedy only at temperature 0).
 LOSSLESS = {
     "deterministic": ("point_mass", ("greedy", "point_mass")),
     "with_replacement": ("recursive", ("greedy", "chain", "recursive", "block", "traversal")),
