@@ -1,11 +1,9 @@
 """What a decoding run did: one `Step` per target pass, built in one place (`Recorder`), and the
-statistics derived from the steps (`Stats`). The decoding loop hands each step to the recorder and
-does no bookkeeping of its own; the tools and the trace page (tools/trace.py) read the steps.
+statistics derived from the steps (`Stats`); the tools and the trace page (tools/trace.py) read them.
 
 With keep_trees a step also keeps what a trace shows (`Trace`): the tree, the rule's tests
-(`Check`) and the draft's passes (`DraftPass`). The verification rules and the drafter report
-these to a recorder, one call each; by default to `NO_RECORD`, whose calls do nothing, so that the
-rules and the drafter read as the algorithm and nothing else.
+(`Check`) and the draft's passes (`DraftPass`), reported by the rules and the drafter one call
+each; by default to `NO_RECORD`, which does nothing, so that they read as the algorithm alone.
 """
 
 from __future__ import annotations
@@ -37,14 +35,11 @@ class Step:
 
 @dataclass
 class Check:
-    """One test a verification rule made (verify.py reports each to its recorder). test: "argmax"
-    (accepted iff token == the target's argmax, `value`), "ratio" (accepted iff the uniform draw `u`
-    < `value`, the acceptance probability; u is None when value is 0 or 1 and no draw was needed),
-    "sequence" (block and traversal verification: accepted iff u < `value`, the probability of
-    keeping the whole path to this node once every candidate below it was rejected), "draw" (node's
-    next token drawn from what p still owes: `token`, accepted is False for a correction, True for
-    the bonus after a leaf). p, q: the probabilities of the token the test compared (after earlier
-    rejections), or None."""
+    """One test a verification rule made. test: "argmax" (accepted iff token == the target's argmax,
+    `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability; u None when no
+    draw was needed); "sequence" (block, traversal: iff u < `value`, the chance of keeping the path
+    to this node once all below it was rejected); "draw" (the node's next token, from what p still
+    owes: accepted False for a correction, True for the bonus). p, q: the token's, or None."""
 
     node: int
     token: int
@@ -58,15 +53,11 @@ class Check:
 
 @dataclass
 class DraftPass:
-    """One forward pass of the draft model: the nodes it fed, each as its path key (the tokens below
-    the step's root; () is the root), who proposed each (tree.SOURCES: DRAFT for the root and the
-    tree's nodes, fed so that the builder gets their children; NGRAM for stage 2's trigram guesses,
-    COPY for its guesses copied from a repeat in the context), and its rows (the catch-up tokens
-    the cache lacked first)."""
+    """One forward pass of the draft model."""
 
-    keys: list
-    origins: list
-    rows: int
+    keys: list  # the nodes it fed, as path keys (() is the root)
+    origins: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
+    rows: int  # its rows: first the catch-up tokens the cache lacked
 
 
 @dataclass
@@ -86,8 +77,8 @@ class Trace:
 
 @dataclass
 class Stats:
-    """Totals over a run's steps. Weight traffic: bytes of weights read (every tensor once per
-    forward pass) per emitted token, relative to autoregressive decoding (the paper's Table 1)."""
+    """Totals over a run's steps. Weight traffic: bytes of weights read per emitted token, relative to
+    autoregressive decoding (the paper's Table 1)."""
 
     steps: list = field(default_factory=list)
     target_weight_bytes: int = 0  # what one target pass reads
@@ -96,7 +87,7 @@ class Stats:
     target_passes = property(lambda self: len(self.steps))
     accepted = property(lambda self: [len(s.tokens) for s in self.steps])  # tokens emitted per target pass
     source = property(lambda self: [x for s in self.steps for x in s.source])
-    # Emitted tokens by who proposed them, e.g. {"target": 18, "draft": 5, "ngram": 2, "copy": 103} (paper's Fig. 3).
+    # Emitted tokens by who proposed them, {"target": n, "draft": n, "ngram": n, "copy": n} (the paper's Fig. 3).
     tally = property(lambda self: {name: self.source.count(i) for i, name in enumerate(SOURCES)})
     target_blocks = property(lambda self: [s.target_block for s in self.steps])
     draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
@@ -110,15 +101,9 @@ class Stats:
     target_bytes = property(lambda self: self.target_passes * self.target_weight_bytes)
     draft_bytes = property(lambda self: self.draft_passes * self.draft_weight_bytes)
     trees = property(lambda self: [(s.trace.tree, s.trace.path) for s in self.steps if s.trace is not None])
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return sum(self.accepted) / self.target_passes if self.steps else 0.0
-
-    @property
-    def weight_traffic(self) -> float:
-        tokens = sum(self.accepted)
-        return (self.target_bytes + self.draft_bytes) / (max(1, tokens) * self.target_weight_bytes)
+    tokens_per_pass = property(lambda self: sum(self.accepted) / self.target_passes if self.steps else 0.0)
+    weight_traffic = property(lambda self: (self.target_bytes + self.draft_bytes)
+                              / (max(1, sum(self.accepted)) * self.target_weight_bytes))
 
 
 @dataclass
@@ -147,8 +132,7 @@ NO_RECORD = NoRecord()
 
 
 class Uniforms:
-    """A random generator that notes the last uniform number it gave: Rand's coin compares one with
-    its probability, and a trace shows it beside the test (`Recorder.watch`)."""
+    """A random generator noting the last uniform number it gave (Rand.coin's), for the trace."""
 
     def __init__(self, rng):
         self.rng, self.last = rng, None
@@ -159,10 +143,9 @@ class Uniforms:
 
 
 class Recorder(NoRecord):
-    """Builds each step's `Step`: the time its phases took, what drafting cost, and with keep_trees
-    what the trace shows, reported by the loop, the drafter (`draft_pass`) and the rule (`check`,
-    `draw`). The phases are timed from when the step began (the previous `record`), when its
-    Proposal was made and when the target's pass ended; `record(...)` closes the step."""
+    """Builds each step's `Step`: its phases' times (from when it began, its Proposal was made and the
+    target's pass ended), what drafting cost, and with keep_trees what the drafter (`draft_pass`)
+    and the rule (`check`, `draw`) reported; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
@@ -171,9 +154,8 @@ class Recorder(NoRecord):
         self.checks, self.passes, self.uniforms = [], [], None
 
     def watch(self, rand):
-        """`rand`, with keep_trees drawing its numbers through `Uniforms` (the same generator, so the
-        same numbers) so that each check can show its u; a stand-in without a generator (the exact
-        enumerator's) has no u to show and is returned as it is."""
+        """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each check shows
+        its u; a stand-in without a generator (the exact enumerator's) is returned as it is."""
         if not self.keep_trees or not hasattr(rand, "rng"):
             return rand
         watched = copy.copy(rand)
@@ -184,7 +166,8 @@ class Recorder(NoRecord):
         if self.keep_trees:
             # Rand.coin draws a uniform number exactly when SURE < value < 1 - SURE: then it is the last one.
             drawn = self.uniforms is not None and SURE < value < 1.0 - SURE
-            self.checks.append(Check(int(node), int(token), test, float(value), bool(accepted), _float(p), _float(q),
+            p, q = (None if x is None else float(x) for x in (p, q))
+            self.checks.append(Check(int(node), int(token), test, float(value), bool(accepted), p, q,
                                      self.uniforms.last if drawn else None))
 
     def draw(self, node, token, probs, bonus):
@@ -213,7 +196,3 @@ class Recorder(NoRecord):
         self.stats.steps.append(step)
         self.began = time.perf_counter()
         self.checks, self.passes = [], []
-
-
-def _float(x):
-    return None if x is None else float(x)

@@ -1,9 +1,8 @@
 """A token tree as flat arrays (the Medusa/Sequoia layout), and what follows from it.
 
-Node 0 is the root: the last emitted token, not drafted. Every other node is a drafted token
-whose parent has a smaller index, so a single left-to-right pass computes anything that flows
-from the root down (depths, masks, cumulative probabilities). Only the arrays are stored;
-depths, positions and the attention mask are derived when needed.
+Node 0 is the root: the last emitted token, not drafted. Every other node is a drafted token whose
+parent has a smaller index, so one left-to-right pass computes anything that flows from the root
+down (depths, positions, the attention mask, cumulative probabilities), derived when needed.
 """
 
 from __future__ import annotations
@@ -22,12 +21,10 @@ TARGET, DRAFT, NGRAM, COPY = range(4)
 @dataclass
 class Tree:
     """tokens/parents/q: [n]; kind: how children were chosen; draft_dists: [n, V] or None; source: [n].
-
-    q[i] is the draft probability of tokens[i] under draft_dists[parents[i]] (the distribution its
-    siblings were chosen from; root 1.0). For the sampled kinds, draft_dists[i] is exactly the
-    distribution node i's children were drawn from (zeros for nodes without children): the
-    rejection rules divide by it, so it must be that distribution and no other. source[i] is who
-    proposed node i, an index into SOURCES (default: the draft; the root, emitted earlier, TARGET).
+    q[i]: the draft probability of tokens[i] among its siblings (root 1.0). For the sampled kinds,
+    draft_dists[i] is exactly the distribution node i's children were drawn from (zeros for a leaf):
+    the rejection rules divide by it. source[i]: who proposed node i, an index into SOURCES
+    (default: the draft; the root, emitted earlier, TARGET).
     """
 
     tokens: np.ndarray
@@ -42,15 +39,12 @@ class Tree:
         self.parents = np.asarray(self.parents, dtype=np.int64).reshape(-1)
         self.q = np.asarray(self.q, dtype=np.float64).reshape(-1)
         n = self.tokens.size
-        if n == 0:
-            raise ValueError("Tree: needs at least the root node")
-        if self.parents.size != n or self.q.size != n:
-            raise ValueError(f"Tree: tokens, parents, q must have the same length, "
+        if n == 0 or self.parents.size != n or self.q.size != n:
+            raise ValueError(f"Tree: tokens, parents, q must have the same length, at least 1 (the root), "
                              f"got {n}, {self.parents.size}, {self.q.size}")
         if self.parents[0] != -1:
             raise ValueError(f"Tree: parents[0] must be -1 (node 0 is the root), got {self.parents[0]}")
-        idx = np.arange(1, n)
-        if np.any(self.parents[1:] < 0) or np.any(self.parents[1:] >= idx):
+        if np.any(self.parents[1:] < 0) or np.any(self.parents[1:] >= np.arange(1, n)):
             raise ValueError("Tree: parents[i] must satisfy 0 <= parents[i] < i for every non-root node")
         if self.kind not in KINDS:
             raise ValueError(f"Tree: kind must be one of {KINDS}, got {self.kind!r}")
@@ -86,11 +80,8 @@ def parent_depths(parents):  # [n] -> [n]
 
 
 def positions(tree: Tree, prefix_len: int):  # -> [n]
-    """Position ids: prefix_len + depth, NOT prefix_len + node index.
-
-    The root is the last emitted token, not yet in the cache of length prefix_len, so it sits at
-    position prefix_len; siblings share a position because they are alternatives for one slot.
-    """
+    """Position ids: prefix_len + depth, NOT prefix_len + node index. The root (the last emitted token,
+    not yet in the cache) sits at prefix_len; siblings share a position: alternatives for one slot."""
     return prefix_len + depths(tree)
 
 
@@ -113,15 +104,12 @@ def ancestor_mask(parents):  # [n] -> [n, n] bool
 def block(seq, cache_len: int, tokens, parents, first: int = 0):
     """The inputs of one forward pass that feeds tree nodes first..n-1 after a KV cache.
 
-    tokens, parents: [n] a tree in the order its nodes are fed, node 0 the root (= seq[-1], the last
-    emitted token). Node i sits at cache slot root + i and at position root + depth(i), where
-    root = len(seq) - 1: siblings share a position, being alternatives for one place in the text.
-    The cache holds seq's first `cache_len` tokens and, on later passes of a step, nodes 0..first-1
-    (so cache_len == root + first). A step's first pass (first == 0) first feeds the committed
-    tokens the cache lacks, seq[cache_len:root] ("catch-up" rows, causal). Every tree node sees the
-    whole committed prefix, its ancestors and itself. The target feeds a whole tree in one pass; the
-    draft feeds the tree it is growing, one frontier per pass.
-
+    tokens, parents: [n] a tree in feed order, node 0 the root (seq[-1]). Node i sits at cache slot
+    root + i and position root + depth(i), root = len(seq) - 1. The cache holds seq's first
+    `cache_len` tokens and, on a step's later passes, nodes 0..first-1 (cache_len == root + first);
+    a first pass (first == 0) feeds first the committed tokens the cache lacks, seq[cache_len:root]
+    ("catch-up" rows, causal). A node sees the committed prefix, its ancestors and itself. The
+    target feeds a whole tree in one pass; the draft its growing tree, one frontier per pass.
     Returns (tokens [m], positions [m], mask [m, cache_len + m], n_catch_up), m = n_catch_up + n - first.
     """
     root, n = len(seq) - 1, len(parents)
@@ -143,8 +131,8 @@ def block(seq, cache_len: int, tokens, parents, first: int = 0):
 
 
 def path_key(tokens, parents, node: int) -> tuple:
-    """The tokens from the root (excluded) down to `node`: a node's identity across the trees of one
-    step (the draft's growing tree, stage 2's guesses, the verified tree)."""
+    """The tokens below the root down to `node`: a node's identity across one step's trees (the
+    draft's growing tree, stage 2's guesses, the verified tree)."""
     out = []
     while node > 0:
         out.append(int(tokens[node]))
@@ -177,11 +165,8 @@ def cumulative_q(tree: Tree):  # -> [n]
 
 
 def render(tree: Tree, decode_fn=None, accepted=None) -> str:
-    """Indented text: one line per node with its token, q and cumulative q; `*` marks the accepted path.
-
-    decode_fn(token) -> str shows text (repr-quoted) instead of ids; accepted is a path (list of
-    node indices, as returned by a verification rule).
-    """
+    """Indented text: one line per node with its token, q and cumulative q; `*` marks the `accepted`
+    path (node indices, as a rule returns). decode_fn(token) -> str shows text instead of ids."""
     on_path = set(int(i) for i in (accepted or ()))
     cum = cumulative_q(tree)
     show_source = bool(np.any(tree.source[1:] != DRAFT))
@@ -204,9 +189,8 @@ def render(tree: Tree, decode_fn=None, accepted=None) -> str:
 
 
 def draw_mask(tree: Tree) -> str:
-    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j. Columns are
-    one character apart, so node numbers are read down the header: its first rows hold the tens
-    (and hundreds), its last the units (column 12 reads 1 over 2)."""
+    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j. Node numbers
+    are read down the header (column 12 reads 1 over 2)."""
     mask = attention_mask(tree)
     d = depths(tree)
     n = len(tree)
