@@ -1,10 +1,9 @@
 """Tree builders over a draft callback, so model drafters, staged drafters and test tables all fit.
 
 The callback `dist_fn(tree_tokens, tree_parents, nodes) -> [len(nodes), V]` returns the draft's
-processed next-token distribution after each of the given nodes of the partial tree (passed as
-two flat arrays, parents[i] < i). Builders call it once per level with the whole frontier,
-because a model drafter expands a frontier in one tree-masked forward pass. The partial tree only
-ever grows by appending, so a drafter may cache per node index.
+processed next-token distribution after each given node of the partial tree (two flat arrays,
+parents[i] < i). Builders call it once per level with the whole frontier (a model drafter expands
+a frontier in one tree-masked pass); the partial tree only grows by appending.
 """
 
 from __future__ import annotations
@@ -15,22 +14,17 @@ from .sampling import top_ids
 from .tree import Tree
 
 
-def normalise(rows):  # [k, V] -> [k, V]
-    """Rows as exact probability vectors (what a draw samples from, and so what q must be)."""
-    rows = np.asarray(rows, dtype=np.float64)
+def expand(dist_fn, tokens, parents, nodes):  # -> [len(nodes), V]
+    """One batched dist_fn call on the partial tree, checked, its rows normalised into exact
+    probability vectors (what a draw samples from, and so what q must be)."""
+    rows = np.asarray(dist_fn(np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64),
+                              np.asarray(nodes, dtype=np.int64)), dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[0] != len(nodes):
+        raise ValueError(f"dist_fn must return [{len(nodes)}, V] for {len(nodes)} nodes, got shape {rows.shape}")
     total = rows.sum(axis=-1, keepdims=True)
     if not (total > 0).all() or rows.min() < 0:  # reductions: no [k, V] temporaries
         raise ValueError("dist_fn returned a row that is not a distribution (negative, NaN or zero mass)")
     return rows / total
-
-
-def expand(dist_fn, tokens, parents, nodes):  # -> [len(nodes), V]
-    """One batched dist_fn call on the partial tree, checked and normalised."""
-    rows = np.asarray(dist_fn(np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64),
-                              np.asarray(nodes, dtype=np.int64)))
-    if rows.ndim != 2 or rows.shape[0] != len(nodes):
-        raise ValueError(f"dist_fn must return [{len(nodes)}, V] for {len(nodes)} nodes, got shape {rows.shape}")
-    return normalise(rows)
 
 
 def top_tokens(dist, k: int):  # [V] -> [<=k]
@@ -58,9 +52,9 @@ def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool =
     """A fixed-shape tree: widths[d] children under every node at depth d.
 
     Deterministic (rand None): the top-widths[d] tokens of q with positive probability. Sampled:
-    widths[d] draws from q, with replacement (duplicates kept as separate nodes: merging them
-    would bias the output) or without replacement. Children of a node are stored in the order
-    they were drawn, which is the order the rejection rules must test them in.
+    widths[d] draws from q, with replacement (duplicates kept as separate nodes: merging them would
+    bias the output) or without; children are stored in the order drawn, the order the rules test
+    them in. Sampled kinds carry the distributions children were drawn from (draft_dists).
     """
     tokens, parents, q = [int(root_token)], [-1], [1.0]
     dists = {}  # node -> the distribution its children came from
@@ -81,18 +75,6 @@ def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool =
                 parents.append(node)
                 q.append(float(dist[x]))
         frontier = new
-    return finish(tokens, parents, q, dists, rand, replacement)
-
-
-def build_chain(root_token: int, dist_fn, k: int, rand=None) -> Tree:
-    """k drafted tokens in a chain: argmax each step (rand None) or drawn from q (the 1-child tree)."""
-    if k < 0:
-        raise ValueError(f"build_chain: k must be >= 0, got {k}")
-    return build_fixed(root_token, dist_fn, [1] * k, rand=rand, replacement=True)
-
-
-def finish(tokens, parents, q, dists, rand, replacement) -> Tree:
-    """The Tree of a fixed-shape build; sampled kinds carry the distributions children were drawn from."""
     if rand is None:
         return Tree(np.array(tokens), np.array(parents), np.array(q), kind="deterministic")
     V = next(iter(dists.values())).size if dists else 1
@@ -103,19 +85,24 @@ def finish(tokens, parents, q, dists, rand, replacement) -> Tree:
     return Tree(np.array(tokens), np.array(parents), np.array(q), kind=kind, draft_dists=draft_dists)
 
 
+def build_chain(root_token: int, dist_fn, k: int, rand=None) -> Tree:
+    """k drafted tokens in a chain: argmax each step (rand None) or drawn from q (the 1-child tree)."""
+    if k < 0:
+        raise ValueError(f"build_chain: k must be >= 0, got {k}")
+    return build_fixed(root_token, dist_fn, [1] * k, rand=rand, replacement=True)
+
+
 def build_best_first(root_token: int, dist_fn, budget: int, max_depth: int) -> Tree:
     """The dynamic tree (cf. EAGLE-2): the `budget` nodes of highest cumulative draft probability.
 
-    Definition: among all paths of depth <= max_depth with positive cumulative probability
-    (product of q along the path), take the top `budget` by (-cum, depth, path tokens), i.e.
-    ties go to the shallower, then the lexicographically smaller path (= parent, then token id).
-    The set is closed under ancestors: a child's cum never exceeds its parent's (q <= 1, and
-    rounding is monotone), and on a tie the shallower parent wins.
+    Among all paths of depth <= max_depth with positive cumulative probability (product of q along
+    the path), the top `budget` by (-cum, depth, path tokens): ties go to the shallower, then the
+    lexicographically smaller path. The set is closed under ancestors: a child's cum never exceeds
+    its parent's (q <= 1, rounding is monotone), and on a tie the shallower parent wins.
 
-    Computation: keep candidates (children of expanded nodes), select the current top `budget`,
-    expand in one dist_fn call every selected node not yet expanded, and repeat until the
-    selection has nothing left to expand. At that point any node of the true top set would have
-    an unexpanded ancestor-or-self in the selection, so the selection is the true top set.
+    Computed by selecting the top `budget` candidates (children of expanded nodes), expanding in one
+    dist_fn call every selected node not yet expanded, until none is left: then any node of the true
+    top set would have an unexpanded ancestor-or-self in the selection, so the selection is that set.
     """
     if budget < 0 or max_depth < 0:
         raise ValueError(f"build_best_first: budget and max_depth must be >= 0, got {budget}, {max_depth}")
@@ -125,9 +112,6 @@ def build_best_first(root_token: int, dist_fn, budget: int, max_depth: int) -> T
     work_tokens, work_parents = [int(root_token)], [-1]
     work_index = {(): 0}  # path (tokens after the root) -> index in the partial tree
     cand = {}  # path -> (cumulative q, q); the children of expanded nodes
-
-    def key(path):
-        return (-cand[path][0], len(path), path)
 
     def add_children(paths, rows):
         for path, dist in zip(paths, rows):
@@ -139,7 +123,7 @@ def build_best_first(root_token: int, dist_fn, budget: int, max_depth: int) -> T
 
     add_children([()], expand(dist_fn, work_tokens, work_parents, [0]))
     while True:
-        top = sorted(cand, key=key)[:budget]
+        top = sorted(cand, key=lambda p: (-cand[p][0], len(p), p))[:budget]
         todo = sorted((p for p in top if len(p) < max_depth and p not in work_index), key=lambda p: (len(p), p))
         if not todo:
             break
