@@ -1,15 +1,12 @@
 """The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram and prompt lookup
 decoding in one loop of the paper's five steps.
 
-Each step: the method (an object of methods.py) proposes a token tree rooted at the last emitted
-token (`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless
-rule accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only
-the accepted path (`compact`); the step's tokens are emitted (`emit`). A `Recorder` (record.py)
-turns each step into the `Step` every statistic is computed from. Autoregressive decoding is the
-same loop with a root-only tree. How the tree is shaped, what stage 2 does and which rule verifies
-travel in one `Plan` (plan.py, which also checks the arguments), whose defaults are constants: the
-output is a function of the arguments only. The tools (`specdec_np.tools`) measure a machine and
-pass in the plan that is fastest there.
+Each step: the method (methods.py) proposes a token tree rooted at the last emitted token
+(`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless rule
+accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
+accepted path (`compact`); the step's tokens are emitted (`emit`) and recorded (record.py).
+Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
+rule travel in one `Plan` (plan.py, which also checks the arguments).
 
 Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer
 accepted path is cut), or when the sequence fills the target's context (`stop_reason == "context"`).
@@ -38,18 +35,13 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
-    method: "ar" (target alone), "speculative" (a draft chain), "tree" (a draft token tree),
-      "staged" (a draft tree speculated by the n-gram, which also copies repeats to the target),
-      "ngram" (the n-gram drafts the tree itself), "lookup" (prompt lookup's chain, no model);
-      each is an object of methods.py.
-    plan: the tree's shape, stage 2 and the rule (`Plan()`'s constants by default).
+    method: one of methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
+      (`Plan()`'s constants by default).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
       must then be None: they would change nothing).
-    rand: the source of randomness (`sampling.Rand`; the exact enumerator passes its own);
-      default `Rand(seed)`. At temperature > 0 speculative draws its chain from q unless
-      plan.sampled says otherwise (classic speculative sampling).
-    eos: the end-of-text id, negative counting from the vocabulary's end (default END_OF_TEXT,
-      the last id: GPT-2's `<|endoftext|>`); None: decode up to max_new_tokens whatever is emitted.
+    rand: the source of randomness (`sampling.Rand`, or the exact enumerator's; default `Rand(seed)`).
+    eos: the end-of-text id, negative counting from the vocabulary's end (default END_OF_TEXT, the
+      last id: GPT-2's `<|endoftext|>`); None: no end-of-text stop.
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     """
     plan = Plan() if plan is None else plan
@@ -85,9 +77,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
 
 @dataclass(frozen=True)
 class Scored:
-    """The target's pass over a step's tree: p [n, V], the processed distribution after each node;
-    the cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `made`:
-    when the pass ended (the recorder times the step's phases from it)."""
+    """The target's pass over a step's tree: p [n, V], the processed distribution after each node; the
+    cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `made`: when."""
 
     p: np.ndarray
     start: int

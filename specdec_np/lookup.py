@@ -1,9 +1,8 @@
 """Prompt lookup: propose what followed the latest earlier occurrence of the context's last tokens.
 
-No model at all: code repeats its own names, loops and boilerplate, and a repeat found in the
-context is a free draft. Prompt lookup decoding (method "lookup") verifies such a chain every step;
-stage 2 of staged decoding (`staged.py`) copies one to the target, and guesses from one for the
-draft, when the last *three* tokens recur (`repeat_continuation`).
+No model at all: code repeats its own names, loops and boilerplate, and a repeat in the context is
+a free draft. Prompt lookup decoding (method "lookup") verifies such a chain every step; stage 2
+(`staged.py`) copies one, to the target and for the draft, when the last *three* tokens recur.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ from .tree import COPY, TARGET, Tree
 
 
 def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -> list[int]:
-    """Propose k tokens: what followed the most recent earlier occurrence of the last n tokens.
-
-    Tries n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
-    A match close to the end runs into the tokens being proposed: the sequence is then repeating a
-    loop (period = distance to the match), and the proposal goes on around that loop.
-    """
+    """Propose k tokens: what followed the most recent earlier occurrence of the last n tokens, for
+    n = max_ngram down to min_ngram (a longer match is better evidence); [] when nothing matches.
+    A match close to the end runs into the proposal: the sequence repeats a loop (its period the
+    distance to the match), and the proposal goes on around it."""
     if not 1 <= min_ngram <= max_ngram:
         raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
     if k < 1:
@@ -29,9 +26,8 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
     for n in range(max_ngram, min_ngram - 1, -1):
         if L < n + 1:
             continue
-        # Window i is t[i:i+n], for i < L - n: windows of t[:-1] exclude the suffix itself and
-        # always have a next token. It matches the suffix t[L-n:] if it agrees at every offset j:
-        # n shifted comparisons (a sliding_window_view costs more than the search, per call).
+        # Window i is t[i:i+n], i < L - n (never the suffix itself; always a next token): it matches
+        # the suffix t[L-n:] if it agrees at every offset j, n shifted comparisons.
         match = t[:L - n] == t[L - n]  # [L-n]
         for j in range(1, n):
             match &= t[j:L - n + j] == t[L - n + j]
@@ -44,10 +40,8 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
 
 def lookup_by_match(tokens, lengths) -> list[int]:
     """Prompt lookup with the chain's length set by the evidence: lengths[0] tokens after a match of
-    the last 3 tokens, lengths[1] after 2, lengths[2] after 1 (0: nothing after a match that short);
-    [] when nothing matches. Equal lengths k give `prompt_lookup(tokens, k=k)`."""
-    # Lengths by match: a one-row pass after a weak one-token match costs less than a chain seldom
-    # accepted (measured: docs/performance.md, "Other tricks in the core").
+    the last 3 tokens, lengths[1] after 2, lengths[2] after 1 (0: nothing after a match that short;
+    why: docs/performance.md); [] when nothing matches. Equal lengths k: `prompt_lookup(tokens, k=k)`."""
     tokens = np.asarray(tokens, dtype=np.int64)  # [L], converted once for the three searches
     for n, k in zip((3, 2, 1), lengths):
         proposal = prompt_lookup(tokens, max_ngram=n, min_ngram=n, k=max(k, 1))
@@ -63,8 +57,7 @@ def repeat_continuation(tokens, k: int) -> list[int]:
 
 
 def chain_tree(root: int, tokens) -> Tree:
-    """`tokens` as a deterministic chain below `root`, copied from the context (q = 1: no draft
-    probabilities); the root alone if there are none."""
+    """`tokens`, copied from the context, as a deterministic chain below `root` (q = 1); maybe none."""
     n = len(tokens)
     return Tree(tokens=np.array([root] + list(tokens), dtype=np.int64), parents=np.arange(-1, n, dtype=np.int64),
                 q=np.ones(n + 1), kind="deterministic", source=np.array([TARGET] + [COPY] * n))

@@ -39,19 +39,18 @@ class Plan:
     """How to decode: the draft tree's shape, stage 2's work, the verification rule.
 
     shape: "best_first" (the `budget` drafted nodes of highest cumulative draft probability, at most
-      `depth` deep; cf. EAGLE-2) or "fixed" (`widths[d]` children under every node at depth d).
-      Trees whose children are drawn from q (`sampled`) always have fixed widths.
+      `depth` deep; cf. EAGLE-2) or "fixed" (`widths[d]` children under every node at depth d; so
+      are trees drawn from q).
     chain: drafted tokens per step of the chain methods (speculative, lookup).
-    lookup_chains: prompt lookup's chain length by the match it copies from: (after the last 3
-      tokens matched, after 2, after 1); 0 proposes nothing after a match that short (one token
-      is weak evidence, and a one-row pass is cheap). () = `chain` after any match.
+    lookup_chains: prompt lookup's chain lengths after a match of the last 3, 2, 1 tokens (0: none
+      after a match that short, weak evidence); () = `chain` after any match.
     sampled: None (children are the draft's top tokens) or "with" / "without" replacement
       (children drawn from q: at temperature 1 they are accepted far more often than top tokens).
-    guess_len, guess_rows: stage 2 for the draft (staged): below each node the draft evaluates, the
-      n-gram guesses `guess_len` levels, evaluated in the same pass, at most `guess_rows` guessed
-      nodes per pass ("pad": as many as fill the rows a padded pass computes anyway); 0: none.
-    copy_len: stage 2 for the target (staged): when the last three tokens occurred earlier, the
-      step verifies the `copy_len` tokens that followed them, with no draft pass; 0: never.
+    guess_len, guess_rows: stage 2 for the draft (staged): the n-gram guesses `guess_len` levels below
+      each node the draft evaluates, in the same pass, at most `guess_rows` per pass ("pad": as many
+      as fill a padded pass's rows); 0: none.
+    copy_len: stage 2 for the target (staged): when the last three tokens recur, the step verifies
+      the `copy_len` tokens that followed them, with no draft pass; 0: never.
     rule: the verification rule (verify.RULES); None: greedy at temperature 0, else the lossless
       rule the tree's construction assumes.
     """
