@@ -221,8 +221,8 @@ def room(seq, n_ctx: int, depth: int) -> int:
 
 
 class Method:
-    """What every method holds: the plan, the temperature, the target's context (which bounds its
-    trees) and the n-gram; `commit` keeps nothing unless a drafter has a cache (DraftTree)."""
+    """What every method holds (each subclass sets its `name`): the plan, the temperature, the target's
+    context (which bounds its trees), the n-gram; `commit` keeps nothing unless a drafter has a cache."""
 
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
