@@ -39,7 +39,7 @@ class Check:
     `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability; u None when no
     draw was needed); "sequence" (block, traversal: iff u < `value`, the chance of keeping the path
     to this node once all below it was rejected); "draw" (the node's next token, from what p still
-    owes: accepted False for a correction, True for the bonus). p, q: the token's, or None."""
+    owes: accepted False for a correction, True for the bonus). p, q: the token's probabilities, or None."""
 
     node: int
     token: int
