@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -26,7 +27,7 @@ from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2
 from ..methods import METHODS, describe, needs_ngram, runs_draft
 from ..models import load_model, load_ngram
-from ..plan import Plan
+from ..plan import ContextFilled, Plan, check_prompt
 from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
@@ -34,7 +35,7 @@ from .acceptance import runnable
 from .choice import plans_for
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, lossless,
-                      profiled)
+                      profiled, reads)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
@@ -78,7 +79,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: off)")
     p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of tokens whose "
                    "probability reaches p (nucleus; default: off)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: 0)")
     p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
                    "predicted fastest on this machine for this pair and setting; default: the core's constant plan, "
                    "the same on every machine (default: %(default)s)")
@@ -135,9 +136,9 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
 
 
 def read_prompt(a) -> str:
-    if a.file and a.prompt:
+    if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
-    if a.file:
+    if a.file is not None:
         try:
             with open(a.file, "rb") as f:
                 return utf8(f.read(), f"--file {a.file}")
@@ -201,23 +202,19 @@ class Setup(NamedTuple):
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
-    for option, value in (("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
-        if value is not None and not value.strip():
-            raise ValueError(f"{option} is empty: give a model name or a path")
     text = read_prompt(a)
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method is None or runs_draft(a.method):
-        draft = load_model(a.draft or default_draft(a.target))
-    elif a.plan == "machine" and profiled(a.method):  # the pair's profile holds e.g. lookup's chain lengths
+    if reads("draft", a.method, a.plan):
         try:
             draft = load_model(a.draft or default_draft(a.target))
         except (ValueError, FileNotFoundError):
-            draft = None
-    # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
-    wants_ngram = a.method is not None and needs_ngram(a.method) or (draft is not None and a.plan == "machine")
-    if a.method is None or wants_ngram:
+            if a.draft is not None or a.method is None or runs_draft(a.method):
+                raise
+            # Only the pair's profile would have read the default draft (e.g. for lookup's chain
+            # lengths): without one, the constant plan.
+    if a.method is not None and needs_ngram(a.method) or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
             # built on first use and cached.
@@ -234,16 +231,13 @@ def setup(a) -> Setup:
 
 
 def check_prompt_fits(tokens, a, target, draft) -> None:
-    """The prompt must be shorter than the target's context, and than the draft's when the draft
-    may decode (with --method, or the machine's choice): a one-line error before any measurement."""
-    for option, model in (("--target", target), ("--draft", draft)):
-        if model is None or option == "--draft" and a.method is not None and not runs_draft(a.method):
-            continue
-        name = a.target if option == "--target" else a.draft or default_draft(a.target)
-        if len(tokens) >= model.config.n_ctx:
-            other = "; or --method ar or lookup, which need no draft" if option == "--draft" else ""
-            raise ValueError(f"the prompt has {len(tokens)} tokens: {option} {name} holds a context of "
-                             f"{model.config.n_ctx} (n_ctx): give a shorter prompt{other}")
+    """plan.check_prompt before any measuring, the model whose context is too short named by its option:
+    the draft's when it may decode (with --method, or the machine's choice)."""
+    try:
+        check_prompt(tokens, target, draft if a.method is None or runs_draft(a.method) else None)
+    except ContextFilled as e:
+        name = a.target if e.model == "target" else a.draft or default_draft(a.target)
+        raise ValueError(f"--{e.model} {name}: {e}") from None
 
 
 def run(a, s: Setup, keep_trees=False):
@@ -251,7 +245,7 @@ def run(a, s: Setup, keep_trees=False):
     tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
     res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
-                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed, keep_trees=keep_trees)
+                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
@@ -297,22 +291,23 @@ def cmd_trace(a) -> int:
 
 
 def file_to_write(out: Path, example: str) -> Path:
-    """--out checked before any work: the path to write, a regular file (new, or replaced whole) in a
-    directory that exists and takes new files. A symlink is written through: the file it points to
-    is replaced and the link stays a link. Anything else there (a directory, a FIFO, a device, a
-    socket) is a one-line error, never replaced."""
-    path = Path(os.path.realpath(out)) if out.is_symlink() else out
-    if path.is_symlink():  # still a link once resolved: a loop
-        raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
-    if path.is_dir():
-        raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
-    if path.exists() and not path.is_file():
-        raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
-    if not path.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
-    # The file is written as a temporary file beside it, renamed into place: try one now (os.access
-    # says yes to root even on a read-only mount).
-    with naming_out(out):
+    """--out checked before any work: the path to write, a regular file (new, or replaced whole if
+    writable) in a directory that takes new files. A symlink is written through (the link stays a
+    link); anything else there is a one-line error, never replaced."""
+    with naming_out(out):  # e.g. a name too long for the file system
+        path = Path(os.path.realpath(out)) if out.is_symlink() else out
+        if path.is_symlink():  # still a link once resolved: a loop
+            raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
+        if path.is_dir():
+            raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
+        if path.exists() and not path.is_file():
+            raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
+        if path.is_file() and not path.stat().st_mode & stat.S_IWUSR:
+            raise ValueError(f"--out {out} is read-only: make it writable to replace it, or give another file")
+        if not path.parent.is_dir():
+            raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
+        # The file is written as a temporary file beside it, renamed into place: try one now (os.access
+        # says yes to root even on a read-only mount).
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     return path
@@ -336,7 +331,7 @@ def sampling_words(a) -> str:
         words.append(f"top-k {a.top_k}")
     if a.top_p is not None:
         words.append(f"top-p {a.top_p:g}")
-    return ", ".join(words + [f"seed {a.seed}"])
+    return ", ".join(words + [f"seed {a.seed or 0}"])
 
 
 def cmd_ngram(argv) -> int:

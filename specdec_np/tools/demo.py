@@ -17,7 +17,7 @@ import numpy as np
 
 from ..decode import generate
 from ..gpt2 import forward, new_cache
-from ..methods import describe
+from ..methods import describe, drafts
 from ..models import load_embedded
 from ..plan import Plan
 from ..tokenizer import decode, encode
@@ -102,21 +102,35 @@ def table(results, base="ar") -> str:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
-    """({method: (plan, where it came from)}, layout): this machine's best plan for each method, or
-    the constants, resized by --budget/--depth as the CLI resizes them (`options.resized`), and this
-    machine's layout of the models' products ({} with the constants: the models' own)."""
+    """({method: (plan, which plan and why, in words)}, layout): this machine's best plan for each
+    method, or the constant one (--plan default, or a machine too busy to measure), resized by
+    --budget/--depth as the CLI resizes them (`options.resized`); layout: the machine's layout of the
+    models' products ({} with the constants: the models' own)."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
                                                       progress=Progress("measuring this machine"))
     for m in methods:
-        if a.plan == "default":
-            plan, origin = Plan(), "the constant plan"
+        c = chosen.get(m)
+        plan = Plan() if c is None or c.busy else c.plan
+        if not drafts(m, plan):
+            origin = "the baseline"
+        elif c is None:
+            origin = "the constant plan, as --plan default asks"
+        elif c.busy:
+            origin = f"the constant plan: not measured, {c.busy}"
         else:
-            plan, origin = chosen[m].plan, chosen[m].origin
+            origin = f"this machine's measured plan, predicted {c.speedup:.2f}x plain decoding"
         changed = resized(plan, m, a.budget, a.depth)
         check_fits(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out, next((c.layout for c in chosen.values()), {})
+
+
+def print_plans(chosen: dict) -> None:
+    """Which plan each row of the table used, and why."""
+    print("\nPlans:")
+    for m, (plan, origin) in chosen.items():
+        print(f"  {m}: {describe(m, plan)} ({origin})")
 
 
 def main(argv=None) -> int:
@@ -144,6 +158,9 @@ def main(argv=None) -> int:
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
+    if a.max_new_tokens > target.config.n_ctx - len(prompt):
+        print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
+              f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
     timed = cpu_times()
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
@@ -163,9 +180,7 @@ def main(argv=None) -> int:
     print(table(results))
     if busy := timing_note(timed):
         print(busy)
-    print("\nPlans:")
-    for m, (plan, origin) in chosen.items():
-        print(f"  {m}: {describe(m, plan)} ({origin})")
+    print_plans(chosen)
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
@@ -189,7 +204,7 @@ def main(argv=None) -> int:
         print(table(sampled))
         if busy := timing_note(timed):
             print(busy)
-        print(f"\nPlan: staged {describe('staged', splans['staged'][0])} ({splans['staged'][1]}).")
+        print_plans(splans)
         staged = sampled["staged"][0]
         print("\n" + PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     return 0

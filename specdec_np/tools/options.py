@@ -62,6 +62,14 @@ def profiled(name: str) -> bool:
     return methods.drafts(name, Plan()) and name in PROFILED
 
 
+def reads(model: str, method: str | None, plan: str) -> bool:
+    """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
+    ("draft" or "ngram"): the method runs it, or the machine's plan for it is priced on the profile
+    of the whole pair (target, draft and trigram)."""
+    runs = methods.runs_draft if model == "draft" else methods.needs_ngram
+    return method is None or runs(method) or plan == "machine" and profiled(method)
+
+
 def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
     """`plan` with --budget/--depth applied (None leaves a value as it is): a chain method's length,
     one length whatever a lookup matched; a tree becomes a best-first tree of the draft's top tokens,
@@ -177,12 +185,26 @@ def check_options(a) -> None:
     if a.top_p is not None and not 0 < a.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
     parse_widths(a.widths)
+    for option, value in (("--file", a.file), ("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give a file name" + (" or a model name" if option != "--file" else ""))
     # Options that would change nothing are errors, whichever method the machine's plan picks later.
     if a.temperature == 0:
-        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p)):
+        # Nothing is drawn at temperature 0 unless --sampled draws the trees (greedy plans never do).
+        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p), ("--seed", None if a.sampled else a.seed)):
             if value is not None:
                 raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
                                  "changes nothing: give --temperature > 0 to sample")
+    if a.top_p == 1:
+        raise ValueError("--top-p 1 keeps every token, so it changes nothing: give p < 1, or leave it out")
+    if a.recalibrate and (a.plan == "default" or a.method is not None and not profiled(a.method)):
+        plan = "--plan default" if a.plan == "default" else f"--method {a.method}"
+        raise ValueError(f"--recalibrate does nothing with {plan}, which decodes with the constant plan: it measures "
+                         "nothing")
+    for model in ("draft", "ngram"):
+        if getattr(a, model) is not None and not reads(model, a.method, a.plan):
+            raise ValueError(f"--{model} does nothing with --method {a.method} and --plan {a.plan}: it applies to "
+                             f"--method {', '.join(m for m in METHODS if reads(model, m, a.plan))}")
     if a.method is not None:
         for field in given(a):
             if not shapes(field, a.method):

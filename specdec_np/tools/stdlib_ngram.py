@@ -97,9 +97,13 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
     path = cache_file(n_vocab, files)
     if path.is_file():
         try:
-            return ngram.load(path)
-        except Exception:  # cut short, corrupted or not valid in any way: a cache is built again
-            pass
+            model = ngram.load(path)
+            if model.n_vocab == n_vocab:
+                return model
+            why = f"its vocabulary is {model.n_vocab} tokens, not {n_vocab}"
+        except Exception as e:  # cut short, corrupted or not valid in any way: a cache is built again
+            why = str(e)
+        sys.stderr.write(f"note: the cached trigram {path} is not valid ({why}): building it again\n")
     if not files:
         raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
                          "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
@@ -108,6 +112,9 @@ def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
     sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files "
                      f"of {origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
     model = build(n_vocab, files, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ngram.save(model, path)  # atomically: a temporary file renamed into place
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ngram.save(model, path)  # atomically: a temporary file renamed into place
+    except OSError as e:  # a cache that cannot be written: this run goes on without it
+        sys.stderr.write(f"note: the trigram is not cached ({path}: {e.strerror or e}): the next run builds it again\n")
     return model
