@@ -1,9 +1,9 @@
 """The offline demo (`make demo`): every method on one Python prompt, on the embedded models.
 
-Greedy first: the completion of every method must be the autoregressive one (checked and said; a
-float32 near-tie that flips a token is reported with its position and logit gap, not hidden), a
-table of speed and work, the completion coloured by which stage produced each token (the paper's
-Fig. 3), and one verification tree. Then one sampled run (top-k 50, T=1) against sampled AR.
+Greedy first: every method's completion must be the autoregressive one (checked and said; a float32
+near-tie that flips a token is reported with its logit gap), a table of speed and work, the plans,
+the completion coloured by the stage that produced each token (the paper's Fig. 3), one verification
+tree. Then one sampled run (top-k 50, T=1) against sampled AR.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..tree import COPY, NGRAM, SOURCES, render
 from .choice import plans_for
 from .costcurve import apply_layout
 from .machine import cpu_times, timing_note
-from .options import check_fits, resized
+from .options import check_fits, plan_origin, resized
 from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
@@ -42,28 +42,20 @@ MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": (
 RESET = "\033[0m"
 
 
-def use_color(stream=sys.stdout) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ
+def marked(name: str, text: str, color: bool) -> str:
+    """`text` marked as produced by stage `name`: in its colour, or between its marks."""
+    start, end = (COLORS[name], RESET) if color else MARKS[name]
+    return f"{start}{text}{end}"
 
 
 def colour_by_stage(enc, tokens, sources, color: bool) -> str:
     """The completion with each token marked by the stage that produced it (paper's Fig. 3)."""
-    out = []
-    for tok, src in zip(tokens, sources):
-        name, text = SOURCES[src], decode(enc, [tok])
-        if color:
-            out.append(f"{COLORS[name]}{text}{RESET}")
-        else:
-            a, b = MARKS[name]
-            out.append(f"{a}{text}{b}")
-    return "".join(out)
+    return "".join(marked(SOURCES[src], decode(enc, [tok]), color) for tok, src in zip(tokens, sources))
 
 
 def legend(color: bool) -> str:
-    if color:
-        return "  ".join(f"{COLORS[n]}{n}{RESET}" for n in ("copy", "ngram", "draft", "target"))
-    return "  ".join(f"{a}{n}{b}" for n, (a, b) in (("copy", MARKS["copy"]), ("ngram", MARKS["ngram"]),
-                                                    ("draft", MARKS["draft"]), ("target", ("", " (unmarked)"))))
+    names = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target"))
+    return names if color else names + " (unmarked)"
 
 
 def first_difference(a, b):
@@ -72,17 +64,15 @@ def first_difference(a, b):
 
 def logit_gap(target, prompt, tokens, i) -> float:
     """Gap between the two largest target logits before token i: how near a tie it was."""
-    seq = list(prompt) + list(tokens[:i])
-    logits = forward(target, seq, new_cache(target))[-1]
-    top2 = np.sort(logits)[-2:]
+    top2 = np.sort(forward(target, list(prompt) + list(tokens[:i]), new_cache(target))[-1])[-2:]
     return float(top2[1] - top2[0])
 
 
-def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
+def run_methods(target, draft, ngram, prompt, n_new, plans, **kw) -> dict:
+    """{method: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it."""
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        # Every run keeps its trees (the demo draws one method's), so all pay the same for it.
         res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
@@ -102,10 +92,9 @@ def table(results, base="ar") -> str:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
-    """({method: (plan, which plan and why, in words)}, layout): this machine's best plan for each
-    method, or the constant one (--plan default, or a machine too busy to measure), resized by
-    --budget/--depth as the CLI resizes them (`options.resized`); layout: the machine's layout of the
-    models' products ({} with the constants: the models' own)."""
+    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products):
+    this machine's best plan for each method or the constant one (--plan default, a busy machine),
+    resized by --budget/--depth as the CLI resizes them."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
                                                       progress=Progress("measuring this machine"))
@@ -116,18 +105,19 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
             origin = "the baseline"
         elif c is None:
             origin = "the constant plan, as --plan default asks"
-        elif c.busy:
-            origin = f"the constant plan: not measured, {c.busy}"
         else:
-            origin = f"this machine's measured plan, predicted {c.speedup:.2f}x plain decoding"
+            origin = plan_origin(c)
         changed = resized(plan, m, a.budget, a.depth)
         check_fits(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out, next((c.layout for c in chosen.values()), {})
 
 
-def print_plans(chosen: dict) -> None:
-    """Which plan each row of the table used, and why."""
+def report(results: dict, chosen: dict, timed) -> None:
+    """The runs' table, a note if the machine was busy since `timed`, which plan each row used and why."""
+    print(table(results))
+    if busy := timing_note(timed):
+        print(busy)
     print("\nPlans:")
     for m, (plan, origin) in chosen.items():
         print(f"  {m}: {describe(m, plan)} ({origin})")
@@ -150,7 +140,7 @@ def main(argv=None) -> int:
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     target, draft, ngram, enc = load_embedded()
-    color = use_color()
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     prompt = encode(enc, PROMPT)
     methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
@@ -166,21 +156,14 @@ def main(argv=None) -> int:
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
-    same = True
-    for m in methods[1:]:
-        toks = results[m][0].tokens
-        i = first_difference(ref, toks)
-        if i is not None:
-            same = False
-            print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
-                  f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
-    if same:
+    differ = {m: i for m in methods[1:] if (i := first_difference(ref, results[m][0].tokens)) is not None}
+    for m, i in differ.items():
+        print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
+              f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
+    if not differ:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
-    print(table(results))
-    if busy := timing_note(timed):
-        print(busy)
-    print_plans(chosen)
+    report(results, chosen, timed)
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
@@ -196,15 +179,11 @@ def main(argv=None) -> int:
         print(render(tree, decode_fn=lambda t: decode(enc, [t]), accepted=path))
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
-        sk = dict(temperature=1.0, top_k=50, seed=1)
         splans, _ = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])  # the same layout
         timed = cpu_times()
-        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
+        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, temperature=1.0, top_k=50, seed=1)
         print()
-        print(table(sampled))
-        if busy := timing_note(timed):
-            print(busy)
-        print_plans(splans)
+        report(sampled, splans, timed)
         staged = sampled["staged"][0]
         print("\n" + PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     return 0

@@ -1,14 +1,10 @@
 """A Katz trigram for a GPT-2 vocabulary with no trigram shipped, built once from Python's own sources.
 
-Staged decoding's second stage needs a trigram over the target's vocabulary. The embedded one
-(`weights/tiny-trigram.npz`) is for the embedded models' 8193 tokens; real GPT-2 has 50257. Rather
-than ask for one fitted by hand (`python -m specdec_np ngram fit FILES --out FILE`), the tools fit
-one on text that is on every machine that runs this code: the `.py` files of the Python standard
-library (code, as the prompts staged decoding does best on are; its tests and installed packages
-left out). That takes seconds (the files hold some 6 million GPT-2 tokens), happens on first use
-only, and the result is cached in the user's cache directory (`cache.py`, not the weights
-folder, which may be read-only), under a key of what it depends on: the tokenizer, the Python
-version and the source files. `--ngram FILE` still overrides it.
+Staged decoding's second stage needs a trigram over the target's vocabulary; the embedded one is
+for the embedded models' 8193 tokens, real GPT-2 has 50257. So the tools fit one on code every
+machine that runs this has: the standard library's `.py` files (without tests and installed
+packages), in seconds, on first use, cached in the user's cache directory (`cache.py`) under a key
+of the tokenizer, the Python version and the files. `--ngram FILE` overrides it.
 """
 
 from __future__ import annotations
@@ -44,8 +40,8 @@ def source_files() -> list[Path]:
 
 
 def cache_file(n_vocab: int, files) -> Path:
-    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of
-    everything it depends on (a file's size and modification time stand for its text)."""
+    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of what it
+    depends on (a file's size and modification time stand for its text)."""
     stats = [(str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())) for f in files]
     key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -60,40 +56,35 @@ def _stat(path: Path):
         return None
 
 
-def build(n_vocab: int, files, progress=None) -> ngram.Trigram:
-    """Fit a Katz trigram on the files' GPT-2 tokens, each file after an end-of-text token (as
-    `ngram fit` joins files). A file that cannot be read as UTF-8 is skipped. progress(done, total)
-    is called after each file and after the fit."""
+def no_progress(done, total) -> None:
+    pass
+
+
+def build(n_vocab: int, files, progress=no_progress) -> ngram.Trigram:
+    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
+    joins files), skipping a file that is not UTF-8; progress(done, total) after each file and the fit."""
     enc = get_encoding(n_vocab)
     tokens = []
     for i, path in enumerate(files):
-        try:
-            text = path.read_bytes().decode("utf-8")
+        try:  # a literal "<|endoftext|>" in a source is text here
+            tokens += [enc.eot_token, *enc.encode_ordinary(path.read_bytes().decode("utf-8"))]
         except (OSError, UnicodeDecodeError):
-            text = None
-        if text is not None:
-            tokens.append(enc.eot_token)
-            tokens.extend(enc.encode_ordinary(text))  # a literal "<|endoftext|>" in a source is text here
-        if progress:
-            progress(i + 1, len(files) + 1)
+            pass
+        progress(i + 1, len(files) + 1)
     if len(tokens) < 3:
         raise ValueError("no text to fit a trigram on: pass one with --ngram FILE (`python -m specdec_np ngram fit "
                          "FILES --out FILE` fits one)")
     model = ngram.fit(np.array(tokens, dtype=np.int64), n_vocab)
-    if progress:
-        progress(len(files) + 1, len(files) + 1)
+    progress(len(files) + 1, len(files) + 1)
     return model
 
 
-def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
-    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`); built and
-    cached atomically on first use, saying so on stderr. A cached file that does not load is rebuilt."""
-    if files is not None:
-        files, origin = [Path(f) for f in files], "the given files"
-    else:
-        files = source_files()
-        origin = SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
-            f"Python {platform.python_version()}'s standard library"
+def stdlib_trigram(n_vocab: int, progress=no_progress, files=None) -> ngram.Trigram:
+    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`): built and
+    cached on first use, saying so on stderr; a cached file that is not valid is rebuilt."""
+    origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
+        f"Python {platform.python_version()}'s standard library"
+    files = source_files() if files is None else [Path(f) for f in files]
     path = cache_file(n_vocab, files)
     if path.is_file():
         try:
