@@ -149,14 +149,10 @@ def check_rule_options(a) -> None:
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
 
 
-def parse_widths(text):
-    if text is None:
-        return None
-    try:
-        widths = [int(w) for w in text.split(",")]
-    except ValueError:
-        widths = []
-    if not widths or min(widths) < 1:
+def parse_widths(text) -> list | None:
+    """--widths "2,1,1" as [2, 1, 1]; None when not given."""
+    widths = None if text is None else [int(w) if w.strip().isdecimal() else 0 for w in text.split(",")]
+    if widths is not None and min(widths) < 1:
         raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
     return widths
 

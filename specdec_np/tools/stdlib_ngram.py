@@ -42,18 +42,11 @@ def source_files() -> list[Path]:
 def cache_file(n_vocab: int, files) -> Path:
     """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of what it
     depends on (a file's size and modification time stand for its text)."""
-    stats = [(str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())) for f in files]
+    stats = [(str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else ())) for f in files]
     key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
            "files": hashlib.sha256(json.dumps(stats).encode()).hexdigest()}
     return cache_path(f"trigram-{n_vocab}", key).with_suffix(".npz")
-
-
-def _stat(path: Path):
-    try:
-        return path.stat()
-    except OSError:
-        return None
 
 
 def no_progress(done, total) -> None:
@@ -98,7 +91,7 @@ def stdlib_trigram(n_vocab: int, progress=no_progress, files=None) -> ngram.Trig
     if not files:
         raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
                          "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
-    megabytes = sum(st.st_size for f in files if (st := _stat(f))) / 1e6
+    megabytes = sum(f.stat().st_size for f in files if f.is_file()) / 1e6
     seconds = 5 * math.ceil(megabytes / 10)  # 2 MB a second (a quiet core does more), to the next 5 s
     sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files "
                      f"of {origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")

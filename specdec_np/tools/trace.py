@@ -110,8 +110,7 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {
         "method": method, "about": about, "sources": list(SOURCES),
-        # What the page says of the method: staged (the draft with stage 2) or not.
-        "staged": methods.runs_draft(method) and methods.needs_ngram(method),
+        "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
         "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
         "tokens": result.tokens, "stop": result.stop_reason,
         "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
