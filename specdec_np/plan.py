@@ -122,7 +122,7 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(methods.METHODS)}")
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a plan.Plan, got {type(plan).__name__}")
-    prompt = check_prompt(prompt, target)
+    prompt = check_prompt(prompt, target, draft if methods.runs_draft(method) else None)
     if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not whole(seed, 0):
@@ -136,11 +136,6 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
             raise ValueError(f"method {method!r} needs a draft model")
         if draft.config.n_vocab != V:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {V} != {draft.config.n_vocab}")
-        # The draft feeds the prompt, then each step's tree below the last token: it must fit.
-        if len(prompt) >= draft.config.n_ctx:
-            raise ValueError(f"the prompt has {len(prompt)} tokens: the draft's context (n_ctx="
-                             f"{draft.config.n_ctx}) must hold more; shorten it, or decode with method 'ar' or "
-                             "'lookup'")
     methods.check_rule(method, plan, temperature)
     if methods.needs_ngram(method):
         if ngram is None:
@@ -151,8 +146,9 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
     return prompt
 
 
-def check_prompt(prompt, target) -> list:
-    """The prompt as a non-empty list of the target's token ids, shorter than its context."""
+def check_prompt(prompt, target, draft=None) -> list:
+    """The prompt as a non-empty list of the target's token ids, shorter than the target's context
+    and the draft's (given when the draft decodes)."""
     if isinstance(prompt, (str, bytes)):
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
@@ -173,7 +169,19 @@ def check_prompt(prompt, target) -> list:
     bad = [t for t in prompt if not 0 <= t < V]
     if bad:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{V - 1})")
-    if len(prompt) >= target.config.n_ctx:
-        raise ValueError(f"the prompt has {len(prompt)} tokens: it must be shorter than the context "
-                         f"(n_ctx={target.config.n_ctx})")
+    for model in (target, draft):  # each feeds the whole prompt, then decodes below it
+        if model is not None and len(prompt) >= model.config.n_ctx:
+            raise ContextFilled("target" if model is target else "draft", len(prompt), model.config.n_ctx)
     return prompt
+
+
+class ContextFilled(ValueError):
+    """A prompt that fills the context of the `model` ("target" or "draft"): a one-line error whose
+    fields let a caller name the model its own way (the CLI names the option that chose it)."""
+
+    def __init__(self, model: str, n_tokens: int, n_ctx: int):
+        self.model = model
+        other = ", ".join(m for m in methods.METHODS if not methods.runs_draft(m))
+        hint = f", or decode with a method that runs no draft ({other})" if model == "draft" else ""
+        super().__init__(f"the prompt has {n_tokens} tokens: the {model}'s context (n_ctx={n_ctx}) must hold more; "
+                         f"shorten it{hint}")

@@ -23,7 +23,7 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
-from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
+from specdec_np.tools.machine import print_timed  # marks the lines measured on this machine
 
 model = load_model("tiny-target")
 cfg = model.config

@@ -208,11 +208,10 @@ print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
 from pathlib import Path
 
 from specdec_np.tools import trace
-from specdec_np.tools.lesson import show_page
 
 Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_05_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
-show_page("out/tutorial_05_trace.html")  # inline in a notebook
+trace.show_page("out/tutorial_05_trace.html")  # inline in a notebook
 print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')
 
 # %% [markdown]

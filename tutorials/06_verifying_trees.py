@@ -326,7 +326,6 @@ print(f"positions where drawing without replacement accepts more: {wins['without
 from pathlib import Path
 
 from specdec_np.tools import trace
-from specdec_np.tools.lesson import show_page
 
 method, plan = configs["sampled w/o (recursive_wor)"]
 kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
@@ -340,7 +339,7 @@ assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e
 Path("out").mkdir(exist_ok=True)
 trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
             "temperature 1, top-k 50, seed 0")
-show_page("out/tutorial_06_trace.html")  # inline in a notebook
+trace.show_page("out/tutorial_06_trace.html")  # inline in a notebook
 
 # %% [markdown]
 # ## Try this

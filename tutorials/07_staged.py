@@ -30,7 +30,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
-from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
+from specdec_np.tools.machine import print_timed  # marks the lines measured on this machine
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")

@@ -25,11 +25,9 @@ import numpy as np
 from specdec_np.decode import generate
 from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
-from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
 from specdec_np.tokenizer import encode
-from specdec_np.tools.lesson import print_timed  # marks the lines measured on this machine
-
-from specdec_np.tools.machine import cpu_times, note, settle_threads
+from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
+from specdec_np.tools.machine import cpu_times, note, print_timed, settle_threads  # print_timed: a measured line
 
 
 settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
@@ -136,7 +134,8 @@ c_ar = cost(curves["target"], 1)
 rows, runs = [], {}
 for B in (2, 4, 8, 16):
     r, ms = timed("tree", Plan(budget=B))
-    s = runs[B] = r.stats
+    s = r.stats
+    runs[B] = (s, ms * len(r.tokens))  # its statistics and measured ms
     dpp = s.draft_passes / s.target_passes  # draft passes per step
     pred = (cost(curves["target"], B + 1) + dpp * cost(curves["draft"], np.mean(s.draft_blocks))) / s.tokens_per_pass
     rows.append((B, s.tokens_per_pass, dpp, pred, c_ar / pred, ar_ms / ms))
@@ -170,41 +169,44 @@ note(start)
 # `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
 # --curves` prints the full cost curves).
 #
-# ## The tools' cost model
+# ## What the passes leave out: a fixed cost per step
 #
-# `tools/calibration.py` measures the missing terms once per machine (about ten seconds on first use,
-# then cached in the user's cache directory): the curves cold and warm, scaled to what a pass of
-# each size costs inside the loop, and what a step, a drafting step, a draft distribution and an
-# n-gram query add, fitted on a few short timed runs. `costmodel.record_ms` prices a run's
-# counted work with them. The same runs, priced again:
+# A step also runs Python between the passes: it builds the tree, takes a softmax of each drafted
+# row, verifies. `tools/costmodel.py` adds such work as fixed costs, fitted by least squares on
+# timed runs. Here the simplest version, fitted on the runs above: for every run,
+#
+#     measured ms - ms of its passes on the curves = steps * c_step + draft passes * c_draft
+#
+# (the tools fit two more terms, a draft distribution and an n-gram query, on timed runs of their own).
 
 # %%
-from specdec_np.tools.acceptance import calibration_prompts, counts  # noqa: E402
-from specdec_np.tools.costmodel import record_ms  # noqa: E402
-from specdec_np.tools.calibration import Busy, calibration  # noqa: E402
-
-try:
-    costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
-except Busy as e:  # the tools stop measuring a machine too busy to time
-    costs = None
-    print_timed(f"this machine was too busy to measure ({e}): rerun when it is idle to see the tools' model")
+def passes_ms(s):
+    """ms of a run's forward passes on this machine's curves, each at its block size."""
+    target_ms = sum(cost(curves["target"], k) for k in s.target_blocks)
+    return target_ms + sum(cost(curves["draft"], k) for k in s.draft_blocks)
 
 
-def tools_ms_per_token(stats):
-    """The tools' prediction for a run: its counted work (every pass, step and draft row) priced."""
-    work = counts(stats, skip_first=False)
-    return record_ms(work, costs["curves"], costs["overheads"]["greedy"]) / work["tokens"]
+timed_runs = [(ar.stats, ar_ms * len(ar.tokens))] + list(runs.values())
+X = np.array([[s.target_passes, s.draft_passes] for s, _ in timed_runs], dtype=np.float64)  # [runs, 2]
+y = np.array([ms - passes_ms(s) for s, ms in timed_runs])  # [runs]
+c_step, c_draft = np.linalg.lstsq(X, y, rcond=None)[0]
+print_timed(f"fitted: c_step {c_step:.3f} ms per step, c_draft {c_draft:.3f} ms per draft pass")
 
 
-if costs is not None:
-    tools_ar = tools_ms_per_token(ar.stats)
-    print_timed(f"{'budget':>6} {'measured speedup':>16} {'lesson model':>12} {'tools model':>11}")
-    for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
-        print_timed(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>11.2f}x {tools_ar / tools_ms_per_token(runs[B]):>10.2f}x")
+def with_overheads(s):
+    """Predicted ms per token: the passes on the curves, plus the fitted fixed costs."""
+    return (passes_ms(s) + c_step * s.target_passes + c_draft * s.draft_passes) / sum(s.accepted)
+
+
+print_timed(f"{'budget':>6} {'measured speedup':>16} {'passes only':>11} {'with overheads':>14}")
+for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
+    sp_fixed = with_overheads(ar.stats) / with_overheads(runs[B][0])
+    print_timed(f"{B:>6} {sp_meas:>15.2f}x {sp_pred:>10.2f}x {sp_fixed:>13.2f}x")
 
 # %% [markdown]
-# The tools' model is what chooses each machine's plan (`choice.plan_for`), so its errors are measured
-# too: `make bench` prints its prediction next to every measured speedup.
+# These costs were fitted on the very runs they then price, so the last column describes those runs
+# rather than predicts new ones; the tools fit on timed runs of their own, and `make bench` prints
+# their prediction next to every measured speedup.
 
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve

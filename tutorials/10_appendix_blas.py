@@ -30,7 +30,7 @@ from specdec_np.tokenizer import encode
 from specdec_np.tools.blas import blas_name
 from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
 from specdec_np.tools.costmodel import pad_size
-from specdec_np.tools.lesson import print_rounding, print_timed  # mark lines measured on this machine
+from specdec_np.tools.machine import print_rounding, print_timed  # mark lines measured on this machine
 from specdec_np.tools.machine import cpu_times, note, settle_threads
 
 settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)

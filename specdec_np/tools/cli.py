@@ -1,9 +1,7 @@
 """Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
 
-`generate` decodes with this machine's plan (`choice.plans_for`: the method and plan the cost model
-predicts fastest here, measured in seconds on first use) unless `--plan default` asks for the
-core's constant one; --method, --budget, --depth, --widths, --sampled, --rule and --copy-len change
-either (`options.py`: what they mean for a plan, and their checks, made before anything is measured).
+`generate` decodes with this machine's plan (`choice.plans_for`, measured on first use) or, with
+`--plan default`, the core's constant one; the options change either (`options.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2
 from ..methods import METHODS, describe, needs_ngram, runs_draft
 from ..models import load_model, load_ngram
-from ..plan import Plan
+from ..plan import ContextFilled, Plan, check_prompt
 from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
@@ -34,32 +33,23 @@ from .acceptance import runnable
 from .choice import plans_for
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, lossless,
-                      profiled)
+                      plan_origin, profiled, reads)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
 EXAMPLES = r'''examples:
   (the embedded models write Python: give them a signature and a docstring)
   python -m specdec_np generate $'def is_prime(n):\n    """Return True if n is prime."""\n' --stats
-  python -m specdec_np generate --file prompt.py --temperature 1 --top-k 50 --seed 1
-  python -m specdec_np generate --file prompt.py --method tree --budget 16 --depth 6 --plan default
-  python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 \
+  python -m specdec_np generate --file prompt.py --method staged --temperature 1 --top-k 50 --seed 1 \
       --sampled without --widths 2,1,1
-  cat prompt.py | python -m specdec_np generate - --method speculative --depth 3
+  cat prompt.py | python -m specdec_np generate - --method tree --budget 16 --depth 6 --plan default
   python -m specdec_np generate --file prompt.py --target gpt2-large --draft gpt2   (after make weights)
-  python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --out trace.html
+  python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --plan default --out trace.html
   python -m specdec_np demo
   python -m specdec_np bench --limit 10
   python -m specdec_np weights gpt2 gpt2-large
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
 '''
-
-TRACE_EXAMPLES = r'''examples:
-  python -m specdec_np trace --file prompt.py --method staged --max-new-tokens 48 --plan default --out trace.html
-  python -m specdec_np trace --file prompt.py --method staged --temperature 1 --top-k 50 \
-      --sampled without --widths 2,1,1
-'''
-
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="prompt text, or - to read standard input")
@@ -69,8 +59,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model (default: the embedded draft for the embedded target; "
                    "gpt2 for gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
     p.add_argument("--ngram", default=None, help="Katz trigram .npz for staged/ngram methods (default: the embedded "
-                   "one for the embedded vocabulary; for GPT-2's, one fitted on Python's standard library, built on "
-                   "first use in seconds and cached)")
+                   "one; for GPT-2's vocabulary, one fitted on Python's standard library on first use, cached)")
     p.add_argument("--method", default=None, choices=METHODS, help="decoding method (default: the machine plan's "
                    "choice; staged with --plan default)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default: %(default)s)")
@@ -78,20 +67,19 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: off)")
     p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of tokens whose "
                    "probability reaches p (nucleus; default: off)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: 0)")
     p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
-                   "predicted fastest on this machine for this pair and setting; default: the core's constant plan, "
-                   "the same on every machine (default: %(default)s)")
-    p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (they are cached "
-                   "in the user's cache directory after the first run)")
+                   "predicted fastest here for this pair and setting; default: the core's constant plan, the same on "
+                   "every machine (default: %(default)s)")
+    p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (cached in the "
+                   "user's cache directory after the first run)")
     p.add_argument("--budget", type=int, default=None, help="a best-first tree of the draft's top tokens, this many "
                    "drafted tokens per target pass (instead of the plan's tree)")
     p.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth (the chain's length "
                    "for speculative and lookup)")
     p.add_argument("--widths", default=None, help="a fixed-width tree instead: children per depth, e.g. 2,1,1")
-    p.add_argument("--sampled", default=None, choices=("with", "without"),
-                   help="draw tree children from the draft with/without replacement (a fixed-width tree; "
-                   "default: the plan's choice)")
+    p.add_argument("--sampled", default=None, choices=("with", "without"), help="draw tree children from the draft "
+                   "with/without replacement (a fixed-width tree; default: the plan's choice)")
     p.add_argument("--rule", default=None, choices=tuple(RULES), help="the verification rule (default: greedy at "
                    "temperature 0, else the plan's, or the rejection rule the tree's drafting assumes); block needs a "
                    "chain and traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
@@ -101,13 +89,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, temperature):
-    """(method, plan, where it came from, layout): the machine's choice or the constants, with the options'
-    changes; `layout` is the machine's layout of the models' products (`choice.Choice.models`; {}: the models' own)."""
+    """(method, plan, the plan and where it came from in words, layout of the models' products ({}: their
+    own)): the machine's choice or the constants, with the options' changes."""
     methods = candidate_methods(a)
     check_shape(a, methods, target.config.n_ctx)
     if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
-        # Plain decoding needs no plan; the n-gram drafting alone is not profiled; a target with no
-        # draft has no pair to profile.
+        # Plain decoding and the n-gram's trees are not profiled; a target alone has no pair to profile.
         method = a.method or "staged"
         plan = changed(Plan(), method, a)
         check_rule(plan, method, temperature)
@@ -122,68 +109,55 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         asked = asked or (None,)
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
                             Progress("measuring this machine (first run only)"))
-        # The fastest with the options applied whose rule is lossless for its trees (--rule without
-        # --method: some methods' plans may draft trees the rule cannot verify); if none, the
-        # fastest's error.
+        # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
         shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
         choice, plan = next(((c, p) for c, p in shaped if lossless(p, c.method, temperature)), shaped[0])
         method, layout = choice.method, choice.layout
         check_rule(plan, method, temperature)
-        among = "" if asked == (None,) or a.method else f" of {', '.join(asked)}"
-        origin = choice.origin.replace("this machine's", f"this machine's{among}", 1)
+        origin = plan_origin(choice, "" if asked == (None,) or a.method else f" of {', '.join(asked)}")
     return method, plan, f"{describe(method, plan)} ({origin}{', changed by options' if given(a) else ''})", layout
 
 
 def read_prompt(a) -> str:
-    if a.file and a.prompt:
+    if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
-    if a.file:
+    if a.file is not None:
         try:
-            with open(a.file, "rb") as f:
-                return utf8(f.read(), f"--file {a.file}")
+            return utf8(Path(a.file).read_bytes(), f"the prompt (--file {a.file})")
         except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
             raise ValueError(f"--file {a.file}: {e.strerror or e}") from None
+    if a.prompt not in (None, "-"):
+        return a.prompt
     if sys.stdin is None:  # started with standard input closed (`<&-`)
-        if a.prompt == "-":
-            raise ValueError("the prompt is - (standard input), but standard input is closed: give the prompt as "
-                             "an argument or with --file")
-        if a.prompt is None:
-            raise ValueError("no prompt: give it as an argument or with --file (standard input is closed)")
-    elif a.prompt == "-" or a.prompt is None and not sys.stdin.isatty():
-        return utf8(sys.stdin.buffer.read(), "standard input")
-    if a.prompt is None:
+        raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
+    if a.prompt is None and sys.stdin.isatty():
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
-    return a.prompt
+    return utf8(sys.stdin.buffer.read(), "the prompt (standard input)")
 
 
-def utf8(data: bytes, where: str) -> str:
+def utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"the prompt ({where}) is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") \
-            from None
+        raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
 
 
 EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
 
-# A target without a draft named on the command line gets the draft it was made for, or the
-# smallest model of its family (the paper's draft was 15-20x smaller than its target).
-DEFAULT_DRAFTS = {"gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2", "gpt2": "distilgpt2"}
+# A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
+DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
+                  "gpt2": "distilgpt2"}
 
 
 def default_draft(target_arg: str) -> str:
-    embedded = WEIGHTS_DIR / "tiny-target"
-    try:
-        if target_arg == "tiny-target" or resolve(target_arg).resolve() == embedded.resolve():
-            return "tiny-draft"
-    except FileNotFoundError:
-        pass
     name = Path(target_arg).name if Path(target_arg).parent == WEIGHTS_DIR else target_arg
+    with contextlib.suppress(FileNotFoundError):  # the embedded target, by any path
+        if resolve(target_arg).resolve() == (WEIGHTS_DIR / "tiny-target").resolve():
+            name = "tiny-target"
     if name in DEFAULT_DRAFTS:
         return DEFAULT_DRAFTS[name]
     defaults = ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
-    raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft "
-                     f"(defaults: tiny-target -> tiny-draft, {defaults})")
+    raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft (defaults: {defaults})")
 
 
 class Setup(NamedTuple):
@@ -201,83 +175,59 @@ class Setup(NamedTuple):
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
-    for option, value in (("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
-        if value is not None and not value.strip():
-            raise ValueError(f"{option} is empty: give a model name or a path")
     text = read_prompt(a)
     target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
-    if a.method is None or runs_draft(a.method):
-        draft = load_model(a.draft or default_draft(a.target))
-    elif a.plan == "machine" and profiled(a.method):  # the pair's profile holds e.g. lookup's chain lengths
+    if reads("draft", a.method, a.plan):
         try:
             draft = load_model(a.draft or default_draft(a.target))
         except (ValueError, FileNotFoundError):
-            draft = None
-    # The machine's plan is chosen from the profile of the whole pair (target, draft, trigram).
-    wants_ngram = a.method is not None and needs_ngram(a.method) or (draft is not None and a.plan == "machine")
-    if a.method is None or wants_ngram:
+            if a.draft is not None or a.method is None or runs_draft(a.method):
+                raise  # else only the pair's profile would have read it: the constant plan
+    if a.method is not None and needs_ngram(a.method) or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
-            # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources,
-            # built on first use and cached.
+            # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
             ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:
                 raise ValueError(f"--ngram {a.ngram}: the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
-    check_prompt_fits(encode(enc, text), a, target, draft)
+    try:  # the draft's context too when it may decode (with --method, or the machine's choice)
+        check_prompt(encode(enc, text), target, draft if a.method is None or runs_draft(a.method) else None)
+    except ContextFilled as e:  # named by the option that chose the model
+        raise ValueError(f"--{e.model} {a.target if e.model == 'target' else a.draft or default_draft(a.target)}: "
+                         f"{e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
     target, draft = apply_layout(layout, target, draft)
     return Setup(text, target, draft, ngram, enc, method, plan, about)
 
 
-def check_prompt_fits(tokens, a, target, draft) -> None:
-    """The prompt must be shorter than the target's context, and than the draft's when the draft
-    may decode (with --method, or the machine's choice): a one-line error before any measurement."""
-    for option, model in (("--target", target), ("--draft", draft)):
-        if model is None or option == "--draft" and a.method is not None and not runs_draft(a.method):
-            continue
-        name = a.target if option == "--target" else a.draft or default_draft(a.target)
-        if len(tokens) >= model.config.n_ctx:
-            other = "; or --method ar or lookup, which need no draft" if option == "--draft" else ""
-            raise ValueError(f"the prompt has {len(tokens)} tokens: {option} {name} holds a context of "
-                             f"{model.config.n_ctx} (n_ctx): give a shorter prompt{other}")
-
-
-def run(a, s: Setup, keep_trees=False):
-    """(the prompt's tokens, generate's Result, seconds) for the options `a`."""
+def run(a, keep_trees=False) -> tuple:
+    """(Setup, the prompt's tokens, generate's Result) for the options `a`; --stats printed to stderr."""
+    s = setup(a)
     tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
     res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
-                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed, keep_trees=keep_trees)
+                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
               f"({s.target.config.n_ctx} tokens)", file=sys.stderr)
-    if a.stats:
-        print_stats(s, res, dt)
-    return tokens, res, dt
-
-
-def print_stats(s: Setup, res, dt: float) -> None:
     st = res.stats
-    print(f"method {s.method}: {s.about}\n"
-          f"{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} tokens/s), "
-          f"stop: {res.stop_reason}\n"
-          f"target passes {st.target_passes}, tokens per target pass {st.tokens_per_pass:.2f}, "
-          f"draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
-          f"weight traffic {st.weight_traffic:.2f}"
-          f" x autoregressive; time: draft {st.time_draft:.2f} s, target {st.time_target:.2f} s, "
-          f"verify {st.time_verify:.2f} s\n"
-          "tokens by stage: " + ", ".join(f"{n} {count}" for n, count in st.tally.items()),
-          file=sys.stderr)
+    if a.stats:
+        print(f"method {s.method}: {s.about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
+              f"tokens/s), stop: {res.stop_reason}\ntarget passes {st.target_passes}, tokens per target pass "
+              f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
+              f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
+              f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
+              + ", ".join(f"{n} {count}" for n, count in st.tally.items()), file=sys.stderr)
+    return s, tokens, res
 
 
 def cmd_generate(a) -> int:
-    s = setup(a)
-    _, res, _ = run(a, s)
+    s, _, res = run(a)
     # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
     tokens = res.tokens[:-1] if res.stop_reason == "eos" else res.tokens
     sys.stdout.write(s.text + decode(s.enc, tokens) + "\n")
@@ -287,8 +237,7 @@ def cmd_generate(a) -> int:
 def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
     out = file_to_write(Path(a.out), "trace.html")
-    s = setup(a)
-    tokens, res, _ = run(a, s, keep_trees=True)
+    s, tokens, res = run(a, keep_trees=True)
     with naming_out(a.out):
         trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
@@ -297,22 +246,23 @@ def cmd_trace(a) -> int:
 
 
 def file_to_write(out: Path, example: str) -> Path:
-    """--out checked before any work: the path to write, a regular file (new, or replaced whole) in a
-    directory that exists and takes new files. A symlink is written through: the file it points to
-    is replaced and the link stays a link. Anything else there (a directory, a FIFO, a device, a
-    socket) is a one-line error, never replaced."""
-    path = Path(os.path.realpath(out)) if out.is_symlink() else out
-    if path.is_symlink():  # still a link once resolved: a loop
-        raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
-    if path.is_dir():
-        raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
-    if path.exists() and not path.is_file():
-        raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
-    if not path.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
-    # The file is written as a temporary file beside it, renamed into place: try one now (os.access
-    # says yes to root even on a read-only mount).
-    with naming_out(out):
+    """--out checked before any work: the path to write, a regular file (new, or replaced whole if
+    writable) in a directory that takes new files. A symlink is written through (the link stays a
+    link); anything else there is a one-line error, never replaced."""
+    with naming_out(out):  # e.g. a name too long for the file system
+        path = Path(os.path.realpath(out)) if out.is_symlink() else out
+        if path.is_symlink():  # still a link once resolved: a loop
+            raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
+        if path.is_dir():
+            raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
+        if path.exists() and not path.is_file():
+            raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
+        if path.is_file() and not path.stat().st_mode & stat.S_IWUSR:
+            raise ValueError(f"--out {out} is read-only: make it writable to replace it, or give another file")
+        if not path.parent.is_dir():
+            raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
+        # The file is written as a temporary file beside it, renamed into place: try one now (os.access
+        # says yes to root even on a read-only mount).
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     return path
@@ -329,19 +279,13 @@ def naming_out(out):
 
 def sampling_words(a) -> str:
     """The sampling options in words: "greedy", or "temperature 1, top-k 50, seed 0"."""
-    if a.temperature == 0:
-        return "greedy"
-    words = [f"temperature {a.temperature:g}"]
-    if a.top_k is not None:
-        words.append(f"top-k {a.top_k}")
-    if a.top_p is not None:
-        words.append(f"top-p {a.top_p:g}")
-    return ", ".join(words + [f"seed {a.seed}"])
+    words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
+             f"seed {a.seed or 0}"]
+    return ", ".join(w for w in words if w) if a.temperature else "greedy"
 
 
 def cmd_ngram(argv) -> int:
-    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab 50257 | --vocab-from CHECKPOINT]`; argv
-    starts after `ngram`."""
+    """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab N | --vocab-from CHECKPOINT]`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
                                  description="Fit a Katz backoff trigram on GPT-2 BPE tokens of text files.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -360,9 +304,7 @@ def cmd_ngram(argv) -> int:
                    "(default: %(default)s)")
     args = ap.parse_args(argv)
     out = file_to_write(args.out, "trigram.npz")
-    n_vocab = args.n_vocab or 50257
-    if args.vocab_from is not None:
-        n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab
+    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab or 50257
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
@@ -372,13 +314,7 @@ def cmd_ngram(argv) -> int:
             raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
         if i:
             tokens.append(enc.eot_token)
-        data = name.read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"text file {name} is not UTF-8: byte {e.start} is {data[e.start:e.start + 1]!r} "
-                             "(convert it, or leave it out)") from None
-        tokens.extend(encode(enc, text))
+        tokens.extend(encode(enc, utf8(name.read_bytes(), f"text file {name}")))
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
@@ -386,9 +322,8 @@ def cmd_ngram(argv) -> int:
     model = ngram_lib.fit(np.array(tokens, dtype=np.int64), n_vocab, katz_k=args.katz_k, min_count=args.min_count)
     with naming_out(args.out):
         ngram_lib.save(model, out)
-    print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: "
-          f"{len(model.bi_tok)} bigrams, {len(model.tri_tok)} trigrams -> {args.out} "
-          f"({args.out.stat().st_size / 1e6:.1f} MB)")
+    print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: {len(model.bi_tok)} bigrams, "
+          f"{len(model.tri_tok)} trigrams -> {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
     return 0
 
 
@@ -398,18 +333,17 @@ def main(argv=None) -> int:
                                  description="Staged speculative decoding for GPT-2 in NumPy.", epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,trace,demo,bench,weights,ngram}")
-    g = sub.add_parser("generate", help="generate a completion", epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_generate_args(g)
-    t = sub.add_parser("trace", help="decode like generate and write every step as one HTML page",
-                       epilog=TRACE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_generate_args(t)
-    t.add_argument("--out", default="trace.html", help="the HTML file to write (default: %(default)s)")
-    sub.add_parser("demo", help="the offline demo on the embedded models", add_help=False)
-    sub.add_parser("bench", help="benchmark: the paper's tables on this CPU", add_help=False)
-    sub.add_parser("weights", help="download real GPT-2 checkpoints into weights/", add_help=False)
-    sub.add_parser("ngram", help="fit a Katz trigram on text files", add_help=False)
-    if argv and argv[0] in ("demo", "bench", "weights", "ngram"):  # these parse their own arguments
+    for name, text in (("generate", "generate a completion"),
+                       ("trace", "decode like generate and write every step as one HTML page")):
+        add_generate_args(sub.add_parser(name, help=text, epilog=EXAMPLES,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    sub.choices["trace"].add_argument("--out", default="trace.html", help="the HTML file to write (default: "
+                                      "%(default)s)")
+    own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
+           "weights": "download real GPT-2 checkpoints into weights/", "ngram": "fit a Katz trigram on text files"}
+    for name, text in own.items():  # these parse their own arguments
+        sub.add_parser(name, help=text, add_help=False)
+    if argv and argv[0] in own:
         cmd, rest = argv[0], argv[1:]
     else:
         a = ap.parse_args(argv)
@@ -421,17 +355,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     try:
-        if cmd == "generate":
-            return cmd_generate(a)
-        if cmd == "trace":
-            return cmd_trace(a)
-        if cmd == "weights":
-            return download.main(rest)
-        if cmd == "ngram":
-            return cmd_ngram(rest)
-        if cmd == "demo":
-            return demo.main(rest)
-        return bench.main(rest)
+        if rest is None:
+            return cmd_generate(a) if cmd == "generate" else cmd_trace(a)
+        return {"weights": download.main, "ngram": cmd_ngram, "demo": demo.main, "bench": bench.main}[cmd](rest)
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,9 +1,9 @@
 """The offline demo (`make demo`): every method on one Python prompt, on the embedded models.
 
-Greedy first: the completion of every method must be the autoregressive one (checked and said; a
-float32 near-tie that flips a token is reported with its position and logit gap, not hidden), a
-table of speed and work, the completion coloured by which stage produced each token (the paper's
-Fig. 3), and one verification tree. Then one sampled run (top-k 50, T=1) against sampled AR.
+Greedy first: every method's completion must be the autoregressive one (checked and said; a float32
+near-tie that flips a token is reported with its logit gap), a table of speed and work, the plans,
+the completion coloured by the stage that produced each token (the paper's Fig. 3), one verification
+tree. Then one sampled run (top-k 50, T=1) against sampled AR.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..decode import generate
 from ..gpt2 import forward, new_cache
-from ..methods import describe
+from ..methods import describe, drafts
 from ..models import load_embedded
 from ..plan import Plan
 from ..tokenizer import decode, encode
@@ -25,7 +25,7 @@ from ..tree import COPY, NGRAM, SOURCES, render
 from .choice import plans_for
 from .costcurve import apply_layout
 from .machine import cpu_times, timing_note
-from .options import check_fits, resized
+from .options import check_fits, plan_origin, resized
 from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
@@ -42,28 +42,20 @@ MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": (
 RESET = "\033[0m"
 
 
-def use_color(stream=sys.stdout) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ
+def marked(name: str, text: str, color: bool) -> str:
+    """`text` marked as produced by stage `name`: in its colour, or between its marks."""
+    start, end = (COLORS[name], RESET) if color else MARKS[name]
+    return f"{start}{text}{end}"
 
 
 def colour_by_stage(enc, tokens, sources, color: bool) -> str:
     """The completion with each token marked by the stage that produced it (paper's Fig. 3)."""
-    out = []
-    for tok, src in zip(tokens, sources):
-        name, text = SOURCES[src], decode(enc, [tok])
-        if color:
-            out.append(f"{COLORS[name]}{text}{RESET}")
-        else:
-            a, b = MARKS[name]
-            out.append(f"{a}{text}{b}")
-    return "".join(out)
+    return "".join(marked(SOURCES[src], decode(enc, [tok]), color) for tok, src in zip(tokens, sources))
 
 
 def legend(color: bool) -> str:
-    if color:
-        return "  ".join(f"{COLORS[n]}{n}{RESET}" for n in ("copy", "ngram", "draft", "target"))
-    return "  ".join(f"{a}{n}{b}" for n, (a, b) in (("copy", MARKS["copy"]), ("ngram", MARKS["ngram"]),
-                                                    ("draft", MARKS["draft"]), ("target", ("", " (unmarked)"))))
+    names = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target"))
+    return names if color else names + " (unmarked)"
 
 
 def first_difference(a, b):
@@ -72,17 +64,15 @@ def first_difference(a, b):
 
 def logit_gap(target, prompt, tokens, i) -> float:
     """Gap between the two largest target logits before token i: how near a tie it was."""
-    seq = list(prompt) + list(tokens[:i])
-    logits = forward(target, seq, new_cache(target))[-1]
-    top2 = np.sort(logits)[-2:]
+    top2 = np.sort(forward(target, list(prompt) + list(tokens[:i]), new_cache(target))[-1])[-2:]
     return float(top2[1] - top2[0])
 
 
-def run_methods(target, draft, ngram, prompt, n_new, plans, **kw):
+def run_methods(target, draft, ngram, prompt, n_new, plans, **kw) -> dict:
+    """{method: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it."""
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        # Every run keeps its trees (the demo draws one method's), so all pay the same for it.
         res = generate(target, prompt, n_new, method=m, draft=draft, ngram=ngram, plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
@@ -102,21 +92,35 @@ def table(results, base="ar") -> str:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
-    """({method: (plan, where it came from)}, layout): this machine's best plan for each method, or
-    the constants, resized by --budget/--depth as the CLI resizes them (`options.resized`), and this
-    machine's layout of the models' products ({} with the constants: the models' own)."""
+    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products):
+    this machine's best plan for each method or the constant one (--plan default, a busy machine),
+    resized by --budget/--depth as the CLI resizes them."""
     out = {}
     chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
                                                       progress=Progress("measuring this machine"))
     for m in methods:
-        if a.plan == "default":
-            plan, origin = Plan(), "the constant plan"
+        c = chosen.get(m)
+        plan = Plan() if c is None or c.busy else c.plan
+        if not drafts(m, plan):
+            origin = "the baseline"
+        elif c is None:
+            origin = "the constant plan, as --plan default asks"
         else:
-            plan, origin = chosen[m].plan, chosen[m].origin
+            origin = plan_origin(c)
         changed = resized(plan, m, a.budget, a.depth)
         check_fits(changed, m, target.config.n_ctx)
         out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
     return out, next((c.layout for c in chosen.values()), {})
+
+
+def report(results: dict, chosen: dict, timed) -> None:
+    """The runs' table, a note if the machine was busy since `timed`, which plan each row used and why."""
+    print(table(results))
+    if busy := timing_note(timed):
+        print(busy)
+    print("\nPlans:")
+    for m, (plan, origin) in chosen.items():
+        print(f"  {m}: {describe(m, plan)} ({origin})")
 
 
 def main(argv=None) -> int:
@@ -136,7 +140,7 @@ def main(argv=None) -> int:
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     target, draft, ngram, enc = load_embedded()
-    color = use_color()
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     prompt = encode(enc, PROMPT)
     methods = ["ar", "speculative", "tree", "staged", "lookup"]  # lookup: a reference outside the paper
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
@@ -144,28 +148,22 @@ def main(argv=None) -> int:
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
+    if a.max_new_tokens > target.config.n_ctx - len(prompt):
+        print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
+              f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
     timed = cpu_times()
     results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
-    same = True
-    for m in methods[1:]:
-        toks = results[m][0].tokens
-        i = first_difference(ref, toks)
-        if i is not None:
-            same = False
-            print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
-                  f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
-    if same:
+    differ = {m: i for m in methods[1:] if (i := first_difference(ref, results[m][0].tokens)) is not None}
+    for m, i in differ.items():
+        print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
+              f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
+    if not differ:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
-    print(table(results))
-    if busy := timing_note(timed):
-        print(busy)
-    print("\nPlans:")
-    for m, (plan, origin) in chosen.items():
-        print(f"  {m}: {describe(m, plan)} ({origin})")
+    report(results, chosen, timed)
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
@@ -181,15 +179,11 @@ def main(argv=None) -> int:
         print(render(tree, decode_fn=lambda t: decode(enc, [t]), accepted=path))
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")
-        sk = dict(temperature=1.0, top_k=50, seed=1)
         splans, _ = plans(a, target, draft, ngram, enc, 1.0, ["ar", "staged"])  # the same layout
         timed = cpu_times()
-        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, **sk)
+        sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, temperature=1.0, top_k=50, seed=1)
         print()
-        print(table(sampled))
-        if busy := timing_note(timed):
-            print(busy)
-        print(f"\nPlan: staged {describe('staged', splans['staged'][0])} ({splans['staged'][1]}).")
+        report(sampled, splans, timed)
         staged = sampled["staged"][0]
         print("\n" + PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     return 0

@@ -5,7 +5,10 @@ other processes use the CPU are slow and noisy (and OpenBLAS's threads stall whi
 holds a core), so the tools measure the others' share of the cores from /proc/stat around what
 they time (`cpu_times`, `others_since`), say so under timed figures (`timing_note`, `note`), keep
 no costs measured while busy (`busy_warning`) and give BLAS one thread on a busy machine
-(`settle_threads`). The lessons time things too and import their note from here.
+(`settle_threads`). The lessons time things too and import their note from here, and print what
+varies from run to run through `print_timed` (a clock's figures) and `print_rounding` (a float32
+rounding error, which depends on the BLAS kernel): tests/docs/test_tutorials.py compares a lesson's
+notebook with the suite's run of it line by line, skipping the lines they mark.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import numpy as np
 
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
-from .lesson import print_timed
 
+TIMED, ROUNDING = "[timed]", "[rounding]"  # the marks of `print_timed`'s and `print_rounding`'s lines
+MARKS = (TIMED, ROUNDING)
 BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
 MIN_WINDOW = 0.2  # seconds: a shorter window says nothing about the load
 
@@ -142,3 +146,17 @@ def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
     where every claim held: what lessons print after each timed section."""
     if line := timing_note(start, contradicted, why):
         print_timed(line)  # marked: tests/docs/test_tutorials.py compares a lesson's other lines with its notebook
+
+
+def print_timed(*args, sep: str = " ", end: str = "\n") -> None:
+    """print(), every line marked TIMED: a figure measured on this machine, now."""
+    marked(TIMED, args, sep, end)
+
+
+def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
+    """print(), every line marked ROUNDING: a float32 rounding error of this BLAS."""
+    marked(ROUNDING, args, sep, end)
+
+
+def marked(mark: str, args, sep: str, end: str) -> None:
+    print("\n".join(f"{mark} {line}" for line in sep.join(str(a) for a in args).split("\n")), end=end)

@@ -1,11 +1,8 @@
-"""The command line's options in the plan's terms, and their checks.
+"""The command line's options in the plan's terms, and their checks, made before anything is loaded or measured.
 
-The options that shape a plan (--budget, --depth, --widths, --sampled, --rule, --copy-len) set the
-`Plan` fields of the same names (`OPTIONS`, the one map from field names to option names). Which
+The options that shape a plan set the `Plan` fields of the same names (`OPTIONS` maps them). Which
 methods each shapes follows from the methods' properties (`shapes`), where a rule is lossless from
-`verify.LOSSLESS` (`lossless_on`), and the size of a step's tree is checked by the core
-(`methods.check_size`), its message put in the options' words (`in_options`). Every check runs
-before anything is loaded or measured, and an option that would change nothing is an error.
+`verify.LOSSLESS` (`lossless_on`); an option that would change nothing is an error.
 """
 
 from __future__ import annotations
@@ -27,14 +24,12 @@ SHAPING = ("budget", "depth", "widths", "sampled", "rule", "copy_len")  # the op
 KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
          "with_replacement": "trees whose children are drawn from the draft with replacement (--sampled with, or "
                              "--method speculative at temperature > 0)",
-         "without_replacement": "trees whose children are drawn from the draft without replacement (--sampled "
-                                "without)"}
+         "without_replacement": "trees whose children are drawn from the draft without replacement (--sampled without)"}
 
 
 def shapes(field: str, name: str) -> bool:
-    """Whether the option setting plan `field` changes what method `name` drafts, from its properties:
-    only a method that drafts has a depth and a rule, only a tree (not a chain) a budget, only the
-    draft model's trees widths and drawn children, only the draft with stage 2 copies (copy_len)."""
+    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts
+    has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
     drafts = methods.drafts(name, Plan())
     tree = drafts and not methods.proposes_chain(name)
     draft_tree = tree and methods.runs_draft(name)
@@ -48,13 +43,11 @@ def given(a) -> list[str]:
 
 
 def candidate_methods(a) -> tuple:
-    """The methods the options allow: --method, else those every option given shapes (in METHODS'
-    order; () when no option narrows the choice). Without --method the machine's plan is chosen
-    among them, so whether the options are valid never depends on what the measurement picks."""
+    """The methods the options allow: --method, else those every option given shapes (() when none
+    narrows the choice): whether the options are valid never depends on what the measurement picks."""
     if a.method is not None:
         return (a.method,)
-    fields = given(a)
-    return tuple(m for m in METHODS if all(shapes(f, m) for f in fields)) if fields else ()
+    return tuple(m for m in METHODS if all(shapes(f, m) for f in given(a))) if given(a) else ()
 
 
 def profiled(name: str) -> bool:
@@ -62,10 +55,24 @@ def profiled(name: str) -> bool:
     return methods.drafts(name, Plan()) and name in PROFILED
 
 
+def plan_origin(choice, among: str = "") -> str:
+    """Where a `choice.Choice`'s plan came from, in words: measured, or the constant plan and why
+    (`among`: the methods it was chosen among, e.g. " of tree, staged")."""
+    if choice.busy:
+        return f"the constant plan: not measured, {choice.busy}"
+    return f"this machine's measured plan{among}, predicted {choice.speedup:.2f}x plain decoding"
+
+
+def reads(model: str, method: str | None, plan: str) -> bool:
+    """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
+    ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
+    runs = methods.runs_draft if model == "draft" else methods.needs_ngram
+    return method is None or runs(method) or plan == "machine" and profiled(method)
+
+
 def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
-    """`plan` with --budget/--depth applied (None leaves a value as it is): a chain method's length,
-    one length whatever a lookup matched; a tree becomes a best-first tree of the draft's top tokens,
-    since a drawn tree and the rule chosen for it do not carry over."""
+    """`plan` with --budget/--depth applied (None: unchanged): a chain's one length, or a best-first
+    tree of the draft's top tokens (a drawn tree and the rule chosen for it do not carry over)."""
     if methods.proposes_chain(method):
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
     if not methods.drafts(method, plan) or budget is None and depth is None:  # plain decoding has no tree to resize
@@ -76,38 +83,31 @@ def resized(plan: Plan, method: str, budget: int | None = None, depth: int | Non
 
 
 def changed(plan: Plan, method: str, a) -> Plan:
-    """`plan` as `method` uses it, with the options' changes: --budget/--depth resize it (`resized`),
-    --widths/--sampled/--copy-len/--rule set those fields."""
+    """`plan` with the options' changes: --budget/--depth resize it, the others set their fields."""
     change = {f: getattr(a, f) for f in ("sampled", "copy_len", "rule") if getattr(a, f) is not None}
     if a.widths is not None:
         change.update(shape="fixed", widths=parse_widths(a.widths))
     return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
 
 
-def in_options(message: str) -> str:
-    """A core message about a plan in the command line's words: each `field=value` as `--option value`."""
-    return re.sub(r"\b([a-z_]+)=", lambda m: f"{OPTIONS[m[1]]} " if m[1] in OPTIONS else m[0],
-                  message.removeprefix("plan: "))
-
-
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
-    """`methods.check_size` (a step's block within the target's context) in the options' words."""
+    """`methods.check_size` (a step's block within the target's context) in the options' words: each
+    `field=value` of its message as `--option value`."""
     try:
         methods.check_size(method, plan, n_ctx)
     except ValueError as e:
-        raise ValueError(in_options(str(e))) from None
+        raise ValueError(re.sub(r"\b([a-z_]+)=", lambda m: f"{OPTIONS[m[1]]} " if m[1] in OPTIONS else m[0],
+                                str(e).removeprefix("plan: "))) from None
 
 
 def check_shape(a, candidates, n_ctx: int) -> None:
-    """The tree options against the target's context, for every method they may shape: before any
-    measurement, so the answer does not depend on which of them the machine's plan picks."""
+    """The tree options against the target's context, for every method they may shape."""
     for method in candidates or ("staged",):
         check_fits(dataclasses.replace(changed(Plan(copy_len=0), method, a), rule=None), method, n_ctx)
 
 
 def lossless_on(rule: str) -> str:
-    """Where `rule` is lossless, in the command line's terms: the tree kinds `verify.LOSSLESS` allows
-    it on, and a chain for the rules that verify one (`verify.CHAIN_RULES`); greedy at temperature 0."""
+    """Where `rule` is lossless (`verify.LOSSLESS`, `verify.CHAIN_RULES`), in the command line's terms."""
     if rule == "greedy":
         return "at --temperature 0"
     kinds = " or on ".join(KINDS[k] for k, (_, rules) in verify.LOSSLESS.items() if rule in rules)
@@ -116,8 +116,7 @@ def lossless_on(rule: str) -> str:
 
 
 def check_rule(plan: Plan, method: str, temperature: float) -> None:
-    """methods.check_rule in the command line's terms: the plan's rule must be lossless for the trees
-    the method drafts; the error says which options give such trees."""
+    """methods.check_rule in the command line's terms, saying which options give such trees."""
     try:
         methods.check_rule(method, plan, temperature)
     except ValueError:
@@ -126,16 +125,13 @@ def check_rule(plan: Plan, method: str, temperature: float) -> None:
 
 
 def lossless(plan: Plan, method: str, temperature: float) -> bool:
-    try:
-        check_rule(plan, method, temperature)
-    except ValueError:
-        return False
-    return True
+    """Whether `check_rule` accepts the plan's rule."""
+    return plan.rule is None or not methods.drafts(method, plan) or plan.rule in methods.lossless_rules(
+        method, plan, temperature)
 
 
 def check_rule_options(a) -> None:
-    """--rule against what the other options already say about the trees (how children are chosen,
-    whether it is a chain), before any plan is chosen; `check_rule` checks the plan itself."""
+    """--rule against what the other options already say of the trees, before any plan is chosen."""
     if a.rule is None or a.rule == "greedy":
         return
     if a.sampled is not None:
@@ -153,14 +149,10 @@ def check_rule_options(a) -> None:
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
 
 
-def parse_widths(text):
-    if text is None:
-        return None
-    try:
-        widths = [int(w) for w in text.split(",")]
-    except ValueError:
-        widths = []
-    if not widths or min(widths) < 1:
+def parse_widths(text) -> list | None:
+    """--widths "2,1,1" as [2, 1, 1]; None when not given."""
+    widths = None if text is None else [int(w) if w.strip().isdecimal() else 0 for w in text.split(",")]
+    if widths is not None and min(widths) < 1:
         raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
     return widths
 
@@ -177,12 +169,25 @@ def check_options(a) -> None:
     if a.top_p is not None and not 0 < a.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
     parse_widths(a.widths)
+    for option, value in (("--file", a.file), ("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give a {'file' if option == '--file' else 'file or model'} name")
     # Options that would change nothing are errors, whichever method the machine's plan picks later.
     if a.temperature == 0:
-        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p)):
+        # Nothing is drawn at temperature 0 unless --sampled draws the trees (greedy plans never do).
+        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p), ("--seed", None if a.sampled else a.seed)):
             if value is not None:
                 raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
                                  "changes nothing: give --temperature > 0 to sample")
+    if a.top_p == 1:
+        raise ValueError("--top-p 1 keeps every token, so it changes nothing: give p < 1, or leave it out")
+    if a.recalibrate and (a.plan == "default" or a.method is not None and not profiled(a.method)):
+        plan = "--plan default" if a.plan == "default" else f"--method {a.method}"
+        raise ValueError(f"--recalibrate does nothing with {plan}: it decodes with the constant plan, unmeasured")
+    for model in ("draft", "ngram"):
+        if getattr(a, model) is not None and not reads(model, a.method, a.plan):
+            raise ValueError(f"--{model} does nothing with --method {a.method} and --plan {a.plan}: it applies to "
+                             f"--method {', '.join(m for m in METHODS if reads(model, m, a.plan))}")
     if a.method is not None:
         for field in given(a):
             if not shapes(field, a.method):

@@ -1,8 +1,7 @@
 """The tools' one progress indicator: `show = Progress(label); show(done, total)` on stderr.
 
-On a terminal it redraws one line in place (a bar, the counts, the time left); elsewhere (a log
-file, CI) it writes one line when it starts and one when it ends, never carriage returns. It ends
-when `done` reaches `total`, or at `show.end()` (a download of unknown size; a stop before the end).
+On a terminal it redraws one line (a bar, the counts, the time left); elsewhere (a log, CI) it writes
+a line when it starts and one when it ends, at `done == total` or `show.end()`.
 """
 
 from __future__ import annotations

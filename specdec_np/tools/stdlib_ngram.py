@@ -1,14 +1,10 @@
 """A Katz trigram for a GPT-2 vocabulary with no trigram shipped, built once from Python's own sources.
 
-Staged decoding's second stage needs a trigram over the target's vocabulary. The embedded one
-(`weights/tiny-trigram.npz`) is for the embedded models' 8193 tokens; real GPT-2 has 50257. Rather
-than ask for one fitted by hand (`python -m specdec_np ngram fit FILES --out FILE`), the tools fit
-one on text that is on every machine that runs this code: the `.py` files of the Python standard
-library (code, as the prompts staged decoding does best on are; its tests and installed packages
-left out). That takes seconds (the files hold some 6 million GPT-2 tokens), happens on first use
-only, and the result is cached in the user's cache directory (`cache.py`, not the weights
-folder, which may be read-only), under a key of what it depends on: the tokenizer, the Python
-version and the source files. `--ngram FILE` still overrides it.
+Staged decoding's second stage needs a trigram over the target's vocabulary; the embedded one is
+for the embedded models' 8193 tokens, real GPT-2 has 50257. So the tools fit one on code every
+machine that runs this has: the standard library's `.py` files (without tests and installed
+packages), in seconds, on first use, cached in the user's cache directory (`cache.py`) under a key
+of the tokenizer, the Python version and the files. `--ngram FILE` overrides it.
 """
 
 from __future__ import annotations
@@ -44,70 +40,65 @@ def source_files() -> list[Path]:
 
 
 def cache_file(n_vocab: int, files) -> Path:
-    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of
-    everything it depends on (a file's size and modification time stand for its text)."""
-    stats = [(str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())) for f in files]
+    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of what it
+    depends on (a file's size and modification time stand for its text)."""
+    stats = [(str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else ())) for f in files]
     key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
            "files": hashlib.sha256(json.dumps(stats).encode()).hexdigest()}
     return cache_path(f"trigram-{n_vocab}", key).with_suffix(".npz")
 
 
-def _stat(path: Path):
-    try:
-        return path.stat()
-    except OSError:
-        return None
+def no_progress(done, total) -> None:
+    pass
 
 
-def build(n_vocab: int, files, progress=None) -> ngram.Trigram:
-    """Fit a Katz trigram on the files' GPT-2 tokens, each file after an end-of-text token (as
-    `ngram fit` joins files). A file that cannot be read as UTF-8 is skipped. progress(done, total)
-    is called after each file and after the fit."""
+def build(n_vocab: int, files, progress=no_progress) -> ngram.Trigram:
+    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
+    joins files), skipping a file that is not UTF-8; progress(done, total) after each file and the fit."""
     enc = get_encoding(n_vocab)
     tokens = []
     for i, path in enumerate(files):
-        try:
-            text = path.read_bytes().decode("utf-8")
+        try:  # a literal "<|endoftext|>" in a source is text here
+            tokens += [enc.eot_token, *enc.encode_ordinary(path.read_bytes().decode("utf-8"))]
         except (OSError, UnicodeDecodeError):
-            text = None
-        if text is not None:
-            tokens.append(enc.eot_token)
-            tokens.extend(enc.encode_ordinary(text))  # a literal "<|endoftext|>" in a source is text here
-        if progress:
-            progress(i + 1, len(files) + 1)
+            pass
+        progress(i + 1, len(files) + 1)
     if len(tokens) < 3:
         raise ValueError("no text to fit a trigram on: pass one with --ngram FILE (`python -m specdec_np ngram fit "
                          "FILES --out FILE` fits one)")
     model = ngram.fit(np.array(tokens, dtype=np.int64), n_vocab)
-    if progress:
-        progress(len(files) + 1, len(files) + 1)
+    progress(len(files) + 1, len(files) + 1)
     return model
 
 
-def stdlib_trigram(n_vocab: int, progress=None, files=None) -> ngram.Trigram:
-    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`); built and
-    cached atomically on first use, saying so on stderr. A cached file that does not load is rebuilt."""
-    if files is not None:
-        files, origin = [Path(f) for f in files], "the given files"
-    else:
-        files = source_files()
-        origin = SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
-            f"Python {platform.python_version()}'s standard library"
+def stdlib_trigram(n_vocab: int, progress=no_progress, files=None) -> ngram.Trigram:
+    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`): built and
+    cached on first use, saying so on stderr; a cached file that is not valid is rebuilt."""
+    origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
+        f"Python {platform.python_version()}'s standard library"
+    files = source_files() if files is None else [Path(f) for f in files]
     path = cache_file(n_vocab, files)
     if path.is_file():
         try:
-            return ngram.load(path)
-        except Exception:  # cut short, corrupted or not valid in any way: a cache is built again
-            pass
+            model = ngram.load(path)
+            if model.n_vocab == n_vocab:
+                return model
+            why = f"its vocabulary is {model.n_vocab} tokens, not {n_vocab}"
+        except Exception as e:  # cut short, corrupted or not valid in any way: a cache is built again
+            why = str(e)
+        sys.stderr.write(f"note: the cached trigram {path} is not valid ({why}): building it again\n")
     if not files:
         raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
                          "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
-    megabytes = sum(st.st_size for f in files if (st := _stat(f))) / 1e6
+    megabytes = sum(f.stat().st_size for f in files if f.is_file()) / 1e6
     seconds = 5 * math.ceil(megabytes / 10)  # 2 MB a second (a quiet core does more), to the next 5 s
     sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files "
                      f"of {origin} ({megabytes:.1f} MB), once: about {max(seconds, 5)} s; cached in {path.parent}\n")
     model = build(n_vocab, files, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ngram.save(model, path)  # atomically: a temporary file renamed into place
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ngram.save(model, path)  # atomically: a temporary file renamed into place
+    except OSError as e:  # a cache that cannot be written: this run goes on without it
+        sys.stderr.write(f"note: the trigram is not cached ({path}: {e.strerror or e}): the next run builds it again\n")
     return model

@@ -1,19 +1,12 @@
 """A decoding run as one self-contained HTML page (`python -m specdec_np trace`, `make trace`).
 
-Speculative decoding is easiest to understand by watching it: a tree drafted, scored by the target
-in one pass, a path accepted by a lossless rule, the cache compacted, the text grown by a few
-tokens. The page steps through a real run: per step the tree as a picture (who proposed each
-node: the draft, stage 2's n-gram guess or its copy of a repeat), each node's q and p, every check
-the verification rule made and why it accepted or rejected, the token the target added, the KV
-cache before and after compaction, and the completion coloured by who produced each token (the
-paper's Fig. 3).
-
-The page shows what ran: its data is `generate(..., keep_trees=True)`'s own record of each step
-(`record.Step` and its `Trace`, the record the statistics are computed from), not a
-recomputation. It needs no network: the data, styles and script are inside the file, and it reads
-without colour (shapes and text labels say the same as the colours). The page's markup, styles
-and script are files of their own, trace_page/page.html, page.css and page.js (package data),
-which `page` puts together.
+Speculative decoding is easiest to understand by watching it. Per step the page shows the tree
+(who proposed each node: the draft, stage 2's n-gram guess or its copy of a repeat), each node's q
+and p, every check the rule made and why, the target's token, the KV cache before and after
+compaction, and the completion coloured by who produced each token (the paper's Fig. 3). Its data
+is the loop's own record (`generate(..., keep_trees=True)`, `record.Step`), not a recomputation.
+It needs no network and reads without colour. Its markup, styles and script are package data
+(trace_page/page.html, page.css, page.js), which `page` inlines. `show_page` shows a page in a notebook.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import dataclasses
 import html
 import json
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -30,20 +24,16 @@ from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 
-# Why a draft pass fed a row (who proposed it, record.DraftPass): a tree node, fed to get its
-# children; stage 2's trigram guess; stage 2's guess copied from a repeat. The root is "root".
+# Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
 SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
 
 
 def residuals(trace) -> list:
-    """Per node where a child was rejected by a ratio test: p, q and what they became after each
-    rejection (p' = norm(max(p - q, 0)), and without replacement q' = q without the rejected token),
-    recomputed with verify's own functions from the recorded rows, on the few tokens that matter.
-
-    The page shows them because after a rejection the rule tests the next sibling, or draws the
-    target's token, against p' and q', not against the p and q of the node's column; a test checks
-    that the numbers here are the ones the rule's checks used."""
+    """Per node with a child tested by a ratio: p, q and what each rejection made of them (p' =
+    norm(max(p - q, 0)); without replacement q' = q without the rejected token), on the few tokens
+    that matter, by verify's own functions: the next sibling is tested against p' and q', not the
+    node's p and q."""
     tree, out = trace.tree, []
     for node, p in trace.p_rows.items():
         tested = [c for c in trace.checks if c.test == "ratio" and int(tree.parents[c.node]) == node]
@@ -73,14 +63,9 @@ def residuals(trace) -> list:
 
 
 def passes(trace) -> tuple[list, list]:
-    """The step's draft passes as the page's timeline draws them, and per tree node the pass that built
-    it (None for the root and where no draft pass ran).
-
-    A pass builds the children of the nodes it feeds: node i was built by the pass that fed its
-    parent. A parent stage 2 guessed was fed ahead of time, in the same pass as the guess's own
-    parent, so its children needed no pass of their own. Per pass: its rows (catch-up rows first),
-    each fed row (its token, depth, where it came from, and the tree node it became, None when it
-    did not end in the tree), and the tree nodes it built."""
+    """(the step's draft passes as the timeline draws them: rows, each fed row's token, depth,
+    origin and tree node, and the nodes it built; per tree node the pass that built it, or None).
+    Node i was built by the pass that fed its parent (a guessed parent was fed in its own parent's pass)."""
     tree = trace.tree
     node_of = {path_key(tree.tokens, tree.parents, i): i for i in range(len(tree))}
     fed_in = {k: j for j, dp in enumerate(trace.passes) for k in dp.keys}
@@ -106,8 +91,7 @@ def step_record(step) -> dict:
         "tree": {"tokens": t.tree.tokens.tolist(), "parents": t.tree.parents.tolist(), "q": t.tree.q.tolist(),
                  "kind": t.tree.kind},
         "proposers": t.tree.source.tolist(), "copied": t.copied, "p": t.p_nodes, "built_by": built_by,
-        "passes": timeline,
-        "path": t.path, "rule": t.rule, "checks": [dataclasses.asdict(c) for c in t.checks],
+        "passes": timeline, "path": t.path, "rule": t.rule, "checks": [dataclasses.asdict(c) for c in t.checks],
         "cache": list(t.cache), "residuals": residuals(t),
     }
 
@@ -117,18 +101,16 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
     if any(s.trace is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
-    for step in steps:  # a step whose path was cut (only the last can be): why, for the page to say
-        step["cut"] = result.stop_reason if len(step["tokens"]) < len(step["path"]) else None
-    ids = set(prompt) | set(result.tokens)
+    ids = set(prompt) | set(result.tokens)  # the tokens whose text the page shows
     for step in steps:
+        step["cut"] = result.stop_reason if len(step["tokens"]) < len(step["path"]) else None  # why a path was cut
         ids |= set(step["tree"]["tokens"]) | {c["token"] for c in step["checks"]}
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {
         "method": method, "about": about, "sources": list(SOURCES),
-        # What the page says of the method: staged (the draft with stage 2) or not.
-        "staged": methods.runs_draft(method) and methods.needs_ngram(method),
+        "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
         "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
         "tokens": result.tokens, "stop": result.stop_reason,
         "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
@@ -160,3 +142,17 @@ def write(path, result, enc, prompt, method: str, about: str = "") -> dict:
     with atomic_file(path, "w") as f:
         f.write(page(data))
     return data
+
+
+def show_page(path, height: int = 720) -> None:
+    """Print where the page at `path` is; in a notebook (an IPython kernel) also show it inline,
+    embedded, so the saved notebook shows it without the file."""
+    print(f"wrote {path}: open it in a browser")
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:  # optional: only a notebook has it
+        return
+    if type(get_ipython()).__name__ == "ZMQInteractiveShell":
+        page = html.escape(Path(path).read_text(encoding="utf-8"), quote=True)
+        display(HTML(f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0"></iframe>'))

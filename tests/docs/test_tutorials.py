@@ -1,7 +1,7 @@
 """Every tutorial runs top to bottom with the venv's python: they cannot rot. They run in a temporary
 folder, so the files they write (`out/`) do not land in the repository. Each lesson's notebook
 (tutorials/notebooks/, written by `make notebooks`) holds the lesson's code and prints the same
-deterministic lines as the suite's own run of it (lines marked by `tools.lesson.print_timed` excepted).
+deterministic lines as the suite's own run of it (lines marked by `tools.machine.print_timed` excepted).
 
 Each tutorial checks its own lesson with asserts (exact distributions, equal logits, identical
 trees and tokens), so a tutorial that runs to the end has passed its checks.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_np.tools.lesson import MARKS
+from specdec_np.tools.machine import MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
@@ -68,7 +68,7 @@ def percent_cells(path: Path) -> list[str]:
 
 
 def deterministic(lines) -> list[str]:
-    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`tools.lesson`'s
+    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`tools.machine`'s
     print_timed and print_rounding mark the others)."""
     return [ANSI.sub("", line).rstrip() for line in lines if not line.startswith(MARKS)]
 
@@ -100,7 +100,7 @@ def test_notebook_holds_the_lessons_run(path):
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
     for cell, src in zip(code, source):
         assert not any(o["output_type"] == "error" for o in cell["outputs"]), src[:200]
-        if re.search(r"^(print|print_timed|print_rounding|show_page)\(", src, flags=re.M):  # runs unconditionally
+        if re.search(r"^(print|print_timed|print_rounding|trace\.show_page)\(", src, flags=re.M):  # runs unconditionally
             assert cell["outputs"], f"a printing cell has no output: {src[:200]}"
     first = stdout_lines(code[0])
     assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]
@@ -136,3 +136,19 @@ def test_make_notebooks_refuses_on_a_busy_machine(capsys):
     assert len(out) == 1 and out[0].startswith("make_notebooks: refused: other processes use 1.4 of its 2 cores")
     assert make_notebooks.main(["no_such_lesson.py"], load_check=lambda: "") == 1
     assert capsys.readouterr().out == "make_notebooks: no lesson file no_such_lesson.py\n"
+
+
+def test_lessons_import_no_plan_chooser_from_the_tools():
+    """Lessons take from the tools only the machine's load and print helpers, the timers of the cost
+    curve (and lesson 10 the BLAS's name and padding), and the trace: never the plan chooser."""
+    import ast
+
+    allowed = {"machine", "costcurve", "blas", "costmodel", "trace"}
+    for path in TUTORIALS:
+        used = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "specdec_np.tools":
+                used |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specdec_np.tools."):
+                used.add(node.module.split(".")[2])
+        assert used <= allowed, f"{path.name} imports tools.{', tools.'.join(sorted(used - allowed))}"

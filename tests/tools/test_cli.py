@@ -56,7 +56,8 @@ def test_generate_stats_name_the_plan(capsys):
     main(["generate", "class Stack:", "--max-new-tokens", "8", "--stats"])  # this machine's plan, whatever it is
     err = capsys.readouterr().err
     # Measured, or, when the machine was busy while measuring, the fallback saying so.
-    assert "this machine's, predicted" in err and "x plain decoding" in err or "(not measured: the machine was busy" in err
+    assert "this machine's measured plan, predicted" in err and "x plain decoding" in err or \
+        "(the constant plan: not measured, " in err
 
 
 def test_generate_reads_stdin_and_reports_errors_in_one_line():
@@ -104,7 +105,8 @@ def namespace(**options):
 
     return argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
                                         widths=None, sampled=None, copy_len=None, rule=None, temperature=1.0,
-                                        top_k=None, top_p=None, max_new_tokens=8, seed=0), **options})
+                                        top_k=None, top_p=None, max_new_tokens=8, seed=None, file=None,
+                                        target="tiny-target", draft=None, ngram=None), **options})
 
 
 def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
@@ -134,7 +136,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
         ("staged", "best_first", 16, 5, None, None)
     assert max_nodes(method, plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
     assert asked[-1] == ("tree", "staged")  # without --method, the plan is the fastest where --budget applies
-    assert "(this machine's of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
+    assert "(this machine's measured plan of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
     for options, needle in ((dict(budget=16, widths="2,1"), "--budget asks for a best-first tree, --widths"),
                             (dict(depth=4, sampled="with"), "--depth asks for a best-first tree, --sampled"),
@@ -251,6 +253,46 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
 
 
+@pytest.mark.parametrize("args, needle", [
+    # Options that would change nothing (issue 45's silent acceptances), from the methods' properties.
+    (["--seed", "7"], "--seed: at temperature 0 decoding is greedy"),
+    (["--top-p", "1", "--temperature", "1"], "--top-p 1 keeps every token, so it changes nothing"),
+    (["--recalibrate", "--plan", "default"], "--recalibrate does nothing with --plan default"),
+    (["--recalibrate", "--method", "ar"], "--recalibrate does nothing with --method ar"),
+    (["--draft", "/nonexistent", "--method", "ar"], "--draft does nothing with --method ar and --plan machine: it "
+                                                    "applies to --method speculative, tree, staged, lookup"),
+    (["--draft", "tiny-draft", "--method", "lookup", "--plan", "default"], "--draft does nothing with --method lookup"),
+    (["--ngram", "/nonexistent", "--method", "tree", "--plan", "default"], "--ngram does nothing with --method tree"),
+    (["--draft", "bogus", "--method", "lookup"], "bogus"),  # read for lookup's plan: loaded, not dropped quietly
+    (["--file", ""], "--file is empty"),
+    (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write there: File name too long"),
+])
+def test_options_that_change_nothing_or_name_nothing_are_one_line_errors(args, needle, monkeypatch, capsys, tmp_path):
+    from specdec_np.tools import cli
+
+    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
+    monkeypatch.chdir(tmp_path)
+    command = "trace" if "--out" in args else "generate"
+    assert main([command, *(["def f(x):"] if "--file" not in args else []), *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+
+
+def test_seed_at_temperature_0_is_accepted_where_the_trees_are_drawn(capsys):
+    assert main(["generate", "def f(x):", "--method", "tree", "--plan", "default", "--sampled", "with",
+                 "--widths", "2,1", "--seed", "3", "--max-new-tokens", "4"]) == 0
+
+
+def test_trace_refuses_to_replace_a_read_only_file(tmp_path, capsys):
+    out = tmp_path / "t.html"
+    out.write_text("mine")
+    out.chmod(0o444)
+    assert main(trace_args(out)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"--out {out} is read-only" in lines[0], lines
+    assert out.read_text() == "mine" and out.stat().st_mode & 0o777 == 0o444
+
+
 def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
     # The demo's --budget/--depth mean what the CLI's do (one helper, options.resized): a chain's
     # length for the chain methods, a best-first tree of the draft's top tokens for the others.
@@ -275,6 +317,36 @@ def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
     assert [m for m in drawn if "with --budget/--depth" in about[m]] == ["staged"]
     a.budget = None
     assert all(p == drawn[m] for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items())
+
+
+def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
+    import argparse
+
+    from specdec_np.plan import Plan
+    from specdec_np.tools import choice
+
+    measured = Plan(chain=3)
+    chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0), "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
+              "lookup": choice.fallback("lookup", 0.0, "the machine was busy")}
+    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: chosen)
+    a = argparse.Namespace(plan="machine", budget=None, depth=None)
+    got = demo.plans(a, *embedded, 0.0, tuple(chosen))[0]
+    assert got["ar"] == (Plan(), "the baseline")
+    assert got["speculative"] == (measured, "this machine's measured plan, predicted 2.00x plain decoding")
+    assert got["lookup"] == (Plan(), "the constant plan: not measured, the machine was busy")
+    a.plan = "default"
+    assert demo.plans(a, *embedded, 0.0, ("tree",))[0]["tree"] == (Plan(), "the constant plan, as --plan default asks")
+
+
+def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(demo, "generate", lambda *a, **k: (_ for _ in ()).throw(Stop))
+    with pytest.raises(Stop):
+        demo.main(["--plan", "default", "--max-new-tokens", "2000"])
+    assert "note: --max-new-tokens 2000: the target's context (512 tokens) leaves room for 429 after the prompt, " \
+        "where each completion stops" in capsys.readouterr().out
 
 
 def test_generate_with_a_sequence_level_rule():
@@ -370,8 +442,8 @@ def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatc
 
 
 def test_no_prompt_with_standard_input_closed_is_one_line():
-    for args, needle in ((["generate"], "no prompt: give it as an argument or with --file (standard input is closed)"),
-                         (["generate", "-"], "the prompt is - (standard input), but standard input is closed")):
+    for args in (["generate"], ["generate", "-"]):
+        needle = "no prompt: standard input is closed: give the prompt as an argument or with --file"
         r = subprocess.run([sys.executable, "-m", "specdec_np", *args, "--plan", "default"], capture_output=True,
                            text=True, cwd=ROOT, timeout=300, preexec_fn=lambda: os.close(0))  # `<&-`
         lines = r.stderr.strip().splitlines()
@@ -408,9 +480,14 @@ def test_a_draft_whose_context_the_prompt_fills_is_named_before_the_machine_is_m
     for args in ([], ["--method", "staged", "--plan", "default"], ["--method", "tree"]):
         assert main(["generate", prompt, "--draft", str(tmp_path / "short"), *args]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and f"--draft {tmp_path / 'short'} holds a context of 8 (n_ctx)" in lines[0], lines
-    # Methods that need no draft decode.
-    assert main(["generate", prompt, "--draft", str(tmp_path / "short"), "--method", "lookup", "--plan", "default",
+        assert len(lines) == 1 and f"--draft {tmp_path / 'short'}: the prompt has 16 tokens: the draft's context " \
+            "(n_ctx=8) must hold more; shorten it, or decode with a method that runs no draft (ar, ngram, lookup)" \
+            in lines[0], lines
+    # Methods that run no draft decode (the machine's plan for lookup reads the pair's profile).
+    from specdec_np.plan import Plan
+    from specdec_np.tools.choice import Choice
+    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: {m: Choice("lookup", Plan(), 1.0, 2.0) for m in a[5]})
+    assert main(["generate", prompt, "--draft", str(tmp_path / "short"), "--method", "lookup",
                  "--max-new-tokens", "3"]) == 0
 
 
@@ -481,7 +558,7 @@ def test_ngram_fit_names_a_file_that_is_not_utf8(tmp_path, capsys):
     bad.write_bytes(b"x = '\xff'\n")
     assert main(["ngram", "fit", str(good), str(bad), "--out", str(tmp_path / "t.npz")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and f"text file {bad} is not UTF-8: byte 5 is b'\\xff'" in lines[0], lines
+    assert len(lines) == 1 and f"text file {bad} is not UTF-8 text: byte 5 is b'\\xff'" in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py", "good.py"]
 
 

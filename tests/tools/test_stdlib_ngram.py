@@ -168,3 +168,29 @@ def test_a_cache_file_that_loads_but_is_not_valid_is_built_again(cache, capsys):
     model = stdlib_ngram.stdlib_trigram(GPT2_VOCAB, files=FEW)
     assert "building a Katz trigram" in capsys.readouterr().err
     assert ngram.load(path).n_vocab == model.n_vocab == GPT2_VOCAB
+
+
+def test_a_cached_trigram_of_another_vocabulary_names_the_cache_file_not_ngram(cache, capsys):
+    # No --ngram was given: the message names the cache file, and the trigram is built again.
+    path = stdlib_ngram.cache_file(GPT2_VOCAB, FEW)
+    path.parent.mkdir(parents=True)
+    ngram.save(ngram.fit(np.arange(50) % 7, 8193), path)
+    model = stdlib_ngram.stdlib_trigram(GPT2_VOCAB, files=FEW)
+    err = capsys.readouterr().err
+    assert f"note: the cached trigram {path} is not valid (its vocabulary is 8193 tokens, not {GPT2_VOCAB})" in err
+    assert "--ngram" not in err and ngram.load(path).n_vocab == model.n_vocab == GPT2_VOCAB
+
+
+@pytest.mark.parametrize("fault", ["directory", "read-only"])
+def test_a_cache_that_cannot_be_written_runs_without_it_in_one_line(cache, capsys, monkeypatch, fault):
+    # B14: the trigram is built and used; one line names the path and why it is not cached.
+    path = stdlib_ngram.cache_file(GPT2_VOCAB, FEW)
+    if fault == "directory":
+        path.mkdir(parents=True)
+    else:  # a read-only cache directory (root writes anywhere: the refusal is substituted)
+        def refused(model, to):
+            raise PermissionError(13, "Permission denied", str(to))
+        monkeypatch.setattr(stdlib_ngram.ngram, "save", refused)
+    model = stdlib_ngram.stdlib_trigram(GPT2_VOCAB, files=FEW)
+    notes = [line for line in capsys.readouterr().err.splitlines() if "not cached" in line]
+    assert model.n_vocab == GPT2_VOCAB and len(notes) == 1 and f"({path}: " in notes[0], notes
