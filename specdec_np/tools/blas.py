@@ -1,9 +1,8 @@
 """The BLAS library NumPy calls, as the tools report and set it (threadpoolctl).
 
-The cost of a forward pass depends on which BLAS kernel runs (OpenBLAS picks one per CPU, and
-the OPENBLAS_CORETYPE variable overrides it) and on its thread count (OpenBLAS's threads stall
-when another process holds a core). So every measurement names them, the machine's cached costs
-are keyed by them, and the tools use one thread on a machine that is busy when they start.
+A forward pass's cost depends on the BLAS kernel (OpenBLAS picks one per CPU; OPENBLAS_CORETYPE
+overrides it) and its threads (they stall when another process holds a core): every measurement
+names them, the cached costs are keyed by them, and on a busy machine the tools use one thread.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ FILES = (CONFIG_FILE, MODEL_FILE)
 CHUNK = 1 << 20
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-USER_AGENT = "specdec_np-download/0.1"
+HEADERS = {"User-Agent": "specdec_np-download/0.1"}
 
 
 class DownloadError(RuntimeError):
@@ -45,23 +45,15 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def file_url(base_url: str, name: str, file: str) -> str:
-    return f"{base_url.rstrip('/')}/{HUB_REPOS[name]}/resolve/main/{file}"
-
-
 def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
-    """(sha256, size) the hub reports for a file, each None where it reports none.
-
-    A HEAD that does not follow redirects: for an LFS file the hub answers with a redirect to
-    its CDN carrying `X-Linked-Etag` (the sha256) and `X-Linked-Size`; a small file is answered
-    directly (its ETag is a git hash, 40 hex digits, which is not a sha256 and is ignored).
-    """
+    """(sha256, size) the hub reports for a file, each None where it reports none: a HEAD that does
+    not follow redirects, since an LFS file's redirect carries `X-Linked-Etag` (the sha256) and
+    `X-Linked-Size`. A small file's ETag is a git hash (40 hex digits, not a sha256): ignored."""
     opener = urllib.request.build_opener(_NoRedirect)
     sha = size = None
     for _ in range(5):  # a few redirects at most
-        req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
         try:
-            with opener.open(req, timeout=timeout) as resp:
+            with opener.open(urllib.request.Request(url, method="HEAD", headers=HEADERS), timeout=timeout) as resp:
                 status, headers = resp.status, resp.headers
         except urllib.error.HTTPError as e:
             status, headers = e.code, e.headers
@@ -83,19 +75,15 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
 
 def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) -> tuple[int, int | None]:
     """Append what is missing of `url` to `part` (Range: bytes=N-); -> (bytes in part, total size).
-
-    A 206 answer is appended; a 200 means the server ignored the range, so we start over. A
-    dropped connection just ends the stream early: the caller compares the size with the total.
-    """
+    A 200 answer means the server ignored the range: start over. A dropped connection just ends the
+    stream early (the caller compares the size with the total)."""
     offset = part.stat().st_size if part.exists() else 0
     if total is not None and offset >= total:
         if offset == total:
             return offset, total
         part.unlink()  # longer than the file: not a prefix of it
         offset = 0
-    headers = {"User-Agent": USER_AGENT}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
+    headers = HEADERS | ({"Range": f"bytes={offset}-"} if offset else {})
     try:
         resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as e:
@@ -110,12 +98,11 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) ->
                 raise DownloadError(f"{url}: asked for bytes {offset}- and got Content-Range "
                                     f"{resp.headers.get('Content-Range')!r}")
             total = int(m[3]) if m[3] != "*" else total
-            mode = "ab"
         else:
             length = resp.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else total
-            offset, mode = 0, "wb"
-        with open(part, mode) as f:
+            offset = 0
+        with open(part, "ab" if offset else "wb") as f:
             while chunk := resp.read(CHUNK):
                 f.write(chunk)
                 offset += len(chunk)
@@ -123,27 +110,12 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) ->
     return offset, total
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def check_file(part: Path, final_name: str) -> None:
-    """Parse a completed download: a safetensors header (every tensor inside the file) or a config."""
-    if final_name.endswith(".safetensors"):
-        checkpoint.read_header(part)
-    else:
-        checkpoint.read_config(part)
-
-
 def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0, progress: bool | None = None) -> Path:
     """Download `url` to `dest` via `dest.part`: resumed, size and sha256 checked, parsed, renamed."""
     sha, size = file_info(url, timeout)
     part = dest.with_name(dest.name + ".part")
-    show = Progress(f"{dest.parent.name}/{dest.name}", unit=human, tty=progress)
+    show = Progress(f"{dest.parent.name}/{dest.name}", tty=progress,
+                    unit=lambda n: f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB")
     error = None
     for _ in range(retries + 1):
         try:
@@ -162,11 +134,16 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
     if size is not None and got != size:
         part.unlink()
         raise DownloadError(f"{url}: got {got} bytes, the hub reports {size}")
-    if sha is not None and (digest := sha256_of(part)) != sha:
+    digest = hashlib.sha256()
+    with open(part, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    if sha is not None and digest.hexdigest() != sha:
         part.unlink()
-        raise DownloadError(f"{url}: sha256 mismatch: got {digest}, the hub reports {sha} (partial file deleted)")
-    try:
-        check_file(part, dest.name)
+        raise DownloadError(f"{url}: sha256 mismatch: got {digest.hexdigest()}, the hub reports {sha} "
+                            "(partial file deleted)")
+    try:  # a safetensors header (every tensor inside the file) or a config that parses
+        (checkpoint.read_header if dest.suffix == ".safetensors" else checkpoint.read_config)(part)
     except (ValueError, FileNotFoundError) as e:
         part.unlink()
         raise DownloadError(f"{url}: the downloaded file is not valid: {e}") from None
@@ -174,27 +151,22 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
     return dest
 
 
-def human(n_bytes: float) -> str:
-    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.1f} kB"
-
-
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
              timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download the known checkpoint `name` (gpt2, gpt2-medium, ..., distilgpt2) into `dest_root/name/`.
-
-    base_url defaults to $SPECDEC_NP_HUB_URL, else the Hugging Face hub. Files already complete
-    are kept; finally the safetensors header is checked against config.json (names and shapes).
-    """
+    """Download the known checkpoint `name` (gpt2, gpt2-medium, ..., distilgpt2) into `dest_root/name/`
+    from base_url ($SPECDEC_NP_HUB_URL, else the hub). Files already complete are kept; finally the
+    safetensors header is checked against config.json (names and shapes)."""
     if name not in HUB_REPOS:
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
-    base_url = base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL
+    base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")
     dest = Path(WEIGHTS_DIR if dest_root is None else dest_root) / name
     created = [d for d in (dest, *dest.parents) if not d.exists()]  # made here: removed again if left empty
     dest.mkdir(parents=True, exist_ok=True)
     try:
         for file in FILES:
             if not (dest / file).is_file():
-                download_file(file_url(base_url, name, file), dest / file, retries, timeout, progress)
+                download_file(f"{base_url}/{HUB_REPOS[name]}/resolve/main/{file}", dest / file, retries, timeout,
+                              progress)
     except BaseException:
         for d in created:  # nothing fetched: leave no empty directory behind (dest first, then its parents)
             with contextlib.suppress(OSError):
@@ -220,14 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default=None, help=f"hub URL (default $SPECDEC_NP_HUB_URL or {HUB_URL})")
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
-    unknown = [name for name in args.names if name not in HUB_REPOS]
-    if unknown:  # before any download: a typo should not cost the models named before it
-        print(f"error: unknown model {', '.join(map(repr, unknown))}: known names are {', '.join(HUB_REPOS)}",
-              file=sys.stderr)
-        return 2
-    if args.retries < 0:
-        print(f"error: --retries must be >= 0, got {args.retries}", file=sys.stderr)
-        return 2
+    unknown = ", ".join(repr(name) for name in args.names if name not in HUB_REPOS)
+    dest = Path(args.dest or WEIGHTS_DIR).absolute()
+    above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
+    for wrong, error in ((unknown, f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}"),
+                         (args.retries < 0, f"--retries must be >= 0, got {args.retries}"),
+                         (not above.is_dir(), f"--dest {args.dest or WEIGHTS_DIR}: {above} is not a directory")):
+        if wrong:  # before any download: a typo should not cost the models named before it
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     failed = []
     for name in args.names:  # every model is tried, whatever happened to the ones before
         try:
@@ -239,7 +212,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: not fetched: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
