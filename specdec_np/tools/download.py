@@ -123,7 +123,6 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
         except (OSError, http.client.HTTPException) as e:  # a dropped or timed-out connection: resume
             error = f"{type(e).__name__}: {e}"
             continue
-        total = size if total is None else total
         if total is None or got == total:
             break
         error = f"connection closed at byte {got} of {total}"
