@@ -235,3 +235,11 @@ def test_a_config_and_model_that_do_not_match_are_deleted_and_said(tmp_path, hub
     assert not any((tmp_path / "gpt2").iterdir())
     hub.files["/openai-community/gpt2/resolve/main/config.json"] = files[dl.CONFIG_FILE]
     assert (get(tmp_path, hub) / dl.MODEL_FILE).is_file()  # the next run downloads both again
+
+
+def test_a_dest_under_a_regular_file_is_named_before_any_download(tmp_path, hub, capsys):
+    (tmp_path / "FILE").write_text("x")
+    assert dl.main(["gpt2", "--dest", str(tmp_path / "FILE" / "sub"), "--base-url", hub.url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --dest {tmp_path / 'FILE' / 'sub'}: {tmp_path / 'FILE'} is not a directory"]
+    assert hub.log == []
