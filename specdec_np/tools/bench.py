@@ -145,15 +145,11 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, setting
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,
                                    plan=choice.plan, seed=seed, **skw)
-                    dt = time.perf_counter() - t0
-                    s = res.stats
                     records[sname][m].append({
-                        "prompt": i, "tokens": len(res.tokens), "seconds": dt, "ids": res.tokens,
-                        "target_passes": s.target_passes, "draft_passes": s.draft_passes,
-                        "bytes": s.target_bytes + s.draft_bytes, "source": list(s.tally.values()),
-                        "time_draft": s.time_draft, "time_target": s.time_target, "time_verify": s.time_verify,
-                        "predicted_ms": record_ms(profiles.counts(s, skip_first=False), costs["curves"], overheads,
-                                                  **pads(costs["curves"]))})
+                        "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
+                        "target_passes": res.stats.target_passes, "stats": res.stats,
+                        "predicted_ms": record_ms(profiles.counts(res.stats, skip_first=False), costs["curves"],
+                                                  overheads, **pads(costs["curves"]))})
                 done += 1
                 show(done, total, sname)
     return records
@@ -185,13 +181,14 @@ def totals(recs, target) -> dict:
     per target pass spent drafting, in the target's forward pass and verifying (rule, cache compaction)."""
     tok = sum(r["tokens"] for r in recs)
     passes = sum(r["target_passes"] for r in recs)
-    drafted = sum(r["draft_passes"] for r in recs)
+    stats = [r["stats"] for r in recs]
+    drafted = sum(s.draft_passes for s in stats)
     return {"tokens": tok, "tokens_per_s": tok / sum(r["seconds"] for r in recs),
-            "relative_weight_traffic": sum(r["bytes"] for r in recs) / (tok * target.weight_bytes),
+            "relative_weight_traffic": sum(s.target_bytes + s.draft_bytes for s in stats) / (tok * target.weight_bytes),
             "tokens_per_target_pass": tok / passes, "draft_passes_per_target_pass": drafted / passes,
             "draft_passes_per_token": drafted / tok,
             "predicted_ms_per_token": sum(r["predicted_ms"] for r in recs) / tok,
-            "ms_per_target_pass": {k: 1000 * sum(r["time_" + k] for r in recs) / passes
+            "ms_per_target_pass": {k: 1000 * sum(getattr(s, "time_" + k) for s in stats) / passes
                                    for k in ("draft", "target", "verify")}}
 
 
@@ -212,7 +209,7 @@ def summarize(records, target) -> dict:
                 "predicted_speedup": ref["predicted_ms_per_token"] / ms if ms else None,
                 "same_as_baseline": sname != "greedy" or all(r["ids"] == b["ids"] for r, b in zip(recs, base)),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
-                "tokens_by_stage": dict(zip(SOURCES, np.sum([r["source"] for r in recs], axis=0).tolist()))}
+                "tokens_by_stage": {name: sum(r["stats"].tally[name] for r in recs) for name in SOURCES}}
         out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
                                            for m, recs in per.items() if m != HEADLINE}
     return out
@@ -380,20 +377,19 @@ def main(argv=None) -> int:
         dest = check_weights_dir(WEIGHTS_DIR) / profiles.PROFILE_FILE.name
         check_writable(dest.parent, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")
         print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
-    try:  # a bad file fails first
-        prompts = None if a.curves or a.profile else read_prompts(a.prompts, a.limit)
-    except ValueError as e:  # read_prompts names the file and line
-        raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
-    target, draft, ngram, enc = load_embedded()
-    if a.profile:
+        target, draft, ngram, enc = load_embedded()
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
-        measured = profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
-                                    progress=Progress("profiling"), journal=journal, jobs=a.jobs)
-        profiles.save(measured, dest)
+        profiles.save(profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
+                                       progress=Progress("profiling"), journal=journal, jobs=a.jobs), dest)
         journal.unlink()
         print(f"wrote {dest}")
         return 0
+    try:  # a bad file fails first
+        prompts = None if a.curves else read_prompts(a.prompts, a.limit)
+    except ValueError as e:  # read_prompts names the file and line
+        raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
+    target, draft, ngram, enc = load_embedded()
     if prompts is not None:
         prompts = prompt_tokens(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     calibration_prompts = profiles.calibration_prompts(enc)
@@ -430,13 +426,9 @@ def main(argv=None) -> int:
         summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, settings, a.seeds),
                             target)
         md = markdown(summary, plans)
-        res |= {"plans": {s: {m: {"method": c.method, "plan": methods.describe(c.method, c.plan),
-                                  "predicted_speedup": c.speedup} for m, c in rows.items()}
-                          for s, rows in plans.items()},
-                "summary": {s: {m: {k: v for k, v in r.items() if k != "per_prompt_speedup"} for m, r in per.items()}
-                            for s, per in summary.items()},
-                "per_prompt_speedup": {s: {m: r["per_prompt_speedup"] for m, r in per.items()}
-                                       for s, per in summary.items()}}
+        res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": methods.describe(c.method, c.plan),
+                                                      "predicted_speedup": c.speedup} for m, c in rows.items()}
+                                              for s, rows in plans.items()}}
     if a.rows != "methods":
         pairs = rule_pairs(plans)
         rows = {f"{name} | {c.plan.rule}": c for name, pair in pairs.items() for c in pair}
@@ -482,14 +474,8 @@ def curves_table(costs) -> str:
 
 def update_results(path: Path, heading: str, body: str) -> None:
     """Replace (or add) the `## heading` section of a markdown results file."""
-    text = path.read_text() if path.exists() else "# Results\n"
-    parts = text.split("\n## ")
-    section = f"{heading}\n\n{body.strip()}\n"
-    for i, part in enumerate(parts[1:], 1):
-        if part.split("\n", 1)[0].strip() == heading:
-            parts[i] = section
-            break
-    else:
-        parts.append(section)
+    parts = (path.read_text() if path.exists() else "# Results\n").split("\n## ")  # [text before, sections...]
+    at = next((i for i in range(1, len(parts)) if parts[i].split("\n", 1)[0].strip() == heading), len(parts))
+    parts[at:at + 1] = [f"{heading}\n\n{body.strip()}\n"]  # that section replaced, or a new one at the end
     with atomic_file(path, "w") as f:
         f.write("\n## ".join(p.rstrip("\n") + "\n" for p in parts))

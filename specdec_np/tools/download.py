@@ -1,10 +1,7 @@
-"""Download a real GPT-2 checkpoint from the Hugging Face hub into `weights/NAME/` (standard library only).
-
-    python -m specdec_np weights gpt2 distilgpt2
-
-Each file streams into `FILE.part`; an interrupted transfer resumes from there with an HTTP Range
-request (also on the next run). Only a file whose sha256 matches what the hub reports (an LFS
-file's `X-Linked-Etag`) and whose content parses is renamed to its final name.
+"""`python -m specdec_np weights gpt2 distilgpt2`: real GPT-2 checkpoints from the Hugging Face hub into
+`weights/NAME/` (standard library only). Each file streams into `FILE.part`; an interrupted transfer
+resumes from there with an HTTP Range request (also on the next run). Only a file whose sha256 matches
+what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
 """
 
 from __future__ import annotations
@@ -62,11 +59,9 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
         except OSError as e:
             raise DownloadError(f"{url}: {e}") from None
         etag = (headers.get("X-Linked-Etag") or headers.get("ETag") or "").removeprefix("W/").strip('"').lower()
-        if sha is None and SHA256_RE.fullmatch(etag):
-            sha = etag
+        sha = sha or (etag if SHA256_RE.fullmatch(etag) else None)  # the first reported is the file's
         length = headers.get("X-Linked-Size") or (headers.get("Content-Length") if status == 200 else None)
-        if size is None and length and length.isdigit():
-            size = int(length)
+        size = size or (int(length) if length and length.isdigit() else None)
         if status == 200:
             return sha, size
         url = urllib.parse.urljoin(url, headers.get("Location", ""))

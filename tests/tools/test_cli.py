@@ -376,7 +376,7 @@ def test_bench_with_fixture(tmp_path, capsys):
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["prompts"] == 2 and res["seeds"] == 2
     # Top-k runs each prompt with 2 seeds; greedy once (it is deterministic).
-    assert [len(res["per_prompt_speedup"][s]["staged"]) for s in ("greedy", "top-k")] == [2, 4]
+    assert [len(res["summary"][s]["staged"]["per_prompt_speedup"]) for s in ("greedy", "top-k")] == [2, 4]
     against = res["summary"]["top-k"]["staged"]["against"]
     assert set(against) == set(bench.METHODS) - {"staged"} and all(lo <= r <= hi for r, lo, hi in against.values())
     assert all(lo <= r <= hi for per in res["summary"].values() for r, lo, hi in
