@@ -373,6 +373,8 @@ def main(argv=None) -> int:
         raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
     out_dir = Path(a.out)
     check_writable(out_dir, f"--out {out_dir}")
+    if a.results:  # written after the whole run: found unwritable now, not then
+        check_writable(Path(a.results).parent, f"--results {a.results}")
     if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
         dest = check_weights_dir(WEIGHTS_DIR) / profiles.PROFILE_FILE.name
         check_writable(dest.parent, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")

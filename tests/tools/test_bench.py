@@ -54,7 +54,9 @@ def test_an_out_that_cannot_be_written_is_named_before_any_measuring(tmp_path, c
 
 
 @pytest.mark.parametrize("args, needle", [(["--settings", "greedy,beam"], "--settings greedy,beam: choose from"),
-                                          (["--rows", "all", "--settings", "greedy"], "--rows all compares")])
+                                          (["--rows", "all", "--settings", "greedy"], "--rows all compares"),
+                                          (["--results", "/proc/results.md"], "--results /proc/results.md: cannot "
+                                                                              "write in /proc")])
 def test_bench_options_named_in_their_errors(capsys, monkeypatch, args, needle):
     from specdec_np.tools.cli import main
 
