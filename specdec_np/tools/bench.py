@@ -1,10 +1,7 @@
-"""`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models.
-
-For every prompt (HumanEval's 164 by default), greedy and at top-k 50 (T=1), the rows run one after
-the other (so machine noise hits all alike): plain decoding (the baseline), this machine's plan, and
-each method with this machine's best plan for it; `--rows rules` compares the verification rules on
-the same drafts. Each row's speed over the baseline comes with a 95% interval from resampling
-prompts. docs/results.md says what each row and column means; docs/reference.md the options.
+"""`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
+164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
+plan run side by side; `--rows rules` compares the verification rules on the same drafts. What each row and
+column means: docs/results.md; the options in full: docs/reference.md.
 """
 
 from __future__ import annotations
