@@ -22,7 +22,7 @@ import numpy as np
 from . import methods, verify
 from .gpt2 import GPT2, forward, new_cache
 from .kvcache import KVCache
-from .plan import Plan, check_inputs
+from .plan import Plan, check_inputs, constant
 from .record import NO_RECORD, Recorder, Result
 from .sampling import Rand, process
 from .tree import TARGET, Tree, block, path_key
@@ -36,7 +36,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
     method: one of methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
-      (`Plan()`'s constants by default).
+      (default: `plan.constant(temperature)`).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
       must then be None: they would change nothing).
     rand: the source of randomness (`sampling.Rand`, or the exact enumerator's; default `Rand(seed)`).
@@ -44,7 +44,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
       last id: GPT-2's `<|endoftext|>`); None: no end-of-text stop.
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     """
-    plan = Plan() if plan is None else plan
+    plan = constant(temperature) if plan is None else plan
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
                           eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab

@@ -1,5 +1,6 @@
 """What `decode.generate` is asked to do, checked before any work: the `Plan` (how to draft and
-verify) and the arguments (`check_inputs`), each bad value refused with a one-line error naming it.
+verify), the constant plan used when none is given (`constant`), and the arguments (`check_inputs`),
+each bad value refused with a one-line error naming it.
 
 The decoding loop (decode.py) trusts what passes here; the method-specific facts the checks read
 (sizes, lossless rules) are pure functions of the method's name and the plan, in methods.py.
@@ -93,6 +94,18 @@ class Plan:
             integer("guess_rows", 0)
         if self.rule is not None and self.rule not in verify.RULES:
             raise ValueError(f"plan: unknown rule {self.rule!r}: choose one of {', '.join(verify.RULES)}")
+
+
+def constant(temperature: float = 0.0) -> Plan:
+    """The constant plan, the same on every machine: `Plan()` at temperature 0; when sampling, trees
+    drawn from the draft without replacement, one child three deep (a child drawn from q is accepted
+    far more often than a top token, and each level costs a draft pass), chains of 3, prompt lookup
+    after matches of 2 or more tokens, copies of 3 and no stage-2 guesses. Chosen from the shipped
+    acceptance profile priced by the cost model (docs/reference.md, "The constant plan")."""
+    if temperature == 0:
+        return Plan()
+    return Plan(shape="fixed", widths=(1, 1, 1), sampled="without", chain=3, lookup_chains=(7, 3, 0), guess_len=0,
+                guess_rows=0, copy_len=3)
 
 
 def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,

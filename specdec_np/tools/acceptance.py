@@ -1,17 +1,12 @@
 """The pair's acceptance profile: what each candidate plan does per emitted token, whatever the machine.
 
-Sequoia (Chen et al. 2024, arXiv 2402.12374) chooses a tree from two things apart: what belongs to
-the models (how many tokens each tree shape gets accepted) and what belongs to the hardware (what
-a forward pass of k tokens costs). This is the first: for every candidate (a method and a plan
-shape) and setting (greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts
-what it did: tokens emitted, target passes by block size and by whether the draft ran before
-them, draft passes by size and by whether they were a step's first, the draft's rows processed
-into distributions, n-gram queries. Counts depend only on the models and the prompts, so the
-embedded pair's profile ships in `weights/`; `costmodel.py` prices it on this machine's cost
-curve, and `choice.py` picks the cheapest.
-
-Counts skip each run's first step (the prompt's prefill, the same for every candidate). Stage 2's
-"pad" rows depend on a machine's padding, so candidates use a fixed number of guessed rows.
+Sequoia (Chen et al. 2024, arXiv 2402.12374) chooses a tree from what belongs to the models (how
+many tokens each tree shape gets accepted) apart from what belongs to the hardware (what a pass of
+k tokens costs). This is the first: for every candidate (a method and a plan shape) and setting
+(greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts what it did past each
+run's prefill (`counts`). Counts depend only on the models and prompts, so the embedded pair's
+profile ships in `weights/`; `costmodel.py` prices it on this machine's costs, `choice.py` picks.
+Stage 2's "pad" rows depend on a machine's padding, so candidates guess a fixed number of rows.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +25,7 @@ from ..decode import generate
 from ..files import weights_file
 from ..plan import Plan
 from ..tokenizer import encode
+from .blas import use_threads
 from .cache import write_json
 
 FORMAT = "specdec_np.profile"
@@ -40,12 +36,10 @@ PROMPTS_FILE = weights_file("calibration.jsonl")
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
-    """(method, plan shape) pairs to profile in a setting: plain decoding, prompt lookup (a chain
-    of one length, or of lengths by how many tokens matched) and the speculative chains always;
-    trees (the draft's top tokens greedily, children drawn from q when sampling), alone and staged
-    with and without stage 2's guesses and copies; when sampling, also the sequence-level rules on
-    the same drafts (block verification of chains, traversal of trees).
-    `quick`: a smaller grid for a pair profiled on first use."""
+    """(method, plan shape) pairs to profile in a setting (`quick`: a smaller grid, for a pair profiled
+    on first use): plain decoding, prompt lookup's and speculative's chains; trees (the draft's top
+    tokens greedily, children drawn from q when sampling), alone and staged with and without stage
+    2's guesses and copies; when sampling, also the sequence-level rules (block, traversal)."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
@@ -81,30 +75,32 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
 
 
 def runnable(has_draft: bool, has_ngram: bool) -> set:
-    """The profiled methods a pair can run: those that run the draft need one, those that query the
-    n-gram need one (methods.py says which)."""
+    """The profiled methods a pair can run (methods.py says which need a draft or an n-gram)."""
     return {name for name in PROFILED if (has_draft or not methods.runs_draft(name))
             and (has_ngram or not methods.needs_ngram(name))}
 
 
 def counts(stats, skip_first: bool = True) -> dict:
-    """What a run did (past its first step, the prompt's prefill): the profile's unit, summed over runs."""
+    """What a run did past its first step (the prompt's prefill): tokens, steps, target passes by block
+    size and whether the draft ran before them (cold), draft passes by size and whether they were a
+    step's first, the draft's rows processed into distributions, n-gram queries."""
     steps = stats.steps[1:] if skip_first else stats.steps
-    target = {"cold": Counter(), "warm": Counter()}
-    draft = {"cold": Counter(), "warm": Counter()}
+    passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
-        target["cold" if s.draft_blocks else "warm"][s.target_block] += 1
+        passes["target"]["cold" if s.draft_blocks else "warm"][s.target_block] += 1
         for i, k in enumerate(s.draft_blocks):
-            draft["cold" if i == 0 else "warm"][k] += 1
+            passes["draft"]["cold" if i == 0 else "warm"][k] += 1
     return {"tokens": sum(len(s.tokens) for s in steps), "steps": len(steps),
             "draft_dists": sum(s.draft_dists for s in steps), "ngram_queries": sum(s.ngram_queries for s in steps),
-            "target": {state: dict(c) for state, c in target.items()},
-            "draft": {state: dict(c) for state, c in draft.items()}}
+            **{model: {state: dict(c) for state, c in states.items()} for model, states in passes.items()}}
+
+
+COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
 
 
 def add(total: dict, c: dict) -> dict:
     """The sum of two count records."""
-    out = {k: total.get(k, 0) + c[k] for k in ("tokens", "steps", "draft_dists", "ngram_queries")}
+    out = {k: total.get(k, 0) + c[k] for k in COUNTS}
     for model in ("target", "draft"):
         out[model] = {state: dict(Counter(total.get(model, {}).get(state, {})) + Counter(c[model][state]))
                       for state in ("cold", "warm")}
@@ -115,19 +111,12 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
             progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate of every setting
     (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
-    with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so
-    that an interrupted measurement resumes where it stopped. `jobs` > 1: candidates are counted
-    in that many worker processes (the counts do not depend on timing, so they are the same)."""
+    with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so that
+    an interrupted measurement resumes where it stopped. `jobs` > 1: counted in that many processes."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
     todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
-    done = {}
-    if journal is not None and Path(journal).is_file():
-        for line in Path(journal).read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("version") != VERSION:  # counted by another version of this code: count again
-                continue
-            done[candidate_key(rec["setting"], (rec["method"], rec["shape"]))] = rec["record"]
+    done = read_journal(journal) if journal is not None and Path(journal).is_file() else {}
     missing = [(setting, c) for setting, c in todo if candidate_key(setting, c) not in done]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds)
     if progress and len(missing) < len(todo):
@@ -148,61 +137,64 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
 
 
+def read_journal(path) -> dict:
+    """{candidate_key: counts} of a journal; a line of another version, or not a record (a write cut
+    short), is counted again (the latter said in one line naming the file)."""
+    done, bad = {}, 0
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+            from_json_record(rec["record"])
+            key = candidate_key(rec["setting"], (rec["method"], rec["shape"]))
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        if rec.get("version") == VERSION:
+            done[key] = rec["record"]
+    if bad:
+        sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
+    return done
+
+
 def candidate_key(setting, candidate) -> tuple:
-    """What identifies a candidate in the journal: (setting, method, its shape as JSON)."""
     method, shape = candidate
     return setting, method, json.dumps(to_json(shape), sort_keys=True)
 
 
 def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
-    """The seeds the prompt at `prompt_index` runs with in the profile and the bench: n of them
-    (i, i + 1000, ...) when sampling, whose acceptance is random; one when greedy (deterministic)."""
+    """The seeds prompt i runs with in the profile and the bench: i, i + 1000, ... (n sampling, one greedy)."""
     return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
 
 
-def count_candidate(job, setting, method, shape) -> dict:
-    """One candidate's counts summed over the prompts (and seeds, when sampling), as JSON."""
-    target, draft, ngram, prompts, max_new_tokens, seeds = job
+_JOB = None  # in a worker process, the job it counts candidates of (`_init_worker`)
+
+
+def counted(item, job=None) -> tuple:
+    """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
+    setting, (method, shape) = item
+    target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
     kw, total = SETTINGS[setting], {}
     for i, prompt in enumerate(prompts):
         for seed in run_seeds(i, kw["temperature"], seeds):
             res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
             total = add(total, counts(res.stats))
-    return to_json(total)
+    return setting, (method, shape), to_json(total)
 
 
 def count_all(job, missing, jobs: int):
-    """(setting, candidate, counts) for each missing candidate, as each finishes: here, or in
-    `jobs` worker processes, each with one BLAS thread (two-thread BLAS calls from several
-    processes would wait on each other's cores)."""
+    """`counted` for each missing candidate, as each finishes: here, or in `jobs` worker processes of
+    one BLAS thread each (several processes' BLAS threads would wait on each other)."""
     if jobs <= 1 or len(missing) <= 1:
-        for setting, (method, shape) in missing:
-            yield setting, (method, shape), count_candidate(job, setting, method, shape)
+        yield from (counted(item, job) for item in missing)
         return
-    saved = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read by the workers' NumPy when it loads
-    try:
-        pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(job,))
-    finally:
-        if saved is None:
-            del os.environ["OPENBLAS_NUM_THREADS"]
-        else:
-            os.environ["OPENBLAS_NUM_THREADS"] = saved
-    with pool:
-        yield from pool.imap_unordered(_count_in_worker, missing)
-
-
-_JOB = None
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(job,)) as pool:
+        yield from pool.imap_unordered(counted, missing)
 
 
 def _init_worker(job):
     global _JOB
     _JOB = job
-
-
-def _count_in_worker(item):
-    setting, (method, shape) = item
-    return setting, (method, shape), count_candidate(_JOB, setting, method, shape)
+    use_threads(1)
 
 
 def pair_key(target, draft, ngram) -> str:
@@ -229,12 +221,9 @@ def to_json(profile: dict) -> dict:
     return fix(profile)
 
 
-COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
-
-
 def from_json_record(r: dict) -> dict:
-    """A count record read back: block sizes as ints again. A ValueError if it is not one: every
-    total an integer >= 0, and for the target and the draft, passes by state (cold, warm) and size."""
+    """A count record read back, block sizes as ints again; a ValueError if it is not one (COUNTS
+    integers >= 0, the target's and the draft's passes by state, cold and warm, and size)."""
     def count(n):
         return isinstance(n, int) and not isinstance(n, bool) and n >= 0
 
@@ -252,18 +241,17 @@ def from_json_record(r: dict) -> dict:
 
 
 def from_json(data: dict) -> dict:
-    """A profile read back: widths as tuples and block sizes as ints again; a ValueError if it is
-    not a profile of this version (every setting's records, each a method, a plan shape and counts)."""
+    """A profile read back, widths as tuples and block sizes as ints again; a ValueError if it is
+    not a profile of this version (each setting's records: a method, a plan shape, counts)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ValueError(f"not a specdec_np acceptance profile ('{FORMAT}', version {VERSION})")
     settings = data.get("settings")
     if not isinstance(settings, dict) or not settings or not all(
-            s in SETTINGS and isinstance(records, list) for s, records in settings.items()):
-        raise ValueError(f"'settings' must hold a list of records for {' or '.join(SETTINGS)}, or both")
-    for records in settings.values():
-        for r in records:
-            if not isinstance(r, dict) or r.get("method") not in PROFILED or not isinstance(r.get("shape"), dict):
-                raise ValueError(f"a record needs a method ({', '.join(PROFILED)}) and a plan shape")
+            s in SETTINGS and isinstance(records, list) and all(isinstance(r, dict) and r.get("method") in PROFILED
+                                                                and isinstance(r.get("shape"), dict) for r in records)
+            for s, records in settings.items()):
+        raise ValueError(f"'settings' must hold, for {' or '.join(SETTINGS)} or both, a list of records: a method "
+                         f"({', '.join(PROFILED)}), a plan shape and counts")
     data["settings"] = {setting: [dict(from_json_record(r), shape={k: tuple(v) if isinstance(v, list) else v
                                                                    for k, v in r["shape"].items()})
                                   for r in records] for setting, records in settings.items()}
@@ -271,7 +259,6 @@ def from_json(data: dict) -> dict:
 
 
 def save(profile: dict, path) -> None:
-    """Write atomically (a temporary file renamed into place)."""
     write_json(Path(path), to_json(profile))
 
 
@@ -284,8 +271,8 @@ def load(path) -> dict:
 
 
 def calibration_prompts(enc, path=None) -> list[list[int]]:
-    """The calibration prompts (code held out from the embedded models' training), as token ids:
-    one JSON object with a non-empty "prompt" a line. A ValueError naming the file and line if not."""
+    """The calibration prompts (code held out from the embedded models' training) as token ids, from one
+    JSON object with a non-empty "prompt" a line; a ValueError naming the file and line if not."""
     path = PROMPTS_FILE if path is None else Path(path)
     prompts = []
     for i, line in enumerate(path.read_bytes().splitlines(), 1):

@@ -24,14 +24,14 @@ from ..decode import generate
 from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
 from ..gpt2 import GPT2_SHAPES, random_params
 from ..models import load_embedded
-from ..plan import Plan
+from ..plan import constant
 from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
 from .calibration import Busy, calibration
-from .choice import Choice, acceptance_profile, choose, fallback, setting_name
+from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
 from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
 from .costmodel import pads, record_ms
 from .machine import machine, machine_name, settle_threads
@@ -118,7 +118,8 @@ def choices(profile, costs, temperature, default=False) -> dict:
     out = {}
     for row, method in METHODS.items():
         if default:
-            plan = Plan(copy_len=0) if row == "staged_drafts" else Plan()
+            plan = constant(temperature)
+            plan = dataclasses.replace(plan, copy_len=0) if row == "staged_drafts" else plan
             out[row] = Choice(method or "staged", plan, float("nan"), float("nan"))
         elif row == "plan" and costs.get("busy"):  # timings from a busy machine: not a plan to trust
             out[row] = fallback(None, temperature, "the machine was busy")
@@ -397,7 +398,7 @@ def main(argv=None) -> int:
         print(f"note: this machine is busy ({busy}): BLAS uses one thread")
     try:
         costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
-                                   Progress("measuring this machine"))
+                                   measuring())
     except Busy as e:
         raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
     print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))

@@ -1,21 +1,25 @@
-"""The tools' cache: measured costs, first-use acceptance profiles and fitted trigrams, as files in
-the user's cache directory, named by a hash of everything they depend on (a key), never in the
-repository (which may be read-only). Written whole: a temporary file renamed into place.
+"""The tools' cache: measured costs, first-use acceptance profiles and fitted trigrams, as files in the
+user's cache directory (never the repository), named by a hash of what they depend on (a key), written
+whole (a temporary file renamed into place). One that cannot be written is said, and the run goes on.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 from ..files import atomic_file
 
 
 def cache_dir() -> Path:
-    """The user's cache directory for specdec_np (XDG_CACHE_HOME, else ~/.cache): never the repository."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec_np"
+    """$XDG_CACHE_HOME/specdec_np, else ~/.cache/specdec_np (the XDG specification ignores a relative one)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "specdec_np"
 
 
 def cache_path(kind: str, key: dict) -> Path:
@@ -23,7 +27,7 @@ def cache_path(kind: str, key: dict) -> Path:
     return cache_dir() / f"{kind}-{digest}.json"
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -31,7 +35,34 @@ def read_json(path: Path) -> dict | None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Atomically: a temporary file renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")
+
+
+def uncached(path: Path, e: OSError) -> None:
+    sys.stderr.write(f"note: cannot write the cache in {path.parent} ({e.strerror or e}): what is measured now "
+                     "is used for this run only\n")
+
+
+def writable(path: Path) -> bool:
+    """Whether the cache file `path` can be written (its directory made, a file created there, `path` not
+    a directory), checked before measuring what goes in it; if not, one line says why."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, f"{path.name} is a directory")
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        uncached(path, e)
+        return False
+    return True
+
+
+def store(path: Path, data: dict) -> None:
+    """`write_json` into the cache; a failure (a full disk) is said in one line and the run goes on."""
+    try:
+        write_json(path, data)
+    except OSError as e:
+        uncached(path, e)

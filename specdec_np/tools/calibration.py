@@ -1,18 +1,16 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Which layout of each model's products its BLAS multiplies fastest (`costcurve.choose_slab_rows`),
-the forward pass against its block size, warm and cold (`costcurve.loop_curves`), the fixed work
-per step, drafting step and distribution the draft processes (fitted on the steps of a few short
-timed runs) and an n-gram query (timed directly): about ten seconds on first use for the embedded
-pair, under a minute for GPT-2 and distilgpt2, then read from the cache (`cache.py`) under a key of
-everything they depend on (`machine.machine()`, the models' weights, dtype).
-
-A measurement that runs past its time is stopped (`Busy`), and costs measured while other
-processes took the CPU serve that run only (`machine.busy_warning`): the next run measures again.
+The layout of each model's products (`costcurve.choose_slab_rows`), the forward pass by block size,
+warm and cold (`costcurve.loop_curves`), the overheads per step, drafting step and draft distribution
+(fitted on a few short timed runs) and an n-gram query: about ten seconds for the embedded pair,
+cached (`cache.py`) under a key of what they depend on (`machine.machine()`, the models, dtype).
+Measured on a quiet machine only: `Busy` when others use a core or more before, or it runs past its
+time; costs measured while others took the CPU are marked "busy" and not cached.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -21,55 +19,74 @@ from .. import staged
 from ..decode import generate
 from ..plan import Plan
 from . import acceptance as profiles
-from .cache import cache_path, read_json, write_json
-from .costcurve import apply_layout, choose_slab_rows, loop_curves
-from .costmodel import fit_overheads, loop_scale, pads, pass_ms, scaled
-from .machine import busy_warning, cpu_times, machine
+from .cache import cache_path, read_json, store, writable
+from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
+from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
+from .machine import MEASURE_CORES, busy, busy_since, cpu_times, machine
 
 CALIBRATION_VERSION = 7
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 
 
 class Busy(Exception):
-    """The machine was too busy to measure its costs within CALIBRATION_SECONDS."""
+    """The machine is too busy to measure its costs: nothing was measured, or nothing measured is kept."""
 
 
 def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
-    """(this machine's costs for the pair, whether they were measured now): from the cache, or
-    measured on first use or with `recalibrate`, and cached unless the machine was busy (slow,
-    noisy timings serve this run only, marked "busy"; the next run measures again). `Busy` when the
-    measurement takes over CALIBRATION_SECONDS."""
+    """(this machine's costs for the pair, whether measured now): cached, else (or with `recalibrate`)
+    measured and cached; a cached file that is not valid costs (`problem`) is measured again, said."""
     key = {"machine": machine(), "models": profiles.pair_key(target, draft, ngram), "dtype": str(target.dtype),
            "version": CALIBRATION_VERSION}
     path = cache_path("costs", key)
-    if not recalibrate and (cached := read_json(path)) is not None:
-        return cached, False
+    if not recalibrate and path.is_file():
+        cached = read_json(path)
+        if not (why := problem(cached, draft is not None)):
+            return cached, False
+        sys.stderr.write(f"note: {path}: not this machine's costs ({why}): measuring them again\n")
+    if why := busy(MEASURE_CORES):
+        raise Busy(f"this machine is busy ({why}): not measuring")
+    cache = writable(path)
     start = cpu_times()
     costs = measure_costs(target, draft, ngram, prompts, progress)
-    busy = busy_warning(start)
-    if busy:
-        sys.stderr.write(busy + "\n")
-        costs["busy"] = busy
-    else:
-        write_json(path, costs)
+    if why := busy_since(start):
+        return costs | {"busy": f"this machine was busy while measuring ({why}): its costs are not kept"}, True
+    if cache:
+        store(path, costs)
     return costs, True
 
 
+def problem(costs, has_draft: bool) -> str:
+    """What keeps `costs` from being what `measure_costs` gives for the pair, in words ("" if nothing):
+    each model's layout one `choose_slab_rows` may choose, its curves (warm; cold beside a draft)
+    finite ms > 0 by block size, each setting's OVERHEADS finite ms >= 0."""
+    models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
+
+    def ms(values, low):
+        return all(type(v) in (int, float) and math.isfinite(v) and v >= low for v in values)
+
+    try:
+        parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
+                               for m in models),
+                 "curves": all(c and ms(c.values(), 1e-9) and all(str(k).isdigit() for k in c)
+                               for m in models for c in (costs["curves"][m][s] for s in states)),
+                 "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], 0) for s in profiles.SETTINGS)}
+    except (KeyError, TypeError, AttributeError):
+        return "a part is missing or of the wrong kind"
+    return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)
+
+
 def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
-    """This machine's layout of each model's products (`costcurve.choose_slab_rows`), its cost
-    curves, scaled to what passes cost inside the decoding loop, and per-setting overheads (ms):
-    about ten seconds on a quiet machine for the embedded pair; `Busy` past `seconds` (default
-    CALIBRATION_SECONDS, up to 4x that for a target with more weights to read)."""
+    """The models' layouts, cost curves scaled to what passes cost in the loop, and overheads per setting
+    (ms); `Busy` past `seconds` (default CALIBRATION_SECONDS, up to 4x for a larger target).
+    `progress(done, total)` counts parts: the layouts, each round of the curves, each setting's runs."""
     if seconds is None:
         seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
     deadline = time.perf_counter() + seconds
+    work = {"done": 0, "total": None}
 
     def in_time():
         if time.perf_counter() > deadline:
-            raise Busy(f"measuring took over {seconds} s")
-
-    # Progress in units of work: the layouts, each round of the cost curves, each setting's timed runs.
-    work = {"done": 0, "total": None}
+            raise Busy(f"measuring took over {seconds} s: this machine is too busy")
 
     def did(total: int | None = None):
         in_time()
@@ -88,9 +105,10 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     padding = pads(curves)
     target, draft = apply_layout(padding, target, draft)
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
+    prompts = fitted(prompts[:n_prompts], target, draft, new_tokens)
     runs = {}
     for setting, kw in profiles.SETTINGS.items():
-        runs[setting] = timed_steps(target, draft, ngram, prompts[:n_prompts], kw, new_tokens, in_time)
+        runs[setting] = timed_steps(target, draft, ngram, prompts, kw, new_tokens, in_time)
         did()
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
     scale = loop_scale([p for steps, passes in runs.values() for p in passes], curves["target"])
@@ -101,19 +119,22 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
             "target_scale": scale, "overheads": overheads}
 
 
+def fitted(prompts, target, draft, new_tokens: int) -> list:
+    """The prompts' last tokens, as many as leave both models' contexts room for `new_tokens` and a step's block."""
+    room = min(m.config.n_ctx for m in (target, draft) if m is not None) - new_tokens - 20
+    return [p[-max(1, room):] for p in prompts]
+
+
 def timed_run_size(target_ms: float) -> tuple[int, int]:
-    """(prompts, new tokens) of the calibration's timed runs: 3 prompts of 32 tokens where the
-    target's one-token pass takes up to 4 ms (the embedded target), proportionally fewer where it
-    is slower (GPT-2 takes 20 ms and more here), so that calibration stays within seconds."""
+    """(prompts, new tokens) of the timed runs: 3 x 32 where a one-token pass takes up to 4 ms, fewer if slower."""
     scale = min(1.0, 4.0 / target_ms)
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
 def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
-    """Short decoding runs of a few shapes whose passes span the block sizes plans use (one,
-    four, eight and sixteen rows, warm and cold), past each run's prefill: every step [(draft
-    blocks, draft distributions, n-gram queries, ms outside the target's pass)] and every target
-    pass [(state, rows, ms)]; `in_time()` is called after each run (it raises `Busy` past the time allowed)."""
+    """Short runs whose passes span the block sizes plans use, past each prefill: every step [(draft
+    blocks, draft distributions, n-gram queries, ms outside the target's pass)] and target pass
+    [(state, rows, ms)]; `in_time()` after each run."""
     sampled = "without" if kw["temperature"] else None
     shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
     if draft is not None:
@@ -137,8 +158,7 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int = 32, in_time
 
 
 def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
-    """ms per n-gram query (a repeat looked up, or one token of the trigram's guess): timed directly,
-    since in decoding runs it is nearly collinear with the draft's passes."""
+    """ms per n-gram query, timed directly (in decoding runs it is nearly collinear with the draft's passes)."""
     context = list(context)
     t0 = time.perf_counter()
     for i in range(repeats):

@@ -1,16 +1,10 @@
 """This machine's plan: the method and Plan the cost model predicts fastest for a model pair on this CPU.
 
-The core decodes whatever `Plan` it is given (constants by default); this module chooses one,
-Sequoia-style, from two things measured apart: the pair's acceptance profile (`acceptance.py`:
-what every candidate does per emitted token, a property of the models, shipped for the embedded
-pair; for any other pair measured on first use, per setting, on a grid sized to take a few
-minutes here, `acceptance_profile`) and this machine's costs (`calibration.py`).
-
-The plan is the candidate with the fewest predicted milliseconds per token. Plain decoding and
-prompt lookup are always candidates, and a plan that drafts must be predicted at least MARGIN
-faster than plain decoding, so where drafting does not pay, the plan does not draft. On a machine
-too busy to measure, the choice is prompt lookup at temperature 0 and plain decoding when
-sampling, which need no measurement (`fallback`).
+Sequoia-style, from two things measured apart: the pair's acceptance profile (`acceptance.py`, shipped
+for the embedded pair, else measured on first use) and this machine's costs (`calibration.py`). The
+plan is the candidate with the fewest predicted ms per token among those the rule asked for verifies
+losslessly; a plan that drafts must beat plain decoding by MARGIN. On a machine too busy to measure,
+or without a profile for the setting, it is the constant plan (`fallback`).
 """
 
 from __future__ import annotations
@@ -19,13 +13,14 @@ import dataclasses
 import sys
 
 from .. import methods
-from ..plan import Plan
+from ..plan import Plan, constant
 from . import acceptance as profiles
-from .cache import cache_path, read_json
+from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
+from .progress import Progress
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
@@ -41,18 +36,11 @@ class Choice:
     ms_per_token: float
     baseline_ms_per_token: float
     layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
-    busy: str = ""  # why the plan is the busy machine's fallback, not a measured one ("" when measured)
+    busy: str = ""  # why the plan is the constant one, not a measured choice ("" when measured)
 
     @property
     def speedup(self) -> float:
         return self.baseline_ms_per_token / self.ms_per_token
-
-    @property
-    def origin(self) -> str:
-        """Where the plan came from, in words."""
-        if self.busy:
-            return "not measured: " + self.busy
-        return f"this machine's, predicted {self.speedup:.2f}x plain decoding"
 
     def models(self, target, draft):
         """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
@@ -63,38 +51,65 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
-def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False,
-              progress=None) -> dict:
-    """{method: this machine's plan for it} for the pair and setting (method None: the fastest of
-    all), from the profile and costs loaded once; `enc` encodes the calibration prompts."""
-    busy = settle_threads()
-    if busy:
-        sys.stderr.write(f"note: this machine is busy ({busy}): BLAS uses one thread\n")
+def measuring() -> Progress:
+    """The measurement's progress line (a quiet first run; later, invalid cached costs or --recalibrate)."""
+    return Progress("measuring this machine's costs (cached for later runs)", unit=lambda n: f"{n} parts")
+
+
+def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False, progress=None,
+              rule=None) -> dict:
+    """{method: this machine's plan for it} for the pair and setting (None: the fastest of all) among
+    those `rule` verifies losslessly (`enc` encodes the calibration prompts). On a busy machine nothing
+    is measured: the `fallback`, said in one line; with `recalibrate` that is an error."""
+    threads = settle_threads()
     prompts = profiles.calibration_prompts(enc)
+    setting = setting_name(temperature)
     try:
-        costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress)
+        costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress or measuring())
     except Busy as e:
-        costs = {"busy": f"this machine was too busy to measure ({e})"}
+        if recalibrate:
+            raise ValueError(f"--recalibrate: {e}; rerun it when the machine is quieter") from None
+        return fell_back(methods, temperature, rule, str(e))
     if costs.get("busy"):
-        why = costs["busy"].split(" (")[0].removeprefix("note: ")
-        sys.stderr.write(f"note: {why}: using {'prompt lookup' if temperature == 0 else 'plain decoding'} "
-                         "or the constant plan; the next run measures again\n")
-        return {m: fallback(m, temperature, "the machine was busy") for m in methods}
-    profile = acceptance_profile(target, draft, ngram, prompts, setting_name(temperature), costs, progress)
-    return {m: dataclasses.replace(choose(profile, costs, temperature, m, draft is not None, ngram is not None),
-                                   layout=costs["layout"] | pads(costs["curves"])) for m in methods}
+        return fell_back(methods, temperature, rule, costs["busy"])
+    if threads:
+        sys.stderr.write(f"note: this machine is busy ({threads}): BLAS uses one thread\n")
+    profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
+    if setting not in profile["settings"]:
+        return fell_back(methods, temperature, rule, f"{profiles.PROFILE_FILE} has no {setting} profile")
+    out = {}
+    for m in methods:
+        try:
+            chosen = choose(profile, costs, temperature, m, draft is not None, ngram is not None,
+                            keep=lambda r, m=m: lossless(rule, r["method"], Plan(**r["shape"]), temperature))
+            out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
+        except ValueError:  # no plan of m in the profile is lossless for the rule
+            out[m] = fallback(m, temperature, f"the profile has no plan of {m} for --rule {rule}", rule)
+    return out
 
 
-def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None) -> Choice:
+def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None,
+             rule=None) -> Choice:
     """This machine's plan for the pair and setting (of one `method`, or the fastest of all)."""
-    return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress)[method]
+    return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress, rule)[method]
+
+
+def lossless(rule: str | None, method: str, plan: Plan, temperature: float) -> bool:
+    """Whether `rule` (None: the plan's own) verifies `method`'s trees under `plan` losslessly."""
+    try:
+        methods.check_rule(method, plan if rule is None else dataclasses.replace(plan, rule=rule), temperature)
+    except ValueError:
+        return False
+    return True
 
 
 def choose(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
            has_ngram=True, keep=None) -> Choice:
-    """The fastest candidate of the profile on these costs: of one `method`, or of all (then a
-    drafting plan must beat plain decoding by MARGIN); `keep(record)` may narrow the candidates."""
+    """The profile's fastest candidate on these costs (of one `method`, or of all: then a drafting plan
+    must beat plain decoding by MARGIN); `keep(record)` may narrow the candidates."""
     setting = setting_name(temperature)
+    if setting not in profile["settings"]:
+        raise ValueError(f"the profile has no {setting} setting")
     curves, overheads = costs["curves"], costs["overheads"][setting]
     usable = profiles.runnable(has_draft, has_ngram)
     priced = []
@@ -113,18 +128,34 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
     return Choice(m, Plan(**shape), ms, base)
 
 
-def fallback(method: str | None, temperature: float, why: str) -> Choice:
-    """The plan that needs no measurement: `method` with the constant plan, or, for the machine's
-    choice, prompt lookup at temperature 0 (a copied chain costs no draft pass) and plain decoding
-    when sampling (a rejected block costs more than it saves on a busy machine)."""
-    nan = float("nan")
-    return Choice(method or ("lookup" if temperature == 0 else "ar"), Plan(), nan, nan, busy=why)
+def constant_for(method: str, temperature: float, rule: str | None = None) -> Plan:
+    """The constant plan with `rule`, its trees drawn as the rule needs (e.g. without replacement for
+    'recursive_wor', the draft's top tokens for 'point_mass'); as it is if none does."""
+    plan = dataclasses.replace(constant(temperature), rule=rule)
+    tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
+    return next((p for p in tried if lossless(None, method, p, temperature)), plan)
+
+
+def fallback(method: str | None, temperature: float, why: str, rule: str | None = None) -> Choice:
+    """`method` with the constant plan for `rule`; for the machine's choice, prompt lookup at temperature
+    0 (a copied chain costs no draft pass), plain decoding when sampling (rejections cost more when busy)."""
+    method = method or ("lookup" if temperature == 0 else "ar")
+    return Choice(method, constant_for(method, temperature, rule), float("nan"), float("nan"), busy=why)
+
+
+def fell_back(asked, temperature: float, rule, why: str) -> dict:
+    """{method: `fallback`} for the methods asked, said in one line naming each plan."""
+    out = {m: fallback(m, temperature, why, rule) for m in asked}
+    used = "; ".join(f"{c.method} with {methods.describe(c.method, c.plan)}" for c in out.values())
+    slow = any(methods.drafts(c.method, c.plan) for c in out.values())
+    slow = ", which may be slower than plain decoding" * slow
+    sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
+    return out
 
 
 def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
-    """The pair's acceptance profile: the shipped one for the embedded pair, else the cached one for
-    this setting, else measured now (this setting only, on a smaller grid, sized by `costs` to take
-    about PROFILE_SECONDS) and cached."""
+    """The pair's acceptance profile: shipped, else cached for this setting, else measured now (this
+    setting, a smaller grid sized by `costs` to take about PROFILE_SECONDS) and cached."""
     key = profiles.pair_key(target, draft, ngram)
     if profiles.PROFILE_FILE.is_file():
         shipped = profiles.load(profiles.PROFILE_FILE)
@@ -132,29 +163,32 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
             return shipped
     path = cache_path("profile", {"models": key, "version": profiles.VERSION, "setting": setting})
     if (cached := read_json(path)) is not None:
-        return profiles.from_json(cached)
+        try:
+            return profiles.from_json(cached)
+        except ValueError as e:
+            sys.stderr.write(f"note: {path}: {e}: profiling again\n")
     usable = profiles.runnable(draft is not None, ngram is not None)
     grid = {setting: [c for c in profiles.candidates(setting, quick=True) if c[0] in usable]}
     seeds = 2  # runs per prompt when sampling
     curves = costs["curves"]
-    # Per token: a target pass, and two draft passes (GPT-2 and distilgpt2 with random weights, whose
-    # drafts are seldom accepted, took 1.4x this estimate).
+    # Per token: a target pass and two draft passes (random-weight GPT-2 pairs took 1.4x this estimate).
     ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
     runs = len(grid[setting]) * len(profiles.run_seeds(0, profiles.SETTINGS[setting]["temperature"], seeds))
     n_prompts, tokens, seconds = profile_size(runs, ms)
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-    sys.stderr.write(f"profiling this pair's acceptance ({setting}; first run only): {len(grid[setting])} "
+    sys.stderr.write(f"profiling this pair's acceptance ({setting}; cached for later runs): {len(grid[setting])} "
                      f"candidate plans on {n_prompts} prompts x {tokens} tokens, about {about}\n")
+    cache = writable(path)
     measured = profiles.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
                                 grid=grid, progress=progress)
-    profiles.save(measured, path)
+    if cache:
+        store(path, profiles.to_json(measured))
     return measured
 
 
 def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
-    """(prompts, new tokens, estimated seconds) of a first-use profile of n_runs decoding runs per
-    prompt: the largest of PROFILE_SIZES estimated to take PROFILE_SECONDS at most, else the
-    smallest. Each run is priced at ms_per_token per token."""
+    """(prompts, new tokens, seconds) of a first-use profile of n_runs runs per prompt: the largest of
+    PROFILE_SIZES estimated at ms_per_token to take PROFILE_SECONDS at most, else the smallest."""
     for n_prompts, tokens in PROFILE_SIZES:
         seconds = n_runs * n_prompts * tokens * ms_per_token / 1000
         if seconds <= PROFILE_SECONDS:

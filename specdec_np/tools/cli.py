@@ -30,7 +30,7 @@ from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .acceptance import runnable
-from .choice import plans_for
+from .choice import constant_for, plans_for
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, lossless,
                       plan_origin, profiled, reads)
@@ -96,7 +96,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
         # Plain decoding and the n-gram's trees are not profiled; a target alone has no pair to profile.
         method = a.method or "staged"
-        plan = changed(Plan(), method, a)
+        plan = changed(constant_for(method, temperature, a.rule), method, a)
         check_rule(plan, method, temperature)
         origin, layout = "the constant plan", {}
     else:
@@ -107,8 +107,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
             raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
                              f"this model pair cannot run (it has no {missing})")
         asked = asked or (None,)
-        choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate,
-                            Progress("measuring this machine (first run only)"))
+        choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate, rule=a.rule)
         # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
         shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
         choice, plan = next(((c, p) for c, p in shaped if lossless(p, c.method, temperature)), shaped[0])

@@ -1,10 +1,10 @@
 """This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
 
-At batch 1 a decoder step reads every weight once and does ~0.5 FLOP per byte of float32 weights
-(2 FLOPs per 4-byte weight), so it is bound by memory bandwidth; a block of k tokens reads the
-same weights once for k times the arithmetic. How many tokens are "free" decides how big a
-verification tree pays off. The reference for the memory bound is one large float32
-matrix-vector product, measured in the same run.
+At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights, so it
+is bound by memory bandwidth; a block of k tokens reads the same weights for k times the arithmetic.
+How many tokens are "free" decides how big a verification tree pays off. Passes are timed
+round-robin (one of each size per round, round 0 a warm-up), so that a burst of noise on a shared
+machine lands on every size a little instead of on a few a lot (which would bend the curve).
 """
 
 from __future__ import annotations
@@ -60,36 +60,39 @@ def last_level_cache() -> str:
 
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
     """(from memory, from the last-level cache): the rates of a matrix-vector product over a matrix
-    twice the last-level cache (at least 256 MB), and over one half its size (16 MB if unknown).
-    Which one bounds a pass depends on whether the model's weights fit in that cache."""
-    # Both sizes follow the cache: on a VM with a 480 MB cache a 64 MB matrix streamed at about 2x
-    # the memory's rate, and a fixed 512 MB one would nearly fit there.
+    twice the last-level cache (at least 256 MB), and over one half its size (16 MB if unknown): which
+    one bounds a pass depends on whether the weights fit in that cache (on a VM, up to 480 MB)."""
     llc = last_level_cache_bytes()
     big_rows = max(1 << 14, 2 * (llc or 0) // (4 * 4096))
     small_rows = max(1, (llc or 32 << 20) // 2 // (4 * 2048))
     return matvec_gbps(big_rows, 4096, repeats), matvec_gbps(small_rows, 2048, repeats)
 
 
-def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
-    """Median ms of one forward pass of k new tokens after a cached prefix, for each k.
-
-    The sizes are timed round-robin (one pass of each per round, `repeats` rounds) rather than
-    one size at a time: on a shared machine a burst of noise then lands on every size a little,
-    instead of on a few sizes a lot (which bends the curve the cost model and padding rely on).
-    """
-    cache = new_cache(model, max_block=max(block_sizes))
+def primed(model: GPT2, prefix_len: int, max_block: int):
+    """A KV cache holding a prefix of `prefix_len` tokens."""
+    cache = new_cache(model, max_block=max_block)
     forward(model, np.arange(prefix_len) % model.config.n_vocab, cache)
+    return cache
+
+
+def timed_pass(model: GPT2, cache, k: int) -> float:
+    """Seconds of one forward pass of k new tokens after the cache's prefix, which is kept as it was."""
+    length = cache.length
+    t = time.perf_counter()
+    forward(model, np.arange(k) % model.config.n_vocab, cache)
+    seconds = time.perf_counter() - t
+    cache.truncate(length)
+    return seconds
+
+
+def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
+    """Median ms of one forward pass of k new tokens after a cached prefix, for each k (round-robin)."""
+    cache = primed(model, prefix_len, max(block_sizes))
     times = {k: [] for k in block_sizes}
-    for r in range(repeats + 1):  # round 0 warms up
+    for _ in range(repeats + 1):
         for k in block_sizes:
-            toks = np.arange(k) % model.config.n_vocab
-            t = time.perf_counter()
-            forward(model, toks, cache)
-            dt = time.perf_counter() - t
-            cache.truncate(prefix_len)
-            if r:
-                times[k].append(dt)
-    return {k: 1000 * float(np.median(ts)) for k, ts in times.items()}
+            times[k].append(timed_pass(model, cache, k))
+    return {k: 1000 * float(np.median(ts[1:])) for k, ts in times.items()}
 
 
 def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32),
@@ -112,6 +115,11 @@ def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=
     return report
 
 
+def fitting(sizes, n_ctx: int) -> tuple:
+    """The sizes a context of n_ctx holds after a prefix of a quarter of it (at least the smallest)."""
+    return tuple(k for k in sizes if k <= n_ctx * 3 // 4) or sizes[:1]
+
+
 def laid_out(model: GPT2, slab_rows: int) -> GPT2:
     """`model` with its products reading column slabs for blocks of up to `slab_rows` rows
     (`fastpath.prepare`; 0: never): the same numbers, another speed."""
@@ -119,9 +127,8 @@ def laid_out(model: GPT2, slab_rows: int) -> GPT2:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with the slab rows of a measured `layout` ({"target": rows, "draft": rows}: see
-    `laid_out`) and its padding tables ({"target_pad": table, "draft_pad": table}: `costmodel.pads`,
-    set as the models' `GPT2.padding`); a model it does not name, or None, is left as it is."""
+    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
+    padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
     def lay(model, name):
         if model is not None and name in layout:
             model = laid_out(model, layout[name])
@@ -131,41 +138,33 @@ def apply_layout(layout: dict, target, draft):
     return lay(target, "target"), lay(draft, "draft")
 
 
-def choose_slab_rows(model: GPT2, sizes=(2, 4, 8, 12, 16), prefix_len: int = 200, repeats: int = 9,
+SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
+
+
+def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repeats: int = 9,
                      seconds: float = 3.0, tie: float = 1.05) -> int:
-    """The largest block this machine's BLAS multiplies from column slabs about as fast as with
-    one x @ w, or faster: the largest size where the slabs' pass costs at most `tie` times the
-    other's, provided they do at 2 rows (0: none). Between two sizes where slabs win, they win
-    too (a pass of 10 rows on slabs took half of one x @ w where 8 and 12 did). Both layouts are
-    timed side by side, round-robin, medians of `repeats` (fewer for a model so slow that they
-    would take more than about `seconds`)."""
-    plain, slabbed = laid_out(model, 0), laid_out(model, max(sizes))
-    prefix_len = min(prefix_len, model.config.n_ctx - max(sizes))
-    caches = [new_cache(m, max_block=max(sizes)) for m in (plain, slabbed)]
-    for m, cache in zip((plain, slabbed), caches):
-        forward(m, np.arange(prefix_len) % model.config.n_vocab, cache)
-    t = time.perf_counter()
-    forward(slabbed, np.arange(max(sizes)) % model.config.n_vocab, caches[1])
-    caches[1].truncate(prefix_len)
-    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * (time.perf_counter() - t)))))
+    """The largest block this machine's BLAS multiplies from column slabs at most `tie` times as slowly
+    as with one x @ w, provided the slabs do at the smallest size (0: none; between two sizes where
+    slabs win, they win too). Both layouts timed side by side, round-robin, medians of `repeats`
+    (fewer where they would take more than about `seconds`); sizes the context holds (`fitting`)."""
+    sizes = fitting(sizes, model.config.n_ctx)
+    layouts = laid_out(model, 0), laid_out(model, max(sizes))
+    caches = [primed(m, min(prefix_len, model.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
+    one = timed_pass(layouts[1], caches[1], max(sizes))
+    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * one))))
     times = {(i, k): [] for i in range(2) for k in sizes}
-    for r in range(repeats + 1):  # round 0 warms up
+    for _ in range(repeats + 1):
         for k in sizes:
-            for i, m in enumerate((plain, slabbed)):
-                t = time.perf_counter()
-                forward(m, np.arange(k) % model.config.n_vocab, caches[i])
-                if r:
-                    times[i, k].append(time.perf_counter() - t)
-                caches[i].truncate(prefix_len)
-    wins = [k for k in sizes if np.median(times[1, k]) <= tie * np.median(times[0, k])]
+            for i, m in enumerate(layouts):
+                times[i, k].append(timed_pass(m, caches[i], k))
+    wins = [k for k in sizes if np.median(times[1, k][1:]) <= tie * np.median(times[0, k][1:])]
     return max(wins) if sizes[0] in wins else 0
 
 
 def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=print) -> dict:
-    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), with
-    one x @ w and from column slabs (`fastpath.Weight`), the weights cold: copies totalling
-    `stream_mb` MB are cycled so that each product reads its matrix from memory, as a pass does.
-    Medians over three cycles. {f"{name} {n_in}x{n_out}": {"x @ w": {k: us}, "slabs": {k: us}}}."""
+    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), with one
+    x @ w and from column slabs (`fastpath.Weight`), read from memory as in a pass (copies totalling
+    `stream_mb` MB cycled; medians over three cycles): {"name n_in x n_out": {layout: {k: us}}}."""
     report = {}
     out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
     for name, model in models.items():
@@ -195,44 +194,30 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
     return report
 
 
-# Block sizes the decoding loop meets (trees, copies, a draft pass with its catch-up and guesses);
-# other sizes are interpolated, larger ones extrapolated (costmodel.interp).
+# Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,
                 progress=None) -> dict:
-    """ms per forward pass of k tokens, as the decoding loop meets them: "warm", right after a pass
-    of the same model (plain decoding's steps, a draft's later passes in a step), and "cold", right
-    after a pass of the other model (a target pass after drafting, a step's first draft pass), which
-    may have pushed this model's weights out of the cache. {"target": {"warm": {k: ms}, "cold": ...},
-    "draft": ...}; medians of `repeats` rounds, sizes timed round-robin so noise spreads evenly."""
+    """ms per forward pass of k tokens as the decoding loop meets them: "warm", right after a pass of
+    the same model, and "cold", right after the other model's (a target pass after drafting, a step's
+    first draft pass), which may have pushed this model's weights out of the cache. {"target":
+    {"warm": {k: ms}, "cold": ...}, "draft": ...}: medians of `repeats` rounds; sizes as `fitting`."""
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
-    prefix_len = min([prefix_len] + [m.config.n_ctx - max(sizes) for m in models.values()])  # a small model's context
-    caches = {}
-    for name, model in models.items():
-        caches[name] = new_cache(model, max_block=max(sizes))
-        forward(model, np.arange(prefix_len) % model.config.n_vocab, caches[name])
-    times = {name: {"warm": {k: [] for k in sizes}, "cold": {k: [] for k in sizes}} for name in models}
-    rounds = repeats + 1  # round 0 warms up
-    for r in range(rounds):
+    sizes = fitting(sizes, min(m.config.n_ctx for m in models.values()))
+    prefix_len = min([prefix_len] + [m.config.n_ctx - max(sizes) for m in models.values()])
+    caches = {name: primed(model, prefix_len, max(sizes)) for name, model in models.items()}
+    states = ("warm", "cold") if draft is not None else ("warm",)
+    times = {name: {state: {k: [] for k in sizes} for state in states} for name in models}
+    for r in range(repeats + 1):
         for name, model in models.items():
-            other = "draft" if name == "target" else "target"
             for k in sizes:
-                for state in times[name]:
-                    if state == "cold" and other not in models:
-                        continue
-                    before = models[name if state == "warm" else other]  # the pass just before
-                    forward(before, [1], caches[name if state == "warm" else other])
-                    caches[name if state == "warm" else other].truncate(prefix_len)
-                    t = time.perf_counter()
-                    forward(model, np.arange(k) % model.config.n_vocab, caches[name])
-                    dt = time.perf_counter() - t
-                    caches[name].truncate(prefix_len)
-                    if r:
-                        times[name][state][k].append(dt)
+                for state in states:
+                    before = name if state == "warm" else next(m for m in models if m != name)  # the pass just before
+                    timed_pass(models[before], caches[before], 1)
+                    times[name][state][k].append(timed_pass(model, caches[name], k))
         if progress:
-            progress(r + 1, rounds)
-    return {name: {state: {k: 1000 * float(np.median(ts)) for k, ts in per.items() if ts}
-                   for state, per in states.items() if any(per.values())}
-            for name, states in times.items()}
+            progress(r + 1, repeats + 1)
+    return {name: {state: {k: 1000 * float(np.median(ts[1:])) for k, ts in per.items()}
+                   for state, per in states.items()} for name, states in times.items()}

@@ -19,14 +19,13 @@ from ..decode import generate
 from ..gpt2 import forward, new_cache
 from ..methods import describe, drafts
 from ..models import load_embedded
-from ..plan import Plan
+from ..plan import constant
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
 from .choice import plans_for
 from .costcurve import apply_layout
 from .machine import cpu_times, timing_note
 from .options import check_fits, plan_origin, resized
-from .progress import Progress
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -96,11 +95,10 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
     this machine's best plan for each method or the constant one (--plan default, a busy machine),
     resized by --budget/--depth as the CLI resizes them."""
     out = {}
-    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods,
-                                                      progress=Progress("measuring this machine"))
+    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods)
     for m in methods:
         c = chosen.get(m)
-        plan = Plan() if c is None or c.busy else c.plan
+        plan = constant(temperature) if c is None else c.plan
         if not drafts(m, plan):
             origin = "the baseline"
         elif c is None:

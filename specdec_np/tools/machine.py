@@ -1,14 +1,10 @@
-"""This machine: what it is (CPU, cache, cores, BLAS) and how busy other processes keep it.
-
-Costs measured on a CPU hold for that CPU, so they are keyed by `machine()`. Timings taken while
-other processes use the CPU are slow and noisy (and OpenBLAS's threads stall while another process
-holds a core), so the tools measure the others' share of the cores from /proc/stat around what
-they time (`cpu_times`, `others_since`), say so under timed figures (`timing_note`, `note`), keep
-no costs measured while busy (`busy_warning`) and give BLAS one thread on a busy machine
-(`settle_threads`). The lessons time things too and import their note from here, and print what
-varies from run to run through `print_timed` (a clock's figures) and `print_rounding` (a float32
-rounding error, which depends on the BLAS kernel): tests/docs/test_tutorials.py compares a lesson's
-notebook with the suite's run of it line by line, skipping the lines they mark.
+"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy
+other processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy
+(OpenBLAS's threads stall while another process holds a core). The load is checked once per process
+before anything is measured (`load`), and around what is timed (`busy_since`, `timing_note`). The
+lessons print what varies from run to run through `print_timed` (a clock's figures) and
+`print_rounding` (a float32 rounding error, which depends on the BLAS kernel): the suite compares
+a lesson's notebook with its run line by line (tests/docs/test_tutorials.py), skipping marked lines.
 """
 
 from __future__ import annotations
@@ -23,10 +19,11 @@ import numpy as np
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
 
+BUSY_CORES = 0.25  # others using more than this: timings are noisy, BLAS gets one thread
+MEASURE_CORES = 1.0  # others using a core or more when costs are to be measured: nothing is measured
 TIMED, ROUNDING = "[timed]", "[rounding]"  # the marks of `print_timed`'s and `print_rounding`'s lines
 MARKS = (TIMED, ROUNDING)
-BUSY_CORES = 0.25  # other processes using more CPU than this while costs are measured: not cached
-MIN_WINDOW = 0.2  # seconds: a shorter window says nothing about the load
+MIN_WINDOW = 0.2  # seconds: /proc/stat counts in ticks of 10 ms, so a shorter window says nothing
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,8 +40,7 @@ def cpu() -> dict:
 
 
 def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model and cache, cores, and the
-    BLAS library, kernel and threads in use now."""
+    """What a cost measurement depends on besides the models: the CPU, and the BLAS (library, kernel, threads)."""
     return cpu() | {"blas": blas(), "numpy": np.__version__}
 
 
@@ -55,8 +51,7 @@ def machine_name() -> str:
 
 
 def cpu_times() -> tuple | None:
-    """(CPU seconds all processes have used, this process's, wall clock): a snapshot for
-    `busy_warning`; None where the system's total is unknown (no /proc/stat)."""
+    """(CPU seconds all processes used, this process's, wall clock); None without /proc/stat."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
             ticks = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
@@ -64,88 +59,81 @@ def cpu_times() -> tuple | None:
         return None
     own = os.times()
     # Not "steal" (a hypervisor's other guests): a VM that always loses some time to them would never
-    # keep its costs, and only this system's processes come and go between runs.
+    # count as quiet, and only this system's processes come and go between runs.
     busy = sum(ticks) - ticks[3] - ticks[4]
     return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
 def others_since(start: tuple | None, end: tuple | None = None, min_window: float = MIN_WINDOW) -> float | None:
     """Cores' worth of CPU other processes used between two `cpu_times()` snapshots (`end`: now);
-    None where either is unknown or the window is shorter than `min_window` seconds (/proc/stat
-    counts in ticks of 10 ms, so a shorter window says nothing about the load)."""
+    None where either is unknown or the window is shorter than `min_window` seconds."""
     end = cpu_times() if end is None else end
     if start is None or end is None or end[2] - start[2] <= 0 or end[2] - start[2] < min_window:
         return None
     return ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])
 
 
-def busy_now(seconds: float = 0.1) -> str:
-    """Which share of the cores other processes use, measured over `seconds`, in words when it is
-    more than BUSY_CORES ("" when the machine is quiet or /proc/stat is unknown)."""
+def others_now(seconds: float = 0.1) -> float | None:
+    """Cores' worth of CPU other processes use, measured over `seconds` (None without /proc/stat)."""
     start = cpu_times()
-    if start is None:
-        return ""
-    time.sleep(seconds)
-    others = others_since(start, min_window=0.0)
-    busy = others is not None and others > BUSY_CORES
-    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if busy else ""
+    if start is not None:
+        time.sleep(seconds)
+    return others_since(start, min_window=0.0)
 
 
-_settled: str | None = None  # settle_threads' verdict: it looks once per process
+@functools.lru_cache(maxsize=1)
+def load() -> float | None:
+    """The load check, made once per process before anything is measured: `others_now()`."""
+    return others_now()
+
+
+def busy(cores: float = BUSY_CORES, others: float | None = None) -> str:
+    """Other processes' share of the cores (`others`, default the load check's) in words when it is
+    `cores` or more, else ""."""
+    others = load() if others is None else others
+    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= cores else ""
+
+
+def busy_now(seconds: float = 0.1) -> str:
+    return busy(others=others_now(seconds) or 0.0)
 
 
 def settle_threads() -> str:
-    """On a busy machine, limit NumPy's BLAS to one thread for the rest of the process (OpenBLAS's
-    threads stall while another process holds a core) and say why; "" on a quiet one. The
-    machine is looked at once per process (a tenth of a second); later calls repeat the verdict."""
-    global _settled
-    if _settled is None:
-        _settled = busy_now()
-        if _settled:
-            use_threads(1)
-    return _settled
+    """On a busy machine (`busy`), one BLAS thread for the rest of the process, and why ("" if quiet)."""
+    if why := busy():
+        use_threads(1)
+    return why
 
 
-def busy_warning(start: tuple | None) -> str:
-    """A warning when other processes used the CPU since `start` (`cpu_times()`): OpenBLAS's
-    threads then stall and the timings are slow and noisy ("" when the machine was quiet). Without
-    /proc/stat: when the load average exceeds the cores, or "" if that is unknown too."""
+def busy_since(start: tuple | None) -> str:
+    """How busy others kept the machine since `start` (`cpu_times()`) in words ("" if quiet or too
+    short to tell); without /proc/stat, the load average against the cores."""
     cores = os.cpu_count() or 1
     end = cpu_times()
     if start is not None and end is not None:
         others = others_since(start, end)
-        if others is None or others <= BUSY_CORES:  # quiet, or a window too short to tell
-            return ""
-        what = f"other processes used {others:.1f} of its {cores} cores"
-    else:
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):
-            return ""
-        if load <= cores:
-            return ""
-        what = f"load {load:.1f} on {cores} cores"
-    return (f"note: this machine was busy while its costs were measured ({what}), so this run's plan may be off; "
-            "they are not cached: the next run measures again")
+        return f"other processes used {others:.1f} of its {cores} cores" if (others or 0) > BUSY_CORES else ""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    return f"load {load:.1f} on {cores} cores" if load > cores else ""
 
 
 def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> str:
-    """The line to print after figures timed since `start` (a `cpu_times()` snapshot), "" on a
-    quiet machine where every claim held: when other processes took CPU meanwhile, any figure may
-    be off, so say that (naming what `contradicted`, if anything); else, if a figure contradicted a
-    claim, say which and `why`. Lessons and the demo print it under what they timed."""
-    others = others_since(start)
-    if others is not None and others > BUSY_CORES:
-        return (f"note: this machine was busy while timing the figures above (other processes used {others:.1f} "
-                f"of its {os.cpu_count()} cores){': ' + contradicted if contradicted else ''}; rerun when it is idle")
+    """The line under figures timed since `start`: the machine was busy (naming what was `contradicted`);
+    else the contradiction and `why`; "" on a quiet machine where every claim held."""
+    if busy := busy_since(start):
+        return (f"note: this machine was busy while timing the figures above ({busy})"
+                f"{': ' + contradicted if contradicted else ''}; rerun when it is idle")
     return f"note: {contradicted}: {why}" if contradicted else ""
 
 
 def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
-    """Print `timing_note`'s line under figures timed since `start`, or nothing on a quiet machine
-    where every claim held: what lessons print after each timed section."""
+    """Print `timing_note`'s line, if any, marked as timed (tests/docs/test_tutorials.py compares a
+    lesson's other lines with its notebook)."""
     if line := timing_note(start, contradicted, why):
-        print_timed(line)  # marked: tests/docs/test_tutorials.py compares a lesson's other lines with its notebook
+        print_timed(line)
 
 
 def print_timed(*args, sep: str = " ", end: str = "\n") -> None:

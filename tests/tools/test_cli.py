@@ -73,8 +73,6 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["generate", "x", "--method", "speculative", "--plan", "default", "--rule", "block"],
                           "--rule block"),
                          (["generate", "x", "--method", "tree", "--plan", "default", "--temperature", "1",
-                           "--rule", "traversal"], "--rule traversal"),  # the constant plan drafts top tokens
-                         (["generate", "x", "--method", "tree", "--plan", "default", "--temperature", "1",
                            "--sampled", "with", "--widths", "2,1", "--rule", "block"], "--rule block"),
                          (["generate", "x", "--method", "lookup", "--plan", "default", "--temperature", "1",
                            "--rule", "block"], "--rule block"),
@@ -120,7 +118,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
     asked = []
 
-    def plans_for(target, draft, ngram, enc, temperature, methods, *rest):
+    def plans_for(target, draft, ngram, enc, temperature, methods, *rest, **kw):
         asked.append(methods)
         return {m: choice.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
 
@@ -159,7 +157,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     drawn = Plan()
     ms = {"speculative": 5.0, "lookup": 1.5, "tree": 3.0, "staged": 2.0}
 
-    def plans_by_method(target, draft, ngram, enc, temperature, methods, *rest):
+    def plans_by_method(target, draft, ngram, enc, temperature, methods, *rest, **kw):
         return {m: choice.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
                                 ms[m], 4.0) for m in methods}
 

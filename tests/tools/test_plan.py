@@ -1,6 +1,8 @@
 """The tools' plan: the acceptance profile's counts, the choice on a machine's costs, the cache of
 those costs in the user's cache directory, and how busy the machine is while they are measured."""
 
+import dataclasses
+import json
 import os
 import re
 
@@ -10,7 +12,8 @@ import pytest
 from specdec_np import ngram
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, random_params
-from specdec_np.plan import Plan
+from specdec_np.methods import describe
+from specdec_np.plan import Plan, constant
 from specdec_np.tools import calibration as cal
 from specdec_np.tools import choice, machine
 from specdec_np.tools import acceptance as profiles
@@ -44,7 +47,8 @@ def curve(per_token, fixed):  # ms of a pass of k tokens: fixed + per_token * k
 def costs(per_token, fixed=1.0):
     c = curve(per_token, fixed)
     return {"curves": {"target": {"warm": c, "cold": c}, "draft": {"warm": curve(0.01, 0.1), "cold": curve(0.01, 0.1)}},
-            "overheads": {s: dict.fromkeys(OVERHEADS, 0.0) for s in ("greedy", "sampled")}}
+            "overheads": {s: dict.fromkeys(OVERHEADS, 0.0) for s in ("greedy", "sampled")},
+            "layout": {"target": 0, "draft": 0}}
 
 
 def test_profile_counts_what_each_run_did_past_its_prefill(pair):
@@ -95,7 +99,7 @@ def test_costs_are_cached_in_the_users_cache_directory(pair, tmp_path, monkeypat
 
     def fake_measure(*args, **kw):
         measured.append(1)
-        return {"version": cal.CALIBRATION_VERSION, "n": len(measured)}
+        return costs(0.01) | {"n": len(measured)}
 
     monkeypatch.setattr(cal, "measure_costs", fake_measure)
     first, fresh = cal.calibration(target, draft, trigram, PROMPTS)
@@ -181,40 +185,38 @@ def test_a_profile_counted_in_worker_processes_is_the_same(pair, profile, tmp_pa
     assert os.environ.get("OPENBLAS_NUM_THREADS") == env  # the workers' setting, not this process's
 
 
-def test_costs_measured_on_a_busy_machine_are_used_once_not_cached(pair, tmp_path, monkeypatch, capsys):
-    """Timings taken while other processes use the CPU would mislead every later run: they come
-    with a note and serve this run only; a quiet machine's are cached and reused. Where the
-    system's CPU time is unknown, the load average decides."""
+def test_costs_measured_while_the_machine_got_busy_are_not_kept(pair, tmp_path, monkeypatch):
+    """Timings taken while other processes use the CPU would mislead every later run: marked busy, not
+    cached; a quiet machine's are cached and reused. Without /proc/stat, the load average decides."""
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     measured = []
-    monkeypatch.setattr(cal, "measure_costs",
-                        lambda *a, **k: measured.append(1) or {"version": cal.CALIBRATION_VERSION, "n": len(measured)})
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: measured.append(1) or costs(0.01) | {"n": len(measured)})
 
     def others_use(cores):  # snapshots (all CPU s, own CPU s, wall s) over 10 s: own 15 s, others `cores`
         snaps = iter([(100.0, 50.0, 0.0), (100.0 + 15 + 10 * cores, 65.0, 10.0)])
-        for module in (cal, machine):  # calibration's snapshot at the start, busy_warning's at the end
+        for module in (cal, machine):  # calibration's snapshot at the start, busy_since's at the end
             monkeypatch.setattr(module, "cpu_times", lambda: next(snaps))
 
     others_use(1.0)
     got, fresh = cal.calibration(target, draft, trigram, PROMPTS)
-    assert fresh and got["n"] == 1 and "other processes used 1.0" in got["busy"]  # marked: no plan is chosen from it
-    assert "not cached" in (err := capsys.readouterr().err) and "other processes used 1.0" in err
+    assert fresh and re.search("other processes used 1.0 .*not kept", got["busy"])  # no plan is chosen from it
+    assert not list(tmp_path.rglob("costs-*.json"))
     others_use(machine.BUSY_CORES / 2)
     assert cal.calibration(target, draft, trigram, PROMPTS)[0]["n"] == 2  # measured again: nothing was cached
-    assert capsys.readouterr().err == ""
-    assert cal.calibration(target, draft, trigram, PROMPTS) == ({"version": cal.CALIBRATION_VERSION, "n": 2}, False)
+    got, fresh = cal.calibration(target, draft, trigram, PROMPTS)
+    assert not fresh and got["n"] == 2 and len(measured) == 2
     # A window too short to count ticks in says nothing (a cached or fake measurement takes no time).
     snaps = iter([(100.0, 50.0, 0.0), (100.02, 50.0, 0.001)])
     monkeypatch.setattr(machine, "cpu_times", lambda: next(snaps))
-    assert machine.busy_warning(machine.cpu_times()) == ""
+    assert machine.busy_since(machine.cpu_times()) == ""
     # No /proc/stat: the load average.
     monkeypatch.setattr(machine, "cpu_times", lambda: None)
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 3.0, 0.0, 0.0))
-    assert "not cached" in machine.busy_warning(None) and "load" in machine.busy_warning(None)
+    assert "load" in machine.busy_since(None)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
-    assert machine.busy_warning(None) == ""
+    assert machine.busy_since(None) == ""
 
 
 def test_progress_off_a_terminal_writes_whole_lines(capsys):
@@ -269,7 +271,7 @@ def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp
     assert set(got["settings"]) == {"greedy"} and (got["prompts"], got["max_new_tokens"]) == (n_prompts, tokens)
     assert {r[1] for r in runs} == {tokens} and len(runs) == n_prompts * len(got["settings"]["greedy"])
     assert {r["method"] for r in got["settings"]["greedy"]} == {"ar", "lookup", "speculative", "tree", "staged"}
-    assert "first run only" in capsys.readouterr().err
+    assert "cached for later runs" in capsys.readouterr().err
     assert choice.acceptance_profile(target, draft, trigram, PROMPTS * 2, "greedy", slow) == got
     assert len(runs) == n_prompts * len(got["settings"]["greedy"])  # the second time from the cache
     choice.acceptance_profile(target, draft, trigram, PROMPTS * 2, "sampled", slow)  # the other setting: measured
@@ -277,47 +279,56 @@ def test_a_pair_without_a_shipped_profile_is_profiled_once_per_setting(pair, tmp
     assert len(list((tmp_path / "specdec_np").glob("profile-*.json"))) == 2
 
 
-def test_a_busy_machine_gets_the_fallback_plan_and_one_blas_thread(pair, profile, tmp_path, monkeypatch, capsys):
-    """Busy when the tools start: BLAS gets one thread; busy while measuring (or too slow to finish):
-    no plan is chosen from those timings, the machine's choice is prompt lookup (greedy) or plain
-    decoding (sampling), said in one line, and nothing is cached."""
+def test_a_busy_machine_measures_nothing_and_says_which_plan_it_uses(pair, profile, tmp_path, monkeypatch, capsys):
+    """The load check before measuring sees others using a core or more: nothing is measured or
+    cached, one line names the plan (the constant plan, the rule's kind of tree); --recalibrate is an
+    error; BLAS gets one thread. Busy while measuring, or too slow: the same fallback."""
     from specdec_np.tools import blas
 
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(machine, "busy_now", lambda seconds=0.1: "other processes use 1.0 of its 2 cores")
-    monkeypatch.setattr(machine, "_settled", None)  # not yet looked at in this process
+    monkeypatch.setattr(machine, "load", lambda: 1.0)
     threads = blas.blas()["threads"]
     try:
-        assert "1.0 of its 2 cores" in machine.settle_threads() and blas.blas()["threads"] == 1
-        monkeypatch.setattr(machine, "busy_now", lambda seconds=0.1: "")
-        assert "1.0 of its 2 cores" in machine.settle_threads()  # looked at once per process
+        assert "1.0 of its" in machine.settle_threads() and blas.blas()["threads"] == 1
     finally:
         blas.use_threads(threads)
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(profiles, "calibration_prompts", lambda enc: PROMPTS)
-    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
-    monkeypatch.setattr(cal, "busy_warning", lambda start: "note: this machine was busy (others used 1.0)")
-    for temperature, method in ((0.0, "lookup"), (1.0, "ar")):
-        chosen = choice.plan_for(target, draft, trigram, None, temperature)
-        assert (chosen.method, chosen.plan, chosen.layout) == (method, Plan(), {})
-        assert chosen.origin.startswith("not measured") and "busy" in capsys.readouterr().err
-        assert choice.plan_for(target, draft, trigram, None, temperature, method="tree").method == "tree"
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: pytest.fail("measured on a busy machine"))
+    sampled = constant(1.0)
+    drawn = {"recursive_wor": "without", "point_mass": None, "recursive": "with"}  # what each rule needs
+    cases = [(0.0, "lookup", None, Plan()), (1.0, "ar", None, sampled)] + [
+        (1.0, method, rule, dataclasses.replace(sampled, sampled=drawn[rule], rule=rule))
+        for method, rule in (("staged", "recursive_wor"), ("tree", "point_mass"), ("tree", "recursive"))]
+    for temperature, method, rule, plan in cases:
+        chosen = choice.plan_for(target, draft, trigram, None, temperature, method if rule else None, rule=rule)
+        assert (chosen.method, chosen.plan, chosen.layout) == (method, plan, {})
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and "busy (other processes use 1.0" in lines[0] and "not measuring" in lines[0]
+        assert f"using {method} with {describe(method, plan)}" in lines[0] and chosen.busy
+        assert ("slower than plain decoding" in lines[0]) == (method != "ar")
+    with pytest.raises(ValueError, match="--recalibrate: this machine is busy"):
+        choice.plan_for(target, draft, trigram, None, 0.0, recalibrate=True)
     assert not list(tmp_path.rglob("costs-*.json"))
+    monkeypatch.setattr(machine, "load", lambda: 0.9)  # less than a core: measured
 
     def slow(*a, **k):
-        raise cal.Busy("measuring took over 30 s")
+        raise cal.Busy("measuring took over 30 s: this machine is too busy")
     monkeypatch.setattr(cal, "measure_costs", slow)
-    assert choice.plan_for(target, draft, trigram, None, 0.0).origin == \
-        "not measured: the machine was busy"
-    assert "too busy to measure" in capsys.readouterr().err
+    assert choice.plan_for(target, draft, trigram, None, 0.0).busy.startswith("measuring took")
+    assert "too busy" in capsys.readouterr().err
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
+    monkeypatch.setattr(cal, "busy_since", lambda start: "other processes used 1.2 of its 2 cores")
+    assert "busy while measuring" in choice.plan_for(target, draft, trigram, None, 0.0).busy
+    assert "busy while measuring" in capsys.readouterr().err and not list(tmp_path.rglob("costs-*.json"))
     # The control: a quiet measurement gives a measured plan with its layout.
     monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01) | {"layout": {"target": 4, "draft": 0}})
-    monkeypatch.setattr(cal, "busy_warning", lambda start: "")
+    monkeypatch.setattr(cal, "busy_since", lambda start: "")
     monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
     chosen = choice.plan_for(target, draft, trigram, None, 0.0)
     padding = pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
-    assert chosen.origin.startswith("this machine's") and chosen.layout == {"target": 4, "draft": 0} | padding
+    assert not chosen.busy and chosen.layout == {"target": 4, "draft": 0} | padding
     laid_target, laid_draft = chosen.models(target, draft)
     assert (laid_target.slab_rows, laid_draft.slab_rows) == (4, 0) and laid_target.params is target.params
     assert (laid_target.padding, laid_draft.padding) == (padding["target_pad"], padding["draft_pad"])
@@ -367,4 +378,188 @@ def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
     assert got["chain of 3"] == ("speculative", "chain", "block")
     assert [v for k, v in got.items() if k.startswith("staged")] == [("staged", "recursive", "traversal")]
     assert [v for k, v in got.items() if k.startswith("tree")] == [("tree", "recursive_wor", "traversal")] * 2
-    assert all(dataclasses.replace(a.plan, rule=None) == dataclasses.replace(b.plan, rule=None) for a, b in pairs.values())
+    assert all(dataclasses.replace(a.plan, rule=None) == dataclasses.replace(b.plan, rule=None)
+               for a, b in pairs.values())
+
+
+GOOD = costs(0.01)
+BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
+             **{f"layout {v!r}": GOOD | {"layout": {"target": v, "draft": 0}} for v in ("abc", -5, 10**9, [])},
+             "no sampled overheads": GOOD | {"overheads": {"greedy": GOOD["overheads"]["greedy"]}},
+             **{f"curve {v}": GOOD | {"curves": GOOD["curves"] | {"draft": {"warm": curve(0.01, 0.1) | {4: v},
+                                                                           "cold": curve(0.01, 0.1)}}}
+                for v in (float("nan"), 0.0, -1.0)}}
+
+
+@pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
+def test_a_cost_cache_of_the_wrong_shape_is_measured_again(pair, tmp_path, monkeypatch, capsys, bad):
+    """A cached file that is not costs `measure_costs` could give is a cache miss: measured again and
+    rewritten, said in one line naming the file; the valid file it is replaced with is read (the control)."""
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
+    cal.calibration(target, draft, trigram, PROMPTS)
+    path = next(tmp_path.rglob("costs-*.json"))
+    path.write_text(json.dumps(BAD_COSTS[bad]))
+    capsys.readouterr()
+    got, fresh = cal.calibration(target, draft, trigram, PROMPTS)
+    lines = capsys.readouterr().err.splitlines()
+    assert fresh and len(lines) == 1 and str(path) in lines[0] and "measuring them again" in lines[0]
+    assert cal.problem(json.loads(path.read_text()), True) == "" and cal.problem(BAD_COSTS[bad], True) != ""
+    assert not cal.calibration(target, draft, trigram, PROMPTS)[1]
+
+
+@pytest.mark.parametrize("where", ["XDG_CACHE_HOME a file", "/proc/nonexistent", "cache dir a file",
+                                   "costs path a directory", "read-only dir", "disk full"])
+def test_a_cache_that_cannot_be_written_is_said_and_the_run_goes_on(pair, tmp_path, monkeypatch, capsys, where):
+    """Checked before measuring: one line naming the directory and why; the costs serve this run."""
+    from specdec_np.tools import cache
+
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: measured.append(1) or costs(0.01))
+    path = cal.cache_path("costs", {})  # a file name in the cache directory, for its directory
+    if where == "XDG_CACHE_HOME a file":
+        (tmp_path / "f").write_text("")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "f"))
+    elif where == "/proc/nonexistent":
+        monkeypatch.setenv("XDG_CACHE_HOME", "/proc/nonexistent")
+    elif where == "cache dir a file":
+        path.parent.write_text("")
+    elif where == "costs path a directory":
+        cal.calibration(target, draft, trigram, PROMPTS)
+        costs_path = next(tmp_path.rglob("costs-*.json"))
+        costs_path.unlink()
+        costs_path.mkdir()
+    elif where == "read-only dir":
+        def refused(*a, **k):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(cache.tempfile, "TemporaryFile", refused)
+    else:
+        def full(*a, **k):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(cache, "atomic_file", full)
+    capsys.readouterr()
+    got, fresh = cal.calibration(target, draft, trigram, PROMPTS)
+    lines = capsys.readouterr().err.splitlines()
+    assert fresh and got == costs(0.01) and len(lines) == 1 and "cannot write the cache in" in lines[0]
+    assert str(cache.cache_dir()) in lines[0] and measured
+    assert not [p for p in tmp_path.rglob("costs-*.json") if p.is_file()]
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    from specdec_np.tools import cache
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    assert cache.cache_dir() == tmp_path / ".cache" / "specdec_np"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
+    assert cache.cache_dir() == tmp_path / "abs" / "specdec_np"
+
+
+@pytest.mark.parametrize("load", [0.0, 1.0], ids=["quiet", "busy"])
+def test_the_plan_for_a_rule_is_one_the_rule_verifies_losslessly(pair, profile, monkeypatch, capsys, load):
+    """Whatever the load: the machine's best plan among those the rule verifies losslessly, else the
+    constant plan drawn as the rule needs. The control: the plan chosen for no rule is not lossless for it."""
+    target, draft, trigram = pair
+    monkeypatch.setattr(machine, "load", lambda: load)
+    monkeypatch.setattr(profiles, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: (costs(0.01), False))
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    if load:
+        monkeypatch.setattr(choice, "calibration", lambda *a, **k: (_ for _ in ()).throw(cal.Busy("busy")))
+    for method in ("speculative", "tree", "staged"):
+        for rule in ("point_mass", "recursive", "recursive_wor", "traversal", "chain", "block"):
+            if not any(choice.lossless(rule, method, dataclasses.replace(constant(1.0), sampled=s), 1.0)
+                       for s in (None, "with", "without")):
+                continue  # refused by the options before anything is measured
+            chosen = choice.plan_for(target, draft, trigram, None, 1.0, method, rule=rule)
+            assert chosen.method == method and choice.lossless(rule, method, chosen.plan, 1.0), (method, rule)
+    free = choice.plan_for(target, draft, trigram, None, 1.0, "staged")
+    assert not choice.lossless("point_mass", "staged", free.plan, 1.0)
+
+
+def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
+    """A model of n_ctx=32: the curves and layouts at the block sizes its context holds after a prefix."""
+    from specdec_np.tools.costcurve import choose_slab_rows, loop_curves
+
+    short = random_params(dataclasses.replace(CFG, n_ctx=32), seed=1, dtype=np.float64, scale=0.5)
+    curves = loop_curves(short, short, repeats=1)
+    assert max(int(k) for k in curves["target"]["warm"]) == 24 and set(curves["draft"]) == {"warm", "cold"}
+    assert choose_slab_rows(short, repeats=2) in (0, 2, 4, 8, 12, 16)
+    tiny = random_params(dataclasses.replace(CFG, n_ctx=8), seed=1, dtype=np.float64, scale=0.5)
+    assert set(loop_curves(tiny, None, repeats=1)["target"]["warm"]) == {1, 2, 3, 4, 5, 6}
+    got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
+    assert cal.problem(json.loads(json.dumps(got)), True) == ""
+
+
+def blocks(result):  # what each step drafted and verified
+    return [(s.tokens, s.target_block, s.draft_blocks) for s in result.stats.steps]
+
+
+def test_the_constant_plan_is_greedys_and_a_profiled_sampled_shape(pair):
+    """constant(0) is Plan(); constant(T > 0) draws its trees from the draft, each method's part a
+    candidate of the shipped profile's sampled setting; generate's default is the constant of its temperature."""
+    target, draft, trigram = pair
+    assert constant(0.0) == Plan() and constant(1.0).sampled == "without" and constant(1.0).shape == "fixed"
+    sampled = constant(0.7)
+    shipped = profiles.load(profiles.PROFILE_FILE)["settings"]["sampled"]
+    for method, fields in (("speculative", ("chain",)), ("lookup", ("lookup_chains",)), ("tree", ("sampled", "widths")),
+                           ("staged", ("sampled", "widths", "guess_len", "guess_rows", "copy_len"))):
+        assert {"method": method, "shape": {f: getattr(sampled, f) for f in fields}} in \
+            [{"method": r["method"], "shape": r["shape"]} for r in shipped], method
+    kw = dict(method="staged", draft=draft, ngram=trigram, top_k=10, seed=3, eos=None)
+    for temperature in (0.0, 1.0):
+        kw["top_k"] = 10 if temperature else None
+        default = generate(target, PROMPTS[0], 16, temperature=temperature, **kw)
+        same = generate(target, PROMPTS[0], 16, plan=constant(temperature), temperature=temperature, **kw)
+        assert default.tokens == same.tokens and blocks(default) == blocks(same)
+    other = generate(target, PROMPTS[0], 16, plan=Plan(), temperature=1.0, **kw)  # the control: another plan
+    assert blocks(other) != blocks(default)
+
+
+def test_a_profile_without_the_setting_and_a_broken_journal(pair, profile, tmp_path, monkeypatch, capsys):
+    """A profile with only the greedy setting: the constant plan at T > 0, said in one line. A journal
+    line that is not a record (a write cut short) is counted again, said in one line naming the file."""
+    target, draft, trigram = pair
+    monkeypatch.setattr(profiles, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: (costs(0.01), False))
+    greedy_only = dict(profile, settings={"greedy": profile["settings"]["greedy"]})
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: greedy_only)
+    with pytest.raises(ValueError, match="no sampled setting"):
+        choice.choose(greedy_only, costs(0.01), 1.0)
+    chosen = choice.plan_for(target, draft, trigram, None, 1.0, "tree")
+    lines = capsys.readouterr().err.splitlines()
+    assert chosen.plan == constant(1.0) and len(lines) == 1 and "no sampled profile" in lines[0]
+    assert not choice.plan_for(target, draft, trigram, None, 0.0, "lookup").busy
+    journal = tmp_path / "journal.jsonl"
+    grid = {"greedy": GRID[:2]}
+    first = profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    lines = journal.read_text().splitlines()
+    journal.write_text(lines[0] + "\n" + lines[1][:20] + "\n")
+    capsys.readouterr()
+    assert profiles.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal) == first
+    err = capsys.readouterr().err
+    assert str(journal) in err and "counted again" in err
+
+
+def test_whether_a_rule_goes_with_a_method_does_not_depend_on_the_load(monkeypatch, capsys):
+    """The command line, busy and quiet (costs substituted): --method with --rule at T=1 runs either way,
+    with a plan the rule verifies losslessly; --recalibrate on a busy machine is an error naming it."""
+    from specdec_np.tools.cli import main
+
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
+    args = ["generate", "def f(x):", "--temperature", "1", "--top-k", "50", "--max-new-tokens", "4", "--stats"]
+    for load, origin in ((1.0, "the constant plan"), (0.0, "")):
+        monkeypatch.setattr(machine, "load", lambda load=load: load)
+        monkeypatch.setattr(choice, "calibration", lambda *a, **k: (costs(0.01), False))
+        if load:
+            monkeypatch.setattr(choice, "calibration", lambda *a, **k: (_ for _ in ()).throw(cal.Busy("busy")))
+        for method, rule in (("staged", "point_mass"), ("staged", "recursive_wor"), ("tree", "chain")):
+            assert main([*args, "--method", method, "--rule", rule]) == 0, (load, method, rule)
+            assert f"method {method}: " in (err := capsys.readouterr().err) and origin in err
+    monkeypatch.setattr(machine, "load", lambda: 1.0)
+    monkeypatch.setattr(choice, "calibration", cal.calibration)
+    assert main([*args, "--method", "staged", "--recalibrate"]) == 2
+    assert "--recalibrate: this machine is busy" in capsys.readouterr().err

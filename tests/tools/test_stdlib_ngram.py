@@ -143,7 +143,7 @@ def test_the_machines_plan_is_chosen_with_the_built_trigram(checkpoints, cache, 
     monkeypatch.setenv(stdlib_ngram.SOURCES_ENV, os.pathsep.join(map(str, FEW)))
     seen = {}
 
-    def plans_for(target, draft, trigram, enc, temperature, methods, *rest):
+    def plans_for(target, draft, trigram, enc, temperature, methods, *rest, **kw):
         seen["ngram"] = trigram
         return {m: choice.Choice("staged", Plan(), 1.0, 2.0) for m in methods}
 
