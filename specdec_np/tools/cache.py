@@ -46,8 +46,7 @@ def uncached(path: Path, e: OSError) -> None:
 
 
 def writable(path: Path) -> bool:
-    """Whether the cache file `path` can be written (its directory made, a file created there, `path` not
-    a directory), checked before measuring what goes in it; if not, one line says why."""
+    """Whether the cache file `path` can be written (checked before measuring for it); if not, one line says why."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():

@@ -1,11 +1,10 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-The layout of each model's products (`costcurve.choose_slab_rows`), the forward pass by block size,
-warm and cold (`costcurve.loop_curves`), the overheads per step, drafting step and draft distribution
-(fitted on a few short timed runs) and an n-gram query: about ten seconds for the embedded pair,
-cached (`cache.py`) under a key of what they depend on (`machine.machine()`, the models, dtype).
-Measured on a quiet machine only: `Busy` when others use a core or more before, or it runs past its
-time; costs measured while others took the CPU are marked "busy" and not cached.
+Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block size, warm and cold
+(`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
+seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on. Measured on a
+quiet machine only: `Busy` when others use a core or more, or past its time; costs measured while
+others took the CPU are marked "busy" and not cached.
 """
 
 from __future__ import annotations
@@ -33,11 +32,9 @@ class Busy(Exception):
 
 
 def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
-    """(this machine's costs for the pair, whether measured now): cached, else (or with `recalibrate`)
-    measured and cached; a cached file that is not valid costs (`problem`) is measured again, said."""
-    key = {"machine": machine(), "models": profiles.pair_key(target, draft, ngram), "dtype": str(target.dtype),
-           "version": CALIBRATION_VERSION}
-    path = cache_path("costs", key)
+    """(this machine's costs, whether measured now): cached if valid (`problem`), else (or `recalibrate`) measured."""
+    path = cache_path("costs", {"machine": machine(), "models": profiles.pair_key(target, draft, ngram),
+                                "dtype": str(target.dtype), "version": CALIBRATION_VERSION})
     if not recalibrate and path.is_file():
         cached = read_json(path)
         if not (why := problem(cached, draft is not None)):
@@ -56,14 +53,12 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None)
 
 
 def problem(costs, has_draft: bool) -> str:
-    """What keeps `costs` from being what `measure_costs` gives for the pair, in words ("" if nothing):
-    each model's layout one `choose_slab_rows` may choose, its curves (warm; cold beside a draft)
-    finite ms > 0 by block size, each setting's OVERHEADS finite ms >= 0."""
+    """What keeps `costs` from being what `measure_costs` gives ("" if nothing): each model's layout one
+    `choose_slab_rows` may choose, its curves finite ms > 0 by block size, each setting's OVERHEADS >= 0."""
     models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
 
-    def ms(values, low):
+    def ms(values, low):  # all finite numbers of ms, at least `low`
         return all(type(v) in (int, float) and math.isfinite(v) and v >= low for v in values)
-
     try:
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
                                for m in models),
@@ -76,27 +71,24 @@ def problem(costs, has_draft: bool) -> str:
 
 
 def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
-    """The models' layouts, cost curves scaled to what passes cost in the loop, and overheads per setting
-    (ms); `Busy` past `seconds` (default CALIBRATION_SECONDS, up to 4x for a larger target).
-    `progress(done, total)` counts parts: the layouts, each round of the curves, each setting's runs."""
+    """The models' layouts, cost curves scaled to what passes cost in the loop, and overheads per setting (ms);
+    `Busy` past `seconds`. `progress(done, total)` counts the layouts, the curves' rounds, each setting's runs."""
     if seconds is None:
         seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
     deadline = time.perf_counter() + seconds
+    progress = progress or (lambda done, total: None)
     work = {"done": 0, "total": None}
 
     def in_time():
         if time.perf_counter() > deadline:
             raise Busy(f"measuring took over {seconds} s: this machine is too busy")
 
-    def did(total: int | None = None):
+    def did(total: int | None = None):  # one more part done, of `total` once the curves' rounds are known
         in_time()
-        work["done"] += 1
-        work["total"] = total or work["total"]
-        if progress:
-            progress(work["done"], work["total"])
+        work.update(done=work["done"] + 1, total=total or work["total"])
+        progress(work["done"], work["total"])
 
-    if progress:
-        progress(0, None)
+    progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     did()
     target, draft = apply_layout(layout, target, draft)
@@ -105,7 +97,9 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     padding = pads(curves)
     target, draft = apply_layout(padding, target, draft)
     n_prompts, new_tokens = timed_run_size(pass_ms(curves, "target", "warm", 1))
-    prompts = fitted(prompts[:n_prompts], target, draft, new_tokens)
+    # The prompts' last tokens, leaving room in both contexts for `new_tokens` and a step's block.
+    room = min(m.config.n_ctx for m in (target, draft) if m is not None) - new_tokens - 20
+    prompts = [p[-max(1, room):] for p in prompts[:n_prompts]]
     runs = {}
     for setting, kw in profiles.SETTINGS.items():
         runs[setting] = timed_steps(target, draft, ngram, prompts, kw, new_tokens, in_time)
@@ -119,37 +113,27 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
             "target_scale": scale, "overheads": overheads}
 
 
-def fitted(prompts, target, draft, new_tokens: int) -> list:
-    """The prompts' last tokens, as many as leave both models' contexts room for `new_tokens` and a step's block."""
-    room = min(m.config.n_ctx for m in (target, draft) if m is not None) - new_tokens - 20
-    return [p[-max(1, room):] for p in prompts]
-
-
 def timed_run_size(target_ms: float) -> tuple[int, int]:
     """(prompts, new tokens) of the timed runs: 3 x 32 where a one-token pass takes up to 4 ms, fewer if slower."""
     scale = min(1.0, 4.0 / target_ms)
     return max(1, round(3 * scale)), max(8, round(32 * scale))
 
 
-def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int = 32, in_time=None) -> tuple[list, list]:
-    """Short runs whose passes span the block sizes plans use, past each prefill: every step [(draft
-    blocks, draft distributions, n-gram queries, ms outside the target's pass)] and target pass
-    [(state, rows, ms)]; `in_time()` after each run."""
+def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> tuple[list, list]:
+    """Short runs whose passes span the block sizes plans use: past each prefill, every step [(draft blocks, draft
+    distributions, n-gram queries, ms besides the target's pass)] and target pass [(state, rows, ms)]."""
     sampled = "without" if kw["temperature"] else None
-    shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15))]
-    if draft is not None:
-        shapes += [("speculative", Plan(chain=3, sampled=sampled)),
-                   ("tree", Plan(shape="fixed", widths=(3, 2, 1), sampled=sampled))]
-    if draft is not None and ngram is not None:
-        shapes += [("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7,
-                                   sampled=sampled))]
+    shapes = [("ar", Plan()), ("lookup", Plan(chain=7)), ("lookup", Plan(chain=15)),
+              ("speculative", Plan(chain=3, sampled=sampled)),
+              ("tree", Plan(shape="fixed", widths=(3, 2, 1), sampled=sampled)),
+              ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7, sampled=sampled))]
+    shapes = [(m, plan) for m, plan in shapes if m in profiles.runnable(draft is not None, ngram is not None)]
     for _ in range(2):  # the second round is the one kept: warm
         steps, passes = [], []
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
                 res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
-                if in_time:
-                    in_time()
+                in_time()
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
                     passes.append(("cold" if s.draft_blocks else "warm", target.padded(s.target_block),

@@ -1,10 +1,8 @@
 """This machine's plan: the method and Plan the cost model predicts fastest for a model pair on this CPU.
 
-Sequoia-style, from two things measured apart: the pair's acceptance profile (`acceptance.py`, shipped
-for the embedded pair, else measured on first use) and this machine's costs (`calibration.py`). The
-plan is the candidate with the fewest predicted ms per token among those the rule asked for verifies
-losslessly; a plan that drafts must beat plain decoding by MARGIN. On a machine too busy to measure,
-or without a profile for the setting, it is the constant plan (`fallback`).
+Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs
+(`calibration.py`): the candidate with the fewest predicted ms per token that the rule verifies
+losslessly; on a machine too busy to measure, or without a profile, the constant plan (`fallback`).
 """
 
 from __future__ import annotations
@@ -58,9 +56,7 @@ def measuring() -> Progress:
 
 def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False, progress=None,
               rule=None) -> dict:
-    """{method: this machine's plan for it} for the pair and setting (None: the fastest of all) among
-    those `rule` verifies losslessly (`enc` encodes the calibration prompts). On a busy machine nothing
-    is measured: the `fallback`, said in one line; with `recalibrate` that is an error."""
+    """{method (None: the fastest of all): this machine's plan} that `rule` verifies losslessly (busy: `fallback`)."""
     threads = settle_threads()
     prompts = profiles.calibration_prompts(enc)
     setting = setting_name(temperature)
@@ -105,19 +101,14 @@ def lossless(rule: str | None, method: str, plan: Plan, temperature: float) -> b
 
 def choose(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
            has_ngram=True, keep=None) -> Choice:
-    """The profile's fastest candidate on these costs (of one `method`, or of all: then a drafting plan
-    must beat plain decoding by MARGIN); `keep(record)` may narrow the candidates."""
+    """The fastest candidate `keep(record)` keeps (of `method`, or of all: drafting must beat plain by MARGIN)."""
     setting = setting_name(temperature)
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads = costs["curves"], costs["overheads"][setting]
-    usable = profiles.runnable(has_draft, has_ngram)
-    priced = []
-    for r in profile["settings"][setting]:
-        if r["method"] in usable and (method is None or r["method"] == method) and r["tokens"] \
-                and (keep is None or keep(r)):
-            ms = record_ms(r, curves, overheads, **pads(curves)) / r["tokens"]
-            priced.append((ms, r["method"], r["shape"]))
+    priced = [(record_ms(r, curves, overheads, **pads(curves)) / r["tokens"], r["method"], r["shape"])
+              for r in profile["settings"][setting] if r["method"] in profiles.runnable(has_draft, has_ngram)
+              and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
     plain = next(r for r in profile["settings"][setting] if not methods.drafts(r["method"], Plan(**r["shape"])))
@@ -129,8 +120,7 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
 
 
 def constant_for(method: str, temperature: float, rule: str | None = None) -> Plan:
-    """The constant plan with `rule`, its trees drawn as the rule needs (e.g. without replacement for
-    'recursive_wor', the draft's top tokens for 'point_mass'); as it is if none does."""
+    """The constant plan with `rule`, its trees drawn as the rule needs (e.g. 'recursive_wor': without replacement)."""
     plan = dataclasses.replace(constant(temperature), rule=rule)
     tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
     return next((p for p in tried if lossless(None, method, p, temperature)), plan)
@@ -147,20 +137,16 @@ def fell_back(asked, temperature: float, rule, why: str) -> dict:
     """{method: `fallback`} for the methods asked, said in one line naming each plan."""
     out = {m: fallback(m, temperature, why, rule) for m in asked}
     used = "; ".join(f"{c.method} with {methods.describe(c.method, c.plan)}" for c in out.values())
-    slow = any(methods.drafts(c.method, c.plan) for c in out.values())
-    slow = ", which may be slower than plain decoding" * slow
+    slow = ", which may be slower than plain decoding" * any(methods.drafts(c.method, c.plan) for c in out.values())
     sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
     return out
 
 
 def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
-    """The pair's acceptance profile: shipped, else cached for this setting, else measured now (this
-    setting, a smaller grid sized by `costs` to take about PROFILE_SECONDS) and cached."""
+    """The pair's acceptance profile: shipped, else cached, else measured now (`profile_size`) and cached."""
     key = profiles.pair_key(target, draft, ngram)
-    if profiles.PROFILE_FILE.is_file():
-        shipped = profiles.load(profiles.PROFILE_FILE)
-        if shipped["models"] == key:
-            return shipped
+    if profiles.PROFILE_FILE.is_file() and (shipped := profiles.load(profiles.PROFILE_FILE))["models"] == key:
+        return shipped
     path = cache_path("profile", {"models": key, "version": profiles.VERSION, "setting": setting})
     if (cached := read_json(path)) is not None:
         try:
@@ -187,8 +173,7 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
 
 
 def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
-    """(prompts, new tokens, seconds) of a first-use profile of n_runs runs per prompt: the largest of
-    PROFILE_SIZES estimated at ms_per_token to take PROFILE_SECONDS at most, else the smallest."""
+    """(prompts, new tokens, seconds) of a first-use profile: the largest PROFILE_SIZES within PROFILE_SECONDS."""
     for n_prompts, tokens in PROFILE_SIZES:
         seconds = n_runs * n_prompts * tokens * ms_per_token / 1000
         if seconds <= PROFILE_SECONDS:

@@ -1,15 +1,16 @@
 """This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
 
-At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights, so it
-is bound by memory bandwidth; a block of k tokens reads the same weights for k times the arithmetic.
-How many tokens are "free" decides how big a verification tree pays off. Passes are timed
-round-robin (one of each size per round, round 0 a warm-up), so that a burst of noise on a shared
-machine lands on every size a little instead of on a few a lot (which would bend the curve).
+At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by
+memory bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many
+tokens are "free" decides how big a verification tree pays off. Passes are timed round-robin, so that
+a burst of noise on a shared machine lands on every size a little, not on a few a lot (bending the curve).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import time
 from pathlib import Path
 
@@ -17,6 +18,10 @@ import numpy as np
 
 from ..fastpath import Weight, matmul
 from ..gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
+
+SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
+# Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
+LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
@@ -52,16 +57,12 @@ def last_level_cache_bytes() -> int | None:
 
 def last_level_cache() -> str:
     """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
-    size = last_level_cache_bytes()
-    if size is None:
-        return ""
-    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
+    size = last_level_cache_bytes() or 0
+    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB" if size else ""
 
 
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
-    """(from memory, from the last-level cache): the rates of a matrix-vector product over a matrix
-    twice the last-level cache (at least 256 MB), and over one half its size (16 MB if unknown): which
-    one bounds a pass depends on whether the weights fit in that cache (on a VM, up to 480 MB)."""
+    """(from memory, from the last-level cache): GB/s over a matrix twice that cache (>= 256 MB) and half of it."""
     llc = last_level_cache_bytes()
     big_rows = max(1 << 14, 2 * (llc or 0) // (4 * 4096))
     small_rows = max(1, (llc or 32 << 20) // 2 // (4 * 2048))
@@ -85,14 +86,21 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
     return seconds
 
 
+def round_robin(passes: dict, repeats: int, progress=None) -> dict:
+    """{key: median ms of `passes[key]()` (seconds)}, each called once a round: a warm-up, then `repeats`."""
+    times = {key: [] for key in passes}
+    for r in range(repeats + 1):
+        for key, timed in passes.items():
+            times[key].append(timed())
+        if progress:
+            progress(r + 1, repeats + 1)
+    return {key: 1000 * float(np.median(ts[1:])) for key, ts in times.items()}
+
+
 def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
     """Median ms of one forward pass of k new tokens after a cached prefix, for each k (round-robin)."""
     cache = primed(model, prefix_len, max(block_sizes))
-    times = {k: [] for k in block_sizes}
-    for _ in range(repeats + 1):
-        for k in block_sizes:
-            times[k].append(timed_pass(model, cache, k))
-    return {k: 1000 * float(np.median(ts[1:])) for k, ts in times.items()}
+    return round_robin({k: functools.partial(timed_pass, model, cache, k) for k in block_sizes}, repeats)
 
 
 def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32),
@@ -121,8 +129,7 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def laid_out(model: GPT2, slab_rows: int) -> GPT2:
-    """`model` with its products reading column slabs for blocks of up to `slab_rows` rows
-    (`fastpath.prepare`; 0: never): the same numbers, another speed."""
+    """`model` reading column slabs for blocks of up to `slab_rows` rows (0: never): same numbers, other speed."""
     return model if model.slab_rows == slab_rows else dataclasses.replace(model, slab_rows=slab_rows)
 
 
@@ -132,39 +139,28 @@ def apply_layout(layout: dict, target, draft):
     def lay(model, name):
         if model is not None and name in layout:
             model = laid_out(model, layout[name])
-        if model is not None and name + "_pad" in layout:
-            model = model.with_padding(layout[name + "_pad"])
-        return model
+        return model.with_padding(layout[name + "_pad"]) if model is not None and name + "_pad" in layout else model
     return lay(target, "target"), lay(draft, "draft")
-
-
-SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 
 
 def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repeats: int = 9,
                      seconds: float = 3.0, tie: float = 1.05) -> int:
-    """The largest block this machine's BLAS multiplies from column slabs at most `tie` times as slowly
-    as with one x @ w, provided the slabs do at the smallest size (0: none; between two sizes where
-    slabs win, they win too). Both layouts timed side by side, round-robin, medians of `repeats`
-    (fewer where they would take more than about `seconds`); sizes the context holds (`fitting`)."""
+    """The largest block column slabs multiply at most `tie` times as slowly as one x @ w, 0 unless they do at the
+    smallest size; both layouts timed round-robin, `repeats` rounds (fewer past about `seconds`)."""
     sizes = fitting(sizes, model.config.n_ctx)
     layouts = laid_out(model, 0), laid_out(model, max(sizes))
     caches = [primed(m, min(prefix_len, model.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
     one = timed_pass(layouts[1], caches[1], max(sizes))
     repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * one))))
-    times = {(i, k): [] for i in range(2) for k in sizes}
-    for _ in range(repeats + 1):
-        for k in sizes:
-            for i, m in enumerate(layouts):
-                times[i, k].append(timed_pass(m, caches[i], k))
-    wins = [k for k in sizes if np.median(times[1, k][1:]) <= tie * np.median(times[0, k][1:])]
+    ms = round_robin({(i, k): functools.partial(timed_pass, m, caches[i], k) for k in sizes
+                      for i, m in enumerate(layouts)}, repeats)
+    wins = [k for k in sizes if ms[1, k] <= tie * ms[0, k]]
     return max(wins) if sizes[0] in wins else 0
 
 
 def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=print) -> dict:
-    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), with one
-    x @ w and from column slabs (`fastpath.Weight`), read from memory as in a pass (copies totalling
-    `stream_mb` MB cycled; medians over three cycles): {"name n_in x n_out": {layout: {k: us}}}."""
+    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
+    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled): {key: {layout: {k: us}}}."""
     report = {}
     out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
     for name, model in models.items():
@@ -177,16 +173,12 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
             weights = [Weight.of(rng.standard_normal((n_in, n_out), dtype=np.float32), slab_min=0)
                        for _ in range(copies)]
             plain = [Weight(w.w, None, 0) for w in weights]
-            times = {}
+            times = {"x @ w": {}, "slabs": {}}
             for k in rows:
                 x = rng.standard_normal((k, n_in), dtype=np.float32)
                 for layout, ws in (("x @ w", plain), ("slabs", weights)):
-                    ts = []
-                    for i in range(3 * copies):
-                        t = time.perf_counter()
-                        matmul(x, ws[i % copies])
-                        ts.append(time.perf_counter() - t)
-                    times.setdefault(layout, {})[k] = 1e6 * float(np.median(ts[copies:]))
+                    cycle = itertools.cycle(ws)  # each product reads a copy the others pushed out of the cache
+                    times[layout][k] = 1000 * median_ms(lambda: matmul(x, next(cycle)), 2 * copies, warmup=copies)
             key = f"{name} {n_in}x{n_out}"
             report[key] = times
             out(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
@@ -194,30 +186,20 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
     return report
 
 
-# Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
-LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
-
-
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,
                 progress=None) -> dict:
-    """ms per forward pass of k tokens as the decoding loop meets them: "warm", right after a pass of
-    the same model, and "cold", right after the other model's (a target pass after drafting, a step's
-    first draft pass), which may have pushed this model's weights out of the cache. {"target":
-    {"warm": {k: ms}, "cold": ...}, "draft": ...}: medians of `repeats` rounds; sizes as `fitting`."""
+    """{"target": {"warm": {k: ms}, "cold": ...}, "draft": ...}: a pass of k tokens right after one of the same
+    model (warm) or of the other (cold: its weights may be out of the cache); medians of `repeats` rounds."""
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
     sizes = fitting(sizes, min(m.config.n_ctx for m in models.values()))
     prefix_len = min([prefix_len] + [m.config.n_ctx - max(sizes) for m in models.values()])
     caches = {name: primed(model, prefix_len, max(sizes)) for name, model in models.items()}
     states = ("warm", "cold") if draft is not None else ("warm",)
-    times = {name: {state: {k: [] for k in sizes} for state in states} for name in models}
-    for r in range(repeats + 1):
-        for name, model in models.items():
-            for k in sizes:
-                for state in states:
-                    before = name if state == "warm" else next(m for m in models if m != name)  # the pass just before
-                    timed_pass(models[before], caches[before], 1)
-                    times[name][state][k].append(timed_pass(model, caches[name], k))
-        if progress:
-            progress(r + 1, repeats + 1)
-    return {name: {state: {k: 1000 * float(np.median(ts[1:])) for k, ts in per.items()}
-                   for state, per in states.items()} for name, states in times.items()}
+
+    def after(name, state, k):  # a pass of one token just before: the same model (warm) or the other (cold)
+        before = name if state == "warm" else next(m for m in models if m != name)
+        timed_pass(models[before], caches[before], 1)
+        return timed_pass(models[name], caches[name], k)
+    ms = round_robin({(name, state, k): functools.partial(after, name, state, k) for name in models for k in sizes
+                      for state in states}, repeats, progress)
+    return {name: {state: {k: ms[name, state, k] for k in sizes} for state in states} for name in models}

@@ -1,10 +1,9 @@
-"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy
-other processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy
-(OpenBLAS's threads stall while another process holds a core). The load is checked once per process
-before anything is measured (`load`), and around what is timed (`busy_since`, `timing_note`). The
-lessons print what varies from run to run through `print_timed` (a clock's figures) and
-`print_rounding` (a float32 rounding error, which depends on the BLAS kernel): the suite compares
-a lesson's notebook with its run line by line (tests/docs/test_tutorials.py), skipping marked lines.
+"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other
+processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's
+threads stall while another process holds a core). The load is checked once per process before anything
+is measured (`load`), and around what is timed (`busy_since`, `timing_note`). Lessons print a clock's
+figures through `print_timed` and float32 rounding errors through `print_rounding`, marked lines that
+tests/docs/test_tutorials.py skips when it compares a lesson's run with its notebook.
 """
 
 from __future__ import annotations
@@ -26,22 +25,15 @@ MARKS = (TIMED, ROUNDING)
 MIN_WINDOW = 0.2  # seconds: /proc/stat counts in ticks of 10 ms, so a shorter window says nothing
 
 
-@functools.lru_cache(maxsize=1)
-def cpu() -> dict:
-    """CPU model, last-level cache and cores."""
-    cpu = ""
+def machine() -> dict:
+    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
-        pass
+        cpu = ""
     return {"cpu": cpu or platform.processor() or platform.machine(), "llc": last_level_cache(),
-            "cpus": os.cpu_count()}
-
-
-def machine() -> dict:
-    """What a cost measurement depends on besides the models: the CPU, and the BLAS (library, kernel, threads)."""
-    return cpu() | {"blas": blas(), "numpy": np.__version__}
+            "cpus": os.cpu_count(), "blas": blas(), "numpy": np.__version__}
 
 
 def machine_name() -> str:
@@ -58,15 +50,13 @@ def cpu_times() -> tuple | None:
     except (OSError, ValueError):
         return None
     own = os.times()
-    # Not "steal" (a hypervisor's other guests): a VM that always loses some time to them would never
-    # count as quiet, and only this system's processes come and go between runs.
+    # Not "steal" (a hypervisor's other guests): a VM always losing some to them would never count as quiet.
     busy = sum(ticks) - ticks[3] - ticks[4]
     return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
 def others_since(start: tuple | None, end: tuple | None = None, min_window: float = MIN_WINDOW) -> float | None:
-    """Cores' worth of CPU other processes used between two `cpu_times()` snapshots (`end`: now);
-    None where either is unknown or the window is shorter than `min_window` seconds."""
+    """Cores' worth of CPU others used between two `cpu_times()` (`end`: now); None if unknown or < `min_window` s."""
     end = cpu_times() if end is None else end
     if start is None or end is None or end[2] - start[2] <= 0 or end[2] - start[2] < min_window:
         return None
@@ -81,15 +71,11 @@ def others_now(seconds: float = 0.1) -> float | None:
     return others_since(start, min_window=0.0)
 
 
-@functools.lru_cache(maxsize=1)
-def load() -> float | None:
-    """The load check, made once per process before anything is measured: `others_now()`."""
-    return others_now()
+load = functools.lru_cache(maxsize=1)(others_now)  # the load check, made once per process before measuring
 
 
 def busy(cores: float = BUSY_CORES, others: float | None = None) -> str:
-    """Other processes' share of the cores (`others`, default the load check's) in words when it is
-    `cores` or more, else ""."""
+    """Other processes' share of the cores (`others`, default the load check's) in words if `cores` or more."""
     others = load() if others is None else others
     return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= cores else ""
 
@@ -106,13 +92,11 @@ def settle_threads() -> str:
 
 
 def busy_since(start: tuple | None) -> str:
-    """How busy others kept the machine since `start` (`cpu_times()`) in words ("" if quiet or too
-    short to tell); without /proc/stat, the load average against the cores."""
+    """How busy others kept the machine since `start` in words ("" if quiet; without /proc/stat, the load average)."""
     cores = os.cpu_count() or 1
-    end = cpu_times()
-    if start is not None and end is not None:
-        others = others_since(start, end)
-        return f"other processes used {others:.1f} of its {cores} cores" if (others or 0) > BUSY_CORES else ""
+    if start is not None and (end := cpu_times()) is not None:
+        others = others_since(start, end) or 0.0
+        return f"other processes used {others:.1f} of its {cores} cores" if others > BUSY_CORES else ""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -121,8 +105,7 @@ def busy_since(start: tuple | None) -> str:
 
 
 def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> str:
-    """The line under figures timed since `start`: the machine was busy (naming what was `contradicted`);
-    else the contradiction and `why`; "" on a quiet machine where every claim held."""
+    """The line under figures timed since `start`: the machine was busy, else `contradicted`: `why` ("" if quiet)."""
     if busy := busy_since(start):
         return (f"note: this machine was busy while timing the figures above ({busy})"
                 f"{': ' + contradicted if contradicted else ''}; rerun when it is idle")
@@ -130,21 +113,16 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
 
 
 def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
-    """Print `timing_note`'s line, if any, marked as timed (tests/docs/test_tutorials.py compares a
-    lesson's other lines with its notebook)."""
+    """Print `timing_note`'s line, if any, marked as timed."""
     if line := timing_note(start, contradicted, why):
         print_timed(line)
 
 
-def print_timed(*args, sep: str = " ", end: str = "\n") -> None:
-    """print(), every line marked TIMED: a figure measured on this machine, now."""
-    marked(TIMED, args, sep, end)
+def print_timed(*args, sep: str = " ", end: str = "\n", mark: str = TIMED) -> None:
+    """print(), every line marked TIMED (a figure measured on this machine, now) or `mark`."""
+    print("\n".join(f"{mark} {line}" for line in sep.join(str(a) for a in args).split("\n")), end=end)
 
 
 def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
     """print(), every line marked ROUNDING: a float32 rounding error of this BLAS."""
-    marked(ROUNDING, args, sep, end)
-
-
-def marked(mark: str, args, sep: str, end: str) -> None:
-    print("\n".join(f"{mark} {line}" for line in sep.join(str(a) for a in args).split("\n")), end=end)
+    print_timed(*args, sep=sep, end=end, mark=ROUNDING)

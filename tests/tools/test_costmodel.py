@@ -2,8 +2,8 @@
 
 import pytest
 
-from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, forward_ms, interp, loop_scale, pad_size, padded,
-                                        padding, record_ms, scaled, work)
+from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, interp, loop_scale, pad_size, padded, padding,
+                                        record_ms, scaled)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -17,7 +17,7 @@ def test_pad_size_picks_the_cheapest_size_at_least_as_large():
 
 def test_padding_table_without_a_curve_is_the_identity():
     assert padding(None) == () and [padded((), k) for k in (1, 5, 100)] == [1, 5, 100]
-    table = padding(CURVE, limit=16)
+    table = padding(CURVE)  # up to 16, the largest measured size
     assert len(table) == 16 and [padded(table, k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
 
 
@@ -46,23 +46,23 @@ def test_interp_extends_past_the_last_measured_size():
 def test_cost_model_prices_cold_and_warm_passes_padded_and_overheads():
     r = record(target_cold=[5, 3], target_warm=[1], draft_cold=[2], draft_warm=[7, 1], steps=3, draft_dists=4,
                ngram_queries=10)
-    assert forward_ms(r, CURVES) == 2 * (3.5 + 3.0) + 1.0 + 2 * 2.0 + 4.0 + 1.0
+    forward_ms = record_ms(r, CURVES, {})  # no overheads: the forward passes alone
+    assert forward_ms == 2 * (3.5 + 3.0) + 1.0 + 2 * 2.0 + 4.0 + 1.0
     pad = padding(CURVE)  # 5 -> 8, 3 -> 4, 7 -> 8
-    assert forward_ms(r, CURVES, target_pad=pad, draft_pad=pad) == 2 * (3.0 + 2.5) + 1.0 + 2 * 2.0 + 3.0 + 1.0
+    assert record_ms(r, CURVES, {}, target_pad=pad, draft_pad=pad) == 2 * (3.0 + 2.5) + 1.0 + 2 * 2.0 + 3.0 + 1.0
     o = {"step": 0.5, "draft_step": 0.25, "draft_dist": 0.125, "ngram_query": 0.01}
     # 3 steps, 1 of them drafting (one cold draft pass), 4 of the 2 + 7 + 1 draft rows processed
     # into distributions (the rest: stage 2's guesses, priced by the curve alone), 10 queries.
-    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms(r, CURVES) + 3 * 0.5 + 0.25 + 4 * 0.125 + 10 * 0.01)
+    assert record_ms(r, CURVES, o) == pytest.approx(forward_ms + 3 * 0.5 + 0.25 + 4 * 0.125 + 10 * 0.01)
     no_draft = {"target": {"warm": CURVE}}  # plain decoding's passes are all warm; a missing state uses warm
-    assert forward_ms(record(target_warm=[1, 1]), {**no_draft, "draft": {"warm": CURVE}}) == 2.0
+    assert record_ms(record(target_warm=[1, 1]), {**no_draft, "draft": {"warm": CURVE}}, {}) == 2.0
 
 
 def timed_step(blocks, dists, queries, overheads, pad):
     """A timed step (`calibration.timed_steps`): its draft blocks, distributions, n-gram queries and the ms
     outside the target's pass, here exactly what the cost model charges for them."""
     r = record(draft_cold=list(blocks[:1]), draft_warm=list(blocks[1:]), draft_dists=dists, ngram_queries=queries)
-    return list(blocks), dists, queries, forward_ms(r, CURVES, draft_pad=pad) + sum(
-        overheads[k] * n for k, n in zip(OVERHEADS, work(r)))
+    return list(blocks), dists, queries, record_ms(r, CURVES, overheads, draft_pad=pad)
 
 
 def test_fit_overheads_recovers_known_overheads_from_steps():
