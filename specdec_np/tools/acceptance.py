@@ -11,10 +11,12 @@ Stage 2's "pad" rows depend on a machine's padding, so candidates guess a fixed 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import multiprocessing
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -270,20 +272,36 @@ def load(path) -> dict:
         raise ValueError(f"{path}: not a valid acceptance profile: {e}") from None
 
 
-def calibration_prompts(enc, path=None) -> list[list[int]]:
-    """The calibration prompts (code held out from the embedded models' training) as token ids, from one
-    JSON object with a non-empty "prompt" a line; a ValueError naming the file and line if not."""
-    path = PROMPTS_FILE if path is None else Path(path)
+def read_prompts(path) -> list[str]:
+    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz); a
+    ValueError naming the file (and line) if it is not one."""
+    path = Path(path)
+    gzipped = path.suffix == ".gz"
+    form = 'give a JSONL file, one {"prompt": "..."} object per line'
     prompts = []
-    for i, line in enumerate(path.read_bytes().splitlines(), 1):
-        try:
-            rec = json.loads(line) if line.strip() else None
-        except (UnicodeDecodeError, ValueError):
-            rec = {}
-        if rec is not None and not (isinstance(rec, dict) and isinstance(rec.get("prompt"), str) and rec["prompt"]):
-            raise ValueError(f"{path}, line {i}: not a calibration prompt (a JSON object with a non-empty \"prompt\")")
-        if rec is not None:
-            prompts.append(encode(enc, rec["prompt"]))
+    try:
+        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
+                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
+                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
+                prompts.append(rec["prompt"])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
+        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
+    except OSError as e:  # missing, a directory, unreadable
+        raise ValueError(f"{path}: {e.strerror or e}") from None
     if not prompts:
-        raise ValueError(f"{path}: no calibration prompts (one JSON object with a \"prompt\" a line)")
+        raise ValueError(f"{path}: no prompts")
     return prompts
+
+
+def calibration_prompts(enc, path=PROMPTS_FILE) -> list[list[int]]:
+    """The calibration prompts (code held out from the embedded models' training) as token ids."""
+    return [encode(enc, text) for text in read_prompts(path)]

