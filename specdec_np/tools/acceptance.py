@@ -1,12 +1,11 @@
 """The pair's acceptance profile: what each candidate plan does per emitted token, whatever the machine.
 
-Sequoia (Chen et al. 2024, arXiv 2402.12374) chooses a tree from what belongs to the models (how
-many tokens each tree shape gets accepted) apart from what belongs to the hardware (what a pass of
-k tokens costs). This is the first: for every candidate (a method and a plan shape) and setting
-(greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts what it did past each
-run's prefill (`counts`). Counts depend only on the models and prompts, so the embedded pair's
-profile ships in `weights/`; `costmodel.py` prices it on this machine's costs, `choice.py` picks.
-Stage 2's "pad" rows depend on a machine's padding, so candidates guess a fixed number of rows.
+Sequoia (Chen et al. 2024, arXiv 2402.12374) separates what belongs to the models (how many tokens a
+tree shape gets accepted) from what belongs to the hardware (what a pass of k tokens costs). This is
+the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
+50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
+so the embedded pair's profile ships in `weights/`; `costmodel.py` prices it, `choice.py` picks.
+Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding).
 """
 
 from __future__ import annotations
@@ -39,9 +38,7 @@ PROMPTS_FILE = weights_file("calibration.jsonl")
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     """(method, plan shape) pairs to profile in a setting (`quick`: a smaller grid, for a pair profiled
-    on first use): plain decoding, prompt lookup's and speculative's chains; trees (the draft's top
-    tokens greedily, children drawn from q when sampling), alone and staged with and without stage
-    2's guesses and copies; when sampling, also the sequence-level rules (block, traversal)."""
+    on first use): chains, trees alone and staged, and when sampling the sequence-level rules too."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
@@ -83,9 +80,8 @@ def runnable(has_draft: bool, has_ngram: bool) -> set:
 
 
 def counts(stats, skip_first: bool = True) -> dict:
-    """What a run did past its first step (the prompt's prefill): tokens, steps, target passes by block
-    size and whether the draft ran before them (cold), draft passes by size and whether they were a
-    step's first, the draft's rows processed into distributions, n-gram queries."""
+    """What a run did past its first step (the prefill): tokens, steps, the draft's distributions, n-gram
+    queries, and each model's passes by block size, cold (the other model ran just before) or warm."""
     steps = stats.steps[1:] if skip_first else stats.steps
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
@@ -111,10 +107,9 @@ def add(total: dict, c: dict) -> dict:
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
             progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
-    """The profile of a pair on calibration prompts (token ids): every candidate of every setting
-    (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
-    with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so that
-    an interrupted measurement resumes where it stopped. `jobs` > 1: counted in that many processes."""
+    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
+    settings with `seeds` seeds per prompt. Each finished candidate is appended to `journal`, where an
+    interrupted measurement resumes; `jobs` > 1 counts in that many processes."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
     todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
@@ -140,8 +135,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
 
 
 def read_journal(path) -> dict:
-    """{candidate_key: counts} of a journal; a line of another version, or not a record (a write cut
-    short), is counted again (the latter said in one line naming the file)."""
+    """{candidate_key: counts} of a journal; a line of another version or not a record (a write cut
+    short) is counted again."""
     done, bad = {}, 0
     for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
         try:
@@ -184,8 +179,8 @@ def counted(item, job=None) -> tuple:
 
 
 def count_all(job, missing, jobs: int):
-    """`counted` for each missing candidate, as each finishes: here, or in `jobs` worker processes of
-    one BLAS thread each (several processes' BLAS threads would wait on each other)."""
+    """`counted` for each missing candidate, as each finishes: here, or in `jobs` processes of one BLAS
+    thread each (several processes' BLAS threads would wait on each other)."""
     if jobs <= 1 or len(missing) <= 1:
         yield from (counted(item, job) for item in missing)
         return
@@ -212,23 +207,19 @@ def pair_key(target, draft, ngram) -> str:
     return h.hexdigest()[:16]
 
 
-def to_json(profile: dict) -> dict:
+def to_json(x):
     """Tuples as lists and block sizes as strings: JSON's types."""
-    def fix(x):
-        if isinstance(x, dict):
-            return {str(k): fix(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [fix(v) for v in x]
-        return x
-    return fix(profile)
+    if isinstance(x, dict):
+        return {str(k): to_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_json(v) for v in x]
+    return x
 
 
 def from_json_record(r: dict) -> dict:
-    """A count record read back, block sizes as ints again; a ValueError if it is not one (COUNTS
-    integers >= 0, the target's and the draft's passes by state, cold and warm, and size)."""
+    """A count record read back, block sizes as ints again; a ValueError if it is not one."""
     def count(n):
         return isinstance(n, int) and not isinstance(n, bool) and n >= 0
-
     if not isinstance(r, dict) or not all(count(r.get(k)) for k in COUNTS):
         raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers >= 0)")
     passes = {}
@@ -244,7 +235,7 @@ def from_json_record(r: dict) -> dict:
 
 def from_json(data: dict) -> dict:
     """A profile read back, widths as tuples and block sizes as ints again; a ValueError if it is
-    not a profile of this version (each setting's records: a method, a plan shape, counts)."""
+    not a profile of this version."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ValueError(f"not a specdec_np acceptance profile ('{FORMAT}', version {VERSION})")
     settings = data.get("settings")
