@@ -125,9 +125,8 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, setting
 
 
 def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
-    """[ratio, low, high]: tokens/s (or per="target_passes": tokens per target pass) of `recs` over
-    `base`'s, run side by side, with a 95% interval from resampling prompts with replacement. A
-    prompt's runs (seeds) are resampled together: they share its text, so they are not independent."""
+    """[ratio, low, high]: tokens/s (per="target_passes": tokens per target pass) of `recs` over `base`'s, with a
+    95% interval from resampling prompts; a prompt's runs (seeds) are drawn together, sharing its text."""
     prompts = sorted({r["prompt"] for r in base})
     col = {p: j for j, p in enumerate(prompts)}
     tokens, spent = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
@@ -146,8 +145,8 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 
 def totals(recs, target) -> dict:
-    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes per target pass, ms
-    per target pass spent drafting, in the target's forward pass and verifying (rule, cache compaction)."""
+    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms (drafting,
+    target forward, verifying) per target pass."""
     tok = sum(r["tokens"] for r in recs)
     passes = sum(r["target_passes"] for r in recs)
     stats = [r["stats"] for r in recs]
@@ -226,11 +225,9 @@ def markdown(summary, plans) -> str:
 # ----------------------------------------------------------------------------- the rules side by side
 
 def rule_pairs(plans) -> dict:
-    """{comparison: (token-level Choice, new rule's Choice)} at top-k, on the same method, draft and
-    shape: chains of 3 and 8 drawn from the draft (`verify_chain` against `verify_block`); the
-    sampled trees of this machine's tree and staged plans (widths 2,1,1 when a plan is not sampled)
-    and a wider one, widths 2,2,1 (the token-level rule for how its children were drawn against
-    `verify_traversal`)."""
+    """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8
+    (chain against block); this machine's tree and staged plans, sampled (widths 2,1,1 if they are not), and
+    widths 2,2,1 (the token-level rule for how the children were drawn against traversal)."""
     rows = plans["top-k"]
     pairs = {}
     for k in (3, 8):
@@ -315,12 +312,10 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
-    ap.add_argument("--matrices", action="store_true", help="with --curves: also the µs of each weight matrix's "
-                    "product by 1-16 rows, one x @ w against column slabs, weights streamed from memory")
+    ap.add_argument("--matrices", action="store_true", help="with --curves: also each weight matrix's µs per product")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
-    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
-                    f"calibration prompts (tens of minutes) and write it to profile.json in the weights directory, "
-                    f"which the plan choice reads: ${WEIGHTS_ENV}, else the shipped {SHIPPED_DIR}")
+    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile into "
+                    f"the weights directory (${WEIGHTS_ENV}, else {SHIPPED_DIR}); tens of minutes")
     ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
