@@ -79,10 +79,11 @@ def runnable(has_draft: bool, has_ngram: bool) -> set:
             and (has_ngram or not methods.needs_ngram(name))}
 
 
-def counts(stats, skip_first: bool = True) -> dict:
-    """What a run did past its first step (the prefill): tokens, steps, the draft's distributions, n-gram
-    queries, and each model's passes by block size, cold (the other model ran just before) or warm."""
-    steps = stats.steps[1:] if skip_first else stats.steps
+def counts(*runs, skip_first: bool = True) -> dict:
+    """What runs (their Stats) did past each one's first step (the prefill): tokens, steps, the draft's
+    distributions, n-gram queries, and each model's passes by block size, cold (the other model ran just
+    before) or warm."""
+    steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
         passes["target"]["cold" if s.draft_blocks else "warm"][s.target_block] += 1
@@ -94,15 +95,6 @@ def counts(stats, skip_first: bool = True) -> dict:
 
 
 COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
-
-
-def add(total: dict, c: dict) -> dict:
-    """The sum of two count records."""
-    out = {k: total.get(k, 0) + c[k] for k in COUNTS}
-    for model in ("target", "draft"):
-        out[model] = {state: dict(Counter(total.get(model, {}).get(state, {})) + Counter(c[model][state]))
-                      for state in ("cold", "warm")}
-    return out
 
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
@@ -170,12 +162,10 @@ def counted(item, job=None) -> tuple:
     """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
     setting, (method, shape) = item
     target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
-    kw, total = SETTINGS[setting], {}
-    for i, prompt in enumerate(prompts):
-        for seed in run_seeds(i, kw["temperature"], seeds):
-            res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
-            total = add(total, counts(res.stats))
-    return setting, (method, shape), to_json(total)
+    kw = SETTINGS[setting]
+    runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
+            for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
+    return setting, (method, shape), to_json(counts(*runs))
 
 
 def count_all(job, missing, jobs: int):
