@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from ..tree import SOURCES
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
+from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
 from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
@@ -276,7 +276,6 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     speedups, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5), squeeze=False)
     for ax, (sname, per) in zip(axes[0], summary.items()):
         for m in ("speculative", "tree", "staged"):
@@ -405,10 +404,9 @@ def main(argv=None) -> int:
     head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
             if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
     print(f"\n{head}\n{md}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out_dir / "results.json", json.dumps(res, indent=1)), (out_dir / "results.md", md)):
-        with atomic_file(path, "w") as f:
-            f.write(text + "\n")
+    write_json(out_dir / "results.json", res)
+    with atomic_file(out_dir / "results.md", "w") as f:
+        f.write(md + "\n")
     if a.results:
         command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
