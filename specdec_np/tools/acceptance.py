@@ -80,9 +80,8 @@ def runnable(has_draft: bool, has_ngram: bool) -> set:
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
-    """What runs (their Stats) did past each one's first step (the prefill): tokens, steps, the draft's
-    distributions, n-gram queries, and each model's passes by block size, cold (the other model ran just
-    before) or warm."""
+    """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram
+    queries, and each model's passes by block size, cold (right after the other model's) or warm."""
     steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
@@ -127,8 +126,7 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
 
 
 def read_journal(path) -> dict:
-    """{candidate_key: counts} of a journal; a line of another version or not a record (a write cut
-    short) is counted again."""
+    """{candidate_key: counts} of a journal; a line of another version or cut short is counted again."""
     done, bad = {}, 0
     for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
         try:
@@ -224,8 +222,7 @@ def from_json_record(r: dict) -> dict:
 
 
 def from_json(data: dict) -> dict:
-    """A profile read back, widths as tuples and block sizes as ints again; a ValueError if it is
-    not a profile of this version."""
+    """A profile read back (widths as tuples, block sizes as ints); a ValueError if not one of this version."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ValueError(f"not a specdec_np acceptance profile ('{FORMAT}', version {VERSION})")
     settings = data.get("settings")

@@ -41,7 +41,7 @@ METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
-SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
+SETTINGS = {"greedy": profiles.SETTINGS["greedy"], "top-k": profiles.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
@@ -101,14 +101,13 @@ def choices(profile, costs, temperature, default=False) -> dict:
 
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
-    """Every row on every prompt (token ids), side by side, each setting with its plans ({setting:
-    {row: Choice}}); in sampled settings `seeds` runs per prompt, every row of a run with its seed."""
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, prompt in enumerate(prompts):
         for sname, skw in settings.items():
-            overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
+            overheads = costs["overheads"][setting_name(skw["temperature"])]
             for seed in profiles.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in plans[sname].items():
                     t0 = time.perf_counter()
@@ -247,8 +246,7 @@ def rule_pairs(plans) -> dict:
 
 
 def summarize_rules(records, pairs, target) -> dict:
-    """Per comparison: each rule's `totals`, and the new rule's gain over the token-level one in
-    tokens per target pass and in tokens/s ([ratio, low, high], 95% intervals)."""
+    """Per comparison: each rule's `totals`, and the new rule's gain in tokens per target pass and tokens/s."""
     out = {}
     for name, pair in pairs.items():
         old, new = (records[f"{name} | {c.plan.rule}"] for c in pair)
@@ -313,8 +311,8 @@ def main(argv=None) -> int:
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
     ap.add_argument("--matrices", action="store_true", help="with --curves: also each weight matrix's µs per product")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
-    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile into "
-                    f"the weights directory (${WEIGHTS_ENV}, else {SHIPPED_DIR}); tens of minutes")
+    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile (tens of "
+                    f"minutes) into profile.json in the weights directory: ${WEIGHTS_ENV}, else {SHIPPED_DIR}")
     ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
