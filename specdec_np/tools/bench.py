@@ -222,7 +222,6 @@ def markdown(summary, plans) -> str:
 
 
 # ----------------------------------------------------------------------------- the rules side by side
-
 def rule_pairs(plans) -> dict:
     """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8
     (chain against block); this machine's tree and staged plans, sampled (widths 2,1,1 if they are not), and
