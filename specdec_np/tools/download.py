@@ -37,15 +37,13 @@ class DownloadError(RuntimeError):
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Let 3xx answers through as HTTPError: the hub puts an LFS file's sha256 on its redirect."""
-
     def redirect_request(self, *args, **kwargs):
         return None
 
 
 def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
-    """(sha256, size) the hub reports for a file, each None where it reports none: a HEAD that does
-    not follow redirects, since an LFS file's redirect carries `X-Linked-Etag` (the sha256) and
-    `X-Linked-Size`. A small file's ETag is a git hash (40 hex digits, not a sha256): ignored."""
+    """(sha256, size) the hub reports for a file (None if none): HEADs that stop at each redirect, since an
+    LFS file's carries `X-Linked-Etag` (its sha256) and `X-Linked-Size`; a git hash ETag is not a sha256."""
     opener = urllib.request.build_opener(_NoRedirect)
     sha = size = None
     for _ in range(5):  # a few redirects at most
@@ -69,9 +67,8 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
 
 
 def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) -> tuple[int, int | None]:
-    """Append what is missing of `url` to `part` (Range: bytes=N-); -> (bytes in part, total size).
-    A 200 answer means the server ignored the range: start over. A dropped connection just ends the
-    stream early (the caller compares the size with the total)."""
+    """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over);
+    -> (bytes in part, total size). A dropped connection ends early: the caller compares with the total."""
     offset = part.stat().st_size if part.exists() else 0
     if total is not None and offset >= total:
         if offset == total:
@@ -147,9 +144,8 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
              timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download the known checkpoint `name` (gpt2, gpt2-medium, ..., distilgpt2) into `dest_root/name/`
-    from base_url ($SPECDEC_NP_HUB_URL, else the hub). Files already complete are kept; finally the
-    safetensors header is checked against config.json (names and shapes)."""
+    """Download the checkpoint `name` into `dest_root/name/` from base_url ($SPECDEC_NP_HUB_URL, else the hub),
+    keeping files already complete; then check the safetensors header against config.json."""
     if name not in HUB_REPOS:
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")

@@ -168,7 +168,7 @@ def test_a_profile_that_is_not_one_is_named(tmp_path, text):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("text, needle", [("", "no calibration prompts"), ("\n\n", "no calibration prompts"),
+@pytest.mark.parametrize("text, needle", [("", "no prompts"), ("\n\n", "no prompts"),
                                           ('{"prompt": "def f():"}\ngarbage\n', "line 2"),
                                           ('{"prompt": ""}\n', "line 1"), ("[1]\n", "line 1")])
 def test_calibration_prompts_that_are_not_are_named(tmp_path, text, needle):

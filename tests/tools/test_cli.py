@@ -427,8 +427,8 @@ def test_read_prompts_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n')
     with pytest.raises(ValueError, match="no \"prompt\" field"):
-        bench.read_prompts(bad)
-    assert len(bench.read_prompts(FIXTURE)) == 3
+        bench.profiles.read_prompts(bad)
+    assert len(bench.profiles.read_prompts(FIXTURE)) == 3
 
 
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatch):
@@ -566,7 +566,7 @@ def test_bench_prompts_that_are_not_jsonl_say_what_to_give(tmp_path):
                                ("latin1.jsonl", b'{"prompt": "\xe9"}\n', "not UTF-8 text")):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ValueError) as e:
-            bench.read_prompts(tmp_path / name)
+            bench.profiles.read_prompts(tmp_path / name)
         assert str(e.value).startswith(f"{tmp_path / name}: ") and needle in str(e.value)
     r = run_cli("bench", "--prompts", str(tmp_path / "prompt.py"))
     lines = r.stderr.strip().splitlines()
