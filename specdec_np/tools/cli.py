@@ -30,10 +30,10 @@ from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .acceptance import runnable
-from .choice import constant_for, plans_for
+from .choice import constant_for, lossless, plans_for
 from .costcurve import apply_layout
-from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, lossless,
-                      plan_origin, profiled, reads)
+from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, plan_origin,
+                      profiled, reads)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
@@ -56,35 +56,34 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", help="read the prompt from this file")
     p.add_argument("--target", default="tiny-target", help="target model: tiny-target (embedded), a GPT-2 name after "
                    "`make weights`, or a checkpoint directory (default: %(default)s)")
-    p.add_argument("--draft", default=None, help="draft model (default: the embedded draft for the embedded target; "
-                   "gpt2 for gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
-    p.add_argument("--ngram", default=None, help="Katz trigram .npz for staged/ngram methods (default: the embedded "
-                   "one; for GPT-2's vocabulary, one fitted on Python's standard library on first use, cached)")
-    p.add_argument("--method", default=None, choices=METHODS, help="decoding method (default: the machine plan's "
-                   "choice; staged with --plan default)")
+    p.add_argument("--draft", help="draft model (default: the embedded draft for the embedded target; gpt2 for "
+                   "gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
+    p.add_argument("--ngram", help="Katz trigram .npz for staged/ngram methods (default: the embedded one; for GPT-2's "
+                   "vocabulary, one fitted on Python's standard library on first use, cached)")
+    p.add_argument("--method", choices=METHODS, help="decoding method (default: the machine plan's choice; staged "
+                   "with --plan default)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: off)")
-    p.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of tokens whose "
-                   "probability reaches p (nucleus; default: off)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: 0)")
+    p.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: off)")
+    p.add_argument("--top-p", type=float, help="sample from the smallest set of tokens whose probability reaches p "
+                   "(nucleus; default: off)")
+    p.add_argument("--seed", type=int, help="seed of the sampling (default: 0)")
     p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
                    "predicted fastest here for this pair and setting; default: the core's constant plan, the same on "
                    "every machine (default: %(default)s)")
-    p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (cached in the "
-                   "user's cache directory after the first run)")
-    p.add_argument("--budget", type=int, default=None, help="a best-first tree of the draft's top tokens, this many "
-                   "drafted tokens per target pass (instead of the plan's tree)")
-    p.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth (the chain's length "
-                   "for speculative and lookup)")
-    p.add_argument("--widths", default=None, help="a fixed-width tree instead: children per depth, e.g. 2,1,1")
-    p.add_argument("--sampled", default=None, choices=("with", "without"), help="draw tree children from the draft "
-                   "with/without replacement (a fixed-width tree; default: the plan's choice)")
-    p.add_argument("--rule", default=None, choices=tuple(RULES), help="the verification rule (default: greedy at "
-                   "temperature 0, else the plan's, or the rejection rule the tree's drafting assumes); block needs a "
-                   "chain and traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
-    p.add_argument("--copy-len", type=int, default=None, help="staged: when the last three tokens occurred "
-                   "earlier, verify the N tokens that followed them with no draft pass; 0 = always draft")
+    p.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again (they are cached)")
+    p.add_argument("--budget", type=int, help="a best-first tree of the draft's top tokens, this many drafted tokens "
+                   "per target pass (instead of the plan's tree)")
+    p.add_argument("--depth", type=int, help="the best-first tree's maximum depth (the chain's length for "
+                   "speculative and lookup)")
+    p.add_argument("--widths", help="a fixed-width tree instead: children per depth, e.g. 2,1,1")
+    p.add_argument("--sampled", choices=("with", "without"), help="draw tree children from the draft with/without "
+                   "replacement (a fixed-width tree; default: the plan's choice)")
+    p.add_argument("--rule", choices=tuple(RULES), help="the verification rule (default: greedy at temperature 0, "
+                   "else the plan's, or the rejection rule the tree's drafting assumes); block needs a chain and "
+                   "traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
+    p.add_argument("--copy-len", type=int, help="staged: when the last three tokens occurred earlier, verify the N "
+                   "tokens that followed them with no draft pass; 0 = always draft")
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
@@ -110,7 +109,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate, rule=a.rule)
         # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
         shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-        choice, plan = next(((c, p) for c, p in shaped if lossless(p, c.method, temperature)), shaped[0])
+        choice, plan = next(((c, p) for c, p in shaped if lossless(None, c.method, p, temperature)), shaped[0])
         method, layout = choice.method, choice.layout
         check_rule(plan, method, temperature)
         origin = plan_origin(choice, "" if asked == (None,) or a.method else f" of {', '.join(asked)}")
@@ -237,17 +236,19 @@ def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
     out = file_to_write(Path(a.out), "trace.html")
     s, tokens, res = run(a, keep_trees=True)
+    words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
+             f"seed {a.seed or 0}"]
+    sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
     with naming_out(a.out):
-        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling_words(a)}")
+        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling}")
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
 
 
 def file_to_write(out: Path, example: str) -> Path:
-    """--out checked before any work: the path to write, a regular file (new, or replaced whole if
-    writable) in a directory that takes new files. A symlink is written through (the link stays a
-    link); anything else there is a one-line error, never replaced."""
+    """--out checked before any work: the path to write, a regular file (new, or writable) in a directory
+    that takes new files; a symlink is written through (it stays a link); anything else is an error."""
     with naming_out(out):  # e.g. a name too long for the file system
         path = Path(os.path.realpath(out)) if out.is_symlink() else out
         if path.is_symlink():  # still a link once resolved: a loop
@@ -260,8 +261,7 @@ def file_to_write(out: Path, example: str) -> Path:
             raise ValueError(f"--out {out} is read-only: make it writable to replace it, or give another file")
         if not path.parent.is_dir():
             raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
-        # The file is written as a temporary file beside it, renamed into place: try one now (os.access
-        # says yes to root even on a read-only mount).
+        # Written as a temporary file beside it: try one now (os.access says yes to root on a read-only mount).
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     return path
@@ -276,13 +276,6 @@ def naming_out(out):
         raise ValueError(f"--out {out}: cannot write there: {e.strerror or e}") from None
 
 
-def sampling_words(a) -> str:
-    """The sampling options in words: "greedy", or "temperature 1, top-k 50, seed 0"."""
-    words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
-             f"seed {a.seed or 0}"]
-    return ", ".join(w for w in words if w) if a.temperature else "greedy"
-
-
 def cmd_ngram(argv) -> int:
     """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab N | --vocab-from CHECKPOINT]`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
@@ -292,12 +285,10 @@ def cmd_ngram(argv) -> int:
     f.add_argument("files", nargs="+", type=Path)
     f.add_argument("--out", required=True, type=Path, help="output .npz (not one of FILES)")
     vocab = f.add_mutually_exclusive_group()
-    vocab.add_argument("--n-vocab", type=int, default=None,
-                       help="vocabulary size of the models it drafts for: 50257 for GPT-2 (the default), "
-                            f"{EMBEDDED_N_VOCAB} for the embedded tiny models")
-    vocab.add_argument("--vocab-from", metavar="CHECKPOINT", default=None,
-                       help="take the vocabulary size from this checkpoint (a directory or a downloaded model's name, "
-                            "e.g. weights/tiny-target)")
+    vocab.add_argument("--n-vocab", type=int, help="vocabulary size of the models it drafts for: 50257 for GPT-2 (the "
+                       f"default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
+    vocab.add_argument("--vocab-from", metavar="CHECKPOINT", help="take the vocabulary size from this checkpoint (a "
+                       "directory or a downloaded model's name, e.g. weights/tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
@@ -336,8 +327,7 @@ def main(argv=None) -> int:
                        ("trace", "decode like generate and write every step as one HTML page")):
         add_generate_args(sub.add_parser(name, help=text, epilog=EXAMPLES,
                                          formatter_class=argparse.RawDescriptionHelpFormatter))
-    sub.choices["trace"].add_argument("--out", default="trace.html", help="the HTML file to write (default: "
-                                      "%(default)s)")
+    sub.choices["trace"].add_argument("--out", default="trace.html", help="the page to write (default: %(default)s)")
     own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
            "weights": "download real GPT-2 checkpoints into weights/", "ngram": "fit a Katz trigram on text files"}
     for name, text in own.items():  # these parse their own arguments

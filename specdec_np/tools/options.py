@@ -14,6 +14,7 @@ from .. import methods, verify
 from ..methods import METHODS, describe
 from ..plan import Plan
 from .acceptance import PROFILED
+from .choice import lossless
 
 # The Plan field each command-line option sets (--depth is also a chain's length).
 OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
@@ -28,8 +29,8 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
 
 
 def shapes(field: str, name: str) -> bool:
-    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts
-    has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
+    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts has a
+    depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
     drafts = methods.drafts(name, Plan())
     tree = drafts and not methods.proposes_chain(name)
     draft_tree = tree and methods.runs_draft(name)
@@ -43,8 +44,8 @@ def given(a) -> list[str]:
 
 
 def candidate_methods(a) -> tuple:
-    """The methods the options allow: --method, else those every option given shapes (() when none
-    narrows the choice): whether the options are valid never depends on what the measurement picks."""
+    """The methods the options allow: --method, else those every option given shapes (() when none narrows
+    the choice): whether the options are valid never depends on what the measurement picks."""
     if a.method is not None:
         return (a.method,)
     return tuple(m for m in METHODS if all(shapes(f, m) for f in given(a))) if given(a) else ()
@@ -56,10 +57,10 @@ def profiled(name: str) -> bool:
 
 
 def plan_origin(choice, among: str = "") -> str:
-    """Where a `choice.Choice`'s plan came from, in words: measured, or the constant plan and why
-    (`among`: the methods it was chosen among, e.g. " of tree, staged")."""
+    """Where a `choice.Choice`'s plan came from, in words: measured (`among` the methods, e.g. " of tree,
+    staged"), or the constant plan and why."""
     if choice.busy:
-        return f"the constant plan: not measured, {choice.busy}"
+        return f"the constant plan: {choice.busy}"
     return f"this machine's measured plan{among}, predicted {choice.speedup:.2f}x plain decoding"
 
 
@@ -91,8 +92,8 @@ def changed(plan: Plan, method: str, a) -> Plan:
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
-    """`methods.check_size` (a step's block within the target's context) in the options' words: each
-    `field=value` of its message as `--option value`."""
+    """`methods.check_size` (a step's block within the target's context), each `field=value` of its
+    message as `--option value`."""
     try:
         methods.check_size(method, plan, n_ctx)
     except ValueError as e:
@@ -117,17 +118,9 @@ def lossless_on(rule: str) -> str:
 
 def check_rule(plan: Plan, method: str, temperature: float) -> None:
     """methods.check_rule in the command line's terms, saying which options give such trees."""
-    try:
-        methods.check_rule(method, plan, temperature)
-    except ValueError:
+    if not lossless(None, method, plan, temperature):
         raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on the trees of method "
-                         f"{method} ({describe(method, dataclasses.replace(plan, rule=None))})") from None
-
-
-def lossless(plan: Plan, method: str, temperature: float) -> bool:
-    """Whether `check_rule` accepts the plan's rule."""
-    return plan.rule is None or not methods.drafts(method, plan) or plan.rule in methods.lossless_rules(
-        method, plan, temperature)
+                         f"{method} ({describe(method, dataclasses.replace(plan, rule=None))})")
 
 
 def check_rule_options(a) -> None:
