@@ -1,8 +1,7 @@
-"""The BLAS library NumPy calls, as the tools report and set it (threadpoolctl).
-
-A forward pass's cost depends on the BLAS kernel (OpenBLAS picks one per CPU; OPENBLAS_CORETYPE
-overrides it) and its threads (they stall when another process holds a core): every measurement
-names them, the cached costs are keyed by them, and on a busy machine the tools use one thread.
+"""The BLAS library NumPy calls, as the tools report and set it (threadpoolctl): a forward pass's cost
+depends on its kernel (OpenBLAS picks one per CPU; OPENBLAS_CORETYPE overrides it) and its threads (they
+stall when another process holds a core): measurements name them, costs are keyed by them, and on a busy
+machine the tools use one thread.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The offline demo (`make demo`): every method on one Python prompt, on the embedded models.
 
-Greedy first: every method's completion must be the autoregressive one (checked and said; a float32
-near-tie that flips a token is reported with its logit gap), a table of speed and work, the plans,
-the completion coloured by the stage that produced each token (the paper's Fig. 3), one verification
-tree. Then one sampled run (top-k 50, T=1) against sampled AR.
+Greedy first: every method's completion must be the autoregressive one (a float32 near-tie that flips a
+token is reported with its logit gap), a table of speed and work, the plans, the completion coloured by
+stage (the paper's Fig. 3), one verification tree. Then one sampled run (top-k 50, T=1) against plain.
 """
 
 from __future__ import annotations
@@ -52,11 +51,6 @@ def colour_by_stage(enc, tokens, sources, color: bool) -> str:
     return "".join(marked(SOURCES[src], decode(enc, [tok]), color) for tok, src in zip(tokens, sources))
 
 
-def legend(color: bool) -> str:
-    names = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target"))
-    return names if color else names + " (unmarked)"
-
-
 def first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
@@ -77,7 +71,8 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, **kw) -> dict:
     return results
 
 
-def table(results, base="ar") -> str:
+def report(results: dict, chosen: dict, timed, base="ar") -> None:
+    """The runs' table, a note if the machine was busy since `timed`, which plan each row used and why."""
     t_base = len(results[base][0].tokens) / results[base][1]
     rows = [f"| {'method':<12} | {'tokens/s':>8} | {'speedup':>7} | {'target passes':>13} | {'tokens/pass':>11} | "
             f"{'draft passes':>12} | {'weight traffic':>14} |",
@@ -87,33 +82,7 @@ def table(results, base="ar") -> str:
         tps = len(res.tokens) / dt
         rows.append(f"| {m:<12} | {tps:>8.1f} | {tps / t_base:>6.2f}x | {s.target_passes:>13} | "
                     f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {s.weight_traffic:>14.2f} |")
-    return "\n".join(rows)
-
-
-def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
-    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products):
-    this machine's best plan for each method or the constant one (--plan default, a busy machine),
-    resized by --budget/--depth as the CLI resizes them."""
-    out = {}
-    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods)
-    for m in methods:
-        c = chosen.get(m)
-        plan = constant(temperature) if c is None else c.plan
-        if not drafts(m, plan):
-            origin = "the baseline"
-        elif c is None:
-            origin = "the constant plan, as --plan default asks"
-        else:
-            origin = plan_origin(c)
-        changed = resized(plan, m, a.budget, a.depth)
-        check_fits(changed, m, target.config.n_ctx)
-        out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
-    return out, next((c.layout for c in chosen.values()), {})
-
-
-def report(results: dict, chosen: dict, timed) -> None:
-    """The runs' table, a note if the machine was busy since `timed`, which plan each row used and why."""
-    print(table(results))
+    print("\n".join(rows))
     if busy := timing_note(timed):
         print(busy)
     print("\nPlans:")
@@ -121,17 +90,34 @@ def report(results: dict, chosen: dict, timed) -> None:
         print(f"  {m}: {describe(m, plan)} ({origin})")
 
 
+def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
+    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products): this
+    machine's best plan for each method or the constant one, resized by --budget/--depth as the CLI does."""
+    out = {}
+    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods)
+    for m in methods:
+        c = chosen.get(m)
+        plan = constant(temperature) if c is None else c.plan
+        if not drafts(m, plan):
+            origin = "the baseline"
+        else:
+            origin = "the constant plan, as --plan default asks" if c is None else plan_origin(c)
+        changed = resized(plan, m, a.budget, a.depth)
+        check_fits(changed, m, target.config.n_ctx)
+        out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
+    return out, next((c.layout for c in chosen.values()), {})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per completion (default: %(default)s)")
-    ap.add_argument("--plan", default="machine", choices=("machine", "default"),
-                    help="each method with the plan predicted fastest on this machine, or the core's constant "
-                    "plan (default: %(default)s)")
-    ap.add_argument("--budget", type=int, default=None, help="tree and staged: a best-first tree of the draft's top "
-                    "tokens, this many drafted tokens per step (instead of each plan's tree)")
-    ap.add_argument("--depth", type=int, default=None, help="the best-first tree's maximum depth (the chain's length "
-                    "for speculative and lookup)")
+    ap.add_argument("--plan", default="machine", choices=("machine", "default"), help="each method with the plan "
+                    "predicted fastest on this machine, or the core's constant plan (default: %(default)s)")
+    ap.add_argument("--budget", type=int, help="tree and staged: a best-first tree of the draft's top tokens, this "
+                    "many drafted tokens per step (instead of each plan's tree)")
+    ap.add_argument("--depth", type=int, help="the best-first tree's maximum depth (the chain's length for "
+                    "speculative and lookup)")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
     a = ap.parse_args(argv)
     for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
@@ -166,7 +152,8 @@ def main(argv=None) -> int:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
     staged = results["staged"][0]
-    print(f"\nThe staged completion, coloured by the stage that produced each token ({legend(color)}):\n")
+    legend = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target")) + " (unmarked)" * (not color)
+    print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
     print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
     print(f"\ntokens by stage: {staged.stats.tally}")
     trees = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]  # the draft's alone

@@ -1,8 +1,8 @@
 """The command line's options in the plan's terms, and their checks, made before anything is loaded or measured.
 
-The options that shape a plan set the `Plan` fields of the same names (`OPTIONS` maps them). Which
-methods each shapes follows from the methods' properties (`shapes`), where a rule is lossless from
-`verify.LOSSLESS` (`lossless_on`); an option that would change nothing is an error.
+The options that shape a plan set the `Plan` fields of the same names (`OPTIONS`). Which methods each
+shapes follows from the methods' properties (`shapes`), where a rule is lossless from `verify.LOSSLESS`
+(`lossless_on`); an option that would change nothing is an error.
 """
 
 from __future__ import annotations

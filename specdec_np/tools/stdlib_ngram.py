@@ -1,10 +1,9 @@
 """A Katz trigram for a GPT-2 vocabulary with no trigram shipped, built once from Python's own sources.
 
-Staged decoding's second stage needs a trigram over the target's vocabulary; the embedded one is
-for the embedded models' 8193 tokens, real GPT-2 has 50257. So the tools fit one on code every
-machine that runs this has: the standard library's `.py` files (without tests and installed
-packages), in seconds, on first use, cached in the user's cache directory (`cache.py`) under a key
-of the tokenizer, the Python version and the files. `--ngram FILE` overrides it.
+Stage 2 needs a trigram over the target's vocabulary (the embedded one has 8193 tokens, GPT-2 50257):
+fitted in seconds on the code every machine running this has, the standard library's `.py` files
+(without tests and installed packages), on first use; cached (`cache.py`) under a key of the
+tokenizer, the Python version and the files. `--ngram FILE` overrides it.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from ..tokenizer import BPE_FILES, get_encoding
 from .cache import cache_path
 
 VERSION = 1  # of how the trigram is built: a change rebuilds every cached one
-# A list of files (os.pathsep-separated) to fit on instead of the standard library: for tests,
-# which build in a fraction of a second from a few files.
+# Files (os.pathsep-separated) to fit on instead of the standard library: tests build from a few.
 SOURCES_ENV = "SPECDEC_NP_NGRAM_SOURCES"
 SKIPPED_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
 
@@ -40,8 +38,8 @@ def source_files() -> list[Path]:
 
 
 def cache_file(n_vocab: int, files) -> Path:
-    """Where the trigram for this vocabulary, fitted on `files`, is cached: named by a digest of what it
-    depends on (a file's size and modification time stand for its text)."""
+    """Where the trigram for this vocabulary fitted on `files` is cached, under a digest of what it depends
+    on (a file's size and modification time stand for its text)."""
     stats = [(str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else ())) for f in files]
     key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -49,11 +47,7 @@ def cache_file(n_vocab: int, files) -> Path:
     return cache_path(f"trigram-{n_vocab}", key).with_suffix(".npz")
 
 
-def no_progress(done, total) -> None:
-    pass
-
-
-def build(n_vocab: int, files, progress=no_progress) -> ngram.Trigram:
+def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigram:
     """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
     joins files), skipping a file that is not UTF-8; progress(done, total) after each file and the fit."""
     enc = get_encoding(n_vocab)
@@ -72,7 +66,7 @@ def build(n_vocab: int, files, progress=no_progress) -> ngram.Trigram:
     return model
 
 
-def stdlib_trigram(n_vocab: int, progress=no_progress, files=None) -> ngram.Trigram:
+def stdlib_trigram(n_vocab: int, progress=lambda done, total: None, files=None) -> ngram.Trigram:
     """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`): built and
     cached on first use, saying so on stderr; a cached file that is not valid is rebuilt."""
     origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \

@@ -1,12 +1,10 @@
 """A decoding run as one self-contained HTML page (`python -m specdec_np trace`, `make trace`).
 
-Speculative decoding is easiest to understand by watching it. Per step the page shows the tree
-(who proposed each node: the draft, stage 2's n-gram guess or its copy of a repeat), each node's q
-and p, every check the rule made and why, the target's token, the KV cache before and after
-compaction, and the completion coloured by who produced each token (the paper's Fig. 3). Its data
-is the loop's own record (`generate(..., keep_trees=True)`, `record.Step`), not a recomputation.
-It needs no network and reads without colour. Its markup, styles and script are package data
-(trace_page/page.html, page.css, page.js), which `page` inlines. `show_page` shows a page in a notebook.
+Per step the page shows the tree (who proposed each node: the draft, stage 2's guess or copy), each
+node's q and p, every check the rule made and why, the target's token, the KV cache before and after
+compaction, and the completion coloured by who produced each token (the paper's Fig. 3). Its data is
+the loop's own record (`generate(..., keep_trees=True)`), not a recomputation. Its markup, styles and
+script are package data (trace_page/), inlined by `page`; it needs no network and reads without colour.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, 
 
 
 def residuals(trace) -> list:
-    """Per node with a child tested by a ratio: p, q and what each rejection made of them (p' =
-    norm(max(p - q, 0)); without replacement q' = q without the rejected token), on the few tokens
-    that matter, by verify's own functions: the next sibling is tested against p' and q', not the
-    node's p and q."""
+    """Per node with a child tested by a ratio: p, q and what each rejection made of them (by verify's own
+    functions), on the few tokens that matter: the next sibling is tested against p' and q', not p and q."""
     tree, out = trace.tree, []
     for node, p in trace.p_rows.items():
         tested = [c for c in trace.checks if c.test == "ratio" and int(tree.parents[c.node]) == node]
@@ -44,9 +40,7 @@ def residuals(trace) -> list:
                 break
             p_res, q_res = stages[-1]
             if trace.rule == "point_mass":  # the tried child's share is gone; the rest renormalised
-                p_res = p_res.copy()
-                p_res[c.token] = 0.0
-                p_res = p_res / p_res.sum() if p_res.sum() > 0 else p_res
+                p_res = verify.without(p_res, c.token)
             else:
                 p_res = verify.residual(p_res, q_res)
                 if trace.rule == "recursive_wor":
@@ -63,9 +57,8 @@ def residuals(trace) -> list:
 
 
 def passes(trace) -> tuple[list, list]:
-    """(the step's draft passes as the timeline draws them: rows, each fed row's token, depth,
-    origin and tree node, and the nodes it built; per tree node the pass that built it, or None).
-    Node i was built by the pass that fed its parent (a guessed parent was fed in its own parent's pass)."""
+    """(the step's draft passes: rows, each fed row's token, depth, origin and node, the nodes it built;
+    per node the pass that built it, the one that fed its parent (a guess is fed in its parent's pass))."""
     tree = trace.tree
     node_of = {path_key(tree.tokens, tree.parents, i): i for i in range(len(tree))}
     fed_in = {k: j for j, dp in enumerate(trace.passes) for k in dp.keys}
@@ -145,8 +138,7 @@ def write(path, result, enc, prompt, method: str, about: str = "") -> dict:
 
 
 def show_page(path, height: int = 720) -> None:
-    """Print where the page at `path` is; in a notebook (an IPython kernel) also show it inline,
-    embedded, so the saved notebook shows it without the file."""
+    """Print where the page at `path` is; in a notebook also show it embedded (saved with the notebook)."""
     print(f"wrote {path}: open it in a browser")
     try:
         from IPython import get_ipython
