@@ -27,6 +27,7 @@ VERSION = 1  # of how the trigram is built: a change rebuilds every cached one
 # Files (os.pathsep-separated) to fit on instead of the standard library: tests build from a few.
 SOURCES_ENV = "SPECDEC_NP_NGRAM_SOURCES"
 SKIPPED_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
+YOUR_OWN = "pass one with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)"
 
 
 def source_files() -> list[Path]:
@@ -59,8 +60,7 @@ def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigr
             pass
         progress(i + 1, len(files) + 1)
     if len(tokens) < 3:
-        raise ValueError("no text to fit a trigram on: pass one with --ngram FILE (`python -m specdec_np ngram fit "
-                         "FILES --out FILE` fits one)")
+        raise ValueError(f"no text to fit a trigram on: {YOUR_OWN}")
     model = ngram.fit(np.array(tokens, dtype=np.int64), n_vocab)
     progress(len(files) + 1, len(files) + 1)
     return model
@@ -83,8 +83,7 @@ def stdlib_trigram(n_vocab: int, progress=lambda done, total: None, files=None) 
             why = str(e)
         sys.stderr.write(f"note: the cached trigram {path} is not valid ({why}): building it again\n")
     if not files:
-        raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: pass one "
-                         "with --ngram FILE (`python -m specdec_np ngram fit FILES --out FILE` fits one)")
+        raise ValueError(f"no Python sources in {sysconfig.get_paths()['stdlib']} to fit a trigram on: {YOUR_OWN}")
     megabytes = sum(f.stat().st_size for f in files if f.is_file()) / 1e6
     seconds = 5 * math.ceil(megabytes / 10)  # 2 MB a second (a quiet core does more), to the next 5 s
     sys.stderr.write(f"building a Katz trigram for this tokenizer ({n_vocab} tokens) from the {len(files)} .py files "

@@ -39,7 +39,7 @@ def residuals(trace) -> list:
             if c.accepted:
                 break
             p_res, q_res = stages[-1]
-            if trace.rule == "point_mass":  # the tried child's share is gone; the rest renormalised
+            if trace.rule == "point_mass":  # the tried child's share is gone, the rest renormalised
                 p_res = verify.without(p_res, c.token)
             else:
                 p_res = verify.residual(p_res, q_res)
@@ -78,15 +78,13 @@ def step_record(step) -> dict:
     """One record.Step as plain JSON values (it must have been kept with keep_trees)."""
     t = step.trace
     timeline, built_by = passes(t)
-    return {
-        "tokens": step.tokens, "source": step.source, "target_block": step.target_block,
-        "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
-        "tree": {"tokens": t.tree.tokens.tolist(), "parents": t.tree.parents.tolist(), "q": t.tree.q.tolist(),
-                 "kind": t.tree.kind},
-        "proposers": t.tree.source.tolist(), "copied": t.copied, "p": t.p_nodes, "built_by": built_by,
-        "passes": timeline, "path": t.path, "rule": t.rule, "checks": [dataclasses.asdict(c) for c in t.checks],
-        "cache": list(t.cache), "residuals": residuals(t),
-    }
+    return {"tokens": step.tokens, "source": step.source, "target_block": step.target_block,
+            "draft_blocks": step.draft_blocks, "ngram_queries": step.ngram_queries,
+            "tree": {"tokens": t.tree.tokens.tolist(), "parents": t.tree.parents.tolist(), "q": t.tree.q.tolist(),
+                     "kind": t.tree.kind},
+            "proposers": t.tree.source.tolist(), "copied": t.copied, "p": t.p_nodes, "built_by": built_by,
+            "passes": timeline, "path": t.path, "rule": t.rule, "checks": [dataclasses.asdict(c) for c in t.checks],
+            "cache": list(t.cache), "residuals": residuals(t)}
 
 
 def record(result, enc, prompt, method: str, about: str = "") -> dict:
@@ -101,17 +99,15 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= {c["value"] for c in step["checks"] if c["test"] == "argmax"}  # the target's argmax
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
-    return {
-        "method": method, "about": about, "sources": list(SOURCES),
-        "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
-        "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
-        "tokens": result.tokens, "stop": result.stop_reason,
-        "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
-        "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
-                   "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
-                   "ngram_queries": stats.ngram_queries},
-        "steps": steps,
-    }
+    return {"method": method, "about": about, "sources": list(SOURCES),
+            "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
+            "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
+            "tokens": result.tokens, "stop": result.stop_reason,
+            "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
+            "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
+                       "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
+                       "ngram_queries": stats.ngram_queries},
+            "steps": steps}
 
 
 def page_file(name: str) -> str:
