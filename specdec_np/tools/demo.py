@@ -2,7 +2,7 @@
 
 Greedy first: every method's completion must be the autoregressive one (a float32 near-tie that flips a
 token is reported with its logit gap), a table of speed and work, the plans, the completion coloured by
-stage (the paper's Fig. 3), one verification tree. Then one sampled run (top-k 50, T=1) against plain.
+stage (the paper's Fig. 3), one verification tree. Then one sampled run (top-k 50, T=1) against sampled AR.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
 
 
 def shapes(field: str, name: str) -> bool:
-    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts has a
-    depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
+    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts
+    has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
     drafts = methods.drafts(name, Plan())
     tree = drafts and not methods.proposes_chain(name)
     draft_tree = tree and methods.runs_draft(name)
@@ -44,8 +44,8 @@ def given(a) -> list[str]:
 
 
 def candidate_methods(a) -> tuple:
-    """The methods the options allow: --method, else those every option given shapes (() when none narrows
-    the choice): whether the options are valid never depends on what the measurement picks."""
+    """The methods the options allow: --method, else those every option given shapes (() when none
+    narrows the choice): whether the options are valid never depends on what the measurement picks."""
     if a.method is not None:
         return (a.method,)
     return tuple(m for m in METHODS if all(shapes(f, m) for f in given(a))) if given(a) else ()
