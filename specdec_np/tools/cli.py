@@ -51,6 +51,7 @@ EXAMPLES = r'''examples:
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
 '''
 
+
 def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="prompt text, or - to read standard input")
     p.add_argument("--file", help="read the prompt from this file")
