@@ -29,7 +29,6 @@ from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
 from specdec_np.tools.blas import blas_name
 from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
-from specdec_np.tools.costmodel import pad_size
 from specdec_np.tools.machine import print_rounding, print_timed  # mark lines measured on this machine
 from specdec_np.tools.machine import cpu_times, note, settle_threads
 
@@ -72,10 +71,15 @@ note(start)
 # costs *more* than one of 8, and 13-15 more than 16. A verifier can exploit that for free:
 # compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
 # attends to (`forward(..., pad_to=8)`). The real rows compute exactly what they would alone; the
-# decoder pads each block to the cheapest measured size at least as large (`costmodel.pad_size`;
-# the tools give the model that table, `GPT2.padding`, where they set its layout).
+# decoder pads each block to the cheapest measured size at least as large (the tools' table of
+# these sizes, `costmodel.padding`, becomes the model's `GPT2.padding` where they set its layout).
 
 # %%
+def pad_size(curve, k):
+    """The block size to compute k tokens as: k, or a larger measured size that costs less (ties: the smaller)."""
+    return min([k] + [size for size in sorted(curve) if size > k], key=curve.get)
+
+
 target = laid_out(target, slab_rows)
 start = cpu_times()
 odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
