@@ -17,5 +17,9 @@ def attention_mask(tree):  # -> [n, n] bool
 
 
 def positions(tree, prefix_len: int):  # -> [n] int
-    """The position id of each node, when the cache holds `prefix_len` tokens before the root."""
+    """The position id of each node, when the cache holds `prefix_len` tokens before the root.
+
+    The cache holds positions 0 to prefix_len - 1, so the root (the last emitted token, not yet in the
+    cache) is at position prefix_len; a node is one position after its parent.
+    """
     raise NotImplementedError
