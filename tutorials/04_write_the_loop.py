@@ -3,11 +3,11 @@
 #
 # Lesson 3 proved the rule on a 4-token table. The library's real loop is spread over
 # `decode.py`, `methods.py` and `drafting.py`, because it also handles trees, stage 2, padding and
-# statistics. Strip all that away and speculative decoding is one short function. Here you write
-# it with four pieces only: `gpt2.forward` (a pass over new tokens after a KV cache), a `KVCache`
-# (made by `gpt2.new_cache`; `truncate` forgets the tail), `sampling.process` (logits -> the distribution we sample from)
-# and `sampling.Rand` (the only source of randomness: `draw` and `coin`). Nothing from `decode`,
-# `methods`, `drafting` or `verify`.
+# statistics. Strip all that away and speculative decoding is one short function. You write it,
+# in `tutorials/exercises/write_the_loop.py`, with four pieces only: `gpt2.forward` (a pass over new
+# tokens after a KV cache), a `KVCache` (made by `gpt2.new_cache`; `truncate` forgets the tail),
+# `sampling.process` (logits -> the distribution we sample from) and `sampling.Rand` (the only
+# source of randomness: `draw` and `coin`). Nothing from `decode`, `methods`, `drafting` or `verify`.
 #
 # Then we check it the way the library is checked: it emits exactly the library's tokens, and its
 # output distribution, enumerated exactly over every random branch, is the target's.
@@ -34,10 +34,47 @@ target, draft, _, enc = load_embedded(dtype=np.float64)  # float64: token-exact 
 
 
 # %% [markdown]
-# ## Lesson 3's rule, for one guess
+# ## The loop, specified
 #
-# x was drawn from q. Keep it with probability min(1, p(x)/q(x)); otherwise the target's token comes
-# from the residual: what p still owes once x was rejected. `rand.draw` normalises its argument.
+# `speculative_decode(target, draft, prompt, n_new, k, rand, settings=(0.0, None, None))` returns
+# the `n_new` tokens after `prompt`; `settings` are `process`'s (temperature, top_k, top_p).
+#
+# * **Start.** Feed both models the prompt but its last token: each step starts from the last
+#   committed token. Invariant: at the start of a step the target's cache holds every committed
+#   token but the last. The draft's cache may lag further (it never sees the last guess of a fully
+#   accepted chain): its first pass of a step feeds whatever it has not seen yet.
+# * **Draft.** k draft passes, one new token each after the first: guess i is drawn from
+#   q_i = `process(logits of the pass's last token, *settings)`.
+# * **Verify.** One target pass over the last committed token and the k guesses: its k + 1 rows,
+#   processed, are p_0 .. p_k, the target's distribution after each.
+# * **Accept.** Lesson 3's rule, guess by guess: keep guess x_i with probability
+#   min(1, p_{i-1}(x_i) / q_i(x_i)). At the first rejection the step's last token comes from the
+#   residual max(p_{i-1} - q_i, 0) (`rand.draw` normalises it); if all k are kept, a bonus token
+#   comes from p_k.
+# * **Cut.** Both caches keep only the committed text (this step's first token included) and the
+#   accepted guesses: `truncate` forgets the rest (the draft's cache may already hold less).
+# * **Emit** the accepted guesses and the target's token; stop once `n_new` tokens are out (a step
+#   drafts its k guesses even when fewer are still wanted: keep the first `n_new`).
+#
+# Randomness goes through `rand` only, in this order each step: the k draws of the guesses, one
+# coin per guess up to the first rejection, then one draw. In that order the loop emits the very
+# tokens of the library's `generate(..., method="speculative")` with the same seed.
+#
+# ## Your turn
+#
+# Write it in `tutorials/exercises/write_the_loop.py` (the stub has the signature and the building
+# blocks), then run `make exercises`. Exercise 4 checks your loop on a tiny random target and draft:
+# at temperature 0 and with a seed it must emit `generate`'s tokens, and the distribution of its
+# first tokens must be the target's, enumerated exactly. A wrong line names the first token that
+# differs and a command that reruns that case alone. Come back when it says correct: the lesson's
+# answer follows, then the same checks on the embedded models.
+#
+# ---
+#
+# ## An answer
+#
+# Lesson 3's rule, for one guess: x was drawn from q. Keep it with probability min(1, p(x)/q(x));
+# otherwise the target's token comes from the residual, what p still owes once x was rejected.
 
 # %%
 def residual(p, q):  # [V], [V] -> [V] (unnormalised)
@@ -52,14 +89,12 @@ def check_guess(x, p, q, rand, correction):
 
 
 # %% [markdown]
-# ## The loop
-#
-# Invariant: at the start of a step the target's cache holds every committed token but the last.
-# The draft's cache may lag further (it never sees the last guess of a fully accepted chain); its
-# first pass of a step feeds whatever it has not seen yet.
+# The loop, step by step as specified. Two extra arguments serve the checks below: `correction`
+# (what a rejection draws from, to break it on purpose) and `forward` (a stand-in that remembers).
 
 # %%
-def speculative_decode(prompt, n_new, k, rand, settings=(0.0, None, None), correction=residual, forward=forward):
+def speculative_decode(target, draft, prompt, n_new, k, rand, settings=(0.0, None, None), correction=residual,
+                       forward=forward):
     """n_new tokens after prompt: the draft guesses k per step, the target checks them in one pass.
 
     settings: (temperature, top_k, top_p) for `process`; correction: what a rejection draws from.
@@ -99,8 +134,11 @@ def speculative_decode(prompt, n_new, k, rand, settings=(0.0, None, None), corre
 
 # %% [markdown]
 # That is the whole algorithm: about 40 lines. A step costs k draft passes of one token and one
-# target pass of k + 1 tokens, which on a memory-bound machine costs about as much as a one-token
-# pass (lesson 2); it emits between 1 and k + 1 tokens.
+# target pass of k + 1 tokens, and emits between 1 and k + 1 tokens. The target's pass reads its
+# weights once, as a one-token pass does, but computes k + 1 tokens' worth: how its cost compares
+# with a one-token pass depends on the machine and its load (lesson 2 measures it on yours).
+# Speculation pays off when a step costs less than the plain target passes that would have emitted
+# the same tokens: lesson 8 predicts and measures that.
 #
 # ## Check 1: the same tokens as the library
 #
@@ -115,7 +153,7 @@ from specdec_np.plan import Plan
 
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n")
 N, K = 40, 4
-ours = speculative_decode(prompt, N, K, Rand(0))
+ours = speculative_decode(target, draft, prompt, N, K, Rand(0))
 lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None).tokens
 ar = generate(target, prompt, N, method="ar", eos=None).tokens
 print("greedy:", repr(decode(enc, ours)))
@@ -123,7 +161,7 @@ print(f"greedy: ours == library speculative: {ours == lib}, == plain decoding: {
 assert ours == lib == ar
 
 sampled = dict(temperature=1.0, top_k=50)
-ours = speculative_decode(prompt, N, K, Rand(1), settings=(1.0, 50, None))
+ours = speculative_decode(target, draft, prompt, N, K, Rand(1), settings=(1.0, 50, None))
 lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None, seed=1,
                **sampled).tokens
 print("sampled (temperature 1, top-k 50, seed 1):", repr(decode(enc, ours)))
@@ -181,7 +219,8 @@ def target_next(context, settings=SETTINGS):  # the target's distribution after 
 
 
 def first_3(rand, correction=residual):  # our loop's first 3 tokens, k = 1 guess per step
-    return tuple(speculative_decode(short, 3, 1, rand, SETTINGS, correction, forward=remembered_forward))
+    return tuple(speculative_decode(target, draft, short, 3, 1, rand, SETTINGS, correction,
+                                    forward=remembered_forward))
 
 
 reference = exact.sequence_distribution(target_next, tuple(short), 3)
@@ -213,7 +252,7 @@ assert tv_broken > 0.01
 # The suite runs the deterministic predictions above:
 
 # %%
-assert speculative_decode(prompt, N, 1, Rand(0)) == ar  # K = 1, greedy
+assert speculative_decode(target, draft, prompt, N, 1, Rand(0)) == ar  # K = 1, greedy
 top2 = exact.sequence_distribution(lambda ctx: target_next(ctx, (1.0, 2, None)), tuple(short), 3)
 assert len(top2) == 8
 print("try-this predictions checked: K = 1 greedy tokens unchanged; top-k 2 gives", len(top2), "continuations")

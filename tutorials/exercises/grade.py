@@ -49,7 +49,6 @@ try:
     from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
     from specdec_np.plan import Plan
     from specdec_np.proofs import exact
-    from specdec_np.record import NoRecord
     from specdec_np.sampling import SURE, Rand, process
     from specdec_np.tree import Tree, path_to
     from specdec_np.verify import verify_chain, verify_recursive_wor
@@ -186,14 +185,17 @@ class Walk:
         return int(np.argmax(w))
 
 
-class Nodes(NoRecord):
-    """The recorder of the library's rule in a walk: the node each coin tests."""
+class Nodes:
+    """The recorder of the library's rule in a walk (record.NoRecord's interface): the node each coin tests."""
 
     def __init__(self):
         self.tested = []
 
     def check(self, node, token, *rest):
         self.tested.append((int(node), int(token)))
+
+    def draw(self, *args):
+        pass
 
 
 def describe(event) -> str:
@@ -294,7 +296,7 @@ def tree_cases():
 
 
 # -- exercise 2, the mask and positions: each node against its path fed alone --------------------
-TINY = GPT2Config(n_vocab=16, n_ctx=32, n_embd=16, n_layer=2, n_head=2)
+TINY = dict(n_vocab=16, n_ctx=32, n_embd=16, n_layer=2, n_head=2)  # a GPT2Config
 CONTEXT = [3, 1, 4]
 
 
@@ -305,7 +307,7 @@ def random_trees(count: int = 14, seed: int = 0) -> list[Tree]:
     for i in range(count):
         n = 2 + i // 2
         parents = [-1] + [int(rng.integers(0, j)) for j in range(1, n)]
-        trees.append(Tree(rng.integers(0, TINY.n_vocab, n), parents, np.ones(n)))
+        trees.append(Tree(rng.integers(0, TINY["n_vocab"], n), parents, np.ones(n)))
     return trees
 
 
@@ -343,20 +345,21 @@ def mask_case(model, tree: Tree):
 
 
 def mask_cases():
-    model = random_params(TINY, seed=0, dtype=np.float64, scale=0.3)
+    model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
     return [(f"the tree with parents {t.parents.tolist()}", mask_case(model, t)) for t in random_trees()]
 
 
 # -- exercise 4, the loop: a tiny target and draft, against generate and the target --------------
-LOOP = GPT2Config(n_vocab=16, n_ctx=64, n_embd=16, n_layer=2, n_head=2)
+LOOP = dict(n_vocab=16, n_ctx=64, n_embd=16, n_layer=2, n_head=2)  # a GPT2Config
 PROMPT = [3, 1, 4]
 
 
 def loop_models():  # -> target, draft
     """A tiny random target and a draft from the same random numbers at a smaller scale: the draft's
     guesses are often the target's, not always (rejections, and steps where all are accepted)."""
-    return (random_params(LOOP, seed=1, dtype=np.float64, scale=1.0),
-            random_params(LOOP, seed=1, dtype=np.float64, scale=0.7))
+    config = GPT2Config(**LOOP)
+    return (random_params(config, seed=1, dtype=np.float64, scale=1.0),
+            random_params(config, seed=1, dtype=np.float64, scale=0.7))
 
 
 def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
@@ -503,7 +506,7 @@ def rerun(n: int, i: int, folder: Path) -> int:
     title, filename, names, make_cases = EXERCISES[n - 1]
     cases = make_cases()
     if not 1 <= i <= len(cases):
-        print(f"grade.py: --case {n}:{i}: exercise {n} has cases 1 to {len(cases)}")
+        print(f"grade.py: --case {n}:{i}: exercise {n} has cases 1 to {len(cases)}", file=sys.stderr)
         return 2
     name, check = cases[i - 1]
     print(f"exercise {n}, {title} ({filename}), case {i} of {len(cases)} ({name})", flush=True)
@@ -629,14 +632,14 @@ def main(argv=None) -> int:
         return 0
     if MISSING:
         print(f"grade.py: this Python ({sys.executable}) cannot import {MISSING}: run `make exercises`, or "
-              "`.venv/bin/python tutorials/exercises/grade.py` (`make venv` creates .venv)")
+              "`.venv/bin/python tutorials/exercises/grade.py` (`make venv` creates .venv)", file=sys.stderr)
         return 2
     if argv[:1] == ["--worker"]:  # grade_apart's process: --worker N DIR RESULT
         return worker(int(argv[1]), Path(argv[2]), Path(argv[3]))
     try:
         opts = parse(argv)
     except ValueError as e:
-        print(f"grade.py: {e}")
+        print(f"grade.py: {e}", file=sys.stderr)
         return 2
     if opts["case"]:
         return rerun(*opts["case"], opts["folder"])
@@ -655,4 +658,7 @@ if __name__ == "__main__":
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the goodbye
         print("grade.py: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # `grade.py | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     sys.exit(code)
