@@ -186,7 +186,9 @@ def test_a_hang_is_wrong_after_the_time_limit(tmp_path):
     assert time.monotonic() - start < 30
 
 
-def test_ctrl_c_stops_the_grader_and_its_worker_with_one_line(tmp_path):
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "grade.py: interrupted\n"), (signal.SIGTERM, 143, "")],
+                         ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_stops_the_grader_and_its_worker(tmp_path, sig, code, said):
     pid_file = tmp_path / "worker.pid"
     (tmp_path / "chain_rule.py").write_text(
         f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n\n"
@@ -196,9 +198,9 @@ def test_ctrl_c_stops_the_grader_and_its_worker_with_one_line(tmp_path):
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and err == "grade.py: interrupted\n" and out == "", (out, err)
+    assert proc.returncode == code and err == said and out == "", (out, err)
     with pytest.raises(ProcessLookupError):  # the worker was stopped and reaped
         os.kill(int(pid_file.read_text()), 0)
 

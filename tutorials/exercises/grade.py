@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -490,8 +491,8 @@ def rerun_command(n: int, i: int, folder: Path) -> str:
         rel = os.path.relpath(path)
         return rel if not rel.startswith("..") else str(path)
 
-    where = "" if Path(folder).resolve() == HERE else f" {short(folder)}"
-    return f"{short(sys.executable)} {short(HERE / 'grade.py')}{where} --case {n}:{i}"
+    where = [] if Path(folder).resolve() == HERE else [short(folder)]
+    return shlex.join([short(sys.executable), short(HERE / "grade.py"), *where, "--case", f"{n}:{i}"])
 
 
 def grade(n: int, folder: Path) -> tuple[str, str, list]:
@@ -540,11 +541,14 @@ def rerun(n: int, i: int, folder: Path) -> int:
     return 0
 
 
-def worker(n: int, folder: Path, result: Path) -> int:
-    """The grading process of one exercise: its verdict goes to `result` as JSON."""
+def worker(n: int, folder: Path, result: Path, time_limit: float) -> None:
+    """The grading process of one exercise: its verdict goes to `result` as JSON, then it ends at once
+    (a thread or exit handler the learner's code left behind cannot hold it). Should the grader die
+    without stopping it, its own alarm ends it soon after the time limit."""
+    signal.alarm(int(time_limit) + 10)
     status, line, diagnosis = grade(n, folder)
     result.write_text(json.dumps({"status": status, "line": line, "diagnosis": diagnosis}))
-    return 0
+    os._exit(0)
 
 
 class Tail(threading.Thread):
@@ -578,9 +582,9 @@ def grade_apart(n: int, folder: Path, time_limit: float) -> tuple[str, str, list
     crash of the learner's code is a "wrong" with its reason."""
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         result = Path(tmp) / "result.json"
-        proc = subprocess.Popen([sys.executable, str(HERE / "grade.py"), "--worker", str(n), str(folder), str(result)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # a Ctrl-C reaches this process only: it stops the worker
+        proc = subprocess.Popen([sys.executable, str(HERE / "grade.py"), "--worker", str(n), str(folder), str(result),
+                                 str(time_limit)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # Ctrl-C reaches only the grader
         tail = Tail(proc.stdout)
         try:
             proc.wait(timeout=time_limit)
@@ -652,8 +656,8 @@ def main(argv=None) -> int:
         print(f"grade.py: this Python ({sys.executable}) cannot import {MISSING}: run `make exercises`, or "
               "`.venv/bin/python tutorials/exercises/grade.py` (`make venv` creates .venv)", file=sys.stderr)
         return 2
-    if argv[:1] == ["--worker"]:  # grade_apart's process: --worker N DIR RESULT
-        return worker(int(argv[1]), Path(argv[2]), Path(argv[3]))
+    if argv[:1] == ["--worker"] and len(argv) == 5:  # grade_apart's process: --worker N DIR RESULT SECONDS
+        worker(int(argv[1]), Path(argv[2]), Path(argv[3]), float(argv[4]))
     try:
         opts = parse(argv)
     except ValueError as e:
@@ -661,6 +665,8 @@ def main(argv=None) -> int:
         return 2
     if opts["case"]:
         return rerun(*opts["case"], opts["folder"])
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # killed politely: stop the worker on the way out (grade_apart)
+        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
     statuses = []
     for n, (title, filename, _, _) in enumerate(EXERCISES, 1):
         status, line, diagnosis = grade_apart(n, opts["folder"], opts["time_limit"])
