@@ -186,8 +186,8 @@ def test_a_hang_is_wrong_after_the_time_limit(tmp_path):
     assert time.monotonic() - start < 30
 
 
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "grade.py: interrupted\n"), (signal.SIGTERM, 143, "")],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "grade.py: interrupted\n"),
+                                             (signal.SIGTERM, 143, "")], ids=["ctrl-c", "sigterm"])
 def test_an_interrupt_stops_the_grader_and_its_worker(tmp_path, sig, code, said):
     pid_file = tmp_path / "worker.pid"
     (tmp_path / "chain_rule.py").write_text(
@@ -205,13 +205,17 @@ def test_an_interrupt_stops_the_grader_and_its_worker(tmp_path, sig, code, said)
         os.kill(int(pid_file.read_text()), 0)
 
 
+LIMIT = "--time-limit wants a number of seconds above 0 (at most 86400)"
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["--help"], 0, "usage: grade.py [DIR] [--case E:N] [--time-limit SECONDS]"),
     (["a", "b"], 2, "grade.py: give one folder of exercises, got two: a and b"),
     (["no-such-folder"], 2, "grade.py: no-such-folder is not a folder (give the folder that holds the exercise files)"),
     (["--case", "5:1"], 2, "grade.py: --case wants EXERCISE:CASE with EXERCISE 1 to 4, e.g. --case 1:2, got '5:1'"),
     (["--case", "1:99"], 2, "grade.py: --case 1:99: exercise 1 has cases 1 to 7"),
-    (["--time-limit", "soon"], 2, "grade.py: --time-limit wants a number of seconds above 0, got 'soon'"),
+    (["--time-limit", "soon"], 2, f"grade.py: {LIMIT}, got 'soon'"),
+    (["--time-limit=inf"], 2, f"grade.py: {LIMIT}, got 'inf'"),
     (["--verbose"], 2, "grade.py: unknown option --verbose (see --help)"),
 ])
 def test_command_line(grade, capsys, args, code, message):

@@ -9,8 +9,9 @@ that reruns that case alone, printing it in full. Exit 0 when every exercise is 
   (`specdec_np.proofs.exact`): over a fixed list of small p/q tables and tree shapes, smallest
   first, the draft tree is drawn from q, your rule verifies it, the target continues where the step
   emitted fewer tokens, and the distribution of the tokens must equal the target's own (total
-  variation < 1e-12). No sampling noise: a wrong rule fails on a definite case. Where it fails, the
-  library's rule (`specdec_np.verify`) on the same tree shows which node yours treats differently.
+  variation < 1e-12). No sampling noise: a wrong rule fails on a definite case. Where it fails, yours
+  and the library's rule (`specdec_np.verify`) walk the same tree with the same coin outcomes: the
+  first coin, draw or returned path that differs is named.
 - The mask and positions (tree_attention.py) are graded on random trees, smallest first: a tiny
   random GPT-2 in float64 scores the tree in one pass with your mask and positions, and each node's
   logits must equal those of its root-to-node path fed alone as a chain (difference < 1e-9).
@@ -632,8 +633,8 @@ def parse(argv) -> dict:
                     opts["time_limit"] = float(value)
                 except ValueError:
                     opts["time_limit"] = 0.0
-                if not opts["time_limit"] > 0:
-                    raise ValueError(f"--time-limit wants a number of seconds above 0, got {value!r}")
+                if not 0 < opts["time_limit"] <= 86400:
+                    raise ValueError(f"--time-limit wants a number of seconds above 0 (at most 86400), got {value!r}")
         elif a.startswith("-") and a != "-":
             raise ValueError(f"unknown option {a} (see --help)")
         elif opts["folder"] is not None:
