@@ -88,13 +88,14 @@ trace-png: $(STAMP)
 	$(SHOT) --window-size=1280,1500 --screenshot=docs/trace.png "file://$(CURDIR)/out/trace.html#step=$(PNG_STEP)" >/dev/null 2>&1
 	test -s docs/trace.png && echo "wrote docs/trace.png"
 
+# Each lesson through tutorials/lesson.py, which ends it in one line on Ctrl-C (exit status 130).
 tutorials: $(STAMP)
-	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
+	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) tutorials/lesson.py $$t || exit $$?; done
 
 # One executed notebook per lesson in tutorials/notebooks/ (jupytext, nbclient, ipykernel from the
-# notebooks extra; the kernel `specdec_np` is registered for the current user). OpenBLAS picks its
+# notebooks extra; the kernel `specdec_np` is registered for the current user, first). OpenBLAS picks its
 # own kernel for the CPU: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only.
-# Refuses on a busy machine (the notebooks show a quiet run's timings).
+# Refuses on a busy machine (the notebooks show a quiet run's timings); Ctrl-C: one line, exit 130.
 $(VENV)/.notebooks: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[notebooks]"
 	touch $@

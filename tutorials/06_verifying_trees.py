@@ -323,9 +323,7 @@ print(f"positions where drawing without replacement accepts more: {wins['without
 # again, kept and written out (keeping the record changes nothing: the same seed gives the same tokens).
 
 # %%
-from pathlib import Path
-
-from specdec_np.tools import trace
+from lesson import show_trace  # tutorials/lesson.py: writes out/NAME (or a temporary folder), shows it in a notebook
 
 method, plan = configs["sampled w/o (recursive_wor)"]
 kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
@@ -336,10 +334,8 @@ c = next(c for s in r.stats.steps for c in s.trace.checks if c.test == "ratio" a
 print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
-Path("out").mkdir(exist_ok=True)
-trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
-            "temperature 1, top-k 50, seed 0")
-trace.show_page("out/tutorial_06_trace.html")  # inline in a notebook
+show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; temperature 1, top-k 50, seed 0",
+           "tutorial_06_trace.html")
 
 # %% [markdown]
 # ## Try this

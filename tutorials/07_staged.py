@@ -30,7 +30,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
-from specdec_np.tools.machine import print_timed  # marks the lines measured on this machine
+from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
@@ -154,16 +154,15 @@ print(by_stage(copy_run.tokens, copy_run.stats.source))
 # %%
 import time  # noqa: E402
 
-from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
-from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
+from lesson import fastest_layout, one_blas_thread_if_busy, say_if_busy, start_timing, was_busy  # noqa: E402
 
-settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
-target32, draft32 = laid_out(target, choose_slab_rows(target)), laid_out(draft, choose_slab_rows(draft))
+one_blas_thread_if_busy()
+target32, draft32 = fastest_layout(target), fastest_layout(draft)
 runs = {"plain": ("ar", Plan()), "tree": ("tree", Plan(**shape)),
         "drafts only": ("staged", Plan(copy_len=0, **shape)), "with copies": ("staged", Plan(copy_len=8, **shape))}
 seconds = {name: [] for name in runs}
 stats = {}
-start = cpu_times()
+start = start_timing()
 for _ in range(3):
     for name, (method, plan) in runs.items():
         t0 = time.perf_counter()

@@ -18,7 +18,6 @@
 
 # %%
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -26,14 +25,12 @@ from specdec_np.decode import generate
 from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import encode
-from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
-from specdec_np.tools.machine import cpu_times, note, print_timed, settle_threads  # print_timed: a measured line
+from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
+from lesson import start_timing, was_busy
 
-
-settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
+one_blas_thread_if_busy()
 target, draft, ngram, enc = load_embedded()
-slab_rows = choose_slab_rows(target)  # the layout of the products this machine multiplies fastest (lesson 10)
-target = laid_out(target, slab_rows)
+target = fastest_layout(target)  # the layout of the products this machine multiplies fastest (lesson 10)
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
 
 # %% [markdown]
@@ -46,9 +43,9 @@ prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n
 
 # %%
 KS = [1, 2, 4, 8, 12, 16, 24, 32]
-start = cpu_times()
-curves = {"target": block_cost_ms(target, KS, prefix_len=len(prompt), repeats=7),
-          "draft": block_cost_ms(draft, KS, prefix_len=len(prompt), repeats=7)}
+start = start_timing()
+curves = {"target": pass_ms(target, KS, prefix_len=len(prompt), repeats=7),
+          "draft": pass_ms(draft, KS, prefix_len=len(prompt), repeats=7)}
 
 
 def cost(curve, k):
@@ -84,9 +81,9 @@ try:  # a PNG as well, only if matplotlib happens to be installed (never require
     ax.set_xlabel("tokens in the block")
     ax.set_ylabel("ms per forward pass")
     ax.legend()
-    Path("out").mkdir(exist_ok=True)
-    fig.savefig("out/tutorial_08_cost_curve.png")
-    print("wrote out/tutorial_08_cost_curve.png")
+    png = out_dir() / "tutorial_08_cost_curve.png"  # out/, or a temporary folder where out/ cannot be written
+    fig.savefig(png)
+    print(f"wrote {png}")
 except ImportError:
     pass
 
@@ -126,7 +123,7 @@ def timed(method, plan=None, repeats=3):
     return r, float(np.median(times))
 
 
-start = cpu_times()
+start = start_timing()
 generate(target, prompt, 4, method="tree", draft=draft, plan=Plan(budget=4))  # warm-up
 ar, ar_ms = timed("ar")
 c_ar = cost(curves["target"], 1)
@@ -243,7 +240,7 @@ def draft_pass():
 
 
 before = {"back to back": lambda: None, "after 2 ms of Python": busy_python, "after a draft pass": draft_pass}
-start = cpu_times()
+start = start_timing()
 times = {name: [] for name in before}
 for _ in range(41):  # the first round warms up
     for name, pause in before.items():

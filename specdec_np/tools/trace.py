@@ -138,9 +138,11 @@ def show_page(path, height: int = 720) -> None:
     print(f"wrote {path}: open it in a browser")
     try:
         from IPython import get_ipython
-        from IPython.display import HTML, display
+        from IPython.display import display
     except ImportError:  # optional: only a notebook has it
         return
     if type(get_ipython()).__name__ == "ZMQInteractiveShell":
         page = html.escape(Path(path).read_text(encoding="utf-8"), quote=True)
-        display(HTML(f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0"></iframe>'))
+        # Raw HTML, not IPython's HTML(): that one warns about an <iframe> (on stderr, with IPython's path).
+        display({"text/html": f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0">'
+                              '</iframe>'}, raw=True)

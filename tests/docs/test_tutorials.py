@@ -52,6 +52,8 @@ def test_tutorial_runs(path):
 # --------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# An absolute path of the machine that ran the notebook (its venv, home, a temporary folder).
+MACHINE_PATH = re.compile(r"(?<![\w.])/(home|root|tmp|work|usr|opt|var|Users|private)/|\.venv/|site-packages")
 
 
 def percent_cells(path: Path) -> list[str]:
@@ -102,8 +104,13 @@ def test_notebook_holds_the_lessons_run(path):
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
     for cell, src in zip(code, source):
         assert not any(o["output_type"] == "error" for o in cell["outputs"]), src[:200]
-        if re.search(r"^(print|print_timed|print_rounding|trace\.show_page)\(", src, flags=re.M):  # runs unconditionally
+        if re.search(r"^(print|print_timed|print_rounding|show_trace)\(", src, flags=re.M):  # runs unconditionally
             assert cell["outputs"], f"a printing cell has no output: {src[:200]}"
+        for out in cell["outputs"]:
+            assert not (out["output_type"] == "stream" and out["name"] == "stderr"), (
+                f"{nb_path.name} has stderr output (a warning?): {text(out['text'])[:300]}")
+            shown = text(out.get("text", "")) + json.dumps(out.get("data", {}).get("text/plain", ""))
+            assert not MACHINE_PATH.search(shown), f"{nb_path.name} shows a path of the machine that made it: {shown[:300]}"
     first = stdout_lines(code[0])
     assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]
     printed = [line for cell in code for line in stdout_lines(cell)][1:]  # without the machine's line
@@ -126,31 +133,101 @@ def test_readme_images_exist_and_parse():
             xml.dom.minidom.parse(str(ROOT / image))
 
 
-def test_make_notebooks_refuses_on_a_busy_machine(capsys):
-    """One line, before any Jupyter import or kernel registration, when the load check sees others."""
+def make_notebooks():
     sys.path.insert(0, str(ROOT / "tutorials"))
     try:
         import make_notebooks
     finally:
         sys.path.remove(str(ROOT / "tutorials"))
-    assert make_notebooks.main([], load_check=lambda: "other processes use 1.4 of its 2 cores") == 1
+    return make_notebooks
+
+
+def test_make_notebooks_refuses_on_a_busy_machine(capsys):
+    """One line when the load check sees others, after the kernel is registered (the README names it)."""
+    registered = []
+    assert make_notebooks().main([], load_check=lambda: "other processes use 1.4 of its 2 cores",
+                                 register=registered.append) == 1
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith("make_notebooks: refused: other processes use 1.4 of its 2 cores")
-    assert make_notebooks.main(["no_such_lesson.py"], load_check=lambda: "") == 1
+    assert registered == ["specdec_np"]
+    assert make_notebooks().main(["no_such_lesson.py"], load_check=lambda: "") == 1
     assert capsys.readouterr().out == "make_notebooks: no lesson file no_such_lesson.py\n"
 
 
-def test_lessons_import_no_plan_chooser_from_the_tools():
-    """Lessons take from the tools only the machine's load and print helpers, the timers of the cost
-    curve (and lesson 10 the BLAS's name), and the trace: never the plan chooser."""
+def test_make_notebooks_without_the_extra_says_how_to_install_it(capsys):
+    def no_ipykernel(name):
+        raise ModuleNotFoundError("No module named 'ipykernel'", name="ipykernel")
+
+    assert make_notebooks().main([], load_check=lambda: "", register=no_ipykernel) == 1
+    assert capsys.readouterr().out.splitlines() == [make_notebooks().EXTRA]
+    assert "`make notebooks` installs it" in make_notebooks().EXTRA
+
+
+def test_make_notebooks_interrupted_is_one_line(capsys):
+    """Ctrl-C (here while registering the kernel, with a second error chained as nbclient's cleanup does): 130."""
+    def interrupted(name):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AssertionError("kernel died")
+
+    import signal
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        assert make_notebooks().main([], load_check=lambda: "", register=interrupted) == 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("make_notebooks: interrupted") and captured.err.count("\n") == 1
+    with pytest.raises(ValueError):  # any other error is not hidden
+        make_notebooks().main([], load_check=lambda: "", register=lambda name: int("x"))
+
+
+def test_a_lesson_interrupted_is_one_line(tmp_path):
+    """`make tutorials` runs each lesson through tutorials/lesson.py: Ctrl-C ends it in one line, exit 130."""
+    lesson = tmp_path / "99_interrupted.py"
+    lesson.write_text("print('started', flush=True)\nraise KeyboardInterrupt\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "tutorials" / "lesson.py"), str(lesson)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == "started\n"
+    assert proc.stderr.strip().splitlines() == [f"{lesson}: interrupted"]
+
+
+def test_lessons_write_pictures_where_they_can(tmp_path, monkeypatch, capsys):
+    """Where out/ cannot be written, the lessons' files go to a temporary folder, said in one line."""
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    try:
+        import lesson
+    finally:
+        sys.path.remove(str(ROOT / "tutorials"))
+    monkeypatch.chdir(tmp_path)
+    assert lesson.out_dir() == Path("out") and capsys.readouterr().out == ""
+    (tmp_path / "out").rmdir()
+    (tmp_path / "out").write_text("a file where the folder would be")  # out/ cannot be made, even as root
+    where = lesson.out_dir()
+    assert where.is_dir() and where != Path("out") and os.access(where, os.W_OK)
+    assert capsys.readouterr().out.startswith("(out/ cannot be written here: files go to ")
+
+
+def imported(path: Path) -> set:
+    """The modules a Python file imports (by its import statements)."""
     import ast
 
-    allowed = {"machine", "costcurve", "blas", "trace"}
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def test_lessons_import_the_core_and_the_lesson_helper_not_the_tools(tmp_path):
+    """Lessons import the library's core and tutorials/lesson.py (which may call the tools), never specdec_np.tools."""
     for path in TUTORIALS:
-        used = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "specdec_np.tools":
-                used |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specdec_np.tools."):
-                used.add(node.module.split(".")[2])
-        assert used <= allowed, f"{path.name} imports tools.{', tools.'.join(sorted(used - allowed))}"
+        tools = sorted(name for name in imported(path) if name == "specdec_np.tools" or name.startswith("specdec_np.tools."))
+        assert not tools, f"{path.name} imports {', '.join(tools)}: use tutorials/lesson.py"
+    assert any("lesson" in imported(path) for path in TUTORIALS)
+    wrong = tmp_path / "11_wrong.py"  # the check itself can fail
+    wrong.write_text("from specdec_np.tools import trace\nimport specdec_np.tools.machine\n")
+    assert {"specdec_np.tools", "specdec_np.tools.trace", "specdec_np.tools.machine"} <= imported(wrong)
