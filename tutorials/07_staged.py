@@ -170,15 +170,29 @@ for _ in range(3):
         seconds[name].append(time.perf_counter() - t0)
         stats[name] = r
 ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}
+spread = {name: 1000 * (max(t) - min(t)) / len(stats[name].tokens) for name, t in seconds.items()}  # ms/token
 print(f"{'':<12} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
 for name in runs:
     s = stats[name].stats
     print_timed(f"{name:<12} {ms[name]:>8.2f} {ms['plain'] / ms[name]:>6.2f}x {s.target_passes:>13} {s.draft_passes:>12}")
+say_if_busy(start)
+
+# %% [markdown]
+# The verdict of this run, computed from the table above. A difference smaller than the spread of
+# the three timings of the same run is not a difference: it can change sign from one run to the next.
+
+# %%
+busy = was_busy(start)
 for name in ("drafts only", "with copies"):
-    saved = ms["tree"] - ms[name]
-    print_timed(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
-          f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
-note(start)
+    saved, noise = ms["tree"] - ms[name], max(spread["tree"], spread[name])
+    fewer = stats["tree"].stats.draft_passes - stats[name].stats.draft_passes
+    said = (f"{abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'}" if abs(saved) > noise else
+            f"no difference measurable here ({saved:+.2f} ms/token, within the three runs' spread of {noise:.2f})")
+    print_timed(f"stage 2, {name}: {said} against the same trees without it ({fewer} fewer draft passes)")
+top = max((name for name in runs if name != "plain"), key=lambda name: ms["plain"] / ms[name])
+print_timed((f"here {top} beat plain decoding most: {ms['plain'] / ms[top]:.2f}x" if ms[top] < ms["plain"] else
+             f"here nothing beat plain decoding: best {ms['plain'] / ms[top]:.2f}x ({top})")
+            + (f"; on a busy machine ({busy}) these figures move from run to run" if busy else ""))
 
 # %% [markdown]
 # ## Try this

@@ -28,9 +28,39 @@ def test_all_lessons_present():
     assert [t.name[:2] for t in TUTORIALS] == [f"{i:02d}" for i in range(1, 11)]
 
 
+# Each "Try this" check is a function the lesson calls on the changed input; here each is called again, after the
+# lesson ran, on a deliberately wrong input (an expression in the lesson's names), where it must fail.
+WRONG = {
+    "03_speculative_sampling": [("check_draft_is_target", "my_p, my_q"), ("check_caught", "speculative_step"),
+                                ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
+                                ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
+    "06_verifying_trees": [("check_d_first", "B, D"),
+                           ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]")],
+    "08_roofline": [("check_chain_passes", "chain_run, 3"),  # the wrong count, and a run of one step (too short)
+                    ("check_chain_passes", "generate(target, prompt, 3, 'speculative', draft, plan=Plan(chain=4)), 4")],
+    "09_optimal_verification": [("check_same_draft", "p, q"), ("check_equal_tables", "t2, d2")],
+}
+DRIVER = """
+import contextlib, io, json, os, runpy, sys
+path, wrong = sys.argv[1], json.loads(sys.argv[2])
+sys.path.insert(0, os.path.dirname(path))
+names = runpy.run_path(path, run_name="__main__")
+failed = []
+for check, args in wrong:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            eval(check + "(" + args + ")", names)
+        failed.append(False)
+    except AssertionError:
+        failed.append(True)
+print("wrong inputs failed: " + json.dumps(failed), file=sys.stderr)
+"""
+
+
 @functools.lru_cache(maxsize=None)
 def run_lesson(path: Path) -> subprocess.CompletedProcess:
-    """One run of a lesson, in a temporary folder, shared by the tests that read its output."""
+    """One run of a lesson, in a temporary folder, shared by the tests that read its output; then its "Try this"
+    checks on the wrong inputs of WRONG (the last line of stderr says which failed)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # works uninstalled too
     env.setdefault("NO_COLOR", "1")
@@ -38,8 +68,8 @@ def run_lesson(path: Path) -> subprocess.CompletedProcess:
     # which only costs time: the tutorials' checks do not depend on the thread count.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as work:
-        return subprocess.run([sys.executable, str(path)], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run([sys.executable, "-c", DRIVER, str(path), json.dumps(WRONG.get(path.stem, []))],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
@@ -47,6 +77,33 @@ def test_tutorial_runs(path):
     proc = run_lesson(path)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr
+
+
+def try_this_checks(path: Path) -> set:
+    """The checks (functions named check_*) a lesson defines after its "## Try this" heading."""
+    import ast
+
+    source = path.read_text(encoding="utf-8")
+    start = source[:source.find("## Try this")].count("\n") + 1 if "## Try this" in source else 10 ** 9
+    return {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.lineno > start
+            and node.name.startswith("check_")}
+
+
+@pytest.mark.parametrize("path", [t for t in TUTORIALS if t.stem in WRONG], ids=sorted(WRONG))
+def test_try_this_checks_fail_on_a_wrong_input(path):
+    """Every check of a lesson's "Try this" has a wrong input here, and fails on each."""
+    assert try_this_checks(path) <= {check for check, _ in WRONG[path.stem]}, f"{path.name}: give each a wrong input"
+    proc = run_lesson(path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = json.loads(proc.stderr.strip().splitlines()[-1].removeprefix("wrong inputs failed: "))
+    assert failed == [True] * len(WRONG[path.stem]), list(zip(WRONG[path.stem], failed))
+
+
+def test_every_try_this_check_has_a_wrong_input():
+    """A function a "Try this" defines (its checks) has a wrong input in WRONG; so does every check WRONG names."""
+    for path in TUTORIALS:
+        assert try_this_checks(path) <= {check for check, _ in WRONG.get(path.stem, [])}, path.name
+    assert all(check in path.read_text(encoding="utf-8") for path in TUTORIALS for check, _ in WRONG.get(path.stem, []))
 
 
 # --------------------------------------------------------------------- the notebooks (make notebooks)
