@@ -33,13 +33,21 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # %% [markdown]
 # ## The premise, measured
 #
-# `block_cost_ms` times one forward pass of k new tokens after the prompt, already in the KV cache
-# (the next section shows what that holds). Figures are medians after a warm-up, the sizes timed
-# in turns so that a burst of noise lands on all of them a little.
-# Each cost is shown as a ratio to one token's, next to k, what k separate passes would cost.
-# How the BLAS library multiplies a block of a few rows matters here: the second column lays
-# the products out in column slabs (`fastpath.Weight`), which some BLAS kernels multiply faster
-# for small blocks; lesson 10 shows why, and the tools pick whichever wins on each machine.
+# `pass_ms` (from `tutorials/lesson.py`, the lessons' timing helper) times one forward pass of k new
+# tokens after the prompt, already in the KV cache (the next section shows what that holds).
+# Figures are medians after a warm-up, the sizes timed in turns so that a burst of noise lands on
+# all of them a little. Each cost is shown as a ratio to one token's, next to k, what k separate
+# passes would cost.
+#
+# The table times every pass twice, with the same numbers computed two ways. **"one x @ w"**: each
+# of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
+# `[n_in, n_out]`. **"slabs"**: the weight matrix is also kept cut into column slabs of 64 columns
+# (`[n_out / 64, n_in, 64]`, `fastpath.Weight`), and the k rows are multiplied by every slab in one
+# batched call, the outputs put side by side. The BLAS library (OpenBLAS under NumPy) copies the
+# weights into a scratch layout before a matrix product of several rows; for a few rows that copy
+# can cost more than the arithmetic, and the small slab products skip it on some CPUs' kernels. So
+# which column is faster depends on the machine: lesson 10 looks inside, and the tools use whichever
+# wins on each machine.
 
 # %%
 from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402

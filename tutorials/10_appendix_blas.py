@@ -49,19 +49,21 @@ by_layout = {"x @ w": pass_ms(with_slabs(target, 0), KS, prefix_len=len(prompt),
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
-faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS[1:]}
-print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS[1:]))
-slab_rows = choose_slab_rows(target)
-print_timed(f"the tools' choice (timed again, side by side): "
-      f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
+faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
+print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS))
+# This table's choice, as the tools make theirs: slabs for blocks of up to the largest size where slabs were no
+# slower at that size and every smaller one (the fast path reads one layout up to a size, the other above it).
+slab_rows = max((k for i, k in enumerate(KS) if all(faster[j] == "slabs" for j in KS[:i + 1])), default=0)
+print_timed(f"so this table chooses {f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
 say_if_busy(start)
 
 # %% [markdown]
 # Read the ratios against the ideal: where a layout stays near 1.00x, the block's arithmetic is
 # hidden behind the weight reads; where it climbs, either the BLAS does work per call that grows
 # with the rows (packing), or the arithmetic itself, 2 FLOPs per weight per row, outgrows the
-# time the weights take to arrive. The tools' choice can differ from one run's table: it is
-# timed separately, and near a tie either layout is as good.
+# time the weights take to arrive. The tools make the same choice from a table of their own
+# (`costcurve.choose_slab_rows`, timed separately when they measure a machine), so on another run,
+# or near a tie, they can pick the other layout: near a tie either is as good.
 #
 # ## Odd sizes, and padding a block
 #
