@@ -55,9 +55,11 @@ weights: $(STAMP)
 memory: $(STAMP)
 	$(PY) weights/measure_memory.py $(ARGS)
 
-# One decoding run as a self-contained HTML page, out/trace.html: the demo's prompt, staged, with
-# the constant plan (the same page on every machine). Open it offline; arrow keys step through it.
-TRACE_ARGS ?= --method staged --plan default --max-new-tokens 64
+# One decoding run as a self-contained HTML page, out/trace.html: by default make trace-png's run (below), the
+# demo's prompt, staged and sampled, so that the rule's min(1, p/q) against u shows; the constant plan (the same
+# tokens on every machine; the passes' costs are measured on this one). Open it offline; arrow keys step through it.
+# Greedy: make trace TRACE_ARGS="--method staged --plan default --max-new-tokens 64"
+TRACE_ARGS ?= $(PNG_ARGS)
 trace: $(STAMP)
 	mkdir -p out
 	$(PY) -c "from specdec_np.tools.demo import PROMPT; print(PROMPT, end='')" | \

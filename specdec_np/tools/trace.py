@@ -87,8 +87,25 @@ def step_record(step) -> dict:
             "cache": list(t.cache), "residuals": residuals(t)}
 
 
-def record(result, enc, prompt, method: str, about: str = "") -> dict:
-    """The page's data: the run's steps as recorded, its totals, and the text of every token shown."""
+def pass_costs(target, draft, result, prompt) -> dict:
+    """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
+    same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
+    from .costcurve import block_cost_ms
+    from .machine import busy_now, machine_name
+
+    costs = {"machine": machine_name(), "busy": busy_now()}
+    for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
+                                ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
+        room = model.config.n_ctx - len(prompt) if model is not None else 0
+        sizes = sorted({1} | {k for k in blocks if k <= room}) if model is not None and blocks else []
+        ms = block_cost_ms(model, sizes, prefix_len=len(prompt), repeats=3) if sizes else {}
+        costs[name] = {k: ms[k] / ms[1] for k in sizes}
+    return costs
+
+
+def record(result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
+    """The page's data: the run's steps as recorded, its totals, the text of every token shown, and the passes'
+    costs when measured (`pass_costs`)."""
     if any(s.trace is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
@@ -107,7 +124,7 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
             "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
                        "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
                        "ngram_queries": stats.ngram_queries},
-            "steps": steps}
+            "steps": steps, "costs": json.loads(json.dumps(costs))}  # as the page reads them: sizes as strings
 
 
 def page_file(name: str) -> str:
@@ -125,9 +142,9 @@ def page(data: dict) -> str:
     return template.replace("__DATA__", payload)
 
 
-def write(path, result, enc, prompt, method: str, about: str = "") -> dict:
+def write(path, result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
     """Write the trace page of `result` (decoded with keep_trees=True) to `path`, atomically; returns the data."""
-    data = record(result, enc, prompt, method, about)
+    data = record(result, enc, prompt, method, about, costs)
     with atomic_file(path, "w") as f:
         f.write(page(data))
     return data
