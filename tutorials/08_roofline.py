@@ -36,7 +36,7 @@ prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n
 # %% [markdown]
 # ## The cost curve
 #
-# `block_cost_ms` times one forward pass of k new tokens after a cached prefix (the median of a
+# `pass_ms` (tutorials/lesson.py) times one forward pass of k new tokens after a cached prefix (the median of a
 # few repeats), for the target and the draft, with the products laid out as this machine's BLAS
 # runs them fastest (lesson 10). Each bar is proportional to the pass's time; the last column is
 # its ratio to a one-token pass, against k, what k one-token passes would cost.

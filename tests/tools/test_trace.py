@@ -529,8 +529,8 @@ def test_whitespace_tokens_can_be_told_apart(run, tmp_path):
     words = ["   ", "    ", "        ", "\n", "\n\n", "\n    ", "\n        ", "\t", "\t\t\t", " x", "x  y"]
     script = next(s for s in Page(run[2]).contents("script", type=None) if s.strip())
     (tmp_path / "data.json").write_text(json.dumps(run[1]), encoding="utf-8")
-    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));",
-                                                       f"console.log(JSON.stringify({json.dumps(words)}.map(w => visible(w))));")
+    marked = f"console.log(JSON.stringify({json.dumps(words)}.map(w => visible(w))));"
+    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));", marked)
     (tmp_path / "run.js").write_text(js, encoding="utf-8")
     r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True, text=True,
                        timeout=120)
