@@ -24,6 +24,7 @@ from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
+MAX_COSTED = 64  # rows: larger passes (a long prompt's prefill) are not timed for the page, which shows no cost
 SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
 
 
@@ -96,7 +97,7 @@ def pass_costs(target, draft, result, prompt) -> dict:
     costs = {"machine": machine_name(), "busy": busy_now()}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
-        room = model.config.n_ctx - len(prompt) if model is not None else 0
+        room = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
         sizes = sorted({1} | {k for k in blocks if k <= room}) if model is not None and blocks else []
         ms = block_cost_ms(model, sizes, prefix_len=len(prompt), repeats=3) if sizes else {}
         costs[name] = {k: ms[k] / ms[1] for k in sizes}
