@@ -506,7 +506,8 @@ def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp
         ratio = data["costs"]["target"].get(str(step["target_block"]))  # none for a prefill of over MAX_COSTED rows
         assert (ratio is None) == (step["target_block"] > trace.MAX_COSTED) and "one-token draft" not in s["summary"]
         said = f"target pass: {step['target_block']} row{'s' * (step['target_block'] != 1)}"
-        assert said + ("." if ratio is None else f" (\u2248 {ratio:.1f}\u00d7 a one-token target pass).") in s["summary"]
+        cost = "" if ratio is None else f" (\u2248 {ratio:.1f}\u00d7 a one-token target pass)"
+        assert f"{said}{cost}." in s["summary"]
         for p in step["passes"]:
             if p["rows"] > trace.MAX_COSTED:
                 continue
