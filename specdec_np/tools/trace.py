@@ -24,6 +24,7 @@ from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
+COST_ROUNDS = 7  # timings of each pass size for the page's costs
 MAX_COSTED = 64  # rows: larger passes (a long prompt's prefill) are not timed for the page, which shows no cost
 SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
 
@@ -91,7 +92,7 @@ def step_record(step) -> dict:
 def pass_costs(target, draft, result, prompt) -> dict:
     """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
     same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
-    from .costcurve import block_cost_ms
+    from .costcurve import primed, timed_pass
     from .machine import busy_now, machine_name
 
     costs = {"machine": machine_name(), "busy": busy_now()}
@@ -99,8 +100,12 @@ def pass_costs(target, draft, result, prompt) -> dict:
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
         room = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
         sizes = sorted({1} | {k for k in blocks if k <= room}) if model is not None and blocks else []
-        ms = block_cost_ms(model, sizes, prefix_len=len(prompt), repeats=3) if sizes else {}
-        costs[name] = {k: ms[k] / ms[1] for k in sizes}
+        seconds = {k: float("inf") for k in sizes}
+        cache = primed(model, len(prompt), max(sizes)) if sizes else None
+        for _ in range(COST_ROUNDS):  # each size once a round; the fastest of its rounds: a busy machine only adds
+            for k in sizes:
+                seconds[k] = min(seconds[k], timed_pass(model, cache, k))
+        costs[name] = {k: seconds[k] / seconds[1] for k in sizes}
     return costs
 
 
