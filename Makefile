@@ -55,9 +55,11 @@ weights: $(STAMP)
 memory: $(STAMP)
 	$(PY) weights/measure_memory.py $(ARGS)
 
-# One decoding run as a self-contained HTML page, out/trace.html: the demo's prompt, staged, with
-# the constant plan (the same page on every machine). Open it offline; arrow keys step through it.
-TRACE_ARGS ?= --method staged --plan default --max-new-tokens 64
+# One decoding run as a self-contained HTML page, out/trace.html: by default make trace-png's run (below), the
+# demo's prompt, staged and sampled, so that the rule's min(1, p/q) against u shows; the constant plan (the same
+# tokens on every machine; the passes' costs are measured on this one). Open it offline; arrow keys step through it.
+# Greedy: make trace TRACE_ARGS="--method staged --plan default --max-new-tokens 64"
+TRACE_ARGS ?= $(PNG_ARGS)
 trace: $(STAMP)
 	mkdir -p out
 	$(PY) -c "from specdec_np.tools.demo import PROMPT; print(PROMPT, end='')" | \
@@ -88,13 +90,14 @@ trace-png: $(STAMP)
 	$(SHOT) --window-size=1280,1500 --screenshot=docs/trace.png "file://$(CURDIR)/out/trace.html#step=$(PNG_STEP)" >/dev/null 2>&1
 	test -s docs/trace.png && echo "wrote docs/trace.png"
 
+# Each lesson through tutorials/lesson.py, which ends it in one line on Ctrl-C (exit status 130).
 tutorials: $(STAMP)
-	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) $$t || exit 1; done
+	@for t in tutorials/[0-9]*.py; do echo "== $$t"; $(PY) tutorials/lesson.py $$t || exit $$?; done
 
 # One executed notebook per lesson in tutorials/notebooks/ (jupytext, nbclient, ipykernel from the
-# notebooks extra; the kernel `specdec_np` is registered for the current user). OpenBLAS picks its
+# notebooks extra; the kernel `specdec_np` is registered for the current user, first). OpenBLAS picks its
 # own kernel for the CPU: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only.
-# Refuses on a busy machine (the notebooks show a quiet run's timings).
+# Refuses on a busy machine (the notebooks show a quiet run's timings); Ctrl-C: one line, exit 130.
 $(VENV)/.notebooks: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[notebooks]"
 	touch $@

@@ -21,7 +21,7 @@ from specdec_np.gpt2 import attention, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
-from specdec_np.tools.machine import print_rounding  # marks a float32 rounding error (it varies with the BLAS)
+from lesson import print_rounding  # tutorials/lesson.py; marks a float32 rounding error (it varies with the BLAS)
 
 model = load_model("tiny-target")  # the small GPT-2 shipped in weights/ (no network needed)
 cfg, params = model.config, model.params

@@ -23,7 +23,7 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
-from specdec_np.tools.machine import print_timed  # marks the lines measured on this machine
+from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
 
 model = load_model("tiny-target")
 cfg = model.config
@@ -33,25 +33,32 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # %% [markdown]
 # ## The premise, measured
 #
-# `block_cost_ms` times one forward pass of k new tokens after the prompt, already in the KV cache
-# (the next section shows what that holds). Figures are medians after a warm-up, the sizes timed
-# in turns so that a burst of noise lands on all of them a little.
-# Each cost is shown as a ratio to one token's, next to k, what k separate passes would cost.
-# How the BLAS library multiplies a block of a few rows matters here: the second column lays
-# the products out in column slabs (`fastpath.Weight`), which some BLAS kernels multiply faster
-# for small blocks; lesson 10 shows why, and the tools pick whichever wins on each machine.
+# `pass_ms` (from `tutorials/lesson.py`, the lessons' timing helper) times one forward pass of k new
+# tokens after the prompt, already in the KV cache (the next section shows what that holds).
+# Figures are medians after a warm-up, the sizes timed in turns so that a burst of noise lands on
+# all of them a little. Each cost is shown as a ratio to one token's, next to k, what k separate
+# passes would cost.
+#
+# The table times every pass twice, with the same numbers computed two ways. **"one x @ w"**: each
+# of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
+# `[n_in, n_out]`. **"slabs"**: the weight matrix is also kept cut into column slabs of 64 columns
+# (`[n_out / 64, n_in, 64]`, `fastpath.Weight`), and the k rows are multiplied by every slab in one
+# batched call, the outputs put side by side. The BLAS library (OpenBLAS under NumPy) copies the
+# weights into a scratch layout before a matrix product of several rows; for a few rows that copy
+# can cost more than the arithmetic, and the small slab products skip it on some CPUs' kernels. So
+# which column is faster depends on the machine: lesson 10 looks inside, and the tools use whichever
+# wins on each machine.
 
 # %%
-from specdec_np.tools.blas import blas_name  # noqa: E402
-from specdec_np.tools.costcurve import block_cost_ms, laid_out, last_level_cache, streaming_gbps  # noqa: E402
-from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
+from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402
+from lesson import start_timing, with_slabs  # noqa: E402
 
-settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
+one_blas_thread_if_busy()
 KS = [1, 2, 4, 8]
-start = cpu_times()
-layouts = {"one x @ w": block_cost_ms(laid_out(model, 0), KS, prefix_len=len(prompt), repeats=9),
-           "slabs": block_cost_ms(laid_out(model, 16), KS, prefix_len=len(prompt), repeats=9)}
-from_memory, from_cache = streaming_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
+start = start_timing()
+layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9),
+           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9)}
+from_memory, from_cache = memory_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
 print_timed(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
 print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)
       + f" {'k passes':>9}")
@@ -67,7 +74,7 @@ rate = W / step_ms / 1e6  # GB/s
 print_timed(f"a one-token pass reads {W / 1e6:.1f} MB of weights in {step_ms:.2f} ms: {rate:.1f} GB/s, "
       f"{'faster' if rate > from_memory else 'slower'} than one large product streams from memory "
       f"({from_memory:.1f} GB/s; {from_cache:.1f} GB/s out of the cache)")
-note(start)
+say_if_busy(start)
 
 # %% [markdown]
 # The last line is a measure, not a bound. Where a pass streams its weights faster than memory
@@ -128,7 +135,7 @@ print("OK: the cached and the recomputed logits agree at every step, and so do t
 # step would give single passes, each one a sample of the noise.)
 
 # %%
-from specdec_np.tools.costcurve import median_ms  # noqa: E402
+from lesson import median_ms  # noqa: E402
 
 
 def cached_step(n):  # one token after a cache of n - 1 tokens
@@ -144,7 +151,7 @@ def full_step(n):  # the whole sequence of n tokens, no cache
 first, last = len(prompt) + 1, len(seq)
 fns = {("cache", first): cached_step(first), ("cache", last): cached_step(last),
        ("full", first): full_step(first), ("full", last): full_step(last)}
-start = cpu_times()
+start = start_timing()
 times = {key: [] for key in fns}
 for _ in range(9):
     for key, fn in fns.items():
@@ -154,7 +161,7 @@ print(f"{'':<18} {f'{first} tokens':>10} {f'{last} tokens':>10}")
 print_timed(f"{'with the cache:':<18} {ms['cache', first]:>7.2f} ms {ms['cache', last]:>7.2f} ms   (one token per pass)")
 print_timed(f"{'without the cache:':<18} {ms['full', first]:>7.2f} ms {ms['full', last]:>7.2f} ms   (the whole sequence)")
 print_timed(f"at {last} tokens a step without the cache cost {ms['full', last] / ms['cache', last]:.1f}x a cached one")
-note(start)
+say_if_busy(start)
 
 # %% [markdown]
 # Recomputing the sequence is a pass over all of its tokens: its work grows with the sequence.

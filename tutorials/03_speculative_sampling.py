@@ -244,7 +244,25 @@ assert sum(s.accepted) >= len(res.tokens) and ar.stats.target_passes == len(ar.t
 # The three predictions, checked:
 
 # %%
-check_rule(my_p, my_p.copy())
+def check_draft_is_target(p, q):
+    """The first prediction for the draft q (to hold, q = p): acceptance 1, and "always accept" exact."""
+    check_rule(p, q)
+    always = exact.total_variation(exact.outcomes(lambda rand: rand.draw(q)), {i: p[i] for i in np.flatnonzero(p)})
+    assert abs(np.minimum(p, q).sum() - 1) < 1e-12 and always < 1e-12, (np.minimum(p, q).sum(), always)
+
+
+def check_caught(step):
+    """The second: the enumeration finds `step` (to hold: a broken rule) far from the target."""
+    tv = exact.total_variation(exact.outcomes(step), target)
+    assert tv > 0.01, f"TV {tv:.1e}: not caught"
+    return tv
+
+
+def check_one_guess(step):
+    """The third: `step` (to hold: a library step of one guess) yields 1 token with probability 0.35, 2 with 0.65."""
+    one_guess = exact.outcomes(lambda rand: len(step(rand)))
+    assert abs(one_guess.get(1, 0) - 0.35) < 1e-12 and abs(one_guess.get(2, 0) - 0.65) < 1e-12, one_guess
+    return one_guess
 
 
 def wrong_way_round(rand):
@@ -252,7 +270,7 @@ def wrong_way_round(rand):
     return x if rand.coin(min(1.0, p[x] / q[x])) else rand.draw(np.maximum(q - p, 0))
 
 
-assert exact.total_variation(exact.outcomes(wrong_way_round), target) > 0.01
-one_guess = exact.outcomes(lambda rand: len(library_step(rand, k=1)))
-assert abs(one_guess[1] - 0.35) < 1e-12 and abs(one_guess[2] - 0.65) < 1e-12
+check_draft_is_target(my_p, my_p.copy())
+print(f"the residual the wrong way round: TV {check_caught(wrong_way_round):.3f} from the target")
+one_guess = check_one_guess(lambda rand: library_step(rand, k=1))
 print(f"k = 1: {one_guess[1]:.2f} of passes yield 1 token, {one_guess[2]:.2f} yield 2")

@@ -205,13 +205,9 @@ print(render(t, decode_fn=lambda x: decode(enc, [x]), accepted=path))
 # each node was accepted or not, and the cache compacted.
 
 # %%
-from pathlib import Path
+from lesson import show_trace  # tutorials/lesson.py: writes out/NAME (or a temporary folder), shows it in a notebook
 
-from specdec_np.tools import trace
-
-Path("out").mkdir(exist_ok=True)
-trace.write("out/tutorial_05_trace.html", runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64")
-trace.show_page("out/tutorial_05_trace.html")  # inline in a notebook
+show_trace(runs["tree"], enc, prompt, "tree", f"best-first, {B} nodes; greedy, float64", "tutorial_05_trace.html")
 print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --method staged --out out/trace.html')
 
 # %% [markdown]

@@ -211,9 +211,10 @@ assert expected["without"] > expected["with"] + 0.1
 # best-first tree of 14 nodes and a chain of 4 guesses for reference. What we compare is
 # **tokens per target pass**: how much each target pass yields. Seeds are fixed, so the numbers
 # are reproducible on one machine, but a run of a few steps is a small sample: differences of a
-# few tenths are noise. At temperature 1 the target's probability of any one top token is small,
-# so the point-mass rule accepts little, while drawn children are accepted as often as p and q
-# overlap. The last column counts the nodes each run spent on a token its sibling already had
+# few tenths are noise. The point-mass rule accepts a deterministic child with the target's
+# probability of it (the section above): a lot where the target is confident (indentation, a
+# closing bracket), little where its p is spread; drawn children are accepted as often as p and q
+# overlap. Which wins on a short run depends on the text, as the table shows. The last column counts the nodes each run spent on a token its sibling already had
 # (only drawing with replacement can). A wasted node costs tokens only at the steps where the
 # duplicated token is rejected, so a short run can tie; the section after the table compares the
 # two ways of drawing exactly, on the real models' distributions.
@@ -323,9 +324,7 @@ print(f"positions where drawing without replacement accepts more: {wins['without
 # again, kept and written out (keeping the record changes nothing: the same seed gives the same tokens).
 
 # %%
-from pathlib import Path
-
-from specdec_np.tools import trace
+from lesson import show_trace  # tutorials/lesson.py: writes out/NAME (or a temporary folder), shows it in a notebook
 
 method, plan = configs["sampled w/o (recursive_wor)"]
 kw = dict(plan=plan, temperature=1.0, top_k=50, seed=0)
@@ -336,10 +335,8 @@ c = next(c for s in r.stats.steps for c in s.trace.checks if c.test == "ratio" a
 print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
-Path("out").mkdir(exist_ok=True)
-trace.write("out/tutorial_06_trace.html", r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; "
-            "temperature 1, top-k 50, seed 0")
-trace.show_page("out/tutorial_06_trace.html")  # inline in a notebook
+show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; temperature 1, top-k 50, seed 0",
+           "tutorial_06_trace.html")
 
 # %% [markdown]
 # ## Try this
@@ -355,11 +352,24 @@ trace.show_page("out/tutorial_06_trace.html")  # inline in a notebook
 # The first two predictions, checked:
 
 # %%
-d_first = Tree(tokens=[A, D, B], parents=[-1, 0, 0], q=[1.0, q[D], verify.without(q, D)[B]],
-               kind="without_replacement", draft_dists=[q, np.zeros(4), np.zeros(4)])
-first = exact.outcomes(lambda rand: verify.emitted(d_first, *verify.verify_recursive_wor(d_first, P[d_first.tokens],
-                                                                                          rand))[0])
-assert abs(first[D] - 0.4) < 1e-12 and first.get(B, 0.0) == 0.0
-for name, target, sampled, rule in cases[2:]:
-    assert tv_from_target(target, [3], sampled, rule) < 1e-12
-print(f"D first: D emitted with probability {first[D]:.2f}, B never; three siblings: still exact")
+def check_d_first(first, second):
+    """The first prediction for the siblings `first`, `second` (to hold: D, B): the exact distribution of the
+    first emitted token, with `first` emitted with probability 0.4 and `second` never."""
+    tree = Tree(tokens=[A, first, second], parents=[-1, 0, 0], q=[1.0, q[first], verify.without(q, first)[second]],
+                kind="without_replacement", draft_dists=[q, np.zeros(4), np.zeros(4)])
+    out = exact.outcomes(lambda rand: verify.emitted(tree, *verify.verify_recursive_wor(tree, P[tree.tokens], rand))[0])
+    assert abs(out.get(first, 0.0) - 0.4) < 1e-12 and out.get(second, 0.0) == 0.0, out
+    return out
+
+
+def check_still_exact(cases, widths):
+    """The second: every (name, target, drawing, rule) in `cases` on trees of `widths` has TV < 1e-12."""
+    tvs = {name: tv_from_target(target, widths, sampled, rule) for name, target, sampled, rule in cases}
+    assert tvs and all(tv < 1e-12 for tv in tvs.values()), tvs
+    return tvs
+
+
+first = check_d_first(D, B)
+tvs = check_still_exact(cases[2:], [3])
+print(f"D first: D emitted with probability {first[D]:.2f}, B never; three siblings: "
+      + " and ".join(tvs) + " still exact (TV < 1e-12)")

@@ -30,7 +30,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
-from specdec_np.tools.machine import print_timed  # marks the lines measured on this machine
+from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
@@ -154,16 +154,15 @@ print(by_stage(copy_run.tokens, copy_run.stats.source))
 # %%
 import time  # noqa: E402
 
-from specdec_np.tools.costcurve import choose_slab_rows, laid_out  # noqa: E402
-from specdec_np.tools.machine import cpu_times, note, settle_threads  # noqa: E402
+from lesson import fastest_layout, one_blas_thread_if_busy, say_if_busy, start_timing, was_busy  # noqa: E402
 
-settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
-target32, draft32 = laid_out(target, choose_slab_rows(target)), laid_out(draft, choose_slab_rows(draft))
+one_blas_thread_if_busy()
+target32, draft32 = fastest_layout(target), fastest_layout(draft)
 runs = {"plain": ("ar", Plan()), "tree": ("tree", Plan(**shape)),
         "drafts only": ("staged", Plan(copy_len=0, **shape)), "with copies": ("staged", Plan(copy_len=8, **shape))}
 seconds = {name: [] for name in runs}
 stats = {}
-start = cpu_times()
+start = start_timing()
 for _ in range(3):
     for name, (method, plan) in runs.items():
         t0 = time.perf_counter()
@@ -171,15 +170,29 @@ for _ in range(3):
         seconds[name].append(time.perf_counter() - t0)
         stats[name] = r
 ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}
+spread = {name: 1000 * (max(t) - min(t)) / len(stats[name].tokens) for name, t in seconds.items()}  # ms/token
 print(f"{'':<12} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
 for name in runs:
     s = stats[name].stats
     print_timed(f"{name:<12} {ms[name]:>8.2f} {ms['plain'] / ms[name]:>6.2f}x {s.target_passes:>13} {s.draft_passes:>12}")
+say_if_busy(start)
+
+# %% [markdown]
+# The verdict of this run, computed from the table above. A difference smaller than the spread of
+# the three timings of the same run is not a difference: it can change sign from one run to the next.
+
+# %%
+busy = was_busy(start)
 for name in ("drafts only", "with copies"):
-    saved = ms["tree"] - ms[name]
-    print_timed(f"stage 2, {name}: {abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'} against the same trees "
-          f"without it ({stats['tree'].stats.draft_passes - stats[name].stats.draft_passes} fewer draft passes)")
-note(start)
+    saved, noise = ms["tree"] - ms[name], max(spread["tree"], spread[name])
+    fewer = stats["tree"].stats.draft_passes - stats[name].stats.draft_passes
+    said = (f"{abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'}" if abs(saved) > noise else
+            f"no difference measurable here ({saved:+.2f} ms/token, within the three runs' spread of {noise:.2f})")
+    print_timed(f"stage 2, {name}: {said} against the same trees without it ({fewer} fewer draft passes)")
+top = max((name for name in runs if name != "plain"), key=lambda name: ms["plain"] / ms[name])
+print_timed((f"here {top} beat plain decoding most: {ms['plain'] / ms[top]:.2f}x" if ms[top] < ms["plain"] else
+             f"here nothing beat plain decoding: best {ms['plain'] / ms[top]:.2f}x ({top})")
+            + (f"; on a busy machine ({busy}) these figures move from run to run" if busy else ""))
 
 # %% [markdown]
 # ## Try this

@@ -20,8 +20,6 @@
 # the verifier has to reject at least the excess P(D inside H) - p(H).
 
 # %%
-from pathlib import Path
-
 import numpy as np
 
 from specdec_np import build, verify
@@ -298,6 +296,8 @@ for replacement, base in ((True, "recursive"), (False, "recursive_wor")):
 # The same single-position numbers as a plot, written to `out/` (ignored by git).
 
 # %%
+from lesson import out_dir  # noqa: E402  (tutorials/lesson.py)
+
 try:
     import matplotlib
 
@@ -317,17 +317,20 @@ try:
         ax.set_xticks(ks)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("P(accept a draft)")
-    Path("out").mkdir(exist_ok=True)
     fig.tight_layout()
-    fig.savefig("out/tutorial_09_optimum.png")
-    print("wrote out/tutorial_09_optimum.png")
+    png = out_dir() / "tutorial_09_optimum.png"  # out/, or a temporary folder where out/ cannot be written
+    fig.savefig(png)
+    print(f"wrote {png}")
 except ImportError:
     pass
 
 # %% [markdown]
 # ## Try this
 #
-# * Set `q = p` at the top: every rule, and the optimum, accept with probability 1 for every k.
+# * Set `q = p` at the top. Drafts drawn from q (with or without replacement): every rule, and the
+#   optimum, accept with probability 1 for every k. Drafts that are q's top k: the rule and the
+#   optimum accept p's top k's mass, 0.45, 0.75, 0.90 for k = 1, 2, 3 (the draft never proposes the
+#   other tokens, so when the target draws one of them no verifier can accept).
 # * In Sun et al.'s example, make the draft equal the target (`d2 = t2`): token-wise, block and
 #   the bound all become 2 (both drafts always kept).
 # * Give the subset formula three drafts (`optimum.draft_tuples(q, 3, "with")`) and find which H
@@ -336,12 +339,32 @@ except ImportError:
 # The first two predictions, checked:
 
 # %%
-for scheme in ("with", "without"):
-    same = optimum.single_position(verify.RULES[optimum.PAIRED_RULE[scheme]], p, p, 2, scheme)
-    assert abs(optimum.acceptance(same) - 1) < 1e-12
-    assert abs(optimum.optimal_acceptance(p, optimum.draft_tuples(p, 2, scheme)) - 1) < 1e-12
-equal = {name: optimum.expected(optimum.chain_accepted(rule, t2, t2, 0, 2)) for name, rule in chain_rules.items()}
-equal["bound"] = optimum.chain_coupling_bound(t2, t2, 0, 2)
-assert all(abs(v - 2) < 1e-12 for v in equal.values())
-print("q = p: every rule accepts with probability 1; equal tables in Sun et al.'s example: "
-      + ", ".join(f"{name} {v:.0f}" for name, v in equal.items()))
+def check_same_draft(p, q, ks=(1, 2, 3)):
+    """The first prediction for the draft q (to hold, q = p): {(scheme, k): acceptance}, each scheme's rule equal
+    to the optimum, 1 for drawn drafts and p's top k's mass for the deterministic ones."""
+    got = {}
+    for scheme in optimum.SCHEMES:
+        for k in ks:
+            rule = optimum.single_position(verify.RULES[optimum.PAIRED_RULE[scheme]], p, q, k, scheme)
+            best = optimum.optimal_acceptance(p, optimum.draft_tuples(q, k, scheme))
+            expected = np.sort(p)[::-1][:k].sum() if scheme == "deterministic" else 1.0
+            got[scheme, k] = optimum.acceptance(rule)
+            assert abs(got[scheme, k] - expected) < 1e-12 and abs(best - expected) < 1e-12, (scheme, k, got[scheme, k])
+    assert got, "no case checked"
+    return got
+
+
+def check_equal_tables(target, draft, length=2):
+    """The second (to hold, draft = target): token-wise, block and the bound all accept `length` drafts."""
+    equal = {name: optimum.expected(optimum.chain_accepted(rule, target, draft, 0, length))
+             for name, rule in chain_rules.items()}
+    equal["bound"] = optimum.chain_coupling_bound(target, draft, 0, length)
+    assert len(equal) > 1 and all(abs(v - length) < 1e-12 for v in equal.values()), equal
+    return equal
+
+
+same = check_same_draft(p, p.copy())
+for scheme in optimum.SCHEMES:
+    print(f"q = p, drafts {SCHEME_NAMES[scheme] + ':':<34} " + ", ".join(f"k={k} {same[scheme, k]:.3f}" for k in (1, 2, 3)))
+equal = check_equal_tables(t2, t2)
+print("equal tables in Sun et al.'s example: " + ", ".join(f"{name} {v:.0f}" for name, v in equal.items()))

@@ -19,7 +19,7 @@
 #   single NumPy call. Kernels that multiply such small matrices without packing (OpenBLAS's
 #   AVX-512 ones) then stream the weights once; kernels that pack even small products (the AVX2
 #   ones) can lose. Both layouts compute the same numbers, so the tools time both and keep the
-#   faster one (`costcurve.choose_slab_rows`, passed in with the model: `laid_out(model, rows)`).
+#   faster one (`costcurve.choose_slab_rows`, passed in with the model: `with_slabs(model, rows)`).
 
 # %%
 import numpy as np
@@ -27,12 +27,10 @@ import numpy as np
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
-from specdec_np.tools.blas import blas_name
-from specdec_np.tools.costcurve import block_cost_ms, choose_slab_rows, laid_out
-from specdec_np.tools.machine import print_rounding, print_timed  # mark lines measured on this machine
-from specdec_np.tools.machine import cpu_times, note, settle_threads
+from lesson import print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
 
-settle_threads()  # on a busy machine, one BLAS thread (its threads stall while another process holds a core)
+one_blas_thread_if_busy()
 target, _, _, enc = load_embedded()
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n    while lo < hi:\n")
 print_timed(f"BLAS: {blas_name()}")
@@ -45,25 +43,30 @@ print_timed(f"BLAS: {blas_name()}")
 
 # %%
 KS = [1, 2, 4, 8, 16]
-start = cpu_times()
-by_layout = {"x @ w": block_cost_ms(laid_out(target, 0), KS, prefix_len=len(prompt), repeats=9),
-             "slabs": block_cost_ms(laid_out(target, 16), KS, prefix_len=len(prompt), repeats=9)}
+start = start_timing()
+by_layout = {"x @ w": pass_ms(with_slabs(target, 0), KS, prefix_len=len(prompt), repeats=9),
+             "slabs": pass_ms(with_slabs(target, 16), KS, prefix_len=len(prompt), repeats=9)}
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
-faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS[1:]}
-print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS[1:]))
-slab_rows = choose_slab_rows(target)
-print_timed(f"the tools' choice (timed again, side by side): "
-      f"{f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
-note(start)
+faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
+print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS))
+# This table's choice, by the tools' rule: slabs for blocks of up to the largest size k at which slabs cost at
+# most 5% more than one x @ w at every size from 2 to k (the fast path reads slabs up to a size, x @ w above it);
+# one x @ w if slabs lose at 2. The one-token row is not compared: the tools decide on blocks, which start at 2.
+ties = [k for k in KS[1:] if by_layout["slabs"][k] <= 1.05 * by_layout["x @ w"][k]]
+slab_rows = max((k for i, k in enumerate(KS[1:]) if KS[1:i + 2] == ties[:i + 1]), default=0)
+print_timed(f"so this table chooses {f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}"
+            f" (one token: {by_layout['slabs'][1] / by_layout['x @ w'][1]:.2f}x the time with slabs)")
+say_if_busy(start)
 
 # %% [markdown]
 # Read the ratios against the ideal: where a layout stays near 1.00x, the block's arithmetic is
 # hidden behind the weight reads; where it climbs, either the BLAS does work per call that grows
 # with the rows (packing), or the arithmetic itself, 2 FLOPs per weight per row, outgrows the
-# time the weights take to arrive. The tools' choice can differ from one run's table: it is
-# timed separately, and near a tie either layout is as good.
+# time the weights take to arrive. The tools make the same choice from a table of their own
+# (`costcurve.choose_slab_rows`, timed separately when they measure a machine), so on another run,
+# or near a tie, they can pick the other layout: near a tie either is as good.
 #
 # ## Odd sizes, and padding a block
 #
@@ -80,12 +83,12 @@ def pad_size(curve, k):
     return min([k] + [size for size in sorted(curve) if size > k], key=curve.get)
 
 
-target = laid_out(target, slab_rows)
-start = cpu_times()
-odd = block_cost_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
+target = with_slabs(target, slab_rows)
+start = start_timing()
+odd = pass_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
 print_timed("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))
 print_timed("padding this curve would compute " + ", ".join(f"{k} as {pad_size(odd, k)}" for k in (5, 6, 7)))
-note(start)
+say_if_busy(start)
 
 cache = new_cache(target)
 forward(target, prompt, cache)

@@ -7,8 +7,10 @@ cores, BLAS kernel), so a reader knows where the timed figures come from. The ke
 process's environment: `make notebooks` unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, so OpenBLAS
 picks its own kernel for the CPU, as it does on a learner's machine.
 
-Timed figures are only worth showing from a quiet machine: the build refuses, in one line, when the
-tools' load check sees other processes using the cores.
+The kernel is registered first, so that the README's `specdec_np` kernel exists even when the build
+then refuses: timed figures are only worth showing from a quiet machine, and the build refuses, in one
+line, when the tools' load check sees other processes using the cores. Lessons import tutorials/lesson.py:
+the kernel finds it on PYTHONPATH, which this script sets. Ctrl-C stops it with one line (exit 130).
 
     python tutorials/make_notebooks.py [LESSON.py ...] [--out DIR] [--kernel NAME]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +27,7 @@ from pathlib import Path
 TUTORIALS = Path(__file__).resolve().parent
 OUT = TUTORIALS / "notebooks"
 KERNEL = "specdec_np"
+EXTRA = "make_notebooks: needs the notebooks extra (jupytext, nbclient, ipykernel): `make notebooks` installs it"
 CELL_TIMEOUT = 900  # seconds for one cell: a lesson's timed cells take a minute on a busy 2-core machine
 
 
@@ -40,7 +44,7 @@ def machine_line() -> str:
 
 def register_kernel(name: str = KERNEL) -> None:
     """Install the Jupyter kernel `name` (this venv's python) for the current user."""
-    from ipykernel.kernelspec import install
+    from ipykernel.kernelspec import install  # ModuleNotFoundError without the notebooks extra (main says so)
 
     install(user=True, kernel_name=name, display_name=f"Python ({name})")
 
@@ -62,8 +66,11 @@ def build(lesson: Path, out_dir: Path, kernel: str = KERNEL, machine: str | None
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{lesson.stem}.ipynb"
     tmp = path.with_suffix(".ipynb.tmp")
-    nbformat.write(nb, str(tmp))
-    os.replace(tmp, path)
+    try:
+        nbformat.write(nb, str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # interrupted: no half-written file left
     return path
 
 
@@ -74,7 +81,27 @@ def busy() -> str:
     return busy_now(1.0)
 
 
-def main(argv=None, load_check=busy) -> int:
+def interrupted(error: BaseException | None) -> bool:
+    """Whether `error` is, or was raised while handling, a KeyboardInterrupt (nbclient's cleanup chains others)."""
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def main(argv=None, load_check=busy, register=register_kernel) -> int:
+    try:
+        return run(argv, load_check, register)
+    except BaseException as error:
+        if not interrupted(error):
+            raise
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C during the cleanup below changes nothing
+        print("make_notebooks: interrupted (the notebooks already written are whole)", file=sys.stderr, flush=True)
+        return 130
+
+
+def run(argv, load_check, register) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="*", type=Path, help="lesson files (default: every lesson)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
@@ -85,12 +112,23 @@ def main(argv=None, load_check=busy) -> int:
         if not path.is_file():
             print(f"make_notebooks: no lesson file {path}")
             return 1
+    if args.kernel == KERNEL:
+        try:
+            register(KERNEL)  # first: the README's kernel exists even where the build refuses below
+        except ModuleNotFoundError:
+            print(EXTRA)
+            return 1
     if why := load_check():
         print(f"make_notebooks: refused: {why}; the notebooks hold a quiet machine's timings: "
               "run it when nothing else runs")
         return 1
-    if args.kernel == KERNEL:
-        register_kernel()
+    try:
+        import jupytext, nbclient, nbformat  # noqa: F401, E401
+    except ModuleNotFoundError:
+        print(EXTRA)
+        return 1
+    # The lessons import tutorials/lesson.py; the kernel (this process's environment) finds it here.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TUTORIALS), os.environ.get("PYTHONPATH")]))
     machine = machine_line()
     print(machine, end="", flush=True)
     for lesson in args.lessons or lessons():

@@ -240,8 +240,9 @@ def cmd_trace(a) -> int:
     words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
              f"seed {a.seed or 0}"]
     sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
+    costs = trace.pass_costs(s.target, s.draft, res, tokens)  # each pass as multiples of a one-token pass
     with naming_out(a.out):
-        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling}")
+        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0

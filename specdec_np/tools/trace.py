@@ -24,6 +24,8 @@ from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
+COST_ROUNDS = 7  # timings of each pass size for the page's costs
+MAX_COSTED = 64  # rows: larger passes (a long prompt's prefill) are not timed for the page, which shows no cost
 SHOWN = 4  # the residual table's rows: each distribution's most likely tokens, and the tokens tested
 
 
@@ -87,8 +89,29 @@ def step_record(step) -> dict:
             "cache": list(t.cache), "residuals": residuals(t)}
 
 
-def record(result, enc, prompt, method: str, about: str = "") -> dict:
-    """The page's data: the run's steps as recorded, its totals, and the text of every token shown."""
+def pass_costs(target, draft, result, prompt) -> dict:
+    """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
+    same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
+    from .costcurve import primed, timed_pass
+    from .machine import busy_now, machine_name
+
+    costs = {"machine": machine_name(), "busy": busy_now()}
+    for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
+                                ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
+        room = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
+        sizes = sorted({1} | {k for k in blocks if k <= room}) if model is not None and blocks else []
+        seconds = {k: float("inf") for k in sizes}
+        cache = primed(model, len(prompt), max(sizes)) if sizes else None
+        for _ in range(COST_ROUNDS):  # each size once a round; the fastest of its rounds: a busy machine only adds
+            for k in sizes:
+                seconds[k] = min(seconds[k], timed_pass(model, cache, k))
+        costs[name] = {k: seconds[k] / seconds[1] for k in sizes}
+    return costs
+
+
+def record(result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
+    """The page's data: the run's steps as recorded, its totals, the text of every token shown, and the passes'
+    costs when measured (`pass_costs`)."""
     if any(s.trace is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
@@ -107,7 +130,7 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
             "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
                        "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
                        "ngram_queries": stats.ngram_queries},
-            "steps": steps}
+            "steps": steps, "costs": json.loads(json.dumps(costs))}  # as the page reads them: sizes as strings
 
 
 def page_file(name: str) -> str:
@@ -125,9 +148,9 @@ def page(data: dict) -> str:
     return template.replace("__DATA__", payload)
 
 
-def write(path, result, enc, prompt, method: str, about: str = "") -> dict:
+def write(path, result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
     """Write the trace page of `result` (decoded with keep_trees=True) to `path`, atomically; returns the data."""
-    data = record(result, enc, prompt, method, about)
+    data = record(result, enc, prompt, method, about, costs)
     with atomic_file(path, "w") as f:
         f.write(page(data))
     return data
@@ -138,9 +161,11 @@ def show_page(path, height: int = 720) -> None:
     print(f"wrote {path}: open it in a browser")
     try:
         from IPython import get_ipython
-        from IPython.display import HTML, display
+        from IPython.display import display
     except ImportError:  # optional: only a notebook has it
         return
     if type(get_ipython()).__name__ == "ZMQInteractiveShell":
         page = html.escape(Path(path).read_text(encoding="utf-8"), quote=True)
-        display(HTML(f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0"></iframe>'))
+        # Raw HTML, not IPython's HTML(): that one warns about an <iframe> (on stderr, with IPython's path).
+        display({"text/html": f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0">'
+                              '</iframe>'}, raw=True)

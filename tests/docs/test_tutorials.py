@@ -28,9 +28,39 @@ def test_all_lessons_present():
     assert [t.name[:2] for t in TUTORIALS] == [f"{i:02d}" for i in range(1, 11)]
 
 
+# Each "Try this" check is a function the lesson calls on the changed input; here each is called again, after the
+# lesson ran, on a deliberately wrong input (an expression in the lesson's names), where it must fail.
+WRONG = {
+    "03_speculative_sampling": [("check_draft_is_target", "my_p, my_q"), ("check_caught", "speculative_step"),
+                                ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
+                                ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
+    "06_verifying_trees": [("check_d_first", "B, D"),
+                           ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]")],
+    "08_roofline": [("check_chain_passes", "chain_run, 3"),  # the wrong count, and a run of one step (too short)
+                    ("check_chain_passes", "generate(target, prompt, 3, 'speculative', draft, plan=Plan(chain=4)), 4")],
+    "09_optimal_verification": [("check_same_draft", "p, q"), ("check_equal_tables", "t2, d2")],
+}
+DRIVER = """
+import contextlib, io, json, os, runpy, sys
+path, wrong = sys.argv[1], json.loads(sys.argv[2])
+sys.path.insert(0, os.path.dirname(path))
+names = runpy.run_path(path, run_name="__main__")
+failed = []
+for check, args in wrong:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            eval(check + "(" + args + ")", names)
+        failed.append(False)
+    except AssertionError:
+        failed.append(True)
+print("wrong inputs failed: " + json.dumps(failed), file=sys.stderr)
+"""
+
+
 @functools.lru_cache(maxsize=None)
 def run_lesson(path: Path) -> subprocess.CompletedProcess:
-    """One run of a lesson, in a temporary folder, shared by the tests that read its output."""
+    """One run of a lesson, in a temporary folder, shared by the tests that read its output; then its "Try this"
+    checks on the wrong inputs of WRONG (the last line of stderr says which failed)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # works uninstalled too
     env.setdefault("NO_COLOR", "1")
@@ -38,8 +68,8 @@ def run_lesson(path: Path) -> subprocess.CompletedProcess:
     # which only costs time: the tutorials' checks do not depend on the thread count.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as work:
-        return subprocess.run([sys.executable, str(path)], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run([sys.executable, "-c", DRIVER, str(path), json.dumps(WRONG.get(path.stem, []))],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[t.stem for t in TUTORIALS])
@@ -49,9 +79,51 @@ def test_tutorial_runs(path):
     assert "Traceback" not in proc.stderr
 
 
+def try_this_checks(path: Path) -> set:
+    """The checks (functions named check_*) a lesson defines after its "## Try this" heading."""
+    import ast
+
+    source = path.read_text(encoding="utf-8")
+    start = source[:source.find("## Try this")].count("\n") + 1 if "## Try this" in source else 10 ** 9
+    return {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.lineno > start
+            and node.name.startswith("check_")}
+
+
+@pytest.mark.parametrize("path", [t for t in TUTORIALS if t.stem in WRONG], ids=sorted(WRONG))
+def test_try_this_checks_fail_on_a_wrong_input(path):
+    """Every check of a lesson's "Try this" has a wrong input here, and fails on each."""
+    assert try_this_checks(path) <= {check for check, _ in WRONG[path.stem]}, f"{path.name}: give each a wrong input"
+    proc = run_lesson(path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = json.loads(proc.stderr.strip().splitlines()[-1].removeprefix("wrong inputs failed: "))
+    assert failed == [True] * len(WRONG[path.stem]), list(zip(WRONG[path.stem], failed))
+
+
+def test_every_try_this_check_has_a_wrong_input():
+    """A function a "Try this" defines (its checks) has a wrong input in WRONG; so does every check WRONG names."""
+    for path in TUTORIALS:
+        assert try_this_checks(path) <= {check for check, _ in WRONG.get(path.stem, [])}, path.name
+    assert all(check in path.read_text(encoding="utf-8") for path in TUTORIALS for check, _ in WRONG.get(path.stem, []))
+
+
 # --------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# An absolute path of the machine that ran the notebook (its venv, home, a temporary folder).
+MACHINE_PATH = re.compile(r"(?<![\w.])/(home|root|tmp|work|usr|opt|var|mnt|srv|Users|private)/|site-packages")
+
+
+def noise(outputs) -> list[str]:
+    """What a saved notebook cell's outputs must not hold: anything on stderr (a warning), a path of the machine
+    that ran it."""
+    found = []
+    for out in outputs:
+        if out["output_type"] == "stream" and out["name"] == "stderr":
+            found.append(f"stderr: {text(out['text'])[:300]}")
+        shown = text(out.get("text", "")) + text(out.get("data", {}).get("text/plain", ""))
+        if m := MACHINE_PATH.search(shown):
+            found.append(f"a path of the machine that made it: {shown[max(0, m.start() - 80):m.end() + 80]}")
+    return found
 
 
 def percent_cells(path: Path) -> list[str]:
@@ -85,6 +157,18 @@ def stdout_lines(cell) -> list[str]:
                    if o["output_type"] == "stream" and o["name"] == "stdout").splitlines()
 
 
+def test_the_notebook_check_finds_warnings_and_machine_paths():
+    warning = {"output_type": "stream", "name": "stderr", "text": [
+        "/work/main/.venv/lib/python3.11/site-packages/IPython/core/display.py:448: UserWarning: Consider using "
+        "IPython.display.IFrame instead\n"]}
+    printed = {"output_type": "stream", "name": "stdout", "text": "wrote /tmp/tmpab12/out/trace.html\n"}
+    shown = {"output_type": "execute_result", "data": {"text/plain": ["PosixPath('/home/me/specdec_np/out')"]}}
+    assert [len(noise([o])) for o in (warning, printed, shown)] == [2, 1, 1]
+    fine = {"output_type": "stream", "name": "stdout",
+            "text": "run: .venv/bin/python -m specdec_np trace; wrote out/x\n"}
+    assert noise([fine]) == []
+
+
 def test_every_lesson_has_a_notebook():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == [t.stem for t in TUTORIALS]
 
@@ -102,8 +186,9 @@ def test_notebook_holds_the_lessons_run(path):
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
     for cell, src in zip(code, source):
         assert not any(o["output_type"] == "error" for o in cell["outputs"]), src[:200]
-        if re.search(r"^(print|print_timed|print_rounding|trace\.show_page)\(", src, flags=re.M):  # runs unconditionally
+        if re.search(r"^(print|print_timed|print_rounding|show_trace)\(", src, flags=re.M):  # runs unconditionally
             assert cell["outputs"], f"a printing cell has no output: {src[:200]}"
+        assert not noise(cell["outputs"]), f"{nb_path.name}: {noise(cell['outputs'])}"
     first = stdout_lines(code[0])
     assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]
     printed = [line for cell in code for line in stdout_lines(cell)][1:]  # without the machine's line
@@ -126,31 +211,102 @@ def test_readme_images_exist_and_parse():
             xml.dom.minidom.parse(str(ROOT / image))
 
 
-def test_make_notebooks_refuses_on_a_busy_machine(capsys):
-    """One line, before any Jupyter import or kernel registration, when the load check sees others."""
+def make_notebooks():
     sys.path.insert(0, str(ROOT / "tutorials"))
     try:
         import make_notebooks
     finally:
         sys.path.remove(str(ROOT / "tutorials"))
-    assert make_notebooks.main([], load_check=lambda: "other processes use 1.4 of its 2 cores") == 1
+    return make_notebooks
+
+
+def test_make_notebooks_refuses_on_a_busy_machine(capsys):
+    """One line when the load check sees others, after the kernel is registered (the README names it)."""
+    registered = []
+    assert make_notebooks().main([], load_check=lambda: "other processes use 1.4 of its 2 cores",
+                                 register=registered.append) == 1
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith("make_notebooks: refused: other processes use 1.4 of its 2 cores")
-    assert make_notebooks.main(["no_such_lesson.py"], load_check=lambda: "") == 1
+    assert registered == ["specdec_np"]
+    assert make_notebooks().main(["no_such_lesson.py"], load_check=lambda: "") == 1
     assert capsys.readouterr().out == "make_notebooks: no lesson file no_such_lesson.py\n"
 
 
-def test_lessons_import_no_plan_chooser_from_the_tools():
-    """Lessons take from the tools only the machine's load and print helpers, the timers of the cost
-    curve (and lesson 10 the BLAS's name), and the trace: never the plan chooser."""
+def test_make_notebooks_without_the_extra_says_how_to_install_it(capsys):
+    def no_ipykernel(name):
+        raise ModuleNotFoundError("No module named 'ipykernel'", name="ipykernel")
+
+    assert make_notebooks().main([], load_check=lambda: "", register=no_ipykernel) == 1
+    assert capsys.readouterr().out.splitlines() == [make_notebooks().EXTRA]
+    assert "`make notebooks` installs it" in make_notebooks().EXTRA
+
+
+def test_make_notebooks_interrupted_is_one_line(capsys):
+    """Ctrl-C (here while registering the kernel, with a second error chained as nbclient's cleanup does): 130."""
+    def interrupted(name):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AssertionError("kernel died")
+
+    import signal
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        assert make_notebooks().main([], load_check=lambda: "", register=interrupted) == 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("make_notebooks: interrupted")
+    with pytest.raises(ValueError):  # any other error is not hidden
+        make_notebooks().main([], load_check=lambda: "", register=lambda name: int("x"))
+
+
+def test_a_lesson_interrupted_is_one_line(tmp_path):
+    """`make tutorials` runs each lesson through tutorials/lesson.py: Ctrl-C ends it in one line, exit 130."""
+    lesson = tmp_path / "99_interrupted.py"
+    lesson.write_text("print('started', flush=True)\nraise KeyboardInterrupt\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "tutorials" / "lesson.py"), str(lesson)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == "started\n"
+    assert proc.stderr.strip().splitlines() == [f"{lesson}: interrupted"]
+
+
+def test_lessons_write_pictures_where_they_can(tmp_path, monkeypatch, capsys):
+    """Where out/ cannot be written, the lessons' files go to a temporary folder, said in one line."""
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    try:
+        import lesson
+    finally:
+        sys.path.remove(str(ROOT / "tutorials"))
+    monkeypatch.chdir(tmp_path)
+    assert lesson.out_dir() == Path("out") and capsys.readouterr().out == ""
+    (tmp_path / "out").rmdir()
+    (tmp_path / "out").write_text("a file where the folder would be")  # out/ cannot be made, even as root
+    where = lesson.out_dir()
+    assert where.is_dir() and where != Path("out") and os.access(where, os.W_OK)
+    assert capsys.readouterr().out.startswith("(out/ cannot be written here: files go to ")
+
+
+def imported(path: Path) -> set:
+    """The modules a Python file imports (by its import statements)."""
     import ast
 
-    allowed = {"machine", "costcurve", "blas", "trace"}
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def test_lessons_import_the_core_and_the_lesson_helper_not_the_tools(tmp_path):
+    """Lessons import the library's core and tutorials/lesson.py (which may call the tools), never specdec_np.tools."""
     for path in TUTORIALS:
-        used = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "specdec_np.tools":
-                used |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specdec_np.tools."):
-                used.add(node.module.split(".")[2])
-        assert used <= allowed, f"{path.name} imports tools.{', tools.'.join(sorted(used - allowed))}"
+        tools = sorted(name for name in imported(path) if name.split(".")[:2] == ["specdec_np", "tools"])
+        assert not tools, f"{path.name} imports {', '.join(tools)}: use tutorials/lesson.py"
+    assert any("lesson" in imported(path) for path in TUTORIALS)
+    wrong = tmp_path / "11_wrong.py"  # the check itself can fail
+    wrong.write_text("from specdec_np.tools import trace\nimport specdec_np.tools.machine\n")
+    assert {"specdec_np.tools", "specdec_np.tools.trace", "specdec_np.tools.machine"} <= imported(wrong)

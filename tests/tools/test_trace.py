@@ -35,11 +35,12 @@ RUNS = {
 
 @pytest.fixture(scope="module", params=list(RUNS))
 def run(request, embedded):
-    """(Result, the page's data, the page) of a short staged run on the demo's prompt."""
+    """(Result, the page's data, the page) of a short staged run on the demo's prompt, with its passes' costs
+    as the command line measures them."""
     target, draft, ngram, enc = embedded
     prompt = encode(enc, PROMPT)
     res = generate(target, prompt, N_NEW, "staged", draft, ngram, keep_trees=True, **RUNS[request.param])
-    data = trace.record(res, enc, prompt, "staged", request.param)
+    data = trace.record(res, enc, prompt, "staged", request.param, trace.pass_costs(target, draft, res, prompt))
     return res, data, trace.page(data)
 
 
@@ -492,3 +493,60 @@ def test_the_deepest_tree_fits_in_1280_pixels(embedded, tmp_path):
     for k in deep:
         width, view, fonts = svg_sizes(shown[k]["tree"])
         assert width == view <= 1280 and min(fonts) >= 10
+
+
+def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp_path):
+    """The summary quotes the step's emitted text as a string (JSON, whitespace escaped) and the target pass's
+    cost; each draft pass shows its cost as a multiple of a one-token pass, and one that built nothing says it."""
+    res, data, _ = run
+    assert data["costs"]["target"]["1"] == data["costs"]["draft"]["1"] == 1.0
+    for step, s in zip(data["steps"], shown):
+        said = json.dumps("".join(data["text"][str(t)] for t in step["tokens"]), ensure_ascii=False)
+        assert f"emitted: {said}." in s["summary"] or f"cut: {said}." in s["summary"], (said, s["summary"])
+        ratio = data["costs"]["target"].get(str(step["target_block"]))  # none for a prefill of over MAX_COSTED rows
+        assert (ratio is None) == (step["target_block"] > trace.MAX_COSTED) and "one-token draft" not in s["summary"]
+        said = f"target pass: {step['target_block']} row{'s' * (step['target_block'] != 1)}"
+        cost = "" if ratio is None else f" (\u2248 {ratio:.1f}\u00d7 a one-token target pass)"
+        assert f"{said}{cost}." in s["summary"]
+        for p in step["passes"]:
+            if p["rows"] > trace.MAX_COSTED:
+                continue
+            paid = f"\u2248 {data['costs']['draft'][str(p['rows'])]:.1f}\u00d7 a one-token draft pass"
+            assert paid in s["passes"]
+            if not p["built"]:
+                assert f"it cost {paid}" in s["passes"]
+    if res.stats.steps[0].trace.rule == "greedy":  # its best-first trees leave some passes with nothing built
+        assert any(not p["built"] for step in data["steps"] for p in step["passes"]), "a pass that built nothing"
+    assert any(r != 1.0 for r in data["costs"]["target"].values())
+    without = rendered(trace.page(dict(data, costs=None)), tmp_path)  # a page without costs (a lesson's) says none
+    assert [s["summary"] for s in without] == [re.sub(r" \(\u2248 [0-9.]+\u00d7 a one-token target pass\)", "",
+                                                      s["summary"]) for s in shown]
+    assert not any("one-token" in s["passes"] for s in without)
+
+
+def test_whitespace_tokens_can_be_told_apart(run, tmp_path):
+    """Spaces, newlines and tabs show as visible marks, and runs of them with their length: the tokens of
+    indented code do not all look alike."""
+    if NODE is None:
+        pytest.skip("needs Node.js to run the page's script")
+    words = ["   ", "    ", "        ", "\n", "\n\n", "\n    ", "\n        ", "\t", "\t\t\t", " x", "x  y"]
+    script = next(s for s in Page(run[2]).contents("script", type=None) if s.strip())
+    (tmp_path / "data.json").write_text(json.dumps(run[1]), encoding="utf-8")
+    marked = f"console.log(JSON.stringify({json.dumps(words)}.map(w => visible(w))));"
+    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));", marked)
+    (tmp_path / "run.js").write_text(js, encoding="utf-8")
+    r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    marks = json.loads(r.stdout)
+    assert len(set(marks)) == len(words) and not any(c in " \n\t" for m in marks for c in m), marks
+    assert marks[2] == "\u2423\u00d78" and marks[6] == "\u21b5\u2423\u00d78", marks
+
+
+def test_make_trace_shows_the_sampled_rule_by_default():
+    """`make trace` with no arguments is a sampled run (the rule's min(1, p/q) against u), as make trace-png's."""
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    default = re.search(r"^TRACE_ARGS \?= (.+)$", make, re.M).group(1)
+    png = re.search(r"^PNG_ARGS = (.+)$", make, re.M).group(1)
+    args = (png if default == "$(PNG_ARGS)" else default).split()
+    assert "--temperature" in args and float(args[args.index("--temperature") + 1]) > 0

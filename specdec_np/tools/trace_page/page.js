@@ -39,8 +39,9 @@ function emittedNode(step, i) { const j = step.path.indexOf(i); return j < 0 || 
 
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
 function text(t) { return D.text[t] !== undefined ? D.text[t] : "#" + t; }
-function visible(s, max) {  // a token with its whitespace shown, shortened to max characters
-  s = s.replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
+function visible(s, max) {  // a token with its whitespace shown (a run of 3 or more as a count), shortened to max
+  s = s.replace(/( |\n|\t)\1{2,}/g, m => m[0] + "\u00d7" + m.length)
+    .replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
   return max && s.length > max ? s.slice(0, max - 1) + "\u2026" : s;
 }
 function tok(t) { return "\u2018" + visible(text(t)) + "\u2019"; }
@@ -302,11 +303,18 @@ const ORIGIN = {
   guess: {who: "guess", label: "stage 2's trigram guess"},
   copy: {who: "copy", label: "stage 2's guess copied from a repeat"},
 };
-function builtNothing(step, pass) {  // why a pass built no node of the tree
+// What a pass of `rows` rows cost, as a multiple of a one-token pass of the same model (measured when the page was
+// written, on the machine D.costs names), or "" where the page holds no costs.
+function cost(model, rows) {
+  const c = D.costs && D.costs[model] && D.costs[model][String(rows)];
+  return c == null ? "" : `\u2248 ${c.toFixed(1)}\u00d7 a one-token ${model} pass`;
+}
+function builtNothing(step, pass) {  // why a pass built no node of the tree, and what it cost
   const fed = pass.fed.filter(r => r.origin !== "root");
+  const paid = cost("draft", pass.rows) ? `; it cost ${cost("draft", pass.rows)}` : "";
   if (!fed.some(r => r.node !== null))
-    return "built nothing: the nodes it fed did not stay in the tree (the builder kept more probable paths found later)";
-  return "built nothing: no child of the nodes it fed ranked among the paths the tree kept";
+    return "built nothing: the nodes it fed did not stay in the tree (the builder kept more probable paths found later)" + paid;
+  return "built nothing: no child of the nodes it fed ranked among the paths the tree kept" + paid;
 }
 function passesView(step) {
   if (step.copied) return `<p>No draft pass: stage 2 copied a repeat of the last three tokens, and the target verifies the copy directly.</p>`;
@@ -326,10 +334,13 @@ function passesView(step) {
       .map(([o, n]) => `${n} ${o === "node" ? "tree" : o}`).join(" + ");
     return `<tr class="pass" data-rows="${pass.rows}" data-fed="${pass.fed.length}"><td class="num">${j + 1}</td>` +
            `<td class="num">${pass.rows}<small>${counts}</small></td><td><div class="fedrow">${chips.join("")}</div></td>` +
-           `<td class="${pass.built.length ? "" : "nothing"}">${esc(built)}</td></tr>`;
+           `<td class="${pass.built.length ? "" : "nothing"}">${esc(built)}</td>` +
+           (D.costs ? `<td class="num">${esc(cost("draft", pass.rows) || "\u2014")}</td>` : "") + "</tr>";
   });
   return `<table class="timeline"><tr><th>pass</th><th title="rows fed in this pass">rows</th>` +
-         `<th>what it fed (solid: ended in the tree as the node shown)</th><th>what it built</th></tr>${rows.join("")}</table>`;
+         `<th>what it fed (solid: ended in the tree as the node shown)</th><th>what it built</th>` +
+         (D.costs ? `<th title="measured on ${esc(D.costs.machine)} when the page was written">cost</th>` : "") +
+         `</tr>${rows.join("")}</table>`;
 }
 
 // The target's pass over the tree: node i attends to node j when j is i or one of its ancestors,
@@ -366,10 +377,12 @@ function summary(step, k) {
   const n = step.tokens.length, made = accepted + 1;
   const emitted = n === made ? `${made} emitted` : `${made} tokens, of which ${n} emitted: ${cutWhy(step)}, so the ` +
     `last ${plural(made - n, "token")} (marked \u2702) ${made - n === 1 ? "is" : "are"} cut`;
+  const target = cost("target", step.target_block);
   return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, step.copied ? "copied token" : "drafted token")} accepted` +
-    ` + 1 from the target = ${emitted}. Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
+    ` + 1 from the target = ${emitted}: ${JSON.stringify(step.tokens.map(text).join(""))}. ` +
+    `Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
     `${passNodes(step)}; ` +
-    `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}.`;
+    `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}${target ? ` (${target})` : ""}.`;
 }
 
 function completion(k) {  // the prompt, then every emitted token by who proposed it; this step's framed
@@ -414,7 +427,9 @@ function start() {
   $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
   $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
-    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.`;
+    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.` +
+    (D.costs ? ` Pass costs (\u2248 N\u00d7 a one-token pass of the same model) measured on ${D.costs.machine} when ` +
+               `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` : "");
   legend();
   if (!D.steps.length) { $("summary").textContent = "The run has no steps (no tokens were asked for)."; return; }
   $("slider").max = D.steps.length;

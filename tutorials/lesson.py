@@ -1,0 +1,159 @@
+"""What the lessons use besides the library's core: timing a forward pass, saying when the machine was busy,
+printing a measured figure so that a reader (and tests/docs/test_tutorials.py) can tell it from an exact
+one, and a folder to write pictures in. Not part of the package: it calls the tools (specdec_np/tools/),
+so that timing has one home.
+
+Run a lesson through it to stop it cleanly on Ctrl-C (`make tutorials` does):
+
+    .venv/bin/python tutorials/lesson.py tutorials/02_kv_cache.py
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import tempfile
+from pathlib import Path
+
+
+# ------------------------------------------------------------------ printing
+def print_timed(*args, sep: str = " ", end: str = "\n") -> None:
+    """print(), each line marked "[timed]": a figure measured by a clock on this machine, now."""
+    from specdec_np.tools.machine import print_timed as timed
+
+    timed(*args, sep=sep, end=end)
+
+
+def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
+    """print(), each line marked "[rounding]": a float32 rounding error, which varies with the BLAS."""
+    from specdec_np.tools.machine import print_rounding as rounding
+
+    rounding(*args, sep=sep, end=end)
+
+
+# ------------------------------------------------------------------ timing
+def one_blas_thread_if_busy() -> str:
+    """On a busy machine, one BLAS thread from now on (its threads stall while another process holds a core);
+    why, or "" when the machine is quiet."""
+    from specdec_np.tools.machine import settle_threads
+
+    return settle_threads()
+
+
+def start_timing():
+    """The CPU counters now: hand them to `say_if_busy` after the timed cells."""
+    from specdec_np.tools.machine import cpu_times
+
+    return cpu_times()
+
+
+def was_busy(start) -> str:
+    """How busy other processes kept the machine since `start_timing()`, in words ("" if quiet)."""
+    from specdec_np.tools.machine import busy_since
+
+    return busy_since(start)
+
+
+def say_if_busy(start, contradicted: str = "", why: str = "") -> None:
+    """A marked line under timed figures when others used the cores since `start` (or, on a quiet machine, when
+    the figures `contradicted` what the lesson says, and `why`); nothing otherwise."""
+    from specdec_np.tools.machine import note
+
+    note(start, contradicted, why)
+
+
+def pass_ms(model, ks, prefix_len: int, repeats: int = 7) -> dict:
+    """{k: median ms of one forward pass of k new tokens after a cached prefix of `prefix_len` tokens}, the
+    sizes timed in turns so that a burst of noise lands on all of them a little."""
+    from specdec_np.tools.costcurve import block_cost_ms
+
+    return block_cost_ms(model, ks, prefix_len=prefix_len, repeats=repeats)
+
+
+def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
+    """Median ms of `fn()` over `repeats` calls after `warmup` calls."""
+    from specdec_np.tools.costcurve import median_ms as median
+
+    return median(fn, repeats=repeats, warmup=warmup)
+
+
+def with_slabs(model, rows: int):
+    """`model` multiplying blocks of up to `rows` rows slab by slab (0: one x @ w each): same numbers, other speed."""
+    from specdec_np.tools.costcurve import laid_out
+
+    return laid_out(model, rows)
+
+
+def fastest_layout(model):
+    """`model` laid out as this machine's BLAS multiplies it fastest (both layouts timed; lesson 10)."""
+    from specdec_np.tools.costcurve import choose_slab_rows
+
+    return with_slabs(model, choose_slab_rows(model))
+
+
+def blas_name() -> str:
+    """The BLAS library, its kernel and threads, in words."""
+    from specdec_np.tools.blas import blas_name as name
+
+    return name()
+
+
+def last_level_cache() -> str:
+    """The CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
+    from specdec_np.tools.costcurve import last_level_cache as llc
+
+    return llc()
+
+
+def memory_gbps() -> tuple[float, float]:
+    """(GB/s) one large matrix-vector product streams its matrix: out of memory, and out of the last-level cache."""
+    from specdec_np.tools.costcurve import streaming_gbps
+
+    return streaming_gbps()
+
+
+# ------------------------------------------------------------------ files
+def out_dir() -> Path:
+    """out/ under the working directory where it can be written, else a temporary folder (said in one line)."""
+    out = Path("out")
+    try:
+        out.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            return out
+    except OSError:
+        tmp = Path(tempfile.gettempdir()) / "specdec_np_tutorials"
+        tmp.mkdir(exist_ok=True)
+        print(f"(out/ cannot be written here: files go to {tmp})")
+        return tmp
+
+
+def show_trace(run, enc, prompt, method: str, about: str, name: str) -> Path:
+    """Write the trace page of `run` (decoded with keep_trees=True) as <out_dir>/name; in a notebook, show it."""
+    from specdec_np.tools import trace
+
+    path = out_dir() / name
+    trace.write(path, run, enc, prompt, method, about)
+    trace.show_page(path)
+    return path
+
+
+# ------------------------------------------------------------------ running a lesson
+def main(argv=None) -> int:
+    """Run one lesson file as `python LESSON` would; Ctrl-C ends it with one line and exit status 130."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].endswith(".py") or not os.path.isfile(argv[0]):
+        print("usage: python tutorials/lesson.py tutorials/NN_name.py")
+        return 2
+    sys.argv = argv[:]
+    sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except KeyboardInterrupt:
+        print(f"\n{argv[0]}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
