@@ -6,7 +6,7 @@ Each step: the method (methods.py) proposes a token tree rooted at the last emit
 accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
 accepted path (`compact`); the step's tokens are emitted (`emit`) and recorded (record.py).
 Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
-rule travel in one `Plan` (plan.py, which also checks the arguments).
+rule travel in one `Plan` (plan.py); checks.py checks the arguments.
 
 Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer
 accepted path is cut), or when the sequence fills the target's context (`stop_reason == "context"`).
@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import methods, verify
+from . import verify
+from .checks import check_inputs
 from .gpt2 import GPT2, forward, new_cache
 from .kvcache import KVCache
-from .plan import Plan, check_inputs, constant
+from .methods import METHODS, make
+from .plan import Plan, constant
 from .record import NO_RECORD, Recorder, Result
 from .sampling import Rand, process
 from .tree import TARGET, Tree, block, path_key
@@ -35,7 +37,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
-    method: one of methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
+    method: a name in methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
       (default: `plan.constant(temperature)`).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
       must then be None: they would change nothing).
@@ -48,10 +50,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
                           eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
-    recorder = Recorder(target.weight_bytes, draft.weight_bytes if methods.runs_draft(method) else 0, keep_trees)
+    recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
-    proposer = methods.make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
-    cache = new_cache(target, methods.max_block(method, plan) + 1)  # scratch for the root and a step's block
+    proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
+    cache = new_cache(target, proposer.max_block(plan) + 1)  # scratch for the root and a step's block
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
         # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import methods
+from ..methods import METHODS
 from ..decode import generate
 from ..files import weights_file
 from ..plan import Plan
@@ -75,8 +75,8 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
 
 def runnable(has_draft: bool, has_ngram: bool) -> set:
     """The profiled methods a pair can run (methods.py says which need a draft or an n-gram)."""
-    return {name for name in PROFILED if (has_draft or not methods.runs_draft(name))
-            and (has_ngram or not methods.needs_ngram(name))}
+    return {name for name in PROFILED if (has_draft or not METHODS[name].runs_draft)
+            and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def counts(*runs, skip_first: bool = True) -> dict:

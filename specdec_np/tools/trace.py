@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import methods, verify
+from .. import verify
+from ..methods import METHODS
 from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
@@ -100,7 +101,7 @@ def record(result, enc, prompt, method: str, about: str = "") -> dict:
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {"method": method, "about": about, "sources": list(SOURCES),
-            "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
+            "staged": METHODS[method].runs_draft and METHODS[method].needs_ngram,  # the draft with stage 2, or not
             "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
             "tokens": result.tokens, "stop": result.stop_reason,
             "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
