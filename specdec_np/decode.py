@@ -56,15 +56,10 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     cache = new_cache(target, proposer.max_block(plan) + 1)  # scratch for the root and a step's block
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
-        # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).
         proposal = proposer.propose(seq, rand)
-        # Verify: the target scores every node in one tree-masked pass; p[i] follows node i.
         scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p)
-        # Accept: a lossless rule keeps a root-to-node path and draws one more token from the target.
         verdict = accept(proposal, scored.p, rand, recorder)
-        # Compact: both caches keep only the accepted path, in contiguous slots.
         compact(cache, scored, proposal.tree, verdict.path, proposer)
-        # Emit: the accepted tokens and the target's, cut at max_new_tokens or an end-of-text.
         tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
         seq += tokens
         produced += len(tokens)
@@ -93,8 +88,7 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
     one forward pass that also feeds the committed tokens its cache lacks."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
-    logits = forward(target, tokens, cache, positions=positions, mask=mask, pad_to=target.padded(len(tokens)),
-                     logits_from=n_c)  # [len(tree), V]
+    logits = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c)  # [len(tree), V]
     return Scored(process(logits, temperature, top_k, top_p), start, n_c)
 
 
@@ -119,13 +113,13 @@ def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
     proposer.commit([path_key(tree.tokens, tree.parents, node) for node in path[1:]])
 
 
-def emit(tree: Tree, verdict: Verdict, room: int, eos: int | None):
-    """The tokens the step emits (at most `room`, up to an end-of-text `eos` unless it is None), who
+def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None):
+    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None), who
     proposed each (the accepted nodes' sources, then the target), and "eos" if it emitted an
     end-of-text, else None."""
     tokens = verify.emitted(tree, verdict.path, verdict.token)
     source = [int(tree.source[i]) for i in verdict.path[1:]] + [TARGET]
     stop = None
-    if eos is not None and eos in tokens[:room]:
-        room, stop = tokens.index(eos) + 1, "eos"
-    return tokens[:room], source[:room], stop
+    if eos is not None and eos in tokens[:left]:
+        left, stop = tokens.index(eos) + 1, "eos"
+    return tokens[:left], source[:left], stop

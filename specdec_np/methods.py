@@ -144,8 +144,8 @@ class Method:
             raise ValueError(f"plan: up to {block} tokens per step ({words(plan, cls.size_fields(plan))}) "
                              f"exceed the target's context (n_ctx={n_ctx})")
         # The other fields that set a depth (widths, chain, lookup_chains) size the block too.
-        depths = {"depth": cls.max_depth(plan), "guess_len": plan.guess_len if cls.runs_draft and cls.needs_ngram else 0}
-        for name, depth in depths.items():
+        staged_guesses = plan.guess_len if cls.runs_draft and cls.needs_ngram else 0
+        for name, depth in {"depth": cls.max_depth(plan), "guess_len": staged_guesses}.items():
             if depth > n_ctx:
                 raise ValueError(f"plan: {name}={depth} is deeper than the target's context (n_ctx={n_ctx}): "
                                  "no node lies past it")

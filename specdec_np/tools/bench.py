@@ -237,7 +237,8 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
+        # how the plan draws the tree's children
+        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
         pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from specdec_np import ngram
 from specdec_np.decode import generate
+from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
 from specdec_np.methods import METHODS
 from specdec_np.plan import Plan
@@ -180,8 +181,8 @@ def test_api_rejects_a_target_that_is_not_a_model(models):
 def test_a_models_padding_must_be_block_sizes_within_its_context(models, pad):
     target, _, _ = models
     with pytest.raises(ValueError, match=r"padding: padding\[k - 1\] must be an integer from k to n_ctx=40"):
-        target.with_padding(pad)
-    assert target.with_padding([np.int64(2), 2, 4]).padding == (2, 2, 4)
+        laid_out(target, padding=pad)
+    assert laid_out(target, padding=[np.int64(2), 2, 4]).layout.padding == (2, 2, 4)
 
 
 def test_eos_in_range_stops_and_never_does_not(models):
