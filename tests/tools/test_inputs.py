@@ -226,7 +226,7 @@ def test_a_failed_download_leaves_nothing_and_names_every_model(tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
-@given(method=st.sampled_from(METHODS), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
+@given(method=st.sampled_from(list(METHODS)), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
        prompt=st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=8), eos=st.sampled_from([None, 3, 5]),
        copy_len=st.sampled_from([0, 4]), seed=st.integers(0, 3))
 @settings(max_examples=60)
