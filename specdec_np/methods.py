@@ -86,35 +86,15 @@ class Method:
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
         self.plan, self.n_ctx, self.temperature = plan, n_ctx, temperature
 
-    @classmethod
-    def max_depth(cls, plan) -> int:
-        """The deepest node a step drafts."""
-        return plan.depth
-
-    @classmethod
-    def max_nodes(cls, plan) -> int:
-        """The most drafted nodes of a step's tree (its size in the target's pass, less the root)."""
-        return cls.max_depth(plan)
-
-    @classmethod
-    def max_block(cls, plan) -> int:
-        """The most tokens a step proposes to the target below the root: a tree, or stage 2's copy."""
-        return cls.max_nodes(plan)
-
-    @classmethod
-    def size_fields(cls, plan) -> tuple:
-        """The plan fields that set how many tokens a step proposes, first the tree's."""
-        return ("budget",)
-
-    @classmethod
-    def tree_kind(cls, plan, temperature: float) -> str:
-        """How its trees' children are chosen (tree.KINDS), which decides the rules lossless on them."""
-        return "deterministic"
-
-    @classmethod
-    def chains(cls, plan) -> bool:
-        """Whether its trees under `plan` are chains, which the rules 'chain' and 'block' need."""
-        return cls.proposes_chain
+    # What it is under a plan, with no model (class methods; a subclass overrides what differs):
+    max_depth = classmethod(lambda cls, plan: plan.depth)  # the deepest node a step drafts
+    max_nodes = classmethod(lambda cls, plan: cls.max_depth(plan))  # a step's tree's drafted nodes, at most
+    max_block = classmethod(lambda cls, plan: cls.max_nodes(plan))  # ... and tokens proposed (a tree, or a copy)
+    size_fields = classmethod(lambda cls, plan: ("budget",))  # the plan fields that set those, the tree's first
+    # How its trees' children are chosen (tree.KINDS), and whether they are chains: the rules lossless on them.
+    tree_kind = classmethod(lambda cls, plan, temperature: "deterministic")
+    chains = classmethod(lambda cls, plan: cls.proposes_chain)
+    draft_rows = classmethod(lambda cls, plan: 0)  # the draft's scratch for one step, in KV cache rows
 
     @classmethod
     def lossless(cls, plan, temperature: float) -> bool:
@@ -219,35 +199,18 @@ class TreeMethod(Method):
 
     name, runs_draft = "tree", True
 
-    @classmethod
-    def fixed_widths(cls, plan) -> bool:
-        """Whether its trees have plan.widths children per level (rather than a best-first budget)."""
-        return plan.shape == "fixed" or plan.sampled is not None
-
-    @classmethod
-    def max_depth(cls, plan) -> int:
-        return len(plan.widths) if cls.fixed_widths(plan) else plan.depth
-
-    @classmethod
-    def max_nodes(cls, plan) -> int:
-        return int(np.cumprod(plan.widths).sum()) if cls.fixed_widths(plan) else plan.budget
-
-    @classmethod
-    def size_fields(cls, plan) -> tuple:
-        return ("widths",) if cls.fixed_widths(plan) else ("budget",)
-
-    @classmethod
-    def tree_kind(cls, plan, temperature: float) -> str:
-        return {None: "deterministic", "with": "with_replacement", "without": "without_replacement"}[plan.sampled]
-
-    @classmethod
-    def chains(cls, plan) -> bool:
-        return cls.fixed_widths(plan) and set(plan.widths) == {1}
-
-    @classmethod
-    def draft_rows(cls, plan) -> int:
-        """The root and the nodes the draft may feed (a best-first tree expands at most `budget` per level)."""
-        return (plan.budget * plan.depth if not cls.fixed_widths(plan) else cls.max_nodes(plan)) + 1
+    # Plan.widths children per level (a fixed or a drawn tree), or a best-first budget.
+    fixed_widths = classmethod(lambda cls, plan: plan.shape == "fixed" or plan.sampled is not None)
+    max_depth = classmethod(lambda cls, plan: len(plan.widths) if cls.fixed_widths(plan) else plan.depth)
+    max_nodes = classmethod(lambda cls, plan: int(np.cumprod(plan.widths).sum()) if cls.fixed_widths(plan)
+                            else plan.budget)
+    size_fields = classmethod(lambda cls, plan: ("widths",) if cls.fixed_widths(plan) else ("budget",))
+    tree_kind = classmethod(lambda cls, plan, temperature: {None: "deterministic", "with": "with_replacement",
+                                                            "without": "without_replacement"}[plan.sampled])
+    chains = classmethod(lambda cls, plan: cls.fixed_widths(plan) and set(plan.widths) == {1})
+    # The root and the nodes the draft may feed (a best-first tree expands at most `budget` per level).
+    draft_rows = classmethod(lambda cls, plan: (cls.max_nodes(plan) if cls.fixed_widths(plan)
+                                                else plan.budget * plan.depth) + 1)
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0, draft=None, top_k=None, top_p=None,
                  recorder=NO_RECORD, ngram=None):

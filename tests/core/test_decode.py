@@ -49,7 +49,8 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
     target, draft, trigram = small
     ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=None)
+    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw),
+                   eos=None)
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 

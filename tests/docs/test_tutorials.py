@@ -49,7 +49,7 @@ def test_tutorial_runs(path):
     assert "Traceback" not in proc.stderr
 
 
-# --------------------------------------------------------------------- the notebooks (make notebooks)
+# ----------------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -102,7 +102,8 @@ def test_notebook_holds_the_lessons_run(path):
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
     for cell, src in zip(code, source):
         assert not any(o["output_type"] == "error" for o in cell["outputs"]), src[:200]
-        if re.search(r"^(print|print_timed|print_rounding|trace\.show_page)\(", src, flags=re.M):  # runs unconditionally
+        # A cell that prints unconditionally has output.
+        if re.search(r"^(print|print_timed|print_rounding|trace\.show_page)\(", src, flags=re.M):
             assert cell["outputs"], f"a printing cell has no output: {src[:200]}"
     first = stdout_lines(code[0])
     assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]

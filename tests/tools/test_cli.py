@@ -197,7 +197,8 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
 
 
 @pytest.mark.parametrize("options, methods", [
-    (dict(budget=8), ("tree", "staged", "ngram")), (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
+    (dict(budget=8), ("tree", "staged", "ngram")),
+    (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
     (dict(widths="2,1"), ("tree", "staged")), (dict(sampled="with"), ("tree", "staged")),
     (dict(copy_len=4), ("staged",)), (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup")),
     (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
@@ -324,7 +325,8 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     from specdec_np.tools import choice
 
     measured = Plan(chain=3)
-    chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0), "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
+    chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0),
+              "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
               "lookup": choice.fallback("lookup", 0.0, "the machine was busy")}
     monkeypatch.setattr(demo, "plans_for", lambda *a, **k: chosen)
     a = argparse.Namespace(plan="machine", budget=None, depth=None)
@@ -433,7 +435,8 @@ def test_read_prompts_errors(tmp_path):
 
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatch):
     real = bench.importlib.util.find_spec
-    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(bench.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
     with pytest.raises(ValueError, match="--plot needs matplotlib"):
         bench.main(["--prompts", str(FIXTURE), "--plot", "--out", str(tmp_path)])
     assert not (tmp_path / "results.json").exists()

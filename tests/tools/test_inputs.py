@@ -172,8 +172,8 @@ def test_accepted_counterparts_of_the_refused_arguments_decode(models):
 
 
 def test_api_rejects_a_target_that_is_not_a_model(models):
-    with pytest.raises(TypeError, match=r"target must be a loaded gpt2.GPT2 \(e.g. models.load_model\('tiny-target'\)\), "
-                                        "got str 'tiny-target'"):
+    with pytest.raises(TypeError, match=r"target must be a loaded gpt2.GPT2 \(e.g. "
+                                        r"models.load_model\('tiny-target'\)\), got str 'tiny-target'"):
         generate("tiny-target", [1, 2], 4)
 
 
@@ -213,7 +213,8 @@ def test_a_trigram_for_another_vocabulary_is_refused_before_any_work(models):
     target, draft, _ = models
     other = ngram.fit(np.arange(100) % 30, 30)
     for method in ("staged", "ngram"):
-        with pytest.raises(ValueError, match=r"ngram: the trigram's vocabulary \(30 tokens\) is not the target's \(24\)"):
+        with pytest.raises(ValueError,
+                           match=r"ngram: the trigram's vocabulary \(30 tokens\) is not the target's \(24\)"):
             generate(target, [1, 2], 4, method, draft, other)
 
 
