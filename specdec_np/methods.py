@@ -11,15 +11,6 @@ sampling settings (`make`), in the spirit of Hugging Face's `CandidateGenerator`
 
 What a method is needs no model: whether it runs the draft or reads the n-gram (class attributes),
 and under a plan its sizes, the kind of its trees and the rules lossless on them (class methods).
-
-| method        | class       | tree                                  | proposer            | runs the draft |
-|---------------|-------------|---------------------------------------|---------------------|----------------|
-| "ar"          | AR          | the root alone                        | -                   | no             |
-| "speculative" | Speculative | a chain of `chain` draft tokens       | draft               | yes            |
-| "tree"        | TreeMethod  | best-first or fixed widths            | draft               | yes            |
-| "staged"      | Staged      | as "tree", or stage 2's copy          | draft, n-gram, copy | yes            |
-| "ngram"       | Ngram       | best-first over the Katz trigram      | n-gram              | no             |
-| "lookup"      | Lookup      | the chain prompt lookup copies        | copy                | no             |
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 
 from .kvcache import KVCache
 from .sampling import SURE
-from .tree import SOURCES, Tree
+from .tree import SOURCES, Tree, children
 
 
 @dataclass
@@ -186,6 +186,12 @@ class Recorder(NoRecord):
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
+            if proposal.rule == "greedy":  # its tests: each child on the path against the argmax, then the argmax
+                for node in verdict.path:
+                    best, kids = int(np.argmax(scored.p[node])), children(tree, node)
+                    self.checks += [Check(int(c), int(x), "argmax", float(best), bool(x == best),
+                                          float(scored.p[node, x])) for c, x in zip(kids, tree.tokens[kids])]
+                self.checks.append(Check(int(node), int(verdict.token), "draw", 1.0, not kids.size))
             # Where a child was rejected, the residual the rule went on with is computed from these
             # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
             rejected = {int(tree.parents[c.node]) for c in self.checks if c.test == "ratio" and not c.accepted}

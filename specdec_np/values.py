@@ -1,8 +1,6 @@
 """What an argument's number may be: an integer (a bool is not one here, though Python counts it as one)
 or a finite real number; the one check of each, for the core and the tools."""
 
-from __future__ import annotations
-
 import math
 import numbers
 

@@ -7,7 +7,7 @@ every rule paired with the trees it assumes, the emitted tree.tokens[path[1:]] +
 distributed exactly as if the target had sampled it token by token (the tests enumerate every
 random branch to prove it: all randomness goes through rand.coin / rand.draw). Each test and the
 final draw are reported to `recorder` (record.py; `coin`, `draw`) so a trace can show why each token
-was kept; the default `NO_RECORD` does nothing.
+was kept (greedy's follow from p: the recorder derives them); the default `NO_RECORD` does nothing.
 """
 
 from __future__ import annotations
@@ -61,17 +61,13 @@ def accept_ratio(p_x: float, q_x: float) -> float:
 
 
 def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
-    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss."""
+    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss.
+    Nothing is drawn: its tests follow from p and the path (the recorder derives them)."""
     path = [0]
     while True:
-        node = path[-1]
-        best = int(np.argmax(p[node]))
-        kids = children(tree, node)
-        match = [int(c) for c in kids if tree.tokens[c] == best]
-        for c in kids:
-            recorder.check(c, tree.tokens[c], "argmax", best, tree.tokens[c] == best, p[node][tree.tokens[c]])
+        best = int(np.argmax(p[path[-1]]))
+        match = [int(c) for c in children(tree, path[-1]) if tree.tokens[c] == best]
         if not match:
-            recorder.check(node, best, "draw", 1.0, kids.size == 0)  # the argmax: no draw
             return path, best
         path.append(match[0])
 
