@@ -56,7 +56,7 @@ class DraftPass:
     """One forward pass of the draft model."""
 
     keys: list  # the nodes it fed, as path keys (() is the root)
-    origins: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
+    source: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
     rows: int  # its rows: first the catch-up tokens the cache lacked
 
 
@@ -124,7 +124,7 @@ class NoRecord:
     def draw(self, node: int, token: int, probs, bonus: bool) -> None:
         """A verification rule drew the target's token after `node` from `probs` (unnormalised)."""
 
-    def draft_pass(self, keys: list, origins: list, rows: int) -> None:
+    def draft_pass(self, keys: list, source: list, rows: int) -> None:
         """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
 
 
@@ -174,9 +174,9 @@ class Recorder(NoRecord):
         if self.keep_trees:
             self.checks.append(Check(int(node), int(token), "draw", float(probs[token] / np.sum(probs)), bool(bonus)))
 
-    def draft_pass(self, keys, origins, rows):
+    def draft_pass(self, keys, source, rows):
         if self.keep_trees:
-            self.passes.append(DraftPass(list(keys), list(origins), int(rows)))
+            self.passes.append(DraftPass(list(keys), list(source), int(rows)))
 
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
         """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens

@@ -135,7 +135,7 @@ def check_rule_options(a) -> None:
                else f"{a.method}'s drafts, which are not drawn from the draft model")
     else:
         kind = how = None
-    if kind is not None and a.rule not in verify.LOSSLESS[kind][1]:
+    if kind is not None and a.rule not in verify.lossless_rules(kind):
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {how}")
     if a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")

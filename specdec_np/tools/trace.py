@@ -69,7 +69,7 @@ def passes(trace) -> tuple[list, list]:
     for j, dp in enumerate(trace.passes):
         fed = [{"token": int(k[-1]) if k else int(tree.tokens[0]), "depth": len(k),
                 "origin": ORIGIN[origin] if k else "root", "node": node_of.get(k)}
-               for k, origin in zip(dp.keys, dp.origins)]
+               for k, origin in zip(dp.keys, dp.source)]
         out.append({"rows": dp.rows, "catch_up": dp.rows - len(dp.keys), "fed": fed,
                     "built": [i for i in range(1, len(tree)) if built_by[i] == j]})
     return out, built_by
