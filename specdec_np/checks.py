@@ -1,7 +1,5 @@
-"""`decode.generate`'s arguments checked before any work: each bad value refused with a one-line
-ValueError or TypeError naming it. The loop (decode.py) trusts what passes here; what a method needs
-and how large its steps grow are the method's own (methods.py).
-"""
+"""`decode.generate`'s arguments checked before any work, each bad value refused with a one-line error
+naming it (what a method needs and how large its steps grow are its own: methods.py)."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
         raise TypeError(f"plan must be a plan.Plan, got {type(plan).__name__}")
     if plan.rule is not None and plan.rule not in verify.RULES:
         raise ValueError(f"plan: unknown rule {plan.rule!r}: choose one of {', '.join(verify.RULES)}")
-    m = METHODS[method]
-    prompt = check_prompt(prompt, target, draft if m.runs_draft else None)
+    prompt = check_prompt(prompt, target, draft if (m := METHODS[method]).runs_draft else None)
     if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not whole(seed, 0):

@@ -37,7 +37,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
-    method: a name in methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
+    method: a name in methods.METHODS (each a class: what it drafts); plan: the tree's shape, stage 2 and the rule
       (default: `plan.constant(temperature)`).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
       must then be None: they would change nothing).

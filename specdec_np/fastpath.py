@@ -56,7 +56,7 @@ def laid_out(model, slab_rows: int | None = None, padding=None):
         return model
     laid = dataclasses.replace(model, layout=layout)
     if layout.slab_rows == model.layout.slab_rows and "prepared" in model.__dict__:
-        laid.__dict__["prepared"] = model.__dict__["prepared"]
+        laid.__dict__["prepared"] = model.__dict__["prepared"]  # the same slabs: only the padding differs
     return laid
 
 

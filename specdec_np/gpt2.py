@@ -118,9 +118,8 @@ def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
 
 
 def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, logits_from):
-    """forward's arguments checked (a ValueError names what is wrong) and completed, padded as the model's
-    layout says (`fastpath.Layout.rows`, dummy rows no real one sees): (tokens [n'], positions [n'],
-    mask [n', prefix + n'] or None for one token of a chain, n real rows)."""
+    """forward's arguments checked (a ValueError names what is wrong), completed and padded as the model's layout
+    says (`Layout.rows`): (tokens [n'], positions [n'], mask [n', prefix + n'] or None for one token, n real)."""
     c = model.config
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     n, start = tokens.size, cache.length
@@ -185,13 +184,6 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
             raise ValueError(f"{name}={value!r} must be a positive finite number")
     elif not whole(value, 1):
         raise ValueError(f"{name}={value!r} must be an integer >= 1")
-
-
-# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
-GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
-               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
-               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
-               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
 
 
 @dataclass(frozen=True, eq=False)

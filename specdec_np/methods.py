@@ -57,17 +57,14 @@ def depth_left(seq, n_ctx: int, depth: int) -> int:
 
 def words(plan, fields) -> str:
     """Plan fields as the messages name them, e.g. "budget=8, widths=2,2,1" (the CLI maps each to its option)."""
-    values = [getattr(plan, name) for name in fields]
     return ", ".join(f"{name}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
-                     for name, v in zip(fields, values))
+                     for name, v in ((name, getattr(plan, name)) for name in fields))
 
 
 class Method:
-    """What every method is and holds (each subclass sets its `name` and facts). Built with the plan,
-    the target's context (which bounds its trees) and the temperature; `commit` keeps nothing unless
-    a drafter has a cache. The class methods say what it is under a plan, with no model."""
+    """What every method is and holds (each subclass sets its `name` and facts): the plan, the target's context
+    (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
 
-    name = ""
     drafts = True  # proposes tokens below the root (every plan of every method but plain decoding)
     runs_draft = False  # runs the draft model
     needs_ngram = False  # reads the n-gram model
@@ -95,8 +92,7 @@ class Method:
 
     @classmethod
     def check_rule(cls, plan, temperature: float) -> None:
-        """A ValueError, before any work, when plan.rule is not lossless for its trees under `plan` (the
-        pairing `decode.accept` would refuse at the first step; verify.check_pairing says why)."""
+        """A ValueError before any work when plan.rule is not lossless for its trees (verify.check_pairing: why)."""
         if not cls.lossless(plan, temperature):
             verify.check_pairing(cls.tree_kind(plan, temperature), plan.rule, temperature, cls.chains(plan))
 
@@ -124,9 +120,8 @@ class Method:
         if rows > n_ctx * n_ctx:
             grown = ("budget", "depth") if plan.shape == "best_first" and not plan.sampled else ("widths",)
             grown += ("guess_len",) if cls.needs_ngram else ()
-            raise ValueError(f"plan: {words(plan, grown)} give the draft a "
-                             f"scratch of {rows} rows per step, more than the target's context allows "
-                             f"(n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
+            raise ValueError(f"plan: {words(plan, grown)} give the draft a scratch of {rows} rows per step, more than "
+                             f"the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
 
     def proposal(self, tree: Tree, copied: bool = False, **costs) -> Proposal:
         """`tree` with its rule: the plan's, or (nothing drafted, or stage 2's copy) its kind's own."""
@@ -239,7 +234,6 @@ class Speculative(TreeMethod):
     """Speculative decoding: a chain of `chain` draft tokens, drawn from q when sampling."""
 
     name, proposes_chain = "speculative", True
-    fixed_widths = classmethod(lambda cls, plan: False)
     max_depth = max_nodes = classmethod(lambda cls, plan: plan.chain)
     size_fields = classmethod(lambda cls, plan: ("chain",))
     chains = classmethod(lambda cls, plan: True)

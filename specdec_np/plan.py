@@ -1,8 +1,5 @@
-"""The `Plan`: how `decode.generate` drafts and verifies, each field checked when it is made (a bad value
-is refused with a one-line error naming it), and the constant plan used when none is given (`constant`).
-A plain value: what a method makes of it is the method's (methods.py), whether the rule suits the
-trees verify.py's.
-"""
+"""The `Plan`, how `decode.generate` drafts and verifies (a plain value, each field checked when it is made),
+and the constant plan used when none is given (`constant`); what a method makes of it is methods.py's."""
 
 from __future__ import annotations
 

@@ -82,8 +82,7 @@ def positions(tree: Tree, prefix_len: int):  # -> [n]
 
 
 def attention_mask(tree):  # Tree or parents [n] -> [n, n] bool
-    """mask[i, j] = node i may attend to node j: j is i itself or one of its ancestors (a node's row
-    is its parent's row plus itself)."""
+    """mask[i, j] = node i may attend to node j: j is i or an ancestor (a row is its parent's plus itself)."""
     parents = getattr(tree, "parents", tree)
     n = len(parents)
     mask = np.zeros((n, n), dtype=bool)

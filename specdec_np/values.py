@@ -10,8 +10,7 @@ def integral(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def whole(value, low: int) -> bool:
-    """Whether value is an integer >= low."""
+def whole(value, low: int) -> bool:  # an integer >= low
     return integral(value) and value >= low
 
 

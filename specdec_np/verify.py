@@ -268,8 +268,8 @@ def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str
 
 
 def lossless_rules(tree_kind: str, temperature: float | None = None, chain: bool = True) -> tuple:
-    """The rules lossless on trees whose children were chosen as `tree_kind` (LOSSLESS): 'greedy' only
-    at temperature 0 (None: not known here), 'chain' and 'block' only on chains."""
+    """The rules lossless on trees drawn as `tree_kind` (LOSSLESS): 'greedy' at temperature 0 only (None:
+    unknown here), 'chain' and 'block' on chains only."""
     return tuple(r for r in LOSSLESS[tree_kind][1]
                  if (r != "greedy" or not temperature) and (chain or r not in CHAIN_RULES))
 
@@ -304,8 +304,7 @@ def check_pairing(tree_kind: str, rule: str, temperature: float | None = None, c
 
 
 def check_tree(tree: Tree, rule: str) -> None:
-    """check_pairing plus the shape the rule needs: chains for 'chain' and 'block', distinct siblings
-    for 'point_mass'."""
+    """check_pairing plus the shape the rule needs: chains ('chain', 'block'), distinct siblings ('point_mass')."""
     check_pairing(tree.kind, rule)
     if rule in CHAIN_RULES:
         n_children = np.bincount(tree.parents[1:], minlength=len(tree))

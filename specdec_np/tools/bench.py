@@ -19,7 +19,7 @@ import numpy as np
 from .. import methods
 from ..decode import generate
 from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
-from ..gpt2 import GPT2_SHAPES, random_params
+from ..gpt2 import random_params
 from ..models import load_embedded
 from ..plan import constant
 from ..tokenizer import encode
@@ -30,7 +30,7 @@ from .blas import blas_name
 from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
-from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
+from .costcurve import GPT2_SHAPES, apply_layout, gpt2_shapes_report, matrix_report
 from .costmodel import pads, record_ms
 from .machine import machine, machine_name, settle_threads
 from .options import describe

@@ -16,11 +16,17 @@ from pathlib import Path
 import numpy as np
 
 from ..fastpath import Weight, laid_out, matmul
-from ..gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
+from ..gpt2 import GPT2, GPT2Config, forward, new_cache, random_params
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
+
+# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
+GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
+               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
