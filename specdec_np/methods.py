@@ -45,11 +45,6 @@ def root_only(seq) -> Tree:
     return Tree([seq[-1]], [-1], [1.0])
 
 
-def root_only(seq) -> Tree:
-    """The tree of a step that drafts nothing: the root seq[-1] alone."""
-    return Tree([seq[-1]], [-1], [1.0])
-
-
 def depth_left(seq, n_ctx: int, depth: int) -> int:
     """How deep a step's tree may go: a node at depth d sits at position len(seq) - 1 + d < n_ctx."""
     return min(depth, n_ctx - len(seq) - 1)
@@ -95,11 +90,6 @@ class Method:
         """A ValueError before any work when plan.rule is not lossless for its trees (verify.check_pairing: why)."""
         if not cls.lossless(plan, temperature):
             verify.check_pairing(cls.tree_kind(plan, temperature), plan.rule, temperature, cls.chains(plan))
-
-    @classmethod
-    def draft_rows(cls, plan) -> int:
-        """The draft's scratch for one step, in KV cache rows (0: it runs no draft)."""
-        return 0
 
     @classmethod
     def check_size(cls, plan, n_ctx: int) -> None:
