@@ -6,7 +6,7 @@ Each step: the method (methods.py) proposes a token tree rooted at the last emit
 accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
 accepted path (`compact`); the step's tokens are emitted (`emit`) and recorded (record.py).
 Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
-rule travel in one `Plan` (plan.py, which also checks the arguments).
+rule travel in one `Plan` (plan.py); checks.py checks the arguments.
 
 Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer
 accepted path is cut), or when the sequence fills the target's context (`stop_reason == "context"`).
@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import methods, verify
+from . import verify
+from .checks import check_inputs
 from .gpt2 import GPT2, forward, new_cache
 from .kvcache import KVCache
-from .plan import Plan, check_inputs, constant
+from .methods import METHODS, make
+from .plan import Plan, constant
 from .record import NO_RECORD, Recorder, Result
 from .sampling import Rand, process
 from .tree import TARGET, Tree, block, path_key
@@ -35,7 +37,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False) -> Result:
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
-    method: one of methods.METHODS (methods.py's table); plan: the tree's shape, stage 2 and the rule
+    method: a name in methods.METHODS (each a class: what it drafts); plan: the tree's shape, stage 2 and the rule
       (default: `plan.constant(temperature)`).
     temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
       must then be None: they would change nothing).
@@ -48,21 +50,16 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
                           eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
-    recorder = Recorder(target.weight_bytes, draft.weight_bytes if methods.runs_draft(method) else 0, keep_trees)
+    recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
-    proposer = methods.make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
-    cache = new_cache(target, methods.max_block(method, plan) + 1)  # scratch for the root and a step's block
+    proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
+    cache = new_cache(target, proposer.max_block(plan) + 1)  # scratch for the root and a step's block
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
-        # Propose: a token tree rooted at seq[-1] (a draft tree or chain, or stage 2's copy of a repeat).
         proposal = proposer.propose(seq, rand)
-        # Verify: the target scores every node in one tree-masked pass; p[i] follows node i.
         scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p)
-        # Accept: a lossless rule keeps a root-to-node path and draws one more token from the target.
         verdict = accept(proposal, scored.p, rand, recorder)
-        # Compact: both caches keep only the accepted path, in contiguous slots.
         compact(cache, scored, proposal.tree, verdict.path, proposer)
-        # Emit: the accepted tokens and the target's, cut at max_new_tokens or an end-of-text.
         tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
         seq += tokens
         produced += len(tokens)
@@ -91,8 +88,7 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
     one forward pass that also feeds the committed tokens its cache lacks."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
-    logits = forward(target, tokens, cache, positions=positions, mask=mask, pad_to=target.padded(len(tokens)),
-                     logits_from=n_c)  # [len(tree), V]
+    logits = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c)  # [len(tree), V]
     return Scored(process(logits, temperature, top_k, top_p), start, n_c)
 
 
@@ -117,13 +113,13 @@ def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
     proposer.commit([path_key(tree.tokens, tree.parents, node) for node in path[1:]])
 
 
-def emit(tree: Tree, verdict: Verdict, room: int, eos: int | None):
-    """The tokens the step emits (at most `room`, up to an end-of-text `eos` unless it is None), who
+def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None):
+    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None), who
     proposed each (the accepted nodes' sources, then the target), and "eos" if it emitted an
     end-of-text, else None."""
     tokens = verify.emitted(tree, verdict.path, verdict.token)
     source = [int(tree.source[i]) for i in verdict.path[1:]] + [TARGET]
     stop = None
-    if eos is not None and eos in tokens[:room]:
-        room, stop = tokens.index(eos) + 1, "eos"
-    return tokens[:room], source[:room], stop
+    if eos is not None and eos in tokens[:left]:
+        left, stop = tokens.index(eos) + 1, "eos"
+    return tokens[:left], source[:left], stop

@@ -29,7 +29,7 @@ class ModelDrafter:
     The nodes fed this step (the builder's, and stage 2's guesses: at most `guess_rows` per pass, "pad"
     as many as fill the padded block's rows) form a tree of their own in feed order (`tokens`,
     `parents`; node i at cache slot root + i, see `tree.block`), each known by its path key. `rows`:
-    their scratch (methods.draft_rows). Each pass is reported to `recorder` (record.py).
+    their scratch (Method.draft_rows). Each pass is reported to `recorder` (record.py).
     """
 
     def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
@@ -87,11 +87,11 @@ class ModelDrafter:
         plus stage 2's guesses below them, and on the step's first pass the catch-up rows."""
         first = len(self.tokens)
         if self.guess_len > 0:
-            room = self.guess_rows
-            if room == "pad":  # guesses fill the rows the padded block computes anyway
+            most = self.guess_rows
+            if most == "pad":  # guesses fill the rows the padded block computes anyway (fastpath.Layout)
                 n = len(keys) + (self.root - self.cache.length if first == 0 else 0)
-                room = self.model.padded(n) - n
-            guesses, queries = staged.speculate(self.ngram, self.seq, keys, self.guess_len, self.max_depth, room,
+                most = self.model.layout.rows(n) - n
+            guesses, queries = staged.speculate(self.ngram, self.seq, keys, self.guess_len, self.max_depth, most,
                                                 self.logits)
             self.ngram_queries += queries
             self.guessed.update(guesses)
@@ -101,8 +101,7 @@ class ModelDrafter:
             self.tokens.append(k[-1] if k else self.seq[-1])
             self.parents.append(self.index[k[:-1]] if k else -1)
         tokens, positions, mask, n_c = block(self.seq, self.cache.length, self.tokens, self.parents, first)
-        logits = forward(self.model, tokens, self.cache, positions=positions, mask=mask,
-                         pad_to=self.model.padded(len(tokens)), logits_from=n_c)  # [len(keys), V]
+        logits = forward(self.model, tokens, self.cache, positions, mask, logits_from=n_c)  # [len(keys), V]
         self.logits.update(zip(keys, logits))
         self.block_sizes.append(len(tokens))
         self.recorder.draft_pass(keys, [self.guessed.get(k, DRAFT) for k in keys], len(tokens))

@@ -5,19 +5,59 @@ one costs: the premise of speculative decoding. A plain `x @ w` does not deliver
 rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
 each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
 where the BLAS has a small-matrix kernel); `matmul` picks the layout by the block's row count, up to
-`GPT2.slab_rows`, which the tools measure. The measurements behind each choice are in docs/performance.md.
+`Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
+(`Layout.padding`, `pad_block`). A model is given its `Layout` (the tools' choice for a machine); the
+measurements behind each choice are in docs/performance.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+from .values import integral
 
 SLAB = 64  # columns per slab: small enough that a slab's product needs no packing, wide enough for the kernel
 SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a copy of its matrices (`Weight`)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a model's passes are computed (only the speed, the tools' choice for a machine): the largest block
+    its products read from column slabs (`prepare`; 0: none) and `padding`, the sizes to compute blocks of
+    1, 2, ... rows as (padding[k - 1] >= k; () = unpadded; see `rows`)."""
+
+    slab_rows: int = SLAB_ROWS
+    padding: tuple = ()
+
+    def check(self, n_ctx: int) -> "Layout":
+        """The layout, padding as a tuple of ints, or a ValueError unless each size fits a context of n_ctx."""
+        pad = self.padding
+        if not (isinstance(pad, (list, tuple)) and all(integral(n) and k <= n <= n_ctx for k, n in enumerate(pad, 1))):
+            raise ValueError(f"padding: padding[k - 1] must be an integer from k to n_ctx={n_ctx} "
+                             f"(a block is padded, never cut, and fits the context), got {pad!r}")
+        return Layout(self.slab_rows, tuple(int(n) for n in pad))
+
+    def rows(self, n: int) -> int:
+        """The rows to compute a block of n tokens as: padding[n - 1] where the table covers n, else n."""
+        return self.padding[n - 1] if n <= len(self.padding) else n
+
+
+def laid_out(model, slab_rows: int | None = None, padding=None):
+    """`model` (a gpt2.GPT2) with other slab rows or another padding table (None: unchanged): the same numbers,
+    another speed; a new padding alone shares the prepared products."""
+    layout = Layout(model.layout.slab_rows if slab_rows is None else slab_rows,
+                    model.layout.padding if padding is None else padding)
+    if layout == model.layout:
+        return model
+    laid = dataclasses.replace(model, layout=layout)
+    if layout.slab_rows == model.layout.slab_rows and "prepared" in model.__dict__:
+        laid.__dict__["prepared"] = model.__dict__["prepared"]  # the same slabs: only the padding differs
+    return laid
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,7 +166,7 @@ def softmax_(x):  # [..., L] -> [..., L], in place
 def pad_block(tokens, positions, mask, size: int):
     """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
     every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
-    panels a few rows can cost more than a larger block (the tools set the sizes as `GPT2.padding`)."""
+    panels a few rows can cost more than a larger block (the tools set the sizes as `Layout.padding`)."""
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]

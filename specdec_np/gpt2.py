@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import operator
 from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import SLAB_ROWS, matmul, pad_block, prepare, softmax_
+from .fastpath import Layout, matmul, pad_block, prepare, softmax_
 from .kvcache import KVCache
+from .values import real, whole
 
 # ----------------------------------------------------------------------------- the math
 # Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
@@ -84,21 +84,18 @@ def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd]
     return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
 
 
-def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, pad_to: int | None = None,
-            logits_from: int = 0):
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logits_from: int = 0):
     """Logits [n_new - logits_from, n_vocab] for a block of new tokens [n_new] appended after the cached
     prefix, whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
 
     positions: [n_new] position ids; default `prefix + arange(n_new)` (a chain); in a tree prefix + depth.
     mask:      bool, [n_new, n_new] (the prefix always visible) or [n_new, prefix + n_new]; default causal.
                Row i: what node i attends to (in a tree, its ancestors and itself).
-    pad_to:    compute the block as `pad_to` >= n_new rows, dummies no real token attends to
-               (`fastpath.pad_block`); the decoders pass `model.padded(n_new)`.
     logits_from: the first `logits_from` tokens (fed only to catch a cache up) get no logits: the head
                is a large share of a small model's weights.
     """
     c, p = model.config, model.prepared
-    tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, pad_to, logits_from)
+    tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, logits_from)
     bias = attention_bias(mask, model.dtype)  # [n, <= prefix + n] or None
     x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
     for layer, block in enumerate(p["blocks"]):
@@ -120,9 +117,9 @@ def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
     return np.where(mask[:, first:], 0.0, -np.inf).astype(dtype)  # [n, L - first]
 
 
-def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, logits_from):
-    """forward's arguments checked (a ValueError names what is wrong) and completed, padded to `pad_to`
-    rows: (tokens [n], positions [n], mask [n, prefix + n] or None for one token of a chain, n_real)."""
+def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, logits_from):
+    """forward's arguments checked (a ValueError names what is wrong), completed and padded as the model's layout
+    says (`Layout.rows`): (tokens [n'], positions [n'], mask [n', prefix + n'] or None for one token, n real)."""
     c = model.config
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     n, start = tokens.size, cache.length
@@ -140,14 +137,15 @@ def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, pad_to, lo
         raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
     if not 0 <= logits_from < n:
         raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
-    if mask is None and n == 1 and (pad_to is None or pad_to <= 1):
+    pad_to = model.layout.rows(n)
+    if mask is None and n == 1 and pad_to == 1:
         return tokens, positions, None, n  # one token of a chain sees the whole prefix and itself
     mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
     if mask.shape == (n, n):
         mask = np.concatenate([np.ones((n, start), dtype=bool), mask], axis=1)  # the prefix: seen by all
     elif mask.shape != (n, start + n):
         raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
-    if pad_to is not None and pad_to > n:
+    if pad_to > n:
         if start + pad_to > cache.capacity:
             raise ValueError(f"KV cache overflow: {start} cached + {pad_to} padded > capacity {cache.capacity}")
         tokens, positions, mask, _ = pad_block(tokens, positions, mask, pad_to)
@@ -182,51 +180,23 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
     number for layer_norm_epsilon, else a count (an integer >= 1, not a bool, a string or 8193.7)."""
     name = name or field
     if field == "layer_norm_epsilon":
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 < value < math.inf:
+        if not (real(value) and value > 0):
             raise ValueError(f"{name}={value!r} must be a positive finite number")
-    elif not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+    elif not whole(value, 1):
         raise ValueError(f"{name}={value!r} must be an integer >= 1")
-
-
-# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
-GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
-               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
-               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
-               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
 
 
 @dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config, its parameters (plain arrays of one dtype) and how its passes are computed
-    (only the speed, the tools' choice for this machine): the largest block its products read from
-    column slabs (`fastpath.prepare`; 0: none) and `padding`, the sizes to compute blocks of 1, 2, ...
-    rows as (padding[k - 1] >= k; () = unpadded; see `padded`)."""
+    """A model: its config, its parameters (plain arrays of one dtype) and how its passes are computed,
+    only their speed (`fastpath.Layout`: the tools' choice for a machine; `fastpath.laid_out` changes it)."""
 
     config: GPT2Config
     params: dict
-    slab_rows: int = SLAB_ROWS
-    padding: tuple = ()
+    layout: Layout = Layout()
 
     def __post_init__(self):
-        pad = self.padding
-        sizes = isinstance(pad, (list, tuple)) and all(
-            isinstance(size, numbers.Integral) and not isinstance(size, bool) and k <= size <= self.config.n_ctx
-            for k, size in enumerate(pad, 1))
-        if not sizes:
-            raise ValueError(f"padding: padding[k - 1] must be an integer from k to n_ctx={self.config.n_ctx} "
-                             f"(a block is padded, never cut, and fits the context), got {pad!r}")
-        object.__setattr__(self, "padding", tuple(int(size) for size in pad))
-
-    def padded(self, n: int) -> int:
-        """The rows to compute a block of n tokens as: padding[n - 1] where the table covers n, else n."""
-        return self.padding[n - 1] if n <= len(self.padding) else n
-
-    def with_padding(self, padding) -> "GPT2":
-        """The same model computing blocks padded by `padding` (sharing its prepared products)."""
-        model = GPT2(self.config, self.params, self.slab_rows, padding)
-        if "prepared" in self.__dict__:
-            model.__dict__["prepared"] = self.__dict__["prepared"]
-        return model
+        object.__setattr__(self, "layout", self.layout.check(self.config.n_ctx))
 
     @property
     def dtype(self) -> np.dtype:
@@ -234,13 +204,12 @@ class GPT2:
 
     def astype(self, dtype) -> "GPT2":
         """The same model with every parameter cast to `dtype` (float64 for exact tests)."""
-        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.slab_rows,
-                    self.padding)
+        return GPT2(self.config, map_params(lambda a: a.astype(dtype, order="K"), self.params), self.layout)
 
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
-        return prepare(self.params, self.slab_rows, self.weight_bytes)
+        return prepare(self.params, self.layout.slab_rows, self.weight_bytes)
 
     @property
     def n_params(self) -> int:
@@ -254,7 +223,7 @@ class GPT2:
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
     """An empty cache for `model` (its dtype), for n_ctx plus a block of up to `max_block` tokens and its padding."""
-    return KVCache(model.config, dtype=model.dtype, max_block=max_block + max(model.padding, default=0))
+    return KVCache(model.config, dtype=model.dtype, max_block=max_block + max(model.layout.padding, default=0))
 
 
 def map_params(fn, tree):

@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checkpoint, ngram
+from . import ngram
+from .checkpoint import load as load_model  # a model by name (embedded tiny-*, a real GPT-2) or by directory
 from .files import WEIGHTS_DIR
-from .gpt2 import GPT2
 from .tokenizer import get_encoding
 
 EMBEDDED_TARGET, EMBEDDED_DRAFT = "tiny-target", "tiny-draft"
 EMBEDDED_NGRAM = WEIGHTS_DIR / "tiny-trigram.npz"
-
-
-def load_model(name_or_path, dtype=np.float32) -> GPT2:
-    """A model by name (embedded tiny-*, a real GPT-2 name) or by directory."""
-    return checkpoint.load(name_or_path, dtype=dtype)
 
 
 def load_ngram(path=None):

@@ -92,7 +92,7 @@ class Trigram:
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-# ---------------------------------------------------------------------------------------------- fitting
+# ----------------------------------------------------------------------------- fitting
 def katz_discounts(counts: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     """Discount ratios d[r] (r = 0..k+1, d[k+1] = 1 stands for every r > k) of one order, and Ney's D:
     Good-Turing as Katz corrected it where defined and inside (0, 1), else absolute discounting (fallback 1)."""
@@ -239,7 +239,7 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
         tri_tok=t_tok[t_order], tri_p=t_p[t_order], tri_bow=t_bow)
 
 
-# ---------------------------------------------------------------------------------------------- queries
+# ----------------------------------------------------------------------------- queries
 def _history(model: Trigram, context) -> tuple[int, int]:
     """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
     ids = [operator.index(x) for x in context[-2:]]
@@ -343,7 +343,7 @@ def greedy_continuation(model: Trigram, context, n: int) -> list[int]:
     return out
 
 
-# ------------------------------------------------------------------------------------------ save / load
+# ----------------------------------------------------------------------------- save / load
 def save(model: Trigram, path) -> None:
     """Write the counts to one compressed .npz (format tag, version, n_vocab inside), atomically."""
     meta = {"format": np.array(FORMAT), "version": np.array(VERSION), "n_vocab": np.array(model.n_vocab),

@@ -16,7 +16,7 @@ import numpy as np
 
 from .kvcache import KVCache
 from .sampling import SURE
-from .tree import SOURCES, Tree
+from .tree import SOURCES, Tree, children
 
 
 @dataclass
@@ -56,7 +56,7 @@ class DraftPass:
     """One forward pass of the draft model."""
 
     keys: list  # the nodes it fed, as path keys (() is the root)
-    origins: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
+    source: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
     rows: int  # its rows: first the catch-up tokens the cache lacked
 
 
@@ -124,7 +124,7 @@ class NoRecord:
     def draw(self, node: int, token: int, probs, bonus: bool) -> None:
         """A verification rule drew the target's token after `node` from `probs` (unnormalised)."""
 
-    def draft_pass(self, keys: list, origins: list, rows: int) -> None:
+    def draft_pass(self, keys: list, source: list, rows: int) -> None:
         """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
 
 
@@ -174,9 +174,9 @@ class Recorder(NoRecord):
         if self.keep_trees:
             self.checks.append(Check(int(node), int(token), "draw", float(probs[token] / np.sum(probs)), bool(bonus)))
 
-    def draft_pass(self, keys, origins, rows):
+    def draft_pass(self, keys, source, rows):
         if self.keep_trees:
-            self.passes.append(DraftPass(list(keys), list(origins), int(rows)))
+            self.passes.append(DraftPass(list(keys), list(source), int(rows)))
 
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
         """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens
@@ -186,6 +186,12 @@ class Recorder(NoRecord):
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
+            if proposal.rule == "greedy":  # its tests: each child on the path against the argmax, then the argmax
+                for node in verdict.path:
+                    best, kids = int(np.argmax(scored.p[node])), children(tree, node)
+                    self.checks += [Check(int(c), int(x), "argmax", float(best), bool(x == best),
+                                          float(scored.p[node, x])) for c, x in zip(kids, tree.tokens[kids])]
+                self.checks.append(Check(int(node), int(verdict.token), "draw", 1.0, not kids.size))
             # Where a child was rejected, the residual the rule went on with is computed from these
             # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
             rejected = {int(tree.parents[c.node]) for c in self.checks if c.test == "ratio" and not c.accepted}

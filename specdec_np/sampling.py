@@ -10,23 +10,19 @@ replaces `Rand` with a stand-in that explores every branch, so the tests prove t
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
 from .fastpath import kth_largest, softmax_
+from .values import real, whole
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
-            or not math.isfinite(temperature) or temperature < 0:
+    if not (real(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+    if top_k is not None and not whole(top_k, 1):
         raise ValueError(f"top_k must be an integer >= 1 (or None = off), got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
-                              or not 0 < top_p <= 1):
+    if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] (None or 1.0 = off), got {top_p!r}")
 
 

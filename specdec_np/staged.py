@@ -30,14 +30,14 @@ def guess(ngram, context, n: int) -> tuple[list[int], int, int]:
     return ngram_lib.greedy_continuation(ngram, context, n), NGRAM, 1 + n
 
 
-def speculate(ngram, seq, keys, guess_len: int, max_depth: int, room: int, known) -> tuple[dict, int]:
+def speculate(ngram, seq, keys, guess_len: int, max_depth: int, most: int, known) -> tuple[dict, int]:
     """The guessed nodes the draft should evaluate alongside `keys` (path keys below the root of
-    `seq`), at most `room`, not `known`, each with who guessed it ({key: COPY or NGRAM}, in order);
+    `seq`), at most `most`, not `known`, each with who guessed it ({key: COPY or NGRAM}, in order);
     and the n-gram queries spent. Each key gets min(guess_len, max_depth - 1 - depth) levels:
     nodes at depth max_depth are leaves, never expanded, so guessing deeper is waste."""
     extra, queries = {}, 0
     for k in keys:
-        if len(extra) >= room:
+        if len(extra) >= most:
             break
         n = min(guess_len, max_depth - 1 - len(k))
         if n <= 0:
@@ -46,7 +46,7 @@ def speculate(ngram, seq, keys, guess_len: int, max_depth: int, room: int, known
         queries += q
         for j in range(1, len(tokens) + 1):  # each guessed node, below its guessed parent
             g = k + tuple(tokens[:j])
-            if g not in known and g not in extra and len(extra) < room:
+            if g not in known and g not in extra and len(extra) < most:
                 extra[g] = source
     return extra, queries
 

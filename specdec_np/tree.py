@@ -66,13 +66,9 @@ class Tree:
         return int(self.tokens.size)
 
 
-def depths(tree: Tree):  # -> [n]
-    """Depth of each node (root 0)."""
-    return parent_depths(tree.parents)
-
-
-def parent_depths(parents):  # [n] -> [n]
-    """Depths from a parents array (parents[i] < i, root -1)."""
+def depths(tree):  # Tree or parents [n] -> [n]
+    """Depth of each node (root 0), of a Tree or from its parents array (parents[i] < i, root -1)."""
+    parents = getattr(tree, "parents", tree)
     d = np.zeros(len(parents), dtype=np.int64)
     for i in range(1, len(parents)):
         d[i] = d[parents[i]] + 1
@@ -85,13 +81,9 @@ def positions(tree: Tree, prefix_len: int):  # -> [n]
     return prefix_len + depths(tree)
 
 
-def attention_mask(tree: Tree):  # -> [n, n] bool
-    """mask[i, j] = node i may attend to node j: j is i itself or one of its ancestors."""
-    return ancestor_mask(tree.parents)
-
-
-def ancestor_mask(parents):  # [n] -> [n, n] bool
-    """attention_mask from a parents array: a node's row is its parent's row plus itself."""
+def attention_mask(tree):  # Tree or parents [n] -> [n, n] bool
+    """mask[i, j] = node i may attend to node j: j is i or an ancestor (a row is its parent's plus itself)."""
+    parents = getattr(tree, "parents", tree)
     n = len(parents)
     mask = np.zeros((n, n), dtype=bool)
     for i in range(n):
@@ -124,9 +116,9 @@ def block(seq, cache_len: int, tokens, parents, first: int = 0):
     mask[:n_c, :cache_len] = True
     mask[:n_c, cache_len:root] = np.tril(np.ones((n_c, n_c), dtype=bool))
     mask[n_c:, :root] = True  # the committed prefix, catch-up rows included
-    mask[n_c:, root:] = ancestor_mask(parents)[first:]  # node j at column root + j, in cache or block
+    mask[n_c:, root:] = attention_mask(parents)[first:]  # node j at column root + j, in cache or block
     feed = np.concatenate([np.asarray(catch_up, dtype=np.int64), np.asarray(tokens, dtype=np.int64)[first:]])
-    pos = np.concatenate([cache_len + np.arange(n_c), root + parent_depths(parents)[first:]])
+    pos = np.concatenate([cache_len + np.arange(n_c), root + depths(parents)[first:]])
     return feed, pos, mask, n_c
 
 

@@ -7,7 +7,7 @@ every rule paired with the trees it assumes, the emitted tree.tokens[path[1:]] +
 distributed exactly as if the target had sampled it token by token (the tests enumerate every
 random branch to prove it: all randomness goes through rand.coin / rand.draw). Each test and the
 final draw are reported to `recorder` (record.py; `coin`, `draw`) so a trace can show why each token
-was kept; the default `NO_RECORD` does nothing.
+was kept (greedy's follow from p: the recorder derives them); the default `NO_RECORD` does nothing.
 """
 
 from __future__ import annotations
@@ -61,17 +61,13 @@ def accept_ratio(p_x: float, q_x: float) -> float:
 
 
 def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
-    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss."""
+    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss.
+    Nothing is drawn: its tests follow from p and the path (the recorder derives them)."""
     path = [0]
     while True:
-        node = path[-1]
-        best = int(np.argmax(p[node]))
-        kids = children(tree, node)
-        match = [int(c) for c in kids if tree.tokens[c] == best]
-        for c in kids:
-            recorder.check(c, tree.tokens[c], "argmax", best, tree.tokens[c] == best, p[node][tree.tokens[c]])
+        best = int(np.argmax(p[path[-1]]))
+        match = [int(c) for c in children(tree, path[-1]) if tree.tokens[c] == best]
         if not match:
-            recorder.check(node, best, "draw", 1.0, kids.size == 0)  # the argmax: no draw
             return path, best
         path.append(match[0])
 
@@ -271,32 +267,44 @@ def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str
     return LOSSLESS[tree_kind][0]
 
 
-def check_pairing(tree_kind: str, rule: str) -> None:
-    """Raise ValueError if `rule` is not lossless for trees whose children were chosen as `tree_kind`."""
+def lossless_rules(tree_kind: str, temperature: float | None = None, chain: bool = True) -> tuple:
+    """The rules lossless on trees drawn as `tree_kind` (LOSSLESS): 'greedy' at temperature 0 only (None:
+    unknown here), 'chain' and 'block' on chains only."""
+    return tuple(r for r in LOSSLESS[tree_kind][1]
+                 if (r != "greedy" or not temperature) and (chain or r not in CHAIN_RULES))
+
+
+def check_pairing(tree_kind: str, rule: str, temperature: float | None = None, chain: bool = True) -> None:
+    """A ValueError saying why, unless `rule` is one of lossless_rules(tree_kind, temperature, chain)."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule {rule!r}; choose one of {sorted(RULES)}")
     if tree_kind not in LOSSLESS:
         raise ValueError(f"unknown tree kind {tree_kind!r}; choose one of {tuple(LOSSLESS)}")
-    if rule not in LOSSLESS[tree_kind][1]:
-        why = {
-            "point_mass": "it assumes children are a deterministic function of the draft (e.g. its top-k); "
-                          "sampled children need 'chain', 'recursive' or 'recursive_wor'",
-            "chain": "it assumes one child per node drawn from q (a sampled chain: build_chain with rand)",
-            "recursive": "it assumes siblings drawn from q with replacement; without-replacement "
-                         "trees need 'recursive_wor', deterministic trees 'point_mass'",
-            "recursive_wor": "it assumes siblings drawn from q without replacement; with-replacement "
-                             "trees need 'recursive', deterministic trees 'point_mass'",
-            "block": "it assumes a chain whose every token was drawn from q (a sampled chain: build_chain "
-                     "with rand), not a copied chain or the draft's top tokens",
-            "traversal": "it assumes children drawn from q (with or without replacement, as the tree's kind "
-                         "says), not the draft's top tokens; deterministic trees need 'point_mass'",
-        }[rule]
-        raise ValueError(f"rule {rule!r} is not lossless on a {tree_kind} tree: {why}")
+    if rule in lossless_rules(tree_kind, temperature, chain):
+        return
+    if rule == "greedy":  # lossless on every kind, at temperature 0 only
+        raise ValueError("plan: rule 'greedy' keeps the target's argmax, which is sampling only at temperature 0; "
+                         f"at temperature {temperature} leave rule None (the rule the tree's drafting needs)")
+    if rule in LOSSLESS[tree_kind][1]:  # a chain rule on trees that branch
+        raise ValueError(f"rule {rule!r} verifies a chain: use method 'speculative', or widths of 1")
+    why = {
+        "point_mass": "it assumes children are a deterministic function of the draft (e.g. its top-k); "
+                      "sampled children need 'chain', 'recursive' or 'recursive_wor'",
+        "chain": "it assumes one child per node drawn from q (a sampled chain: build_chain with rand)",
+        "recursive": "it assumes siblings drawn from q with replacement; without-replacement "
+                     "trees need 'recursive_wor', deterministic trees 'point_mass'",
+        "recursive_wor": "it assumes siblings drawn from q without replacement; with-replacement "
+                         "trees need 'recursive', deterministic trees 'point_mass'",
+        "block": "it assumes a chain whose every token was drawn from q (a sampled chain: build_chain "
+                 "with rand), not a copied chain or the draft's top tokens",
+        "traversal": "it assumes children drawn from q (with or without replacement, as the tree's kind "
+                     "says), not the draft's top tokens; deterministic trees need 'point_mass'",
+    }[rule]
+    raise ValueError(f"rule {rule!r} is not lossless on a {tree_kind} tree: {why}")
 
 
 def check_tree(tree: Tree, rule: str) -> None:
-    """check_pairing plus the shape the rule needs: chains for 'chain' and 'block', distinct siblings
-    for 'point_mass'."""
+    """check_pairing plus the shape the rule needs: chains ('chain', 'block'), distinct siblings ('point_mass')."""
     check_pairing(tree.kind, rule)
     if rule in CHAIN_RULES:
         n_children = np.bincount(tree.parents[1:], minlength=len(tree))

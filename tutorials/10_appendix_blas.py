@@ -73,9 +73,9 @@ say_if_busy(start)
 # Because the kernels work on panels of 4 or 8 rows, on many machines a block of 5-7 tokens
 # costs *more* than one of 8, and 13-15 more than 16. A verifier can exploit that for free:
 # compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
-# attends to (`forward(..., pad_to=8)`). The real rows compute exactly what they would alone; the
+# attends to (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone; the
 # decoder pads each block to the cheapest measured size at least as large (the tools' table of
-# these sizes, `costmodel.padding`, becomes the model's `GPT2.padding` where they set its layout).
+# these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout).
 
 # %%
 def pad_size(curve, k):
@@ -94,7 +94,7 @@ cache = new_cache(target)
 forward(target, prompt, cache)
 plain = forward(target, prompt[:5], cache)
 cache.truncate(len(prompt))
-padded = forward(target, prompt[:5], cache, pad_to=8)
+padded = forward(laid_out(target, padding=(8,) * 5), prompt[:5], cache)  # blocks of 1-5 tokens as 8 rows
 print_rounding(f"5 tokens padded to 8: {padded.shape[0]} rows of logits, max difference {np.abs(padded - plain).max():.1e}, "
       f"cache length {cache.length}")
 assert padded.shape == plain.shape and cache.length == len(prompt) + 5
@@ -111,5 +111,5 @@ assert all(k <= pad_size(odd, k) <= 8 and odd[pad_size(odd, k)] <= odd[k] for k 
 # * Run it with `OPENBLAS_NUM_THREADS=2` while another program keeps one core busy
 #   (`python3 -c 'while True: pass' &`, then `kill %1`), and compare the ratios with a quiet run:
 #   threads that wait for each other show up as jumps.
-# * Change `pad_to=8` to `pad_to=16` in the padding cell: the real rows' logits still match
+# * Change `(8,) * 5` to `(16,) * 5` in the padding cell: the real rows' logits still match
 #   (the asserts check it), only the cost changes.

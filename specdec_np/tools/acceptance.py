@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import methods
 from ..decode import generate
 from ..files import weights_file
+from ..methods import METHODS
 from ..plan import Plan
 from ..tokenizer import encode
+from ..values import whole
 from .blas import use_threads
 from .cache import write_json
 
@@ -75,8 +76,8 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
 
 def runnable(has_draft: bool, has_ngram: bool) -> set:
     """The profiled methods a pair can run (methods.py says which need a draft or an n-gram)."""
-    return {name for name in PROFILED if (has_draft or not methods.runs_draft(name))
-            and (has_ngram or not methods.needs_ngram(name))}
+    return {name for name in PROFILED if (has_draft or not METHODS[name].runs_draft)
+            and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
@@ -206,15 +207,13 @@ def to_json(x):
 
 def from_json_record(r: dict) -> dict:
     """A count record read back, block sizes as ints again; a ValueError if it is not one."""
-    def count(n):
-        return isinstance(n, int) and not isinstance(n, bool) and n >= 0
-    if not isinstance(r, dict) or not all(count(r.get(k)) for k in COUNTS):
+    if not isinstance(r, dict) or not all(whole(r.get(k), 0) for k in COUNTS):
         raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers >= 0)")
     passes = {}
     for model in ("target", "draft"):
         states = r.get(model)
         if not isinstance(states, dict) or set(states) != {"cold", "warm"} or not all(
-                isinstance(c, dict) and all(str(k).isdigit() and int(k) >= 1 and count(n) for k, n in c.items())
+                isinstance(c, dict) and all(str(k).isdigit() and int(k) >= 1 and whole(n, 0) for k, n in c.items())
                 for c in states.values()):
             raise ValueError(f"a count record's {model!r} needs passes by state (cold, warm): block size -> count")
         passes[model] = {state: {int(k): n for k, n in c.items()} for state, c in states.items()}

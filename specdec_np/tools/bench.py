@@ -19,7 +19,7 @@ import numpy as np
 from .. import methods
 from ..decode import generate
 from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
-from ..gpt2 import GPT2_SHAPES, random_params
+from ..gpt2 import random_params
 from ..models import load_embedded
 from ..plan import constant
 from ..tokenizer import encode
@@ -30,9 +30,10 @@ from .blas import blas_name
 from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
-from .costcurve import apply_layout, gpt2_shapes_report, matrix_report
+from .costcurve import GPT2_SHAPES, apply_layout, gpt2_shapes_report, matrix_report
 from .costmodel import pads, record_ms
 from .machine import machine, machine_name, settle_threads
+from .options import describe
 from .progress import Progress
 
 # {row: method}; "staged, drafts only" is staged without copied chains (copy_len 0), the paper's staged decoding.
@@ -207,7 +208,7 @@ def markdown(summary, plans) -> str:
         lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
                                              "weight traffic | paper: traffic | paper: speedup | tokens/target pass | "
                                              "draft passes/target pass", rows)]
-        lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {methods.describe(c.method, c.plan)}"
+        lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
                                              for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
                              [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
@@ -236,9 +237,10 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        kind = methods.kind(row, plan, SETTINGS["top-k"]["temperature"])  # how the plan draws the tree's children
+        # how the plan draws the tree's children
+        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
-        pairs[f"{row}: {methods.describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
+        pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
             Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
             for rule in (token_level, "traversal"))
     return pairs
@@ -378,7 +380,7 @@ def main(argv=None) -> int:
                                            costs, Progress("profiling the pair")),
                         costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
     for sname, rows in plans.items():
-        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {methods.describe(c.method, c.plan)}" for m, c in rows.items()
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)}" for m, c in rows.items()
                                         if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
@@ -388,7 +390,7 @@ def main(argv=None) -> int:
         summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, settings, a.seeds),
                             target)
         md = markdown(summary, plans)
-        res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": methods.describe(c.method, c.plan),
+        res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                                       "predicted_speedup": c.speedup} for m, c in rows.items()}
                                               for s, rows in plans.items()}}
     if a.rows != "methods":

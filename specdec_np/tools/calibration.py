@@ -136,7 +136,7 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
                 in_time()
                 for s in res.stats.steps[1:]:
                     steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
-                    passes.append(("cold" if s.draft_blocks else "warm", target.padded(s.target_block),
+                    passes.append(("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block),
                                    1000 * s.seconds[1]))
     return steps, passes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from .. import methods
+from ..methods import METHODS
 from ..plan import Plan, constant
 from . import acceptance as profiles
 from .cache import cache_path, read_json, store, writable
@@ -18,6 +18,7 @@ from .calibration import Busy, calibration
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
+from .options import describe
 from .progress import Progress
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -77,7 +78,8 @@ def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recal
     for m in methods:
         try:
             chosen = choose(profile, costs, temperature, m, draft is not None, ngram is not None,
-                            keep=lambda r, m=m: lossless(rule, r["method"], Plan(**r["shape"]), temperature))
+                            keep=lambda r: METHODS[r["method"]].lossless(
+                                Plan(**r["shape"] | ({"rule": rule} if rule else {})), temperature))
             out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
         except ValueError:  # no plan of m in the profile is lossless for the rule
             out[m] = fallback(m, temperature, f"the profile has no plan of {m} for --rule {rule}", rule)
@@ -88,15 +90,6 @@ def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrat
              rule=None) -> Choice:
     """This machine's plan for the pair and setting (of one `method`, or the fastest of all)."""
     return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress, rule)[method]
-
-
-def lossless(rule: str | None, method: str, plan: Plan, temperature: float) -> bool:
-    """Whether `rule` (None: the plan's own) verifies `method`'s trees under `plan` losslessly."""
-    try:
-        methods.check_rule(method, plan if rule is None else dataclasses.replace(plan, rule=rule), temperature)
-    except ValueError:
-        return False
-    return True
 
 
 def choose(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
@@ -111,10 +104,10 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
               and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
-    plain = next(r for r in profile["settings"][setting] if not methods.drafts(r["method"], Plan(**r["shape"])))
+    plain = next(r for r in profile["settings"][setting] if not METHODS[r["method"]].drafts)
     base = record_ms(plain, curves, overheads) / plain["tokens"]
     ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
-    if method is None and methods.drafts(m, Plan(**shape)) and base / ms < MARGIN:
+    if method is None and METHODS[m].drafts and base / ms < MARGIN:
         ms, m, shape = base, plain["method"], {}
     return Choice(m, Plan(**shape), ms, base)
 
@@ -123,7 +116,7 @@ def constant_for(method: str, temperature: float, rule: str | None = None) -> Pl
     """The constant plan with `rule`, its trees drawn as the rule needs (e.g. 'recursive_wor': without replacement)."""
     plan = dataclasses.replace(constant(temperature), rule=rule)
     tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
-    return next((p for p in tried if lossless(None, method, p, temperature)), plan)
+    return next((p for p in tried if METHODS[method].lossless(p, temperature)), plan)
 
 
 def fallback(method: str | None, temperature: float, why: str, rule: str | None = None) -> Choice:
@@ -136,8 +129,8 @@ def fallback(method: str | None, temperature: float, why: str, rule: str | None 
 def fell_back(asked, temperature: float, rule, why: str) -> dict:
     """{method: `fallback`} for the methods asked, said in one line naming each plan."""
     out = {m: fallback(m, temperature, why, rule) for m in asked}
-    used = "; ".join(f"{c.method} with {methods.describe(c.method, c.plan)}" for c in out.values())
-    slow = ", which may be slower than plain decoding" * any(methods.drafts(c.method, c.plan) for c in out.values())
+    used = "; ".join(f"{c.method} with {describe(c.method, c.plan)}" for c in out.values())
+    slow = ", which may be slower than plain decoding" * any(METHODS[c.method].drafts for c in out.values())
     sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
     return out
 

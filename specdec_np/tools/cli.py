@@ -23,17 +23,18 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..decode import generate
 from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2
-from ..methods import METHODS, describe, needs_ngram, runs_draft
+from ..checks import ContextFilled, check_prompt
+from ..methods import METHODS
 from ..models import load_model, load_ngram
-from ..plan import ContextFilled, Plan, check_prompt
+from ..plan import Plan
 from ..tokenizer import decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .acceptance import runnable
-from .choice import constant_for, lossless, plans_for
+from .choice import constant_for, plans_for
 from .costcurve import apply_layout
-from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, plan_origin,
-                      profiled, reads)
+from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, describe, given,
+                      plan_origin, profiled, reads)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
@@ -110,7 +111,7 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
         choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate, rule=a.rule)
         # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
         shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-        choice, plan = next(((c, p) for c, p in shaped if lossless(None, c.method, p, temperature)), shaped[0])
+        choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
         method, layout = choice.method, choice.layout
         check_rule(plan, method, temperature)
         origin = plan_origin(choice, "" if asked == (None,) or a.method else f" of {', '.join(asked)}")
@@ -182,9 +183,9 @@ def setup(a) -> Setup:
         try:
             draft = load_model(a.draft or default_draft(a.target))
         except (ValueError, FileNotFoundError):
-            if a.draft is not None or a.method is None or runs_draft(a.method):
+            if a.draft is not None or a.method is None or METHODS[a.method].runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan
-    if a.method is not None and needs_ngram(a.method) or draft is not None and reads("ngram", a.method, a.plan):
+    if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -194,7 +195,7 @@ def setup(a) -> Setup:
                 raise ValueError(f"--ngram {a.ngram}: the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
     try:  # the draft's context too when it may decode (with --method, or the machine's choice)
-        check_prompt(encode(enc, text), target, draft if a.method is None or runs_draft(a.method) else None)
+        check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else a.draft or default_draft(a.target)}: "
                          f"{e}") from None

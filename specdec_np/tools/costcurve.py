@@ -8,7 +8,6 @@ a burst of noise on a shared machine lands on every size a little, not on a few 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import time
@@ -16,12 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fastpath import Weight, matmul
-from ..gpt2 import GPT2_SHAPES, GPT2, forward, new_cache, random_params
+from ..fastpath import Weight, laid_out, matmul
+from ..gpt2 import GPT2, GPT2Config, forward, new_cache, random_params
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
+
+# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
+GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
+               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
@@ -128,18 +133,14 @@ def fitting(sizes, n_ctx: int) -> tuple:
     return tuple(k for k in sizes if k <= n_ctx * 3 // 4) or sizes[:1]
 
 
-def laid_out(model: GPT2, slab_rows: int) -> GPT2:
-    """`model` reading column slabs for blocks of up to `slab_rows` rows (0: never): same numbers, other speed."""
-    return model if model.slab_rows == slab_rows else dataclasses.replace(model, slab_rows=slab_rows)
-
-
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
     padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
     def lay(model, name):
         if model is not None and name in layout:
             model = laid_out(model, layout[name])
-        return model.with_padding(layout[name + "_pad"]) if model is not None and name + "_pad" in layout else model
+        pad = layout.get(name + "_pad")
+        return laid_out(model, padding=pad) if model is not None and pad is not None else model
     return lay(target, "target"), lay(draft, "draft")
 
 

@@ -37,7 +37,7 @@ def pad_size(curve: dict, k: int) -> int:
 
 
 def padding(curve: dict | None) -> tuple:
-    """A model's padding table (`GPT2.padding`): `pad_size(curve, k)` for k up to the largest measured size."""
+    """A model's padding table (`Layout.padding`): `pad_size(curve, k)` for k up to the largest measured size."""
     return _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items()))) if curve else ()
 
 

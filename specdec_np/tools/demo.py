@@ -16,7 +16,7 @@ import numpy as np
 
 from ..decode import generate
 from ..gpt2 import forward, new_cache
-from ..methods import describe, drafts
+from ..methods import METHODS
 from ..models import load_embedded
 from ..plan import constant
 from ..tokenizer import decode, encode
@@ -24,7 +24,7 @@ from ..tree import COPY, NGRAM, SOURCES, render
 from .choice import plans_for
 from .costcurve import apply_layout
 from .machine import cpu_times, timing_note
-from .options import check_fits, plan_origin, resized
+from .options import check_fits, describe, plan_origin, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -98,7 +98,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
     for m in methods:
         c = chosen.get(m)
         plan = constant(temperature) if c is None else c.plan
-        if not drafts(m, plan):
+        if not METHODS[m].drafts:
             origin = "the baseline"
         else:
             origin = "the constant plan, as --plan default asks" if c is None else plan_origin(c)

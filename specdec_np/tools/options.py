@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .. import methods, verify
-from ..methods import METHODS, describe
+from .. import verify
+from ..methods import METHODS
 from ..plan import Plan
 from .acceptance import PROFILED
-from .choice import lossless
 
 # The Plan field each command-line option sets (--depth is also a chain's length).
 OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
@@ -31,11 +30,11 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
 def shapes(field: str, name: str) -> bool:
     """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts
     has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
-    drafts = methods.drafts(name, Plan())
-    tree = drafts and not methods.proposes_chain(name)
-    draft_tree = tree and methods.runs_draft(name)
-    return {"depth": drafts, "rule": drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
-            "copy_len": methods.runs_draft(name) and methods.needs_ngram(name)}[field]
+    m = METHODS[name]
+    tree = m.drafts and not m.proposes_chain
+    draft_tree = tree and m.runs_draft
+    return {"depth": m.drafts, "rule": m.drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
+            "copy_len": m.runs_draft and m.needs_ngram}[field]
 
 
 def given(a) -> list[str]:
@@ -53,7 +52,7 @@ def candidate_methods(a) -> tuple:
 
 def profiled(name: str) -> bool:
     """Whether the machine's plan can price `name`: it drafts, and the acceptance profile holds it."""
-    return methods.drafts(name, Plan()) and name in PROFILED
+    return METHODS[name].drafts and name in PROFILED
 
 
 def plan_origin(choice, among: str = "") -> str:
@@ -67,16 +66,16 @@ def plan_origin(choice, among: str = "") -> str:
 def reads(model: str, method: str | None, plan: str) -> bool:
     """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
     ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
-    runs = methods.runs_draft if model == "draft" else methods.needs_ngram
-    return method is None or runs(method) or plan == "machine" and profiled(method)
+    m = METHODS.get(method)
+    return m is None or (m.runs_draft if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
 
 
 def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
     """`plan` with --budget/--depth applied (None: unchanged): a chain's one length, or a best-first
     tree of the draft's top tokens (a drawn tree and the rule chosen for it do not carry over)."""
-    if methods.proposes_chain(method):
+    if METHODS[method].proposes_chain:
         return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if not methods.drafts(method, plan) or budget is None and depth is None:  # plain decoding has no tree to resize
+    if not METHODS[method].drafts or budget is None and depth is None:  # plain decoding has no tree to resize
         return plan
     return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
                                budget=plan.budget if budget is None else budget,
@@ -92,10 +91,10 @@ def changed(plan: Plan, method: str, a) -> Plan:
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
-    """`methods.check_size` (a step's block within the target's context), each `field=value` of its
+    """`Method.check_size` (a step's block within the target's context), each `field=value` of its
     message as `--option value`."""
     try:
-        methods.check_size(method, plan, n_ctx)
+        METHODS[method].check_size(plan, n_ctx)
     except ValueError as e:
         raise ValueError(re.sub(r"\b([a-z_]+)=", lambda m: f"{OPTIONS[m[1]]} " if m[1] in OPTIONS else m[0],
                                 str(e).removeprefix("plan: "))) from None
@@ -117,8 +116,8 @@ def lossless_on(rule: str) -> str:
 
 
 def check_rule(plan: Plan, method: str, temperature: float) -> None:
-    """methods.check_rule in the command line's terms, saying which options give such trees."""
-    if not lossless(None, method, plan, temperature):
+    """Method.check_rule in the command line's terms, saying which options give such trees."""
+    if not METHODS[method].lossless(plan, temperature):
         raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on the trees of method "
                          f"{method} ({describe(method, dataclasses.replace(plan, rule=None))})")
 
@@ -129,14 +128,14 @@ def check_rule_options(a) -> None:
         return
     if a.sampled is not None:
         kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method is not None and (methods.proposes_chain(a.method) or not methods.runs_draft(a.method)):
+    elif a.method is not None and (METHODS[a.method].proposes_chain or not METHODS[a.method].runs_draft):
         # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
-        kind = methods.kind(a.method, Plan(), a.temperature)
-        how = (f"{a.method}'s chain drawn from the draft" if methods.runs_draft(a.method)
+        kind = METHODS[a.method].tree_kind(Plan(), a.temperature)
+        how = (f"{a.method}'s chain drawn from the draft" if METHODS[a.method].runs_draft
                else f"{a.method}'s drafts, which are not drawn from the draft model")
     else:
         kind = how = None
-    if kind is not None and a.rule not in verify.LOSSLESS[kind][1]:
+    if kind is not None and a.rule not in verify.lossless_rules(kind):
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {how}")
     if a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
         raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
@@ -187,7 +186,7 @@ def check_options(a) -> None:
                 raise ValueError(f"{OPTIONS[field]} does nothing with --method {a.method}, whose plan is "
                                  f"{describe(a.method, Plan())}: it applies to --method "
                                  + ", ".join(m for m in METHODS if shapes(field, m)))
-    if (a.budget is not None or a.depth is not None and not (a.method and methods.proposes_chain(a.method))) \
+    if (a.budget is not None or a.depth is not None and not (a.method and METHODS[a.method].proposes_chain)) \
             and (a.widths is not None or a.sampled is not None):
         first = "--budget" if a.budget is not None else "--depth"
         second = "--widths" if a.widths is not None else "--sampled"
@@ -195,3 +194,31 @@ def check_options(a) -> None:
     if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
         raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
     check_rule_options(a)
+
+
+# ----------------------------------------------------------------------------- a plan in words (core49)
+
+def describe(method: str, plan: Plan) -> str:
+    """`plan` in words, as `method` uses it."""
+    m = METHODS[method]
+    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
+    if not m.drafts:
+        return "plain decoding (no drafts)"
+    if method == "lookup" and plan.lookup_chains:
+        k3, k2, k1 = plan.lookup_chains
+        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
+    if m.proposes_chain:
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    widths = ",".join(map(str, plan.widths))
+    fixed = m.runs_draft and m.fixed_widths(plan)
+    if plan.sampled and fixed:
+        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
+    elif fixed:
+        text = f"the draft's top tokens, widths {widths}"
+    else:
+        text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
+    if m.runs_draft and m.needs_ngram:
+        guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
+                   else "no n-gram guesses")
+        text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")
+    return text + rule

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import methods, verify
+from .. import verify
+from ..methods import METHODS
 from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
@@ -70,7 +71,7 @@ def passes(trace) -> tuple[list, list]:
     for j, dp in enumerate(trace.passes):
         fed = [{"token": int(k[-1]) if k else int(tree.tokens[0]), "depth": len(k),
                 "origin": ORIGIN[origin] if k else "root", "node": node_of.get(k)}
-               for k, origin in zip(dp.keys, dp.origins)]
+               for k, origin in zip(dp.keys, dp.source)]
         out.append({"rows": dp.rows, "catch_up": dp.rows - len(dp.keys), "fed": fed,
                     "built": [i for i in range(1, len(tree)) if built_by[i] == j]})
     return out, built_by
@@ -123,7 +124,7 @@ def record(result, enc, prompt, method: str, about: str = "", costs: dict | None
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {"method": method, "about": about, "sources": list(SOURCES),
-            "staged": methods.runs_draft(method) and methods.needs_ngram(method),  # the draft with stage 2, or not
+            "staged": METHODS[method].runs_draft and METHODS[method].needs_ngram,  # the draft with stage 2, or not
             "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
             "tokens": result.tokens, "stop": result.stop_reason,
             "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},

@@ -49,7 +49,8 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
     target, draft, trigram = small
     ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw), eos=None)
+    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw),
+                   eos=None)
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 
@@ -233,12 +234,18 @@ def test_bad_input_raises(small):
     (dict(budget=0), "budget must be an integer >= 1"), (dict(depth=-1), "depth must be an integer >= 1"),
     (dict(chain=1.5), "chain must be"), (dict(widths=()), "widths must be"), (dict(widths=(2, 0)), "widths must be"),
     (dict(copy_len=-1), "copy_len must be an integer >= 0"), (dict(guess_len=True), "guess_len must be"),
-    (dict(guess_rows="lots"), "guess_rows must be"), (dict(rule="magic"), "unknown rule"),
+    (dict(guess_rows="lots"), "guess_rows must be"),
     (dict(lookup_chains=(7, 3)), "lookup_chains must be"), (dict(lookup_chains=(0, 0, 0)), "lookup_chains must be"),
     (dict(lookup_chains=(7, -1, 0)), "lookup_chains must be"), (dict(lookup_chains=7), "lookup_chains must be")])
 def test_plan_validates_itself(shape, message):
     with pytest.raises(ValueError, match=message):
         Plan(**shape)
+
+
+def test_generate_refuses_an_unknown_rule(small):
+    """A plan's rule is a name in verify.RULES (the leaf Plan cannot know them: generate checks)."""
+    with pytest.raises(ValueError, match="plan: unknown rule 'magic'"):
+        generate(small.target, [1, 2], 4, "speculative", small.draft, plan=Plan(rule="magic"))
 
 
 def test_plan_defaults_are_constants():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import fastpath
-from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Weight, matmul
+from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out, matmul
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
@@ -102,15 +102,15 @@ def test_keep_accepted_path_then_continue_equals_fresh_prefill(model, prefix, da
 @given(st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=15), st.data())
 @settings(max_examples=25)
 def test_padded_block_computes_exactly_the_unpadded_one(model, prefix, data):
-    # Dummy rows must be invisible to the real ones: same logits, same cache, same length.
+    # Dummy rows (a layout's padding) must be invisible to the real ones: same logits, same cache, same length.
     parents, tokens = random_tree(data)
     mask, depth = tree_mask_and_depth(parents)
     pad_to = len(tokens) + data.draw(st.integers(0, 9))
     caches = []
-    for pad in (None, pad_to):
+    for padded in (model, laid_out(model, padding=[max(k, pad_to) for k in range(1, len(tokens) + 1)])):
         cache = new_cache(model, max_block=16)
         forward(model, prefix, cache)
-        logits = forward(model, tokens, cache, positions=len(prefix) + depth, mask=mask, pad_to=pad)
+        logits = forward(padded, tokens, cache, positions=len(prefix) + depth, mask=mask)
         assert logits.shape == (len(tokens), CFG.n_vocab) and cache.length == len(prefix) + len(tokens)
         caches.append((logits, cache))
     (a, ca), (b, cb) = caches
@@ -124,7 +124,7 @@ def test_padding_past_the_cache_is_refused(model):
     cache = KVCache(CFG, capacity=12, dtype=np.float64)
     forward(model, list(range(8)), cache)
     with pytest.raises(ValueError, match="KV cache overflow: 8 cached \\+ 8 padded > capacity 12"):
-        forward(model, [1, 2], cache, pad_to=8)
+        forward(laid_out(model, padding=(8, 8)), [1, 2], cache)
     assert cache.length == 8
 
 
@@ -241,7 +241,7 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
     toks = list(range(3, 20))
     ref = full_logits(model, toks)
     for rows in (0, 1, 4, 16):
-        m = dataclasses.replace(model, slab_rows=rows)
+        m = dataclasses.replace(model, layout=Layout(slab_rows=rows))  # prepared anew
         assert m.prepared["head"].slab_rows == rows
         cache = new_cache(m)
         got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])

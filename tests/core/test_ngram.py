@@ -51,7 +51,7 @@ def reference_dist(tokens, V, context, k=5, min_count=1):
     return np.array(p)
 
 
-# ------------------------------------------------------------------------------- hand-computed numbers
+# ----------------------------------------------------------------------------- hand-computed numbers
 
 def test_katz_discounts_good_turing_by_hand():
     # counts of 9 n-grams: n1 = 6, n2 = 2, n3 = 1; k = 2
@@ -161,7 +161,7 @@ def test_min_count_prunes_trigrams_into_the_backoff():
                                rtol=1e-13)
 
 
-# ------------------------------------------------------------------------------- properties
+# ----------------------------------------------------------------------------- properties
 
 streams = st.integers(3, 12).flatmap(
     lambda V: st.tuples(st.just(V), st.lists(st.integers(0, V - 1), min_size=1, max_size=200)))
@@ -250,7 +250,7 @@ def test_greedy_continuation_follows_argmax():
     assert len(got) == 6 and greedy_continuation(m, ctx, 0) == []
 
 
-# ------------------------------------------------------------------------------- save / load
+# ----------------------------------------------------------------------------- save / load
 
 def test_save_load_round_trip_is_exact(tmp_path):
     rng = np.random.default_rng(2)
@@ -295,7 +295,7 @@ def test_load_rejects_wrong_files(tmp_path):
         load(tmp_path / "cut.npz")
 
 
-# ------------------------------------------------------------------------------- bad input
+# ----------------------------------------------------------------------------- bad input
 
 def test_fit_rejects_bad_streams():
     with pytest.raises(ValueError, match="empty token stream"):
@@ -327,7 +327,7 @@ def test_queries_reject_out_of_vocabulary_ids():
         top_k(m, [0], 0)
 
 
-# ------------------------------------------------------------------------------- prompt lookup
+# ----------------------------------------------------------------------------- prompt lookup
 
 def test_prompt_lookup_proposes_continuation_of_most_recent_match():
     #          0  1  2  3  4  5  6  7  8  9

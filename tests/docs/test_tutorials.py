@@ -106,7 +106,7 @@ def test_every_try_this_check_has_a_wrong_input():
     assert all(check in path.read_text(encoding="utf-8") for path in TUTORIALS for check, _ in WRONG.get(path.stem, []))
 
 
-# --------------------------------------------------------------------- the notebooks (make notebooks)
+# ----------------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # An absolute path of the machine that ran the notebook (its venv, home, a temporary folder).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_np.methods import max_depth, max_nodes
+from specdec_np.methods import METHODS
 from specdec_np.tools import bench, demo
 from specdec_np.tools.cli import main
 
@@ -132,7 +132,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     method, plan, about, _ = choose(budget=16, depth=5)
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
         ("staged", "best_first", 16, 5, None, None)
-    assert max_nodes(method, plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
+    assert METHODS[method].max_nodes(plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
     assert asked[-1] == ("tree", "staged")  # without --method, the plan is the fastest where --budget applies
     assert "(this machine's measured plan of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
@@ -145,7 +145,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # The machine's lookup plan may set its chain's length by the match; --depth gives one length.
     drawn = Plan(lookup_chains=(23, 7, 0))
     method, plan, about, _ = choose(depth=5, method="lookup")
-    assert (method, plan.chain, plan.lookup_chains, max_depth(method, plan)) == ("lookup", 5, (), 5)
+    assert (method, plan.chain, plan.lookup_chains, METHODS[method].max_depth(plan)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
     assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose(method="lookup")[2]
     # Without any option the machine's plan may be any method (None: plan_for's own choice).
@@ -197,7 +197,8 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
 
 
 @pytest.mark.parametrize("options, methods", [
-    (dict(budget=8), ("tree", "staged", "ngram")), (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
+    (dict(budget=8), ("tree", "staged", "ngram")),
+    (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
     (dict(widths="2,1"), ("tree", "staged")), (dict(sampled="with"), ("tree", "staged")),
     (dict(copy_len=4), ("staged",)), (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup")),
     (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
@@ -324,7 +325,8 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     from specdec_np.tools import choice
 
     measured = Plan(chain=3)
-    chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0), "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
+    chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0),
+              "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
               "lookup": choice.fallback("lookup", 0.0, "the machine was busy")}
     monkeypatch.setattr(demo, "plans_for", lambda *a, **k: chosen)
     a = argparse.Namespace(plan="machine", budget=None, depth=None)
@@ -433,7 +435,8 @@ def test_read_prompts_errors(tmp_path):
 
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatch):
     real = bench.importlib.util.find_spec
-    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(bench.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
     with pytest.raises(ValueError, match="--plot needs matplotlib"):
         bench.main(["--prompts", str(FIXTURE), "--plot", "--out", str(tmp_path)])
     assert not (tmp_path / "results.json").exists()

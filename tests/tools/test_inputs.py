@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from specdec_np import ngram
 from specdec_np.decode import generate
+from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
 from specdec_np.methods import METHODS
 from specdec_np.plan import Plan
@@ -171,8 +172,8 @@ def test_accepted_counterparts_of_the_refused_arguments_decode(models):
 
 
 def test_api_rejects_a_target_that_is_not_a_model(models):
-    with pytest.raises(TypeError, match=r"target must be a loaded gpt2.GPT2 \(e.g. models.load_model\('tiny-target'\)\), "
-                                        "got str 'tiny-target'"):
+    with pytest.raises(TypeError, match=r"target must be a loaded gpt2.GPT2 \(e.g. "
+                                        r"models.load_model\('tiny-target'\)\), got str 'tiny-target'"):
         generate("tiny-target", [1, 2], 4)
 
 
@@ -180,8 +181,8 @@ def test_api_rejects_a_target_that_is_not_a_model(models):
 def test_a_models_padding_must_be_block_sizes_within_its_context(models, pad):
     target, _, _ = models
     with pytest.raises(ValueError, match=r"padding: padding\[k - 1\] must be an integer from k to n_ctx=40"):
-        target.with_padding(pad)
-    assert target.with_padding([np.int64(2), 2, 4]).padding == (2, 2, 4)
+        laid_out(target, padding=pad)
+    assert laid_out(target, padding=[np.int64(2), 2, 4]).layout.padding == (2, 2, 4)
 
 
 def test_eos_in_range_stops_and_never_does_not(models):
@@ -212,7 +213,8 @@ def test_a_trigram_for_another_vocabulary_is_refused_before_any_work(models):
     target, draft, _ = models
     other = ngram.fit(np.arange(100) % 30, 30)
     for method in ("staged", "ngram"):
-        with pytest.raises(ValueError, match=r"ngram: the trigram's vocabulary \(30 tokens\) is not the target's \(24\)"):
+        with pytest.raises(ValueError,
+                           match=r"ngram: the trigram's vocabulary \(30 tokens\) is not the target's \(24\)"):
             generate(target, [1, 2], 4, method, draft, other)
 
 
@@ -225,7 +227,7 @@ def test_a_failed_download_leaves_nothing_and_names_every_model(tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
-@given(method=st.sampled_from(METHODS), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
+@given(method=st.sampled_from(list(METHODS)), temperature=st.sampled_from([0.0, 1.0]), n=st.integers(0, 30),
        prompt=st.lists(st.integers(0, CFG.n_vocab - 1), min_size=1, max_size=8), eos=st.sampled_from([None, 3, 5]),
        copy_len=st.sampled_from([0, 4]), seed=st.integers(0, 3))
 @settings(max_examples=60)

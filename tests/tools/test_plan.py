@@ -12,12 +12,13 @@ import pytest
 from specdec_np import ngram
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, random_params
-from specdec_np.methods import describe
+from specdec_np.methods import METHODS
 from specdec_np.plan import Plan, constant
 from specdec_np.tools import calibration as cal
 from specdec_np.tools import choice, machine
 from specdec_np.tools import acceptance as profiles
 from specdec_np.tools.costmodel import OVERHEADS, pads
+from specdec_np.tools.options import describe
 from specdec_np.tools.progress import Progress
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
@@ -330,8 +331,9 @@ def test_a_busy_machine_measures_nothing_and_says_which_plan_it_uses(pair, profi
     padding = pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
     assert not chosen.busy and chosen.layout == {"target": 4, "draft": 0} | padding
     laid_target, laid_draft = chosen.models(target, draft)
-    assert (laid_target.slab_rows, laid_draft.slab_rows) == (4, 0) and laid_target.params is target.params
-    assert (laid_target.padding, laid_draft.padding) == (padding["target_pad"], padding["draft_pad"])
+    assert (laid_target.layout.slab_rows, laid_draft.layout.slab_rows) == (4, 0)
+    assert laid_target.params is target.params
+    assert (laid_target.layout.padding, laid_draft.layout.padding) == (padding["target_pad"], padding["draft_pad"])
 
 
 def test_measuring_stops_past_its_time(pair):
@@ -360,7 +362,7 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
 
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
-    assert laid_out(target, target.slab_rows) is target and laid_out(target, 0).slab_rows == 0
+    assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
@@ -471,13 +473,18 @@ def test_the_plan_for_a_rule_is_one_the_rule_verifies_losslessly(pair, profile, 
         monkeypatch.setattr(choice, "calibration", lambda *a, **k: (_ for _ in ()).throw(cal.Busy("busy")))
     for method in ("speculative", "tree", "staged"):
         for rule in ("point_mass", "recursive", "recursive_wor", "traversal", "chain", "block"):
-            if not any(choice.lossless(rule, method, dataclasses.replace(constant(1.0), sampled=s), 1.0)
+            if not any(lossless(rule, method, dataclasses.replace(constant(1.0), sampled=s))
                        for s in (None, "with", "without")):
                 continue  # refused by the options before anything is measured
             chosen = choice.plan_for(target, draft, trigram, None, 1.0, method, rule=rule)
-            assert chosen.method == method and choice.lossless(rule, method, chosen.plan, 1.0), (method, rule)
+            assert chosen.method == method and lossless(rule, method, chosen.plan), (method, rule)
     free = choice.plan_for(target, draft, trigram, None, 1.0, "staged")
-    assert not choice.lossless("point_mass", "staged", free.plan, 1.0)
+    assert not lossless("point_mass", "staged", free.plan)
+
+
+def lossless(rule, method, plan, temperature=1.0) -> bool:
+    """Whether `rule` verifies `method`'s trees under `plan` losslessly (Method.lossless, verify's rules)."""
+    return METHODS[method].lossless(dataclasses.replace(plan, rule=rule), temperature)
 
 
 def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
