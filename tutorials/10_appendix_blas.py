@@ -24,6 +24,7 @@
 # %%
 import numpy as np
 
+from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
