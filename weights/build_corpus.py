@@ -140,8 +140,8 @@ def write_prompts(enc) -> dict:
         from specdec_np.tools.bench import humaneval_file
         with gzip.open(humaneval_file(), "rt") as f:
             problems = [json.loads(line) for line in f]
-        out["humaneval"] = [{"prompt": encode(enc, p["prompt"]), "full": encode(enc, p["prompt"] + p["canonical_solution"])}
-                            for p in problems]
+        out["humaneval"] = [{"prompt": encode(enc, p["prompt"]),
+                             "full": encode(enc, p["prompt"] + p["canonical_solution"])} for p in problems]
     except FileNotFoundError as e:
         print(f"note: {e}: prompts.json has no HumanEval problems")
     tmp = OUT / "prompts.json.tmp"

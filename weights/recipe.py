@@ -71,9 +71,9 @@ def run_config(name: str, shape: str, smoke: bool, **kw) -> T.RunConfig:
 
 
 def read_corpus(corpus: Path) -> dict:
-    """{"train", "heldout", "packages_heldout"}: token arrays (train = the stdlib's and the packages' training files)."""
-    parts = {name: T.load_tokens(corpus / f"{name}.u16.xz") for name in
-             ("stdlib_train", "stdlib_heldout", "packages_train", "packages_heldout") if (corpus / f"{name}.u16.xz").exists()}
+    """{"train", "heldout", "packages_heldout"}: token arrays (train: the stdlib's and the packages' training files)."""
+    names = ("stdlib_train", "stdlib_heldout", "packages_train", "packages_heldout")
+    parts = {n: T.load_tokens(corpus / f"{n}.u16.xz") for n in names if (corpus / f"{n}.u16.xz").exists()}
     train = np.concatenate([parts[n] for n in ("stdlib_train", "packages_train") if n in parts])
     return {"train": train, "heldout": parts["stdlib_heldout"], "packages_heldout": parts.get("packages_heldout")}
 
@@ -253,7 +253,7 @@ def trigram_figures(model, draft, cfg: T.RunConfig, held: np.ndarray, device, n_
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda or cpu (default: %(default)s)")
-    ap.add_argument("--minutes", type=float, default=8.5, help="the whole run's budget (default: %(default)s)")
+    ap.add_argument("--minutes", type=float, default=8.0, help="the whole run's budget (default: %(default)s)")
     ap.add_argument("--target", default="8L/448", choices=SHAPES, help="target shape (default: %(default)s)")
     ap.add_argument("--draft", default="2L/128", choices=SHAPES, help="draft shape (default: %(default)s)")
     ap.add_argument("--corpus", type=Path, default=T.WORK / "corpus", help="build_corpus.py's output")

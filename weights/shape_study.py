@@ -7,7 +7,8 @@ what each method would gain with them as a function of the draft's acceptance ra
 Random weights of each shape (the time of a pass does not depend on the values), one BLAS thread. Each target's
 pass over 1, 2, 4, 8, 16 new tokens after a 200-token prefix, right after the largest draft's pass (cold) and
 after one of its own (warm), each draft's passes after the largest target's or its own, every model and size timed
-round-robin; each figure is the minimum over the rounds, so a burst of other processes' load moves it little. The machine is named as the tools name it.
+round-robin; each figure is the minimum over the rounds, so a burst of other processes' load moves it little, and
+no larger than a larger block's or (warm) the cold pass's. The machine is named as the tools name it.
 
 The prediction: `costmodel.record_ms` prices the work a plan does per step (counts of passes by block size, steps,
 draft distributions) with these curves and this machine's overheads per step (the embedded pair's calibration;
@@ -77,7 +78,18 @@ def min_curves(models: dict, before: dict, sizes: dict, rounds: int, prefix_len:
             seconds = after(*key)
             if r:
                 best[key] = min(best[key], 1000 * seconds)
-    return {n: {s: {k: best[n, s, k] for k in sizes[n]} for s in ("warm", "cold")} for n in models}
+    return {n: cleaned({s: {k: best[n, s, k] for k in sizes[n]} for s in ("warm", "cold")}) for n in models}
+
+
+def cleaned(curves: dict) -> dict:
+    """A model's curves with what noise alone can cause removed: a pass costs at most a larger block's (the tools
+    pad a block to a larger size that costs less) and at most its cold cost when warm."""
+    out = {}
+    for state in ("cold", "warm"):
+        ks = sorted(curves[state])
+        ms = [curves[state][k] if state == "cold" else min(curves[state][k], out["cold"][k]) for k in ks]
+        out[state] = {k: float(np.min(ms[i:])) for i, k in enumerate(ks)}
+    return {"warm": out["warm"], "cold": out["cold"]}
 
 
 def sibling_catch(profile_path=profiles.PROFILE_FILE) -> dict:

@@ -414,7 +414,8 @@ def step_loss(model, cfg: RunConfig, xb, teacher=None, bf16: bool = True):
             kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
             loss = cfg.distill_alpha * kl + (1 - cfg.distill_alpha) * ce
             if cfg.tvd_weight:
-                tvd = 0.5 * (top_k_probs(t_logits, cfg.top_k) - top_k_probs(logits.float(), cfg.top_k)).abs().sum(-1).mean()
+                p, q = top_k_probs(t_logits, cfg.top_k), top_k_probs(logits.float(), cfg.top_k)
+                tvd = 0.5 * (p - q).abs().sum(-1).mean()
                 loss = loss + cfg.tvd_weight * tvd
     return loss, ce
 

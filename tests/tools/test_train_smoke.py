@@ -33,14 +33,23 @@ def tiny_corpus(tmp: Path) -> Path:
     return corpus
 
 
-def test_recipe_smoke_runs_end_to_end_and_its_shards_load(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory) -> Path:
+    """The smoke run's output directory (one run for the module's tests)."""
+    import recipe
+
+    tmp = tmp_path_factory.mktemp("recipe")
+    out = tmp / "out"
+    assert recipe.main(["--smoke", "--device", "cpu", "--corpus", str(tiny_corpus(tmp)), "--out", str(out)]) == 0
+    return out
+
+
+def test_recipe_smoke_runs_end_to_end_and_its_shards_load(smoke_out):
     import recipe
     from specdec_np import ngram
     from specdec_np.gpt2 import GPT2, GPT2Config
 
-    out = tmp_path / "out"
-    assert recipe.main(["--smoke", "--device", "cpu", "--corpus", str(tiny_corpus(tmp_path)),
-                        "--out", str(out)]) == 0
+    out = smoke_out
     report = json.loads((out / "report.json").read_text())
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= recipe.MAX_FILES and {"report.json", "log.txt", "trigram.npz"} <= set(files)
@@ -58,3 +67,22 @@ def test_recipe_smoke_runs_end_to_end_and_its_shards_load(tmp_path):
                             n_head=cfg["n_head"]), params)
     assert model.n_params == sum(p.numel() for p in recipe.T.make_model(recipe.T.RunConfig(**cfg)).parameters())
     assert ngram.load(out / "trigram.npz").n_vocab == 8193
+
+
+def test_export_from_the_recipe_writes_loadable_checkpoints(smoke_out, tmp_path, monkeypatch):
+    import export_tiny
+    from specdec_np import checkpoint, ngram
+
+    out = smoke_out
+    shipped = tmp_path / "weights"
+    shipped.mkdir()
+    monkeypatch.setattr(export_tiny, "HERE", shipped)  # never the real weights/
+    monkeypatch.setattr(export_tiny, "FIXTURE", tmp_path / "heldout_slice.txt")
+    evals = export_tiny.export_from(out)
+    report = json.loads((out / "report.json").read_text())
+    for name in ("target", "draft"):
+        model = checkpoint.load(shipped / f"tiny-{name}")
+        assert model.config.n_layer == report[name]["config"]["n_layer"]
+        assert 0 < evals[name]["heldout_slice_nats"] < 10
+    assert json.loads((shipped / "eval.json").read_text()) == evals
+    assert ngram.load(shipped / "tiny-trigram.npz").n_vocab == 8193
