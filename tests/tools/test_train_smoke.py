@@ -16,12 +16,15 @@ sys.path.insert(0, str(ROOT / "weights"))
 
 
 def tiny_corpus(tmp: Path) -> Path:
-    """specdec_np's own source as the corpus (its last two files held out) and three calibration prompts."""
+    """specdec_np's own source as the corpus (its last two files held out), the core tests as the packages' part,
+    and three prompts (as calibration prompts and as HumanEval problems)."""
     from specdec_np.tokenizer import encode, get_encoding
 
     enc = get_encoding(8193)
     files = sorted((ROOT / "specdec_np").rglob("*.py"))
-    split = {"stdlib_train": files[:-2], "stdlib_heldout": files[-2:]}
+    tests = sorted((ROOT / "tests" / "core").glob("*.py"))
+    split = {"stdlib_train": files[:-2], "stdlib_heldout": files[-2:], "packages_train": tests[:-1],
+             "packages_heldout": tests[-1:]}
     corpus = tmp / "corpus"
     corpus.mkdir()
     for name, paths in split.items():
@@ -29,7 +32,8 @@ def tiny_corpus(tmp: Path) -> Path:
         with lzma.open(corpus / f"{name}.u16.xz", "wb") as f:
             f.write(toks.tobytes())
     prompts = [encode(enc, f"def f{i}(x):\n    return x +") for i in range(3)]
-    (corpus / "prompts.json").write_text(json.dumps({"calibration": prompts}))
+    humaneval = [{"prompt": p, "full": p + encode(enc, f" {i}\n")} for i, p in enumerate(prompts)]
+    (corpus / "prompts.json").write_text(json.dumps({"calibration": prompts, "humaneval": humaneval}))
     return corpus
 
 
@@ -58,7 +62,9 @@ def test_recipe_smoke_runs_end_to_end_and_its_shards_load(smoke_out):
     # Trained a little on its own source, the target beats a uniform guess (ln 8193 = 9.01 nats) on held-out code.
     assert fig["target_heldout_nats"] < 8.8 and np.isfinite(fig["draft_heldout_nats"])
     assert 0 < fig["match_heldout"]["accept_topk"] <= 1 and 0 <= fig["loop_measure"]["average"] <= 1
-    assert len(fig["loop_measure"]["per_prompt"]) == 3
+    assert len(fig["loop_measure"]["per_prompt"]) == 3 and fig["loop_measure"]["prompts"] == "humaneval[:16]"
+    assert fig["humaneval_nats"]["problems"] == 3 and np.isfinite(fig["target_packages_heldout_nats"])
+    assert report["corpus"]["train"] > report["corpus"]["heldout"] > 0
     # The shards hold what the torch model computes (fp16 weights), read back by specdec_np.
     assert report["target"]["max_logit_diff_vs_torch"] < 2e-3 and report["draft"]["max_logit_diff_vs_torch"] < 2e-3
     params = recipe.from_shards(out, "target")
