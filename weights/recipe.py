@@ -228,8 +228,7 @@ def loop_measure(target, cfg: T.RunConfig, prompts: list, max_new: int, device) 
             "min": round(float(np.min(shares)), 4), "per_prompt": [round(float(x), 4) for x in shares]}
 
 
-def trigram_figures(model, draft, cfg: T.RunConfig, held: np.ndarray, device, n_windows: int = 40,
-                    window: int = 256) -> dict:
+def trigram_figures(model, draft, held: np.ndarray, device, n_windows: int = 40, window: int = 256) -> dict:
     """The trigram's held-out loss and how often its top-1 equals the draft's argmax (build_ngram.py's measure)."""
     import torch
 
@@ -327,8 +326,7 @@ def main(argv=None) -> int:
     starts = np.linspace(0, held.size - 300, 24).astype(np.int64)
     win = min(256, t_cfg.n_ctx - 1)
     figures["match_heldout"] = T.match(draft, target, np.stack([held[s:s + win + 1] for s in starts]), 50, a.device)
-    figures["trigram"] = trigram_figures(trigram, draft, d_cfg, held, a.device, 2 if a.smoke else 40,
-                                         32 if a.smoke else 256)
+    figures["trigram"] = trigram_figures(trigram, draft, held, a.device, 2 if a.smoke else 40, 32 if a.smoke else 256)
     if prompts.get("humaneval"):
         seqs = [p["full"][:t_cfg.n_ctx] for p in prompts["humaneval"]]
         figures["humaneval_nats"] = {"target": nll(target, seqs, a.device), "problems": len(seqs)}

@@ -434,7 +434,6 @@ def train_step(model, opt, cfg: RunConfig, xb, teacher=None, bf16: bool = True):
 
 def train(name: str, bf16: bool = True, device: str = "cpu") -> None:
     import torch
-    import torch.nn.functional as F
 
     cfg = RUNS[name]
     torch.manual_seed(cfg.seed)
