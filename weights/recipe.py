@@ -14,7 +14,8 @@
    agreement (24 held-out windows), HumanEval prompt+solution loss, and the loop measure of greedy completions
    (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
 
-Out (at most 8 files of at most 16 MiB, 64 MiB together): target.NN.npz and draft.NN.npz (fp16 parameters in
+Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
+reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
 specdec_np's layout, sharded), trigram.npz, report.json, log.txt. `python weights/export_tiny.py --from DIR`
 turns them into weights/tiny-target/, tiny-draft/ and tiny-trigram.npz. Each shard set is read back here and its
 logits checked against the torch model's with fp16 weights.
@@ -294,8 +295,25 @@ def main(argv=None) -> int:
         t_cfg, d_cfg = sized(t_cfg, SHARES["target"] * left, t_tps), sized(d_cfg, SHARES["draft"] * left, d_tps)
     log(f"bench: target {t_tps:.0f} tok/s -> {t_cfg.steps} steps; draft {d_tps:.0f} tok/s -> {d_cfg.steps} steps")
 
+    def save_report():
+        tmp = a.out / "report.json.tmp"
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        os.replace(tmp, a.out / "report.json")
+
+    def guarded(name, fn):  # after the models are saved, a failing figure is reported, not fatal
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 (one run on a lent GPU: keep what was made)
+            log(f"ERROR in {name}: {type(e).__name__}: {e}")
+            report.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+            return None
+
+    held = data["heldout"]
+    window = held[1000:1000 + min(256, t_cfg.n_ctx)]
     target = T.make_model(t_cfg).to(a.device)
     report["target"] = fit(target, t_cfg, data["train"], SHARES["target"] * left, log, device=a.device)
+    report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)
+    save_report()
     n_samples, batch, prefix = (4, 4, 8) if a.smoke else (2048, 256, 64)
     t0 = time.time()
     samples = target_samples(target, t_cfg, data["train"], n_samples, prefix, batch, a.device)
@@ -305,56 +323,61 @@ def main(argv=None) -> int:
     draft = T.make_model(d_cfg).to(a.device)
     report["draft"] = fit(draft, d_cfg, data["train"], SHARES["draft"] * left, log, teacher=target, samples=samples,
                           device=a.device)
+    report["draft"]["files"] = to_shards(T.to_numpy_params(draft, d_cfg), "draft", a.out)
+    save_report()
 
-    from specdec_np import ngram
+    def stage2():
+        from specdec_np import ngram
 
-    t0 = time.time()
-    stream = draft_samples(draft, d_cfg, 200 if a.smoke else 8_000_000, 4 if a.smoke else 512, 40, a.device)
-    trigram = ngram.fit(stream.astype(np.int64), T.N_VOCAB, min_count=2)
-    ngram.save(trigram, a.out / "trigram.npz")
-    report["trigram"] = {"draft_tokens": int(stream.size), "temperature": 1.5, "min_count": 2,
-                         "seconds": round(time.time() - t0, 1)}
-    log(f"trigram: fitted on {stream.size} draft tokens in {time.time() - t0:.0f} s")
+        t0 = time.time()
+        stream = draft_samples(draft, d_cfg, 200 if a.smoke else 8_000_000, 4 if a.smoke else 512, 40, a.device)
+        trigram = ngram.fit(stream.astype(np.int64), T.N_VOCAB, min_count=2)
+        ngram.save(trigram, a.out / "trigram.npz")
+        report["trigram"] = {"draft_tokens": int(stream.size), "temperature": 1.5, "min_count": 2,
+                             "seconds": round(time.time() - t0, 1)}
+        log(f"trigram: fitted on {stream.size} draft tokens in {time.time() - t0:.0f} s")
+        return trigram
+    trigram = guarded("trigram", stage2)
+    save_report()
 
-    held = data["heldout"]
     n_windows = 4 if a.smoke else 64
-    figures = {"target_heldout_nats": T.evaluate(target, t_cfg, held, n_windows, a.device),
-               "draft_heldout_nats": T.evaluate(draft, d_cfg, held, n_windows, a.device)}
+    figures = report["figures"] = {}
+    figures["target_heldout_nats"] = guarded("target loss", lambda: T.evaluate(target, t_cfg, held, n_windows,
+                                                                               a.device))
+    figures["draft_heldout_nats"] = guarded("draft loss", lambda: T.evaluate(draft, d_cfg, held, n_windows, a.device))
     if data["packages_heldout"] is not None and data["packages_heldout"].size > t_cfg.seq_len + 2:
-        figures["target_packages_heldout_nats"] = T.evaluate(target, t_cfg, data["packages_heldout"], n_windows,
-                                                             a.device)
+        figures["target_packages_heldout_nats"] = guarded("packages loss", lambda: T.evaluate(
+            target, t_cfg, data["packages_heldout"], n_windows, a.device))
     starts = np.linspace(0, held.size - 300, 24).astype(np.int64)
     win = min(256, t_cfg.n_ctx - 1)
-    figures["match_heldout"] = T.match(draft, target, np.stack([held[s:s + win + 1] for s in starts]), 50, a.device)
-    figures["trigram"] = trigram_figures(trigram, draft, held, a.device, 2 if a.smoke else 40, 32 if a.smoke else 256)
+    figures["match_heldout"] = guarded("match", lambda: T.match(
+        draft, target, np.stack([held[s:s + win + 1] for s in starts]), 50, a.device))
+    if trigram is not None:
+        figures["trigram"] = guarded("trigram figures", lambda: trigram_figures(
+            trigram, draft, held, a.device, 2 if a.smoke else 40, 32 if a.smoke else 256))
     if prompts.get("humaneval"):
         seqs = [p["full"][:t_cfg.n_ctx] for p in prompts["humaneval"]]
-        figures["humaneval_nats"] = {"target": nll(target, seqs, a.device), "problems": len(seqs)}
+        figures["humaneval_nats"] = guarded("humaneval", lambda: {"target": nll(target, seqs, a.device),
+                                                                  "problems": len(seqs)})
     loop_prompts = [p["prompt"] for p in prompts.get("humaneval", [])[:16]] or prompts.get("calibration", [])[:16]
     if loop_prompts:
-        figures["loop_measure"] = loop_measure(target, t_cfg, loop_prompts, 8 if a.smoke else 128, a.device)
-        figures["loop_measure"]["prompts"] = "humaneval[:16]" if prompts.get("humaneval") else "calibration"
-    report["figures"] = figures
+        figures["loop_measure"] = guarded("loop measure", lambda: loop_measure(
+            target, t_cfg, loop_prompts, 8 if a.smoke else 128, a.device)
+            | {"prompts": "humaneval[:16]" if prompts.get("humaneval") else "calibration"})
     log("figures: " + json.dumps(figures))
-
-    window = held[1000:1000 + min(256, t_cfg.n_ctx)]
-    files = {}
     for name, model, cfg in (("target", target, t_cfg), ("draft", draft, d_cfg)):
-        files[name] = to_shards(T.to_numpy_params(model, cfg), name, a.out)
-        report[name]["max_logit_diff_vs_torch"] = check_shards(model, cfg, a.out, name, window)
-    report["files"] = files
+        report[name]["max_logit_diff_vs_torch"] = guarded(f"{name} shards", lambda: check_shards(
+            model, cfg, a.out, name, window))
     report["seconds"] = round(log.elapsed(), 1)
-    log(f"done in {report['seconds']:.0f} s; shards {files}; logit check "
-        f"{report['target']['max_logit_diff_vs_torch']:.1e} / {report['draft']['max_logit_diff_vs_torch']:.1e}")
-    tmp = a.out / "report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, a.out / "report.json")
+    log(f"done in {report['seconds']:.0f} s; logit check of the shards: target "
+        f"{report['target']['max_logit_diff_vs_torch']}, draft {report['draft']['max_logit_diff_vs_torch']}")
+    save_report()
     log.f.close()
     out_files = [p for p in a.out.iterdir() if p.is_file()]
     size = sum(p.stat().st_size for p in out_files)
     if len(out_files) > MAX_FILES or size > MAX_BYTES or any(p.stat().st_size > 16 << 20 for p in out_files):
         print(f"WARNING: {len(out_files)} files, {size / 2**20:.1f} MiB: over what a device call returns")
-    return 0
+    return 1 if report.get("errors") else 0
 
 
 if __name__ == "__main__":
