@@ -2,6 +2,8 @@
 
     python weights/export_tiny.py                   # needs PyTorch; writes weights/tiny-target/, tiny-draft/
     python weights/export_tiny.py draft_t1          # only the further-distilled draft, as weights/tiny-draft/
+    python weights/export_tiny.py --from DIR        # NumPy only: weights/recipe.py's output (the GPU run) ->
+                                                    # tiny-target/, tiny-draft/, tiny-trigram.npz, eval.json
 
 Checks, for each model, that specdec_np's forward pass on the exported file gives the logits of the
 PyTorch model it came from *with its weights rounded to fp16*, and records held-out losses.
@@ -10,6 +12,7 @@ PyTorch model it came from *with its weights rounded to fp16*, and records held-
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -87,7 +90,41 @@ def slice_loss_torch(name: str, tokens: np.ndarray) -> float:
         return float(F.cross_entropy(logits, x[0, 1:]))
 
 
+def export_from(out_dir: Path) -> dict:
+    """weights/recipe.py's shards and trigram as the shipped files (fp16 via specdec_np's saver), and eval.json's
+    held-out slice losses computed by specdec_np's forward pass (the figure tests/core/test_embedded.py checks)."""
+    import shutil
+
+    from recipe import from_shards
+    from specdec_np.tokenizer import encode, get_encoding
+
+    report = json.loads((out_dir / "report.json").read_text())
+    text = slice_text()
+    FIXTURE.write_text(text, encoding="utf-8")
+    toks = np.array(encode(get_encoding(T.N_VOCAB), text)[:512])
+    evals = {}
+    for name in ("target", "draft"):
+        cfg = report[name]["config"]
+        config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg["n_ctx"], n_embd=cfg["n_embd"], n_layer=cfg["n_layer"],
+                            n_head=cfg["n_head"])
+        checkpoint.save(GPT2(config, from_shards(out_dir, name)), HERE / f"tiny-{name}", dtype=np.float16)
+        model = checkpoint.load(HERE / f"tiny-{name}")
+        window = toks[:model.config.n_ctx]
+        logits = forward(model, window[:-1], new_cache(model)).astype(np.float64)  # [n, V]
+        logp = logits - logits.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        evals[name] = {"heldout_slice_nats": round(float(-logp[np.arange(len(window) - 1), window[1:]].mean()), 5)}
+    tmp = HERE / "tiny-trigram.tmp.npz"
+    shutil.copyfile(out_dir / "trigram.npz", tmp)
+    os.replace(tmp, HERE / "tiny-trigram.npz")
+    (HERE / "eval.json").write_text(json.dumps(evals, indent=1) + "\n")
+    return evals
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--from"]:
+        print(json.dumps(export_from(Path(sys.argv[2])), indent=1))
+        sys.exit(0)
     runs = sys.argv[1:] or ["target", "draft"]
     for r in runs:
         assert r in SHIPPED_AS, f"unknown run {r!r} (one of {sorted(SHIPPED_AS)})"

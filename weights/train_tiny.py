@@ -1,6 +1,8 @@
 """Train the embedded tiny Python-code GPT-2 pair (target, then a draft distilled from it).
 
-Optional tooling: needs PyTorch (CPU), never needed at run time. See weights/README.md.
+Optional tooling: needs PyTorch (`pip install -e ".[train]"`), never needed at run time. See weights/README.md.
+Runs on the CPU, or on a GPU (`--device cuda`, bf16 autocast either way); `weights/recipe.py` runs the whole
+recipe on a GPU in one command with these functions.
 
     python weights/train_tiny.py corpus            # tokenize the stdlib -> weights/work/*.npy
     python weights/train_tiny.py train target      # resumable; checkpoints in weights/work/
@@ -8,7 +10,7 @@ Optional tooling: needs PyTorch (CPU), never needed at run time. See weights/REA
     python weights/train_tiny.py samples           # the shipped target's top-k 50, T=1 samples
     python weights/train_tiny.py train draft_t1    # the shipped draft, distilled further on them
     python weights/train_tiny.py match             # how well the shipped draft matches the shipped target
-    python weights/train_tiny.py bench             # tokens/s of the training step, to size a run
+    python weights/train_tiny.py bench             # tokens/s of the training step, to size a run (--device cuda)
 
 Everything is seeded; a run interrupted at any point resumes from its last checkpoint with the
 same data order (batches are a function of the step number).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import math
 import os
 import sys
@@ -112,6 +115,14 @@ def build_corpus() -> None:
         info[split] = {"files": n_files[split], "tokens": int(toks.size)}
     (WORK / "corpus.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info, indent=1))
+
+
+def load_tokens(path: Path) -> np.ndarray:
+    """A token array: .npy, or .u16.xz (little-endian uint16, xz-compressed: weights/build_corpus.py)."""
+    if path.name.endswith(".u16.xz"):
+        with lzma.open(path) as f:
+            return np.frombuffer(f.read(), dtype="<u2").astype(np.uint16)
+    return np.load(path)
 
 
 # ----------------------------------------------------------------------------- model (torch)
@@ -233,24 +244,37 @@ def top_k_probs(logits, k: int):  # [..., V] -> [..., V]: softmax over the k lar
     return torch.zeros_like(logits).scatter(-1, i, F.softmax(v, dim=-1))
 
 
-def sample(model, cfg: RunConfig, prompts: np.ndarray, n_new: int, top_k: int, seed: int) -> np.ndarray:
-    """Continue each prompt [B, P] by n_new tokens drawn at T=1 from the top-k processed model, with
-    a KV cache -> [B, P + n_new]."""
+def sample(model, cfg: RunConfig, prompts: np.ndarray, n_new: int, top_k: int, seed: int, temperature: float = 1.0,
+           device: str = "cpu") -> np.ndarray:
+    """Continue each prompt [B, P] by n_new tokens drawn at `temperature` from the top-k processed model (top_k 1:
+    greedy), with a KV cache -> [B, P + n_new]."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     B, P = prompts.shape
     n = P + n_new
-    caches = torch.zeros(cfg.n_layer, 2, B, cfg.n_head, n, cfg.n_embd // cfg.n_head)  # [layer, k/v, B, head, n, head dim]
-    out = torch.zeros(B, n, dtype=torch.int64)
+    caches = torch.zeros(cfg.n_layer, 2, B, cfg.n_head, n, cfg.n_embd // cfg.n_head,
+                         device=device)  # [layer, k/v, B, head, n, head dim]
+    out = torch.zeros(B, n, dtype=torch.int64, device=device)
     out[:, :P] = torch.from_numpy(prompts.astype(np.int64))
     with torch.no_grad():
         logits = model(out[:, :P], caches)[:, -1]  # [B, V]
         for t in range(P, n):
-            out[:, t:t + 1] = torch.multinomial(top_k_probs(logits.float(), top_k), 1, generator=gen)  # [B, 1]
+            if top_k == 1:
+                out[:, t] = logits.argmax(-1)
+            else:
+                probs = top_k_probs(logits.float() / temperature, top_k)
+                out[:, t:t + 1] = torch.multinomial(probs, 1, generator=gen)  # [B, 1]
             if t + 1 < n:
                 logits = model(out[:, t:t + 1], caches, pos0=t)[:, -1]
-    return out.numpy()
+    return out.cpu().numpy()
+
+
+def autocast(device: str, enabled: bool = True):
+    """bf16 autocast on the CPU or the GPU (the models train and sample in it, weights in float32)."""
+    import torch
+
+    return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
 SAMPLES = {"train": 2048, "heldout": 64}  # sequences of 512 tokens: 64 of corpus text, 448 sampled
@@ -280,7 +304,7 @@ def make_samples(batch: int = 64, prefix: int = 64) -> None:
             print(f"{split}: {done.shape[0]}/{n} sequences, {time.time() - t0:.0f} s", flush=True)
 
 
-def match(student, teacher, windows: np.ndarray, k: int) -> dict:
+def match(student, teacher, windows: np.ndarray, k: int, device: str = "cpu") -> dict:
     """How well the student matches the teacher on windows [N, T+1]: the acceptance rate of one
     drafted token at top-k k, T=1 (sum min(p, q) of the processed distributions), argmax agreement
     (the greedy acceptance rate) and KL(p || q) of the raw T=1 distributions."""
@@ -290,7 +314,7 @@ def match(student, teacher, windows: np.ndarray, k: int) -> dict:
     acc, agree, kl = [], [], []
     with torch.no_grad():
         for i in range(0, len(windows), 8):
-            x = torch.from_numpy(windows[i:i + 8, :-1].astype(np.int64))
+            x = torch.from_numpy(windows[i:i + 8, :-1].astype(np.int64)).to(device)
             tl, sl = teacher(x).float(), student(x).float()
             acc.append(torch.minimum(top_k_probs(tl, k), top_k_probs(sl, k)).sum(-1).mean().item())
             agree.append((tl.argmax(-1) == sl.argmax(-1)).float().mean().item())
@@ -344,7 +368,7 @@ def load_run(name: str, which: str = "final"):
     return model, cfg
 
 
-def evaluate(model, cfg: RunConfig, tokens: np.ndarray, n_windows: int = 64) -> float:
+def evaluate(model, cfg: RunConfig, tokens: np.ndarray, n_windows: int = 64, device: str = "cpu") -> float:
     """Mean next-token NLL (nats/token) over fixed evenly spaced held-out windows."""
     import torch
     import torch.nn.functional as F
@@ -354,33 +378,78 @@ def evaluate(model, cfg: RunConfig, tokens: np.ndarray, n_windows: int = 64) -> 
     with torch.no_grad():
         for i in range(0, n_windows, 16):
             xb = torch.from_numpy(np.stack([tokens[s:s + cfg.seq_len + 1] for s in starts[i:i + 16]]).astype(np.int64))
+            xb = xb.to(device)
             logits = model(xb[:, :-1]).float()
             losses.append(F.cross_entropy(logits.reshape(-1, N_VOCAB), xb[:, 1:].reshape(-1)).item())
     return float(np.mean(losses))
 
 
-def train(name: str, bf16: bool = True) -> None:
+def optimizer(model, cfg: RunConfig):
+    """AdamW (0.9, 0.95), weight decay on matrices only."""
+    import torch
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def step_loss(model, cfg: RunConfig, xb, teacher=None, bf16: bool = True):
+    """(loss, cross-entropy) of a batch of windows [B, T + 1] on the model's device: next-token cross-entropy, or
+    with a teacher distill_alpha x KL(teacher || model) + (1 - distill_alpha) x CE + tvd_weight x the total
+    variation of the top-k processed distributions (1 - sum min(p, q): the rejection rate at top-k, T=1)."""
     import torch
     import torch.nn.functional as F
+
+    x, y = xb[:, :-1], xb[:, 1:]
+    with autocast(str(xb.device), bf16):
+        logits = model(x)
+        ce = F.cross_entropy(logits.float().reshape(-1, N_VOCAB), y.reshape(-1))
+        loss = ce
+        if teacher is not None:
+            with torch.no_grad():
+                t_logits = teacher(x).float()
+                t_logp = F.log_softmax(t_logits, dim=-1)
+            s_logp = F.log_softmax(logits.float(), dim=-1)
+            kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
+            loss = cfg.distill_alpha * kl + (1 - cfg.distill_alpha) * ce
+            if cfg.tvd_weight:
+                p, q = top_k_probs(t_logits, cfg.top_k), top_k_probs(logits.float(), cfg.top_k)
+                tvd = 0.5 * (p - q).abs().sum(-1).mean()
+                loss = loss + cfg.tvd_weight * tvd
+    return loss, ce
+
+
+def train_step(model, opt, cfg: RunConfig, xb, teacher=None, bf16: bool = True):
+    """One optimiser step on a batch [B, T + 1] (moved to the model's device), clipped at 1.0 -> (loss, ce)."""
+    import torch
+
+    loss, ce = step_loss(model, cfg, xb.to(next(model.parameters()).device), teacher, bf16)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss, ce
+
+
+def train(name: str, bf16: bool = True, device: str = "cpu") -> None:
+    import torch
 
     cfg = RUNS[name]
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "2")))
     train_toks = np.load(WORK / "train.npy")
     held_toks = np.load(WORK / "heldout.npy")
-    model = get_model(cfg.init_from)[0].train() if cfg.init_from else make_model(cfg)
-    teacher = get_model(cfg.distill_from)[0] if cfg.distill_from else None
+    model = (get_model(cfg.init_from)[0].train() if cfg.init_from else make_model(cfg)).to(device)
+    teacher = get_model(cfg.distill_from)[0].to(device) if cfg.distill_from else None
     samples = np.load(WORK / "samples_train.npy") if cfg.sample_frac else None
     held_samples = np.load(WORK / "samples_heldout.npy")[:32] if cfg.sample_frac else None
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    opt = optimizer(model, cfg)
     ckpt = WORK / f"{name}_last.pt"
     log_path = WORK / f"{name}.log"
     step, elapsed = 0, 0.0
     if ckpt.exists():
-        ck = torch.load(ckpt, weights_only=False)
+        ck = torch.load(ckpt, weights_only=False, map_location=device)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, elapsed = ck["step"], ck["elapsed"]
@@ -393,29 +462,10 @@ def train(name: str, bf16: bool = True) -> None:
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         if step == 0 and held_samples is not None:  # where the student starts
-            print(json.dumps({"step": 0, "match_samples": match(model.eval(), teacher, held_samples, cfg.top_k)}),
+            print(json.dumps({"step": 0, "match_samples": match(model.eval(), teacher, held_samples, cfg.top_k, device)}),
                   file=log, flush=True)
             model.train()
-        xb = torch.from_numpy(batch_at(train_toks, cfg, step, samples))
-        x, y = xb[:, :-1], xb[:, 1:]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(x)
-            ce = F.cross_entropy(logits.float().reshape(-1, N_VOCAB), y.reshape(-1))
-            loss = ce
-            if teacher is not None:
-                with torch.no_grad():
-                    t_logits = teacher(x).float()
-                    t_logp = F.log_softmax(t_logits, dim=-1)
-                s_logp = F.log_softmax(logits.float(), dim=-1)
-                kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
-                loss = cfg.distill_alpha * kl + (1 - cfg.distill_alpha) * ce
-                if cfg.tvd_weight:  # 1 - sum min(p, q) = the rejection rate at top-k, T=1
-                    tvd = 0.5 * (top_k_probs(t_logits, cfg.top_k) - top_k_probs(logits.float(), cfg.top_k)).abs().sum(-1).mean()
-                    loss = loss + cfg.tvd_weight * tvd
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss, ce = train_step(model, opt, cfg, torch.from_numpy(batch_at(train_toks, cfg, step, samples)), teacher, bf16)
         step += 1
         if step % 10 == 0 or step == cfg.steps:
             now = elapsed + time.time() - t0
@@ -424,9 +474,9 @@ def train(name: str, bf16: bool = True) -> None:
                    "tok_per_s": round(step * cfg.batch * cfg.seq_len / max(now, 1e-9))}
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 model.eval()
-                rec["heldout_nats"] = round(evaluate(model, cfg, held_toks), 4)
+                rec["heldout_nats"] = round(evaluate(model, cfg, held_toks, device=device), 4)
                 if held_samples is not None:
-                    rec["match_samples"] = match(model, teacher, held_samples, cfg.top_k)
+                    rec["match_samples"] = match(model, teacher, held_samples, cfg.top_k, device)
                 model.train()
                 tmp = ckpt.with_suffix(".tmp")
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -440,25 +490,40 @@ def train(name: str, bf16: bool = True) -> None:
     print(f"done {name}: {step} steps, {now / 60:.1f} min", flush=True)
 
 
-def bench(name: str, bf16: bool) -> None:
+def bench_step(cfg: RunConfig, device: str = "cpu", bf16: bool = True, teacher_cfg: RunConfig | None = None,
+               steps: int = 4) -> float:
+    """Tokens per second of `train_step` for a run of `cfg`'s shape on `device` (random weights and tokens; with
+    `teacher_cfg`, distilling from a model of that shape), after two warm-up steps: what sizes a run."""
     import torch
-    import torch.nn.functional as F
+
+    model = make_model(cfg).to(device)
+    teacher = make_model(teacher_cfg).to(device).eval() if teacher_cfg else None
+    opt = optimizer(model, cfg)
+    xb = torch.randint(0, N_VOCAB, (cfg.batch, cfg.seq_len + 1), device=device)
+    for i in range(2 + steps):
+        if i == 2:
+            sync(device)
+            t = time.perf_counter()
+        train_step(model, opt, cfg, xb, teacher, bf16)
+    sync(device)
+    return steps * cfg.batch * cfg.seq_len / (time.perf_counter() - t)
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench(name: str, bf16: bool, device: str = "cpu") -> None:
+    import torch
 
     cfg = RUNS[name]
-    torch.set_num_threads(2)
-    model = make_model(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    xb = torch.randint(0, N_VOCAB, (cfg.batch, cfg.seq_len + 1))
-    for i in range(6):
-        if i == 2:
-            t = time.time()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = F.cross_entropy(model(xb[:, :-1]).float().reshape(-1, N_VOCAB), xb[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    dt = (time.time() - t) / 4
-    print(f"{name} bf16={bf16}: {dt * 1000:.0f} ms/step, {cfg.batch * cfg.seq_len / dt:.0f} tok/s")
+    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "2")))
+    teacher = next((c for c in RUNS.values() if c.name == (cfg.distill_from or "").split(":")[-1]), None)
+    tps = bench_step(cfg, device, bf16, teacher)
+    print(f"{name} bf16={bf16} on {device}: {cfg.batch * cfg.seq_len / tps * 1000:.0f} ms/step, {tps:.0f} tok/s")
 
 
 if __name__ == "__main__":
@@ -466,6 +531,7 @@ if __name__ == "__main__":
     ap.add_argument("cmd", choices=["corpus", "samples", "train", "match", "bench"])
     ap.add_argument("run", nargs="?", default="target", choices=sorted(RUNS))
     ap.add_argument("--fp32", action="store_true", help="train in float32 instead of bf16 autocast")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (train, bench)")
     a = ap.parse_args()
     if a.cmd == "corpus":
         build_corpus()
@@ -474,6 +540,6 @@ if __name__ == "__main__":
     elif a.cmd == "match":
         report_match()
     elif a.cmd == "train":
-        train(a.run, bf16=not a.fp32)
+        train(a.run, bf16=not a.fp32, device=a.device)
     else:
-        bench(a.run, bf16=not a.fp32)
+        bench(a.run, bf16=not a.fp32, device=a.device)

@@ -32,6 +32,7 @@ from .calibration import Busy, calibration
 from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
 from .costcurve import GPT2_SHAPES, apply_layout, gpt2_shapes_report, matrix_report
 from .costmodel import pads, record_ms
+from .loops import repeat_line, repeat_share
 from .machine import machine, machine_name, settle_threads
 from .options import describe
 from .progress import Progress
@@ -177,7 +178,8 @@ def summarize(records, target) -> dict:
                 "predicted_speedup": ref["predicted_ms_per_token"] / ms if ms else None,
                 "same_as_baseline": sname != "greedy" or all(r["ids"] == b["ids"] for r, b in zip(recs, base)),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
-                "tokens_by_stage": {name: sum(r["stats"].tally[name] for r in recs) for name in SOURCES}}
+                "tokens_by_stage": {name: sum(r["stats"].tally[name] for r in recs) for name in SOURCES},
+                "repeat_share": [repeat_share(r["ids"]) for r in recs]}  # per run: is the speed a copied loop's?
         out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
                                            for m, recs in per.items() if m != HEADLINE}
     return out
@@ -219,6 +221,8 @@ def markdown(summary, plans) -> str:
             bad = [NAMES[m] for m, r in per.items() if not r["same_as_baseline"]]
             lines.append("\nAll methods emitted the baseline's exact tokens on every prompt." if not bad else
                          f"\nWARNING: {', '.join(bad)} differed from the baseline on some prompt (float32 near-tie?).")
+            shares = per[BASELINE]["repeat_share"]
+            lines.append(f"\n{repeat_line(shares)}; per prompt: " + ", ".join(f"{x:.2f}" for x in shares) + ".")
     return "\n".join(lines)
 
 

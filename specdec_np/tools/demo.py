@@ -23,6 +23,7 @@ from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
 from .choice import plans_for
 from .costcurve import apply_layout
+from .loops import repeat_share
 from .machine import cpu_times, timing_note
 from .options import check_fits, describe, plan_origin, resized
 
@@ -148,6 +149,8 @@ def main(argv=None) -> int:
         print(f"All {len(methods)} methods produced the identical completion ({len(ref)} tokens), "
               "as lossless decoding must.\n")
     report(results, chosen, timed)
+    print(f"4-gram repeats: {repeat_share(ref):.2f} of the {len(ref)} emitted tokens end a 4-gram already in the "
+          "output (near 1: a loop, which copies verify cheaply; docs/results.md)")
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")

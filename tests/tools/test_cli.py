@@ -365,6 +365,7 @@ def test_demo_small(capsys):
     out = capsys.readouterr().out
     assert "All 5 methods produced the identical completion" in out and "differs" not in out
     assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
+    assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 
 def test_bench_with_fixture(tmp_path, capsys):
@@ -390,6 +391,7 @@ def test_bench_with_fixture(tmp_path, capsys):
     assert g["ar"]["relative_weight_traffic"] == pytest.approx(1.0)
     assert all(g[m]["same_as_baseline"] for m in g)
     assert g["staged"]["tokens"] == g["ar"]["tokens"]
+    assert len(g["ar"]["repeat_share"]) == 2 and "4-gram repeats (share of emitted tokens" in out
     assert f"wrote {tmp_path / 'results.json'} and {tmp_path / 'results.md'}" in out
 
 

@@ -1,0 +1,384 @@
+"""The embedded pair's whole training recipe in one command, sized to a time budget (a GPU: under 10 minutes).
+
+    python weights/recipe.py --device cuda --out "$OUT"     # the corpus from weights/build_corpus.py
+    python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 2 min
+
+1. The target, trained from scratch on the corpus (train_tiny.step_loss: next-token cross-entropy; AdamW, bf16
+   autocast, warm-up then cosine to 1e-4), its steps sized by `train_tiny.bench_step` on this device.
+2. The target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
+3. The draft, distilled from the target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
+   top-k 50).
+4. The paper's stage-2 model: a Katz backoff trigram (specdec_np.ngram) fitted on the draft's own samples at T=1.5.
+5. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
+   (and on the packages' held-out files), the trigram's, acceptance of one drafted token at top-k 50 and argmax
+   agreement (24 held-out windows), HumanEval prompt+solution loss, and the loop measure of greedy completions
+   (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
+
+Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
+reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
+specdec_np's layout, sharded), trigram.npz, report.json, log.txt. `python weights/export_tiny.py --from DIR`
+turns them into weights/tiny-target/, tiny-draft/ and tiny-trigram.npz. Each shard set is read back here and its
+logits checked against the torch model's with fp16 weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import train_tiny as T  # noqa: E402
+
+SHARD_BYTES = (16 << 20) - (64 << 10)  # the 16 MiB a returned file may hold, less room for the .npz headers
+MAX_FILES, MAX_BYTES = 8, 64 << 20
+# The shapes weights/shape_study.py chose (name: n_layer, n_head, n_embd) and the smoke run's.
+SHAPES = {"8L/448": (8, 7, 448), "8L/384": (8, 6, 384), "6L/512": (6, 8, 512), "6L/320": (6, 8, 320),
+          "2L/128": (2, 4, 128), "3L/192": (3, 6, 192), "4L/256": (4, 8, 256), "2L/64": (2, 2, 64), "1L/32": (1, 1, 32)}
+# Shares of the time budget left after setup and bench: the rest goes to samples, the trigram and the figures.
+SHARES = {"target": 0.60, "draft": 0.25}
+
+
+class Log:
+    """Lines to stdout and to log.txt, each with the seconds since the start."""
+
+    def __init__(self, path: Path):
+        self.t0, self.f = time.time(), open(path, "w")
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.time() - self.t0:6.1f} s] {msg}"
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+
+def run_config(name: str, shape: str, smoke: bool, **kw) -> T.RunConfig:
+    n_layer, n_head, n_embd = SHAPES[shape]
+    ctx = {"n_ctx": 64, "seq_len": 32, "batch": 4} if smoke else {"n_ctx": 512, "seq_len": 512, "batch": 64}
+    return T.RunConfig(name, n_layer=n_layer, n_head=n_head, n_embd=n_embd, **ctx, **kw)
+
+
+def read_corpus(corpus: Path) -> dict:
+    """{"train", "heldout", "packages_heldout"}: token arrays (train: the stdlib's and the packages' training files)."""
+    names = ("stdlib_train", "stdlib_heldout", "packages_train", "packages_heldout")
+    parts = {n: T.load_tokens(corpus / f"{n}.u16.xz") for n in names if (corpus / f"{n}.u16.xz").exists()}
+    train = np.concatenate([parts[n] for n in ("stdlib_train", "packages_train") if n in parts])
+    return {"train": train, "heldout": parts["stdlib_heldout"], "packages_heldout": parts.get("packages_heldout")}
+
+
+def fit(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, teacher=None, samples=None,
+        device="cpu") -> dict:
+    """Train `model` for cfg.steps steps (stopping early past 1.15 x `seconds`): the run's record."""
+    import torch
+
+    opt = T.optimizer(model, cfg)
+    model.train()
+    t0, step = time.time(), 0
+    while step < cfg.steps:
+        for g in opt.param_groups:
+            g["lr"] = T.lr_at(cfg, step)
+        loss, ce = T.train_step(model, opt, cfg, torch.from_numpy(T.batch_at(tokens, cfg, step, samples)), teacher)
+        step += 1
+        if step % max(1, cfg.steps // 20) == 0 or step == cfg.steps:
+            log(f"{cfg.name} step {step}/{cfg.steps}: loss {loss.item():.4f}, ce {ce.item():.4f}, "
+                f"{step * cfg.batch * cfg.seq_len / (time.time() - t0):.0f} tok/s")
+        if time.time() - t0 > 1.15 * seconds:
+            log(f"{cfg.name}: stopped at step {step} of {cfg.steps}: over its {seconds:.0f} s")
+            break
+    model.eval()
+    return {"steps": step, "planned_steps": cfg.steps, "tokens": step * cfg.batch * cfg.seq_len,
+            "seconds": round(time.time() - t0, 1), "config": dataclasses.asdict(cfg)}
+
+
+def sized(cfg: T.RunConfig, seconds: float, tok_per_s: float) -> T.RunConfig:
+    steps = max(4, int(seconds * tok_per_s / (cfg.batch * cfg.seq_len)))
+    return dataclasses.replace(cfg, steps=steps, warmup=max(2, min(100, steps // 20)))
+
+
+def target_samples(target, cfg: T.RunConfig, tokens: np.ndarray, n: int, prefix: int, batch: int, device) -> np.ndarray:
+    """n sequences of cfg.n_ctx tokens: `prefix` corpus tokens, continued at top-k 50, T=1 by the target."""
+    out = []
+    for b in range(math.ceil(n / batch)):
+        rng = np.random.default_rng([99, b])
+        starts = rng.integers(0, tokens.size - prefix, size=batch)
+        prompts = np.stack([tokens[s:s + prefix] for s in starts])
+        out.append(T.sample(target, cfg, prompts, cfg.n_ctx - prefix, 50, seed=b, device=device).astype(np.uint16))
+    return np.concatenate(out)[:n]
+
+
+def draft_samples(draft, cfg: T.RunConfig, n_tokens: int, batch: int, seconds: float, device) -> np.ndarray:
+    """The draft's samples at T=1.5 (no top-k) from <|endoftext|>, the paper's stage-2 corpus: batches of
+    cfg.n_ctx - 1 new tokens until n_tokens or `seconds`."""
+    out, t0, b = [], time.time(), 0
+    eot = np.full((batch, 1), T.N_VOCAB - 1)
+    while sum(x.size for x in out) < n_tokens and (not out or time.time() - t0 < seconds):
+        out.append(T.sample(draft, cfg, eot, cfg.n_ctx - 1, T.N_VOCAB, seed=10_000 + b, temperature=1.5,
+                            device=device).astype(np.uint16).reshape(-1))
+        b += 1
+    return np.concatenate(out)
+
+
+def to_shards(params: dict, prefix: str, out: Path) -> list[str]:
+    """The parameters as fp16 arrays in .npz shards of at most SHARD_BYTES: the files' names."""
+    flat = {}
+
+    def walk(tree, name):
+        if isinstance(tree, dict):
+            for k, v in tree.items():
+                walk(v, f"{name}.{k}" if name else k)
+        elif isinstance(tree, list):
+            for i, v in enumerate(tree):
+                walk(v, f"{name}.{i}")
+        else:
+            flat[name] = np.asarray(tree, dtype=np.float16)
+    walk(params, "")
+    shards, size = [{}], 0
+    for name, a in flat.items():
+        if size + a.nbytes > SHARD_BYTES and shards[-1]:
+            shards.append({})
+            size = 0
+        shards[-1][name] = a
+        size += a.nbytes
+    names = []
+    for i, shard in enumerate(shards):
+        path = out / f"{prefix}.{i:02d}.npz"
+        tmp = out / f"{prefix}.{i:02d}.tmp.npz"
+        np.savez(tmp, **shard)
+        os.replace(tmp, path)
+        names.append(path.name)
+    return names
+
+
+def from_shards(out: Path, prefix: str) -> dict:
+    """The parameters of `to_shards`' files (float32), in specdec_np's nested layout."""
+    flat = {}
+    for path in sorted(out.glob(f"{prefix}.[0-9][0-9].npz")):
+        with np.load(path) as z:
+            flat.update({k: z[k].astype(np.float32) for k in z.files})
+    n_layer = 1 + max(int(k.split(".")[1]) for k in flat if k.startswith("blocks."))
+    params = {"wte": flat["wte"], "wpe": flat["wpe"], "ln_f": {"g": flat["ln_f.g"], "b": flat["ln_f.b"]}, "blocks": []}
+    for i in range(n_layer):
+        b = {}
+        for k, v in flat.items():
+            if k.startswith(f"blocks.{i}."):
+                node = b
+                *path, leaf = k.split(".")[2:]
+                for p in path:
+                    node = node.setdefault(p, {})
+                node[leaf] = v
+        params["blocks"].append(b)
+    return params
+
+
+def check_shards(model, cfg: T.RunConfig, out: Path, prefix: str, window: np.ndarray) -> float:
+    """Max |logit difference| of specdec_np on the shards against the torch model with fp16 weights (CPU)."""
+    import copy
+
+    import torch
+
+    from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
+
+    ref_model = copy.deepcopy(model).float().cpu()
+    with torch.no_grad():
+        for p in ref_model.parameters():
+            p.copy_(p.half().float())
+        ref = ref_model(torch.from_numpy(window.astype(np.int64))[None])[0].numpy()
+    config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg.n_ctx, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head)
+    ours = GPT2(config, from_shards(out, prefix))
+    return float(np.abs(forward(ours, window.astype(np.int64), new_cache(ours)) - ref).max())
+
+
+def nll(model, seqs: list, device) -> float:
+    """Mean next-token NLL (nats) over every token but the first of each sequence (each at most n_ctx)."""
+    import torch
+    import torch.nn.functional as F
+
+    total, count = 0.0, 0
+    with torch.no_grad(), T.autocast(device):
+        for s in seqs:
+            x = torch.tensor(s, dtype=torch.int64, device=device)[None]
+            logits = model(x[:, :-1]).float()[0]
+            total += F.cross_entropy(logits, x[0, 1:], reduction="sum").item()
+            count += len(s) - 1
+    return total / max(count, 1)
+
+
+def loop_measure(target, cfg: T.RunConfig, prompts: list, max_new: int, device) -> dict:
+    """The loop measure (tools/loops.py) of the target's greedy completions of `prompts` (bench's truncation)."""
+    from specdec_np.tools.loops import repeat_share
+
+    room = cfg.n_ctx - max_new - 1
+    shares = []
+    for p in prompts:
+        seq = T.sample(target, cfg, np.array([p[-room:]]), max_new, 1, seed=0, device=device)[0]
+        shares.append(repeat_share(seq[len(p[-room:]):].tolist()))
+    return {"average": round(float(np.mean(shares)), 4), "max": round(float(np.max(shares)), 4),
+            "min": round(float(np.min(shares)), 4), "per_prompt": [round(float(x), 4) for x in shares]}
+
+
+def trigram_figures(model, draft, held: np.ndarray, device, n_windows: int = 40, window: int = 256) -> dict:
+    """The trigram's held-out loss and how often its top-1 equals the draft's argmax (build_ngram.py's measure)."""
+    import torch
+
+    from specdec_np import ngram
+
+    starts = np.linspace(0, held.size - window - 1, n_windows).astype(np.int64)
+    hits = total = 0
+    logp = []
+    for s in starts:
+        w = held[s:s + window].astype(np.int64)
+        with torch.no_grad(), T.autocast(device):
+            am = draft(torch.from_numpy(w).to(device)[None]).float()[0].argmax(-1).cpu().numpy()
+        for i in range(1, window - 1):
+            ctx = w[max(0, i - 1):i + 1]
+            hits += ngram.greedy_continuation(model, ctx, 1)[0] == am[i]
+            logp.append(math.log(max(float(ngram.dist(model, ctx)[w[i + 1]]), 1e-30)))
+            total += 1
+    return {"agreement_with_draft_argmax": round(hits / total, 4), "heldout_nats": round(-float(np.mean(logp)), 4)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", help="cuda or cpu (default: %(default)s)")
+    ap.add_argument("--minutes", type=float, default=8.0, help="the whole run's budget (default: %(default)s)")
+    ap.add_argument("--target", default="8L/448", choices=SHAPES, help="target shape (default: %(default)s)")
+    ap.add_argument("--draft", default="2L/128", choices=SHAPES, help="draft shape (default: %(default)s)")
+    ap.add_argument("--corpus", type=Path, default=T.WORK / "corpus", help="build_corpus.py's output")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", T.WORK / "recipe")))
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, short context, seconds: the CPU check")
+    a = ap.parse_args(argv)
+    import torch
+
+    if a.smoke:
+        a.target, a.draft = "2L/64", "1L/32"
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no GPU visible to PyTorch (use --device cpu, or --smoke)")
+    torch.manual_seed(1234)
+    torch.set_num_threads(1 if a.smoke else int(os.environ.get("TRAIN_THREADS", os.cpu_count())))
+    if a.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+    a.out.mkdir(parents=True, exist_ok=True)
+    log = Log(a.out / "log.txt")
+    budget = 60 * a.minutes
+    report = {"device": torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu",
+              "torch": torch.__version__, "budget_s": budget, "smoke": a.smoke}
+    data = read_corpus(a.corpus)
+    prompts = json.loads((a.corpus / "prompts.json").read_text()) if (a.corpus / "prompts.json").exists() else {}
+    report["corpus"] = {k: int(v.size) for k, v in data.items() if v is not None}
+    log(f"corpus: {report['corpus']}; device {report['device']}")
+
+    t_cfg = run_config("target", a.target, a.smoke, lr=1.5e-3)
+    d_cfg = run_config("draft", a.draft, a.smoke, lr=3e-3, distill_from="target", distill_alpha=0.8,
+                       sample_frac=0.5, tvd_weight=0.5, top_k=50)
+    d_cfg = dataclasses.replace(d_cfg, seq_len=d_cfg.n_ctx - 1)  # the samples are n_ctx long
+    t_tps = T.bench_step(t_cfg, a.device, steps=1 if a.smoke else 4)
+    d_tps = T.bench_step(d_cfg, a.device, teacher_cfg=t_cfg, steps=1 if a.smoke else 4)
+    report["bench_tok_per_s"] = {"target": round(t_tps), "draft_distill": round(d_tps)}
+    left = budget - log.elapsed() - 75  # 75 s: samples, trigram, figures, shards
+    if a.smoke:  # a fixed few steps, whatever the machine's load
+        left, t_cfg, d_cfg = 60.0, dataclasses.replace(t_cfg, steps=12, warmup=2), dataclasses.replace(d_cfg, steps=8,
+                                                                                                       warmup=2)
+    else:
+        t_cfg, d_cfg = sized(t_cfg, SHARES["target"] * left, t_tps), sized(d_cfg, SHARES["draft"] * left, d_tps)
+    log(f"bench: target {t_tps:.0f} tok/s -> {t_cfg.steps} steps; draft {d_tps:.0f} tok/s -> {d_cfg.steps} steps")
+
+    def save_report():
+        tmp = a.out / "report.json.tmp"
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        os.replace(tmp, a.out / "report.json")
+
+    def guarded(name, fn):  # after the models are saved, a failing figure is reported, not fatal
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 (one run on a lent GPU: keep what was made)
+            log(f"ERROR in {name}: {type(e).__name__}: {e}")
+            report.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+            return None
+
+    held = data["heldout"]
+    window = held[1000:1000 + min(256, t_cfg.n_ctx)]
+    target = T.make_model(t_cfg).to(a.device)
+    report["target"] = fit(target, t_cfg, data["train"], SHARES["target"] * left, log, device=a.device)
+    report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)
+    save_report()
+    n_samples, batch, prefix = (4, 4, 8) if a.smoke else (2048, 256, 64)
+    t0 = time.time()
+    samples = target_samples(target, t_cfg, data["train"], n_samples, prefix, batch, a.device)
+    report["target_samples"] = {"sequences": int(samples.shape[0]), "seconds": round(time.time() - t0, 1)}
+    log(f"target samples: {samples.shape} in {time.time() - t0:.0f} s")
+
+    draft = T.make_model(d_cfg).to(a.device)
+    report["draft"] = fit(draft, d_cfg, data["train"], SHARES["draft"] * left, log, teacher=target, samples=samples,
+                          device=a.device)
+    report["draft"]["files"] = to_shards(T.to_numpy_params(draft, d_cfg), "draft", a.out)
+    save_report()
+
+    def stage2():
+        from specdec_np import ngram
+
+        t0 = time.time()
+        stream = draft_samples(draft, d_cfg, 200 if a.smoke else 8_000_000, 4 if a.smoke else 512, 40, a.device)
+        trigram = ngram.fit(stream.astype(np.int64), T.N_VOCAB, min_count=2)
+        ngram.save(trigram, a.out / "trigram.npz")
+        report["trigram"] = {"draft_tokens": int(stream.size), "temperature": 1.5, "min_count": 2,
+                             "seconds": round(time.time() - t0, 1)}
+        log(f"trigram: fitted on {stream.size} draft tokens in {time.time() - t0:.0f} s")
+        return trigram
+    trigram = guarded("trigram", stage2)
+    save_report()
+
+    n_windows = 4 if a.smoke else 64
+    figures = report["figures"] = {}
+    figures["target_heldout_nats"] = guarded("target loss", lambda: T.evaluate(target, t_cfg, held, n_windows,
+                                                                               a.device))
+    figures["draft_heldout_nats"] = guarded("draft loss", lambda: T.evaluate(draft, d_cfg, held, n_windows, a.device))
+    if data["packages_heldout"] is not None and data["packages_heldout"].size > t_cfg.seq_len + 2:
+        figures["target_packages_heldout_nats"] = guarded("packages loss", lambda: T.evaluate(
+            target, t_cfg, data["packages_heldout"], n_windows, a.device))
+    starts = np.linspace(0, held.size - 300, 24).astype(np.int64)
+    win = min(256, t_cfg.n_ctx - 1)
+    figures["match_heldout"] = guarded("match", lambda: T.match(
+        draft, target, np.stack([held[s:s + win + 1] for s in starts]), 50, a.device))
+    if trigram is not None:
+        figures["trigram"] = guarded("trigram figures", lambda: trigram_figures(
+            trigram, draft, held, a.device, 2 if a.smoke else 40, 32 if a.smoke else 256))
+    if prompts.get("humaneval"):
+        seqs = [p["full"][:t_cfg.n_ctx] for p in prompts["humaneval"]]
+        figures["humaneval_nats"] = guarded("humaneval", lambda: {"target": nll(target, seqs, a.device),
+                                                                  "problems": len(seqs)})
+    loop_prompts = [p["prompt"] for p in prompts.get("humaneval", [])[:16]] or prompts.get("calibration", [])[:16]
+    if loop_prompts:
+        figures["loop_measure"] = guarded("loop measure", lambda: loop_measure(
+            target, t_cfg, loop_prompts, 8 if a.smoke else 128, a.device)
+            | {"prompts": "humaneval[:16]" if prompts.get("humaneval") else "calibration"})
+    log("figures: " + json.dumps(figures))
+    for name, model, cfg in (("target", target, t_cfg), ("draft", draft, d_cfg)):
+        report[name]["max_logit_diff_vs_torch"] = guarded(f"{name} shards", lambda: check_shards(
+            model, cfg, a.out, name, window))
+    report["seconds"] = round(log.elapsed(), 1)
+    log(f"done in {report['seconds']:.0f} s; logit check of the shards: target "
+        f"{report['target']['max_logit_diff_vs_torch']}, draft {report['draft']['max_logit_diff_vs_torch']}")
+    save_report()
+    log.f.close()
+    out_files = [p for p in a.out.iterdir() if p.is_file()]
+    size = sum(p.stat().st_size for p in out_files)
+    if len(out_files) > MAX_FILES or size > MAX_BYTES or any(p.stat().st_size > 16 << 20 for p in out_files):
+        print(f"WARNING: {len(out_files)} files, {size / 2**20:.1f} MiB: over what a device call returns")
+    return 1 if report.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
