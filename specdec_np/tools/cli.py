@@ -34,7 +34,7 @@ from .acceptance import runnable
 from .choice import constant_for, lossless, plans_for
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, given, plan_origin,
-                      profiled, reads)
+                      profiled, reads, shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
@@ -159,11 +159,6 @@ def utf8(data: bytes, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
-
-
-def shown(value: str) -> str:
-    """An option's value as an error shows it: a very long one cut short."""
-    return value if len(value) <= 100 else f"{value[:60]}... ({len(value)} characters)"
 
 
 @contextlib.contextmanager
@@ -354,15 +349,17 @@ def cmd_ngram(argv) -> int:
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
-        if not name.is_file():
-            problem = "is a directory" if name.is_dir() else "is not a regular file" if name.exists() \
-                else "does not exist"
-            raise FileNotFoundError(f"text file {name} {problem}")
-        if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never overwrite it
-            raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
+        with naming("text file", str(name)):  # e.g. a name too long for the file system
+            if not name.is_file():
+                problem = "is a directory" if name.is_dir() else "is not a regular file" if name.exists() \
+                    else "does not exist"
+                raise FileNotFoundError(f"text file {name} {problem}")
+            if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
+                raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
+            data = name.read_bytes()
         if i:
             tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, utf8(name.read_bytes(), f"text file {name}")))
+        tokens.extend(encode(enc, utf8(data, f"text file {name}")))
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "

@@ -24,6 +24,7 @@ from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2_SHAPES, param_shapes
+from .options import shown
 from .progress import Progress
 
 HUB_URL = "https://huggingface.co"
@@ -206,18 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
     unknown = ", ".join(repr(name) for name in args.names if name not in HUB_REPOS)
-    dest = Path(args.dest or WEIGHTS_DIR).absolute()
-    above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
-    refused = None
-    if above != dest and above.is_dir():  # directories are to be made there: try one (not in /proc, read-only)
-        try:
+    dest, above, refused = Path(args.dest or WEIGHTS_DIR).absolute(), None, None
+    try:
+        above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
+        if not above.is_dir():
+            refused = f"{above} is not a directory"
+        elif above != dest:  # directories are to be made there: try a file (not in /proc, not read-only)
             tempfile.TemporaryFile(dir=above).close()
-        except OSError as e:
-            refused = f"--dest {args.dest or WEIGHTS_DIR}: cannot write in {above}: {e.strerror or e}"
+    except OSError as e:  # or a name too long for the file system
+        refused = f"cannot write {f'in {above}' if above else 'there'}: {e.strerror or e}"
     for wrong, error in ((unknown, f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}"),
                          (args.retries < 0, f"--retries must be >= 0, got {args.retries}"),
-                         (not above.is_dir(), f"--dest {args.dest or WEIGHTS_DIR}: {above} is not a directory"),
-                         (refused, refused)):
+                         (refused, f"--dest {shown(str(args.dest or WEIGHTS_DIR))}: {refused}")):
         if wrong:  # before any download: a typo should not cost the models named before it
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -553,6 +553,7 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("args, needle", [
     (["/dev/null"], "text file /dev/null is not a regular file"),  # was "does not exist"
+    (["a" * 6000], f"text file {'a' * 60}... (6000 characters): File name too long"),  # was a bare [Errno 36]
     (["{src}", "--n-vocab", "0"], "--n-vocab must be in 257..50257"),  # was GPT-2's 50257, silently
     (["{src}", "--n-vocab", "256"], "--n-vocab must be in 257..50257"),
     (["{src}", "--n-vocab", "50258"], "--n-vocab must be in 257..50257"),
