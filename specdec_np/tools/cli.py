@@ -170,7 +170,8 @@ def naming(option: str, value: str | None):
     except OSError as e:
         if e.errno is None or value is None:  # the loaders' own messages name the file
             raise
-        raise ValueError(f"{option} {shown(value)}: {e.strerror or e}") from None
+        where = f" ({e.filename})" if e.filename and str(e.filename) != value and len(str(e.filename)) < 200 else ""
+        raise ValueError(f"{option} {shown(value)}: {e.strerror or e}{where}") from None
 
 
 EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's

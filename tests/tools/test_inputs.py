@@ -325,9 +325,22 @@ def test_a_prompt_is_read_and_tokenized_only_as_far_as_the_context_needs(kind, n
 
 
 @pytest.mark.parametrize("option", ["--target", "--draft", "--ngram"])
-def test_a_name_too_long_for_the_file_system_is_named_by_its_option(option, capsys):
+def test_a_name_too_long_for_the_file_system_is_named_by_its_option(option, capsys, monkeypatch):
     rc = main(["generate", "x", "--plan", "default", "--method", "staged", option, "a" * 6000])
     assert one_line(capsys, rc) == f"error: {option} {'a' * 60}... (6000 characters): File name too long"
+
+    from specdec_np.tools import cli
+    loader = "load_ngram" if option == "--ngram" else "load_model"
+    real = getattr(cli, loader)
+
+    def unreadable(path, *a, **k):  # root reads anything: simulated
+        if path != "ck":
+            return real(path, *a, **k)
+        raise PermissionError(errno.EACCES, "Permission denied", f"{path}/model.safetensors")
+
+    monkeypatch.setattr(cli, loader, unreadable)
+    rc = main(["generate", "x", "--plan", "default", "--method", "staged", option, "ck"])
+    assert one_line(capsys, rc) == f"error: {option} ck: Permission denied (ck/model.safetensors)"
 
 
 def test_a_draft_of_another_vocabulary_is_named(tmp_path, capsys):
