@@ -4,6 +4,7 @@ import dataclasses
 import errno
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -304,7 +305,6 @@ class Endless(io.RawIOBase):
               "(n_ctx=512) must hold more"),
 ])
 def test_a_prompt_is_read_and_tokenized_only_as_far_as_the_context_needs(kind, needle, tmp_path, monkeypatch, capsys):
-    import signal
     from specdec_np.tools import cli
     path = tmp_path / "prompt.py"
     if kind == "fifo":
@@ -314,13 +314,14 @@ def test_a_prompt_is_read_and_tokenized_only_as_far_as_the_context_needs(kind, n
     elif kind != "/dev/zero":
         path.write_bytes(b"x" * (20 << 20 if kind == "20 MB" else 20000))
     monkeypatch.setattr(cli, "encode", lambda *a: pytest.fail("tokenized"))
-    signal.signal(signal.SIGALRM, lambda *a: pytest.fail("blocked"))
+    before = signal.signal(signal.SIGALRM, lambda *a: pytest.fail("blocked"))
     signal.alarm(60)
     try:
         rc = main(["generate", *(["-"] if kind == "stdin" else ["--file", kind if kind[0] == "/" else str(path)]),
                    "--plan", "default"])
     finally:
         signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
     assert needle in one_line(capsys, rc)
 
 
