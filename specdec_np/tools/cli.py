@@ -433,11 +433,9 @@ class Stdout:
 
     def write(self, text: str) -> int:
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
-        try:
-            text.encode(encoding)
-        except UnicodeEncodeError:
-            text, self.replaced = text.encode(encoding, "replace").decode(encoding), True
-        return self.written(self.stream.write, text)
+        fits = text.encode(encoding, "replace").decode(encoding)
+        self.replaced |= fits != text
+        return self.written(self.stream.write, fits)
 
     def flush(self) -> None:
         self.written(self.stream.flush)
