@@ -211,6 +211,14 @@ def test_calibration_prompts_that_are_not_are_named(tmp_path, text, needle):
     assert needle in str(e.value)
 
 
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
+def test_bench_prompts_that_never_end_are_refused_unread(tmp_path, path):
+    if path == "fifo":  # open() would block until something writes to it
+        os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="not a regular file .*give a JSONL file"):
+        profiles.read_prompts(tmp_path / path)
+
+
 def test_profile_and_prompts_are_read_from_the_weights_directory_else_the_shipped_ones(tmp_path, monkeypatch):
     # B15: SPECDEC_NP_WEIGHTS moves them too; a directory without them falls back to the shipped files.
     monkeypatch.setattr(files, "WEIGHTS_DIR", tmp_path)
