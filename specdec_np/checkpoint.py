@@ -285,11 +285,15 @@ def resolve(name_or_path) -> Path:
     if p.is_dir():
         return p
     local = check_weights_dir(WEIGHTS_DIR) / name
-    if os.sep not in name and "/" not in name and (local / CONFIG_FILE).is_file() and (local / MODEL_FILE).is_file():
+    lacks = [local / f for f in (CONFIG_FILE, MODEL_FILE) if not (local / f).is_file()]
+    if os.sep not in name and "/" not in name and not lacks:
         return local
     if name in HUB_REPOS:
-        raise FileNotFoundError(f"checkpoint '{name}' is not downloaded (no {local / MODEL_FILE}): run "
+        raise FileNotFoundError(f"checkpoint '{name}' is not downloaded (no {lacks[0]}): run "
                                 f"`make weights MODELS={name}` (or `python -m specdec_np weights {name}`)")
+    if os.sep not in name and "/" not in name and local.is_dir():  # e.g. tiny-target/ lacking a file
+        raise FileNotFoundError(f"{lacks[0]}: checkpoint '{name}' has no {lacks[0].name} (a checkpoint directory "
+                                f"needs {CONFIG_FILE} and {MODEL_FILE})")
     where = f"{WEIGHTS_ENV}={os.environ[WEIGHTS_ENV]}" if WEIGHTS_ENV in os.environ else WEIGHTS_DIR
     raise FileNotFoundError(f"no checkpoint directory '{name}' (here or in {where}), and not a known model name "
                             f"({', '.join(HUB_REPOS)})")

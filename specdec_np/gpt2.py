@@ -176,12 +176,13 @@ class GPT2Config:
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
-    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a positive finite
-    number for layer_norm_epsilon, else a count (an integer >= 1, not a bool, a string or 8193.7)."""
+    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
+    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
+    not a bool, a string or 8193.7)."""
     name = name or field
     if field == "layer_norm_epsilon":
-        if not (real(value) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a positive finite number")
+        if not (real(value) and 0 < value <= 1):
+            raise ValueError(f"{name}={value!r} must be a small positive number, at most 1 (GPT-2's is 1e-05)")
     elif not whole(value, 1):
         raise ValueError(f"{name}={value!r} must be an integer >= 1")
 

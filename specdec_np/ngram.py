@@ -356,7 +356,7 @@ def load(path) -> Trigram:
     """Read a model written by save(); ValueError naming the file if it is not one."""
     path = Path(path)
     if not path.is_file():
-        problem = "is a directory" if path.is_dir() else "does not exist"
+        problem = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else "does not exist"
         raise FileNotFoundError(f"n-gram model file {path} {problem}")
     try:
         with np.load(path, allow_pickle=False) as z:

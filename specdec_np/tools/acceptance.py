@@ -255,6 +255,8 @@ def read_prompts(path) -> list[str]:
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block, /dev/zero never end
+        raise ValueError(f"{path}: not a regular file (a FIFO, a device or a socket): {form}")
     prompts = []
     try:
         with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:

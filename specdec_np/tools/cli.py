@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import stat
 import sys
@@ -27,14 +28,14 @@ from ..checks import ContextFilled, check_prompt
 from ..methods import METHODS
 from ..models import load_model, load_ngram
 from ..plan import Plan
-from ..tokenizer import decode, encode, get_encoding
+from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .acceptance import runnable
 from .choice import constant_for, plans_for
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, describe, given,
-                      plan_origin, profiled, reads)
+                      plan_origin, profiled, reads, shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 
@@ -118,21 +119,40 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     return method, plan, f"{describe(method, plan)} ({origin}{', changed by options' if given(a) else ''})", layout
 
 
+# A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
+# pipe that never ends is refused before memory runs out, a long file before it is tokenized.
+PROMPT_MAX_BYTES = 1 << 24
+
+
 def read_prompt(a) -> str:
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.file is not None:
-        try:
-            return utf8(Path(a.file).read_bytes(), f"the prompt (--file {a.file})")
+        where = f"--file {shown(a.file)}"
+        try:  # stat first: opening a FIFO blocks until something writes to it, a device may never end
+            mode = os.stat(a.file).st_mode
+            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a directory: open() says so
+                raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
+                                 "pipe the prompt into - (standard input)")
+            with open(a.file, "rb") as f:
+                return utf8(read_at_most(f, where), f"the prompt ({where})")
         except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
-            raise ValueError(f"--file {a.file}: {e.strerror or e}") from None
+            raise ValueError(f"{where}: {e.strerror or e}") from None
     if a.prompt not in (None, "-"):
         return a.prompt
     if sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
     if a.prompt is None and sys.stdin.isatty():
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
-    return utf8(sys.stdin.buffer.read(), "the prompt (standard input)")
+    return utf8(read_at_most(sys.stdin.buffer, "standard input"), "the prompt (standard input)")
+
+
+def read_at_most(f, where: str) -> bytes:
+    data = f.read(PROMPT_MAX_BYTES + 1)
+    if len(data) > PROMPT_MAX_BYTES:
+        raise ValueError(f"{where}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than specdec_np reads (a "
+                         "1024-token context holds at most 128 kB)")
+    return data
 
 
 def utf8(data: bytes, what: str) -> str:
@@ -140,6 +160,19 @@ def utf8(data: bytes, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
+
+
+@contextlib.contextmanager
+def naming(option: str, value: str | None):
+    """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
+    (None: not given)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None or value is None:  # the loaders' own messages name the file
+            raise
+        where = f" ({e.filename})" if e.filename and str(e.filename) != value and len(str(e.filename)) < 200 else ""
+        raise ValueError(f"{option} {shown(value)}: {e.strerror or e}{where}") from None
 
 
 EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
@@ -176,24 +209,36 @@ def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
     text = read_prompt(a)
-    target = load_model(a.target)
+    with naming("--target", a.target):
+        target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
     if reads("draft", a.method, a.plan):
         try:
-            draft = load_model(a.draft or default_draft(a.target))
+            with naming("--draft" if a.draft else "--target", a.draft or a.target):
+                draft = load_model(a.draft or default_draft(a.target))
         except (ValueError, FileNotFoundError):
             if a.draft is not None or a.method is None or METHODS[a.method].runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan
+        if draft is not None and draft.config.n_vocab != target.config.n_vocab:
+            raise ValueError(f"--draft {shown(a.draft or default_draft(a.target))}: its vocabulary "
+                             f"({draft.config.n_vocab} tokens) is not the target's ({target.config.n_vocab}, --target "
+                             f"{shown(a.target)}): the two must share a tokenizer")
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
             # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
-            ngram = load_ngram(a.ngram)
+            with naming("--ngram", a.ngram):
+                ngram = load_ngram(a.ngram)
             if ngram.n_vocab != target.config.n_vocab:
                 raise ValueError(f"--ngram {a.ngram}: the trigram's vocabulary ({ngram.n_vocab}) is not the target's "
                                  f"({target.config.n_vocab})")
+    size, longest = len(text.encode()), max(len(t) for t in [*enc.token_byte_values(), *enc.special_tokens_set])
+    if size >= target.config.n_ctx * longest:  # so at least n_ctx tokens: said before tokenizing them all
+        raise ValueError(f"--target {shown(a.target)}: the prompt has {size} bytes, so at least "
+                         f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
+                         f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
     try:  # the draft's context too when it may decode (with --method, or the machine's choice)
         check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
@@ -252,6 +297,8 @@ def cmd_trace(a) -> int:
 def file_to_write(out: Path, example: str) -> Path:
     """--out checked before any work: the path to write, a regular file (new, or writable) in a directory
     that takes new files; a symlink is written through (it stays a link); anything else is an error."""
+    if str(out) == "-":
+        raise ValueError(f"--out -: give a file name (it writes a file, not standard output), e.g. {example}")
     with naming_out(out):  # e.g. a name too long for the file system
         path = Path(os.path.realpath(out)) if out.is_symlink() else out
         if path.is_symlink():  # still a link once resolved: a loop
@@ -296,18 +343,26 @@ def cmd_ngram(argv) -> int:
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
     args = ap.parse_args(argv)
+    if args.n_vocab is not None and not 257 <= args.n_vocab <= GPT2_N_VOCAB:  # 0 is not the default
+        raise ValueError(f"--n-vocab must be in 257..{GPT2_N_VOCAB} (the 256 bytes and <|endoftext|>, up to GPT-2's "
+                         f"vocabulary), got {args.n_vocab}")
     out = file_to_write(args.out, "trigram.npz")
-    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab or 50257
+    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else \
+        args.n_vocab or GPT2_N_VOCAB
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
-        if not name.is_file():
-            raise FileNotFoundError(f"text file {name} " + ("is a directory" if name.is_dir() else "does not exist"))
-        if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never overwrite it
-            raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
+        with naming("text file", str(name)):  # e.g. a name too long for the file system
+            if not name.is_file():
+                problem = "is a directory" if name.is_dir() else "is not a regular file" if name.exists() \
+                    else "does not exist"
+                raise FileNotFoundError(f"text file {name} {problem}")
+            if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
+                raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
+            data = name.read_bytes()
         if i:
             tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, utf8(name.read_bytes(), f"text file {name}")))
+        tokens.extend(encode(enc, utf8(data, f"text file {name}")))
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
@@ -342,19 +397,59 @@ def main(argv=None) -> int:
         cmd, rest = a.cmd, None
     if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")
-    if sys.stdout is None and cmd == "generate":  # `>&-`: said before any work, not a traceback after it
-        print("error: standard output is closed: the completion has nowhere to go (redirect it, e.g. > out.txt)",
-              file=sys.stderr)
+    if sys.stdout is None and cmd in ("generate", "demo"):  # `>&-`: said before any work, not a traceback after it
+        print(f"error: standard output is closed: the {'completion' if cmd == 'generate' else 'demo'} has nowhere to "
+              "go (redirect it, e.g. > out.txt)", file=sys.stderr)
         return 2
+    real, sys.stdout = sys.stdout, sys.stdout and Stdout(sys.stdout)
     try:
         if rest is None:
-            return cmd_generate(a) if cmd == "generate" else cmd_trace(a)
-        return {"weights": download.main, "ngram": cmd_ngram, "demo": demo.main, "bench": bench.main}[cmd](rest)
+            code = cmd_generate(a) if cmd == "generate" else cmd_trace(a)
+        else:
+            code = {"weights": download.main, "ngram": cmd_ngram, "demo": demo.main, "bench": bench.main}[cmd](rest)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
+        return code
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if sys.stdout is not None and sys.stdout.replaced:
+            print(f"note: standard output's encoding ({real.encoding}) cannot show some characters: they are written "
+                  "as '?' (PYTHONIOENCODING=utf-8 shows them)", file=sys.stderr)
+        sys.stdout = real
+
+
+class Stdout:
+    """Standard output for a command: characters its encoding cannot show (PYTHONIOENCODING=ascii) are
+    written as '?' (said once, at the end), and a write that fails (`> /dev/full`) is an error naming it."""
+
+    def __init__(self, stream):
+        self.stream, self.replaced = stream, False
+
+    def __getattr__(self, name):  # isatty(), encoding, ...
+        return getattr(self.stream, name)
+
+    def write(self, text: str) -> int:
+        encoding = getattr(self.stream, "encoding", None) or "utf-8"
+        fits = text.encode(encoding, "replace").decode(encoding)
+        self.replaced |= fits != text
+        return self.written(self.stream.write, fits)
+
+    def flush(self) -> None:
+        self.written(self.stream.flush)
+
+    def written(self, write, *args):
+        try:
+            return write(*args)
+        except OSError as e:
+            with contextlib.suppress(OSError, ValueError):  # what could not be written is dropped, not tried at exit
+                fd = self.stream.fileno()
+                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+            raise ValueError(f"cannot write to standard output: {e.strerror or e}") from None
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ import argparse
 import contextlib
 import hashlib
 import http.client
+import math
 import os
 import re
 import sys
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +23,8 @@ from pathlib import Path
 from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
+from ..gpt2 import GPT2_SHAPES, param_shapes
+from .options import shown
 from .progress import Progress
 
 HUB_URL = "https://huggingface.co"
@@ -66,9 +70,18 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
     raise DownloadError(f"{url}: too many redirects")
 
 
-def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) -> tuple[int, int | None]:
-    """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over);
-    -> (bytes in part, total size). A dropped connection ends early: the caller compares with the total."""
+def most_bytes(name: str, file: str) -> int:
+    """The most bytes `file` of checkpoint `name` may have when the server does not say: a config.json is
+    small; a model file holds the float32 parameters and a few buffers, less than twice the parameters."""
+    if file != MODEL_FILE:
+        return 1 << 20
+    return 2 * 4 * sum(math.prod(shape) for _, shape in param_shapes(GPT2_SHAPES[name]).values())
+
+
+def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, most: int) -> tuple[int, int | None]:
+    """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over), up
+    to its size, or `most` bytes when none is announced; -> (bytes in part, total size). A dropped
+    connection ends early: the caller compares with the total."""
     offset = part.stat().st_size if part.exists() else 0
     if total is not None and offset >= total:
         if offset == total:
@@ -94,16 +107,24 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show) ->
             length = resp.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else total
             offset = 0
+        end = most if total is None else total  # never more: a server that sends on for ever fills no disk
         with open(part, "ab" if offset else "wb") as f:
-            while chunk := resp.read(CHUNK):
+            while offset < end and (chunk := resp.read(min(CHUNK, end - offset))):
                 f.write(chunk)
                 offset += len(chunk)
                 show(offset, total)
+        endless = total is None and offset == most and resp.read(1)
+    if endless:
+        part.unlink()
+        raise DownloadError(f"{url}: no size announced, and more than {most} bytes, more than this file can be: "
+                            "stopped (partial file deleted)")
     return offset, total
 
 
-def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download `url` to `dest` via `dest.part`: resumed, size and sha256 checked, parsed, renamed."""
+def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,
+                  progress: bool | None = None) -> Path:
+    """Download `url` to `dest` via `dest.part` (at most `most` bytes when no size is announced): resumed,
+    size and sha256 checked, parsed, renamed."""
     sha, size = file_info(url, timeout)
     part = dest.with_name(dest.name + ".part")
     show = Progress(f"{dest.parent.name}/{dest.name}", tty=progress,
@@ -111,7 +132,7 @@ def download_file(url: str, dest: Path, retries: int = 3, timeout: float = 60.0,
     error = None
     for _ in range(retries + 1):
         try:
-            got, total = fetch_once(url, part, size, timeout, show)
+            got, total = fetch_once(url, part, size, timeout, show, most)
         except (OSError, http.client.HTTPException) as e:  # a dropped or timed-out connection: resume
             error = f"{type(e).__name__}: {e}"
             continue
@@ -151,12 +172,15 @@ def download(name: str, dest_root=None, base_url: str | None = None, retries: in
     base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")
     dest = Path(WEIGHTS_DIR if dest_root is None else dest_root) / name
     created = [d for d in (dest, *dest.parents) if not d.exists()]  # made here: removed again if left empty
-    dest.mkdir(parents=True, exist_ok=True)
     try:
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DownloadError(f"cannot make the directory {dest}: {e.strerror or e}") from None
         for file in FILES:
             if not (dest / file).is_file():
-                download_file(f"{base_url}/{HUB_REPOS[name]}/resolve/main/{file}", dest / file, retries, timeout,
-                              progress)
+                download_file(f"{base_url}/{HUB_REPOS[name]}/resolve/main/{file}", dest / file,
+                              most_bytes(name, file), retries, timeout, progress)
     except BaseException:
         for d in created:  # nothing fetched: leave no empty directory behind (dest first, then its parents)
             with contextlib.suppress(OSError):
@@ -183,11 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
     unknown = ", ".join(repr(name) for name in args.names if name not in HUB_REPOS)
-    dest = Path(args.dest or WEIGHTS_DIR).absolute()
-    above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
+    dest, above, refused = Path(args.dest or WEIGHTS_DIR).absolute(), None, None
+    try:
+        above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
+        if not above.is_dir():
+            refused = f"{above} is not a directory"
+        elif above != dest:  # directories are to be made there: try a file (not in /proc, not read-only)
+            tempfile.TemporaryFile(dir=above).close()
+    except OSError as e:  # or a name too long for the file system
+        refused = f"cannot write {f'in {above}' if above else 'there'}: {e.strerror or e}"
     for wrong, error in ((unknown, f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}"),
                          (args.retries < 0, f"--retries must be >= 0, got {args.retries}"),
-                         (not above.is_dir(), f"--dest {args.dest or WEIGHTS_DIR}: {above} is not a directory")):
+                         (refused, f"--dest {shown(str(args.dest or WEIGHTS_DIR))}: {refused}")):
         if wrong:  # before any download: a typo should not cost the models named before it
             print(f"error: {error}", file=sys.stderr)
             return 2

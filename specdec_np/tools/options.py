@@ -149,6 +149,11 @@ def parse_widths(text) -> list | None:
     return widths
 
 
+def shown(value: str) -> str:
+    """An option's value as an error shows it: a very long one cut short."""
+    return value if len(value) <= 100 else f"{value[:60]}... ({len(value)} characters)"
+
+
 def check_options(a) -> None:
     """One-line errors naming the option, before any model is loaded."""
     for option, value, low in (("--max-new-tokens", a.max_new_tokens, 0), ("--seed", a.seed, 0),

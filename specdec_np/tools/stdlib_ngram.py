@@ -35,7 +35,8 @@ def source_files() -> list[Path]:
     if os.environ.get(SOURCES_ENV):
         return [Path(name) for name in os.environ[SOURCES_ENV].split(os.pathsep) if name]
     root = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(f for f in root.rglob("*.py") if not SKIPPED_DIRS & set(f.relative_to(root).parts[:-1]))
+    files = root.rglob("*.py")
+    return sorted(f for f in files if f.is_file() and not SKIPPED_DIRS & set(f.relative_to(root).parts[:-1]))
 
 
 def cache_file(n_vocab: int, files) -> Path:
@@ -72,6 +73,9 @@ def stdlib_trigram(n_vocab: int, progress=lambda done, total: None, files=None) 
     origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
         f"Python {platform.python_version()}'s standard library"
     files = source_files() if files is None else [Path(f) for f in files]
+    if bad := [str(f) for f in files if not f.is_file()]:  # reading a device (/dev/zero) would never end
+        raise ValueError(f"{origin}: not regular files (missing, a directory or a device): {', '.join(bad[:3])}"
+                         + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
     path = cache_file(n_vocab, files)
     if path.is_file():
         try:

@@ -50,6 +50,7 @@ def checkpoint_with(tmp_path, **changes) -> Path:
     ({"vocab_size": 8193.7}, "vocab_size=8193.7"),
     ({"n_positions": 0}, "n_positions=0"),
     ({"n_head": 7}, "not divisible by n_head=7"),
+    ({"layer_norm_epsilon": 1e308}, "layer_norm_epsilon=1e+308 must be a small positive number, at most 1"),  # inf
 ])
 def test_a_config_json_that_does_not_fit_is_named_with_its_field(tmp_path, capsys, changes, needle):
     d = checkpoint_with(tmp_path, **changes)
@@ -74,6 +75,37 @@ def test_an_empty_option_or_weights_variable_is_named(tmp_path, capsys, monkeypa
         needle = needle.format(value)
     rc = main(["generate", "x", "--plan", "default", *args])
     assert needle in one_error_line(capsys, rc)
+
+
+@pytest.mark.parametrize("name", ["tiny-target", "tiny-draft"])
+@pytest.mark.parametrize("lacking", [checkpoint.CONFIG_FILE, checkpoint.MODEL_FILE])
+def test_a_weights_directory_whose_checkpoint_lacks_a_file_names_the_file(tmp_path, capsys, monkeypatch, name, lacking):
+    for item in (ROOT / "weights").iterdir():  # the shipped weights, `name` without the file `lacking`
+        (tmp_path / "w" / item.name).parent.mkdir(exist_ok=True)
+        (tmp_path / "w" / item.name).symlink_to(item)
+    (tmp_path / "w" / name).unlink()
+    (tmp_path / "w" / name).mkdir()
+    kept = ({checkpoint.CONFIG_FILE, checkpoint.MODEL_FILE} - {lacking}).pop()
+    (tmp_path / "w" / name / kept).symlink_to(ROOT / "weights" / name / kept)
+    monkeypatch.setenv(files.WEIGHTS_ENV, str(tmp_path / "w"))
+    monkeypatch.setattr(checkpoint, "WEIGHTS_DIR", tmp_path / "w")  # as the variable sets it when imported
+    rc = main(["generate", "x", "--plan", "default", "--method", "speculative"])
+    missing = tmp_path / "w" / name / lacking
+    assert one_error_line(capsys, rc) == (f"error: {missing}: checkpoint '{name}' has no {lacking} (a checkpoint "
+                                          "directory needs config.json and model.safetensors)")
+
+
+@pytest.mark.parametrize("sources, needle", [
+    (["/dev/zero"], "SPECDEC_NP_NGRAM_SOURCES: not regular files (missing, a directory or a device): /dev/zero"),
+    (["{tmp}/a.py", "{tmp}/b.py"], "not regular files (missing, a directory or a device): {tmp}/a.py, {tmp}/b.py"),
+])
+def test_ngram_sources_that_are_not_files_are_named(tmp_path, monkeypatch, sources, needle):
+    from specdec_np.tools import stdlib_ngram
+    monkeypatch.setenv(stdlib_ngram.SOURCES_ENV, os.pathsep.join(s.format(tmp=tmp_path) for s in sources))
+    monkeypatch.setattr(stdlib_ngram, "build", lambda *a: pytest.fail("read"))
+    with pytest.raises(ValueError) as e:
+        stdlib_ngram.stdlib_trigram(50257)
+    assert needle.format(tmp=tmp_path) in str(e.value)
 
 
 # ----------------------------------------------------------------------------- safetensors
@@ -177,6 +209,14 @@ def test_calibration_prompts_that_are_not_are_named(tmp_path, text, needle):
     with pytest.raises(ValueError, match="calibration.jsonl") as e:
         profiles.calibration_prompts(get_encoding(8193), path)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
+def test_bench_prompts_that_never_end_are_refused_unread(tmp_path, path):
+    if path == "fifo":  # open() would block until something writes to it
+        os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="not a regular file .*give a JSONL file"):
+        profiles.read_prompts(tmp_path / path)
 
 
 def test_profile_and_prompts_are_read_from_the_weights_directory_else_the_shipped_ones(tmp_path, monkeypatch):

@@ -265,6 +265,7 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
     (["--draft", "bogus", "--method", "lookup"], "bogus"),  # read for lookup's plan: loaded, not dropped quietly
     (["--file", ""], "--file is empty"),
     (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write there: File name too long"),
+    (["--out", "-"], "--out -: give a file name (it writes a file, not standard output), e.g. trace.html"),
 ])
 def test_options_that_change_nothing_or_name_nothing_are_one_line_errors(args, needle, monkeypatch, capsys, tmp_path):
     from specdec_np.tools import cli
@@ -555,6 +556,25 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
     assert err == f"error: --out {tmp_path / 't.html'}: cannot write there: No space left on device"
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["/dev/null"], "text file /dev/null is not a regular file"),  # was "does not exist"
+    (["a" * 6000], f"text file {'a' * 60}... (6000 characters): File name too long"),  # was a bare [Errno 36]
+    (["{src}", "--n-vocab", "0"], "--n-vocab must be in 257..50257"),  # was GPT-2's 50257, silently
+    (["{src}", "--n-vocab", "256"], "--n-vocab must be in 257..50257"),
+    (["{src}", "--n-vocab", "50258"], "--n-vocab must be in 257..50257"),
+    (["{src}", "--out", "-"], "--out -: give a file name (it writes a file, not standard output), e.g. trigram.npz"),
+])
+def test_ngram_fit_names_what_it_cannot_read_or_write(tmp_path, capsys, args, needle):
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    return x\n")
+    out = [] if "--out" in args else ["--out", str(tmp_path / "t.npz")]
+    assert main(["ngram", "fit", *(a.format(src=src) for a in args), *out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py"]
+    assert main(["ngram", "fit", str(src), "--out", str(tmp_path / "t.npz"), "--n-vocab", "257"]) == 0  # the control
+
+
 def test_ngram_fit_names_a_file_that_is_not_utf8(tmp_path, capsys):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text("def f(x):\n    return x\n")
@@ -702,7 +722,9 @@ def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "x = 1"}\n' + '{"prompt": "%s"}\n' % ("y = 2\\n" * 40) * 2)
     assert main(["bench", "--prompts", str(prompts), "--max-new-tokens", "500", "--out", str(tmp_path / "b")]) == 130
-    notes = [line for line in capsys.readouterr().out.splitlines() if "longer than" in line]
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1] == "interrupted"  # Ctrl-C: one line, exit 130
+    notes = [line for line in out.splitlines() if "longer than" in line]
     assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
                      "--max-new-tokens 500: each keeps its last 11 tokens"]
     assert not (tmp_path / "b").exists()

@@ -6,8 +6,10 @@ that honours Range requests with 206. It can drop the connection mid-file, ignor
 serve wrong bytes. No test touches the network.
 """
 
+import contextlib
 import hashlib
 import json
+import os
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +42,7 @@ class Hub:
         self.sha = {p: hashlib.sha256(b).hexdigest() for p, b in self.files.items()}
         self.drops = 0  # how many GETs of the weights to cut off halfway
         self.honour_range = True
+        self.endless = self.announce = False  # the weights followed by bytes without end; their size in the HEAD
         self.log = []  # (method, path, Range header)
 
 
@@ -64,7 +67,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(302)
             self.send_header("Location", "/cdn" + self.path)
             self.send_header("X-Linked-Etag", f'"{hub.sha[self.path]}"')
-            self.send_header("X-Linked-Size", str(len(hub.files[self.path])))
+            if hub.announce or not hub.endless:
+                self.send_header("X-Linked-Size", str(len(hub.files[self.path])))
             self.send_header("Content-Length", "0")
             return self.end_headers()
         data = hub.files[self.path]  # a small git file: its ETag is a 40-digit git hash
@@ -77,6 +81,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def serve_blob(self, hub, path, body):
         data = hub.files[path]
+        if hub.endless:  # no Content-Length, and more bytes until the client hangs up (64 MB at most)
+            self.send_response(200)
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(data)
+                for _ in range(64):
+                    self.wfile.write(bytes(1 << 20))
+            return
         rng = self.headers.get("Range")
         start = int(rng.removeprefix("bytes=").removesuffix("-")) if rng and hub.honour_range else 0
         self.send_response(206 if start else 200)
@@ -243,3 +255,36 @@ def test_a_dest_under_a_regular_file_is_named_before_any_download(tmp_path, hub,
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: --dest {tmp_path / 'FILE' / 'sub'}: {tmp_path / 'FILE'} is not a directory"]
     assert hub.log == []
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_a_server_that_sends_bytes_without_end_fills_no_disk(tmp_path, hub, files, monkeypatch, announce):
+    hub.endless, hub.announce = True, announce
+    monkeypatch.setattr(dl, "most_bytes", lambda name, file: 1 << 20)  # the ceiling when no size is announced
+    if announce:  # the announced size is read, no more: the file is whole
+        assert (get(tmp_path, hub) / dl.MODEL_FILE).read_bytes() == files[dl.MODEL_FILE]
+        return
+    with pytest.raises(dl.DownloadError, match=r"model\.safetensors: no size announced, and more than 1048576 bytes, "
+                                               r"more than this file can be: stopped \(partial file deleted\)"):
+        get(tmp_path, hub)
+    assert [p.name for p in (tmp_path / "gpt2").iterdir()] == [dl.CONFIG_FILE]  # no part file left
+
+
+def test_the_ceiling_of_a_model_file_holds_the_hubs_own():
+    # The hub's model.safetensors sizes as it lists them, rounded up (float32, with old attention buffers).
+    hub_sizes = {"distilgpt2": 353e6, "gpt2": 548e6, "gpt2-medium": 1.52e9, "gpt2-large": 3.25e9, "gpt2-xl": 6.43e9}
+    for name, size in hub_sizes.items():
+        assert size < dl.most_bytes(name, dl.MODEL_FILE) < 2.5 * size
+    assert len(json.dumps(checkpoint.hf_config(checkpoint.GPT2Config()))) < dl.most_bytes("gpt2", dl.CONFIG_FILE)
+
+
+@pytest.mark.parametrize("dest, needle", [
+    ("/proc/x", "error: --dest /proc/x: cannot write in /proc: "),  # was a bare [Errno 2]
+    ("/proc", "error: gpt2: cannot make the directory /proc/gpt2: "),
+    ("a" * 6000, f"error: --dest {'a' * 60}... (6000 characters): cannot write there: File name too long"),
+], ids=["in /proc", "/proc", "6000 characters"])
+def test_a_dest_where_nothing_can_be_made_is_named(capsys, dest, needle):
+    if dest.startswith("/proc") and not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc")
+    assert dl.main(["gpt2", "--dest", dest, "--base-url", "http://127.0.0.1:9", "--retries", "0"]) in (1, 2)
+    assert capsys.readouterr().err.startswith(needle)

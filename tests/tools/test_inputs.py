@@ -1,7 +1,10 @@
 """Bad input gets a one-line error naming the argument, and the statistics follow from what was emitted."""
 
 import dataclasses
+import errno
+import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
 from specdec_np.methods import METHODS
 from specdec_np.plan import Plan
 from specdec_np.tools import download
+from specdec_np.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = GPT2Config(n_vocab=24, n_ctx=40, n_embd=16, n_layer=1, n_head=2)
@@ -274,3 +278,142 @@ def test_a_closed_standard_stream_gets_a_clean_exit(closed, rc, out_has, err_has
         assert len(err.strip().splitlines()) == 1 and err_has in err
     if out_has:
         assert out.startswith(out_has) and err == ""
+
+
+# ----------------------------------------------------------------------------- unbounded reads, names, streams
+
+def one_line(capsys, rc, expected_rc=2) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == expected_rc and len(err) == 1, err
+    return err[0]
+
+
+class Endless(io.RawIOBase):
+    """A stream that never ends (`cat /dev/zero | ...`)."""
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        b[:] = bytes(len(b))
+        return len(b)
+
+
+@pytest.mark.parametrize("kind, needle", [
+    ("/dev/zero", "--file /dev/zero is not a regular file (a FIFO, a device or a socket): give a file, or pipe"),
+    ("fifo", "is not a regular file (a FIFO"),  # open() would block until something writes to it
+    ("20 MB", "the prompt is over 16 MB"),
+    ("stdin", "standard input: the prompt is over 16 MB"),
+    ("20 kB", "the prompt has 20000 bytes, so at least 625 tokens (a token is at most 32 bytes): the target's context "
+              "(n_ctx=512) must hold more"),
+])
+def test_a_prompt_is_read_and_tokenized_only_as_far_as_the_context_needs(kind, needle, tmp_path, monkeypatch, capsys):
+    from specdec_np.tools import cli
+    path = tmp_path / "prompt.py"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
+    elif kind != "/dev/zero":
+        path.write_bytes(b"x" * (20 << 20 if kind == "20 MB" else 20000))
+    monkeypatch.setattr(cli, "encode", lambda *a: pytest.fail("tokenized"))
+    before = signal.signal(signal.SIGALRM, lambda *a: pytest.fail("blocked"))
+    signal.alarm(60)
+    try:
+        rc = main(["generate", *(["-"] if kind == "stdin" else ["--file", kind if kind[0] == "/" else str(path)]),
+                   "--plan", "default"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert needle in one_line(capsys, rc)
+
+
+@pytest.mark.parametrize("option", ["--target", "--draft", "--ngram"])
+def test_a_name_too_long_for_the_file_system_is_named_by_its_option(option, capsys, monkeypatch):
+    rc = main(["generate", "x", "--plan", "default", "--method", "staged", option, "a" * 6000])
+    assert one_line(capsys, rc) == f"error: {option} {'a' * 60}... (6000 characters): File name too long"
+
+    from specdec_np.tools import cli
+    loader = "load_ngram" if option == "--ngram" else "load_model"
+    real = getattr(cli, loader)
+
+    def unreadable(path, *a, **k):  # root reads anything: simulated
+        if path != "ck":
+            return real(path, *a, **k)
+        raise PermissionError(errno.EACCES, "Permission denied", f"{path}/model.safetensors")
+
+    monkeypatch.setattr(cli, loader, unreadable)
+    rc = main(["generate", "x", "--plan", "default", "--method", "staged", option, "ck"])
+    assert one_line(capsys, rc) == f"error: {option} ck: Permission denied (ck/model.safetensors)"
+
+
+def test_a_draft_of_another_vocabulary_is_named(tmp_path, capsys):
+    from specdec_np import checkpoint
+    checkpoint.save(random_params(GPT2Config(n_vocab=50257, n_ctx=32, n_embd=8, n_layer=1, n_head=2)), tmp_path / "d")
+    rc = main(["generate", "x", "--plan", "default", "--method", "tree", "--draft", str(tmp_path / "d")])
+    assert one_line(capsys, rc) == (f"error: --draft {tmp_path / 'd'}: its vocabulary (50257 tokens) is not the "
+                                    "target's (8193, --target tiny-target): the two must share a tokenizer")
+
+
+class Full(io.RawIOBase):
+    """`> /dev/full`."""
+    def writable(self):
+        return True
+
+    def write(self, b):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("stdout, out, err", [
+    ("ascii", b"? = 1", "note: standard output's encoding (ascii) cannot show some characters: they are written as "
+                        "'?' (PYTHONIOENCODING=utf-8 shows them)"),
+    ("utf-8", "\xe9 = 1".encode(), None),  # the control: nothing replaced, nothing said
+    ("full", None, "error: cannot write to standard output: No space left on device"),
+], ids=["ascii", "utf-8", "full"])
+def test_standard_output_that_cannot_take_the_text_is_named(stdout, out, err, monkeypatch, capsys):
+    raw = Full() if stdout == "full" else io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8" if stdout == "full" else stdout))
+    rc = main(["generate", "\xe9 = 1", "--method", "ar", "--plan", "default", "--max-new-tokens", "2"])
+    assert rc == (2 if out is None else 0) and capsys.readouterr().err.strip().splitlines() == ([err] if err else [])
+    if out is not None:
+        sys.stdout.flush()
+        assert raw.getvalue().startswith(out)
+
+
+def test_the_demo_with_standard_output_closed_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", None)
+    assert one_line(capsys, main(["demo", "--max-new-tokens", "4"])) == (
+        "error: standard output is closed: the demo has nowhere to go (redirect it, e.g. > out.txt)")
+
+
+def test_a_full_disk_under_standard_output_is_one_line_also_at_exit():
+    import shlex
+    r = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m specdec_np generate x --plan default "
+                                      "--method ar --max-new-tokens 4 > /dev/full"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and r.stderr == "error: cannot write to standard output: No space left on device\n"
+
+
+INTERRUPT = {"importing": '''
+import os, signal, sys
+class Interrupt:  # Ctrl-C as NumPy starts to load
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+sys.meta_path.insert(0, Interrupt())
+''', "exiting": '''
+import atexit, os, signal, time
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))  # Ctrl-C as Python exits
+'''}
+
+
+@pytest.mark.parametrize("when, rc, err", [("importing", 130, "interrupted\n"), ("exiting", 0, "")])
+def test_ctrl_c_while_python_loads_or_exits_is_no_traceback(when, rc, err, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT[when])
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
+    r = subprocess.run([sys.executable, "-m", "specdec_np", "ngram", "fit", str(tmp_path / "a.py"), "--out",
+                        str(tmp_path / "t.npz"), "--n-vocab", "8193"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=300)
+    assert r.returncode == rc and r.stderr == err, r.stderr
+    assert (tmp_path / "t.npz").exists() == (when == "exiting")
