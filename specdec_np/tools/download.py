@@ -23,7 +23,8 @@ from pathlib import Path
 from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
-from ..gpt2 import GPT2_SHAPES, param_shapes
+from ..gpt2 import param_shapes
+from .costcurve import GPT2_SHAPES
 from .options import shown
 from .progress import Progress
 
