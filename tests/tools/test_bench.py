@@ -39,7 +39,7 @@ def one_error_line(capsys) -> str:
 @pytest.mark.parametrize("out, needle", [
     ("/proc/x", "--out /proc/x: cannot write in /proc"),
     ("FILE/sub", "--out {tmp}/FILE/sub: {tmp}/FILE is a file"),
-    ("FILE", "--out {tmp}/FILE is a file"),
+    ("FILE", "--out {tmp}/FILE: {tmp}/FILE is a file"),
 ])
 def test_an_out_that_cannot_be_written_is_named_before_any_measuring(tmp_path, capsys, monkeypatch, out, needle):
     """Issue 45: `--out` under /proc or under a regular file is one line naming --out, not a bare errno."""
@@ -75,9 +75,9 @@ def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path,
     assert "profile.json in the weights directory" in help_text and "$SPECDEC_NP_WEIGHTS" in help_text
     saved = []
     monkeypatch.setattr(bench, "load_embedded", lambda: ("target", "draft", "ngram", "enc"))
-    monkeypatch.setattr(bench.profiles, "calibration_prompts", lambda enc: [[1, 2]])
-    monkeypatch.setattr(bench.profiles, "measure", lambda *a, journal, **k: journal.write_text("") or {"n": 1})
-    monkeypatch.setattr(bench.profiles, "save", lambda profile, path: saved.append((profile, path)))
+    monkeypatch.setattr(bench.acceptance, "calibration_prompts", lambda enc: [[1, 2]])
+    monkeypatch.setattr(bench.acceptance, "measure", lambda *a, journal, **k: journal.write_text("") or {"n": 1})
+    monkeypatch.setattr(bench.acceptance, "save", lambda profile, path: saved.append((profile, path)))
     weights = tmp_path / "weights"
     weights.mkdir()
     monkeypatch.setattr(bench, "WEIGHTS_DIR", weights)
@@ -89,7 +89,7 @@ def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path,
     # A weights directory under a regular file: named, with the variable that moves it, before measuring.
     (tmp_path / "FILE").write_text("x")
     monkeypatch.setattr(bench, "WEIGHTS_DIR", tmp_path / "FILE" / "weights")
-    monkeypatch.setattr(bench.profiles, "measure", no_measuring)
+    monkeypatch.setattr(bench.acceptance, "measure", no_measuring)
     with pytest.raises(ValueError, match=r"--profile writes .*FILE/weights/profile\.json \(the weights directory, "
                                          r"\$SPECDEC_NP_WEIGHTS\): .*FILE is a file"):
         bench.main(["--profile", "--out", str(tmp_path / "b")])
