@@ -305,6 +305,9 @@ def main(argv=None) -> int:
                                  ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
         if given and not getattr(a, needs[2:]):
             raise ValueError(f"{option} applies to {needs} only")
+    for option, value in (("--out", a.out), ("--prompts", a.prompts), ("--results", a.results)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
     if a.seeds != 1 and "top-k" not in settings:
         raise ValueError(f"--seeds {a.seeds}: greedy decoding draws nothing: seeds apply to top-k only (--settings)")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),

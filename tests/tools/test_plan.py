@@ -349,19 +349,70 @@ def test_measuring_stops_past_its_time(pair):
         cal.measure_costs(target, draft, trigram, PROMPTS, seconds=0)
 
 
-def test_the_cost_cache_key_names_the_blas_kernel_and_threads():
+def test_the_cost_cache_key_names_the_blas_kernel_and_threads(monkeypatch):
+    """The key holds the BLAS threads the process started with, not the one thread a busy run lowers them to."""
     from specdec_np.tools import blas
 
     m = machine.machine()
     assert set(m["blas"]) == {"library", "version", "kernel", "threads"} and m["blas"]["threads"] >= 1
-    assert m["blas"]["kernel"] in machine.machine_name()
+    assert m["blas"]["kernel"] in machine.machine_name() and m["blas"]["threads"] == machine.own_threads()
     threads = blas.blas()["threads"]
     try:
-        blas.use_threads(1)
-        one = machine.machine()
+        blas.use_threads(threads + 1)
+        assert machine.machine() == m  # a thread count set later is not the machine's
+        monkeypatch.setattr(machine, "own_threads", lambda: threads + 1)  # a process that started with more
+        assert machine.machine()["blas"]["threads"] == threads + 1 and machine.machine() != m
     finally:
         blas.use_threads(threads)
-    assert one["blas"]["threads"] == 1 and (threads == 1 or one != machine.machine())
+
+
+BAND = (machine.BUSY_CORES, 0.9)  # others' cores: from a quarter to below one (issue 53's laptop with a browser)
+
+
+@pytest.mark.parametrize("load", BAND)
+@pytest.mark.parametrize("cached", ["valid", "none", "invalid", "busy key"])
+def test_the_busy_band_measures_nothing_and_says_what_it_does(pair, profile, tmp_path, monkeypatch, capsys, load,
+                                                              cached):
+    """With others using a quarter to one core: a valid quiet cache is used (its key holds the threads the
+    process started with, not the one BLAS gets now) and nothing is measured; without one, or with one not
+    valid, nothing is measured either (it would not be kept): one line says so and names the plan. The
+    control: on a quiet machine a cache that is not valid is measured again and replaced."""
+    from specdec_np.tools import blas
+
+    target, draft, trigram = pair
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
+    monkeypatch.setattr(machine, "own_threads", lambda: 2)
+    threads = blas.blas()["threads"]
+    try:
+        blas.use_threads(2)  # the process's threads while quiet
+        if cached != "none":
+            cal.calibration(target, draft, trigram, PROMPTS)  # measured quiet, cached
+            path = next(tmp_path.rglob("costs-*.json"))
+            if cached != "valid":
+                path.write_text(json.dumps({} if cached == "invalid" else costs(0.01) | {"busy": "busy"}))
+        monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: pytest.fail("measured in the busy band"))
+        monkeypatch.setattr(machine, "load", lambda: load)
+        capsys.readouterr()
+        chosen = choice.choose(target, draft, trigram, None, 0.0)[None]
+        lines = capsys.readouterr().err.splitlines()
+        assert blas.blas()["threads"] == 1
+    finally:
+        blas.use_threads(threads)
+    busy = f"other processes use {load:.1f} of its"
+    if cached == "valid":
+        assert not chosen.constant and chosen.layout and len(lines) == 1 and busy in lines[0]
+        assert lines[0].endswith("BLAS uses one thread")
+        return
+    assert chosen.constant and len(lines) == 1 and busy in lines[0] and "not measuring; using lookup" in lines[0]
+    assert "measuring them again" not in lines[0] and ("not this machine's costs" in lines[0]) == (cached != "none")
+    monkeypatch.setattr(machine, "load", lambda: 0.0)
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
+    got, how = cal.calibration(target, draft, trigram, PROMPTS)
+    assert how == "measured now, cached for later runs" and cal.problem(json.loads(next(tmp_path.rglob(
+        "costs-*.json")).read_text()), True) == ""
 
 
 def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
