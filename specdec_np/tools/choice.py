@@ -61,7 +61,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not drafts(m)}
+    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not methods.drafts(m, Plan())}
     asked = [m for m in asked if m not in out]
     if plan == "default" or draft is None:
         why = ", as --plan default asks" if plan == "default" else " (no draft model: no pair to measure)"
@@ -96,10 +96,6 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     return out
 
 
-def drafts(method: str) -> bool:
-    return methods.drafts(method, Plan())
-
-
 def lossless(rule: str | None, method: str, plan: Plan, temperature: float) -> bool:
     """Whether `rule` (None: the plan's own) verifies `method`'s trees under `plan` losslessly."""
     try:
@@ -129,16 +125,12 @@ def fastest(profile: dict, costs: dict, temperature: float, method: str | None =
     return Choice(m, Plan(**shape), ms, base)
 
 
-def constant_for(method: str, temperature: float, rule: str | None = None) -> Plan:
-    """The constant plan with `rule`, its trees drawn as the rule needs (e.g. 'recursive_wor': without replacement)."""
+def constant_choice(method: str, temperature: float, rule: str | None, why: str) -> Choice:
+    """`method` with the constant plan, its trees drawn as `rule` needs (e.g. 'recursive_wor': without
+    replacement), and `why` in words."""
     plan = dataclasses.replace(constant(temperature), rule=rule)
     tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
-    return next((p for p in tried if lossless(None, method, p, temperature)), plan)
-
-
-def constant_choice(method: str, temperature: float, rule: str | None, why: str) -> Choice:
-    """`method` with the constant plan for `rule`, and `why`."""
-    return Choice(method, constant_for(method, temperature, rule), constant=why)
+    return Choice(method, next((p for p in tried if lossless(None, method, p, temperature)), plan), constant=why)
 
 
 def fell_back(asked, temperature: float, rule, why: str) -> dict:
@@ -148,7 +140,7 @@ def fell_back(asked, temperature: float, rule, why: str) -> dict:
     out = {m: constant_choice(m or ("lookup" if temperature == 0 else "ar"), temperature, rule,
                               f"the constant plan: {why}") for m in asked}
     used = "; ".join(f"{c.method} with {methods.describe(c.method, c.plan)}" for c in out.values())
-    slow = ", which may be slower than plain decoding" * any(drafts(c.method) for c in out.values())
+    slow = ", which may be slower than plain decoding" * any(methods.drafts(c.method, c.plan) for c in out.values())
     sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
     return out
 
