@@ -28,8 +28,7 @@ NAN = float("nan")
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """A method and its plan, with the cost model's prediction (ms per token) and plain decoding's, and why it
-    is the constant plan if it is (`reason`)."""
+    """A method and its plan, the cost model's prediction (ms per token) and plain decoding's, and why (`reason`)."""
 
     method: str
     plan: Plan
@@ -43,8 +42,7 @@ class Choice:
         return self.baseline_ms_per_token / self.ms_per_token
 
     def reason(self, among: str = "") -> str:
-        """Why this plan runs: this machine's measured plan (`among` the methods, e.g. " of tree, staged")
-        or the constant plan and why."""
+        """Why it runs: measured (`among` the methods, e.g. " of tree, staged"), or the constant plan and why."""
         return self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
 
     def models(self, target, draft):
@@ -61,7 +59,8 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not methods.drafts(m, Plan())}
+    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked
+           if m and not methods.drafts(m, Plan())}
     asked = [m for m in asked if m not in out]
     if plan == "default" or draft is None:
         why = ", as --plan default asks" if plan == "default" else " (no draft model: no pair to measure)"
@@ -134,9 +133,8 @@ def constant_choice(method: str, temperature: float, rule: str | None, why: str)
 
 
 def fell_back(asked, temperature: float, rule, why: str) -> dict:
-    """{method: the constant plan} for the methods asked, said in one line naming each plan: for the machine's
-    choice, prompt lookup at temperature 0 (a copied chain costs no draft pass), plain decoding when sampling
-    (rejections cost more when busy)."""
+    """{method: the constant plan}, said in one line naming each plan: for the machine's choice, prompt lookup at
+    temperature 0 (a copied chain costs no draft pass), plain decoding when sampling (rejections cost more)."""
     out = {m: constant_choice(m or ("lookup" if temperature == 0 else "ar"), temperature, rule,
                               f"the constant plan: {why}") for m in asked}
     used = "; ".join(f"{c.method} with {methods.describe(c.method, c.plan)}" for c in out.values())

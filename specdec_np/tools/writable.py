@@ -10,14 +10,12 @@ from pathlib import Path
 
 
 def check_writable(path, name: str, made: bool = False, example: str = "") -> Path:
-    """The file to write at `path`: new, or a writable regular file (a symlink is written through and stays
-    a link), in a directory that takes new files (tried with a temporary file: files are written as one, then
-    renamed). With `made`, missing directories are made when it is written (the nearest existing one is tried);
-    else its directory must exist. Anything else: ValueError `name: why`, e.g. "--out x: cannot write in ...". """
+    """The file to write at `path`: new, or a writable regular file (a symlink is written through, staying a link), in
+    a directory that takes a temporary file (written whole, then renamed); with `made`, in the nearest existing one
+    (the rest are made when it is written). Anything else: ValueError `name: why` ("--out x: cannot write in ...")."""
     if not str(path).strip():
         raise ValueError(f"{name.strip()} is empty: give a file name")
-    given = Path(path)
-    folder = given.parent
+    folder = (given := Path(path)).parent
     try:
         path = Path(os.path.realpath(given)) if given.is_symlink() else given
         if path.is_symlink():  # still a link once resolved: a loop
