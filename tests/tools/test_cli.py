@@ -60,7 +60,7 @@ def test_generate_stats_name_the_plan(capsys):
         "(the constant plan: " in err
 
 
-def test_generate_reads_stdin_and_reports_errors_in_one_line():
+def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
     r = run_cli("generate", "-", "--max-new-tokens", "5", "--method", "ar", stdin="import os\n")
     assert r.returncode == 0 and r.stdout.startswith("import os\n")
     for args, needle in ((["generate", "x", "--temperature", "-1"], "temperature"),
@@ -83,7 +83,7 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["bench", "--prompts", str(FIXTURE), "--out", "README.md"], "--out README.md: /"),
                          (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
                           "n-gram model file tests is a directory"),
-                         (["ngram", "fit", "tests", "--out", "never.npz"], "text file tests is a directory"),
+                         (["ngram", "fit", "tests", "--out", str(tmp_path / "never.npz")], "text file tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "tests"], "--out tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
                          (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
