@@ -39,17 +39,13 @@ def write_json(path: Path, data: dict) -> None:
         f.write(json.dumps(data, indent=1) + "\n")
 
 
-def uncached(why) -> None:
-    sys.stderr.write(f"note: {why}: what is measured now is used for this run only\n")
-
-
 def writable(path: Path) -> bool:
     """Whether the cache file `path` can be written (`check_writable`, before measuring for it); if not, one
     line says why."""
     try:
         check_writable(path, f"the cache file {path}", made=True)
     except ValueError as e:
-        uncached(e)
+        sys.stderr.write(f"note: {e}: what is measured now is used for this run only\n")
         return False
     return True
 
@@ -59,6 +55,7 @@ def store(path: Path, data: dict) -> bool:
     try:
         write_json(path, data)
     except OSError as e:
-        uncached(f"the cache file {path}: cannot write in {path.parent}: {e.strerror or e}")
+        sys.stderr.write(f"note: the cache file {path}: cannot write in {path.parent}: {e.strerror or e}: what is "
+                         "measured now is used for this run only\n")
         return False
     return True
