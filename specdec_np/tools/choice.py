@@ -62,13 +62,15 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked
            if m and not methods.drafts(m, Plan())}
     asked = [m for m in asked if m not in out]
-    if plan == "default" or draft is None:
-        why = ", as --plan default asks" if plan == "default" else " (no draft model: no pair to measure)"
-        return out | {m: constant_choice(m or "staged", temperature, rule, f"the constant plan{why}") for m in asked}
-    out |= {m: constant_choice(m, temperature, rule, f"the constant plan (the acceptance profile holds no {m} plans)")
+    if plan == "default":
+        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
+                      for m in asked}
+    out |= {m: constant_choice(m, temperature, rule, f"the constant plan: the acceptance profile holds no {m} plans")
             for m in asked if m and m not in acceptance.PROFILED}
-    if not (asked := [m for m in asked if m not in out]):
-        return out
+    asked = [m for m in asked if m not in out]
+    if draft is None or not asked:
+        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan: no draft model, no "
+                                         "pair to measure") for m in asked}
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
