@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import importlib.util
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,21 +20,21 @@ from ..decode import generate
 from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
 from ..gpt2 import random_params
 from ..models import load_embedded
-from ..plan import constant
 from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import LOSSLESS
-from . import acceptance as profiles
+from . import acceptance
 from .blas import blas_name
 from .cache import write_json
 from .calibration import Busy, calibration
-from .choice import Choice, acceptance_profile, choose, fallback, measuring, setting_name
+from .choice import Choice, choose, setting_name
 from .costcurve import GPT2_SHAPES, apply_layout, gpt2_shapes_report, matrix_report
 from .costmodel import pads, record_ms
 from .loops import repeat_line, repeat_share
 from .machine import machine, machine_name, settle_threads
 from .options import describe
 from .progress import Progress
+from .writable import check_writable
 
 # {row: method}; "staged, drafts only" is staged without copied chains (copy_len 0), the paper's staged decoding.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
@@ -43,7 +42,7 @@ METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
-SETTINGS = {"greedy": profiles.SETTINGS["greedy"], "top-k": profiles.SETTINGS["sampled"]}
+SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
@@ -73,44 +72,27 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
     return [t[-room:] for t in tokens]
 
 
-def check_writable(path: Path, name: str) -> None:
-    """Before any measuring: `path`'s nearest existing directory must take new files (`path` itself
-    is made only when the results are written). `name` says whose path it is in the error."""
-    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"{name} is a file" if existing == path.absolute() else f"{name}: {existing} is a file")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as e:
-        raise ValueError(f"{name}: cannot write in {existing}: {e.strerror or e}") from None
-
-
-def choices(profile, costs, temperature, default=False) -> dict:
-    """{row: Choice} for one setting: this machine's plan and each method's best plan (or the constant plan)."""
-    out = {}
-    for row, method in METHODS.items():
-        if default:
-            plan = constant(temperature)
-            plan = dataclasses.replace(plan, copy_len=0) if row == "staged_drafts" else plan
-            out[row] = Choice(method or "staged", plan, float("nan"), float("nan"))
-        elif row == "plan" and costs.get("busy"):  # timings from a busy machine: not a plan to trust
-            out[row] = fallback(None, temperature, "the machine was busy")
-        else:
-            keep = (lambda r: r["shape"].get("copy_len", 0) == 0) if row == "staged_drafts" else None
-            out[row] = choose(profile, costs, temperature, method, keep=keep)
-    return out
+def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dict:
+    """{row: Choice} for one setting (`choice.choose`): this machine's plan and each method's best plan, or the
+    constant plan; "staged, drafts only" staged's without copied chains (copy_len 0)."""
+    chosen = choose(target, draft, ngram, enc, temperature, tuple(dict.fromkeys(METHODS.values())), plan, costs=costs,
+                    progress=Progress("profiling the pair"))
+    drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
+                         keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
+    if plan == "default":
+        drafts_only = dataclasses.replace(drafts_only, plan=dataclasses.replace(drafts_only.plan, copy_len=0))
+    return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
     """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds."""
     records = {s: {m: [] for m in plans[s]} for s in settings}
-    runs = sum(len(profiles.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
+    runs = sum(len(acceptance.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, prompt in enumerate(prompts):
         for sname, skw in settings.items():
             overheads = costs["overheads"][setting_name(skw["temperature"])]
-            for seed in profiles.run_seeds(i, skw["temperature"], seeds):
+            for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in plans[sname].items():
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,
@@ -118,7 +100,7 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, setting
                     records[sname][m].append({
                         "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
                         "target_passes": res.stats.target_passes, "stats": res.stats,
-                        "predicted_ms": record_ms(profiles.counts(res.stats, skip_first=False), costs["curves"],
+                        "predicted_ms": record_ms(acceptance.counts(res.stats, skip_first=False), costs["curves"],
                                                   overheads, **pads(costs["curves"]))})
                 done += 1
                 show(done, total, sname)
@@ -321,55 +303,62 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
-    if None in settings.values():
-        raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}")
+    if None in settings.values() or len(settings) < a.settings.count(",") + 1:
+        raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}, each once")
     if a.rows != "methods" and "top-k" not in settings:
         raise ValueError(f"--rows {a.rows} compares the rules at top-k: add top-k to --settings")
     for option, given, needs in (("--jobs", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
                                  ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
         if given and not getattr(a, needs[2:]):
             raise ValueError(f"{option} applies to {needs} only")
+    for option, value in (("--out", a.out), ("--prompts", a.prompts), ("--results", a.results)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
+    if a.seeds != 1 and "top-k" not in settings:
+        raise ValueError(f"--seeds {a.seeds}: greedy decoding draws nothing: seeds apply to top-k only (--settings)")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
                           ("--jobs", a.jobs)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
-    if a.results and (Path(a.results).is_dir() or not Path(a.results).parent.is_dir()):
-        raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
-    out_dir = Path(a.out)
-    check_writable(out_dir, f"--out {out_dir}")
     if a.results:  # written after the whole run: found unwritable now, not then
-        check_writable(Path(a.results).parent, f"--results {a.results}")
+        if Path(a.results).is_dir() or not Path(a.results).parent.is_dir():
+            raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
+        check_writable(a.results, f"--results {a.results}")
+    out_dir = Path(a.out)
     if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
-        dest = check_weights_dir(WEIGHTS_DIR) / profiles.PROFILE_FILE.name
-        check_writable(dest.parent, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})")
+        check_writable(out_dir / "profile.journal.jsonl", f"--out {a.out}", made=True)
+        dest = check_weights_dir(WEIGHTS_DIR) / acceptance.PROFILE_FILE.name
+        check_writable(dest, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})", made=True)
         print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
         target, draft, ngram, enc = load_embedded()
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
-        profiles.save(profiles.measure(target, draft, ngram, profiles.calibration_prompts(enc),
-                                       progress=Progress("profiling"), journal=journal, jobs=a.jobs), dest)
+        acceptance.save(acceptance.measure(target, draft, ngram, acceptance.calibration_prompts(enc),
+                                           progress=Progress("profiling"), journal=journal, jobs=a.jobs), dest)
         journal.unlink()
         print(f"wrote {dest}")
         return 0
     try:  # a bad file fails first
-        prompts = None if a.curves else profiles.read_prompts(a.prompts or humaneval_file())[:a.limit]
+        prompts = None if a.curves else acceptance.read_prompts(a.prompts or humaneval_file())[:a.limit]
     except ValueError as e:  # read_prompts names the file and line
         raise ValueError(f"--prompts {e}" if a.prompts is not None else str(e)) from None
+    if not a.curves:  # after the options' own checks: the default is in the clone, which may be read-only
+        check_writable(out_dir / "results.json", f"--out {a.out}", made=True)
     target, draft, ngram, enc = load_embedded()
     if prompts is not None:
         prompts = prompt_tokens(prompts, enc, target.config.n_ctx, a.max_new_tokens)
-    calibration_prompts = profiles.calibration_prompts(enc)
-    busy = settle_threads()
-    if busy:
+    if busy := settle_threads():
         print(f"note: this machine is busy ({busy}): BLAS uses one thread")
     try:
-        costs, fresh = calibration(target, draft, ngram, calibration_prompts, a.recalibrate or a.curves,
-                                   measuring())
-    except Busy as e:
-        raise ValueError(f"this machine is too busy to measure its costs ({e}): run bench when it is quieter") from None
-    print(f"machine: {machine_name()}" + (" (costs measured now)" if fresh else " (costs from the cache)"))
+        costs, how = calibration(target, draft, ngram, acceptance.calibration_prompts(enc),
+                                 recalibrate=a.recalibrate or a.curves)
+    except Busy as e:  # measured while busy: these rows' plans, not kept
+        if e.costs is None:
+            raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter") from None
+        costs, how = e.costs, f"measured now, for this run only: {e}"
+    print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     print(curves_table(costs))
     target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
@@ -380,12 +369,10 @@ def main(argv=None) -> int:
         if a.gpt2_shapes:
             gpt2_shapes_report()
         return 0
-    plans = {s: choices(acceptance_profile(target, draft, ngram, calibration_prompts, setting_name(skw["temperature"]),
-                                           costs, Progress("profiling the pair")),
-                        costs, skw["temperature"], a.plan == "default") for s, skw in settings.items()}
+    plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan) for s, kw in settings.items()}
     for sname, rows in plans.items():
-        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)}" for m, c in rows.items()
-                                        if m in ("plan", HEADLINE)))
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)} ({c.reason()})"
+                                        for m, c in rows.items() if m in ("plan", HEADLINE)))
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,

@@ -5,15 +5,14 @@ whole (a temporary file renamed into place). One that cannot be written is said,
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..files import atomic_file
+from .writable import check_writable
 
 
 def cache_dir() -> Path:
@@ -40,28 +39,23 @@ def write_json(path: Path, data: dict) -> None:
         f.write(json.dumps(data, indent=1) + "\n")
 
 
-def uncached(path: Path, e: OSError) -> None:
-    sys.stderr.write(f"note: cannot write the cache in {path.parent} ({e.strerror or e}): what is measured now "
-                     "is used for this run only\n")
-
-
 def writable(path: Path) -> bool:
-    """Whether the cache file `path` can be written (checked before measuring for it); if not, one line says why."""
+    """Whether the cache file `path` can be written (`check_writable`, before measuring for it); if not, one
+    line says why."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, f"{path.name} is a directory")
-        with tempfile.TemporaryFile(dir=path.parent):
-            pass
-    except OSError as e:
-        uncached(path, e)
+        check_writable(path, f"the cache file {path}", made=True)
+    except ValueError as e:
+        sys.stderr.write(f"note: {e}: what is measured now is used for this run only\n")
         return False
     return True
 
 
-def store(path: Path, data: dict) -> None:
-    """`write_json` into the cache; a failure (a full disk) is said in one line and the run goes on."""
+def store(path: Path, data: dict) -> bool:
+    """`write_json` into the cache, and whether it was written: a failure (a full disk) is said in one line."""
     try:
         write_json(path, data)
     except OSError as e:
-        uncached(path, e)
+        sys.stderr.write(f"note: the cache file {path}: cannot write in {path.parent}: {e.strerror or e}: what is "
+                         "measured now is used for this run only\n")
+        return False
+    return True

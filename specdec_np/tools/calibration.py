@@ -2,9 +2,9 @@
 
 Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block size, warm and cold
 (`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
-seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on. Measured on a
-quiet machine only: `Busy` when others use a core or more, or past its time; costs measured while
-others took the CPU are marked "busy" and not cached.
+seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
+once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
+of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile.
 """
 
 from __future__ import annotations
@@ -17,45 +17,69 @@ from .. import ngram as ngram_lib
 from .. import staged
 from ..decode import generate
 from ..plan import Plan
-from . import acceptance as profiles
+from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
-from .machine import MEASURE_CORES, busy, busy_since, cpu_times, machine
+from .machine import busy, busy_since, cpu_times, machine
+from .progress import Progress
 
 CALIBRATION_VERSION = 7
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 
 
 class Busy(Exception):
-    """The machine is too busy to measure its costs: nothing was measured, or nothing measured is kept."""
+    """The machine is too busy to measure its costs: nothing was measured, or nothing measured is kept (`costs`)."""
+
+    def __init__(self, why: str, costs: dict | None = None):
+        super().__init__(why)
+        self.costs = costs
 
 
-def calibration(target, draft, ngram, prompts, recalibrate=False, progress=None) -> tuple[dict, bool]:
-    """(this machine's costs, whether measured now): cached if valid (`problem`), else (or `recalibrate`) measured."""
-    path = cache_path("costs", {"machine": machine(), "models": profiles.pair_key(target, draft, ngram),
+def calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[dict, str]:
+    """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else
+    (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept."""
+    path = cache_path("costs", {"machine": machine(), "models": acceptance.pair_key(target, draft, ngram),
                                 "dtype": str(target.dtype), "version": CALIBRATION_VERSION})
+    invalid = ""
     if not recalibrate and path.is_file():
-        cached = read_json(path)
-        if not (why := problem(cached, draft is not None)):
-            return cached, False
-        sys.stderr.write(f"note: {path}: not this machine's costs ({why}): measuring them again\n")
-    if why := busy(MEASURE_CORES):
-        raise Busy(f"this machine is busy ({why}): not measuring")
+        if not (why := problem(cached := read_json(path), draft is not None)):
+            return cached, ""
+        invalid = f"{path}: not this machine's costs ({why})"
+    if not recalibrate and path in MEASURED:  # measured earlier in this process, not cached
+        if isinstance(got := MEASURED[path], Busy):
+            raise got
+        return got
+    if why := busy():
+        raise Busy(f"{invalid + ', and ' if invalid else ''}this machine is busy ({why}): not measuring")
+    if invalid:
+        sys.stderr.write(f"note: {invalid}: measuring them again\n")
     cache = writable(path)
     start = cpu_times()
-    costs = measure_costs(target, draft, ngram, prompts, progress)
-    if why := busy_since(start):
-        return costs | {"busy": f"this machine was busy while measuring ({why}): its costs are not kept"}, True
-    if cache:
-        store(path, costs)
-    return costs, True
+    progress = Progress("measuring this machine's costs " + ("(cached for later runs)" if cache else
+                                                             "(for this run only)"), unit=lambda n: f"{n} parts")
+    try:
+        costs = measure_costs(target, draft, ngram, prompts, progress)
+        if why := busy_since(start):
+            raise Busy(f"this machine was busy while measuring ({why}): its costs are not kept", costs)
+    except Busy as e:
+        MEASURED[path] = e
+        raise
+    if cache and store(path, costs):
+        return costs, "measured now, cached for later runs"
+    MEASURED[path] = (costs, "measured earlier in this run, not cached")
+    return costs, "measured now, for this run only"
+
+
+MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not cached: measured once per process
 
 
 def problem(costs, has_draft: bool) -> str:
     """What keeps `costs` from being what `measure_costs` gives ("" if nothing): each model's layout one
     `choose_slab_rows` may choose, its curves finite ms > 0 by block size, each setting's OVERHEADS >= 0."""
     models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
+    if isinstance(costs, dict) and "busy" in costs:  # an older version kept such costs: never trusted
+        return "measured while the machine was busy"
 
     def ms(values, low):  # all finite numbers of ms, at least `low`
         return all(type(v) in (int, float) and math.isfinite(v) and v >= low for v in values)
@@ -64,7 +88,7 @@ def problem(costs, has_draft: bool) -> str:
                                for m in models),
                  "curves": all(c and ms(c.values(), 1e-9) and all(str(k).isdigit() for k in c)
                                for m in models for c in (costs["curves"][m][s] for s in states)),
-                 "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], 0) for s in profiles.SETTINGS)}
+                 "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], 0) for s in acceptance.SETTINGS)}
     except (KeyError, TypeError, AttributeError):
         return "a part is missing or of the wrong kind"
     return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)
@@ -92,7 +116,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     did()
     target, draft = apply_layout(layout, target, draft)
-    curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(profiles.SETTINGS)))
+    curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(acceptance.SETTINGS)))
     query_ms = ngram_query_ms(ngram, prompts[0]) if ngram is not None else 0.0
     padding = pads(curves)
     target, draft = apply_layout(padding, target, draft)
@@ -101,7 +125,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     room = min(m.config.n_ctx for m in (target, draft) if m is not None) - new_tokens - 20
     prompts = [p[-max(1, room):] for p in prompts[:n_prompts]]
     runs = {}
-    for setting, kw in profiles.SETTINGS.items():
+    for setting, kw in acceptance.SETTINGS.items():
         runs[setting] = timed_steps(target, draft, ngram, prompts, kw, new_tokens, in_time)
         did()
     # One scale for the target's curve from both settings' passes (the overheads exclude them).
@@ -127,7 +151,7 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
               ("speculative", Plan(chain=3, sampled=sampled)),
               ("tree", Plan(shape="fixed", widths=(3, 2, 1), sampled=sampled)),
               ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7, sampled=sampled))]
-    shapes = [(m, plan) for m, plan in shapes if m in profiles.runnable(draft is not None, ngram is not None)]
+    shapes = [(m, plan) for m, plan in shapes if m in acceptance.runnable(draft is not None, ngram is not None)]
     for _ in range(2):  # the second round is the one kept: warm
         steps, passes = [], []
         for i, prompt in enumerate(prompts):

@@ -1,8 +1,9 @@
-"""This machine's plan: the method and Plan the cost model predicts fastest for a model pair on this CPU.
+"""The plan that runs, and why: the one home of every command's plan (`choose`).
 
 Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs
 (`calibration.py`): the candidate with the fewest predicted ms per token that the rule verifies
-losslessly; on a machine too busy to measure, or without a profile, the constant plan (`fallback`).
+losslessly; else the constant plan: asked for, no pair to price, a machine too busy to measure, no
+profile for the setting, or none of the method's plans lossless for the rule.
 """
 
 from __future__ import annotations
@@ -12,34 +13,38 @@ import sys
 
 from ..methods import METHODS
 from ..plan import Plan, constant
-from . import acceptance as profiles
+from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
 from .options import describe
-from .progress import Progress
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
 PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new tokens), largest first
+NAN = float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """A method and its plan, with the cost model's prediction (ms per token) and plain decoding's."""
+    """A method and its plan, the cost model's prediction (ms per token) and plain decoding's, and why (`reason`)."""
 
     method: str
     plan: Plan
-    ms_per_token: float
-    baseline_ms_per_token: float
+    ms_per_token: float = NAN
+    baseline_ms_per_token: float = NAN
     layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
-    busy: str = ""  # why the plan is the constant one, not a measured choice ("" when measured)
+    constant: str = ""  # why the plan is the constant one, in words ("" when measured)
 
     @property
     def speedup(self) -> float:
         return self.baseline_ms_per_token / self.ms_per_token
+
+    def reason(self, among: str = "") -> str:
+        """Why it runs: measured (`among` the methods, e.g. " of tree, staged"), or the constant plan and why."""
+        return self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
 
     def models(self, target, draft):
         """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
@@ -50,49 +55,51 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
-def measuring() -> Progress:
-    """The measurement's progress line (a quiet first run; later, invalid cached costs or --recalibrate)."""
-    return Progress("measuring this machine's costs (cached for later runs)", unit=lambda n: f"{n} parts")
-
-
-def plans_for(target, draft, ngram, enc, temperature=0.0, methods=(None,), recalibrate=False, progress=None,
-              rule=None) -> dict:
-    """{method (None: the fastest of all): this machine's plan} that `rule` verifies losslessly (busy: `fallback`)."""
+def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", rule=None, recalibrate=False,
+           costs=None, keep=None, progress=None) -> dict:
+    """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
+    verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
+    most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
+    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked
+           if m and not METHODS[m].drafts}
+    asked = [m for m in asked if m not in out]
+    if plan == "default":
+        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
+                      for m in asked}
+    out |= {m: constant_choice(m, temperature, rule, f"the constant plan: the acceptance profile holds no {m} plans")
+            for m in asked if m and m not in acceptance.PROFILED}
+    asked = [m for m in asked if m not in out]
+    if draft is None or not asked:
+        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan: no draft model, no "
+                                         "pair to measure") for m in asked}
     threads = settle_threads()
-    prompts = profiles.calibration_prompts(enc)
+    prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
     try:
-        costs, _ = calibration(target, draft, ngram, prompts, recalibrate, progress or measuring())
+        costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
     except Busy as e:
         if recalibrate:
             raise ValueError(f"--recalibrate: {e}; rerun it when the machine is quieter") from None
-        return fell_back(methods, temperature, rule, str(e))
-    if costs.get("busy"):
-        return fell_back(methods, temperature, rule, costs["busy"])
+        return out | fell_back(asked, temperature, rule, str(e))
     if threads:
         sys.stderr.write(f"note: this machine is busy ({threads}): BLAS uses one thread\n")
     profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
     if setting not in profile["settings"]:
-        return fell_back(methods, temperature, rule, f"{profiles.PROFILE_FILE} has no {setting} profile")
-    out = {}
-    for m in methods:
+        return out | fell_back(asked, temperature, rule, f"{acceptance.PROFILE_FILE} has no {setting} profile")
+    for m in asked:
         try:
-            chosen = choose(profile, costs, temperature, m, draft is not None, ngram is not None,
-                            keep=lambda r: METHODS[r["method"]].lossless(
-                                Plan(**r["shape"] | ({"rule": rule} if rule else {})), temperature))
+            chosen = fastest(profile, costs, temperature, m, draft is not None, ngram is not None,
+                             keep=lambda r: METHODS[r["method"]].lossless(
+                                 Plan(**r["shape"] | ({"rule": rule} if rule else {})), temperature)
+                             and (keep is None or keep(r)))
             out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
         except ValueError:  # no plan of m in the profile is lossless for the rule
-            out[m] = fallback(m, temperature, f"the profile has no plan of {m} for --rule {rule}", rule)
+            out[m] = constant_choice(m, temperature, rule, f"the constant plan: the profile has no plan of {m} for "
+                                                            f"--rule {rule}")
     return out
 
 
-def plan_for(target, draft, ngram, enc, temperature=0.0, method=None, recalibrate=False, progress=None,
-             rule=None) -> Choice:
-    """This machine's plan for the pair and setting (of one `method`, or the fastest of all)."""
-    return plans_for(target, draft, ngram, enc, temperature, (method,), recalibrate, progress, rule)[method]
-
-
-def choose(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
+def fastest(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
            has_ngram=True, keep=None) -> Choice:
     """The fastest candidate `keep(record)` keeps (of `method`, or of all: drafting must beat plain by MARGIN)."""
     setting = setting_name(temperature)
@@ -100,7 +107,7 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads = costs["curves"], costs["overheads"][setting]
     priced = [(record_ms(r, curves, overheads, **pads(curves)) / r["tokens"], r["method"], r["shape"])
-              for r in profile["settings"][setting] if r["method"] in profiles.runnable(has_draft, has_ngram)
+              for r in profile["settings"][setting] if r["method"] in acceptance.runnable(has_draft, has_ngram)
               and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
         raise ValueError(f"the profile has no candidate for method {method!r}")
@@ -112,23 +119,19 @@ def choose(profile: dict, costs: dict, temperature: float, method: str | None = 
     return Choice(m, Plan(**shape), ms, base)
 
 
-def constant_for(method: str, temperature: float, rule: str | None = None) -> Plan:
-    """The constant plan with `rule`, its trees drawn as the rule needs (e.g. 'recursive_wor': without replacement)."""
+def constant_choice(method: str, temperature: float, rule: str | None, why: str) -> Choice:
+    """`method` with the constant plan, its trees drawn as `rule` needs (e.g. 'recursive_wor': without
+    replacement), and `why` in words."""
     plan = dataclasses.replace(constant(temperature), rule=rule)
     tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
-    return next((p for p in tried if METHODS[method].lossless(p, temperature)), plan)
-
-
-def fallback(method: str | None, temperature: float, why: str, rule: str | None = None) -> Choice:
-    """`method` with the constant plan for `rule`; for the machine's choice, prompt lookup at temperature
-    0 (a copied chain costs no draft pass), plain decoding when sampling (rejections cost more when busy)."""
-    method = method or ("lookup" if temperature == 0 else "ar")
-    return Choice(method, constant_for(method, temperature, rule), float("nan"), float("nan"), busy=why)
+    return Choice(method, next((p for p in tried if METHODS[method].lossless(p, temperature)), plan), constant=why)
 
 
 def fell_back(asked, temperature: float, rule, why: str) -> dict:
-    """{method: `fallback`} for the methods asked, said in one line naming each plan."""
-    out = {m: fallback(m, temperature, why, rule) for m in asked}
+    """{method: the constant plan}, said in one line naming each plan: for the machine's choice, prompt lookup at
+    temperature 0 (a copied chain costs no draft pass), plain decoding when sampling (rejections cost more)."""
+    out = {m: constant_choice(m or ("lookup" if temperature == 0 else "ar"), temperature, rule,
+                              f"the constant plan: {why}") for m in asked}
     used = "; ".join(f"{c.method} with {describe(c.method, c.plan)}" for c in out.values())
     slow = ", which may be slower than plain decoding" * any(METHODS[c.method].drafts for c in out.values())
     sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
@@ -137,31 +140,31 @@ def fell_back(asked, temperature: float, rule, why: str) -> dict:
 
 def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
     """The pair's acceptance profile: shipped, else cached, else measured now (`profile_size`) and cached."""
-    key = profiles.pair_key(target, draft, ngram)
-    if profiles.PROFILE_FILE.is_file() and (shipped := profiles.load(profiles.PROFILE_FILE))["models"] == key:
+    key = acceptance.pair_key(target, draft, ngram)
+    if acceptance.PROFILE_FILE.is_file() and (shipped := acceptance.load(acceptance.PROFILE_FILE))["models"] == key:
         return shipped
-    path = cache_path("profile", {"models": key, "version": profiles.VERSION, "setting": setting})
+    path = cache_path("profile", {"models": key, "version": acceptance.VERSION, "setting": setting})
     if (cached := read_json(path)) is not None:
         try:
-            return profiles.from_json(cached)
+            return acceptance.from_json(cached)
         except ValueError as e:
             sys.stderr.write(f"note: {path}: {e}: profiling again\n")
-    usable = profiles.runnable(draft is not None, ngram is not None)
-    grid = {setting: [c for c in profiles.candidates(setting, quick=True) if c[0] in usable]}
+    usable = acceptance.runnable(draft is not None, ngram is not None)
+    grid = {setting: [c for c in acceptance.candidates(setting, quick=True) if c[0] in usable]}
     seeds = 2  # runs per prompt when sampling
     curves = costs["curves"]
     # Per token: a target pass and two draft passes (random-weight GPT-2 pairs took 1.4x this estimate).
     ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
-    runs = len(grid[setting]) * len(profiles.run_seeds(0, profiles.SETTINGS[setting]["temperature"], seeds))
+    runs = len(grid[setting]) * len(acceptance.run_seeds(0, acceptance.SETTINGS[setting]["temperature"], seeds))
     n_prompts, tokens, seconds = profile_size(runs, ms)
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
     sys.stderr.write(f"profiling this pair's acceptance ({setting}; cached for later runs): {len(grid[setting])} "
                      f"candidate plans on {n_prompts} prompts x {tokens} tokens, about {about}\n")
     cache = writable(path)
-    measured = profiles.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
+    measured = acceptance.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
                                 grid=grid, progress=progress)
     if cache:
-        store(path, profiles.to_json(measured))
+        store(path, acceptance.to_json(measured))
     return measured
 
 

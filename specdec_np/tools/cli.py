@@ -1,6 +1,6 @@
 """Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
 
-`generate` decodes with this machine's plan (`choice.plans_for`, measured on first use) or, with
+`generate` decodes with this machine's plan (`choice.choose`, measured on first use) or, with
 `--plan default`, the core's constant one; the options change either (`options.py`).
 """
 
@@ -12,7 +12,6 @@ import math
 import os
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -21,10 +20,10 @@ import numpy as np
 
 from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
+from ..checks import ContextFilled, check_prompt
 from ..decode import generate
 from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2
-from ..checks import ContextFilled, check_prompt
 from ..methods import METHODS
 from ..models import load_model, load_ngram
 from ..plan import Plan
@@ -32,12 +31,13 @@ from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .acceptance import runnable
-from .choice import constant_for, plans_for
+from .choice import choose
 from .costcurve import apply_layout
 from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, describe, given,
-                      plan_origin, profiled, reads, shown)
+                      profiled, reads, shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
+from .writable import check_writable
 
 EXAMPLES = r'''examples:
   (the embedded models write Python: give them a signature and a docstring)
@@ -91,32 +91,24 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, temperature):
-    """(method, plan, the plan and where it came from in words, layout of the models' products ({}: their
-    own)): the machine's choice or the constants, with the options' changes."""
+    """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
+    for the methods the options allow, the fastest whose rule is lossless with the options' changes applied."""
     methods = candidate_methods(a)
     check_shape(a, methods, target.config.n_ctx)
-    if a.plan == "default" or draft is None or a.method is not None and not profiled(a.method):
-        # Plain decoding and the n-gram's trees are not profiled; a target alone has no pair to profile.
-        method = a.method or "staged"
-        plan = changed(constant_for(method, temperature, a.rule), method, a)
-        check_rule(plan, method, temperature)
-        origin, layout = "the constant plan", {}
-    else:
+    asked = (a.method,)
+    if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
         usable = runnable(draft is not None, ngram is not None)
         asked = tuple(m for m in methods if m in usable)
         if methods and not asked:
-            missing = "n-gram model" if draft is not None else "draft"
             raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
-                             f"this model pair cannot run (it has no {missing})")
-        asked = asked or (None,)
-        choices = plans_for(target, draft, ngram, enc, temperature, asked, a.recalibrate, rule=a.rule)
-        # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
-        shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-        choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
-        method, layout = choice.method, choice.layout
-        check_rule(plan, method, temperature)
-        origin = plan_origin(choice, "" if asked == (None,) or a.method else f" of {', '.join(asked)}")
-    return method, plan, f"{describe(method, plan)} ({origin}{', changed by options' if given(a) else ''})", layout
+                             f"this model pair cannot run (it has no n-gram model)")
+    choices = choose(target, draft, ngram, enc, temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
+    # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
+    shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
+    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
+    check_rule(plan, choice.method, temperature)
+    why = choice.reason("" if len(asked) < 2 else f" of {', '.join(asked)}") + ", changed by options" * bool(given(a))
+    return choice.method, plan, f"{describe(choice.method, plan)} ({why})", choice.layout
 
 
 # A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
@@ -209,6 +201,8 @@ def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
     text = read_prompt(a)
+    if getattr(a, "out", None) is not None:  # trace's page: checked after the options' own checks, before any work
+        a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):
         target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
@@ -281,40 +275,16 @@ def cmd_generate(a) -> int:
 
 def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
-    out = file_to_write(Path(a.out), "trace.html")
     s, tokens, res = run(a, keep_trees=True)
     words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
              f"seed {a.seed or 0}"]
     sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
     costs = trace.pass_costs(s.target, s.draft, res, tokens)  # each pass as multiples of a one-token pass
     with naming_out(a.out):
-        trace.write(out, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
+        trace.write(a.page, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
-
-
-def file_to_write(out: Path, example: str) -> Path:
-    """--out checked before any work: the path to write, a regular file (new, or writable) in a directory
-    that takes new files; a symlink is written through (it stays a link); anything else is an error."""
-    if str(out) == "-":
-        raise ValueError(f"--out -: give a file name (it writes a file, not standard output), e.g. {example}")
-    with naming_out(out):  # e.g. a name too long for the file system
-        path = Path(os.path.realpath(out)) if out.is_symlink() else out
-        if path.is_symlink():  # still a link once resolved: a loop
-            raise ValueError(f"--out {out} is a symlink that resolves to no file (a loop)")
-        if path.is_dir():
-            raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out / example}")
-        if path.exists() and not path.is_file():
-            raise ValueError(f"--out {out} is not a regular file (a FIFO, a device or a socket): give a file to write")
-        if path.is_file() and not path.stat().st_mode & stat.S_IWUSR:
-            raise ValueError(f"--out {out} is read-only: make it writable to replace it, or give another file")
-        if not path.parent.is_dir():
-            raise ValueError(f"--out {out}: the directory {path.parent} does not exist")
-        # Written as a temporary file beside it: try one now (os.access says yes to root on a read-only mount).
-        with tempfile.TemporaryFile(dir=path.parent):
-            pass
-    return path
 
 
 @contextlib.contextmanager
@@ -323,7 +293,7 @@ def naming_out(out):
     try:
         yield
     except OSError as e:
-        raise ValueError(f"--out {out}: cannot write there: {e.strerror or e}") from None
+        raise ValueError(f"--out {out}: cannot write in {Path(out).parent}: {e.strerror or e}") from None
 
 
 def cmd_ngram(argv) -> int:
@@ -346,7 +316,7 @@ def cmd_ngram(argv) -> int:
     if args.n_vocab is not None and not 257 <= args.n_vocab <= GPT2_N_VOCAB:  # 0 is not the default
         raise ValueError(f"--n-vocab must be in 257..{GPT2_N_VOCAB} (the 256 bytes and <|endoftext|>, up to GPT-2's "
                          f"vocabulary), got {args.n_vocab}")
-    out = file_to_write(args.out, "trigram.npz")
+    out = check_writable(args.out, f"--out {args.out}", example="trigram.npz")
     n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else \
         args.n_vocab or GPT2_N_VOCAB
     enc = get_encoding(n_vocab)

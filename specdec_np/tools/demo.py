@@ -16,16 +16,14 @@ import numpy as np
 
 from ..decode import generate
 from ..gpt2 import forward, new_cache
-from ..methods import METHODS
 from ..models import load_embedded
-from ..plan import constant
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
-from .choice import plans_for
+from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
 from .machine import cpu_times, timing_note
-from .options import check_fits, describe, plan_origin, resized
+from .options import check_fits, describe, resized
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -92,21 +90,14 @@ def report(results: dict, chosen: dict, timed, base="ar") -> None:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
-    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products): this
-    machine's best plan for each method or the constant one, resized by --budget/--depth as the CLI does."""
-    out = {}
-    chosen = {} if a.plan == "default" else plans_for(target, draft, ngram, enc, temperature, methods)
+    """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products): each
+    method's plan (`choice.choose`), resized by --budget/--depth as the CLI does."""
+    chosen, out = choose(target, draft, ngram, enc, temperature, methods, a.plan), {}
     for m in methods:
-        c = chosen.get(m)
-        plan = constant(temperature) if c is None else c.plan
-        if not METHODS[m].drafts:
-            origin = "the baseline"
-        else:
-            origin = "the constant plan, as --plan default asks" if c is None else plan_origin(c)
-        changed = resized(plan, m, a.budget, a.depth)
+        changed = resized(chosen[m].plan, m, a.budget, a.depth)
         check_fits(changed, m, target.config.n_ctx)
-        out[m] = (changed, origin + (", with --budget/--depth" if changed != plan else ""))
-    return out, next((c.layout for c in chosen.values()), {})
+        out[m] = (changed, chosen[m].reason() + (", with --budget/--depth" if changed != chosen[m].plan else ""))
+    return out, next((c.layout for c in chosen.values() if c.layout), {})
 
 
 def main(argv=None) -> int:

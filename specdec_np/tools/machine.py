@@ -18,22 +18,28 @@ import numpy as np
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
 
-BUSY_CORES = 0.25  # others using more than this: timings are noisy, BLAS gets one thread
-MEASURE_CORES = 1.0  # others using a core or more when costs are to be measured: nothing is measured
+BUSY_CORES = 0.25  # others using this much: timings are noisy (nothing measured is kept), BLAS gets one thread
 TIMED, ROUNDING = "[timed]", "[rounding]"  # the marks of `print_timed`'s and `print_rounding`'s lines
 MARKS = (TIMED, ROUNDING)
 MIN_WINDOW = 0.2  # seconds: /proc/stat counts in ticks of 10 ms, so a shorter window says nothing
 
 
+@functools.cache
+def own_threads() -> int:
+    """The BLAS threads the process started with (`settle_threads` may lower them): costs are measured with these."""
+    return blas()["threads"]
+
+
 def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS."""
+    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS (with
+    the threads it starts with: a quiet machine's costs serve a busy run that uses one thread)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         cpu = ""
     return {"cpu": cpu or platform.processor() or platform.machine(), "llc": last_level_cache(),
-            "cpus": os.cpu_count(), "blas": blas(), "numpy": np.__version__}
+            "cpus": os.cpu_count(), "blas": blas() | {"threads": own_threads()}, "numpy": np.__version__}
 
 
 def machine_name() -> str:
@@ -85,9 +91,12 @@ def busy_now(seconds: float = 0.1) -> str:
 
 
 def settle_threads() -> str:
-    """On a busy machine (`busy`), one BLAS thread for the rest of the process, and why ("" if quiet)."""
-    if why := busy():
-        use_threads(1)
+    """On a busy machine (`busy`), one BLAS thread for the rest of the process, and why ("" if quiet, or if it
+    already had one)."""
+    own_threads()  # noted before it changes
+    if not (why := busy()) or blas()["threads"] == 1:
+        return ""
+    use_threads(1)
     return why
 
 

@@ -55,14 +55,6 @@ def profiled(name: str) -> bool:
     return METHODS[name].drafts and name in PROFILED
 
 
-def plan_origin(choice, among: str = "") -> str:
-    """Where a `choice.Choice`'s plan came from, in words: measured (`among` the methods, e.g. " of tree,
-    staged"), or the constant plan and why."""
-    if choice.busy:
-        return f"the constant plan: {choice.busy}"
-    return f"this machine's measured plan{among}, predicted {choice.speedup:.2f}x plain decoding"
-
-
 def reads(model: str, method: str | None, plan: str) -> bool:
     """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
     ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
@@ -201,7 +193,7 @@ def check_options(a) -> None:
     check_rule_options(a)
 
 
-# ----------------------------------------------------------------------------- a plan in words (core49)
+# ----------------------------------------------------------------------------- a plan in words
 
 def describe(method: str, plan: Plan) -> str:
     """`plan` in words, as `method` uses it."""

@@ -1,10 +1,11 @@
 import pytest
 
-from specdec_np.tools import machine
+from specdec_np.tools import calibration, machine
 
 
 @pytest.fixture(autouse=True)
 def quiet_load_check(monkeypatch):
     """The load check made before measuring reports a quiet machine, whatever else runs now; a test of
-    a busy machine substitutes its own."""
+    a busy machine substitutes its own. Each test starts as a new process would: nothing measured yet."""
     monkeypatch.setattr(machine, "load", lambda: 0.0)
+    monkeypatch.setattr(calibration, "MEASURED", {})

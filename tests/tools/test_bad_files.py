@@ -15,7 +15,7 @@ import pytest
 
 from specdec_np import checkpoint, files, ngram
 from specdec_np.tokenizer import get_encoding
-from specdec_np.tools import acceptance as profiles
+from specdec_np.tools import acceptance
 from specdec_np.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,7 +196,7 @@ def test_a_profile_that_is_not_one_is_named(tmp_path, text):
     path = tmp_path / "profile.json"
     path.write_text(text)
     with pytest.raises(ValueError, match="profile.json: not a valid acceptance profile") as e:
-        profiles.load(path)
+        acceptance.load(path)
     assert "\n" not in str(e.value)
 
 
@@ -207,7 +207,7 @@ def test_calibration_prompts_that_are_not_are_named(tmp_path, text, needle):
     path = tmp_path / "calibration.jsonl"
     path.write_text(text)
     with pytest.raises(ValueError, match="calibration.jsonl") as e:
-        profiles.calibration_prompts(get_encoding(8193), path)
+        acceptance.calibration_prompts(get_encoding(8193), path)
     assert needle in str(e.value)
 
 
@@ -216,7 +216,7 @@ def test_bench_prompts_that_never_end_are_refused_unread(tmp_path, path):
     if path == "fifo":  # open() would block until something writes to it
         os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ValueError, match="not a regular file .*give a JSONL file"):
-        profiles.read_prompts(tmp_path / path)
+        acceptance.read_prompts(tmp_path / path)
 
 
 def test_profile_and_prompts_are_read_from_the_weights_directory_else_the_shipped_ones(tmp_path, monkeypatch):
@@ -226,8 +226,8 @@ def test_profile_and_prompts_are_read_from_the_weights_directory_else_the_shippe
     (tmp_path / "profile.json").write_text("[]")
     assert files.weights_file("profile.json") == tmp_path / "profile.json"
     with pytest.raises(ValueError, match=str(tmp_path / "profile.json")):
-        profiles.load(files.weights_file("profile.json"))
-    assert profiles.PROFILE_FILE == files.SHIPPED_DIR / "profile.json"  # read once, when the tools load
+        acceptance.load(files.weights_file("profile.json"))
+    assert acceptance.PROFILE_FILE == files.SHIPPED_DIR / "profile.json"  # read once, when the tools load
 
 
 # ----------------------------------------------------------------------------- SIGTERM

@@ -39,7 +39,7 @@ def one_error_line(capsys) -> str:
 @pytest.mark.parametrize("out, needle", [
     ("/proc/x", "--out /proc/x: cannot write in /proc"),
     ("FILE/sub", "--out {tmp}/FILE/sub: {tmp}/FILE is a file"),
-    ("FILE", "--out {tmp}/FILE is a file"),
+    ("FILE", "--out {tmp}/FILE: {tmp}/FILE is a file"),
 ])
 def test_an_out_that_cannot_be_written_is_named_before_any_measuring(tmp_path, capsys, monkeypatch, out, needle):
     """Issue 45: `--out` under /proc or under a regular file is one line naming --out, not a bare errno."""
@@ -75,9 +75,9 @@ def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path,
     assert "profile.json in the weights directory" in help_text and "$SPECDEC_NP_WEIGHTS" in help_text
     saved = []
     monkeypatch.setattr(bench, "load_embedded", lambda: ("target", "draft", "ngram", "enc"))
-    monkeypatch.setattr(bench.profiles, "calibration_prompts", lambda enc: [[1, 2]])
-    monkeypatch.setattr(bench.profiles, "measure", lambda *a, journal, **k: journal.write_text("") or {"n": 1})
-    monkeypatch.setattr(bench.profiles, "save", lambda profile, path: saved.append((profile, path)))
+    monkeypatch.setattr(bench.acceptance, "calibration_prompts", lambda enc: [[1, 2]])
+    monkeypatch.setattr(bench.acceptance, "measure", lambda *a, journal, **k: journal.write_text("") or {"n": 1})
+    monkeypatch.setattr(bench.acceptance, "save", lambda profile, path: saved.append((profile, path)))
     weights = tmp_path / "weights"
     weights.mkdir()
     monkeypatch.setattr(bench, "WEIGHTS_DIR", weights)
@@ -89,7 +89,81 @@ def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path,
     # A weights directory under a regular file: named, with the variable that moves it, before measuring.
     (tmp_path / "FILE").write_text("x")
     monkeypatch.setattr(bench, "WEIGHTS_DIR", tmp_path / "FILE" / "weights")
-    monkeypatch.setattr(bench.profiles, "measure", no_measuring)
+    monkeypatch.setattr(bench.acceptance, "measure", no_measuring)
     with pytest.raises(ValueError, match=r"--profile writes .*FILE/weights/profile\.json \(the weights directory, "
                                          r"\$SPECDEC_NP_WEIGHTS\): .*FILE is a file"):
         bench.main(["--profile", "--out", str(tmp_path / "b")])
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--settings", "greedy", "--seeds", "2"], "--seeds 2: greedy decoding draws nothing: seeds apply to top-k"),
+    (["--settings", "greedy,greedy"], "--settings greedy,greedy: choose from greedy, top-k, each once"),
+    (["--out", ""], "--out is empty: give a directory name"),
+    (["--out", " "], "--out is empty: give a directory name"),
+    (["--results", ""], "--results is empty: give a file name"),
+])
+@pytest.mark.parametrize("load", [0.0, 1.0], ids=["quiet", "busy"])
+def test_bench_refuses_what_it_would_ignore_and_checks_options_before_the_load(capsys, monkeypatch, args, needle,
+                                                                               load):
+    """Issue 53: options that would do nothing are one-line errors, on a busy machine too (options first)."""
+    from specdec_np.tools import machine
+    from specdec_np.tools.cli import main
+
+    monkeypatch.setattr(machine, "load", lambda: load)
+    monkeypatch.setattr(bench, "load_embedded", no_measuring)
+    assert main(["bench", "--prompts", str(FIXTURES / "prompts.jsonl"), *args]) == 2
+    assert needle in one_error_line(capsys)
+
+
+def cannot_write(monkeypatch):
+    """A clone (and working directory) where nothing can be written: root may write anywhere, so simulated."""
+    from specdec_np.tools import writable
+
+    def refused(*a, dir=None, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(writable.tempfile, "TemporaryFile", refused)
+
+
+@pytest.mark.parametrize("command, args, needle", [
+    ("bench", ["--settings", "greedy,greedy"], "--settings greedy,greedy"),
+    ("bench", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    ("bench", ["--prompts", "missing.jsonl"], "--prompts missing.jsonl"),
+    ("bench", ["--prompts", str(FIXTURES / "prompts.jsonl")], "--out out/bench: cannot write in "),
+    ("trace", ["--top-k", "0", "--temperature", "1"], "--top-k must be >= 1"),
+    ("trace", ["--method", "tree", "--copy-len", "3"], "--copy-len does nothing"),
+    ("trace", [], "--out trace.html: cannot write in .: Permission denied"),
+])
+def test_in_a_clone_that_cannot_be_written_the_options_are_checked_first(capsys, monkeypatch, command, args, needle):
+    """Issue 53: bench's and trace's default --out lie in the clone; where it cannot be written, an option's
+    own error comes first, and the default --out is a one-line error naming it, before any work."""
+    from specdec_np.tools import cli
+
+    cannot_write(monkeypatch)
+    monkeypatch.setattr(bench, "load_embedded", no_measuring)
+    monkeypatch.setattr(cli, "load_model", no_measuring)
+    prompt = ["def f(x):", "--plan", "default"] if command == "trace" else []
+    assert cli.main([command, *prompt, *args]) == 2
+    assert needle in one_error_line(capsys)
+
+
+FAKE_COSTS = {"curves": {m: {s: {k: 0.1 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
+                         for m in ("target", "draft")},
+              "overheads": {s: {"step": 0.1, "draft_step": 0.1, "draft_dist": 0.01, "ngram_query": 0.01}
+                            for s in ("greedy", "sampled")}, "layout": {"target": 0, "draft": 0}}
+
+
+def test_bench_says_whether_its_costs_were_cached(tmp_path, capsys, monkeypatch):
+    """Issue 53: "(costs measured now)" says what happened to them: cached for later runs, or for this run
+    only (a cache that cannot be written, or measured while others took the CPU)."""
+    from specdec_np.tools import calibration
+
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    (tmp_path / "FILE").write_text("")
+    for cache, says in (("FILE", "measured now, for this run only"), ("cache", "measured now, cached for later runs")):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / cache))
+        assert bench.main(["--curves"]) == 0
+        assert f"(costs {says})\n" in capsys.readouterr().out
+    monkeypatch.setattr(calibration, "busy_since", lambda start: "other processes used 0.5 of its 2 cores")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "FILE"))
+    assert bench.main(["--curves"]) == 0
+    assert "(costs measured now, for this run only: this machine was busy while measuring" in capsys.readouterr().out

@@ -52,7 +52,7 @@ def test_generate_stats_name_the_plan(capsys):
     main(["generate", "class Stack:", "--max-new-tokens", "8", "--plan", "default", "--stats"])
     err = capsys.readouterr().err
     assert "method staged: best-first, 8 nodes at most 6 deep; n-gram guesses 3 deep (4 rows); copies of 12 " \
-           "(the constant plan)" in err
+           "(the constant plan, as --plan default asks)" in err
     main(["generate", "class Stack:", "--max-new-tokens", "8", "--stats"])  # this machine's plan, whatever it is
     err = capsys.readouterr().err
     # Measured, or, when the machine was busy while measuring, the fallback saying so.
@@ -60,7 +60,7 @@ def test_generate_stats_name_the_plan(capsys):
         "(the constant plan: " in err
 
 
-def test_generate_reads_stdin_and_reports_errors_in_one_line():
+def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
     r = run_cli("generate", "-", "--max-new-tokens", "5", "--method", "ar", stdin="import os\n")
     assert r.returncode == 0 and r.stdout.startswith("import os\n")
     for args, needle in ((["generate", "x", "--temperature", "-1"], "temperature"),
@@ -80,10 +80,10 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line():
                          (["bench", "--prompts", "tests"], "--prompts tests: Is a directory"),
                          (["bench", "--results", "nowhere/results.md"], "--results nowhere/results.md: give"),
                          (["bench", "--results", "docs"], "--results docs: give a markdown file"),
-                         (["bench", "--out", "README.md"], "--out README.md is a file"),
+                         (["bench", "--prompts", str(FIXTURE), "--out", "README.md"], "--out README.md: /"),
                          (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
                           "n-gram model file tests is a directory"),
-                         (["ngram", "fit", "tests", "--out", "never.npz"], "text file tests is a directory"),
+                         (["ngram", "fit", "tests", "--out", str(tmp_path / "never.npz")], "text file tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "tests"], "--out tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
                          (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
@@ -122,7 +122,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
         asked.append(methods)
         return {m: choice.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
 
-    monkeypatch.setattr(cli, "plans_for", plans_for)
+    monkeypatch.setattr(cli, "choose", plans_for)
 
     def choose(**options):
         a = namespace(**options)
@@ -148,7 +148,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     assert (method, plan.chain, plan.lookup_chains, METHODS[method].max_depth(plan)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
     assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose(method="lookup")[2]
-    # Without any option the machine's plan may be any method (None: plan_for's own choice).
+    # Without any option the machine's plan may be any method (None: the plan choice's own).
     asked.clear()
     choose()
     assert asked == [(None,)]
@@ -161,7 +161,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
         return {m: choice.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
                                 ms[m], 4.0) for m in methods}
 
-    monkeypatch.setattr(cli, "plans_for", plans_by_method)
+    monkeypatch.setattr(cli, "choose", plans_by_method)
     method, plan, about, _ = choose(rule="recursive")
     assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
     assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
@@ -246,7 +246,7 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
     def measured(*a, **k):
         raise AssertionError("the machine was measured")
 
-    monkeypatch.setattr(cli, "plans_for", measured)
+    monkeypatch.setattr(cli, "choose", measured)
     assert main(["generate", "def f(x):", *args]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
@@ -264,13 +264,13 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
     (["--ngram", "/nonexistent", "--method", "tree", "--plan", "default"], "--ngram does nothing with --method tree"),
     (["--draft", "bogus", "--method", "lookup"], "bogus"),  # read for lookup's plan: loaded, not dropped quietly
     (["--file", ""], "--file is empty"),
-    (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write there: File name too long"),
+    (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write in .: File name too long"),
     (["--out", "-"], "--out -: give a file name (it writes a file, not standard output), e.g. trace.html"),
 ])
 def test_options_that_change_nothing_or_name_nothing_are_one_line_errors(args, needle, monkeypatch, capsys, tmp_path):
     from specdec_np.tools import cli
 
-    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: pytest.fail("the machine was measured"))
     monkeypatch.chdir(tmp_path)
     command = "trace" if "--out" in args else "generate"
     assert main([command, *(["def f(x):"] if "--file" not in args else []), *args]) == 2
@@ -303,7 +303,7 @@ def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
 
     drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
              "staged": Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
-    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: {m: choice.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
+    monkeypatch.setattr(demo, "choose", lambda *a, **k: {m: choice.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
     drawn["ar"] = Plan()
     a = argparse.Namespace(plan="machine", budget=None, depth=4)
     got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items()}
@@ -328,15 +328,16 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     measured = Plan(chain=3)
     chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0),
               "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
-              "lookup": choice.fallback("lookup", 0.0, "the machine was busy")}
-    monkeypatch.setattr(demo, "plans_for", lambda *a, **k: chosen)
+              "lookup": choice.constant_choice("lookup", 0.0, None, "the constant plan: the machine was busy")}
+    monkeypatch.setattr(demo, "choose", lambda *a, **k: chosen)
     a = argparse.Namespace(plan="machine", budget=None, depth=None)
     got = demo.plans(a, *embedded, 0.0, tuple(chosen))[0]
-    assert got["ar"] == (Plan(), "the baseline")
     assert got["speculative"] == (measured, "this machine's measured plan, predicted 2.00x plain decoding")
     assert got["lookup"] == (Plan(), "the constant plan: the machine was busy")
+    monkeypatch.setattr(demo, "choose", choice.choose)  # the real choice, measuring nothing with --plan default
     a.plan = "default"
-    assert demo.plans(a, *embedded, 0.0, ("tree",))[0]["tree"] == (Plan(), "the constant plan, as --plan default asks")
+    got = demo.plans(a, *embedded, 0.0, ("ar", "tree"))[0]
+    assert got == {"ar": (Plan(), "the baseline"), "tree": (Plan(), "the constant plan, as --plan default asks")}
 
 
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
@@ -432,8 +433,8 @@ def test_read_prompts_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n')
     with pytest.raises(ValueError, match="no \"prompt\" field"):
-        bench.profiles.read_prompts(bad)
-    assert len(bench.profiles.read_prompts(FIXTURE)) == 3
+        bench.acceptance.read_prompts(bad)
+    assert len(bench.acceptance.read_prompts(FIXTURE)) == 3
 
 
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path, monkeypatch):
@@ -479,7 +480,7 @@ def test_a_draft_whose_context_the_prompt_fills_is_named_before_the_machine_is_m
     from specdec_np.tools import cli
 
     checkpoint.save(random_params(GPT2Config(n_vocab=8193, n_ctx=8, n_embd=8, n_layer=1, n_head=2)), tmp_path / "short")
-    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: pytest.fail("the machine was measured"))
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: pytest.fail("the machine was measured"))
     prompt = "def add(a, b):\n    return a + b\n"  # more than 8 tokens
     for args in ([], ["--method", "staged", "--plan", "default"], ["--method", "tree"]):
         assert main(["generate", prompt, "--draft", str(tmp_path / "short"), *args]) == 2
@@ -490,7 +491,7 @@ def test_a_draft_whose_context_the_prompt_fills_is_named_before_the_machine_is_m
     # Methods that run no draft decode (the machine's plan for lookup reads the pair's profile).
     from specdec_np.plan import Plan
     from specdec_np.tools.choice import Choice
-    monkeypatch.setattr(cli, "plans_for", lambda *a, **k: {m: Choice("lookup", Plan(), 1.0, 2.0) for m in a[5]})
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: {m: Choice("lookup", Plan(), 1.0, 2.0) for m in a[5]})
     assert main(["generate", prompt, "--draft", str(tmp_path / "short"), "--method", "lookup",
                  "--max-new-tokens", "3"]) == 0
 
@@ -531,21 +532,21 @@ def test_trace_refuses_what_is_not_a_regular_file(tmp_path, capsys):
 
 
 def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch, capsys):
-    from specdec_np.tools import cli, trace
+    from specdec_np.tools import trace, writable
 
     def refused(*a, **k):
         raise PermissionError(13, "Permission denied", str(tmp_path / "tmpk3x9"))
 
     with monkeypatch.context() as m:  # an unwritable directory (root may write anywhere: simulated)
-        m.setattr(cli.tempfile, "TemporaryFile", refused)
+        m.setattr(writable.tempfile, "TemporaryFile", refused)
         assert main(trace_args(tmp_path / "t.html")) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out {tmp_path / 't.html'}: cannot write there: Permission denied"
+    assert err == f"error: --out {tmp_path / 't.html'}: cannot write in {tmp_path}: Permission denied"
     if os.geteuid() != 0:  # a read-only directory for real
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
         assert main(trace_args(ro / "t.html")) == 2
-        assert f"--out {ro / 't.html'}: cannot write there" in capsys.readouterr().err
+        assert f"--out {ro / 't.html'}: cannot write in {ro}" in capsys.readouterr().err
 
     def full(*a, **k):  # the disk fills while the page is written
         raise OSError(28, "No space left on device", str(tmp_path / "t.html.abc123.tmp"))
@@ -553,7 +554,7 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
     monkeypatch.setattr(trace, "write", full)
     assert main(trace_args(tmp_path / "t.html")) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out {tmp_path / 't.html'}: cannot write there: No space left on device"
+    assert err == f"error: --out {tmp_path / 't.html'}: cannot write in {tmp_path}: No space left on device"
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -591,7 +592,7 @@ def test_bench_prompts_that_are_not_jsonl_say_what_to_give(tmp_path):
                                ("latin1.jsonl", b'{"prompt": "\xe9"}\n', "not UTF-8 text")):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ValueError) as e:
-            bench.profiles.read_prompts(tmp_path / name)
+            bench.acceptance.read_prompts(tmp_path / name)
         assert str(e.value).startswith(f"{tmp_path / name}: ") and needle in str(e.value)
     r = run_cli("bench", "--prompts", str(tmp_path / "prompt.py"))
     lines = r.stderr.strip().splitlines()

@@ -147,7 +147,7 @@ def test_the_machines_plan_is_chosen_with_the_built_trigram(checkpoints, cache, 
         seen["ngram"] = trigram
         return {m: choice.Choice("staged", Plan(), 1.0, 2.0) for m in methods}
 
-    monkeypatch.setattr(cli, "plans_for", plans_for)
+    monkeypatch.setattr(cli, "choose", plans_for)
     parser = argparse.ArgumentParser()
     cli.add_generate_args(parser)
     a = parser.parse_args(["def f(x):", "--target", str(checkpoints / "target"), "--draft", str(checkpoints / "draft")])

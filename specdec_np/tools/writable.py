@@ -1,0 +1,41 @@
+"""The one probe of where the tools write (--out, bench's results, the cache), made before any work: what
+cannot be written is a one-line error naming it, not a traceback after the run."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+
+def check_writable(path, name: str, made: bool = False, example: str = "") -> Path:
+    """The file to write at `path`: new, or a writable regular file (a symlink is written through, staying a link), in
+    a directory that takes a temporary file (written whole, then renamed); with `made`, in the nearest existing one
+    (the rest are made when it is written). Anything else: ValueError `name: why` ("--out x: cannot write in ...")."""
+    if not str(path).strip():
+        raise ValueError(f"{name.strip()} is empty: give a file name")
+    if str(path) == "-":
+        raise ValueError(f"{name}: give a file name (it writes a file, not standard output)"
+                         + (f", e.g. {example}" if example else ""))
+    folder = (given := Path(path)).parent
+    try:
+        path = Path(os.path.realpath(given)) if given.is_symlink() else given
+        if path.is_symlink():  # still a link once resolved: a loop
+            raise ValueError(f"{name} is a symlink that resolves to no file (a loop)")
+        if path.is_dir():
+            raise ValueError(f"{name} is a directory" + (f": give the file to write, e.g. {given / example}"
+                                                         if example else ""))
+        if path.exists() and not path.is_file():
+            raise ValueError(f"{name} is not a regular file (a FIFO, a device or a socket): give a file to write")
+        if path.is_file() and not path.stat().st_mode & stat.S_IWUSR:
+            raise ValueError(f"{name} is read-only: make it writable to replace it, or give another file")
+        folder = next(p for p in path.absolute().parents if p.exists()) if made else path.parent
+        if not folder.is_dir():
+            raise ValueError(f"{name}: " + (f"{folder} is a file" if folder.exists() else
+                                             f"the directory {folder} does not exist"))
+        with tempfile.TemporaryFile(dir=folder):  # tried: os.access says yes to root on a read-only mount
+            pass
+    except OSError as e:  # e.g. a read-only or full file system, a name too long for it
+        raise ValueError(f"{name}: cannot write in {folder}: {e.strerror or e}") from None
+    return path
