@@ -97,13 +97,11 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     check_shape(a, methods, target.config.n_ctx)
     asked = (a.method,)
     if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
-        usable = runnable(draft is not None, ngram is not None)
-        asked = tuple(m for m in methods if m in usable)
+        asked = tuple(m for m in methods if m in runnable(draft is not None, ngram is not None))
         if methods and not asked:
             raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
                              f"this model pair cannot run (it has no n-gram model)")
     choices = choose(target, draft, ngram, enc, temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
-    # The fastest whose rule is lossless for its trees with the options applied; if none, its error.
     shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
     choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
     check_rule(plan, choice.method, temperature)
@@ -155,12 +153,14 @@ def utf8(data: bytes, what: str) -> str:
 
 
 @contextlib.contextmanager
-def naming(option: str, value: str | None):
+def naming(option: str, value, writing: Path | None = None):
     """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
-    (None: not given)."""
+    (None: not given), or one met `writing` in that directory."""
     try:
         yield
     except OSError as e:
+        if writing is not None:
+            raise ValueError(f"{option} {value}: cannot write in {writing}: {e.strerror or e}") from None
         if e.errno is None or value is None:  # the loaders' own messages name the file
             raise
         where = f" ({e.filename})" if e.filename and str(e.filename) != value and len(str(e.filename)) < 200 else ""
@@ -280,20 +280,11 @@ def cmd_trace(a) -> int:
              f"seed {a.seed or 0}"]
     sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
     costs = trace.pass_costs(s.target, s.draft, res, tokens)  # each pass as multiples of a one-token pass
-    with naming_out(a.out):
+    with naming("--out", a.out, Path(a.out).parent):
         trace.write(a.page, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
-
-
-@contextlib.contextmanager
-def naming_out(out):
-    """An OSError while writing --out (a temporary file's name in it) as a one-line error naming --out."""
-    try:
-        yield
-    except OSError as e:
-        raise ValueError(f"--out {out}: cannot write in {Path(out).parent}: {e.strerror or e}") from None
 
 
 def cmd_ngram(argv) -> int:
@@ -338,7 +329,7 @@ def cmd_ngram(argv) -> int:
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
                          f"{len(tokens)} tokens is seen more often), got {args.katz_k}")
     model = ngram_lib.fit(np.array(tokens, dtype=np.int64), n_vocab, katz_k=args.katz_k, min_count=args.min_count)
-    with naming_out(args.out):
+    with naming("--out", args.out, args.out.parent):
         ngram_lib.save(model, out)
     print(f"fitted a trigram on {len(tokens)} tokens from {len(args.files)} files: {len(model.bi_tok)} bigrams, "
           f"{len(model.tri_tok)} trigrams -> {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
