@@ -149,12 +149,10 @@ def page(data: dict) -> str:
     return template.replace("__DATA__", payload)
 
 
-def write(path, result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
-    """Write the trace page of `result` (decoded with keep_trees=True) to `path`, atomically; returns the data."""
-    data = record(result, enc, prompt, method, about, costs)
+def write(path, result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> None:
+    """Write the trace page of `result` (decoded with keep_trees=True) to `path`, atomically."""
     with atomic_file(path, "w") as f:
-        f.write(page(data))
-    return data
+        f.write(page(record(result, enc, prompt, method, about, costs)))
 
 
 def show_page(path, height: int = 720) -> None:
