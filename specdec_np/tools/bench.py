@@ -217,18 +217,16 @@ def rule_pairs(plans) -> dict:
     pairs = {}
     for k in (3, 8):
         plan = dataclasses.replace(rows["speculative"].plan, chain=k, sampled="with")
-        pairs[f"chain of {k}"] = tuple(Choice("speculative", dataclasses.replace(plan, rule=rule), float("nan"),
-                                              float("nan")) for rule in ("chain", "block"))
+        pairs[f"chain of {k}"] = tuple(Choice("speculative", dataclasses.replace(plan, rule=rule))
+                                       for rule in ("chain", "block"))
     wide = dataclasses.replace(rows["tree"].plan, shape="fixed", widths=(2, 2, 1), sampled="without")
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        # how the plan draws the tree's children
-        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])
+        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])  # how its children are drawn
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
         pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
-            Choice(row, dataclasses.replace(plan, rule=rule), float("nan"), float("nan"))
-            for rule in (token_level, "traversal"))
+            Choice(row, dataclasses.replace(plan, rule=rule)) for rule in (token_level, "traversal"))
     return pairs
 
 
