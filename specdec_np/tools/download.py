@@ -114,11 +114,10 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
                 f.write(chunk)
                 offset += len(chunk)
                 show(offset, total)
-        endless = total is None and offset == most and resp.read(1)
-    if endless:
-        part.unlink()
-        raise DownloadError(f"{url}: no size announced, and more than {most} bytes, more than this file can be: "
-                            "stopped (partial file deleted)")
+        if total is None and offset == most and resp.read(1):
+            part.unlink()
+            raise DownloadError(f"{url}: no size announced, and more than {most} bytes, more than this file can be: "
+                                "stopped (partial file deleted)")
     return offset, total
 
 
