@@ -40,8 +40,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def writable(path: Path) -> bool:
-    """Whether the cache file `path` can be written (`check_writable`, before measuring for it); if not, one
-    line says why."""
+    """Whether the cache file `path` can be written (`check_writable`, before measuring); if not, says why."""
     try:
         check_writable(path, f"the cache file {path}", made=True)
     except ValueError as e:

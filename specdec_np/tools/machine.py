@@ -91,8 +91,7 @@ def busy_now(seconds: float = 0.1) -> str:
 
 
 def settle_threads() -> str:
-    """On a busy machine (`busy`), one BLAS thread for the rest of the process, and why ("" if quiet, or if it
-    already had one)."""
+    """On a busy machine (`busy`), one BLAS thread for the rest of the process, and why ("" if quiet or already so)."""
     own_threads()  # noted before it changes
     if not (why := busy()) or blas()["threads"] == 1:
         return ""

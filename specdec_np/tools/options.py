@@ -83,8 +83,7 @@ def changed(plan: Plan, method: str, a) -> Plan:
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
-    """`Method.check_size` (a step's block within the target's context), each `field=value` of its
-    message as `--option value`."""
+    """`Method.check_size` (a step's block within the target's context), its `field=value` as `--option value`."""
     try:
         METHODS[method].check_size(plan, n_ctx)
     except ValueError as e:
