@@ -153,7 +153,7 @@ def utf8(data: bytes, what: str) -> str:
 
 
 @contextlib.contextmanager
-def naming(option: str, value, writing: Path | None = None):
+def naming(option: str, value: str | Path | None, writing: Path | None = None):
     """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
     (None: not given), or one met `writing` in that directory."""
     try:
