@@ -16,6 +16,7 @@ from ..plan import Plan, constant
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration
+from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
 from .options import describe
@@ -45,6 +46,10 @@ class Choice:
         """Why it runs: measured (`among` the methods, e.g. " of tree, staged"), or the constant plan and why."""
         return self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
 
+    def models(self, target, draft):
+        """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
+        return apply_layout(self.layout, target, draft)
+
 
 def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
@@ -55,7 +60,8 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not METHODS[m].drafts}
+    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked
+           if m and not METHODS[m].drafts}
     asked = [m for m in asked if m not in out]
     if plan == "default":
         return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
