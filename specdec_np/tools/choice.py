@@ -60,8 +60,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked
-           if m and not METHODS[m].drafts}
+    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not METHODS[m].drafts}
     asked = [m for m in asked if m not in out]
     if plan == "default":
         return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
