@@ -119,8 +119,7 @@ def fastest(profile: dict, costs: dict, temperature: float, method: str | None =
 
 
 def constant_choice(method: str, temperature: float, rule: str | None, why: str) -> Choice:
-    """`method` with the constant plan, its trees drawn as `rule` needs (e.g. 'recursive_wor': without
-    replacement), and `why` in words."""
+    """`method` with the constant plan, its trees drawn as `rule` needs (e.g. without replacement), and `why`."""
     plan = dataclasses.replace(constant(temperature), rule=rule)
     tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
     return Choice(method, next((p for p in tried if METHODS[method].lossless(p, temperature)), plan), constant=why)

@@ -111,8 +111,7 @@ def pass_costs(target, draft, result, prompt) -> dict:
 
 
 def record(result, enc, prompt, method: str, about: str = "", costs: dict | None = None) -> dict:
-    """The page's data: the run's steps as recorded, its totals, the text of every token shown, and the passes'
-    costs when measured (`pass_costs`)."""
+    """The page's data: the run's steps as recorded, its totals, each shown token's text, the passes' `costs`."""
     if any(s.trace is None for s in result.stats.steps):
         raise ValueError("a trace needs each step's tree: decode with generate(..., keep_trees=True)")
     stats, steps = result.stats, [step_record(s) for s in result.stats.steps]
