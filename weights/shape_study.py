@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from specdec_np.gpt2 import GPT2Config, random_params  # noqa: E402
-from specdec_np.tools import acceptance as profiles  # noqa: E402
+from specdec_np.tools import acceptance  # noqa: E402
 from specdec_np.tools.blas import use_threads  # noqa: E402
 from specdec_np.tools.costcurve import choose_slab_rows, laid_out, primed, timed_pass  # noqa: E402
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
@@ -92,7 +92,7 @@ def cleaned(curves: dict) -> dict:
     return {"warm": out["warm"], "cold": out["cold"]}
 
 
-def sibling_catch(profile_path=profiles.PROFILE_FILE) -> dict:
+def sibling_catch(profile_path=acceptance.PROFILE_FILE) -> dict:
     """{setting: c}: the share of the first child's rejections a second drafted child catches, from the
     shipped profile's tree (2,) and chain 1 (today's pair)."""
     data = json.loads(Path(profile_path).read_text())
@@ -149,7 +149,7 @@ def overheads_of_this_machine() -> tuple[dict, str]:
     from specdec_np.tools.calibration import Busy, calibration, measure_costs
 
     target, draft, ngram, enc = load_embedded()
-    prompts = profiles.calibration_prompts(enc)
+    prompts = acceptance.calibration_prompts(enc)
     try:
         costs, fresh = calibration(target, draft, ngram, prompts)
         return costs["overheads"], "the embedded pair's calibration" + (" (measured now)" if fresh else " (cached)")
@@ -159,7 +159,7 @@ def overheads_of_this_machine() -> tuple[dict, str]:
                 "the embedded pair's calibration, measured on a busy machine"
         except Busy:
             zero = {"step": 0.0, "draft_step": 0.0, "draft_dist": 0.0, "ngram_query": 0.0}
-            return {s: zero for s in profiles.SETTINGS}, "none (too busy to measure them): zero"
+            return {s: zero for s in acceptance.SETTINGS}, "none (too busy to measure them): zero"
 
 
 def n_params(cfg: GPT2Config) -> int:
@@ -193,7 +193,7 @@ def study(quick: bool) -> dict:
                                   for kind in ("chain", "tree", "free")} for setting, over in overheads.items()}
             pairs[f"{tn} + {dn}"] = {"target": tn, "draft": dn, "curves": pair, "speedup": settings}
     models = {n: {"params": n_params(m.config), "fp16_bytes": 2 * n_params(m.config),
-                  "fp32_bytes": 4 * n_params(m.config), "slab_rows": m.slab_rows,
+                  "fp32_bytes": 4 * n_params(m.config), "slab_rows": m.layout.slab_rows,
                   "kv_cache_bytes": 4 * 2 * m.config.n_layer * (N_CTX + 64) * m.config.n_embd}
               for n, m in {**targets, **drafts}.items()}
     return {"machine": machine_name(), "quick": quick, "rounds": rounds, "overheads": overheads,
