@@ -10,8 +10,12 @@ from specdec_np.tools import bench
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def test_bench_rules_rows(tmp_path):
-    """`bench --rows rules`: each comparison runs the token-level rule and the new one on the same shapes."""
+def test_bench_rules_rows(tmp_path, monkeypatch):
+    """`bench --rows rules`: each comparison runs the token-level rule and the new one on the same shapes (priced on
+    made-up costs: what is checked here is the rows, not this machine's figures)."""
+    from specdec_np.tools import calibration
+
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
     prompts = FIXTURES / "prompts.jsonl"
     with pytest.raises(ValueError, match="top-k"):
         bench.main(["--prompts", str(prompts), "--rows", "rules", "--settings", "greedy"])
