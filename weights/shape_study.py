@@ -23,6 +23,7 @@ Writes weights/work/shape_study.json and the markdown table of the model card (w
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 from specdec_np.gpt2 import GPT2Config, random_params  # noqa: E402
 from specdec_np.tools import acceptance  # noqa: E402
 from specdec_np.tools.blas import use_threads  # noqa: E402
-from specdec_np.tools.costcurve import choose_slab_rows, laid_out, primed, timed_pass  # noqa: E402
+from specdec_np.tools.costcurve import choose_slab_rows, laid_out, primed, round_robin, timed_pass  # noqa: E402
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
 from specdec_np.tools.machine import busy_since, cpu_times, machine_name  # noqa: E402
 
@@ -72,12 +73,7 @@ def min_curves(models: dict, before: dict, sizes: dict, rounds: int, prefix_len:
         timed_pass(models[first], caches[first], 1)
         return timed_pass(models[name], caches[name], k)
     keys = [(n, s, k) for n in models for s in ("warm", "cold") for k in sizes[n]]
-    best = {key: float("inf") for key in keys}
-    for r in range(rounds + 1):
-        for key in keys:
-            seconds = after(*key)
-            if r:
-                best[key] = min(best[key], 1000 * seconds)
+    best = round_robin({key: functools.partial(after, *key) for key in keys}, rounds, summary=np.min)
     return {n: cleaned({s: {k: best[n, s, k] for k in sizes[n]} for s in ("warm", "cold")}) for n in models}
 
 

@@ -91,15 +91,16 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
     return seconds
 
 
-def round_robin(passes: dict, repeats: int, progress=None) -> dict:
-    """{key: median ms of `passes[key]()` (seconds)}, each called once a round: a warm-up, then `repeats`."""
+def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) -> dict:
+    """{key: ms of `passes[key]()` (seconds) over `repeats` rounds, summed up by `summary` (the median; np.min where
+    a busy machine should move it little)}, each called once a round: a warm-up, then `repeats`."""
     times = {key: [] for key in passes}
     for r in range(repeats + 1):
         for key, timed in passes.items():
             times[key].append(timed())
         if progress:
             progress(r + 1, repeats + 1)
-    return {key: 1000 * float(np.median(ts[1:])) for key, ts in times.items()}
+    return {key: 1000 * float(summary(ts[1:])) for key, ts in times.items()}
 
 
 def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:

@@ -10,6 +10,7 @@ script are package data (trace_page/), inlined by `page`; it needs no network an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import json
 from importlib import resources
@@ -93,20 +94,19 @@ def step_record(step) -> dict:
 def pass_costs(target, draft, result, prompt) -> dict:
     """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
     same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
-    from .costcurve import primed, timed_pass
+    from .costcurve import primed, round_robin, timed_pass
     from .machine import busy_now, machine_name
 
     costs = {"machine": machine_name(), "busy": busy_now()}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
-        room = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
-        sizes = sorted({1} | {k for k in blocks if k <= room}) if model is not None and blocks else []
-        seconds = {k: float("inf") for k in sizes}
+        largest = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
+        sizes = sorted({1} | {k for k in blocks if k <= largest}) if model is not None and blocks else []
         cache = primed(model, len(prompt), max(sizes)) if sizes else None
-        for _ in range(COST_ROUNDS):  # each size once a round; the fastest of its rounds: a busy machine only adds
-            for k in sizes:
-                seconds[k] = min(seconds[k], timed_pass(model, cache, k))
-        costs[name] = {k: seconds[k] / seconds[1] for k in sizes}
+        # Each size once a round; the fastest of its rounds: a busy machine only adds.
+        passes = {k: functools.partial(timed_pass, model, cache, k) for k in sizes}
+        ms = round_robin(passes, COST_ROUNDS, summary=np.min)
+        costs[name] = {k: ms[k] / ms[1] for k in sizes}
     return costs
 
 
