@@ -25,9 +25,10 @@ from .gpt2 import GPT2, forward, new_cache
 from .kvcache import KVCache
 from .methods import METHODS, make
 from .plan import Plan, constant
-from .record import NO_RECORD, Recorder, Result
+from .record import Recorder, Result
 from .sampling import Rand, process
 from .tree import TARGET, Tree, block, path_key
+from .verify import Verdict
 
 END_OF_TEXT = -1  # eos's default: the last vocabulary id, GPT-2's <|endoftext|>
 
@@ -58,7 +59,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
         proposal = proposer.propose(seq, rand)
         scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p)
-        verdict = accept(proposal, scored.p, rand, recorder)
+        verdict = accept(proposal, scored.p, rand)
         compact(cache, scored, proposal.tree, verdict.path, proposer)
         tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
         seq += tokens
@@ -92,19 +93,11 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
     return Scored(process(logits, temperature, top_k, top_p), start, n_c)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What the rule accepted: the root-to-node `path` and the target's `token` after it."""
-
-    path: list
-    token: int
-
-
-def accept(proposal, p, rand, recorder=NO_RECORD) -> Verdict:
+def accept(proposal, p, rand) -> Verdict:
     """The proposal's rule run on its tree against the target's p [n, V] (refused if the rule is not
-    lossless for how the tree was drawn), its tests reported to `recorder`."""
+    lossless for how the tree was drawn): the path it accepted, the token after it and its tests."""
     verify.check_tree(proposal.tree, proposal.rule)
-    return Verdict(*verify.RULES[proposal.rule](proposal.tree, p, rand, recorder))
+    return verify.RULES[proposal.rule](proposal.tree, p, rand)
 
 
 def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:

@@ -2,13 +2,14 @@
 statistics derived from the steps (`Stats`); the tools and the trace page (tools/trace.py) read them.
 
 With keep_trees a step also keeps what a trace shows (`Trace`): the tree, the rule's tests
-(`Check`) and the draft's passes (`DraftPass`), reported by the rules and the drafter one call
-each; by default to `NO_RECORD`, which does nothing, so that they read as the algorithm alone.
+(verify.Check, from the rule's Verdict, which the loop hands over) and the draft's passes
+(`DraftPass`, reported by the drafter one call each; by default to `NO_RECORD`, which does nothing).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ import numpy as np
 from .kvcache import KVCache
 from .sampling import SURE
 from .tree import SOURCES, Tree, children
+from .verify import Check
 
 
 @dataclass
@@ -31,24 +33,6 @@ class Step:
     ngram_queries: int
     seconds: tuple  # (drafting, the target's pass, verifying + compacting + emitting)
     trace: Trace | None = None  # with keep_trees, what a trace shows (tools/trace.py); None otherwise
-
-
-@dataclass
-class Check:
-    """One test a verification rule made. test: "argmax" (accepted iff token == the target's argmax,
-    `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability; u None when no
-    draw was needed); "sequence" (block, traversal: iff u < `value`, the chance of keeping the path
-    to this node once all below it was rejected); "draw" (the node's next token, from what p still
-    owes: accepted False for a correction, True for the bonus). p, q: the token's probabilities, or None."""
-
-    node: int
-    token: int
-    test: str
-    value: float
-    accepted: bool
-    p: float | None = None
-    q: float | None = None
-    u: float | None = None
 
 
 @dataclass
@@ -67,7 +51,7 @@ class Trace:
     tree: Tree  # the verified tree (tree.source: who proposed each node)
     path: list  # its accepted path, root first
     rule: str  # the verification rule that ran
-    checks: list  # the rule's tests in the order it made them (Check)
+    checks: list  # the rule's tests in the order it made them (verify.Check)
     copied: bool  # the tree is stage 2's copy of a repeat (no draft pass)
     passes: list  # the step's draft passes (DraftPass), in order
     p_nodes: list  # per tree node, the target's probability of its token after its parent
@@ -116,13 +100,7 @@ class Result:
 
 
 class NoRecord:
-    """The recorder a rule or a drafter reports to by default: every call does nothing."""
-
-    def check(self, node: int, token: int, test: str, value: float, accepted: bool, p=None, q=None) -> None:
-        """A verification rule made a test (a Check without its u, which the recorder notes itself)."""
-
-    def draw(self, node: int, token: int, probs, bonus: bool) -> None:
-        """A verification rule drew the target's token after `node` from `probs` (unnormalised)."""
+    """The recorder a drafter reports to by default: it does nothing."""
 
     def draft_pass(self, keys: list, source: list, rows: int) -> None:
         """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
@@ -132,47 +110,35 @@ NO_RECORD = NoRecord()
 
 
 class Uniforms:
-    """A random generator noting the last uniform number it gave (Rand.coin's), for the trace."""
+    """A random generator noting the uniform numbers it gave in a step, for the trace."""
 
     def __init__(self, rng):
-        self.rng, self.last = rng, None
+        self.rng, self.given = rng, []
 
     def random(self) -> float:
-        self.last = float(self.rng.random())
-        return self.last
+        self.given.append(float(self.rng.random()))
+        return self.given[-1]
 
 
 class Recorder(NoRecord):
     """Builds each step's `Step`: its phases' times (from when it began, its Proposal was made and the
-    target's pass ended), what drafting cost, and with keep_trees what the drafter (`draft_pass`)
-    and the rule (`check`, `draw`) reported; `record(...)` closes the step."""
+    target's pass ended), what drafting cost, and with keep_trees what the drafter reported
+    (`draft_pass`) and the tests in the rule's Verdict; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
         self.keep_trees = keep_trees
         self.began = time.perf_counter()
-        self.checks, self.passes, self.uniforms = [], [], None
+        self.passes, self.uniforms = [], None
 
     def watch(self, rand):
-        """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each check shows
+        """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each test shows
         its u; a stand-in without a generator (the exact enumerator's) is returned as it is."""
         if not self.keep_trees or not hasattr(rand, "rng"):
             return rand
         watched = copy.copy(rand)
         watched.rng = self.uniforms = Uniforms(rand.rng)
         return watched
-
-    def check(self, node, token, test, value, accepted, p=None, q=None):
-        if self.keep_trees:
-            # Rand.coin draws a uniform number exactly when SURE < value < 1 - SURE: then it is the last one.
-            drawn = self.uniforms is not None and SURE < value < 1.0 - SURE
-            p, q = (None if x is None else float(x) for x in (p, q))
-            self.checks.append(Check(int(node), int(token), test, float(value), bool(accepted), p, q,
-                                     self.uniforms.last if drawn else None))
-
-    def draw(self, node, token, probs, bonus):
-        if self.keep_trees:
-            self.checks.append(Check(int(node), int(token), "draw", float(probs[token] / np.sum(probs)), bool(bonus)))
 
     def draft_pass(self, keys, source, rows):
         if self.keep_trees:
@@ -186,19 +152,38 @@ class Recorder(NoRecord):
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
-            if proposal.rule == "greedy":  # its tests: each child on the path against the argmax, then the argmax
-                for node in verdict.path:
-                    best, kids = int(np.argmax(scored.p[node])), children(tree, node)
-                    self.checks += [Check(int(c), int(x), "argmax", float(best), bool(x == best),
-                                          float(scored.p[node, x])) for c, x in zip(kids, tree.tokens[kids])]
-                self.checks.append(Check(int(node), int(verdict.token), "draw", 1.0, not kids.size))
+            checks = argmax_tests(tree, scored.p, verdict) if proposal.rule == "greedy" else self.with_u(verdict.tests)
             # Where a child was rejected, the residual the rule went on with is computed from these
             # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
-            rejected = {int(tree.parents[c.node]) for c in self.checks if c.test == "ratio" and not c.accepted}
+            rejected = {int(tree.parents[c.node]) for c in checks if c.test == "ratio" and not c.accepted}
             p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
-            step.trace = Trace(tree, verdict.path, proposal.rule, self.checks, proposal.copied, self.passes, p_nodes,
+            step.trace = Trace(tree, verdict.path, proposal.rule, checks, proposal.copied, self.passes, p_nodes,
                                (scored.start, scored.n_c, cache_length),
                                {node: scored.p[node].copy() for node in sorted(rejected)})
         self.stats.steps.append(step)
         self.began = time.perf_counter()
-        self.checks, self.passes = [], []
+        self.passes = []
+        if self.uniforms is not None:
+            self.uniforms.given = []
+
+    def with_u(self, tests: list) -> list:
+        """The rule's tests, each coin's with the uniform number u that decided it. Verifying is a step's
+        last use of randomness, and Rand draws one number per draw and one per coin strictly between
+        SURE and 1 - SURE: the step's last numbers are these, in order."""
+        if self.uniforms is None:
+            return list(tests)
+        drew = [c.test == "draw" or SURE < c.value < 1.0 - SURE for c in tests]
+        numbers = iter(self.uniforms.given[len(self.uniforms.given) - sum(drew):])
+        u = [next(numbers) if d else None for d in drew]
+        return [c if c.test == "draw" else dataclasses.replace(c, u=x) for c, x in zip(tests, u)]
+
+
+def argmax_tests(tree: Tree, p, verdict) -> list:
+    """Greedy's tests, which follow from p [n, V] and the path: each child on it against the argmax,
+    then the argmax after its last node."""
+    tests = []
+    for node in verdict.path:
+        best, kids = int(np.argmax(p[node])), children(tree, node)
+        tests += [Check(int(c), int(x), "argmax", float(best), bool(x == best), float(p[node, x]))
+                  for c, x in zip(kids, tree.tokens[kids])]
+    return tests + [Check(int(node), int(verdict.token), "draw", 1.0, not kids.size)]

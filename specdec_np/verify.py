@@ -1,34 +1,67 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand, recorder=NO_RECORD) -> (path, next_token)`. p: [n, V], the
-target's processed distribution after each tree node; path: node indices root..last accepted node;
-next_token: the target's correction (at the first rejection) or bonus token (after a leaf). For
-every rule paired with the trees it assumes, the emitted tree.tokens[path[1:]] + [next_token] is
-distributed exactly as if the target had sampled it token by token (the tests enumerate every
-random branch to prove it: all randomness goes through rand.coin / rand.draw). Each test and the
-final draw are reported to `recorder` (record.py; `coin`, `draw`) so a trace can show why each token
-was kept (greedy's follow from p: the recorder derives them); the default `NO_RECORD` does nothing.
+Every rule is `rule(tree, p, rand) -> Verdict`. p: [n, V], the target's processed distribution
+after each tree node; the verdict's path: node indices root..last accepted node; its token: the
+target's correction (at the first rejection) or bonus token (after a leaf). For every rule paired
+with the trees it assumes, the emitted tree.tokens[path[1:]] + [token] is distributed exactly as if
+the target had sampled it token by token (the tests enumerate every random branch to prove it: all
+randomness goes through rand.coin / rand.draw). The verdict also holds the tests the rule made
+(`Check`), which the loop hands to its recorder so a trace can show why each token was kept
+(greedy's follow from p and the path: the recorder derives them).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from .record import NO_RECORD
 from .tree import Tree, children, path_to
 
 
-def coin(rand, prob: float, recorder, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
-    """rand.coin(prob), a test of kind `test` on `node` (its token, the p and q compared), reported."""
+@dataclass
+class Check:
+    """One test a verification rule made. test: "argmax" (accepted iff token == the target's argmax,
+    `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability; u None when no
+    draw was needed); "sequence" (block, traversal: iff u < `value`, the chance of keeping the path
+    to this node once all below it was rejected); "draw" (the node's next token, from what p still
+    owes: accepted False for a correction, True for the bonus). p, q: the token's probabilities, or None.
+    The rules leave u None: the recorder, which sees the random numbers, fills it in."""
+
+    node: int
+    token: int
+    test: str
+    value: float
+    accepted: bool
+    p: float | None = None
+    q: float | None = None
+    u: float | None = None
+
+
+@dataclass
+class Verdict:
+    """What a rule decided: the root-to-node `path` it accepted, the target's `token` after it, and the
+    `tests` it made on the way, in order (the last: the token's draw). Unpacks as (path, token)."""
+
+    path: list
+    token: int
+    tests: list = field(default_factory=list)
+
+    def __iter__(self):
+        return iter((self.path, self.token))
+
+
+def coin(rand, prob: float, tests: list, node: int, token: int, p=None, q=None, test: str = "ratio") -> bool:
+    """rand.coin(prob): a test of kind `test` on `node` (its token, the p and q compared), noted in `tests`."""
     ok = rand.coin(prob)
-    recorder.check(node, token, test, prob, ok, p, q)
+    tests.append(Check(int(node), int(token), test, float(prob), bool(ok), p, q))
     return ok
 
 
-def draw(rand, probs, recorder, node: int, bonus: bool) -> int:
-    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf), reported."""
+def draw(rand, probs, tests: list, node: int, bonus: bool) -> int:
+    """rand.draw(probs): the target's token after `node` (a correction, or the bonus after a leaf), noted in `tests`."""
     x = rand.draw(probs)
-    recorder.draw(node, x, probs, bonus)
+    tests.append(Check(int(node), x, "draw", float(probs[x] / np.sum(probs)), bool(bonus)))
     return x
 
 
@@ -60,7 +93,7 @@ def accept_ratio(p_x: float, q_x: float) -> float:
     return min(1.0, p_x / q_x)
 
 
-def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
+def verify_greedy(tree: Tree, p, rand=None) -> Verdict:
     """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss.
     Nothing is drawn: its tests follow from p and the path (the recorder derives them)."""
     path = [0]
@@ -68,16 +101,16 @@ def verify_greedy(tree: Tree, p, rand=None, recorder=NO_RECORD):
         best = int(np.argmax(p[path[-1]]))
         match = [int(c) for c in children(tree, path[-1]) if tree.tokens[c] == best]
         if not match:
-            return path, best
+            return Verdict(path, best)
         path.append(match[0])
 
 
-def verify_point_mass(tree: Tree, p, rand, recorder=NO_RECORD):
+def verify_point_mass(tree: Tree, p, rand) -> Verdict:
     """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
     Sequentially: accept child c with probability p_res(c)/sum(p_res) (x ~ p is c given it is none of
     the earlier children), on a miss zero p_res(c) and try the next; if none matches, x is drawn from
     p without them: overall x ~ p, whatever the draft proposed."""
-    path = [0]
+    path, tests = [0], []
     while True:
         node = path[-1]
         p_res = np.array(p[node], dtype=np.float64)  # [V]
@@ -85,52 +118,52 @@ def verify_point_mass(tree: Tree, p, rand, recorder=NO_RECORD):
         for c in children(tree, node):
             x = tree.tokens[c]
             mass = p_res.sum()
-            if mass > 0 and coin(rand, p_res[x] / mass, recorder, c, x, p_res[x] / mass, 1.0):
+            if mass > 0 and coin(rand, p_res[x] / mass, tests, c, x, p_res[x] / mass, 1.0):
                 accepted = int(c)
                 break
             p_res[x] = 0.0
         if accepted is None:
             # No mass left: the children covered p's support yet all missed (only by rounding).
             owed = p_res if p_res.sum() > 0 else p[node]
-            return path, draw(rand, owed, recorder, node, children(tree, node).size == 0)
+            return Verdict(path, draw(rand, owed, tests, node, children(tree, node).size == 0), tests)
         path.append(accepted)
 
 
-def verify_chain(tree: Tree, p, rand, recorder=NO_RECORD):
+def verify_chain(tree: Tree, p, rand) -> Verdict:
     """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x));
     on rejection a draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q =
     tree.draft_dists[node] must be the exact distribution x was drawn from."""
-    path = [0]
+    path, tests = [0], []
     while True:
         node = path[-1]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, draw(rand, p[node], recorder, node, True)  # bonus token
+            return Verdict(path, draw(rand, p[node], tests, node, True), tests)  # bonus token
         c = int(kids[0])
         x = tree.tokens[c]
         q = tree.draft_dists[node]  # [V]
-        if not coin(rand, accept_ratio(p[node][x], q[x]), recorder, c, x, p[node][x], q[x]):
-            return path, draw(rand, residual(p[node], q), recorder, node, False)  # correction token
+        if not coin(rand, accept_ratio(p[node][x], q[x]), tests, c, x, p[node][x], q[x]):
+            return Verdict(path, draw(rand, residual(p[node], q), tests, node, False), tests)  # correction token
         path.append(c)
 
 
-def verify_recursive(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool = True):
+def verify_recursive(tree: Tree, p, rand, replacement: bool = True) -> Verdict:
     """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
     Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
     norm(max(p_res - q_res, 0)) (what is still owed), and without replacement q_res := q_res without
     x (the next sibling was drawn so; iid siblings keep q). If all are rejected, draw from p_res."""
-    path = [0]
+    path, tests = [0], []
     while True:
         node = path[-1]
         p_res = np.array(p[node], dtype=np.float64)  # [V]
         kids = children(tree, node)
         if kids.size == 0:
-            return path, draw(rand, p_res, recorder, node, True)  # bonus token
+            return Verdict(path, draw(rand, p_res, tests, node, True), tests)  # bonus token
         q_res = tree.draft_dists[node]  # [V]; `without` copies before changing it
         accepted = None
         for c in kids:
             x = tree.tokens[c]
-            if coin(rand, accept_ratio(p_res[x], q_res[x]), recorder, c, x, p_res[x], q_res[x]):
+            if coin(rand, accept_ratio(p_res[x], q_res[x]), tests, c, x, p_res[x], q_res[x]):
                 accepted = int(c)
                 break
             p_res = residual(p_res, q_res)
@@ -139,13 +172,13 @@ def verify_recursive(tree: Tree, p, rand, recorder=NO_RECORD, replacement: bool 
                 if q_res is None:  # q exhausted: no sibling can follow
                     break
         if accepted is None:
-            return path, draw(rand, p_res, recorder, node, False)  # correction token
+            return Verdict(path, draw(rand, p_res, tests, node, False), tests)  # correction token
         path.append(accepted)
 
 
-def verify_recursive_wor(tree: Tree, p, rand, recorder=NO_RECORD):
+def verify_recursive_wor(tree: Tree, p, rand) -> Verdict:
     """verify_recursive for children drawn without replacement (RSD / Sequoia)."""
-    return verify_recursive(tree, p, rand, recorder, replacement=False)
+    return verify_recursive(tree, p, rand, replacement=False)
 
 
 def owed_after(a: float, p, q):  # [V], [V] -> (float, [V])
@@ -164,7 +197,7 @@ def stop_weight(a: float, S: float) -> float:
     return S / total if total > 0 else 1.0
 
 
-def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
+def verify_block(tree: Tree, p, rand) -> Verdict:
     """Block verification (Sun et al., ICLR 2025): a sampled chain's accepted prefix, decided jointly.
 
     Forward, the prefixes' weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)), a_0 = 1: an early deficit
@@ -179,7 +212,7 @@ def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
     more. q = tree.draft_dists[node] must be the exact distribution each x_i was drawn from.
     """
     chain = path_to(tree, len(tree) - 1)  # root..leaf; check_tree ensured a chain (nodes in order)
-    a = [1.0]  # [len(chain)] the prefixes' weights
+    a, tests = [1.0], []  # a: [len(chain)] the prefixes' weights
     for parent, node in zip(chain, chain[1:]):
         x = tree.tokens[node]
         a.append(accept_ratio(a[-1] * p[parent][x], tree.draft_dists[parent][x]))
@@ -191,15 +224,15 @@ def verify_block(tree: Tree, p, rand, recorder=NO_RECORD):
         else:
             S, r = owed_after(a[i], p[node], tree.draft_dists[node])
             h, owed = stop_weight(a[i], S), (r / S if S > 0 else p[node])
-        if coin(rand, h, recorder, node, x, p[parent][x], tree.draft_dists[parent][x], test="sequence"):
-            return chain[:i + 1], draw(rand, owed, recorder, node, i == len(chain) - 1)
+        if coin(rand, h, tests, node, x, p[parent][x], tree.draft_dists[parent][x], test="sequence"):
+            return Verdict(chain[:i + 1], draw(rand, owed, tests, node, i == len(chain) - 1), tests)
     # Every drafted token rejected: with a_0 = 1 the correction is the usual residual norm(max(p - q, 0)).
     if len(chain) == 1:
-        return chain, draw(rand, p[0], recorder, 0, True)
-    return chain[:1], draw(rand, residual(p[0], tree.draft_dists[0]), recorder, 0, False)
+        return Verdict(chain, draw(rand, p[0], tests, 0, True), tests)
+    return Verdict(chain[:1], draw(rand, residual(p[0], tree.draft_dists[0]), tests, 0, False), tests)
 
 
-def verify_traversal(tree: Tree, p, rand, recorder=NO_RECORD):
+def verify_traversal(tree: Tree, p, rand) -> Verdict:
     """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says:
     its paths tested from the leaves towards the root, in post-order.
 
@@ -217,11 +250,11 @@ def verify_traversal(tree: Tree, p, rand, recorder=NO_RECORD):
     goes, which the residual no longer owes: it was rejected only if q_left > a p_owed there). At
     the root a = 1: the step emits the target's distribution.
     """
-    replacement = tree.kind == "with_replacement"
+    replacement, tests = tree.kind == "with_replacement", []
 
     def visit(node: int, a: float, p_x=None, q_x=None):
-        """(path, next token) if the path to `node` (weight a; p_x, q_x: its token's probabilities
-        when reached) or one below it is accepted, else None."""
+        """The Verdict if the path to `node` (weight a; p_x, q_x: its token's probabilities when
+        reached) or one below it is accepted, else None."""
         kids = children(tree, node)
         owed = p[node]  # [V] replaced, never changed in place
         q_left = tree.draft_dists[node]  # [V]; `without` copies before changing it
@@ -237,8 +270,8 @@ def verify_traversal(tree: Tree, p, rand, recorder=NO_RECORD):
                 if q_left is None:  # q exhausted: no sibling can follow
                     break
         # The root's weight is 1 here (S / (S + 0)): it is always kept, no test needed.
-        if node == 0 or coin(rand, a, recorder, node, tree.tokens[node], p_x, q_x, test="sequence"):
-            return path_to(tree, node), draw(rand, owed, recorder, node, kids.size == 0)
+        if node == 0 or coin(rand, a, tests, node, tree.tokens[node], p_x, q_x, test="sequence"):
+            return Verdict(path_to(tree, node), draw(rand, owed, tests, node, kids.size == 0), tests)
         return None
 
     return visit(0, 1.0)

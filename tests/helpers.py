@@ -133,13 +133,13 @@ def callback(dist, calls=None):
 
 # ----------------------------------------------------------------------------- a broken rule
 
-def always_accept(tree, p, rand, recorder=None):
+def always_accept(tree, p, rand):
     """Broken, for the negative controls: accept the first child down to a leaf, untested, then a
     bonus token from the target's distribution there."""
     node = 0
     while len(kids := np.flatnonzero(tree.parents == node)):
         node = int(kids[0])
-    return path_to(tree, node), rand.draw(p[node])
+    return verify.Verdict(path_to(tree, node), rand.draw(p[node]))
 
 
 def keep_top_k(probs, k: int):  # [V] -> [V]

@@ -153,7 +153,8 @@ check_rule(my_p, my_q)
 # the draft's distribution after each node (here a table that depends on the previous token) and,
 # given a `rand`, samples the chain from it. `verify.verify_chain(tree, p_rows, rand)` returns the
 # accepted path and the target's extra token: a correction after a rejection, or a *bonus* token
-# drawn from p when every guess was accepted.
+# drawn from p when every guess was accepted (a `Verdict`, which unpacks as that pair and also
+# holds the tests the rule made, for the trace).
 
 # %%
 P = np.array([p, [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # P[last] = target

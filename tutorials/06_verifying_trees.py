@@ -155,7 +155,7 @@ for name, target, sampled, rule in cases:
 # %%
 tree = build.build_fixed(ROOT, draft_fn, [2, 1])
 kids = children(tree, 0)
-p_accept = exact.outcomes(lambda rand: len(verify.verify_point_mass(tree, P[tree.tokens], rand)[0]) > 1)[True]
+p_accept = exact.outcomes(lambda rand: len(verify.verify_point_mass(tree, P[tree.tokens], rand).path) > 1)[True]
 print(f"root children {tree.tokens[kids].tolist()}: P(accept one) = {p_accept:.3f}, sum of p over them = {P[ROOT][tree.tokens[kids]].sum():.3f}")
 assert abs(p_accept - P[ROOT][tree.tokens[kids]].sum()) < 1e-12
 
@@ -317,7 +317,7 @@ print(f"positions where drawing without replacement accepts more: {wins['without
 # %% [markdown]
 # ## Every check, step by step
 #
-# The rules report each test they make to a recorder (`record.Check`): the acceptance probability
+# A rule returns the tests it made with its verdict (`verify.Check`): the acceptance probability
 # min(1, p/q), the uniform draw u it was compared with, the token the target drew at the end. With
 # `keep_trees=True` the decoding loop keeps them per step (`step.trace.checks`), and `tools/trace.py` shows them as one
 # self-contained HTML page, next to each step's tree. Here the sampled-without-replacement run

@@ -220,7 +220,7 @@ from specdec_np.tree import Tree  # noqa: E402
 two_p, two_q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
 a_then_b = Tree(tokens=[0, 0, 1], parents=[-1, 0, 1], q=[1.0, two_q[0], two_q[1]], kind="with_replacement",
                 draft_dists=[two_q, two_q, np.zeros(2)])  # root, then A, then B: a drafted chain
-kept = {name: exact.outcomes(lambda rand: len(rule(a_then_b, np.tile(two_p, (3, 1)), rand)[0]) - 1)
+kept = {name: exact.outcomes(lambda rand: len(rule(a_then_b, np.tile(two_p, (3, 1)), rand).path) - 1)
         for name, rule in chain_rules.items()}
 for name, dist in kept.items():
     print(f"  chain A, B; {name:<10}: "
@@ -263,7 +263,7 @@ if "block" in example:
 a_b_and_b = Tree(tokens=[0, 0, 1, 1], parents=[-1, 0, 1, 0], q=[1.0, two_q[0], two_q[1], two_q[1]],
                  kind="with_replacement", draft_dists=[two_q, two_q, np.zeros(2), np.zeros(2)])
 for name in ("recursive", "traversal"):
-    paths = exact.outcomes(lambda rand: tuple(verify.RULES[name](a_b_and_b, np.tile(two_p, (4, 1)), rand)[0]))
+    paths = exact.outcomes(lambda rand: tuple(verify.RULES[name](a_b_and_b, np.tile(two_p, (4, 1)), rand).path))
     shown = [("-".join("root" if i == 0 else "AB"[a_b_and_b.tokens[i]] for i in path), pr)
              for path, pr in sorted(paths.items())]
     print(f"  {name:<10}: " + ", ".join(f"path {path} with probability {pr:.2f}" for path, pr in shown))

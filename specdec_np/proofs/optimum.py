@@ -153,14 +153,14 @@ def optimal_rule(p, drafts: dict):
     emit a draw from what p is still owed, p - (accepted mass per token). Rejection has probability
     1 - alpha* = sum(owed), so y comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A max flow leaves
     no augmenting path, so owed tokens are never drafted ones (zeroing them below only removes rounding).
-    rule(tree, p_rows, rand, recorder=None) -> (path, next_token), like verify.RULES (reporting no checks)."""
+    rule(tree, p_rows, rand) -> (path, next_token), which unpacks as verify.RULES' Verdicts do (it keeps no tests)."""
     p = np.asarray(p, dtype=np.float64)
     masks, plan = optimal_plan(p, drafts)
     sets = draft_sets(drafts)
     accept = {int(mask): plan[i] / sets[int(mask)] for i, mask in enumerate(masks)}  # [V] per set
     owed = np.maximum(p - plan.sum(axis=0), 0.0)  # [V]
 
-    def rule(tree: Tree, p_rows, rand, recorder=None):
+    def rule(tree: Tree, p_rows, rand):
         kids = children(tree, 0)
         tokens = tree.tokens[kids]
         w = accept[mask_of(tokens)]  # [V] zero outside the drafted set

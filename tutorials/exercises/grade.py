@@ -199,19 +199,6 @@ class Walk:
         return int(np.argmax(w))
 
 
-class Nodes:
-    """The recorder of the library's rule in a walk (record.NoRecord's interface): the node each coin tests."""
-
-    def __init__(self):
-        self.tested = []
-
-    def check(self, node, token, *rest):
-        self.tested.append((int(node), int(token)))
-
-    def draw(self, *args):
-        pass
-
-
 def describe(event) -> str:
     if event is None:
         return "end the step there"
@@ -226,8 +213,9 @@ def first_difference(rule, reference, tree: Tree, P, name: str):
     todo = [()]
     while todo:
         script = todo.pop()
-        lib, nodes = Walk(script), Nodes()
-        lib_path, _ = reference(copy_tree(tree), P[tree.tokens], lib, nodes)
+        lib = Walk(script)
+        verdict = reference(copy_tree(tree), P[tree.tokens], lib)
+        lib_path, tested = verdict.path, [(c.node, c.token) for c in verdict.tests if c.test != "draw"]
         coins = [e for e in lib.log if e[0] == "coin"]
         answers = [ok for _, _, ok in coins]
         for i in range(len(script), len(coins)):  # the other way each new coin could fall
@@ -237,23 +225,23 @@ def first_difference(rule, reference, tree: Tree, P, name: str):
         try:
             my_path, _ = rule(copy_tree(tree), P[tree.tokens], mine)
         except Exception as e:
-            return f"{walked(nodes.tested, answers)}: your rule raises {failure(e)}"
+            return f"{walked(tested, answers)}: your rule raises {failure(e)}"
         n_coins = 0
         for a, b in zip_longest(mine.log, lib.log):
-            where = walked(nodes.tested[:n_coins], answers[:n_coins])
+            where = walked(tested[:n_coins], answers[:n_coins])
             if b is None:
                 return f"{where}: the library's {name} ends the step; you {describe(a)}"
             if a is None or a[0] != b[0] or (b[0] == "coin" and not abs(a[1] - b[1]) <= 1e-9) or (
                     b[0] == "draw" and (a[1] is None or not np.allclose(a[1], b[1], rtol=0, atol=1e-9))):
                 if b[0] == "coin":
-                    node, token = nodes.tested[n_coins]
+                    node, token = tested[n_coins]
                     lib_does = f"tests node {node} (token {token}) with a coin of probability {b[1]:.3g}"
                 else:
                     lib_does = f"draws from {show(b[1])}"
                 return f"{where}: the library's {name} {lib_does}; you {describe(a)}"
             n_coins += b[0] == "coin"
         if [int(i) for i in my_path] != [int(i) for i in lib_path]:
-            return (f"{walked(nodes.tested, answers)}: your path is {[int(i) for i in my_path]}, the library's "
+            return (f"{walked(tested, answers)}: your path is {[int(i) for i in my_path]}, the library's "
                     f"{name}'s {[int(i) for i in lib_path]}")
     return None
 

@@ -24,7 +24,7 @@ from specdec_np.build import build_chain, build_fixed
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
-from specdec_np.record import Recorder
+from specdec_np.sampling import SURE
 from specdec_np.tree import Tree
 
 PROCESSING = [dict(), dict(top_k=2), dict(top_p=0.7), dict(top_k=3, top_p=0.8)]
@@ -237,7 +237,7 @@ def test_negative_control_fails_on_most_random_examples(name, monkeypatch):
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 
 
-# ----------------------------------------------------------------------------- what the recorder keeps
+# ----------------------------------------------------------------------------- the tests a verdict holds
 
 def test_checks_record_every_test_and_the_final_draw():
     """Per branch: a "sequence" check per node tested (all rejected but the last, which is the end of
@@ -246,9 +246,9 @@ def test_checks_record_every_test_and_the_final_draw():
 
     def run(build, rule, rand):
         tree = build(0, callback(draft), rand)
-        recorder = Recorder(0, keep_trees=True)
-        path, nxt = rule(tree, target_rows(tree, target), rand, recorder)
-        *tests, final = recorder.checks
+        verdict = rule(tree, target_rows(tree, target), rand)
+        path, nxt = verdict
+        *tests, final = verdict.tests
         assert all(c.test == "sequence" for c in tests) and not any(c.accepted for c in tests[:-1])
         assert final.test == "draw" and final.token == nxt and final.node == path[-1]
         if len(path) > 1:
@@ -310,6 +310,9 @@ def test_generate_at_top_k(embedded, name):
             continue  # stage 2's copies are verified by the rule for copied chains
         assert step.trace.rule == plan.rule
         assert all(c.test == "sequence" for c in tests)
+        # The recorder gave each test the uniform number that decided it, where one was drawn.
+        assert all((c.u is not None) == (SURE < c.value < 1 - SURE) for c in tests)
+        assert all(c.accepted == (c.u < c.value) for c in tests if c.u is not None)
         emitted = verify.emitted(step.trace.tree, step.trace.path, final.token)
         assert step.tokens == emitted[:len(step.tokens)]
         out += step.tokens
