@@ -13,7 +13,6 @@ def repeat_share(tokens, n: int = 4) -> float:
     """Share of `tokens` (one output, prompt excluded) that end an n-gram seen ending earlier in it (0 if empty)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    tokens = list(tokens)
     seen, repeats = set(), 0
     for i in range(n - 1, len(tokens)):
         gram = tuple(tokens[i - n + 1:i + 1])
@@ -24,6 +23,5 @@ def repeat_share(tokens, n: int = 4) -> float:
 
 def repeat_line(shares) -> str:
     """The measure over several outputs in words: the average and the range, e.g. for bench's prompts."""
-    shares = list(shares)
     return (f"4-gram repeats (share of emitted tokens that end a 4-gram already in the output): "
             f"{sum(shares) / len(shares):.2f} on average ({min(shares):.2f}-{max(shares):.2f})")
