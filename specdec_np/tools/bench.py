@@ -75,10 +75,9 @@ def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dic
     """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan."""
     chosen = choose(target, draft, ngram, enc, temperature, tuple(dict.fromkeys(METHODS.values())), plan, costs=costs,
                     progress=Progress("profiling the pair"))
-    drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
-                         keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
-    if plan == "default":
-        drafts_only = replace(drafts_only, plan=replace(drafts_only.plan, copy_len=0))
+    staged = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
+                    keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
+    drafts_only = replace(staged, plan=replace(staged.plan, copy_len=0))  # the constant plan (a fallback too) copies
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
