@@ -77,7 +77,7 @@ def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dic
                     progress=Progress("profiling the pair"))
     staged = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
                     keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
-    drafts_only = replace(staged, plan=replace(staged.plan, copy_len=0))  # the constant plan (a fallback too) copies
+    drafts_only = replace(staged, plan=replace(staged.plan, copy_len=0))  # `keep` sifts measured plans only
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
