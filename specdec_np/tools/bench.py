@@ -7,10 +7,10 @@ column means: docs/results.md; the options in full: docs/reference.md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,35 +65,33 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
         raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the target's context "
                          f"({n_ctx} tokens): give at most {n_ctx - 2}")
     tokens = [encode(enc, text) for text in prompts]
-    cut = sum(len(t) > room for t in tokens)
-    if cut:
+    if cut := sum(len(t) > room for t in tokens):
         print(f"note: {cut} of {len(prompts)} prompts are longer than the {room} tokens the context ({n_ctx}) leaves "
               f"beside --max-new-tokens {max_new_tokens}: each keeps its last {room} tokens")
     return [t[-room:] for t in tokens]
 
 
 def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dict:
-    """{row: Choice} for one setting (`choice.choose`): this machine's plan and each method's best plan, or the
-    constant plan; "staged, drafts only" staged's without copied chains (copy_len 0)."""
+    """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan."""
     chosen = choose(target, draft, ngram, enc, temperature, tuple(dict.fromkeys(METHODS.values())), plan, costs=costs,
                     progress=Progress("profiling the pair"))
-    drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
-                         keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
-    if plan == "default":
-        drafts_only = dataclasses.replace(drafts_only, plan=dataclasses.replace(drafts_only.plan, copy_len=0))
+    staged = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
+                    keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
+    drafts_only = replace(staged, plan=replace(staged.plan, copy_len=0))  # `keep` sifts measured plans only
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
-def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, settings=SETTINGS, seeds=1) -> dict:
+def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1) -> dict:
     """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds."""
-    records = {s: {m: [] for m in plans[s]} for s in settings}
-    runs = sum(len(acceptance.run_seeds(0, skw["temperature"], seeds)) for skw in settings.values())  # per prompt
+    records = {s: {m: [] for m in rows} for s, rows in plans.items()}
+    runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
     for i, prompt in enumerate(prompts):
-        for sname, skw in settings.items():
+        for sname, rows in plans.items():
+            skw = SETTINGS[sname]
             overheads = costs["overheads"][setting_name(skw["temperature"])]
             for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
-                for m, choice in plans[sname].items():
+                for m, choice in rows.items():
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,
                                    plan=choice.plan, seed=seed, **skw)
@@ -128,8 +126,7 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 
 def totals(recs, target) -> dict:
-    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms (drafting,
-    target forward, verifying) per target pass."""
+    """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms per target pass."""
     tok = sum(r["tokens"] for r in recs)
     passes = sum(r["target_passes"] for r in recs)
     stats = [r["stats"] for r in recs]
@@ -216,17 +213,16 @@ def rule_pairs(plans) -> dict:
     rows = plans["top-k"]
     pairs = {}
     for k in (3, 8):
-        plan = dataclasses.replace(rows["speculative"].plan, chain=k, sampled="with")
-        pairs[f"chain of {k}"] = tuple(Choice("speculative", dataclasses.replace(plan, rule=rule))
-                                       for rule in ("chain", "block"))
-    wide = dataclasses.replace(rows["tree"].plan, shape="fixed", widths=(2, 2, 1), sampled="without")
+        plan = replace(rows["speculative"].plan, chain=k, sampled="with")
+        pairs[f"chain of {k}"] = tuple(Choice("speculative", replace(plan, rule=rule)) for rule in ("chain", "block"))
+    wide = replace(rows["tree"].plan, shape="fixed", widths=(2, 2, 1), sampled="without")
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
-            plan = dataclasses.replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
+            plan = replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
         kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])  # how its children are drawn
         token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
-        pairs[f"{row}: {describe(row, dataclasses.replace(plan, rule=None))}"] = tuple(
-            Choice(row, dataclasses.replace(plan, rule=rule)) for rule in (token_level, "traversal"))
+        pairs[f"{row}: {describe(row, replace(plan, rule=None))}"] = tuple(
+            Choice(row, replace(plan, rule=rule)) for rule in (token_level, "traversal"))
     return pairs
 
 
@@ -303,36 +299,33 @@ def main(argv=None) -> int:
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
     if None in settings.values() or len(settings) < a.settings.count(",") + 1:
         raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}, each once")
-    if a.rows != "methods" and "top-k" not in settings:
-        raise ValueError(f"--rows {a.rows} compares the rules at top-k: add top-k to --settings")
-    for option, given, needs in (("--jobs", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
+    for option, given in ((f"--rows {a.rows}", a.rows != "methods"), (f"--seeds {a.seeds}", a.seeds != 1)):
+        if given and "top-k" not in settings:  # greedy decoding draws nothing; the rules are compared at top-k
+            raise ValueError(f"{option} applies to top-k only: add top-k to --settings")
+    for option, given, needs in ((f"--jobs {a.jobs}", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
                                  ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
         if given and not getattr(a, needs[2:]):
             raise ValueError(f"{option} applies to {needs} only")
-    for option, value in (("--out", a.out), ("--prompts", a.prompts), ("--results", a.results)):
+    for option, value in (("--out", a.out), ("--prompts", a.prompts)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
-    if a.seeds != 1 and "top-k" not in settings:
-        raise ValueError(f"--seeds {a.seeds}: greedy decoding draws nothing: seeds apply to top-k only (--settings)")
     for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
                           ("--jobs", a.jobs)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
-    if a.results:  # written after the whole run: found unwritable now, not then
-        if Path(a.results).is_dir() or not Path(a.results).parent.is_dir():
-            raise ValueError(f"--results {a.results}: give a markdown file in a directory that exists")
+    if a.results is not None:  # written after the whole run: found unwritable now, not then
         check_writable(a.results, f"--results {a.results}")
     out_dir = Path(a.out)
     if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
-        check_writable(out_dir / "profile.journal.jsonl", f"--out {a.out}", made=True)
+        journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
+        check_writable(journal, f"--out {a.out}", made=True)
         dest = check_weights_dir(WEIGHTS_DIR) / acceptance.PROFILE_FILE.name
         check_writable(dest, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})", made=True)
         print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
         target, draft, ngram, enc = load_embedded()
         out_dir.mkdir(parents=True, exist_ok=True)
-        journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
         acceptance.save(acceptance.measure(target, draft, ngram, acceptance.calibration_prompts(enc),
                                            progress=Progress("profiling"), journal=journal, jobs=a.jobs), dest)
         journal.unlink()
@@ -376,8 +369,7 @@ def main(argv=None) -> int:
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "costs": costs}
     if a.rows != "rules":
-        summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, settings, a.seeds),
-                            target)
+        summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds), target)
         md = markdown(summary, plans)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                                       "predicted_speedup": c.speedup} for m, c in rows.items()}
@@ -385,12 +377,11 @@ def main(argv=None) -> int:
     if a.rows != "methods":
         pairs = rule_pairs(plans)
         rows = {f"{name} | {c.plan.rule}": c for name, pair in pairs.items() for c in pair}
-        records = run(prompts, target, draft, ngram, {"top-k": rows}, costs, a.max_new_tokens,
-                      {"top-k": SETTINGS["top-k"]}, a.seeds)
+        records = run(prompts, target, draft, ngram, {"top-k": rows}, costs, a.max_new_tokens, a.seeds)
         res["rules"] = summarize_rules(records["top-k"], pairs, target)
         md += "\n" + rules_markdown(res["rules"])
-    head = (f"{len(prompts)} prompts x {a.max_new_tokens} new tokens" + (f", top-k with {a.seeds} seeds per prompt"
-            if a.seeds > 1 and "top-k" in settings else "") + f"; {time.time() - t0:.0f} s")
+    seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""  # --seeds applies to top-k only
+    head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{seeds}; {time.time() - t0:.0f} s"
     print(f"\n{head}\n{md}")
     write_json(out_dir / "results.json", res)
     with atomic_file(out_dir / "results.md", "w") as f:

@@ -45,9 +45,10 @@ def marked(name: str, text: str, color: bool) -> str:
     return f"{start}{text}{end}"
 
 
-def colour_by_stage(enc, tokens, sources, color: bool) -> str:
-    """The completion with each token marked by the stage that produced it (paper's Fig. 3)."""
-    return "".join(marked(SOURCES[src], decode(enc, [tok]), color) for tok, src in zip(tokens, sources))
+def colour_by_stage(enc, result, color: bool) -> str:
+    """The prompt and the completion, each token marked by the stage that produced it (paper's Fig. 3)."""
+    return PROMPT + "".join(marked(SOURCES[src], decode(enc, [tok]), color)
+                            for tok, src in zip(result.tokens, result.stats.source))
 
 
 def first_difference(a, b):
@@ -70,12 +71,11 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, **kw) -> dict:
     return results
 
 
-def report(results: dict, chosen: dict, timed, base="ar") -> None:
+def report(results: dict, chosen: dict, timed) -> None:
     """The runs' table, a note if the machine was busy since `timed`, which plan each row used and why."""
-    t_base = len(results[base][0].tokens) / results[base][1]
-    rows = [f"| {'method':<12} | {'tokens/s':>8} | {'speedup':>7} | {'target passes':>13} | {'tokens/pass':>11} | "
-            f"{'draft passes':>12} | {'weight traffic':>14} |",
-            "|" + "|".join("-" * w for w in (14, 10, 9, 15, 13, 14, 16)) + "|"]
+    t_base = len(results["ar"][0].tokens) / results["ar"][1]
+    head = (f"{'method':<12}", "tokens/s", "speedup", "target passes", "tokens/pass", "draft passes", "weight traffic")
+    rows = ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for m, (res, dt) in results.items():
         s = res.stats
         tps = len(res.tokens) / dt
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     staged = results["staged"][0]
     legend = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target")) + " (unmarked)" * (not color)
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
-    print(PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
+    print(colour_by_stage(enc, staged, color))
     print(f"\ntokens by stage: {staged.stats.tally}")
     trees = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]  # the draft's alone
     if trees:
@@ -163,6 +163,5 @@ def main(argv=None) -> int:
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, temperature=1.0, top_k=50, seed=1)
         print()
         report(sampled, splans, timed)
-        staged = sampled["staged"][0]
-        print("\n" + PROMPT + colour_by_stage(enc, staged.tokens, staged.stats.source, color))
+        print("\n" + colour_by_stage(enc, sampled["staged"][0], color))
     return 0

@@ -9,11 +9,10 @@ tokens: indentation and closing brackets repeat), a model stuck in a loop scores
 from __future__ import annotations
 
 
-def repeat_share(tokens, n: int = 4) -> float:
+def repeat_share(tokens: list, n: int = 4) -> float:
     """Share of `tokens` (one output, prompt excluded) that end an n-gram seen ending earlier in it (0 if empty)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    tokens = list(tokens)
     seen, repeats = set(), 0
     for i in range(n - 1, len(tokens)):
         gram = tuple(tokens[i - n + 1:i + 1])
@@ -22,8 +21,7 @@ def repeat_share(tokens, n: int = 4) -> float:
     return repeats / len(tokens) if tokens else 0.0
 
 
-def repeat_line(shares) -> str:
+def repeat_line(shares: list) -> str:
     """The measure over several outputs in words: the average and the range, e.g. for bench's prompts."""
-    shares = list(shares)
     return (f"4-gram repeats (share of emitted tokens that end a 4-gram already in the output): "
             f"{sum(shares) / len(shares):.2f} on average ({min(shares):.2f}-{max(shares):.2f})")

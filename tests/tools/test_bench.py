@@ -58,7 +58,8 @@ def test_an_out_that_cannot_be_written_is_named_before_any_measuring(tmp_path, c
 
 
 @pytest.mark.parametrize("args, needle", [(["--settings", "greedy,beam"], "--settings greedy,beam: choose from"),
-                                          (["--rows", "all", "--settings", "greedy"], "--rows all compares"),
+                                          (["--rows", "all", "--settings", "greedy"],
+                                           "--rows all applies to top-k only: add top-k to --settings"),
                                           (["--results", "/proc/results.md"], "--results /proc/results.md: cannot "
                                                                               "write in /proc")])
 def test_bench_options_named_in_their_errors(capsys, monkeypatch, args, needle):
@@ -100,7 +101,7 @@ def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path,
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--settings", "greedy", "--seeds", "2"], "--seeds 2: greedy decoding draws nothing: seeds apply to top-k"),
+    (["--settings", "greedy", "--seeds", "2"], "--seeds 2 applies to top-k only: add top-k to --settings"),
     (["--settings", "greedy,greedy"], "--settings greedy,greedy: choose from greedy, top-k, each once"),
     (["--out", ""], "--out is empty: give a directory name"),
     (["--out", " "], "--out is empty: give a directory name"),

@@ -78,8 +78,9 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
                            "--rule", "block"], "--rule block"),
                          (["bench", "--prompts", "missing.jsonl"], "--prompts missing.jsonl: No such file"),
                          (["bench", "--prompts", "tests"], "--prompts tests: Is a directory"),
-                         (["bench", "--results", "nowhere/results.md"], "--results nowhere/results.md: give"),
-                         (["bench", "--results", "docs"], "--results docs: give a markdown file"),
+                         (["bench", "--results", "nowhere/results.md"], "--results nowhere/results.md: the directory "
+                                                                        "nowhere does not exist"),
+                         (["bench", "--results", "docs"], "--results docs is a directory"),
                          (["bench", "--prompts", str(FIXTURE), "--out", "README.md"], "--out README.md: /"),
                          (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
                           "n-gram model file tests is a directory"),
