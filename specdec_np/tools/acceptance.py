@@ -13,8 +13,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import multiprocessing
-import sys
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -27,7 +25,6 @@ from ..methods import METHODS
 from ..plan import Plan
 from ..tokenizer import encode
 from ..values import whole
-from .blas import use_threads
 from .cache import write_json
 
 FORMAT = "specdec_np.profile"
@@ -98,50 +95,26 @@ COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's
 
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
-            progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
+            progress=None, grid=None, count_all=None) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
-    settings with `seeds` seeds per prompt. Each finished candidate is appended to `journal`, where an
-    interrupted measurement resumes; `jobs` > 1 counts in that many processes."""
+    settings with `seeds` seeds per prompt. `count_all(job, todo)` yields (setting, candidate, counts as
+    JSON) as each is counted (default: each in turn, here; weights/make_profile.py journals them and
+    counts in several processes)."""
     grid = grid or {s: candidates(s, quick) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
     todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
-    done = read_journal(journal) if journal is not None and Path(journal).is_file() else {}
-    missing = [(setting, c) for setting, c in todo if candidate_key(setting, c) not in done]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds)
-    if progress and len(missing) < len(todo):
-        progress(len(todo) - len(missing), len(todo))
-    for n, (setting, (method, shape), total) in enumerate(count_all(job, missing, jobs)):
-        done[candidate_key(setting, (method, shape))] = total
-        if journal is not None:
-            with open(journal, "a") as f:
-                f.write(json.dumps({"version": VERSION, "setting": setting, "method": method,
-                                    "shape": to_json(shape), "record": total}) + "\n")
+    done = {}
+    for n, (setting, candidate, total) in enumerate((count_all or count_each)(job, todo)):
+        done[candidate_key(setting, candidate)] = total
         if progress:
-            progress(len(todo) - len(missing) + n + 1, len(todo))
+            progress(n + 1, len(todo))
     settings = {}
     for setting, (method, shape) in todo:
         settings.setdefault(setting, []).append(
             {"method": method, "shape": shape, **from_json_record(done[candidate_key(setting, (method, shape))])})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
-
-
-def read_journal(path) -> dict:
-    """{candidate_key: counts} of a journal; a line of another version or cut short is counted again."""
-    done, bad = {}, 0
-    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-            from_json_record(rec["record"])
-            key = candidate_key(rec["setting"], (rec["method"], rec["shape"]))
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-            continue
-        if rec.get("version") == VERSION:
-            done[key] = rec["record"]
-    if bad:
-        sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
-    return done
 
 
 def candidate_key(setting, candidate) -> tuple:
@@ -154,33 +127,20 @@ def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
     return range(prompt_index, prompt_index + 1000 * (n if temperature > 0 else 1), 1000)
 
 
-_JOB = None  # in a worker process, the job it counts candidates of (`_init_worker`)
-
-
-def counted(item, job=None) -> tuple:
+def counted(job, item) -> tuple:
     """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
     setting, (method, shape) = item
-    target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
+    target, draft, ngram, prompts, max_new_tokens, seeds = job
     kw = SETTINGS[setting]
     runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
     return setting, (method, shape), to_json(counts(*runs))
 
 
-def count_all(job, missing, jobs: int):
-    """`counted` for each missing candidate, as each finishes: here, or in `jobs` processes of one BLAS
-    thread each (several processes' BLAS threads would wait on each other)."""
-    if jobs <= 1 or len(missing) <= 1:
-        yield from (counted(item, job) for item in missing)
-        return
-    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(job,)) as pool:
-        yield from pool.imap_unordered(counted, missing)
-
-
-def _init_worker(job):
-    global _JOB
-    _JOB = job
-    use_threads(1)
+def count_each(job, todo):
+    """`counted` for each candidate of `todo` in turn."""
+    for item in todo:
+        yield counted(job, item)
 
 
 def pair_key(target, draft, ngram) -> str:

@@ -292,9 +292,6 @@ def main(argv=None) -> int:
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
     ap.add_argument("--matrices", action="store_true", help="with --curves: also each weight matrix's µs per product")
     ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
-    ap.add_argument("--profile", action="store_true", help="measure the embedded pair's acceptance profile (tens of "
-                    f"minutes) into profile.json in the weights directory: ${WEIGHTS_ENV}, else {SHIPPED_DIR}")
-    ap.add_argument("--jobs", type=int, default=1, help="with --profile: count candidates in this many processes")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
     if None in settings.values() or len(settings) < a.settings.count(",") + 1:
@@ -302,15 +299,13 @@ def main(argv=None) -> int:
     for option, given in ((f"--rows {a.rows}", a.rows != "methods"), (f"--seeds {a.seeds}", a.seeds != 1)):
         if given and "top-k" not in settings:  # greedy decoding draws nothing; the rules are compared at top-k
             raise ValueError(f"{option} applies to top-k only: add top-k to --settings")
-    for option, given, needs in ((f"--jobs {a.jobs}", a.jobs != 1, "--profile"), ("--matrices", a.matrices, "--curves"),
-                                 ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
+    for option, given, needs in (("--matrices", a.matrices, "--curves"), ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
         if given and not getattr(a, needs[2:]):
             raise ValueError(f"{option} applies to {needs} only")
     for option, value in (("--out", a.out), ("--prompts", a.prompts)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
-    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens),
-                          ("--jobs", a.jobs)):
+    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
@@ -318,19 +313,6 @@ def main(argv=None) -> int:
     if a.results is not None:  # written after the whole run: found unwritable now, not then
         check_writable(a.results, f"--results {a.results}")
     out_dir = Path(a.out)
-    if a.profile:  # the maintainers' tool: it replaces the profile every plan choice reads, so it says where
-        journal = out_dir / "profile.journal.jsonl"  # resumes an interrupted run
-        check_writable(journal, f"--out {a.out}", made=True)
-        dest = check_weights_dir(WEIGHTS_DIR) / acceptance.PROFILE_FILE.name
-        check_writable(dest, f"--profile writes {dest} (the weights directory, ${WEIGHTS_ENV})", made=True)
-        print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
-        target, draft, ngram, enc = load_embedded()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        acceptance.save(acceptance.measure(target, draft, ngram, acceptance.calibration_prompts(enc),
-                                           progress=Progress("profiling"), journal=journal, jobs=a.jobs), dest)
-        journal.unlink()
-        print(f"wrote {dest}")
-        return 0
     try:  # a bad file fails first
         prompts = None if a.curves else acceptance.read_prompts(a.prompts or humaneval_file())[:a.limit]
     except ValueError as e:  # read_prompts names the file and line

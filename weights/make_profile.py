@@ -1,0 +1,115 @@
+"""The embedded pair's acceptance profile, weights/profile.json (tens of minutes; the maintainers' tool).
+
+    python weights/make_profile.py [--jobs 2] [--out out/profile]
+
+Every candidate plan (`acceptance.candidates`) decodes the calibration prompts greedily and at top-k 50
+(T=1), and what it did past each prefill is counted (specdec_np/tools/acceptance.py): counts depend only
+on the models and prompts, so the profile ships and every machine's plan choice reads it. Each finished
+candidate is appended to a journal in --out, where an interrupted run resumes (a line another version of
+the code wrote, or one cut short, is counted again); --jobs N counts candidates in N processes of one BLAS
+thread each. The profile goes to the weights directory ($SPECDEC_NP_WEIGHTS, else weights/), named
+before anything is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from specdec_np.files import WEIGHTS_DIR, WEIGHTS_ENV, check_weights_dir  # noqa: E402
+from specdec_np.models import load_embedded  # noqa: E402
+from specdec_np.tools import acceptance  # noqa: E402
+from specdec_np.tools.blas import use_threads  # noqa: E402
+from specdec_np.tools.progress import Progress  # noqa: E402
+from specdec_np.tools.writable import check_writable  # noqa: E402
+
+_JOB = None  # in a worker process, the job it counts candidates of (`_init_worker`)
+
+
+def read_journal(path: Path) -> dict:
+    """{candidate_key: counts} of a journal; a line of another version or cut short is counted again."""
+    done, bad = {}, 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+            acceptance.from_json_record(rec["record"])
+            key = acceptance.candidate_key(rec["setting"], (rec["method"], rec["shape"]))
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        if rec.get("version") == acceptance.VERSION:
+            done[key] = rec["record"]
+    if bad:
+        sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
+    return done
+
+
+def journalled(journal: Path, jobs: int = 1):
+    """An `acceptance.measure` count_all: the candidates `journal` holds, then the others counted here or in
+    `jobs` processes (several processes' BLAS threads would wait on each other: one each), each appended
+    to the journal as it finishes."""
+    def count_all(job, todo):
+        done = read_journal(journal) if journal.is_file() else {}
+        for setting, candidate in todo:
+            if acceptance.candidate_key(setting, candidate) in done:
+                yield setting, candidate, done[acceptance.candidate_key(setting, candidate)]
+        missing = [item for item in todo if acceptance.candidate_key(*item) not in done]
+        for setting, (method, shape), total in counted_all(job, missing, jobs):
+            with open(journal, "a") as f:
+                f.write(json.dumps({"version": acceptance.VERSION, "setting": setting, "method": method,
+                                    "shape": acceptance.to_json(shape), "record": total}) + "\n")
+            yield setting, (method, shape), total
+    return count_all
+
+
+def counted_all(job, missing, jobs: int):
+    """`acceptance.counted` for each missing candidate, as each finishes: here, or in `jobs` processes."""
+    if jobs <= 1 or len(missing) <= 1:
+        yield from acceptance.count_each(job, missing)
+        return
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(job,)) as pool:
+        yield from pool.imap_unordered(_counted, missing)
+
+
+def _init_worker(job):
+    global _JOB
+    _JOB = job
+    use_threads(1)
+
+
+def _counted(item):
+    return acceptance.counted(_JOB, item)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=1, help="count candidates in this many processes (default: 1)")
+    ap.add_argument("--out", default="out/profile", help="directory for the journal an interrupted run resumes from")
+    a = ap.parse_args(argv)
+    if a.jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {a.jobs}")
+    journal = Path(a.out) / "profile.journal.jsonl"
+    try:
+        check_writable(journal, f"--out {a.out}", made=True)
+        dest = check_weights_dir(WEIGHTS_DIR) / acceptance.PROFILE_FILE.name
+        check_writable(dest, f"the profile goes to {dest} (the weights directory, ${WEIGHTS_ENV})", made=True)
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
+    print(f"profiling the embedded pair of {WEIGHTS_DIR} (tens of minutes); the profile goes to {dest}")
+    target, draft, ngram, enc = load_embedded()
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    profile = acceptance.measure(target, draft, ngram, acceptance.calibration_prompts(enc),
+                                 progress=Progress("profiling"), count_all=journalled(journal, a.jobs))
+    acceptance.save(profile, dest)
+    journal.unlink()
+    print(f"wrote {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
