@@ -103,30 +103,27 @@ def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) ->
     return {key: 1000 * float(summary(ts[1:])) for key, ts in times.items()}
 
 
-def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
-    """Median ms of one forward pass of k new tokens after a cached prefix, for each k (round-robin)."""
+def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7, summary=np.median) -> dict:
+    """{k: ms of one forward pass of k new tokens after a cached prefix}, the sizes timed round-robin."""
     cache = primed(model, prefix_len, max(block_sizes))
-    return round_robin({k: functools.partial(timed_pass, model, cache, k) for k in block_sizes}, repeats)
+    return round_robin({k: functools.partial(timed_pass, model, cache, k) for k in block_sizes}, repeats,
+                       summary=summary)
 
 
-def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32),
-                       prefix_len: int = 128, repeats: int = 5, out=print) -> dict:
-    """ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
+def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32)) -> None:
+    """Print ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
     ref, cached = streaming_gbps()
-    out(f"reference: a float32 matrix-vector product streams {ref:.1f} GB/s from memory "
-        f"({cached:.1f} GB/s from the last-level cache)")
-    out(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
-        + f" {'GB/s @1':>8} {'vs ref':>7}")
-    report = {"reference_gbps": ref, "in_cache_gbps": cached, "models": {}}
+    print(f"reference: a float32 matrix-vector product streams {ref:.1f} GB/s from memory "
+          f"({cached:.1f} GB/s from the last-level cache)")
+    print(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
+          + f" {'GB/s @1':>8} {'vs ref':>7}")
     for name in names:
         model = random_params(GPT2_SHAPES[name], seed=0, dtype=np.float32)
-        ms = block_cost_ms(model, block_sizes, prefix_len=prefix_len, repeats=repeats)
+        ms = block_cost_ms(model, block_sizes, repeats=5)
         gbps = model.weight_bytes / (ms[block_sizes[0]] / 1000) / 1e9
-        out(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
-            + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
-        report["models"][name] = {"ms": ms, "gbps": gbps, "fraction_of_reference": gbps / ref}
+        print(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
+              + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
         del model
-    return report
 
 
 def fitting(sizes, n_ctx: int) -> tuple:
@@ -138,10 +135,7 @@ def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
     padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
     def lay(model, name):
-        if model is not None and name in layout:
-            model = laid_out(model, layout[name])
-        pad = layout.get(name + "_pad")
-        return laid_out(model, padding=pad) if model is not None and pad is not None else model
+        return None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
     return lay(target, "target"), lay(draft, "draft")
 
 
@@ -160,11 +154,10 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
     return max(wins) if sizes[0] in wins else 0
 
 
-def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=print) -> dict:
-    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
-    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled): {key: {layout: {k: us}}}."""
-    report = {}
-    out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
+def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96) -> None:
+    """Print µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
+    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled)."""
+    print(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
     for name, model in models.items():
         block = model.params["blocks"][0]
         shapes = {block["attn"]["c_attn"]["w"].shape, block["attn"]["c_proj"]["w"].shape,
@@ -182,10 +175,8 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
                     cycle = itertools.cycle(ws)  # each product reads a copy the others pushed out of the cache
                     times[layout][k] = 1000 * median_ms(lambda: matmul(x, next(cycle)), 2 * copies, warmup=copies)
             key = f"{name} {n_in}x{n_out}"
-            report[key] = times
-            out(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
+            print(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
             del weights, plain
-    return report
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,
