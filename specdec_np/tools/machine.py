@@ -76,14 +76,11 @@ def others_now(seconds: float = 0.1) -> float | None:
 load = functools.lru_cache(maxsize=1)(others_now)  # the load check, made once per process before measuring
 
 
-def busy(cores: float = BUSY_CORES, others: float | None = None) -> str:
-    """Other processes' share of the cores (`others`, default the load check's) in words if `cores` or more."""
-    others = load() if others is None else others
-    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= cores else ""
-
-
-def busy_now(seconds: float = 0.1) -> str:
-    return busy(others=others_now(seconds) or 0.0)
+def busy(seconds: float | None = None) -> str:
+    """Other processes' share of the cores in words if BUSY_CORES or more ("" if fewer): the load check's, or
+    measured now over `seconds`."""
+    others = load() if seconds is None else others_now(seconds)
+    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= BUSY_CORES else ""
 
 
 def settle_threads() -> str:

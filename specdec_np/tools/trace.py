@@ -22,7 +22,7 @@ from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 from .costcurve import block_cost_ms
-from .machine import busy_now, machine_name
+from .machine import busy, machine_name
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
@@ -94,7 +94,7 @@ def step_record(step) -> dict:
 def pass_costs(target, draft, result, prompt) -> dict:
     """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
     same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
-    costs = {"machine": machine_name(), "busy": busy_now()}
+    costs = {"machine": machine_name(), "busy": busy(0.1)}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
         largest = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill

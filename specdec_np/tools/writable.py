@@ -34,8 +34,7 @@ def check_writable(path, name: str, made: bool = False, example: str = "") -> Pa
         if not folder.is_dir():
             raise ValueError(f"{name}: " + (f"{folder} is a file" if folder.exists() else
                                              f"the directory {folder} does not exist"))
-        with tempfile.TemporaryFile(dir=folder):  # tried: os.access says yes to root on a read-only mount
-            pass
+        tempfile.TemporaryFile(dir=folder).close()  # tried: os.access says yes to root on a read-only mount
     except OSError as e:  # e.g. a read-only or full file system, a name too long for it
         raise ValueError(f"{name}: cannot write in {folder}: {e.strerror or e}") from None
     return path
