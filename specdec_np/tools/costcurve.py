@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +31,10 @@ GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
+    """Median ms of `fn()` over `repeats` calls after `warmup` calls."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * float(np.median(times))
-
-
-def matvec_gbps(rows: int = 32768, cols: int = 4096, repeats: int = 9) -> float:
-    """Weight-streaming rate of one float32 rows x cols matrix-vector product (GB/s)."""
-    w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
-    x = np.full(rows, 0.5, dtype=np.float32)
-    ms = median_ms(lambda: x @ w, repeats=repeats)
-    return w.nbytes / (ms / 1000) / 1e9
+    return 1000 * float(np.median(timeit.repeat(fn, repeat=repeats, number=1)))
 
 
 def last_level_cache_bytes() -> int | None:
@@ -67,11 +56,16 @@ def last_level_cache() -> str:
 
 
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
-    """(from memory, from the last-level cache): GB/s over a matrix twice that cache (>= 256 MB) and half of it."""
+    """GB/s a float32 matrix-vector product streams its matrix (from memory, from the last-level cache): a matrix
+    twice that cache (>= 256 MB) and half of it."""
+    def matvec_gbps(rows: int, cols: int) -> float:
+        w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
+        x = np.full(rows, 0.5, dtype=np.float32)
+        return w.nbytes / (median_ms(lambda: x @ w, repeats=repeats) / 1000) / 1e9
     llc = last_level_cache_bytes()
     big_rows = max(1 << 14, 2 * (llc or 0) // (4 * 4096))
     small_rows = max(1, (llc or 32 << 20) // 2 // (4 * 2048))
-    return matvec_gbps(big_rows, 4096, repeats), matvec_gbps(small_rows, 2048, repeats)
+    return matvec_gbps(big_rows, 4096), matvec_gbps(small_rows, 2048)
 
 
 def primed(model: GPT2, prefix_len: int, max_block: int):
@@ -134,9 +128,8 @@ def fitting(sizes, n_ctx: int) -> tuple:
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
     padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
-    def lay(model, name):
-        return None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
-    return lay(target, "target"), lay(draft, "draft")
+    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
+                 for model, name in ((target, "target"), (draft, "draft")))
 
 
 def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repeats: int = 9,

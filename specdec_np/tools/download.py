@@ -122,7 +122,7 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
 
 
 def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,
-                  progress: bool | None = None) -> Path:
+                  progress: bool | None = None) -> None:
     """Download `url` to `dest` via `dest.part` (at most `most` bytes when no size is announced): resumed,
     size and sha256 checked, parsed, renamed."""
     sha, size = file_info(url, timeout)
@@ -160,7 +160,6 @@ def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: fl
         part.unlink()
         raise DownloadError(f"{url}: the downloaded file is not valid: {e}") from None
     os.replace(part, dest)
-    return dest
 
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
