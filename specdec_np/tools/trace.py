@@ -92,14 +92,13 @@ def step_record(step) -> dict:
 
 
 def pass_costs(target, draft, result, prompt) -> dict:
-    """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
-    same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
+    """What each pass of `result` costs on this machine now (the fastest of each size's rounds: a busy machine only
+    adds), in one-token passes of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy": words}."""
     costs = {"machine": machine_name(), "busy": busy(0.1)}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
         largest = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
         sizes = sorted({1} | {k for k in blocks if k <= largest}) if model is not None and blocks else []
-        # Each size's fastest round (np.min): a busy machine only adds time.
         ms = block_cost_ms(model, sizes, len(prompt), COST_ROUNDS, summary=np.min) if sizes else {}
         costs[name] = {k: ms[k] / ms[1] for k in sizes}
     return costs
