@@ -8,6 +8,7 @@ a burst of noise on a shared machine lands on every size a little, not on a few 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import time
@@ -41,11 +42,9 @@ def last_level_cache_bytes() -> int | None:
     """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
     kib = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             text = (index / "size").read_text().strip()  # e.g. "32768K"
             kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
-        except (OSError, ValueError):
-            pass
     return max(kib) * 1024 if kib else None
 
 
