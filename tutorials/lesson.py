@@ -10,6 +10,7 @@ Run a lesson through it to stop it cleanly on Ctrl-C (`make tutorials` does):
 
 from __future__ import annotations
 
+import html
 import os
 import runpy
 import sys
@@ -18,18 +19,18 @@ from pathlib import Path
 
 
 # ------------------------------------------------------------------ printing
-def print_timed(*args, sep: str = " ", end: str = "\n") -> None:
-    """print(), each line marked "[timed]": a figure measured by a clock on this machine, now."""
-    from specdec_np.tools.machine import print_timed as timed
+TIMED, ROUNDING = "[timed]", "[rounding]"
+MARKS = (TIMED, ROUNDING)  # the lines tests/docs/test_tutorials.py skips when it compares a run with its notebook
 
-    timed(*args, sep=sep, end=end)
+
+def print_timed(*args, sep: str = " ", end: str = "\n", mark: str = TIMED) -> None:
+    """print(), each line marked "[timed]" (a figure measured by a clock on this machine, now) or `mark`."""
+    print("\n".join(f"{mark} {line}" for line in sep.join(str(a) for a in args).split("\n")), end=end)
 
 
 def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
     """print(), each line marked "[rounding]": a float32 rounding error, which varies with the BLAS."""
-    from specdec_np.tools.machine import print_rounding as rounding
-
-    rounding(*args, sep=sep, end=end)
+    print_timed(*args, sep=sep, end=end, mark=ROUNDING)
 
 
 # ------------------------------------------------------------------ timing
@@ -58,9 +59,10 @@ def was_busy(start) -> str:
 def say_if_busy(start, contradicted: str = "", why: str = "") -> None:
     """A marked line under timed figures when others used the cores since `start` (or, on a quiet machine, when
     the figures `contradicted` what the lesson says, and `why`); nothing otherwise."""
-    from specdec_np.tools.machine import note
+    from specdec_np.tools.machine import timing_note
 
-    note(start, contradicted, why)
+    if line := timing_note(start, contradicted, why):
+        print_timed(line)
 
 
 def pass_ms(model, ks, prefix_len: int, repeats: int = 7) -> dict:
@@ -134,7 +136,17 @@ def show_trace(run, enc, prompt, method: str, about: str, name: str) -> Path:
 
     path = out_dir() / name
     trace.write(path, run, enc, prompt, method, about)
-    trace.show_page(path)
+    print(f"wrote {path}: open it in a browser")
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # optional: only a notebook has it
+        return path
+    if type(get_ipython()).__name__ == "ZMQInteractiveShell":  # a notebook: the page embedded, saved with it
+        page = html.escape(path.read_text(encoding="utf-8"), quote=True)
+        # Raw HTML, not IPython's HTML(): that one warns about an <iframe> (on stderr, with IPython's path).
+        display({"text/html": f'<iframe srcdoc="{page}" style="width: 100%; height: 720px; border: 0"></iframe>'},
+                raw=True)
     return path
 
 

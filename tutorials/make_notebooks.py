@@ -76,9 +76,9 @@ def build(lesson: Path, out_dir: Path, kernel: str = KERNEL, machine: str | None
 
 def busy() -> str:
     """Other processes' load in words when they use the cores ("" on a quiet machine)."""
-    from specdec_np.tools.machine import busy_now
+    from specdec_np.tools import machine
 
-    return busy_now(1.0)
+    return machine.busy(1.0)
 
 
 def interrupted(error: BaseException | None) -> bool:

@@ -8,9 +8,11 @@ a burst of noise on a shared machine lands on every size a little, not on a few 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -30,33 +32,19 @@ GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
+    """Median ms of `fn()` over `repeats` calls after `warmup` calls."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * float(np.median(times))
-
-
-def matvec_gbps(rows: int = 32768, cols: int = 4096, repeats: int = 9) -> float:
-    """Weight-streaming rate of one float32 rows x cols matrix-vector product (GB/s)."""
-    w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
-    x = np.full(rows, 0.5, dtype=np.float32)
-    ms = median_ms(lambda: x @ w, repeats=repeats)
-    return w.nbytes / (ms / 1000) / 1e9
+    return 1000 * float(np.median(timeit.repeat(fn, repeat=repeats, number=1)))
 
 
 def last_level_cache_bytes() -> int | None:
     """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
     kib = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             text = (index / "size").read_text().strip()  # e.g. "32768K"
             kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
-        except (OSError, ValueError):
-            pass
     return max(kib) * 1024 if kib else None
 
 
@@ -67,11 +55,16 @@ def last_level_cache() -> str:
 
 
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
-    """(from memory, from the last-level cache): GB/s over a matrix twice that cache (>= 256 MB) and half of it."""
+    """GB/s a float32 matrix-vector product streams its matrix (from memory, from the last-level cache): a matrix
+    twice that cache (>= 256 MB) and half of it."""
+    def matvec_gbps(rows: int, cols: int) -> float:
+        w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
+        x = np.full(rows, 0.5, dtype=np.float32)
+        return w.nbytes / (median_ms(lambda: x @ w, repeats=repeats) / 1000) / 1e9
     llc = last_level_cache_bytes()
     big_rows = max(1 << 14, 2 * (llc or 0) // (4 * 4096))
     small_rows = max(1, (llc or 32 << 20) // 2 // (4 * 2048))
-    return matvec_gbps(big_rows, 4096, repeats), matvec_gbps(small_rows, 2048, repeats)
+    return matvec_gbps(big_rows, 4096), matvec_gbps(small_rows, 2048)
 
 
 def primed(model: GPT2, prefix_len: int, max_block: int):
@@ -103,30 +96,27 @@ def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) ->
     return {key: 1000 * float(summary(ts[1:])) for key, ts in times.items()}
 
 
-def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7) -> dict:
-    """Median ms of one forward pass of k new tokens after a cached prefix, for each k (round-robin)."""
+def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7, summary=np.median) -> dict:
+    """{k: ms of one forward pass of k new tokens after a cached prefix}, the sizes timed round-robin."""
     cache = primed(model, prefix_len, max(block_sizes))
-    return round_robin({k: functools.partial(timed_pass, model, cache, k) for k in block_sizes}, repeats)
+    return round_robin({k: functools.partial(timed_pass, model, cache, k) for k in block_sizes}, repeats,
+                       summary=summary)
 
 
-def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32),
-                       prefix_len: int = 128, repeats: int = 5, out=print) -> dict:
-    """ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
+def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32)) -> None:
+    """Print ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
     ref, cached = streaming_gbps()
-    out(f"reference: a float32 matrix-vector product streams {ref:.1f} GB/s from memory "
-        f"({cached:.1f} GB/s from the last-level cache)")
-    out(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
-        + f" {'GB/s @1':>8} {'vs ref':>7}")
-    report = {"reference_gbps": ref, "in_cache_gbps": cached, "models": {}}
+    print(f"reference: a float32 matrix-vector product streams {ref:.1f} GB/s from memory "
+          f"({cached:.1f} GB/s from the last-level cache)")
+    print(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
+          + f" {'GB/s @1':>8} {'vs ref':>7}")
     for name in names:
         model = random_params(GPT2_SHAPES[name], seed=0, dtype=np.float32)
-        ms = block_cost_ms(model, block_sizes, prefix_len=prefix_len, repeats=repeats)
+        ms = block_cost_ms(model, block_sizes, repeats=5)
         gbps = model.weight_bytes / (ms[block_sizes[0]] / 1000) / 1e9
-        out(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
-            + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
-        report["models"][name] = {"ms": ms, "gbps": gbps, "fraction_of_reference": gbps / ref}
+        print(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
+              + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
         del model
-    return report
 
 
 def fitting(sizes, n_ctx: int) -> tuple:
@@ -137,12 +127,8 @@ def fitting(sizes, n_ctx: int) -> tuple:
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
     padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
-    def lay(model, name):
-        if model is not None and name in layout:
-            model = laid_out(model, layout[name])
-        pad = layout.get(name + "_pad")
-        return laid_out(model, padding=pad) if model is not None and pad is not None else model
-    return lay(target, "target"), lay(draft, "draft")
+    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
+                 for model, name in ((target, "target"), (draft, "draft")))
 
 
 def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repeats: int = 9,
@@ -160,11 +146,10 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
     return max(wins) if sizes[0] in wins else 0
 
 
-def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=print) -> dict:
-    """µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
-    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled): {key: {layout: {k: us}}}."""
-    report = {}
-    out(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
+def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96) -> None:
+    """Print µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
+    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled)."""
+    print(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
     for name, model in models.items():
         block = model.params["blocks"][0]
         shapes = {block["attn"]["c_attn"]["w"].shape, block["attn"]["c_proj"]["w"].shape,
@@ -182,10 +167,8 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96, out=
                     cycle = itertools.cycle(ws)  # each product reads a copy the others pushed out of the cache
                     times[layout][k] = 1000 * median_ms(lambda: matmul(x, next(cycle)), 2 * copies, warmup=copies)
             key = f"{name} {n_in}x{n_out}"
-            report[key] = times
-            out(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
+            print(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
             del weights, plain
-    return report
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,

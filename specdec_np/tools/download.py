@@ -14,7 +14,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +26,7 @@ from ..gpt2 import param_shapes
 from .costcurve import GPT2_SHAPES
 from .options import shown
 from .progress import Progress
+from .writable import check_writable
 
 HUB_URL = "https://huggingface.co"
 FILES = (CONFIG_FILE, MODEL_FILE)
@@ -122,7 +122,7 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
 
 
 def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,
-                  progress: bool | None = None) -> Path:
+                  progress: bool | None = None) -> None:
     """Download `url` to `dest` via `dest.part` (at most `most` bytes when no size is announced): resumed,
     size and sha256 checked, parsed, renamed."""
     sha, size = file_info(url, timeout)
@@ -160,7 +160,6 @@ def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: fl
         part.unlink()
         raise DownloadError(f"{url}: the downloaded file is not valid: {e}") from None
     os.replace(part, dest)
-    return dest
 
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
@@ -207,21 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", type=int, default=3, help="resumed attempts after a dropped connection")
     args = ap.parse_args(argv)
     unknown = ", ".join(repr(name) for name in args.names if name not in HUB_REPOS)
-    dest, above, refused = Path(args.dest or WEIGHTS_DIR).absolute(), None, None
-    try:
-        above = next(p for p in (dest, *dest.parents) if p.exists())  # its nearest part that exists
-        if not above.is_dir():
-            refused = f"{above} is not a directory"
-        elif above != dest:  # directories are to be made there: try a file (not in /proc, not read-only)
-            tempfile.TemporaryFile(dir=above).close()
-    except OSError as e:  # or a name too long for the file system
-        refused = f"cannot write {f'in {above}' if above else 'there'}: {e.strerror or e}"
-    for wrong, error in ((unknown, f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}"),
-                         (args.retries < 0, f"--retries must be >= 0, got {args.retries}"),
-                         (refused, f"--dest {shown(str(args.dest or WEIGHTS_DIR))}: {refused}")):
-        if wrong:  # before any download: a typo should not cost the models named before it
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    dest = str(args.dest or WEIGHTS_DIR)
+    try:  # before any download: a typo should not cost the models named before it
+        if unknown:
+            raise ValueError(f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}")
+        if args.retries < 0:
+            raise ValueError(f"--retries must be >= 0, got {args.retries}")
+        if not os.path.isdir(dest):  # its directories are to be made: in the nearest one that exists
+            check_writable(Path(dest, args.names[0]), f"--dest {shown(dest)}", made=True)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     failed = []
     for name in args.names:  # every model is tried, whatever happened to the ones before
         try:

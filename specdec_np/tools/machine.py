@@ -1,9 +1,7 @@
 """This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other
 processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's
 threads stall while another process holds a core). The load is checked once per process before anything
-is measured (`load`), and around what is timed (`busy_since`, `timing_note`). Lessons print a clock's
-figures through `print_timed` and float32 rounding errors through `print_rounding`, marked lines that
-tests/docs/test_tutorials.py skips when it compares a lesson's run with its notebook.
+is measured (`load`), and around what is timed (`busy_since`, `timing_note`).
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from .blas import blas, use_threads
 from .costcurve import last_level_cache
 
 BUSY_CORES = 0.25  # others using this much: timings are noisy (nothing measured is kept), BLAS gets one thread
-TIMED, ROUNDING = "[timed]", "[rounding]"  # the marks of `print_timed`'s and `print_rounding`'s lines
-MARKS = (TIMED, ROUNDING)
 MIN_WINDOW = 0.2  # seconds: /proc/stat counts in ticks of 10 ms, so a shorter window says nothing
 
 
@@ -80,14 +76,11 @@ def others_now(seconds: float = 0.1) -> float | None:
 load = functools.lru_cache(maxsize=1)(others_now)  # the load check, made once per process before measuring
 
 
-def busy(cores: float = BUSY_CORES, others: float | None = None) -> str:
-    """Other processes' share of the cores (`others`, default the load check's) in words if `cores` or more."""
-    others = load() if others is None else others
-    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= cores else ""
-
-
-def busy_now(seconds: float = 0.1) -> str:
-    return busy(others=others_now(seconds) or 0.0)
+def busy(seconds: float | None = None) -> str:
+    """Other processes' share of the cores in words if BUSY_CORES or more ("" if fewer): the load check's, or
+    measured now over `seconds`."""
+    others = load() if seconds is None else others_now(seconds)
+    return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= BUSY_CORES else ""
 
 
 def settle_threads() -> str:
@@ -119,18 +112,3 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
                 f"{': ' + contradicted if contradicted else ''}; rerun when it is idle")
     return f"note: {contradicted}: {why}" if contradicted else ""
 
-
-def note(start: tuple | None, contradicted: str = "", why: str = "") -> None:
-    """Print `timing_note`'s line, if any, marked as timed."""
-    if line := timing_note(start, contradicted, why):
-        print_timed(line)
-
-
-def print_timed(*args, sep: str = " ", end: str = "\n", mark: str = TIMED) -> None:
-    """print(), every line marked TIMED (a figure measured on this machine, now) or `mark`."""
-    print("\n".join(f"{mark} {line}" for line in sep.join(str(a) for a in args).split("\n")), end=end)
-
-
-def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
-    """print(), every line marked ROUNDING: a float32 rounding error of this BLAS."""
-    print_timed(*args, sep=sep, end=end, mark=ROUNDING)

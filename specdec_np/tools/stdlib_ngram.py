@@ -8,6 +8,7 @@ tokenizer, the Python version and the files. `--ngram FILE` overrides it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -55,10 +56,8 @@ def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigr
     enc = get_encoding(n_vocab)
     tokens = []
     for i, path in enumerate(files):
-        try:  # a literal "<|endoftext|>" in a source is text here
+        with contextlib.suppress(OSError, UnicodeDecodeError):  # a literal "<|endoftext|>" in a source is text here
             tokens += [enc.eot_token, *enc.encode_ordinary(path.read_bytes().decode("utf-8"))]
-        except (OSError, UnicodeDecodeError):
-            pass
         progress(i + 1, len(files) + 1)
     if len(tokens) < 3:
         raise ValueError(f"no text to fit a trigram on: {YOUR_OWN}")

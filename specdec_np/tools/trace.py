@@ -10,11 +10,9 @@ script are package data (trace_page/), inlined by `page`; it needs no network an
 from __future__ import annotations
 
 import dataclasses
-import functools
 import html
 import json
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +21,8 @@ from ..methods import METHODS
 from ..files import atomic_file
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
+from .costcurve import block_cost_ms
+from .machine import busy, machine_name
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
 ORIGIN = {DRAFT: "node", NGRAM: "guess", COPY: "copy"}
@@ -92,20 +92,14 @@ def step_record(step) -> dict:
 
 
 def pass_costs(target, draft, result, prompt) -> dict:
-    """What each pass of `result` cost on this machine, measured now, as multiples of a one-token pass of the
-    same model: {"target": {rows: ratio}, "draft": {...}, "machine": in words} (the sizes the run used)."""
-    from .costcurve import primed, round_robin, timed_pass
-    from .machine import busy_now, machine_name
-
-    costs = {"machine": machine_name(), "busy": busy_now()}
+    """What each pass of `result` costs on this machine now (the fastest of each size's rounds: a busy machine only
+    adds), in one-token passes of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy": words}."""
+    costs = {"machine": machine_name(), "busy": busy(0.1)}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
         largest = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
         sizes = sorted({1} | {k for k in blocks if k <= largest}) if model is not None and blocks else []
-        cache = primed(model, len(prompt), max(sizes)) if sizes else None
-        # Each size once a round; the fastest of its rounds: a busy machine only adds.
-        passes = {k: functools.partial(timed_pass, model, cache, k) for k in sizes}
-        ms = round_robin(passes, COST_ROUNDS, summary=np.min)
+        ms = block_cost_ms(model, sizes, len(prompt), COST_ROUNDS, summary=np.min) if sizes else {}
         costs[name] = {k: ms[k] / ms[1] for k in sizes}
     return costs
 
@@ -153,17 +147,3 @@ def write(path, result, enc, prompt, method: str, about: str = "", costs: dict |
     with atomic_file(path, "w") as f:
         f.write(page(record(result, enc, prompt, method, about, costs)))
 
-
-def show_page(path, height: int = 720) -> None:
-    """Print where the page at `path` is; in a notebook also show it embedded (saved with the notebook)."""
-    print(f"wrote {path}: open it in a browser")
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:  # optional: only a notebook has it
-        return
-    if type(get_ipython()).__name__ == "ZMQInteractiveShell":
-        page = html.escape(Path(path).read_text(encoding="utf-8"), quote=True)
-        # Raw HTML, not IPython's HTML(): that one warns about an <iframe> (on stderr, with IPython's path).
-        display({"text/html": f'<iframe srcdoc="{page}" style="width: 100%; height: {height}px; border: 0">'
-                              '</iframe>'}, raw=True)

@@ -1,5 +1,5 @@
-"""The one probe of where the tools write (--out, bench's results, the cache), made before any work: what
-cannot be written is a one-line error naming it, not a traceback after the run."""
+"""The one probe of where the tools write (--out, bench's results, the cache, `weights --dest`), made before any
+work: what cannot be written is a one-line error naming it, not a traceback after the run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def check_writable(path, name: str, made: bool = False, example: str = "") -> Pa
     if str(path) == "-":
         raise ValueError(f"{name}: give a file name (it writes a file, not standard output)"
                          + (f", e.g. {example}" if example else ""))
-    folder = (given := Path(path)).parent
+    given, folder = Path(path), None
     try:
         path = Path(os.path.realpath(given)) if given.is_symlink() else given
         if path.is_symlink():  # still a link once resolved: a loop
@@ -34,8 +34,7 @@ def check_writable(path, name: str, made: bool = False, example: str = "") -> Pa
         if not folder.is_dir():
             raise ValueError(f"{name}: " + (f"{folder} is a file" if folder.exists() else
                                              f"the directory {folder} does not exist"))
-        with tempfile.TemporaryFile(dir=folder):  # tried: os.access says yes to root on a read-only mount
-            pass
+        tempfile.TemporaryFile(dir=folder).close()  # tried: os.access says yes to root on a read-only mount
     except OSError as e:  # e.g. a read-only or full file system, a name too long for it
-        raise ValueError(f"{name}: cannot write in {folder}: {e.strerror or e}") from None
+        raise ValueError(f"{name}: cannot write {f'in {folder}' if folder else 'there'}: {e.strerror or e}") from None
     return path

@@ -1,7 +1,7 @@
 """Every tutorial runs top to bottom with the venv's python: they cannot rot. They run in a temporary
 folder, so the files they write (`out/`) do not land in the repository. Each lesson's notebook
 (tutorials/notebooks/, written by `make notebooks`) holds the lesson's code and prints the same
-deterministic lines as the suite's own run of it (lines marked by `tools.machine.print_timed` excepted).
+deterministic lines as the suite's own run of it (lines marked by `lesson.print_timed` excepted).
 
 Each tutorial checks its own lesson with asserts (exact distributions, equal logits, identical
 trees and tokens), so a tutorial that runs to the end has passed its checks.
@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from specdec_np.tools.machine import MARKS
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tutorials"))
+try:
+    from lesson import MARKS  # tutorials/lesson.py: the marks of print_timed's and print_rounding's lines
+finally:
+    sys.path.remove(str(ROOT / "tutorials"))
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 
 
@@ -140,7 +143,7 @@ def percent_cells(path: Path) -> list[str]:
 
 
 def deterministic(lines) -> list[str]:
-    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`tools.machine`'s
+    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`lesson.py`'s
     print_timed and print_rounding mark the others) nor an optional extra (the charts' "wrote" lines, printed
     only where matplotlib is installed)."""
     return [ANSI.sub("", line).rstrip() for line in lines

@@ -265,7 +265,7 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
     (["--ngram", "/nonexistent", "--method", "tree", "--plan", "default"], "--ngram does nothing with --method tree"),
     (["--draft", "bogus", "--method", "lookup"], "bogus"),  # read for lookup's plan: loaded, not dropped quietly
     (["--file", ""], "--file is empty"),
-    (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write in .: File name too long"),
+    (["--out", "x" * 300], "--out " + "x" * 300 + ": cannot write there: File name too long"),
     (["--out", "-"], "--out -: give a file name (it writes a file, not standard output), e.g. trace.html"),
 ])
 def test_options_that_change_nothing_or_name_nothing_are_one_line_errors(args, needle, monkeypatch, capsys, tmp_path):

@@ -253,7 +253,7 @@ def test_a_dest_under_a_regular_file_is_named_before_any_download(tmp_path, hub,
     (tmp_path / "FILE").write_text("x")
     assert dl.main(["gpt2", "--dest", str(tmp_path / "FILE" / "sub"), "--base-url", hub.url]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: --dest {tmp_path / 'FILE' / 'sub'}: {tmp_path / 'FILE'} is not a directory"]
+    assert err == [f"error: --dest {tmp_path / 'FILE' / 'sub'}: {tmp_path / 'FILE'} is a file"]
     assert hub.log == []
 
 
