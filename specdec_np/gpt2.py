@@ -187,6 +187,13 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
+# The real GPT-2 family's shapes (GPT-2 small is GPT2Config's default).
+GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
+               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
+
+
 @dataclass(frozen=True, eq=False)
 class GPT2:
     """A model: its config, its parameters (plain arrays of one dtype) and how its passes are computed,

@@ -30,8 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from specdec_np import checkpoint  # noqa: E402
-from specdec_np.gpt2 import random_params  # noqa: E402
-from specdec_np.tools.costcurve import GPT2_SHAPES  # noqa: E402
+from specdec_np.gpt2 import GPT2_SHAPES, random_params  # noqa: E402
 
 PAIR = {"target": "gpt2-large", "draft": "gpt2"}
 

@@ -17,8 +17,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import SHIPPED_DIR, WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
-from ..gpt2 import random_params
+from ..files import atomic_file
 from ..models import load_embedded
 from ..tokenizer import encode
 from ..tree import SOURCES
@@ -28,7 +27,7 @@ from .blas import blas_name
 from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, choose, setting_name
-from .costcurve import GPT2_SHAPES, apply_layout, gpt2_shapes_report, matrix_report
+from .costcurve import apply_layout
 from .costmodel import pads, record_ms
 from .loops import repeat_line, repeat_share
 from .machine import machine, machine_name, settle_threads
@@ -290,8 +289,6 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
-    ap.add_argument("--matrices", action="store_true", help="with --curves: also each weight matrix's µs per product")
-    ap.add_argument("--gpt2-shapes", action="store_true", help="with --curves: also GPT-2's shapes (random weights)")
     a = ap.parse_args(argv)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
     if None in settings.values() or len(settings) < a.settings.count(",") + 1:
@@ -299,9 +296,6 @@ def main(argv=None) -> int:
     for option, given in ((f"--rows {a.rows}", a.rows != "methods"), (f"--seeds {a.seeds}", a.seeds != 1)):
         if given and "top-k" not in settings:  # greedy decoding draws nothing; the rules are compared at top-k
             raise ValueError(f"{option} applies to top-k only: add top-k to --settings")
-    for option, given, needs in (("--matrices", a.matrices, "--curves"), ("--gpt2-shapes", a.gpt2_shapes, "--curves")):
-        if given and not getattr(a, needs[2:]):
-            raise ValueError(f"{option} applies to {needs} only")
     for option, value in (("--out", a.out), ("--prompts", a.prompts)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
@@ -334,14 +328,9 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     print(curves_table(costs))
-    target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     if a.curves:
-        if a.matrices:
-            print("\nµs per product by k rows, one x @ w against column slabs (weights from memory):")
-            matrix_report({"target": target, "draft": draft, "gpt2": random_params(GPT2_SHAPES["gpt2"], seed=0)})
-        if a.gpt2_shapes:
-            gpt2_shapes_report()
         return 0
+    target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan) for s, kw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)} ({c.reason()})"

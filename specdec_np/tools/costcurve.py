@@ -10,26 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import time
 import timeit
 from pathlib import Path
 
 import numpy as np
 
-from ..fastpath import Weight, laid_out, matmul
-from ..gpt2 import GPT2, GPT2Config, forward, new_cache, random_params
+from ..fastpath import laid_out
+from ..gpt2 import GPT2, forward, new_cache
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
-
-# Shapes of the real GPT-2 family (for benchmarks and memory measurements with random weights).
-GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
-               "gpt2-medium": GPT2Config(n_embd=1024, n_layer=24, n_head=16),
-               "gpt2-large": GPT2Config(n_embd=1280, n_layer=36, n_head=20),
-               "gpt2-xl": GPT2Config(n_embd=1600, n_layer=48, n_head=25)}
-
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
     """Median ms of `fn()` over `repeats` calls after `warmup` calls."""
@@ -103,22 +95,6 @@ def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int 
                        summary=summary)
 
 
-def gpt2_shapes_report(names=("gpt2", "gpt2-medium", "gpt2-large"), block_sizes=(1, 2, 4, 8, 16, 32)) -> None:
-    """Print ms per decode step / verification block for GPT-2 shapes with random weights, and GB/s."""
-    ref, cached = streaming_gbps()
-    print(f"reference: a float32 matrix-vector product streams {ref:.1f} GB/s from memory "
-          f"({cached:.1f} GB/s from the last-level cache)")
-    print(f"{'model':<12} {'params':>8} " + " ".join(f"{f'{k} tok ms':>10}" for k in block_sizes)
-          + f" {'GB/s @1':>8} {'vs ref':>7}")
-    for name in names:
-        model = random_params(GPT2_SHAPES[name], seed=0, dtype=np.float32)
-        ms = block_cost_ms(model, block_sizes, repeats=5)
-        gbps = model.weight_bytes / (ms[block_sizes[0]] / 1000) / 1e9
-        print(f"{name:<12} {model.n_params / 1e6:>7.0f}M " + " ".join(f"{ms[k]:>10.2f}" for k in block_sizes)
-              + f" {gbps:>8.1f} {gbps / ref:>6.0%}")
-        del model
-
-
 def fitting(sizes, n_ctx: int) -> tuple:
     """The sizes a context of n_ctx holds after a prefix of a quarter of it (at least the smallest)."""
     return tuple(k for k in sizes if k <= n_ctx * 3 // 4) or sizes[:1]
@@ -144,31 +120,6 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
                       for i, m in enumerate(layouts)}, repeats)
     wins = [k for k in sizes if ms[1, k] <= tie * ms[0, k]]
     return max(wins) if sizes[0] in wins else 0
-
-
-def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96) -> None:
-    """Print µs per product of k rows by each distinct weight matrix of `models` ({name: GPT2}), one x @ w and from
-    column slabs (`fastpath.Weight`), read from memory (`stream_mb` MB of copies cycled)."""
-    print(f"{'matrix':<22} " + " ".join(f"{f'k={k} x@w':>9} {'slabs':>6}" for k in rows))
-    for name, model in models.items():
-        block = model.params["blocks"][0]
-        shapes = {block["attn"]["c_attn"]["w"].shape, block["attn"]["c_proj"]["w"].shape,
-                  block["mlp"]["c_fc"]["w"].shape, block["mlp"]["c_proj"]["w"].shape, model.params["wte"].T.shape}
-        rng = np.random.default_rng(0)
-        for n_in, n_out in sorted(shapes):
-            copies = max(2, stream_mb * 2**20 // (4 * n_in * n_out))
-            weights = [Weight.of(rng.standard_normal((n_in, n_out), dtype=np.float32), slab_min=0)
-                       for _ in range(copies)]
-            plain = [Weight(w.w, None, 0) for w in weights]
-            times = {"x @ w": {}, "slabs": {}}
-            for k in rows:
-                x = rng.standard_normal((k, n_in), dtype=np.float32)
-                for layout, ws in (("x @ w", plain), ("slabs", weights)):
-                    cycle = itertools.cycle(ws)  # each product reads a copy the others pushed out of the cache
-                    times[layout][k] = 1000 * median_ms(lambda: matmul(x, next(cycle)), 2 * copies, warmup=copies)
-            key = f"{name} {n_in}x{n_out}"
-            print(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
-            del weights, plain
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,

@@ -22,8 +22,7 @@ from pathlib import Path
 from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
-from ..gpt2 import param_shapes
-from .costcurve import GPT2_SHAPES
+from ..gpt2 import GPT2_SHAPES, param_shapes
 from .options import shown
 from .progress import Progress
 from .writable import check_writable

@@ -70,36 +70,6 @@ def test_bench_options_named_in_their_errors(capsys, monkeypatch, args, needle):
     assert needle in one_error_line(capsys)
 
 
-def test_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path, capsys, monkeypatch):
-    """Issue 45: `bench --profile` (the maintainers' tool that regenerates profile.json) names its
-    destination, the weights directory (SPECDEC_NP_WEIGHTS), in --help and before measuring; it never
-    falls back to the shipped file, and a destination it cannot write fails before measuring."""
-    with pytest.raises(SystemExit):
-        bench.main(["--help"])
-    help_text = " ".join(capsys.readouterr().out.split())
-    assert "profile.json in the weights directory" in help_text and "$SPECDEC_NP_WEIGHTS" in help_text
-    saved = []
-    monkeypatch.setattr(bench, "load_embedded", lambda: ("target", "draft", "ngram", "enc"))
-    monkeypatch.setattr(bench.acceptance, "calibration_prompts", lambda enc: [[1, 2]])
-    monkeypatch.setattr(bench.acceptance, "measure", lambda *a, journal, **k: journal.write_text("") or {"n": 1})
-    monkeypatch.setattr(bench.acceptance, "save", lambda profile, path: saved.append((profile, path)))
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    monkeypatch.setattr(bench, "WEIGHTS_DIR", weights)
-    assert bench.main(["--profile", "--out", str(tmp_path / "b")]) == 0
-    out = capsys.readouterr().out
-    assert saved == [({"n": 1}, weights / "profile.json")]
-    assert f"the profile goes to {weights / 'profile.json'}" in out.splitlines()[0]
-    assert f"wrote {weights / 'profile.json'}" in out and not (tmp_path / "b" / "profile.journal.jsonl").exists()
-    # A weights directory under a regular file: named, with the variable that moves it, before measuring.
-    (tmp_path / "FILE").write_text("x")
-    monkeypatch.setattr(bench, "WEIGHTS_DIR", tmp_path / "FILE" / "weights")
-    monkeypatch.setattr(bench.acceptance, "measure", no_measuring)
-    with pytest.raises(ValueError, match=r"--profile writes .*FILE/weights/profile\.json \(the weights directory, "
-                                         r"\$SPECDEC_NP_WEIGHTS\): .*FILE is a file"):
-        bench.main(["--profile", "--out", str(tmp_path / "b")])
-
-
 @pytest.mark.parametrize("args, needle", [
     (["--settings", "greedy", "--seeds", "2"], "--seeds 2 applies to top-k only: add top-k to --settings"),
     (["--settings", "greedy,greedy"], "--settings greedy,greedy: choose from greedy, top-k, each once"),

@@ -89,9 +89,7 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
                          (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
                          (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
                          (["demo", "--plan", "default", "--depth", "600"], "tokens per step (--depth 600)"),
-                         (["bench", "--seeds", "0"], "--seeds"),
-                         (["bench", "--jobs", "2"], "--jobs"),  # it applies to --profile only
-                         (["bench", "--profile", "--jobs", "0"], "--jobs")):
+                         (["bench", "--seeds", "0"], "--seeds")):
         r = run_cli(*args)
         assert r.returncode != 0
         lines = r.stderr.strip().splitlines()
@@ -627,14 +625,6 @@ def test_the_demo_says_when_its_timings_were_taken_on_a_busy_machine(monkeypatch
     assert "other processes used 1.0 of its 2 cores" in line and "rerun when it is idle" in line
     assert machine.timing_note(since(0.1)) == ""  # quiet: nothing to say
     assert machine.timing_note(since(0.1), "a figure was off", "why") == "note: a figure was off: why"
-
-
-def test_bench_options_for_curves_only_need_curves():
-    from specdec_np.tools import bench
-
-    for option in ("--matrices", "--gpt2-shapes"):
-        with pytest.raises(ValueError, match=f"{option} applies to --curves only"):
-            bench.main([option, "--prompts", "/nonexistent.jsonl"])
 
 
 def link(kind, src, dst):

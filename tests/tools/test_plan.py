@@ -5,6 +5,8 @@ import dataclasses
 import json
 import os
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,9 @@ from specdec_np.tools import acceptance
 from specdec_np.tools.costmodel import OVERHEADS, pads
 from specdec_np.tools.options import describe
 from specdec_np.tools.progress import Progress
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "weights"))
+import make_profile  # noqa: E402  (weights/make_profile.py: the shipped profile's journal and worker processes)
 
 CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
 PROMPTS = [[1, 2, 3, 1, 2], [4, 5, 6, 7], [3, 3, 9, 1, 2, 3]]
@@ -152,11 +157,16 @@ def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, t
     assert choice.fastest(profile, costs(0.01), 1.0).method != choice.fastest(profile, costs(5.0, 0.0), 1.0).method
 
 
+def measure_journalled(pair, grid, journal, jobs=1, **kw):
+    """The profile of `grid` on PROMPTS, each candidate journalled in `journal` (weights/make_profile.py)."""
+    return acceptance.measure(*pair, PROMPTS, max_new_tokens=12, grid=grid,
+                              count_all=make_profile.journalled(journal, jobs), **kw)
+
+
 def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path, monkeypatch):
-    target, draft, trigram = pair
     grid = {"greedy": GRID[:2]}
     journal = tmp_path / "journal.jsonl"
-    first = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    first = measure_journalled(pair, grid, journal)
     assert len(journal.read_text().splitlines()) == 2
 
     def no_decoding(*args, **kw):
@@ -164,23 +174,50 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
 
     with monkeypatch.context() as m:
         m.setattr(acceptance, "generate", no_decoding)
-        again = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+        again = measure_journalled(pair, grid, journal)
     assert again == first and first["settings"]["greedy"] == profile["settings"]["greedy"][:2]
     # A line another version of the code wrote (its counts may lack a field) is counted again.
     lines = journal.read_text().splitlines()
     journal.write_text(lines[0].replace(f'"version": {acceptance.VERSION}', '"version": 0') + "\n" + lines[1] + "\n")
     decoded = []  # (method, plan) of each candidate decoded: generate's 4th and 7th arguments
     monkeypatch.setattr(acceptance, "generate", lambda *a, **k: decoded.append((a[3], a[6])) or generate(*a, **k))
-    again = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    again = measure_journalled(pair, grid, journal)
     assert again == first and set(decoded) == {(GRID[0][0], Plan(**GRID[0][1]))}
 
 
+def test_make_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path, capsys, monkeypatch):
+    """weights/make_profile.py (the maintainers' tool that regenerates profile.json) names its destination, the
+    weights directory (SPECDEC_NP_WEIGHTS), before measuring; it never falls back to the shipped file, and a
+    destination it cannot write, or --jobs 0, fails before measuring."""
+    saved, journal = [], tmp_path / "b" / "profile.journal.jsonl"
+    monkeypatch.setattr(make_profile, "load_embedded", lambda: ("target", "draft", "ngram", "enc"))
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [[1, 2]])
+    monkeypatch.setattr(acceptance, "measure", lambda *a, **k: journal.write_text("") or {"n": 1})
+    monkeypatch.setattr(acceptance, "save", lambda profile, path: saved.append((profile, path)))
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    monkeypatch.setattr(make_profile, "WEIGHTS_DIR", weights)
+    assert make_profile.main(["--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert saved == [({"n": 1}, weights / "profile.json")]
+    assert f"the profile goes to {weights / 'profile.json'}" in out.splitlines()[0]
+    assert f"wrote {weights / 'profile.json'}" in out and not journal.exists()
+    # A weights directory under a regular file: named, with the variable that moves it, before measuring.
+    (tmp_path / "FILE").write_text("x")
+    monkeypatch.setattr(make_profile, "WEIGHTS_DIR", tmp_path / "FILE" / "weights")
+    monkeypatch.setattr(acceptance, "measure", lambda *a, **k: pytest.fail("measured"))
+    for args, needle in (([], r"the profile goes to .*FILE/weights/profile\.json \(the weights directory, "
+                              r"\$SPECDEC_NP_WEIGHTS\): .*FILE is a file"), (["--jobs", "0"], "--jobs must be >= 1")):
+        with pytest.raises(SystemExit):
+            make_profile.main([*args, "--out", str(tmp_path / "b")])
+        assert re.search(needle, capsys.readouterr().err)
+
+
 def test_a_profile_counted_in_worker_processes_is_the_same(pair, profile, tmp_path):
-    target, draft, trigram = pair
     grid = {"greedy": GRID, "sampled": [(m, dict(s, sampled="without") if m == "staged" else s) for m, s in GRID]}
     journal, seen, env = tmp_path / "journal.jsonl", [], os.environ.get("OPENBLAS_NUM_THREADS")
-    got = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, seeds=2, grid=grid, journal=journal,
-                           jobs=2, progress=lambda done, total: seen.append((done, total)))
+    got = measure_journalled(pair, grid, journal, jobs=2, seeds=2,
+                             progress=lambda done, total: seen.append((done, total)))
     assert got == profile  # in the grid's order, whichever worker finished first
     assert len(journal.read_text().splitlines()) == 8 and seen[-1] == (8, 8)
     assert os.environ.get("OPENBLAS_NUM_THREADS") == env  # the workers' setting, not this process's
@@ -609,11 +646,11 @@ def test_a_profile_without_the_setting_and_a_broken_journal(pair, profile, tmp_p
     assert not choice.choose(target, draft, trigram, None, 0.0, ("lookup",))["lookup"].constant
     journal = tmp_path / "journal.jsonl"
     grid = {"greedy": GRID[:2]}
-    first = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal)
+    first = measure_journalled(pair, grid, journal)
     lines = journal.read_text().splitlines()
     journal.write_text(lines[0] + "\n" + lines[1][:20] + "\n")
     capsys.readouterr()
-    assert acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, grid=grid, journal=journal) == first
+    assert measure_journalled(pair, grid, journal) == first
     err = capsys.readouterr().err
     assert str(journal) in err and "counted again" in err
 
