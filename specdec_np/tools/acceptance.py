@@ -115,7 +115,7 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
         if journal is not None:
             with open(journal, "a") as f:
                 f.write(json.dumps({"version": VERSION, "setting": setting, "method": method,
-                                    "shape": to_json(shape), "record": total}) + "\n")
+                                    "shape": shape, "record": total}) + "\n")
         if progress:
             progress(len(todo) - len(missing) + n + 1, len(todo))
     settings = {}
@@ -146,7 +146,7 @@ def read_journal(path) -> dict:
 
 def candidate_key(setting, candidate) -> tuple:
     method, shape = candidate
-    return setting, method, json.dumps(to_json(shape), sort_keys=True)
+    return setting, method, json.dumps(shape, sort_keys=True)  # tuples as lists: as the journal reads back
 
 
 def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
@@ -158,13 +158,13 @@ _JOB = None  # in a worker process, the job it counts candidates of (`_init_work
 
 
 def counted(item, job=None) -> tuple:
-    """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
+    """(setting, (method, shape), its counts summed over `job`'s prompts and seeds)."""
     setting, (method, shape) = item
     target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
     kw = SETTINGS[setting]
     runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
-    return setting, (method, shape), to_json(counts(*runs))
+    return setting, (method, shape), counts(*runs)
 
 
 def count_all(job, missing, jobs: int):
@@ -194,15 +194,6 @@ def pair_key(target, draft, ngram) -> str:
     if ngram is not None:
         h.update(np.ascontiguousarray(ngram.p1).tobytes())
     return h.hexdigest()[:16]
-
-
-def to_json(x):
-    """Tuples as lists and block sizes as strings: JSON's types."""
-    if isinstance(x, dict):
-        return {str(k): to_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_json(v) for v in x]
-    return x
 
 
 def from_json_record(r: dict) -> dict:
@@ -238,7 +229,7 @@ def from_json(data: dict) -> dict:
 
 
 def save(profile: dict, path) -> None:
-    write_json(Path(path), to_json(profile))
+    write_json(Path(path), profile)  # JSON writes tuples as lists and block sizes as strings: `from_json` reads them
 
 
 def load(path) -> dict:

@@ -12,12 +12,9 @@ import functools
 
 import numpy as np
 
+from ..fastpath import Layout
+
 OVERHEADS = ("step", "draft_step", "draft_dist", "ngram_query")
-
-
-def padded(table, n: int) -> int:
-    """The block size a padding table computes n rows as (n past its end), as `GPT2.padded` does."""
-    return table[n - 1] if n <= len(table) else n
 
 
 def interp(curve: dict, k: int) -> float:
@@ -74,7 +71,7 @@ def scaled(curve: dict, scale: dict) -> dict:
 
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
-    return interp(curves[model].get(state) or curves[model]["warm"], padded(pad, int(k)))
+    return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
