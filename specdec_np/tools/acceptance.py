@@ -97,12 +97,12 @@ def counts(*runs, skip_first: bool = True) -> dict:
 COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
 
 
-def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
-            progress=None, grid=None, journal=None, jobs: int = 1) -> dict:
+def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
+            journal=None, jobs: int = 1) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
     settings with `seeds` seeds per prompt. Each finished candidate is appended to `journal`, where an
     interrupted measurement resumes; `jobs` > 1 counts in that many processes."""
-    grid = grid or {s: candidates(s, quick) for s in SETTINGS}
+    grid = grid or {s: candidates(s) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
     todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
     done = read_journal(journal) if journal is not None and Path(journal).is_file() else {}
@@ -119,9 +119,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
         if progress:
             progress(len(todo) - len(missing) + n + 1, len(todo))
     settings = {}
-    for setting, (method, shape) in todo:
-        settings.setdefault(setting, []).append(
-            {"method": method, "shape": shape, **from_json_record(done[candidate_key(setting, (method, shape))])})
+    for s, (method, shape) in todo:
+        settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, (method, shape))]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
 
@@ -132,13 +131,13 @@ def read_journal(path) -> dict:
     for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
-            from_json_record(rec["record"])
+            record = from_json_record(rec["record"])
             key = candidate_key(rec["setting"], (rec["method"], rec["shape"]))
         except (ValueError, KeyError, TypeError):
             bad += 1
             continue
         if rec.get("version") == VERSION:
-            done[key] = rec["record"]
+            done[key] = record
     if bad:
         sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
     return done
@@ -242,7 +241,7 @@ def load(path) -> dict:
 
 def read_prompts(path) -> list[str]:
     """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz); a
-    ValueError naming the file (and line) if it is not one."""
+    ValueError naming the file (and line) if it is not one or a prompt is empty (generate would refuse it, later)."""
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
@@ -258,10 +257,8 @@ def read_prompts(path) -> list[str]:
                     rec = json.loads(line)
                 except ValueError as e:
                     raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
-                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
-                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
+                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
+                    raise ValueError(f"{path}: line {i} needs a non-empty \"prompt\" field: {form}")
                 prompts.append(rec["prompt"])
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
         raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None

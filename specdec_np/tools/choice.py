@@ -23,7 +23,6 @@ from .options import describe
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
 PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new tokens), largest first
-NAN = float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,8 +31,8 @@ class Choice:
 
     method: str
     plan: Plan
-    ms_per_token: float = NAN
-    baseline_ms_per_token: float = NAN
+    ms_per_token: float = float("nan")
+    baseline_ms_per_token: float = float("nan")
     layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
     constant: str = ""  # why the plan is the constant one, in words ("" when measured)
 
@@ -145,9 +144,8 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
     usable = acceptance.runnable(draft is not None, ngram is not None)
     grid = {setting: [c for c in acceptance.candidates(setting, quick=True) if c[0] in usable]}
     seeds = 2  # runs per prompt when sampling
-    curves = costs["curves"]
     # Per token: a target pass and two draft passes (random-weight GPT-2 pairs took 1.4x this estimate).
-    ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
+    ms = pass_ms(costs["curves"], "target", "warm", 1) + 2 * pass_ms(costs["curves"], "draft", "cold", 1)
     runs = len(grid[setting]) * len(acceptance.run_seeds(0, acceptance.SETTINGS[setting]["temperature"], seeds))
     n_prompts, tokens, seconds = profile_size(runs, ms)
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
