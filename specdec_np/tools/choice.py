@@ -54,17 +54,17 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not METHODS[m].drafts}
+    def const(m, why):  # m (None: staged) with the constant plan
+        return constant_choice(m or "staged", temperature, rule, why)
+    out = {m: const(m, "the baseline") for m in asked if m and not METHODS[m].drafts}
     asked = [m for m in asked if m not in out]
     if plan == "default":
-        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
-                      for m in asked}
-    out |= {m: constant_choice(m, temperature, rule, f"the constant plan: the acceptance profile holds no {m} plans")
+        return out | {m: const(m, "the constant plan, as --plan default asks") for m in asked}
+    out |= {m: const(m, f"the constant plan: the acceptance profile holds no {m} plans")
             for m in asked if m and m not in acceptance.PROFILED}
     asked = [m for m in asked if m not in out]
     if draft is None or not asked:
-        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan: no draft model, no "
-                                         "pair to measure") for m in asked}
+        return out | {m: const(m, "the constant plan: no draft model, no pair to measure") for m in asked}
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
@@ -87,8 +87,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
                              and (keep is None or keep(r)))
             out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
         except ValueError:  # no plan of m in the profile is lossless for the rule
-            out[m] = constant_choice(m, temperature, rule, f"the constant plan: the profile has no plan of {m} for "
-                                                            f"--rule {rule}")
+            out[m] = const(m, f"the constant plan: the profile has no plan of {m} for --rule {rule}")
     return out
 
 
@@ -161,8 +160,5 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
 
 def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
     """(prompts, new tokens, seconds) of a first-use profile: the largest PROFILE_SIZES within PROFILE_SECONDS."""
-    for n_prompts, tokens in PROFILE_SIZES:
-        seconds = n_runs * n_prompts * tokens * ms_per_token / 1000
-        if seconds <= PROFILE_SECONDS:
-            break
-    return n_prompts, tokens, seconds
+    sizes = [(prompts, tokens, n_runs * prompts * tokens * ms_per_token / 1000) for prompts, tokens in PROFILE_SIZES]
+    return next((size for size in sizes if size[2] <= PROFILE_SECONDS), sizes[-1])
