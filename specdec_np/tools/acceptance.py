@@ -34,7 +34,6 @@ FORMAT = "specdec_np.profile"
 VERSION = 2
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
 PROFILE_FILE = weights_file("profile.json")
-PROMPTS_FILE = weights_file("calibration.jsonl")
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
@@ -269,6 +268,6 @@ def read_prompts(path) -> list[str]:
     return prompts
 
 
-def calibration_prompts(enc, path=PROMPTS_FILE) -> list[list[int]]:
+def calibration_prompts(enc, path=weights_file("calibration.jsonl")) -> list[list[int]]:
     """The calibration prompts (code held out from the embedded models' training) as token ids."""
     return [encode(enc, text) for text in read_prompts(path)]

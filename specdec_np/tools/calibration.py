@@ -153,15 +153,14 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
               ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7, sampled=sampled))]
     shapes = [(m, plan) for m, plan in shapes if m in acceptance.runnable(draft is not None, ngram is not None)]
     for _ in range(2):  # the second round is the one kept: warm
-        steps, passes = [], []
+        timed = []  # the runs' steps past each prefill
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
-                res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
+                timed += generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw).stats.steps[1:]
                 in_time()
-                for s in res.stats.steps[1:]:
-                    steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
-                    passes.append(("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block),
-                                   1000 * s.seconds[1]))
+    steps = [(s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])) for s in timed]
+    passes = [("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block), 1000 * s.seconds[1])
+              for s in timed]
     return steps, passes
 
 

@@ -16,6 +16,7 @@ from ..plan import Plan, constant
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration
+from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
 from .options import describe
@@ -43,6 +44,10 @@ class Choice:
     def reason(self, among: str = "") -> str:
         """Why it runs: measured (`among` the methods, e.g. " of tree, staged"), or the constant plan and why."""
         return self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
+
+    def models(self, target, draft):
+        """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
+        return apply_layout(self.layout, target, draft)
 
 
 def setting_name(temperature) -> str:

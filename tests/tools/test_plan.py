@@ -17,7 +17,6 @@ from specdec_np.plan import Plan, constant
 from specdec_np.tools import calibration as cal
 from specdec_np.tools import choice, machine
 from specdec_np.tools import acceptance
-from specdec_np.tools.costcurve import apply_layout
 from specdec_np.tools.costmodel import OVERHEADS, pads
 from specdec_np.tools.options import describe
 from specdec_np.tools.progress import Progress
@@ -340,7 +339,7 @@ def test_a_busy_machine_measures_nothing_and_says_which_plan_it_uses(pair, profi
     chosen = choice.choose(target, draft, trigram, None, 0.0)[None]
     padding = pads(costs(0.01)["curves"])  # the padding tables of the measured cost curves
     assert not chosen.constant and chosen.layout == {"target": 4, "draft": 0} | padding
-    laid_target, laid_draft = apply_layout(chosen.layout, target, draft)  # as the CLI and the demo lay them out
+    laid_target, laid_draft = chosen.models(target, draft)
     assert (laid_target.layout.slab_rows, laid_draft.layout.slab_rows) == (4, 0)
     assert laid_target.params is target.params
     assert (laid_target.layout.padding, laid_draft.layout.padding) == (padding["target_pad"], padding["draft_pad"])
