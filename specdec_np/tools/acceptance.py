@@ -103,14 +103,14 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     interrupted measurement resumes; `jobs` > 1 counts in that many processes."""
     grid = grid or {s: candidates(s) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
-    todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
+    todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
     done = read_journal(journal) if journal is not None and Path(journal).is_file() else {}
-    missing = [(setting, c) for setting, c in todo if candidate_key(setting, c) not in done]
+    missing = [c for c in todo if candidate_key(*c) not in done]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds)
     if progress and len(missing) < len(todo):
         progress(len(todo) - len(missing), len(todo))
-    for n, (setting, (method, shape), total) in enumerate(count_all(job, missing, jobs)):
-        done[candidate_key(setting, (method, shape))] = total
+    for n, (setting, method, shape, total) in enumerate(count_all(job, missing, jobs)):
+        done[candidate_key(setting, method, shape)] = total
         if journal is not None:
             with open(journal, "a") as f:
                 f.write(json.dumps({"version": VERSION, "setting": setting, "method": method,
@@ -118,8 +118,8 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
         if progress:
             progress(len(todo) - len(missing) + n + 1, len(todo))
     settings = {}
-    for s, (method, shape) in todo:
-        settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, (method, shape))]})
+    for s, method, shape in todo:
+        settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, method, shape)]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
 
@@ -131,7 +131,7 @@ def read_journal(path) -> dict:
         try:
             rec = json.loads(line)
             record = from_json_record(rec["record"])
-            key = candidate_key(rec["setting"], (rec["method"], rec["shape"]))
+            key = candidate_key(rec["setting"], rec["method"], rec["shape"])
         except (ValueError, KeyError, TypeError):
             bad += 1
             continue
@@ -142,8 +142,7 @@ def read_journal(path) -> dict:
     return done
 
 
-def candidate_key(setting, candidate) -> tuple:
-    method, shape = candidate
+def candidate_key(setting, method, shape) -> tuple:
     return setting, method, json.dumps(shape, sort_keys=True)  # tuples as lists: as the journal reads back
 
 
@@ -156,13 +155,13 @@ _JOB = None  # in a worker process, the job it counts candidates of (`_init_work
 
 
 def counted(item, job=None) -> tuple:
-    """(setting, (method, shape), its counts summed over `job`'s prompts and seeds)."""
-    setting, (method, shape) = item
+    """(setting, method, shape, its counts summed over `job`'s prompts and seeds)."""
+    setting, method, shape = item
     target, draft, ngram, prompts, max_new_tokens, seeds = job or _JOB
     kw = SETTINGS[setting]
     runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
-    return setting, (method, shape), counts(*runs)
+    return setting, method, shape, counts(*runs)
 
 
 def count_all(job, missing, jobs: int):
