@@ -37,8 +37,7 @@ PROFILE_FILE = weights_file("profile.json")
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
-    """(method, plan shape) pairs to profile in a setting (`quick`: a smaller grid, for a pair profiled
-    on first use): chains, trees alone and staged, and when sampling the sequence-level rules too."""
+    """(method, plan shape) pairs to profile in a setting (`quick`: fewer, for a pair profiled on first use)."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.

@@ -75,8 +75,7 @@ MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not ca
 
 
 def problem(costs, has_draft: bool) -> str:
-    """What keeps `costs` from being what `measure_costs` gives ("" if nothing): each model's layout one
-    `choose_slab_rows` may choose, its curves finite ms > 0 by block size, each setting's OVERHEADS >= 0."""
+    """What keeps `costs` from being what `measure_costs` gives ("" if nothing), part by part."""
     models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
     if isinstance(costs, dict) and "busy" in costs:  # an older version kept such costs: never trusted
         return "measured while the machine was busy"
