@@ -102,8 +102,8 @@ def fastest(profile: dict, costs: dict, temperature: float, method: str | None =
     setting = setting_name(temperature)
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
-    curves, overheads = costs["curves"], costs["overheads"][setting]
-    priced = [(record_ms(r, curves, overheads, **pads(curves)) / r["tokens"], r["method"], r["shape"])
+    curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
+    priced = [(record_ms(r, curves, overheads, **pad) / r["tokens"], r["method"], r["shape"])
               for r in profile["settings"][setting] if r["method"] in acceptance.runnable(has_draft, has_ngram)
               and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
     if not priced:

@@ -8,8 +8,6 @@ come from an acceptance profile or a run's statistics, the costs from this machi
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..fastpath import Layout
@@ -35,17 +33,11 @@ def pad_size(curve: dict, k: int) -> int:
 
 def padding(curve: dict | None) -> tuple:
     """A model's padding table (`Layout.padding`): `pad_size(curve, k)` for k up to the largest measured size."""
-    return _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items()))) if curve else ()
-
-
-@functools.lru_cache(maxsize=8)
-def _pad_table(curve_items: tuple) -> tuple:  # computed once per curve, not per call
-    curve = dict(curve_items)
-    return tuple(pad_size(curve, k) for k in range(1, max(curve) + 1))
+    return tuple(pad_size(curve, k) for k in range(1, max(int(x) for x in curve) + 1)) if curve else ()
 
 
 def pads(curves: dict) -> dict:
-    """The padding tables of measured cost curves, from each model's warm curve."""
+    """The padding tables of measured cost curves, from each model's warm curve (computed anew on each call)."""
     return {f"{m}_pad": padding(curves[m]["warm"]) if m in curves else () for m in ("target", "draft")}
 
 
