@@ -51,20 +51,19 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
         trees += [] if quick else [{"budget": b, "depth": d} for b, d in ((5, 3), (8, 6))]
     else:
         trees = [{"sampled": "without", "widths": w} for w in (widths[:4] if quick else widths)]
+
+    def with_staged(tree, stage2, copies):  # the tree alone, then staged with each (guess_len, guess_rows), copy_len
+        return [("tree", tree)] + [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c))
+                                   for g, r in stage2 for c in copies]
     stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
-    copies = (0, 3, 7, 15)
     for tree in trees:
-        out.append(("tree", tree))
-        out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
+        out += with_staged(tree, stage2, (0, 3, 7, 15))
     if setting != "greedy":  # the sequence-level rules on the same sampled drafts, with fewer stage-2 settings
         out += [("speculative", {"chain": k, "rule": "block"}) for k in chains]
         few_stage2 = ((0, 0),) if quick else ((0, 0), (2, 4))
         few_copies = (0, 15) if quick else (0, 7, 15)
         for tree in trees:
-            tree = dict(tree, rule="traversal")
-            out.append(("tree", tree))
-            out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in few_stage2
-                    for c in few_copies]
+            out += with_staged(dict(tree, rule="traversal"), few_stage2, few_copies)
     return out
 
 

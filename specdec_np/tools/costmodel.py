@@ -88,8 +88,7 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     free = [j for j in range(3) if features[:, j].any()]
     while True:  # a coefficient that comes out negative is fixed at 0 and the rest refitted
         x = np.zeros(3)
-        if free:
-            x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]
+        x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]  # none free: all fixed at 0
         if (x >= 0).all():
             break
         free = [j for j in free if x[j] > 0]
