@@ -37,33 +37,33 @@ def read_journal(path: Path) -> dict:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
-            acceptance.from_json_record(rec["record"])
-            key = acceptance.candidate_key(rec["setting"], (rec["method"], rec["shape"]))
+            record = acceptance.from_json_record(rec["record"])
+            key = acceptance.candidate_key(rec["setting"], rec["method"], rec["shape"])
         except (ValueError, KeyError, TypeError):
             bad += 1
             continue
         if rec.get("version") == acceptance.VERSION:
-            done[key] = rec["record"]
+            done[key] = record
     if bad:
         sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
     return done
 
 
 def journalled(journal: Path, jobs: int = 1):
-    """An `acceptance.measure` count_all: the candidates `journal` holds, then the others counted here or in
-    `jobs` processes (several processes' BLAS threads would wait on each other: one each), each appended
-    to the journal as it finishes."""
+    """An `acceptance.measure` count_all: the candidates `journal` holds, then the others, each appended to it
+    as it is counted, here or in `jobs` processes of one BLAS thread each (several processes' BLAS threads would
+    wait on each other)."""
     def count_all(job, todo):
         done = read_journal(journal) if journal.is_file() else {}
-        for setting, candidate in todo:
-            if acceptance.candidate_key(setting, candidate) in done:
-                yield setting, candidate, done[acceptance.candidate_key(setting, candidate)]
+        for item in todo:
+            if acceptance.candidate_key(*item) in done:
+                yield *item, done[acceptance.candidate_key(*item)]
         missing = [item for item in todo if acceptance.candidate_key(*item) not in done]
-        for setting, (method, shape), total in counted_all(job, missing, jobs):
+        for setting, method, shape, total in counted_all(job, missing, jobs):
             with open(journal, "a") as f:
                 f.write(json.dumps({"version": acceptance.VERSION, "setting": setting, "method": method,
-                                    "shape": acceptance.to_json(shape), "record": total}) + "\n")
-            yield setting, (method, shape), total
+                                    "shape": shape, "record": total}) + "\n")
+            yield setting, method, shape, total
     return count_all
 
 

@@ -31,12 +31,10 @@ FORMAT = "specdec_np.profile"
 VERSION = 2
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
 PROFILE_FILE = weights_file("profile.json")
-PROMPTS_FILE = weights_file("calibration.jsonl")
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
-    """(method, plan shape) pairs to profile in a setting (`quick`: a smaller grid, for a pair profiled
-    on first use): chains, trees alone and staged, and when sampling the sequence-level rules too."""
+    """(method, plan shape) pairs to profile in a setting (`quick`: fewer, for a pair profiled on first use)."""
     chains = (1, 2, 3, 4) if quick else (1, 2, 3, 4, 6)
     out = [("ar", {})] + [("lookup", {"chain": k}) for k in (3, 7, 15)]
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
@@ -50,20 +48,19 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
         trees += [] if quick else [{"budget": b, "depth": d} for b, d in ((5, 3), (8, 6))]
     else:
         trees = [{"sampled": "without", "widths": w} for w in (widths[:4] if quick else widths)]
+
+    def with_staged(tree, stage2, copies):  # the tree alone, then staged with each (guess_len, guess_rows), copy_len
+        return [("tree", tree)] + [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c))
+                                   for g, r in stage2 for c in copies]
     stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
-    copies = (0, 3, 7, 15)
     for tree in trees:
-        out.append(("tree", tree))
-        out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in stage2 for c in copies]
+        out += with_staged(tree, stage2, (0, 3, 7, 15))
     if setting != "greedy":  # the sequence-level rules on the same sampled drafts, with fewer stage-2 settings
         out += [("speculative", {"chain": k, "rule": "block"}) for k in chains]
         few_stage2 = ((0, 0),) if quick else ((0, 0), (2, 4))
         few_copies = (0, 15) if quick else (0, 7, 15)
         for tree in trees:
-            tree = dict(tree, rule="traversal")
-            out.append(("tree", tree))
-            out += [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c)) for g, r in few_stage2
-                    for c in few_copies]
+            out += with_staged(dict(tree, rule="traversal"), few_stage2, few_copies)
     return out
 
 
@@ -94,32 +91,30 @@ def counts(*runs, skip_first: bool = True) -> dict:
 COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
 
 
-def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, quick: bool = False,
-            progress=None, grid=None, count_all=None) -> dict:
+def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
+            count_all=None) -> dict:
     """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
-    settings with `seeds` seeds per prompt. `count_all(job, todo)` yields (setting, candidate, counts as
-    JSON) as each is counted (default: each in turn, here; weights/make_profile.py journals them and
-    counts in several processes)."""
-    grid = grid or {s: candidates(s, quick) for s in SETTINGS}
+    settings with `seeds` seeds per prompt. `count_all(job, todo)` yields each candidate's (setting, method,
+    shape, counts) as it is counted (default `count_each`: in turn, here; weights/make_profile.py journals
+    them and counts in several processes)."""
+    grid = grid or {s: candidates(s) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None)
-    todo = [(s, c) for s in grid for c in grid[s] if c[0] in usable]
+    todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds)
     done = {}
-    for n, (setting, candidate, total) in enumerate((count_all or count_each)(job, todo)):
-        done[candidate_key(setting, candidate)] = total
+    for n, (setting, method, shape, total) in enumerate((count_all or count_each)(job, todo)):
+        done[candidate_key(setting, method, shape)] = total
         if progress:
             progress(n + 1, len(todo))
     settings = {}
-    for setting, (method, shape) in todo:
-        settings.setdefault(setting, []).append(
-            {"method": method, "shape": shape, **from_json_record(done[candidate_key(setting, (method, shape))])})
+    for s, method, shape in todo:
+        settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, method, shape)]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
 
 
-def candidate_key(setting, candidate) -> tuple:
-    method, shape = candidate
-    return setting, method, json.dumps(to_json(shape), sort_keys=True)
+def candidate_key(setting, method, shape) -> tuple:
+    return setting, method, json.dumps(shape, sort_keys=True)  # tuples as lists: as a journal reads back
 
 
 def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
@@ -128,13 +123,13 @@ def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
 
 
 def counted(job, item) -> tuple:
-    """(setting, (method, shape), its counts summed over `job`'s prompts and seeds, as JSON)."""
-    setting, (method, shape) = item
+    """(setting, method, shape, its counts summed over `job`'s prompts and seeds)."""
+    setting, method, shape = item
     target, draft, ngram, prompts, max_new_tokens, seeds = job
     kw = SETTINGS[setting]
     runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
-    return setting, (method, shape), to_json(counts(*runs))
+    return setting, method, shape, counts(*runs)
 
 
 def count_each(job, todo):
@@ -154,15 +149,6 @@ def pair_key(target, draft, ngram) -> str:
     if ngram is not None:
         h.update(np.ascontiguousarray(ngram.p1).tobytes())
     return h.hexdigest()[:16]
-
-
-def to_json(x):
-    """Tuples as lists and block sizes as strings: JSON's types."""
-    if isinstance(x, dict):
-        return {str(k): to_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_json(v) for v in x]
-    return x
 
 
 def from_json_record(r: dict) -> dict:
@@ -198,7 +184,7 @@ def from_json(data: dict) -> dict:
 
 
 def save(profile: dict, path) -> None:
-    write_json(Path(path), to_json(profile))
+    write_json(Path(path), profile)  # JSON writes tuples as lists and block sizes as strings: `from_json` reads them
 
 
 def load(path) -> dict:
@@ -211,7 +197,7 @@ def load(path) -> dict:
 
 def read_prompts(path) -> list[str]:
     """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz); a
-    ValueError naming the file (and line) if it is not one."""
+    ValueError naming the file (and line) if it is not one or a prompt is empty (generate would refuse it, later)."""
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
@@ -227,10 +213,8 @@ def read_prompts(path) -> list[str]:
                     rec = json.loads(line)
                 except ValueError as e:
                     raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                    raise ValueError(f"{path}: line {i} has no \"prompt\" field: {form}")
-                if not rec["prompt"]:  # nothing to condition on: generate would refuse it, after the measuring
-                    raise ValueError(f"{path}: line {i}'s prompt is empty: give at least one character")
+                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
+                    raise ValueError(f"{path}: line {i} needs a non-empty \"prompt\" field: {form}")
                 prompts.append(rec["prompt"])
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
         raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
@@ -241,6 +225,6 @@ def read_prompts(path) -> list[str]:
     return prompts
 
 
-def calibration_prompts(enc, path=PROMPTS_FILE) -> list[list[int]]:
+def calibration_prompts(enc, path=weights_file("calibration.jsonl")) -> list[list[int]]:
     """The calibration prompts (code held out from the embedded models' training) as token ids."""
     return [encode(enc, text) for text in read_prompts(path)]

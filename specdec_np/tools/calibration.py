@@ -75,8 +75,7 @@ MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not ca
 
 
 def problem(costs, has_draft: bool) -> str:
-    """What keeps `costs` from being what `measure_costs` gives ("" if nothing): each model's layout one
-    `choose_slab_rows` may choose, its curves finite ms > 0 by block size, each setting's OVERHEADS >= 0."""
+    """What keeps `costs` from being what `measure_costs` gives ("" if nothing), part by part."""
     models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
     if isinstance(costs, dict) and "busy" in costs:  # an older version kept such costs: never trusted
         return "measured while the machine was busy"
@@ -153,15 +152,14 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
               ("staged", Plan(shape="fixed", widths=(2, 1), guess_len=2, guess_rows=4, copy_len=7, sampled=sampled))]
     shapes = [(m, plan) for m, plan in shapes if m in acceptance.runnable(draft is not None, ngram is not None)]
     for _ in range(2):  # the second round is the one kept: warm
-        steps, passes = [], []
+        timed = []  # the runs' steps past each prefill
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
-                res = generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw)
+                timed += generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw).stats.steps[1:]
                 in_time()
-                for s in res.stats.steps[1:]:
-                    steps.append((s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])))
-                    passes.append(("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block),
-                                   1000 * s.seconds[1]))
+    steps = [(s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])) for s in timed]
+    passes = [("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block), 1000 * s.seconds[1])
+              for s in timed]
     return steps, passes
 
 

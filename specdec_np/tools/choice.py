@@ -24,7 +24,6 @@ from .options import describe
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
 PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new tokens), largest first
-NAN = float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +32,8 @@ class Choice:
 
     method: str
     plan: Plan
-    ms_per_token: float = NAN
-    baseline_ms_per_token: float = NAN
+    ms_per_token: float = float("nan")
+    baseline_ms_per_token: float = float("nan")
     layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
     constant: str = ""  # why the plan is the constant one, in words ("" when measured)
 
@@ -60,17 +59,17 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
     verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
     most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    out = {m: constant_choice(m, temperature, rule, "the baseline") for m in asked if m and not METHODS[m].drafts}
+    def const(m, why):  # m (None: staged) with the constant plan
+        return constant_choice(m or "staged", temperature, rule, why)
+    out = {m: const(m, "the baseline") for m in asked if m and not METHODS[m].drafts}
     asked = [m for m in asked if m not in out]
     if plan == "default":
-        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan, as --plan default asks")
-                      for m in asked}
-    out |= {m: constant_choice(m, temperature, rule, f"the constant plan: the acceptance profile holds no {m} plans")
+        return out | {m: const(m, "the constant plan, as --plan default asks") for m in asked}
+    out |= {m: const(m, f"the constant plan: the acceptance profile holds no {m} plans")
             for m in asked if m and m not in acceptance.PROFILED}
     asked = [m for m in asked if m not in out]
     if draft is None or not asked:
-        return out | {m: constant_choice(m or "staged", temperature, rule, "the constant plan: no draft model, no "
-                                         "pair to measure") for m in asked}
+        return out | {m: const(m, "the constant plan: no draft model, no pair to measure") for m in asked}
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
@@ -93,8 +92,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
                              and (keep is None or keep(r)))
             out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
         except ValueError:  # no plan of m in the profile is lossless for the rule
-            out[m] = constant_choice(m, temperature, rule, f"the constant plan: the profile has no plan of {m} for "
-                                                            f"--rule {rule}")
+            out[m] = const(m, f"the constant plan: the profile has no plan of {m} for --rule {rule}")
     return out
 
 
@@ -104,8 +102,8 @@ def fastest(profile: dict, costs: dict, temperature: float, method: str | None =
     setting = setting_name(temperature)
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
-    curves, overheads = costs["curves"], costs["overheads"][setting]
-    priced = [(record_ms(r, curves, overheads, **pads(curves)) / r["tokens"], r["method"], r["shape"])
+    curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
+    priced = [(record_ms(r, curves, overheads, **pad) / r["tokens"], r["method"], r["shape"])
               for r in profile["settings"][setting] if r["method"] in acceptance.runnable(has_draft, has_ngram)
               and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
@@ -150,9 +148,8 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
     usable = acceptance.runnable(draft is not None, ngram is not None)
     grid = {setting: [c for c in acceptance.candidates(setting, quick=True) if c[0] in usable]}
     seeds = 2  # runs per prompt when sampling
-    curves = costs["curves"]
     # Per token: a target pass and two draft passes (random-weight GPT-2 pairs took 1.4x this estimate).
-    ms = pass_ms(curves, "target", "warm", 1) + (2 * pass_ms(curves, "draft", "cold", 1) if "draft" in curves else 0.0)
+    ms = pass_ms(costs["curves"], "target", "warm", 1) + 2 * pass_ms(costs["curves"], "draft", "cold", 1)
     runs = len(grid[setting]) * len(acceptance.run_seeds(0, acceptance.SETTINGS[setting]["temperature"], seeds))
     n_prompts, tokens, seconds = profile_size(runs, ms)
     about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
@@ -162,14 +159,11 @@ def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict,
     measured = acceptance.measure(target, draft, ngram, prompts[:n_prompts], max_new_tokens=tokens, seeds=seeds,
                                 grid=grid, progress=progress)
     if cache:
-        store(path, acceptance.to_json(measured))
+        store(path, measured)
     return measured
 
 
 def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
     """(prompts, new tokens, seconds) of a first-use profile: the largest PROFILE_SIZES within PROFILE_SECONDS."""
-    for n_prompts, tokens in PROFILE_SIZES:
-        seconds = n_runs * n_prompts * tokens * ms_per_token / 1000
-        if seconds <= PROFILE_SECONDS:
-            break
-    return n_prompts, tokens, seconds
+    sizes = [(prompts, tokens, n_runs * prompts * tokens * ms_per_token / 1000) for prompts, tokens in PROFILE_SIZES]
+    return next((size for size in sizes if size[2] <= PROFILE_SECONDS), sizes[-1])

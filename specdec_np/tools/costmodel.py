@@ -8,16 +8,11 @@ come from an acceptance profile or a run's statistics, the costs from this machi
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from ..fastpath import Layout
+
 OVERHEADS = ("step", "draft_step", "draft_dist", "ngram_query")
-
-
-def padded(table, n: int) -> int:
-    """The block size a padding table computes n rows as (n past its end), as `GPT2.padded` does."""
-    return table[n - 1] if n <= len(table) else n
 
 
 def interp(curve: dict, k: int) -> float:
@@ -38,17 +33,11 @@ def pad_size(curve: dict, k: int) -> int:
 
 def padding(curve: dict | None) -> tuple:
     """A model's padding table (`Layout.padding`): `pad_size(curve, k)` for k up to the largest measured size."""
-    return _pad_table(tuple(sorted((int(k), float(v)) for k, v in curve.items()))) if curve else ()
-
-
-@functools.lru_cache(maxsize=8)
-def _pad_table(curve_items: tuple) -> tuple:  # computed once per curve, not per call
-    curve = dict(curve_items)
-    return tuple(pad_size(curve, k) for k in range(1, max(curve) + 1))
+    return tuple(pad_size(curve, k) for k in range(1, max(int(x) for x in curve) + 1)) if curve else ()
 
 
 def pads(curves: dict) -> dict:
-    """The padding tables of measured cost curves, from each model's warm curve."""
+    """The padding tables of measured cost curves, from each model's warm curve (computed anew on each call)."""
     return {f"{m}_pad": padding(curves[m]["warm"]) if m in curves else () for m in ("target", "draft")}
 
 
@@ -74,7 +63,7 @@ def scaled(curve: dict, scale: dict) -> dict:
 
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
-    return interp(curves[model].get(state) or curves[model]["warm"], padded(pad, int(k)))
+    return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
@@ -99,8 +88,7 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     free = [j for j in range(3) if features[:, j].any()]
     while True:  # a coefficient that comes out negative is fixed at 0 and the rest refitted
         x = np.zeros(3)
-        if free:
-            x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]
+        x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]  # none free: all fixed at 0
         if (x >= 0).all():
             break
         free = [j for j in free if x[j] > 0]

@@ -431,7 +431,7 @@ def test_paired_ratio_interval_covers_a_mixed_result_and_groups_a_prompts_runs()
 def test_read_prompts_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n')
-    with pytest.raises(ValueError, match="no \"prompt\" field"):
+    with pytest.raises(ValueError, match="needs a non-empty \"prompt\" field"):
         bench.acceptance.read_prompts(bad)
     assert len(bench.acceptance.read_prompts(FIXTURE)) == 3
 
@@ -587,7 +587,7 @@ def test_ngram_fit_names_a_file_that_is_not_utf8(tmp_path, capsys):
 
 def test_bench_prompts_that_are_not_jsonl_say_what_to_give(tmp_path):
     for name, data, needle in (("prompt.py", b"def f(x):\n", "line 1 is not JSON (Expecting value): give a JSONL file"),
-                               ("numbers.jsonl", b"5\n", "line 1 has no \"prompt\" field: give a JSONL file"),
+                               ("numbers.jsonl", b"5\n", "line 1 needs a non-empty \"prompt\" field: give a JSONL"),
                                ("latin1.jsonl", b'{"prompt": "\xe9"}\n', "not UTF-8 text")):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ValueError) as e:
@@ -685,7 +685,7 @@ def no_measuring(*args, **kwargs):
     (['{"prompt": "def f():"}'], ["--max-new-tokens", "600"], "--max-new-tokens 600 leaves no room for a prompt"),
     (['{"prompt": "def f():"}'], ["--max-new-tokens", "511"], "give at most 510"),
     # B6: an empty prompt, named by file and line.
-    (['{"prompt": "def f():"}', '{"prompt": ""}'], [], "p.jsonl: line 2's prompt is empty"),
+    (['{"prompt": "def f():"}', '{"prompt": ""}'], [], "p.jsonl: line 2 needs a non-empty \"prompt\" field"),
     # B7: a gzip whose deflate data is corrupt.
     (None, [], "c.jsonl.gz: not gzipped UTF-8 text"),
 ])

@@ -2,8 +2,9 @@
 
 import pytest
 
-from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, interp, loop_scale, pad_size, padded, padding,
-                                        record_ms, scaled)
+from specdec_np.fastpath import Layout
+from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, interp, loop_scale, pad_size, padding, record_ms,
+                                        scaled)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -16,9 +17,9 @@ def test_pad_size_picks_the_cheapest_size_at_least_as_large():
 
 
 def test_padding_table_without_a_curve_is_the_identity():
-    assert padding(None) == () and [padded((), k) for k in (1, 5, 100)] == [1, 5, 100]
-    table = padding(CURVE)  # up to 16, the largest measured size
-    assert len(table) == 16 and [padded(table, k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
+    assert padding(None) == () and [Layout(padding=()).rows(k) for k in (1, 5, 100)] == [1, 5, 100]
+    table = padding(CURVE)  # up to 16, the largest measured size: the rows `Layout.rows` computes blocks as
+    assert len(table) == 16 and [Layout(padding=table).rows(k) for k in (1, 3, 5, 7, 17)] == [1, 4, 8, 8, 17]
 
 
 def record(target_cold=(), target_warm=(), draft_cold=(), draft_warm=(), steps=1, draft_dists=0, ngram_queries=0,
