@@ -85,6 +85,7 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
+    padding = pads(costs["curves"])  # the padding tables the predictions price passes with
     for i, prompt in enumerate(prompts):
         for sname, rows in plans.items():
             skw = SETTINGS[sname]
@@ -98,7 +99,7 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
                         "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
                         "target_passes": res.stats.target_passes, "stats": res.stats,
                         "predicted_ms": record_ms(acceptance.counts(res.stats, skip_first=False), costs["curves"],
-                                                  overheads, **pads(costs["curves"]))})
+                                                  overheads, **padding)})
                 done += 1
                 show(done, total, sname)
     return records
