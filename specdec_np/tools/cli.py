@@ -30,11 +30,10 @@ from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
-from .acceptance import runnable
 from .choice import choose
 from .costcurve import apply_layout
-from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, describe, given,
-                      profiled, reads, shown)
+from .options import (candidate_methods, changed, check_fits, check_options, check_rule, describe, given, profiled,
+                      reads, shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 from .writable import check_writable
@@ -94,13 +93,11 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
     for the methods the options allow, the fastest whose rule is lossless with the options' changes applied."""
     methods = candidate_methods(a)
-    check_shape(a, methods, target.config.n_ctx)
+    for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
+        check_fits(changed(Plan(copy_len=0), method, a), method, target.config.n_ctx)
     asked = (a.method,)
     if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
-        asked = tuple(m for m in methods if m in runnable(draft is not None, ngram is not None))
-        if methods and not asked:
-            raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
-                             f"this model pair cannot run (it has no n-gram model)")
+        asked = tuple(m for m in methods if profiled(m))  # all runnable: with a draft, setup loaded the n-gram
     choices = choose(target, draft, ngram, enc, temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
     shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
     choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
@@ -119,15 +116,13 @@ def read_prompt(a) -> str:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.file is not None:
         where = f"--file {shown(a.file)}"
-        try:  # stat first: opening a FIFO blocks until something writes to it, a device may never end
-            mode = os.stat(a.file).st_mode
+        with naming("--file", a.file):  # missing, a directory, unreadable: which option and why, in one line
+            mode = os.stat(a.file).st_mode  # first: opening a FIFO blocks, a device may never end
             if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a directory: open() says so
                 raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
                                  "pipe the prompt into - (standard input)")
             with open(a.file, "rb") as f:
                 return utf8(read_at_most(f, where), f"the prompt ({where})")
-        except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
-            raise ValueError(f"{where}: {e.strerror or e}") from None
     if a.prompt not in (None, "-"):
         return a.prompt
     if sys.stdin is None:  # started with standard input closed (`<&-`)
@@ -296,20 +291,19 @@ def cmd_ngram(argv) -> int:
     f.add_argument("files", nargs="+", type=Path)
     f.add_argument("--out", required=True, type=Path, help="output .npz (not one of FILES)")
     vocab = f.add_mutually_exclusive_group()
-    vocab.add_argument("--n-vocab", type=int, help="vocabulary size of the models it drafts for: 50257 for GPT-2 (the "
-                       f"default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
+    vocab.add_argument("--n-vocab", type=int, default=GPT2_N_VOCAB, help="vocabulary size of the models it drafts "
+                       f"for: {GPT2_N_VOCAB} for GPT-2 (the default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
     vocab.add_argument("--vocab-from", metavar="CHECKPOINT", help="take the vocabulary size from this checkpoint (a "
                        "directory or a downloaded model's name, e.g. weights/tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.n_vocab is not None and not 257 <= args.n_vocab <= GPT2_N_VOCAB:  # 0 is not the default
+    if not 257 <= args.n_vocab <= GPT2_N_VOCAB:
         raise ValueError(f"--n-vocab must be in 257..{GPT2_N_VOCAB} (the 256 bytes and <|endoftext|>, up to GPT-2's "
                          f"vocabulary), got {args.n_vocab}")
     out = check_writable(args.out, f"--out {args.out}", example="trigram.npz")
-    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else \
-        args.n_vocab or GPT2_N_VOCAB
+    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
@@ -352,10 +346,10 @@ def main(argv=None) -> int:
     for name, text in own.items():  # these parse their own arguments
         sub.add_parser(name, help=text, add_help=False)
     if argv and argv[0] in own:
-        cmd, rest = argv[0], argv[1:]
+        cmd, args = argv[0], argv[1:]
     else:
-        a = ap.parse_args(argv)
-        cmd, rest = a.cmd, None
+        args = ap.parse_args(argv)
+        cmd = args.cmd
     if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None and cmd in ("generate", "demo"):  # `>&-`: said before any work, not a traceback after it
@@ -364,10 +358,8 @@ def main(argv=None) -> int:
         return 2
     real, sys.stdout = sys.stdout, sys.stdout and Stdout(sys.stdout)
     try:
-        if rest is None:
-            code = cmd_generate(a) if cmd == "generate" else cmd_trace(a)
-        else:
-            code = {"weights": download.main, "ngram": cmd_ngram, "demo": demo.main, "bench": bench.main}[cmd](rest)
+        code = {"generate": cmd_generate, "trace": cmd_trace, "weights": download.main, "ngram": cmd_ngram,
+                "demo": demo.main, "bench": bench.main}[cmd](args)
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
         return code

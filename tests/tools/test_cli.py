@@ -223,8 +223,9 @@ def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(option
     (["--method", "ar", "--depth", "3"], "--depth does nothing with --method ar"),
     (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree, whose plan is best-first, "
                                               "8 nodes at most 6 deep: it applies to --method staged"),
-    (["--top-k", "50"], "--top-k: at temperature 0 decoding is greedy"),
-    (["--top-p", "0.9"], "--top-p: at temperature 0 decoding is greedy"),
+    (["--top-k", "50"], "--top-k 50: at temperature 0 decoding is greedy"),
+    (["--top-p", "0.9"], "--top-p 0.9: at temperature 0 decoding is greedy"),
+    (["--rule", "block"], "--rule block: at temperature 0 decoding is greedy"),
     # Sizes: the same answer whichever method the machine's measurement would pick.
     (["--budget", "100000"], "up to 100000 tokens per step (--budget 100000"),
     (["--depth", "100000"], "up to 100000 tokens per step (--depth 100000)"),
@@ -254,8 +255,8 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
 
 @pytest.mark.parametrize("args, needle", [
     # Options that would change nothing (issue 45's silent acceptances), from the methods' properties.
-    (["--seed", "7"], "--seed: at temperature 0 decoding is greedy"),
-    (["--top-p", "1", "--temperature", "1"], "--top-p 1 keeps every token, so it changes nothing"),
+    (["--seed", "7"], "--seed 7: at temperature 0 decoding is greedy"),
+    (["--top-p", "1", "--temperature", "1"], "--top-p must be in (0, 1) (1 keeps every token, changing nothing), got 1"),
     (["--recalibrate", "--plan", "default"], "--recalibrate does nothing with --plan default"),
     (["--recalibrate", "--method", "ar"], "--recalibrate does nothing with --method ar"),
     (["--draft", "/nonexistent", "--method", "ar"], "--draft does nothing with --method ar and --plan machine: it "
