@@ -112,8 +112,11 @@ PROMPT_MAX_BYTES = 1 << 24
 
 
 def read_prompt(a) -> str:
+    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
+    if a.prompt not in (None, "-"):
+        return a.prompt
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: which option and why, in one line
@@ -122,22 +125,17 @@ def read_prompt(a) -> str:
                 raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
                                  "pipe the prompt into - (standard input)")
             with open(a.file, "rb") as f:
-                return utf8(read_at_most(f, where), f"the prompt ({where})")
-    if a.prompt not in (None, "-"):
-        return a.prompt
-    if sys.stdin is None:  # started with standard input closed (`<&-`)
+                data = f.read(PROMPT_MAX_BYTES + 1)
+    elif sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
-    if a.prompt is None and sys.stdin.isatty():
+    elif a.prompt is None and sys.stdin.isatty():
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
-    return utf8(read_at_most(sys.stdin.buffer, "standard input"), "the prompt (standard input)")
-
-
-def read_at_most(f, where: str) -> bytes:
-    data = f.read(PROMPT_MAX_BYTES + 1)
+    else:
+        where, data = "standard input", sys.stdin.buffer.read(PROMPT_MAX_BYTES + 1)
     if len(data) > PROMPT_MAX_BYTES:
         raise ValueError(f"{where}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than specdec_np reads (a "
                          "1024-token context holds at most 128 kB)")
-    return data
+    return utf8(data, f"the prompt ({where})")
 
 
 def utf8(data: bytes, what: str) -> str:
@@ -204,18 +202,18 @@ def setup(a) -> Setup:
     draft = ngram = None
     if reads("draft", a.method, a.plan):
         try:
+            draft_name = a.draft or default_draft(a.target)
             with naming("--draft" if a.draft else "--target", a.draft or a.target):
-                draft = load_model(a.draft or default_draft(a.target))
+                draft = load_model(draft_name)
         except (ValueError, FileNotFoundError):
             if a.draft is not None or a.method is None or METHODS[a.method].runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan
         if draft is not None and draft.config.n_vocab != target.config.n_vocab:
-            raise ValueError(f"--draft {shown(a.draft or default_draft(a.target))}: its vocabulary "
-                             f"({draft.config.n_vocab} tokens) is not the target's ({target.config.n_vocab}, --target "
-                             f"{shown(a.target)}): the two must share a tokenizer")
+            raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
+                             f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
+                             "share a tokenizer")
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
-        if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
-            # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources
+        if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
             with naming("--ngram", a.ngram):
@@ -231,8 +229,7 @@ def setup(a) -> Setup:
     try:  # the draft's context too when it may decode (with --method, or the machine's choice)
         check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
-        raise ValueError(f"--{e.model} {a.target if e.model == 'target' else a.draft or default_draft(a.target)}: "
-                         f"{e}") from None
+        raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
     target, draft = apply_layout(layout, target, draft)
     return Setup(text, target, draft, ngram, enc, method, plan, about)
@@ -335,7 +332,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np",
                                  description="Staged speculative decoding for GPT-2 in NumPy.", epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,trace,demo,bench,weights,ngram}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("generate", "generate a completion"),
                        ("trace", "decode like generate and write every step as one HTML page")):
         add_generate_args(sub.add_parser(name, help=text, epilog=EXAMPLES,
