@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import math
 import os
-import stat
 import sys
 import time
 from pathlib import Path
@@ -89,7 +88,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
-def choose_plan(a, target, draft, ngram, enc, temperature):
+def choose_plan(a, target, draft, ngram, enc):
     """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
     for the methods the options allow, the fastest whose rule is lossless with the options' changes applied."""
     methods = candidate_methods(a)
@@ -98,10 +97,10 @@ def choose_plan(a, target, draft, ngram, enc, temperature):
     asked = (a.method,)
     if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
         asked = tuple(m for m in methods if profiled(m))  # all runnable: with a draft, setup loaded the n-gram
-    choices = choose(target, draft, ngram, enc, temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
+    choices = choose(target, draft, ngram, enc, a.temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
     shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
-    check_rule(plan, choice.method, temperature)
+    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, a.temperature)), shaped[0])
+    check_rule(plan, choice.method, a.temperature)
     why = choice.reason("" if len(asked) < 2 else f" of {', '.join(asked)}") + ", changed by options" * bool(given(a))
     return choice.method, plan, f"{describe(choice.method, plan)} ({why})", choice.layout
 
@@ -119,9 +118,9 @@ def read_prompt(a) -> str:
         return a.prompt
     if a.file is not None:
         where = f"--file {shown(a.file)}"
-        with naming("--file", a.file):  # missing, a directory, unreadable: which option and why, in one line
-            mode = os.stat(a.file).st_mode  # first: opening a FIFO blocks, a device may never end
-            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a directory: open() says so
+        with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
+            path = Path(a.file)
+            if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO blocks open(), a device never ends
                 raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
                                  "pipe the prompt into - (standard input)")
             with open(a.file, "rb") as f:
@@ -230,7 +229,7 @@ def setup(a) -> Setup:
         check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
-    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc)
     target, draft = apply_layout(layout, target, draft)
     return Setup(text, target, draft, ngram, enc, method, plan, about)
 
@@ -304,11 +303,9 @@ def cmd_ngram(argv) -> int:
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
-        with naming("text file", str(name)):  # e.g. a name too long for the file system
-            if not name.is_file():
-                problem = "is a directory" if name.is_dir() else "is not a regular file" if name.exists() \
-                    else "does not exist"
-                raise FileNotFoundError(f"text file {name} {problem}")
+        with naming("text file", str(name)):  # missing, a directory, a name too long: the system's reason
+            if name.exists() and not name.is_file() and not name.is_dir():  # a FIFO blocks, a device never ends
+                raise ValueError(f"text file {name} is not a regular file")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             data = name.read_bytes()
