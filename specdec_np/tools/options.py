@@ -111,19 +111,16 @@ def check_rule_options(a) -> None:
     """--rule against what the other options already say of the trees, before any plan is chosen."""
     if a.rule is None or a.rule == "greedy":
         return
-    if a.sampled is not None:
-        kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method is not None and (METHODS[a.method].proposes_chain or not METHODS[a.method].runs_draft):
-        # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
-        kind = METHODS[a.method].tree_kind(Plan(), a.temperature)
-        how = (f"{a.method}'s chain drawn from the draft" if METHODS[a.method].runs_draft
-               else f"{a.method}'s drafts, which are not drawn from the draft model")
+    m = METHODS.get(a.method)
+    if m is not None and (m.proposes_chain or not m.runs_draft):  # a chain's trees, or the n-gram's: known now
+        check_rule(changed(Plan(), a.method, a), a.method, a.temperature)
+    if a.sampled is not None and a.rule not in verify.lossless_rules(f"{a.sampled}_replacement"):
+        trees = f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
+    elif a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
+        trees = f"--widths {a.widths}"
     else:
-        kind = how = None
-    if kind is not None and a.rule not in verify.lossless_rules(kind):
-        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {how}")
-    if a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
-        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
+        return
+    raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {trees}")
 
 
 def parse_widths(text) -> list | None:
