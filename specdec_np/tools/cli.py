@@ -180,6 +180,7 @@ def default_draft(target_arg: str) -> str:
 class Setup(NamedTuple):
     """What a decoding command decodes: the prompt's text, the models, the method and plan."""
     text: str
+    prompt: list  # its token ids
     target: GPT2
     draft: GPT2 | None
     ngram: object  # ngram.Trigram or None
@@ -199,13 +200,14 @@ def setup(a) -> Setup:
         target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
+    runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
             draft_name = a.draft or default_draft(a.target)
             with naming("--draft" if a.draft else "--target", a.draft or a.target):
                 draft = load_model(draft_name)
         except (ValueError, FileNotFoundError):
-            if a.draft is not None or a.method is None or METHODS[a.method].runs_draft:
+            if a.draft is not None or runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan
         if draft is not None and draft.config.n_vocab != target.config.n_vocab:
             raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
@@ -225,21 +227,20 @@ def setup(a) -> Setup:
         raise ValueError(f"--target {shown(a.target)}: the prompt has {size} bytes, so at least "
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
-    try:  # the draft's context too when it may decode (with --method, or the machine's choice)
-        check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
+    try:  # the draft's context too when it may decode
+        prompt = check_prompt(encode(enc, text), target, draft if runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc)
     target, draft = apply_layout(layout, target, draft)
-    return Setup(text, target, draft, ngram, enc, method, plan, about)
+    return Setup(text, prompt, target, draft, ngram, enc, method, plan, about)
 
 
 def run(a, keep_trees=False) -> tuple:
-    """(Setup, the prompt's tokens, generate's Result) for the options `a`; --stats printed to stderr."""
+    """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
     s = setup(a)
-    tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
-    res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
+    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
@@ -253,11 +254,11 @@ def run(a, keep_trees=False) -> tuple:
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
               f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
               + ", ".join(f"{n} {count}" for n, count in st.tally.items()), file=sys.stderr)
-    return s, tokens, res
+    return s, res
 
 
 def cmd_generate(a) -> int:
-    s, _, res = run(a)
+    s, res = run(a)
     # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
     tokens = res.tokens[:-1] if res.stop_reason == "eos" else res.tokens
     sys.stdout.write(s.text + decode(s.enc, tokens) + "\n")
@@ -266,13 +267,13 @@ def cmd_generate(a) -> int:
 
 def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
-    s, tokens, res = run(a, keep_trees=True)
+    s, res = run(a, keep_trees=True)
     words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
              f"seed {a.seed or 0}"]
     sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
-    costs = trace.pass_costs(s.target, s.draft, res, tokens)  # each pass as multiples of a one-token pass
+    costs = trace.pass_costs(s.target, s.draft, res, s.prompt)  # each pass as multiples of a one-token pass
     with naming("--out", a.out, Path(a.out).parent):
-        trace.write(a.page, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
+        trace.write(a.page, res, s.enc, s.prompt, s.method, f"{s.about}; {sampling}", costs)
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
