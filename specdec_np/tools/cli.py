@@ -358,7 +358,7 @@ def main(argv=None) -> int:
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
         return code
-    except (ValueError, FileNotFoundError, OSError) as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
