@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import math
 import os
-import stat
 import sys
 import time
 from pathlib import Path
@@ -30,11 +29,10 @@ from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
-from .acceptance import runnable
 from .choice import choose
 from .costcurve import apply_layout
-from .options import (OPTIONS, candidate_methods, changed, check_options, check_rule, check_shape, describe, given,
-                      profiled, reads, shown)
+from .options import (candidate_methods, changed, check_fits, check_options, check_rule, describe, given, profiled,
+                      reads, shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 from .writable import check_writable
@@ -90,21 +88,19 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
-def choose_plan(a, target, draft, ngram, enc, temperature):
+def choose_plan(a, target, draft, ngram, enc):
     """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
     for the methods the options allow, the fastest whose rule is lossless with the options' changes applied."""
     methods = candidate_methods(a)
-    check_shape(a, methods, target.config.n_ctx)
+    for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
+        check_fits(changed(Plan(copy_len=0), method, a), method, target.config.n_ctx)
     asked = (a.method,)
     if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
-        asked = tuple(m for m in methods if m in runnable(draft is not None, ngram is not None))
-        if methods and not asked:
-            raise ValueError(f"{', '.join(OPTIONS[f] for f in given(a))}: for --method {', '.join(methods)}, which "
-                             f"this model pair cannot run (it has no n-gram model)")
-    choices = choose(target, draft, ngram, enc, temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
+        asked = tuple(m for m in methods if profiled(m))  # all runnable: with a draft, setup loaded the n-gram
+    choices = choose(target, draft, ngram, enc, a.temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
     shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, temperature)), shaped[0])
-    check_rule(plan, choice.method, temperature)
+    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, a.temperature)), shaped[0])
+    check_rule(plan, choice.method, a.temperature)
     why = choice.reason("" if len(asked) < 2 else f" of {', '.join(asked)}") + ", changed by options" * bool(given(a))
     return choice.method, plan, f"{describe(choice.method, plan)} ({why})", choice.layout
 
@@ -115,34 +111,30 @@ PROMPT_MAX_BYTES = 1 << 24
 
 
 def read_prompt(a) -> str:
+    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
+    if a.prompt not in (None, "-"):
+        return a.prompt
     if a.file is not None:
         where = f"--file {shown(a.file)}"
-        try:  # stat first: opening a FIFO blocks until something writes to it, a device may never end
-            mode = os.stat(a.file).st_mode
-            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a directory: open() says so
+        with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
+            path = Path(a.file)
+            if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO blocks open(), a device never ends
                 raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
                                  "pipe the prompt into - (standard input)")
             with open(a.file, "rb") as f:
-                return utf8(read_at_most(f, where), f"the prompt ({where})")
-        except OSError as e:  # missing, a directory, unreadable: say which option and why, in one line
-            raise ValueError(f"{where}: {e.strerror or e}") from None
-    if a.prompt not in (None, "-"):
-        return a.prompt
-    if sys.stdin is None:  # started with standard input closed (`<&-`)
+                data = f.read(PROMPT_MAX_BYTES + 1)
+    elif sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
-    if a.prompt is None and sys.stdin.isatty():
+    elif a.prompt is None and sys.stdin.isatty():
         raise ValueError("no prompt: give it as an argument, with --file, or on standard input (-)")
-    return utf8(read_at_most(sys.stdin.buffer, "standard input"), "the prompt (standard input)")
-
-
-def read_at_most(f, where: str) -> bytes:
-    data = f.read(PROMPT_MAX_BYTES + 1)
+    else:
+        where, data = "standard input", sys.stdin.buffer.read(PROMPT_MAX_BYTES + 1)
     if len(data) > PROMPT_MAX_BYTES:
         raise ValueError(f"{where}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than specdec_np reads (a "
                          "1024-token context holds at most 128 kB)")
-    return data
+    return utf8(data, f"the prompt ({where})")
 
 
 def utf8(data: bytes, what: str) -> str:
@@ -188,6 +180,7 @@ def default_draft(target_arg: str) -> str:
 class Setup(NamedTuple):
     """What a decoding command decodes: the prompt's text, the models, the method and plan."""
     text: str
+    prompt: list  # its token ids
     target: GPT2
     draft: GPT2 | None
     ngram: object  # ngram.Trigram or None
@@ -207,20 +200,21 @@ def setup(a) -> Setup:
         target = load_model(a.target)
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
+    runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
+            draft_name = a.draft or default_draft(a.target)
             with naming("--draft" if a.draft else "--target", a.draft or a.target):
-                draft = load_model(a.draft or default_draft(a.target))
+                draft = load_model(draft_name)
         except (ValueError, FileNotFoundError):
-            if a.draft is not None or a.method is None or METHODS[a.method].runs_draft:
+            if a.draft is not None or runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan
         if draft is not None and draft.config.n_vocab != target.config.n_vocab:
-            raise ValueError(f"--draft {shown(a.draft or default_draft(a.target))}: its vocabulary "
-                             f"({draft.config.n_vocab} tokens) is not the target's ({target.config.n_vocab}, --target "
-                             f"{shown(a.target)}): the two must share a tokenizer")
+            raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
+                             f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
+                             "share a tokenizer")
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
-        if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:
-            # No trigram ships for this vocabulary (real GPT-2): one fitted on Python's own sources
+        if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
         else:
             with naming("--ngram", a.ngram):
@@ -233,22 +227,20 @@ def setup(a) -> Setup:
         raise ValueError(f"--target {shown(a.target)}: the prompt has {size} bytes, so at least "
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
-    try:  # the draft's context too when it may decode (with --method, or the machine's choice)
-        check_prompt(encode(enc, text), target, draft if a.method is None or METHODS[a.method].runs_draft else None)
+    try:  # the draft's context too when it may decode
+        prompt = check_prompt(encode(enc, text), target, draft if runs_draft else None)
     except ContextFilled as e:  # named by the option that chose the model
-        raise ValueError(f"--{e.model} {a.target if e.model == 'target' else a.draft or default_draft(a.target)}: "
-                         f"{e}") from None
-    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, a.temperature)
+        raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc)
     target, draft = apply_layout(layout, target, draft)
-    return Setup(text, target, draft, ngram, enc, method, plan, about)
+    return Setup(text, prompt, target, draft, ngram, enc, method, plan, about)
 
 
 def run(a, keep_trees=False) -> tuple:
-    """(Setup, the prompt's tokens, generate's Result) for the options `a`; --stats printed to stderr."""
+    """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
     s = setup(a)
-    tokens = encode(s.enc, s.text)
     t0 = time.perf_counter()
-    res = generate(s.target, tokens, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
+    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
@@ -262,11 +254,11 @@ def run(a, keep_trees=False) -> tuple:
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
               f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
               + ", ".join(f"{n} {count}" for n, count in st.tally.items()), file=sys.stderr)
-    return s, tokens, res
+    return s, res
 
 
 def cmd_generate(a) -> int:
-    s, _, res = run(a)
+    s, res = run(a)
     # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
     tokens = res.tokens[:-1] if res.stop_reason == "eos" else res.tokens
     sys.stdout.write(s.text + decode(s.enc, tokens) + "\n")
@@ -275,13 +267,13 @@ def cmd_generate(a) -> int:
 
 def cmd_trace(a) -> int:
     """Decode as `generate` would, keeping every step's tree, and write the run as one HTML page."""
-    s, tokens, res = run(a, keep_trees=True)
+    s, res = run(a, keep_trees=True)
     words = [f"temperature {a.temperature:g}", a.top_k and f"top-k {a.top_k}", a.top_p and f"top-p {a.top_p:g}",
              f"seed {a.seed or 0}"]
     sampling = ", ".join(w for w in words if w) if a.temperature else "greedy"
-    costs = trace.pass_costs(s.target, s.draft, res, tokens)  # each pass as multiples of a one-token pass
+    costs = trace.pass_costs(s.target, s.draft, res, s.prompt)  # each pass as multiples of a one-token pass
     with naming("--out", a.out, Path(a.out).parent):
-        trace.write(a.page, res, s.enc, tokens, s.method, f"{s.about}; {sampling}", costs)
+        trace.write(a.page, res, s.enc, s.prompt, s.method, f"{s.about}; {sampling}", costs)
     print(f"wrote {a.out}: {len(res.stats.steps)} steps, {len(res.tokens)} tokens; open it in a browser "
           "(arrow keys step through the run)", file=sys.stderr)
     return 0
@@ -296,28 +288,25 @@ def cmd_ngram(argv) -> int:
     f.add_argument("files", nargs="+", type=Path)
     f.add_argument("--out", required=True, type=Path, help="output .npz (not one of FILES)")
     vocab = f.add_mutually_exclusive_group()
-    vocab.add_argument("--n-vocab", type=int, help="vocabulary size of the models it drafts for: 50257 for GPT-2 (the "
-                       f"default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
+    vocab.add_argument("--n-vocab", type=int, default=GPT2_N_VOCAB, help="vocabulary size of the models it drafts "
+                       f"for: {GPT2_N_VOCAB} for GPT-2 (the default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
     vocab.add_argument("--vocab-from", metavar="CHECKPOINT", help="take the vocabulary size from this checkpoint (a "
                        "directory or a downloaded model's name, e.g. weights/tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.n_vocab is not None and not 257 <= args.n_vocab <= GPT2_N_VOCAB:  # 0 is not the default
+    if not 257 <= args.n_vocab <= GPT2_N_VOCAB:
         raise ValueError(f"--n-vocab must be in 257..{GPT2_N_VOCAB} (the 256 bytes and <|endoftext|>, up to GPT-2's "
                          f"vocabulary), got {args.n_vocab}")
     out = check_writable(args.out, f"--out {args.out}", example="trigram.npz")
-    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else \
-        args.n_vocab or GPT2_N_VOCAB
+    n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab
     enc = get_encoding(n_vocab)
     tokens = []
     for i, name in enumerate(args.files):
-        with naming("text file", str(name)):  # e.g. a name too long for the file system
-            if not name.is_file():
-                problem = "is a directory" if name.is_dir() else "is not a regular file" if name.exists() \
-                    else "does not exist"
-                raise FileNotFoundError(f"text file {name} {problem}")
+        with naming("text file", str(name)):  # missing, a directory, a name too long: the system's reason
+            if name.exists() and not name.is_file() and not name.is_dir():  # a FIFO blocks, a device never ends
+                raise ValueError(f"text file {name} is not a regular file")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             data = name.read_bytes()
@@ -341,7 +330,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_np",
                                  description="Staged speculative decoding for GPT-2 in NumPy.", epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{generate,trace,demo,bench,weights,ngram}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("generate", "generate a completion"),
                        ("trace", "decode like generate and write every step as one HTML page")):
         add_generate_args(sub.add_parser(name, help=text, epilog=EXAMPLES,
@@ -352,10 +341,10 @@ def main(argv=None) -> int:
     for name, text in own.items():  # these parse their own arguments
         sub.add_parser(name, help=text, add_help=False)
     if argv and argv[0] in own:
-        cmd, rest = argv[0], argv[1:]
+        cmd, args = argv[0], argv[1:]
     else:
-        a = ap.parse_args(argv)
-        cmd, rest = a.cmd, None
+        args = ap.parse_args(argv)
+        cmd = args.cmd
     if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None and cmd in ("generate", "demo"):  # `>&-`: said before any work, not a traceback after it
@@ -364,14 +353,12 @@ def main(argv=None) -> int:
         return 2
     real, sys.stdout = sys.stdout, sys.stdout and Stdout(sys.stdout)
     try:
-        if rest is None:
-            code = cmd_generate(a) if cmd == "generate" else cmd_trace(a)
-        else:
-            code = {"weights": download.main, "ngram": cmd_ngram, "demo": demo.main, "bench": bench.main}[cmd](rest)
+        code = {"generate": cmd_generate, "trace": cmd_trace, "weights": download.main, "ngram": cmd_ngram,
+                "demo": demo.main, "bench": bench.main}[cmd](args)
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
         return code
-    except (ValueError, FileNotFoundError, OSError) as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -91,12 +91,6 @@ def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
                                 str(e).removeprefix("plan: "))) from None
 
 
-def check_shape(a, candidates, n_ctx: int) -> None:
-    """The tree options against the target's context, for every method they may shape."""
-    for method in candidates or ("staged",):
-        check_fits(dataclasses.replace(changed(Plan(copy_len=0), method, a), rule=None), method, n_ctx)
-
-
 def lossless_on(rule: str) -> str:
     """Where `rule` is lossless (`verify.LOSSLESS`, `verify.CHAIN_RULES`), in the command line's terms."""
     if rule == "greedy":
@@ -117,19 +111,16 @@ def check_rule_options(a) -> None:
     """--rule against what the other options already say of the trees, before any plan is chosen."""
     if a.rule is None or a.rule == "greedy":
         return
-    if a.sampled is not None:
-        kind, how = f"{a.sampled}_replacement", f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.method is not None and (METHODS[a.method].proposes_chain or not METHODS[a.method].runs_draft):
-        # A chain method's trees and the n-gram's do not depend on the plan: their kind is known now.
-        kind = METHODS[a.method].tree_kind(Plan(), a.temperature)
-        how = (f"{a.method}'s chain drawn from the draft" if METHODS[a.method].runs_draft
-               else f"{a.method}'s drafts, which are not drawn from the draft model")
+    m = METHODS.get(a.method)
+    if m is not None and (m.proposes_chain or not m.runs_draft):  # a chain's trees, or the n-gram's: known now
+        check_rule(changed(Plan(), a.method, a), a.method, a.temperature)
+    if a.sampled is not None and a.rule not in verify.lossless_rules(f"{a.sampled}_replacement"):
+        trees = f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
+    elif a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
+        trees = f"--widths {a.widths}"
     else:
-        kind = how = None
-    if kind is not None and a.rule not in verify.lossless_rules(kind):
-        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {how}")
-    if a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
-        raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on --widths {a.widths}")
+        return
+    raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {trees}")
 
 
 def parse_widths(text) -> list | None:
@@ -154,8 +145,8 @@ def check_options(a) -> None:
             raise ValueError(f"{option} must be >= {low}, got {value}")
     if not a.temperature >= 0 or a.temperature == float("inf"):
         raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {a.temperature}")
-    if a.top_p is not None and not 0 < a.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {a.top_p}")
+    if a.top_p is not None and not 0 < a.top_p < 1:
+        raise ValueError(f"--top-p must be in (0, 1) (1 keeps every token, changing nothing), got {a.top_p}")
     parse_widths(a.widths)
     for option, value in (("--file", a.file), ("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
         if value is not None and not value.strip():
@@ -163,12 +154,11 @@ def check_options(a) -> None:
     # Options that would change nothing are errors, whichever method the machine's plan picks later.
     if a.temperature == 0:
         # Nothing is drawn at temperature 0 unless --sampled draws the trees (greedy plans never do).
-        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p), ("--seed", None if a.sampled else a.seed)):
+        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p), ("--seed", None if a.sampled else a.seed),
+                              ("--rule", None if a.rule == "greedy" else a.rule)):
             if value is not None:
-                raise ValueError(f"{option}: at temperature 0 decoding is greedy (the most likely token), so it "
-                                 "changes nothing: give --temperature > 0 to sample")
-    if a.top_p == 1:
-        raise ValueError("--top-p 1 keeps every token, so it changes nothing: give p < 1, or leave it out")
+                raise ValueError(f"{option} {value}: at temperature 0 decoding is greedy (the most likely token), so "
+                                 "it changes nothing: give --temperature > 0 to sample")
     if a.recalibrate and (a.plan == "default" or a.method is not None and not profiled(a.method)):
         plan = "--plan default" if a.plan == "default" else f"--method {a.method}"
         raise ValueError(f"--recalibrate does nothing with {plan}: it decodes with the constant plan, unmeasured")
@@ -182,13 +172,11 @@ def check_options(a) -> None:
                 raise ValueError(f"{OPTIONS[field]} does nothing with --method {a.method}, whose plan is "
                                  f"{describe(a.method, Plan())}: it applies to --method "
                                  + ", ".join(m for m in METHODS if shapes(field, m)))
-    if (a.budget is not None or a.depth is not None and not (a.method and METHODS[a.method].proposes_chain)) \
-            and (a.widths is not None or a.sampled is not None):
-        first = "--budget" if a.budget is not None else "--depth"
-        second = "--widths" if a.widths is not None else "--sampled"
-        raise ValueError(f"{first} asks for a best-first tree, {second} for a fixed-width one: give one")
-    if a.rule is not None and a.temperature == 0 and a.rule != "greedy":
-        raise ValueError(f"--rule {a.rule}: at temperature 0 verification is greedy (or pass --rule greedy)")
+    # (A chain method's --depth is its length: --widths and --sampled do nothing with it, said above.)
+    best_first = "--budget" if a.budget is not None else "--depth" if a.depth is not None else None
+    fixed = "--widths" if a.widths is not None else "--sampled" if a.sampled is not None else None
+    if best_first and fixed:
+        raise ValueError(f"{best_first} asks for a best-first tree, {fixed} for a fixed-width one: give one")
     check_rule_options(a)
 
 
@@ -206,13 +194,12 @@ def describe(method: str, plan: Plan) -> str:
     if m.proposes_chain:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
     widths = ",".join(map(str, plan.widths))
-    fixed = m.runs_draft and m.fixed_widths(plan)
-    if plan.sampled and fixed:
-        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
-    elif fixed:
-        text = f"the draft's top tokens, widths {widths}"
-    else:
+    if not (m.runs_draft and m.fixed_widths(plan)):
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
+    elif plan.sampled:
+        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
+    else:
+        text = f"the draft's top tokens, widths {widths}"
     if m.runs_draft and m.needs_ngram:
         guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
                    else "no n-gram guesses")

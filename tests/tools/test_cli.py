@@ -84,7 +84,8 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
                          (["bench", "--prompts", str(FIXTURE), "--out", "README.md"], "--out README.md: /"),
                          (["generate", "x", "--method", "staged", "--plan", "default", "--ngram", "tests"],
                           "n-gram model file tests is a directory"),
-                         (["ngram", "fit", "tests", "--out", str(tmp_path / "never.npz")], "text file tests is a directory"),
+                         (["ngram", "fit", "tests", "--out", str(tmp_path / "never.npz")],
+                          "text file tests: Is a directory"),
                          (["ngram", "fit", "README.md", "--out", "tests"], "--out tests is a directory"),
                          (["ngram", "fit", "README.md", "--out", "nowhere/x.npz"], "the directory nowhere does not"),
                          (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
@@ -126,7 +127,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     def choose(**options):
         a = namespace(**options)
         check_options(a)
-        return cli.choose_plan(a, *embedded, 1.0)
+        return cli.choose_plan(a, *embedded)
 
     method, plan, about, _ = choose(budget=16, depth=5)
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
@@ -222,8 +223,9 @@ def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(option
     (["--method", "ar", "--depth", "3"], "--depth does nothing with --method ar"),
     (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree, whose plan is best-first, "
                                               "8 nodes at most 6 deep: it applies to --method staged"),
-    (["--top-k", "50"], "--top-k: at temperature 0 decoding is greedy"),
-    (["--top-p", "0.9"], "--top-p: at temperature 0 decoding is greedy"),
+    (["--top-k", "50"], "--top-k 50: at temperature 0 decoding is greedy"),
+    (["--top-p", "0.9"], "--top-p 0.9: at temperature 0 decoding is greedy"),
+    (["--rule", "block"], "--rule block: at temperature 0 decoding is greedy"),
     # Sizes: the same answer whichever method the machine's measurement would pick.
     (["--budget", "100000"], "up to 100000 tokens per step (--budget 100000"),
     (["--depth", "100000"], "up to 100000 tokens per step (--depth 100000)"),
@@ -253,8 +255,8 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
 
 @pytest.mark.parametrize("args, needle", [
     # Options that would change nothing (issue 45's silent acceptances), from the methods' properties.
-    (["--seed", "7"], "--seed: at temperature 0 decoding is greedy"),
-    (["--top-p", "1", "--temperature", "1"], "--top-p 1 keeps every token, so it changes nothing"),
+    (["--seed", "7"], "--seed 7: at temperature 0 decoding is greedy"),
+    (["--top-p", "1", "--temperature", "1"], "--top-p must be in (0, 1) (1 keeps every token, changing nothing)"),
     (["--recalibrate", "--plan", "default"], "--recalibrate does nothing with --plan default"),
     (["--recalibrate", "--method", "ar"], "--recalibrate does nothing with --method ar"),
     (["--draft", "/nonexistent", "--method", "ar"], "--draft does nothing with --method ar and --plan machine: it "

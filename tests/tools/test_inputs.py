@@ -50,7 +50,7 @@ def run_cli(*args, stdin=None):
     (["--depth", "0"], "--depth must be >= 1"), (["--depth", "-1"], "--depth must be >= 1"),
     (["--budget", "0"], "--budget must be >= 1"), (["--budget", "-5"], "--budget must be >= 1"),
     (["--seed", "-1"], "--seed must be >= 0"), (["--top-k", "0"], "--top-k must be >= 1"),
-    (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1]"),
+    (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1)"),
     (["--temperature", "-1"], "--temperature must be"),
     (["--copy-len", "2000"], "--copy-len 2000) exceed"),
     (["--ngram", "weights/README.md"], "is not a specdec_np n-gram model"),

@@ -20,5 +20,5 @@ def test_fit_command_joins_files_with_endoftext(tmp_path):
     enc = get_encoding(8193)
     last_a, first_b = encode(enc, a.read_text())[-1], encode(enc, b.read_text())[0]
     assert top_k(m, [last_a, 8192], 1)[0][0] == first_b
-    with pytest.raises(FileNotFoundError, match="nope.py does not exist"):
+    with pytest.raises(ValueError, match="nope.py: No such file or directory"):
         cmd_ngram(["fit", str(tmp_path / "nope.py"), "--out", str(out)])
