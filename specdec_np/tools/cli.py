@@ -296,6 +296,8 @@ def cmd_ngram(argv) -> int:
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
     args = ap.parse_args(argv)
+    if args.min_count < 1:
+        raise ValueError(f"--min-count must be >= 1 (1 keeps every trigram), got {args.min_count}")
     if not 257 <= args.n_vocab <= GPT2_N_VOCAB:
         raise ValueError(f"--n-vocab must be in 257..{GPT2_N_VOCAB} (the 256 bytes and <|endoftext|>, up to GPT-2's "
                          f"vocabulary), got {args.n_vocab}")

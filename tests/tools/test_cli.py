@@ -562,6 +562,7 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
     (["/dev/null"], "text file /dev/null is not a regular file"),  # was "does not exist"
     (["a" * 6000], f"text file {'a' * 60}... (6000 characters): File name too long"),  # was a bare [Errno 36]
     (["{src}", "--n-vocab", "0"], "--n-vocab must be in 257..50257"),  # was GPT-2's 50257, silently
+    (["{src}", "--min-count", "0"], "--min-count must be >= 1"),  # was the core's min_count=0, not the option
     (["{src}", "--n-vocab", "256"], "--n-vocab must be in 257..50257"),
     (["{src}", "--n-vocab", "50258"], "--n-vocab must be in 257..50257"),
     (["{src}", "--out", "-"], "--out -: give a file name (it writes a file, not standard output), e.g. trigram.npz"),
