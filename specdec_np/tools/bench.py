@@ -291,6 +291,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
     a = ap.parse_args(argv)
+    runs = ("prompts", "limit", "max_new_tokens", "plan", "settings", "rows", "seeds", "out", "results", "plot")
+    if a.curves and (ignored := [f"--{o.replace('_', '-')}" for o in runs if getattr(a, o) != ap.get_default(o)]):
+        raise ValueError(f"--curves only measures and prints the cost curves: {', '.join(ignored)} would change nothing")
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
     if None in settings.values() or len(settings) < a.settings.count(",") + 1:
         raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}, each once")

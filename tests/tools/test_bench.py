@@ -76,6 +76,8 @@ def test_bench_options_named_in_their_errors(capsys, monkeypatch, args, needle):
     (["--out", ""], "--out is empty: give a directory name"),
     (["--out", " "], "--out is empty: give a directory name"),
     (["--results", ""], "--results is empty: give a file name"),
+    (["--curves", "--limit", "3", "--plot"], "--curves only measures and prints the cost curves: --prompts, --limit, "
+                                             "--plot would change nothing"),
 ])
 @pytest.mark.parametrize("load", [0.0, 1.0], ids=["quiet", "busy"])
 def test_bench_refuses_what_it_would_ignore_and_checks_options_before_the_load(capsys, monkeypatch, args, needle,
@@ -142,3 +144,12 @@ def test_bench_says_whether_its_costs_were_cached(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "FILE"))
     assert bench.main(["--curves"]) == 0
     assert "(costs measured now, for this run only: this machine was busy while measuring" in capsys.readouterr().out
+
+
+def test_curves_alone_and_with_recalibrate_pass_the_option_checks(monkeypatch):
+    """The control of the --curves check above: --curves, with --recalibrate or an option at its default,
+    reaches the models (here a stand-in that stops it) instead of an error."""
+    monkeypatch.setattr(bench, "load_embedded", no_measuring)
+    for args in (["--curves"], ["--curves", "--recalibrate"], ["--curves", "--rows", "methods"]):
+        with pytest.raises(AssertionError, match="measured before the check"):
+            bench.main(args)
