@@ -1,4 +1,4 @@
-"""Where the shipped files live, and how files are written.
+"""Where the shipped files live, how files are written, and which can be read (`check_regular`).
 
 WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and downloaded
 checkpoints (`weights/` beside the package, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
@@ -36,6 +36,15 @@ def weights_file(name: str) -> Path:
     """WEIGHTS_DIR / name if there is one, else the shipped SHIPPED_DIR / name."""
     here = WEIGHTS_DIR / name
     return here if WEIGHTS_DIR != SHIPPED_DIR and here.is_file() else SHIPPED_DIR / name
+
+
+def check_regular(path, name: str, hint: str = "") -> None:
+    """Before reading `path`: a ValueError `name is not a regular file ...` if it is a FIFO, a device or a
+    socket (a FIFO blocks open(), a device may never end); a missing file or a directory is left to the
+    reader, whose own error names it."""
+    path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise ValueError(f"{name} is not a regular file (a FIFO, a device or a socket)" + (f": {hint}" if hint else ""))
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decode import generate
-from ..files import weights_file
+from ..files import check_regular, weights_file
 from ..methods import METHODS
 from ..plan import Plan
 from ..tokenizer import encode
@@ -201,8 +201,7 @@ def read_prompts(path) -> list[str]:
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block, /dev/zero never end
-        raise ValueError(f"{path}: not a regular file (a FIFO, a device or a socket): {form}")
+    check_regular(path, str(path), form)
     prompts = []
     try:
         with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:

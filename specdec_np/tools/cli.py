@@ -21,7 +21,7 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
-from ..files import WEIGHTS_DIR
+from ..files import WEIGHTS_DIR, check_regular
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import load_model, load_ngram
@@ -119,10 +119,7 @@ def read_prompt(a) -> str:
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
-            path = Path(a.file)
-            if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO blocks open(), a device never ends
-                raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket): give a file, or "
-                                 "pipe the prompt into - (standard input)")
+            check_regular(a.file, where, "give a file, or pipe the prompt into - (standard input)")
             with open(a.file, "rb") as f:
                 data = f.read(PROMPT_MAX_BYTES + 1)
     elif sys.stdin is None:  # started with standard input closed (`<&-`)
@@ -307,8 +304,7 @@ def cmd_ngram(argv) -> int:
     tokens = []
     for i, name in enumerate(args.files):
         with naming("text file", str(name)):  # missing, a directory, a name too long: the system's reason
-            if name.exists() and not name.is_file() and not name.is_dir():  # a FIFO blocks, a device never ends
-                raise ValueError(f"text file {name} is not a regular file")
+            check_regular(name, f"text file {name}")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             data = name.read_bytes()
