@@ -55,10 +55,12 @@ def journalled(journal: Path, jobs: int = 1):
     wait on each other)."""
     def count_all(job, todo):
         done = read_journal(journal) if journal.is_file() else {}
+        missing = []
         for item in todo:
-            if acceptance.candidate_key(*item) in done:
-                yield *item, done[acceptance.candidate_key(*item)]
-        missing = [item for item in todo if acceptance.candidate_key(*item) not in done]
+            if (key := acceptance.candidate_key(*item)) in done:
+                yield *item, done[key]
+            else:
+                missing.append(item)
         for setting, method, shape, total in counted_all(job, missing, jobs):
             with open(journal, "a") as f:
                 f.write(json.dumps({"version": acceptance.VERSION, "setting": setting, "method": method,
