@@ -1,31 +1,78 @@
-"""`decode.generate`'s arguments checked before any work, each bad value refused with a one-line error
-naming it (what a method needs and how large its steps grow are its own: methods.py)."""
+"""Every argument of `decode.generate` and `gpt2.forward` checked once, here, before any work: each bad value
+refused with a one-line error that starts by naming it (what a method needs and how large its steps grow are its
+own: methods.py). This module sits below the models (gpt2.py calls `check_forward`), so it knows a model by its
+fields and the methods by the table `generate` passes in."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
+import numpy as np
+
 from . import verify
-from .gpt2 import GPT2
-from .methods import METHODS
 from .ngram import Trigram
 from .plan import Plan
-from .sampling import check_settings
-from .values import integral, whole
+from .values import integral, real, whole
 
 
-def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
-                 eos, rand=None, keep_trees=False) -> list:
-    """generate's arguments checked: the prompt as a list of ints, or a one-line ValueError/TypeError
-    naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding keeps the
-    argmax, which both always keep, so they would change nothing."""
+def check_forward(model, tokens, cache, positions, mask, logits_from: int):
+    """forward's arguments checked (a ValueError names what is wrong) and as arrays: (tokens [n], positions [n],
+    mask [n, n] or [n, prefix + n] bool, or None); positions default to the chain's `prefix + arange(n)`."""
+    c = model.config
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    n, start = tokens.size, cache.length
+    if n == 0:
+        raise ValueError("forward needs at least one new token")
+    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
+        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
+    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
+    if positions.size != n:
+        raise ValueError(f"{positions.size} positions for {n} tokens")
+    if positions.max() >= c.n_ctx:
+        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
+    if start + n > cache.capacity:
+        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
+    if not 0 <= logits_from < n:
+        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape not in ((n, n), (n, start + n)):
+            raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
+    if start + (rows := model.layout.rows(n)) > cache.capacity:
+        raise ValueError(f"KV cache overflow: {start} cached + {rows} padded > capacity {cache.capacity}")
+    return tokens, positions, mask
+
+
+def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
+    """The sampling settings (sampling.py trusts them): a ValueError starting `name=value` unless temperature >= 0
+    finite, top_k an integer >= 1 or None, 0 < top_p <= 1 or None."""
+    if not (real(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+    if top_k is not None and not whole(top_k, 1):
+        raise ValueError(f"top_k={top_k!r} must be an integer >= 1 (or None = off)")
+    if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p={top_p!r} must be in (0, 1] (None or 1.0 = off)")
+
+
+def is_model(value) -> bool:
+    """A gpt2.GPT2, known by its fields."""
+    return all(hasattr(value, field) for field in ("config", "params", "layout"))
+
+
+def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
+                 seed, eos, rand=None, keep_trees=False) -> list:
+    """generate's arguments checked (`methods`: methods.METHODS): the prompt as a list of ints, or a one-line
+    ValueError/TypeError naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding
+    keeps the argmax, which both always keep, so they would change nothing."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
-    for name, value, kind, example in (("target", target, GPT2, "models.load_model('tiny-target')"),
-                                       ("draft", draft, GPT2, "models.load_model('tiny-draft')"),
-                                       ("ngram", ngram, Trigram, "models.load_ngram(path)")):
-        if not isinstance(value, kind) and (value is not None or name == "target"):
-            raise TypeError(f"{name} must be a loaded {kind.__module__.split('.')[-1]}.{kind.__name__} "
-                            f"(e.g. {example}), got {type(value).__name__} {value!r:.60}")
+    for name, value, loaded, kind, example in (
+            ("target", target, is_model(target), "gpt2.GPT2", "models.load_model('tiny-target')"),
+            ("draft", draft, is_model(draft), "gpt2.GPT2", "models.load_model('tiny-draft')"),
+            ("ngram", ngram, isinstance(ngram, Trigram), "ngram.Trigram", "models.load_ngram(path)")):
+        if not loaded and (value is not None or name == "target"):
+            raise TypeError(f"{name} must be a loaded {kind} (e.g. {example}), got {type(value).__name__} "
+                            f"{value!r:.60}")
     check_settings(temperature, top_k, top_p)
     if temperature == 0 and (top_k is not None or top_p is not None):
         name = "top_k" if top_k is not None else "top_p"
@@ -37,13 +84,13 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
                         f"numpy Generator) or None, got {type(rand).__name__}")
     if not isinstance(keep_trees, bool):
         raise TypeError(f"keep_trees must be True or False, got {type(keep_trees).__name__} {keep_trees!r:.60}")
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    if method not in methods:
+        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(methods)}")
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a plan.Plan, got {type(plan).__name__}")
     if plan.rule is not None and plan.rule not in verify.RULES:
         raise ValueError(f"plan: unknown rule {plan.rule!r}: choose one of {', '.join(verify.RULES)}")
-    prompt = check_prompt(prompt, target, draft if (m := METHODS[method]).runs_draft else None)
+    prompt = check_prompt(prompt, target, draft if (m := methods[method]).runs_draft else None, methods)
     if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not whole(seed, 0):
@@ -67,9 +114,10 @@ def check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, tem
     return prompt
 
 
-def check_prompt(prompt, target, draft=None) -> list:
+def check_prompt(prompt, target, draft=None, methods=None) -> list:
     """The prompt as a non-empty list of the target's token ids, shorter than the target's context
-    and the draft's (given when the draft decodes)."""
+    and the draft's (given when the draft decodes); `methods` (methods.METHODS), if given, names in the
+    draft's error the methods that run no draft."""
     if isinstance(prompt, (str, bytes)):
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
@@ -90,19 +138,20 @@ def check_prompt(prompt, target, draft=None) -> list:
     bad = [t for t in prompt if not 0 <= t < V]
     if bad:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{V - 1})")
-    for model in (target, draft):  # each feeds the whole prompt, then decodes below it
+    for name, model in (("target", target), ("draft", draft)):  # each feeds the whole prompt, then decodes below it
         if model is not None and len(prompt) >= model.config.n_ctx:
-            raise ContextFilled("target" if model is target else "draft", len(prompt), model.config.n_ctx)
+            draft_free = [m for m, kind in (methods or {}).items() if not kind.runs_draft] if name == "draft" else ()
+            raise ContextFilled(name, len(prompt), model.config.n_ctx, draft_free)
     return prompt
 
 
 class ContextFilled(ValueError):
     """A prompt that fills the context of the `model` ("target" or "draft"): a one-line error whose
-    fields let a caller name the model its own way (the CLI names the option that chose it)."""
+    fields let a caller name the model its own way (the CLI names the option that chose it); `draft_free`:
+    the methods that run no draft, the draft's way out."""
 
-    def __init__(self, model: str, n_tokens: int, n_ctx: int):
+    def __init__(self, model: str, n_tokens: int, n_ctx: int, draft_free=()):
         self.model = model
-        other = ", ".join(name for name, m in METHODS.items() if not m.runs_draft)
-        hint = f", or decode with a method that runs no draft ({other})" if model == "draft" else ""
+        hint = f", or decode with a method that runs no draft ({', '.join(draft_free)})" if draft_free else ""
         super().__init__(f"the prompt has {n_tokens} tokens: the {model}'s context (n_ctx={n_ctx}) must hold more; "
                          f"shorten it{hint}")

@@ -48,8 +48,8 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     """
     plan = constant(temperature) if plan is None else plan
-    prompt = check_inputs(target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p, seed,
-                          eos, rand, keep_trees)
+    prompt = check_inputs(METHODS, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k,
+                          top_p, seed, eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)

@@ -4,8 +4,8 @@ At batch 1 a step is bound by reading the weights, so a block of a few tokens sh
 one costs: the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few
 rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
 each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
-where the BLAS has a small-matrix kernel); `matmul` picks the layout by the block's row count, up to
-`Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
+where the BLAS has a small-matrix kernel); its product `x @ w` picks the layout by the block's row count,
+up to `Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
 (`Layout.padding`, `pad_block`). A model is given its `Layout` (the tools' choice for a machine); the
 measurements behind each choice are in docs/performance.md.
 """
@@ -94,17 +94,16 @@ class Weight:
         slabs[full:, :, :n_out - full * SLAB] = w[:, full * SLAB:]  # the last slab, zero-padded
         return cls(w, slabs, slab_rows, gemv)
 
+    __array_ufunc__ = None  # `x @ weight` for an array x: NumPy defers to __rmatmul__
 
-def matmul(x, w):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
-    """x @ w for a `Weight` (read from the layout that is cheapest for n rows) or a plain array."""
-    if isinstance(w, np.ndarray):
-        return x @ w
-    n = x.shape[0]
-    if n <= w.slab_rows and not (n == 1 and w.gemv):
-        return unslab(np.matmul(x, w.slabs), w.w.shape[1])  # one small product per slab
-    if n == 1:
-        return (x[0] @ w.w)[None]  # a matrix-vector product: [n_in] @ [n_in, n_out] -> [1, n_out]
-    return x @ w.w
+    def __rmatmul__(self, x):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
+        """x @ w, read from the layout that is cheapest for n rows."""
+        n = x.shape[0]
+        if n <= self.slab_rows and not (n == 1 and self.gemv):
+            return unslab(np.matmul(x, self.slabs), self.w.shape[1])  # one small product per slab
+        if n == 1:
+            return (x[0] @ self.w)[None]  # a matrix-vector product: [n_in] @ [n_in, n_out] -> [1, n_out]
+        return x @ self.w
 
 
 def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
@@ -122,7 +121,7 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
 def prepare(params: dict, slab_rows: int, weight_bytes: int) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
     slabs serve blocks of up to `slab_rows` rows (0: none; the tools measure whether slabs pay with this
-    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (one more `matmul`). The
+    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (`x @ head`). The
     slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`, else views."""
     copy = weight_bytes <= SLAB_COPY_MAX
 

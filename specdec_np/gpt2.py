@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import Layout, matmul, pad_block, prepare, softmax_
+from .checks import check_forward
+from .fastpath import Layout, pad_block, prepare, softmax_
 from .kvcache import KVCache
 from .values import real, whole
 
@@ -48,9 +49,7 @@ def layer_norm(x, g, b, eps: float = 1e-5):  # [n, d] -> [n, d]
 
 
 def linear(x, w, b):  # [n, n_in] -> [n, n_out]
-    out = matmul(x, w)  # x @ w, from the layout of `w` that suits n rows (fastpath.Weight)
-    out += b  # in place: `out` is a fresh array
-    return out
+    return x @ w + b  # w: a fastpath.Weight, whose product reads the layout that suits n rows
 
 
 def attention(q, k, v, bias):  # [h, n, d], [h, L, d], [h, L, d], [n, <= L] or None -> [h, n, d]
@@ -95,61 +94,41 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
                is a large share of a small model's weights.
     """
     c, p = model.config, model.prepared
-    tokens, positions, mask, n_real = check_block(model, tokens, cache, positions, mask, logits_from)
-    bias = attention_bias(mask, model.dtype)  # [n, <= prefix + n] or None
-    x = p["wte"][tokens] + p["wpe"][positions]  # [n] -> [n, n_embd]
+    tokens, positions, mask = check_forward(model, tokens, cache, positions, mask, logits_from)
+    n = tokens.size
+    tokens, positions, bias = build_block(model, tokens, positions, mask, cache.length)  # padded: [n'] n' >= n
+    x = p["wte"][tokens] + p["wpe"][positions]  # [n'] -> [n', n_embd]
     for layer, block in enumerate(p["blocks"]):
-        x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n, n_embd]
-    cache.length += n_real  # padding rows' K/V stay in scratch slots past the end
-    x = layer_norm(x[logits_from:n_real], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n_real - logits_from, n_embd]
-    return matmul(x, p["head"])  # x @ wte.T (tied to wte) -> [n_real - logits_from, n_vocab]
+        x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n', n_embd]
+    cache.length += n  # padding rows' K/V stay in scratch slots past the end
+    x = layer_norm(x[logits_from:n], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n - logits_from, n_embd]
+    return x @ p["head"]  # x @ wte.T (tied to wte) -> [n - logits_from, n_vocab]
 
 
-def attention_bias(mask, dtype):  # [n, L] bool or None -> [n, <= L] or None
+# ----------------------------------------------------------------------------- the block
+def build_block(model: GPT2, tokens, positions, mask, prefix: int):
+    """The block as forward's layers read it (tokens [n'], positions [n'], attention bias [n', <= prefix + n'] or
+    None): the mask completed (causal by default; the prefix seen by every row), padded as the model's layout says
+    (`Layout.rows`, `fastpath.pad_block`), then made a bias (`attention_bias`)."""
+    n, rows = tokens.size, model.layout.rows(tokens.size)
+    if mask is None and n == 1 and rows == 1:
+        return tokens, positions, None  # one token of a chain sees the whole prefix and itself: no mask to build
+    mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else mask
+    if mask.shape == (n, n):
+        mask = np.concatenate([np.ones((n, prefix), dtype=bool), mask], axis=1)  # [n, prefix + n]
+    if rows > n:
+        tokens, positions, mask, _ = pad_block(tokens, positions, mask, rows)
+    return tokens, positions, attention_bias(mask, model.dtype)
+
+
+def attention_bias(mask, dtype):  # [n, L] bool -> [n, <= L] or None
     """0 where the mask lets a token attend, -inf elsewhere, from the first column some token may not see
     (the leading ones, seen by all, need no bias); None when all are seen."""
-    if mask is None:
-        return None
     seen = mask.all(axis=0)  # [L]
     if seen.all():
         return None
     first = int(np.argmin(seen))
     return np.where(mask[:, first:], 0.0, -np.inf).astype(dtype)  # [n, L - first]
-
-
-def check_block(model: GPT2, tokens, cache: KVCache, positions, mask, logits_from):
-    """forward's arguments checked (a ValueError names what is wrong), completed and padded as the model's layout
-    says (`Layout.rows`): (tokens [n'], positions [n'], mask [n', prefix + n'] or None for one token, n real)."""
-    c = model.config
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    n, start = tokens.size, cache.length
-    if n == 0:
-        raise ValueError("forward needs at least one new token")
-    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
-        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
-        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
-    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
-    if positions.size != n:
-        raise ValueError(f"{positions.size} positions for {n} tokens")
-    if positions.max() >= c.n_ctx:
-        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
-    if start + n > cache.capacity:
-        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
-    if not 0 <= logits_from < n:
-        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
-    pad_to = model.layout.rows(n)
-    if mask is None and n == 1 and pad_to == 1:
-        return tokens, positions, None, n  # one token of a chain sees the whole prefix and itself
-    mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
-    if mask.shape == (n, n):
-        mask = np.concatenate([np.ones((n, start), dtype=bool), mask], axis=1)  # the prefix: seen by all
-    elif mask.shape != (n, start + n):
-        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
-    if pad_to > n:
-        if start + pad_to > cache.capacity:
-            raise ValueError(f"KV cache overflow: {start} cached + {pad_to} padded > capacity {cache.capacity}")
-        tokens, positions, mask, _ = pad_block(tokens, positions, mask, pad_to)
-    return tokens, positions, mask, n
 
 
 # ----------------------------------------------------------------------------- the model

@@ -6,6 +6,9 @@ rules divide by must be exactly the processed distribution a draft token was dra
 
 All randomness goes through `Rand.coin` and `Rand.draw`: the exact enumerator (`proofs/exact.py`)
 replaces `Rand` with a stand-in that explores every branch, so the tests prove the rules lossless.
+
+The functions here run on every step and trust their settings: `checks.check_settings` refuses bad ones once,
+before decoding starts.
 """
 
 from __future__ import annotations
@@ -13,17 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from .fastpath import kth_largest, softmax_
-from .values import real, whole
-
-
-def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
-    """Raise ValueError naming the bad argument: temperature >= 0 finite, top_k >= 1, 0 < top_p <= 1."""
-    if not (real(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and not whole(top_k, 1):
-        raise ValueError(f"top_k must be an integer >= 1 (or None = off), got {top_k!r}")
-    if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] (None or 1.0 = off), got {top_p!r}")
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
@@ -63,8 +55,8 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
 
 def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..., V] float64
     """The processed next-token distribution of a row [V] or a batch [n, V]: temperature, top-k, top-p,
-    renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32)."""
-    check_settings(temperature, top_k, top_p)
+    renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32). The settings
+    are trusted (checked once by `checks.check_settings`); the logits are not (a NaN is refused)."""
     logits = np.asarray(logits)
     if not np.issubdtype(logits.dtype, np.floating):
         logits = logits.astype(np.float64)

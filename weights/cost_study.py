@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specdec_np.fastpath import Weight, matmul  # noqa: E402
+from specdec_np.fastpath import Weight  # noqa: E402
 from specdec_np.gpt2 import GPT2_SHAPES, random_params  # noqa: E402
 from specdec_np.models import load_embedded  # noqa: E402
 from specdec_np.tools.blas import blas_name  # noqa: E402
@@ -64,7 +64,7 @@ def matrix_report(models: dict, rows=(1, 2, 4, 8, 16), stream_mb: int = 96) -> N
                 x = rng.standard_normal((k, n_in), dtype=np.float32)
                 for layout, ws in (("x @ w", plain), ("slabs", weights)):
                     cycle = itertools.cycle(ws)  # each product reads a copy the others pushed out of the cache
-                    times[layout][k] = 1000 * median_ms(lambda: matmul(x, next(cycle)), 2 * copies, warmup=copies)
+                    times[layout][k] = 1000 * median_ms(lambda: x @ next(cycle), 2 * copies, warmup=copies)
             key = f"{name} {n_in}x{n_out}"
             print(f"{key:<22} " + " ".join(f"{times['x @ w'][k]:>9.0f} {times['slabs'][k]:>6.0f}" for k in rows))
             del weights, plain

@@ -225,7 +225,7 @@ def setup(a) -> Setup:
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
     try:  # the draft's context too when it may decode
-        prompt = check_prompt(encode(enc, text), target, draft if runs_draft else None)
+        prompt = check_prompt(encode(enc, text), target, draft if runs_draft else None, METHODS)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from helpers import SMALL as CFG
 from helpers import TINY_PROMPT as PROMPT
 from helpers import always_accept, ar_greedy, exact_target_distribution
-from specdec_np import ngram, verify
+from specdec_np import checks, ngram, verify
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
 from specdec_np.plan import Plan
@@ -212,10 +212,12 @@ def test_bad_input_raises(small):
     other = random_params(GPT2Config(n_vocab=41, n_ctx=64, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match="share the tokenizer"):
         generate(target, [1], 5, method="tree", draft=other)
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(ValueError, match="^temperature=-1 must be"):
         generate(target, [1], 5, temperature=-1)
-    with pytest.raises(ValueError, match="top_p"):
+    with pytest.raises(ValueError, match="^top_p=0 must be"):
         generate(target, [1], 5, temperature=1, top_p=0)
+    with pytest.raises(ValueError, match="^top_k=0 must be"):
+        generate(target, [1], 5, temperature=1, top_k=0)
     with pytest.raises(ValueError, match="point_mass"):
         generate(target, [1], 5, method="tree", draft=draft, temperature=1,
                  plan=plan(sampled="with", rule="point_mass"))
@@ -240,6 +242,14 @@ def test_bad_input_raises(small):
 def test_plan_validates_itself(shape, message):
     with pytest.raises(ValueError, match=message):
         Plan(**shape)
+
+
+def test_the_sampling_settings_are_checked_once_per_generate(small, monkeypatch):
+    """checks.py is their one boundary: once before decoding, not on each step's `process`."""
+    calls = []
+    monkeypatch.setattr(checks, "check_settings", lambda *settings: calls.append(settings))
+    generate(small.target, [1, 2], 6, "tree", small.draft, temperature=1.0, top_k=3, top_p=0.9)
+    assert calls == [(1.0, 3, 0.9)]
 
 
 def test_generate_refuses_an_unknown_rule(small):

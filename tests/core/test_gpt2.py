@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import fastpath
-from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out, matmul
+from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
 from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
@@ -191,7 +191,7 @@ def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
     for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
         x = rng.standard_normal((n, 37)).astype(dtype)
         for wt in (weight, plain):
-            got = matmul(x, wt)
+            got = x @ wt
             assert got.shape == (n, n_out) and got.dtype == dtype
             np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
 

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec_np.checks import check_settings
 from specdec_np.fastpath import kth_largest
-from specdec_np.sampling import Rand, check_settings, process, top_ids
+from specdec_np.sampling import Rand, process, top_ids
 
 
 def reference(logits, temperature, top_k, top_p):
@@ -106,10 +107,9 @@ def test_kth_largest_matches_a_full_partition(seed, rows, k, levels):
     (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(top_p=-0.2), "top_p"),
 ])
 def test_invalid_settings_name_the_argument(kwargs, name):
-    with pytest.raises(ValueError, match=name):
+    # The message starts `name=value`: the command line names its option from it (generate checks once, here).
+    with pytest.raises(ValueError, match=f"^{name}={kwargs[name]!r} must be "):
         check_settings(**{"temperature": 1.0, **kwargs})
-    with pytest.raises(ValueError, match=name):
-        process(np.zeros(3), **kwargs)
 
 
 @pytest.mark.parametrize("settings", [(0, None, None), (1.5, 1, 1.0), (0.7, 3, 0.5), (2, None, 0.9)])
