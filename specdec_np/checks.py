@@ -1,7 +1,5 @@
-"""Every argument of `decode.generate` and `gpt2.forward` checked once, here, before any work: each bad value
-refused with a one-line error that starts by naming it (what a method needs and how large its steps grow are its
-own: methods.py). This module sits below the models (gpt2.py calls `check_forward`), so it knows a model by its
-fields and the methods by the table `generate` passes in."""
+"""`decode.generate`'s and `gpt2.forward`'s arguments checked once, before any work: a bad one is a one-line error
+that starts with its name (a method's own needs: methods.py). Below gpt2.py: a model is known by its fields."""
 
 from __future__ import annotations
 
@@ -31,16 +29,15 @@ def check_forward(model, tokens, cache, positions, mask, logits_from: int):
         raise ValueError(f"{positions.size} positions for {n} tokens")
     if positions.max() >= c.n_ctx:
         raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
-    if start + n > cache.capacity:
-        raise ValueError(f"KV cache overflow: {start} cached + {n} new > capacity {cache.capacity}")
     if not 0 <= logits_from < n:
         raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
-    if mask is not None:
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape not in ((n, n), (n, start + n)):
-            raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
-    if start + (rows := model.layout.rows(n)) > cache.capacity:
-        raise ValueError(f"KV cache overflow: {start} cached + {rows} padded > capacity {cache.capacity}")
+    mask = None if mask is None else np.asarray(mask, dtype=bool)
+    if mask is not None and mask.shape not in ((n, n), (n, start + n)):
+        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
+    rows = model.layout.rows(n)  # >= n: a layout pads a block, never cuts it
+    if start + rows > cache.capacity:
+        raise ValueError(f"KV cache overflow: {start} cached + {rows} {'padded' if rows > n else 'new'} > "
+                         f"capacity {cache.capacity}")
     return tokens, positions, mask
 
 
@@ -55,9 +52,16 @@ def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
         raise ValueError(f"top_p={top_p!r} must be in (0, 1] (None or 1.0 = off)")
 
 
-def is_model(value) -> bool:
-    """A gpt2.GPT2, known by its fields."""
-    return all(hasattr(value, field) for field in ("config", "params", "layout"))
+def check_hyperparameter(field: str, value, name: str | None = None) -> None:
+    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
+    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
+    not a bool, a string or 8193.7)."""
+    name = name or field
+    if field == "layer_norm_epsilon":
+        if not (real(value) and 0 < value <= 1):
+            raise ValueError(f"{name}={value!r} must be a small positive number, at most 1 (GPT-2's is 1e-05)")
+    elif not whole(value, 1):
+        raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
@@ -66,10 +70,12 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     ValueError/TypeError naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding
     keeps the argmax, which both always keep, so they would change nothing."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
-    for name, value, loaded, kind, example in (
-            ("target", target, is_model(target), "gpt2.GPT2", "models.load_model('tiny-target')"),
-            ("draft", draft, is_model(draft), "gpt2.GPT2", "models.load_model('tiny-draft')"),
-            ("ngram", ngram, isinstance(ngram, Trigram), "ngram.Trigram", "models.load_ngram(path)")):
+    for name, value, kind, example in (("target", target, "gpt2.GPT2", "models.load_model('tiny-target')"),
+                                       ("draft", draft, "gpt2.GPT2", "models.load_model('tiny-draft')"),
+                                       ("ngram", ngram, "ngram.Trigram", "models.load_ngram(path)")):
+        # A GPT2 is known by its fields: gpt2.py imports this module, which cannot import its class.
+        loaded = (isinstance(value, Trigram) if name == "ngram"
+                  else hasattr(value, "config") and hasattr(value, "params"))
         if not loaded and (value is not None or name == "target"):
             raise TypeError(f"{name} must be a loaded {kind} (e.g. {example}), got {type(value).__name__} "
                             f"{value!r:.60}")
@@ -116,8 +122,7 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
 
 def check_prompt(prompt, target, draft=None, methods=None) -> list:
     """The prompt as a non-empty list of the target's token ids, shorter than the target's context
-    and the draft's (given when the draft decodes); `methods` (methods.METHODS), if given, names in the
-    draft's error the methods that run no draft."""
+    and the draft's (given when the draft decodes; `methods`: see ContextFilled)."""
     if isinstance(prompt, (str, bytes)):
         raise TypeError("prompt must be token ids, not text: encode it first, e.g. "
                         "tokenizer.encode(tokenizer.get_encoding(target.config.n_vocab), text)")
@@ -140,18 +145,17 @@ def check_prompt(prompt, target, draft=None, methods=None) -> list:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{V - 1})")
     for name, model in (("target", target), ("draft", draft)):  # each feeds the whole prompt, then decodes below it
         if model is not None and len(prompt) >= model.config.n_ctx:
-            draft_free = [m for m, kind in (methods or {}).items() if not kind.runs_draft] if name == "draft" else ()
-            raise ContextFilled(name, len(prompt), model.config.n_ctx, draft_free)
+            raise ContextFilled(name, len(prompt), model.config.n_ctx, methods if name == "draft" else None)
     return prompt
 
 
 class ContextFilled(ValueError):
-    """A prompt that fills the context of the `model` ("target" or "draft"): a one-line error whose
-    fields let a caller name the model its own way (the CLI names the option that chose it); `draft_free`:
-    the methods that run no draft, the draft's way out."""
+    """A prompt that fills the context of the `model` ("target" or "draft"): a one-line error whose fields let a
+    caller name the model its own way (the CLI names the option); a draft's names the `methods` that run none."""
 
-    def __init__(self, model: str, n_tokens: int, n_ctx: int, draft_free=()):
+    def __init__(self, model: str, n_tokens: int, n_ctx: int, methods=None):
         self.model = model
-        hint = f", or decode with a method that runs no draft ({', '.join(draft_free)})" if draft_free else ""
+        other = ", ".join(name for name, m in (methods or {}).items() if not m.runs_draft)
+        hint = f", or decode with a method that runs no draft ({other})" if other else ""
         super().__init__(f"the prompt has {n_tokens} tokens: the {model}'s context (n_ctx={n_ctx}) must hold more; "
                          f"shorten it{hint}")

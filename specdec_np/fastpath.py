@@ -173,4 +173,4 @@ def pad_block(tokens, positions, mask, size: int):
     padded[np.arange(n, size), width + np.arange(extra)] = True
     tokens = np.concatenate([tokens, np.zeros(extra, dtype=np.int64)])
     positions = np.concatenate([positions, np.full(extra, positions[0], dtype=np.int64)])
-    return tokens, positions, padded, size
+    return tokens, positions, padded

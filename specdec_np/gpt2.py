@@ -10,7 +10,7 @@ whole token tree is scored in one pass (tree attention). Parameters are plain ar
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-The speed tricks (how products are laid out for BLAS) live in `fastpath.py`, the KV cache in `kvcache.py`.
+The speed tricks (behind `x @ w`) live in `fastpath.py`, the KV cache in `kvcache.py`, the checks in `checks.py`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import check_forward
+from .checks import check_forward, check_hyperparameter
 from .fastpath import Layout, pad_block, prepare, softmax_
 from .kvcache import KVCache
-from .values import real, whole
 
 # ----------------------------------------------------------------------------- the math
 # Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
@@ -93,10 +92,9 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
     logits_from: the first `logits_from` tokens (fed only to catch a cache up) get no logits: the head
                is a large share of a small model's weights.
     """
-    c, p = model.config, model.prepared
     tokens, positions, mask = check_forward(model, tokens, cache, positions, mask, logits_from)
-    n = tokens.size
-    tokens, positions, bias = build_block(model, tokens, positions, mask, cache.length)  # padded: [n'] n' >= n
+    c, p, n = model.config, model.prepared, tokens.size
+    tokens, positions, bias = build_block(model, tokens, positions, mask, cache.length)  # [n'], n' >= n if padded
     x = p["wte"][tokens] + p["wpe"][positions]  # [n'] -> [n', n_embd]
     for layer, block in enumerate(p["blocks"]):
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n', n_embd]
@@ -107,9 +105,9 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
 
 # ----------------------------------------------------------------------------- the block
 def build_block(model: GPT2, tokens, positions, mask, prefix: int):
-    """The block as forward's layers read it (tokens [n'], positions [n'], attention bias [n', <= prefix + n'] or
-    None): the mask completed (causal by default; the prefix seen by every row), padded as the model's layout says
-    (`Layout.rows`, `fastpath.pad_block`), then made a bias (`attention_bias`)."""
+    """What forward's layers read: tokens [n'], positions [n'] and the attention bias [n', <= prefix + n'], the mask
+    completed (causal by default, the prefix seen by all), padded (`Layout.rows`, `fastpath.pad_block`), then 0 where
+    a row may attend, -inf elsewhere, from the first column some row may not see (None: all see all)."""
     n, rows = tokens.size, model.layout.rows(tokens.size)
     if mask is None and n == 1 and rows == 1:
         return tokens, positions, None  # one token of a chain sees the whole prefix and itself: no mask to build
@@ -117,18 +115,12 @@ def build_block(model: GPT2, tokens, positions, mask, prefix: int):
     if mask.shape == (n, n):
         mask = np.concatenate([np.ones((n, prefix), dtype=bool), mask], axis=1)  # [n, prefix + n]
     if rows > n:
-        tokens, positions, mask, _ = pad_block(tokens, positions, mask, rows)
-    return tokens, positions, attention_bias(mask, model.dtype)
-
-
-def attention_bias(mask, dtype):  # [n, L] bool -> [n, <= L] or None
-    """0 where the mask lets a token attend, -inf elsewhere, from the first column some token may not see
-    (the leading ones, seen by all, need no bias); None when all are seen."""
-    seen = mask.all(axis=0)  # [L]
+        tokens, positions, mask = pad_block(tokens, positions, mask, rows)  # [n', prefix + n']
+    seen = mask.all(axis=0)  # [prefix + n']
     if seen.all():
-        return None
+        return tokens, positions, None
     first = int(np.argmin(seen))
-    return np.where(mask[:, first:], 0.0, -np.inf).astype(dtype)  # [n, L - first]
+    return tokens, positions, np.where(mask[:, first:], 0.0, -np.inf).astype(model.dtype)  # [n', prefix + n' - first]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -152,18 +144,6 @@ class GPT2Config:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
-
-
-def check_hyperparameter(field: str, value, name: str | None = None) -> None:
-    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
-    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
-    not a bool, a string or 8193.7)."""
-    name = name or field
-    if field == "layer_norm_epsilon":
-        if not (real(value) and 0 < value <= 1):
-            raise ValueError(f"{name}={value!r} must be a small positive number, at most 1 (GPT-2's is 1e-05)")
-    elif not whole(value, 1):
-        raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
 # The real GPT-2 family's shapes (GPT-2 small is GPT2Config's default).

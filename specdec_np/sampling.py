@@ -6,9 +6,7 @@ rules divide by must be exactly the processed distribution a draft token was dra
 
 All randomness goes through `Rand.coin` and `Rand.draw`: the exact enumerator (`proofs/exact.py`)
 replaces `Rand` with a stand-in that explores every branch, so the tests prove the rules lossless.
-
-The functions here run on every step and trust their settings: `checks.check_settings` refuses bad ones once,
-before decoding starts.
+The functions here run on every step and trust their settings (`checks.check_settings` refuses bad ones once).
 """
 
 from __future__ import annotations
@@ -54,9 +52,8 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
 
 
 def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..., V] float64
-    """The processed next-token distribution of a row [V] or a batch [n, V]: temperature, top-k, top-p,
-    renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32). The settings
-    are trusted (checked once by `checks.check_settings`); the logits are not (a NaN is refused)."""
+    """The processed next-token distribution of a row [V] or a batch [n, V] (settings trusted): temperature, top-k,
+    top-p, renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32)."""
     logits = np.asarray(logits)
     if not np.issubdtype(logits.dtype, np.floating):
         logits = logits.astype(np.float64)
