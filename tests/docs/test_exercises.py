@@ -168,7 +168,7 @@ def test_a_solution_that_exits_or_raises_is_wrong_with_its_reason(tmp_path):
     assert lines[0].endswith("(chain_rule.py): wrong: importing chain_rule.py raised SystemExit: 0")
     assert lines[1].endswith("(tree_attention.py): wrong: the grading process ended (exit status 0) before a verdict: "
                              "does your code end the process (os._exit, a crash)?; its last output: bye")
-    assert lines[2].endswith("(recursive_rejection.py): wrong: case 1 of 7 (V=2, widths 2): SystemExit: 1")
+    assert lines[2].endswith("(recursive_rejection.py): wrong: case 1 of 7 (V=2, widths 1): SystemExit: 1")
     assert lines[3].endswith("(write_the_loop.py): wrong: case 1 of 8 (temperature 0, k=2, the draft = the target, "
                              "8 tokens): KeyboardInterrupt")
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -245,21 +245,21 @@ def test_a_broken_file_is_wrong_in_one_line(grade, tmp_path):
 
 
 def test_the_second_case_of_each_rule_is_two_levels_deep_with_distinct_q_rows(grade):
-    (V, k, seed), (V2, widths, seed2) = grade.CHAIN_CASES[1], grade.TREE_CASES[1]
+    (V, k, seed), (V2, widths, seed2) = grade.checks.CHAIN_CASES[1], grade.checks.TREE_CASES[1]
     assert k == 2 and len(widths) == 2
     for V, seed in ((V, seed), (V2, seed2)):
-        _, Q = grade.tables(V, seed)
+        _, Q = grade.checks.tables(V, seed)
         assert len({tuple(row) for row in Q}) == V
 
 
 def test_the_first_mask_cases_have_no_siblings(grade):
-    trees = grade.random_trees()
+    trees = grade.checks.random_trees()
     assert [t.parents.tolist() for t in trees[:2]] == [[-1, 0], [-1, 0]]
     assert trees[2].parents.tolist() == [-1, 0, 0]
     assert [len(t) for t in trees] == sorted(len(t) for t in trees)  # smallest first
 
 
 def test_tables_are_distributions(grade):
-    for V, _, seed in grade.CHAIN_CASES + grade.TREE_CASES:
-        for M in grade.tables(V, seed):
+    for V, _, seed in grade.checks.CHAIN_CASES + grade.checks.TREE_CASES:
+        for M in grade.checks.tables(V, seed):
             assert np.allclose(M.sum(axis=1), 1) and (M >= 0).all()
