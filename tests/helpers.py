@@ -6,8 +6,8 @@
   serves a table to the tree builders as their `dist_fn`.
 - `always_accept`, a deliberately broken verification rule for the negative controls.
 - `processed`, a table served top-k / top-p processed, as the decode loop's distributions are.
-- The exact check of one speculative step against the target (`max_error`, `assert_lossless`),
-  shared by the proofs of every rule (test_verify_exact.py, test_verify_block_traversal.py).
+- `assert_lossless`: the exact check of one speculative step against the target
+  (`exact.step_error`, also the exercise grader's), asserted below the tolerance `TOL`.
 """
 
 import itertools
@@ -21,6 +21,7 @@ from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
 from specdec_np.ngram import Trigram
 from specdec_np.proofs import exact
+from specdec_np.proofs.exact import context, target_rows  # noqa: F401  (the tests' names)
 from specdec_np.sampling import keep_top_p, process
 from specdec_np.tree import path_to
 
@@ -110,24 +111,15 @@ def tables(seed: int, V: int, modes=DRAFT_MODES):
     return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])
 
 
-def context(tokens, parents, node):
-    """The tokens from the root down to `node` of a (partial) tree, as a tuple: a table's key."""
-    out = []
-    while node != -1:
-        out.append(int(tokens[node]))
-        node = parents[node]
-    return tuple(out[::-1])
-
-
 def callback(dist, calls=None):
-    """dist_fn for the builders: the table's distribution after each requested node of the partial tree.
+    """dist_fn for the builders: the table's distribution after each requested node of the partial tree
+    (`exact.callback`), recording (tokens, parents, nodes) of every call if `calls` is a list."""
+    if calls is None:
+        return exact.callback(dist)
 
-    Records (tokens, parents, nodes) of every call if `calls` is a list.
-    """
     def dist_fn(tokens, parents, nodes):
-        if calls is not None:
-            calls.append((list(tokens), list(parents), list(nodes)))
-        return np.array([dist(context(tokens, parents, i)) for i in nodes])
+        calls.append((list(tokens), list(parents), list(nodes)))
+        return exact.callback(dist)(tokens, parents, nodes)
     return dist_fn
 
 
@@ -167,32 +159,8 @@ def processed(dist, top_k=None, top_p=None):
 TOL = 1e-12
 
 
-def target_rows(tree, target):  # -> [n, V]
-    return np.array([target(context(tree.tokens, tree.parents, i)) for i in range(len(tree))])
-
-
-def step_distribution(build, rule, draft, target, root, m):
-    """Exact distribution of the first m tokens of one speculative step (completed with the target)."""
-    def run(rand):
-        tree = build(root, callback(draft), rand)
-        path, nxt = rule(tree, target_rows(tree, target), rand)
-        out = verify.emitted(tree, path, nxt)
-        while len(out) < m:  # the target's own continuation
-            out.append(rand.draw(target((root,) + tuple(out))))
-        return tuple(out[:m])
-    return exact.outcomes(run)
-
-
-def max_error(build, rule, draft, target, root, m):
-    """Largest total variation between the step and the target over the first 1..m tokens."""
-    spec = step_distribution(build, rule, draft, target, root, m)
-    assert abs(sum(spec.values()) - 1) < 1e-12
-    return max(exact.total_variation(exact.prefix_marginal(spec, j), exact.sequence_distribution(target, (root,), j))
-               for j in range(1, m + 1))
-
-
 def assert_lossless(build, rule, draft, target, root, m):
-    err = max_error(build, rule, draft, target, root, m)
+    err = exact.step_error(build, rule, draft, target, root, m)
     assert err < TOL, f"total variation {err:.3g} from the target"
 
 

@@ -51,8 +51,9 @@ target, draft, _, enc = load_embedded(dtype=np.float64)  # float64: token-exact 
 #   min(1, p_{i-1}(x_i) / q_i(x_i)). At the first rejection the step's last token comes from the
 #   residual max(p_{i-1} - q_i, 0) (`rand.draw` normalises it); if all k are kept, a bonus token
 #   comes from p_k.
-# * **Cut.** Both caches keep only the committed text (this step's first token included) and the
-#   accepted guesses: `truncate` forgets the rest (the draft's cache may already hold less).
+# * **Cut.** Both caches keep only the tokens committed before this step and the accepted guesses,
+#   that is every committed token but the step's new one (the invariant above): `truncate` forgets
+#   the rest (the draft's cache may already hold less).
 # * **Emit** the accepted guesses and the target's token; stop once `n_new` tokens are out (a step
 #   drafts its k guesses even when fewer are still wanted: keep the first `n_new`).
 #

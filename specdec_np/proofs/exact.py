@@ -5,6 +5,9 @@ prescribed list of choices and multiply up their probabilities. A depth-first se
 (each run replays a prefix, takes the first option at every new choice point and queues the others) visits
 every branch of positive probability once, so the tests check the library's actual rules with no
 re-implementation and no sampling noise. fn must be deterministic given its choices.
+
+`step_error` is the exact check of one speculative step against the target, built on it: the tests
+prove every rule with it, and the exercise grader grades the learner's rules with it.
 """
 
 from __future__ import annotations
@@ -104,3 +107,56 @@ def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
                 new[seq + (int(x),)] = pr * float(probs[x] / probs.sum())
         dist = new
     return dist
+
+
+# -- the exact check of one speculative step against the target ----------------------------------
+# Tables are functions of a context: next_dist(tokens from the step's root, as a tuple) -> [V].
+
+def context(tokens, parents, node) -> tuple:
+    """The tokens from the root down to `node` of a (partial) tree, as a tuple: a table's key."""
+    out = []
+    while node != -1:
+        out.append(int(tokens[node]))
+        node = parents[node]
+    return tuple(out[::-1])
+
+
+def callback(next_dist):
+    """A tree builder's dist_fn serving a table: the distribution after each requested node."""
+    return lambda tokens, parents, nodes: np.array([next_dist(context(tokens, parents, i)) for i in nodes])
+
+
+def target_rows(tree, target):  # -> [n, V]
+    """The target's distribution after every node of the tree: what one verification pass gives."""
+    return np.array([target(context(tree.tokens, tree.parents, i)) for i in range(len(tree))])
+
+
+def step_outcomes(build, rule, draft, target, root) -> dict:
+    """{(tree tokens, tree parents, path, token): probability} of one speculative step, over every tree
+    `build(root, dist_fn, rand)` draws from the draft and every random choice `rule(tree, p, rand)`
+    makes on it (the tree's key is taken before the rule runs)."""
+    def run(rand):
+        tree = build(root, callback(draft), rand)
+        key = tuple(tree.tokens.tolist()), tuple(tree.parents.tolist())
+        path, token = rule(tree, target_rows(tree, target), rand)
+        return key + (tuple(int(i) for i in path), int(token))
+    return outcomes(run)
+
+
+def emitted_distribution(steps: dict, target, root, m: int) -> dict:
+    """{first m tokens: probability} of step_outcomes' steps: the accepted nodes' tokens, then the
+    rule's token, continued by the target itself where a step emitted fewer than m."""
+    dist = {}
+    for (tokens, _, path, token), pr in steps.items():
+        head = (tuple(tokens[i] for i in path[1:]) + (token,))[:m]
+        for tail, pt in sequence_distribution(target, (root,) + head, m - len(head)).items():
+            dist[head + tail] = dist.get(head + tail, 0.0) + pr * pt
+    return dist
+
+
+def step_error(build, rule, draft, target, root, m: int) -> float:
+    """The total variation between the first m tokens of one speculative step (continued by the target)
+    and the target's own m tokens: 0 up to rounding for a lossless rule. It bounds the error of every
+    shorter prefix too (a marginal is never further from the target's than the whole)."""
+    steps = step_outcomes(build, rule, draft, target, root)
+    return total_variation(emitted_distribution(steps, target, root, m), sequence_distribution(target, (root,), m))

@@ -48,10 +48,12 @@ def test_untouched_stubs_are_not_yet_written():
 
 
 def test_reference_solutions_are_correct():
-    proc = run_grader(SOLUTIONS)
+    proc = subprocess.run([sys.executable, "-X", "dev", "-W", "error", str(EXERCISES / "grade.py"), str(SOLUTIONS)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(lines) == 4 and all(": correct (" in line for line in lines), proc.stdout
+    assert proc.stderr == ""  # under -X dev -W error: no warning (the worker's pipe is closed)
 
 
 # (file, mistake, text in the solution, the mistake's text, how the wrong line starts, diagnosis fragments)
@@ -117,6 +119,34 @@ MISTAKES = [
     ("write_the_loop.py", "the coin asked the other way round", "if not rand.coin(min(1.0, p[i][x] / qs[i][x])):",
      "if rand.coin(1 - min(1.0, p[i][x] / qs[i][x])):", "case 6 of 8 (seed 0",
      ["your tokens passed the exact checks"]),
+    # Exercise 4 pinpoints the first coin or draw that differs from lesson 4's loop, with its step.
+    ("write_the_loop.py", "the bonus token from p[k - 1], named", "token = rand.draw(p[k])",
+     "token = rand.draw(p[k - 1])", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): token 3 of 8",
+     ["step 1, every guess kept: the bonus token is drawn from p[k] = p[2], the target's distribution after the "
+      "last guess, {12: 1}; you draw from {10: 1}, which is p[k - 1] = p[1]"]),
+    ("write_the_loop.py", "the correction drawn from p, pinpointed", "rand.draw(np.maximum(p[i] - qs[i], 0))",
+     "rand.draw(p[i])", "case 3 of 8",
+     ["step 1, guess 1 rejected: the correction is drawn from the residual max(p[0] - q[0], 0) = {10: 0.229, "
+      "12: 0.771}; you draw from {10: 0.767, 12: 0.233}, which is p[0]"]),
+    ("write_the_loop.py", "the target's cache cut one token short, pinpointed",
+     "t_cache.truncate(start + 1 + len(accepted))", "t_cache.truncate(start + len(accepted))", "case 1 of 8",
+     ["step 2, the test of guess 2 (token 7): generate tosses a coin of probability min(1, p/q) = 1; you toss a "
+      "coin of probability 0"]),
+    ("write_the_loop.py", "the residual the wrong way round, pinpointed", "np.maximum(p[i] - qs[i], 0)",
+     "np.maximum(qs[i] - p[i], 0)", "case 2 of 8",
+     ["step 2, guess 2 rejected: the correction is drawn from the residual max(p[1] - q[1], 0) = {12: 1}; you draw "
+      "from {7: 1}, which is q[1]"]),
+    # A cache cut past what it holds: one line naming the invariant, not truncate's own error.
+    ("write_the_loop.py", "the target's cache cut one token long", "t_cache.truncate(start + 1 + len(accepted))",
+     "t_cache.truncate(start + 2 + len(accepted))", "case 1 of 8 (temperature 0, k=2, the draft = the target, "
+     "8 tokens): your loop cuts a cache to 6 tokens when it holds 5: after a step the target's cache holds every "
+     "committed token but the last", []),
+    # The residual must use the q the rejected child was drawn from, before its token is removed.
+    ("recursive_rejection.py", "the residual computed with q after the rejected token is removed",
+     "            r = np.maximum(p_res - q_res, 0)", "            q_res = q_res.copy()\n            q_res[x] = 0\n"
+     "            r = np.maximum(p_res - q_res, 0)", "case 1 of 7 (V=2, widths 1): TV 0.129",
+     ["with node 1 rejected: the library's verify_recursive_wor draws from {1: 1}; you draw from {0: 0.848, "
+      "1: 0.152}"]),
 ]
 
 
@@ -136,6 +166,23 @@ def test_each_mistake_is_caught_early_and_diagnosed(grade, tmp_path, filename, m
         assert any(fragment in d for d in lines), (fragment, lines)
     case = line.split("case ")[1].split(" of")[0]
     assert lines[-1].startswith("rerun: ") and lines[-1].endswith(f"grade.py {tmp_path} --case {n}:{case}"), lines
+
+
+def test_a_cache_cut_too_far_is_one_line(grade, tmp_path):
+    write_mistake(tmp_path, "write_the_loop.py", "t_cache.truncate(start + 1 + len(accepted))",
+                  "t_cache.truncate(start + 2 + len(accepted))")
+    status, line, lines = grade.grade(4, tmp_path)
+    assert status == "wrong" and "truncate" not in line and len(lines) == 1 and lines[0].startswith("rerun: "), line
+
+
+def test_a_missing_guard_for_q_running_out_is_harmless(grade, tmp_path):
+    """No sibling follows once q' has no mass left (every token q could draw is a child): the guard only
+    avoids 0/0, so exercise 3's instructions ask for none and the grader cannot fail its absence."""
+    write_mistake(tmp_path, "recursive_rejection.py", "            if q_res.sum() > 0:  # (no mass left: every token q "
+                  "could draw was a child, there is no next one)\n                q_res = q_res / q_res.sum()",
+                  "            q_res = q_res / q_res.sum()")
+    assert grade.grade(3, tmp_path)[0] == "correct"
+    assert "runs out" not in (EXERCISES / "recursive_rejection.py").read_text()
 
 
 def test_the_rerun_command_reruns_that_case_in_full(tmp_path):
@@ -168,7 +215,7 @@ def test_a_solution_that_exits_or_raises_is_wrong_with_its_reason(tmp_path):
     assert lines[0].endswith("(chain_rule.py): wrong: importing chain_rule.py raised SystemExit: 0")
     assert lines[1].endswith("(tree_attention.py): wrong: the grading process ended (exit status 0) before a verdict: "
                              "does your code end the process (os._exit, a crash)?; its last output: bye")
-    assert lines[2].endswith("(recursive_rejection.py): wrong: case 1 of 7 (V=2, widths 2): SystemExit: 1")
+    assert lines[2].endswith("(recursive_rejection.py): wrong: case 1 of 7 (V=2, widths 1): SystemExit: 1")
     assert lines[3].endswith("(write_the_loop.py): wrong: case 1 of 8 (temperature 0, k=2, the draft = the target, "
                              "8 tokens): KeyboardInterrupt")
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -227,6 +274,13 @@ def test_command_line(grade, capsys, args, code, message):
         assert out.startswith(message) and "--time-limit SECONDS" in out
 
 
+def test_the_help_does_not_need_docstrings():
+    proc = subprocess.run([sys.executable, "-OO", str(EXERCISES / "grade.py"), "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("usage: grade.py [DIR] [--case E:N] [--time-limit SECONDS]")
+
+
 def test_a_python_without_numpy_gets_a_hint():
     if subprocess.run([sys.executable, "-S", "-c", "import numpy"], capture_output=True).returncode == 0:
         pytest.skip("this Python finds NumPy even without site-packages")
@@ -245,21 +299,32 @@ def test_a_broken_file_is_wrong_in_one_line(grade, tmp_path):
 
 
 def test_the_second_case_of_each_rule_is_two_levels_deep_with_distinct_q_rows(grade):
-    (V, k, seed), (V2, widths, seed2) = grade.CHAIN_CASES[1], grade.TREE_CASES[1]
+    (V, k, seed), (V2, widths, seed2) = grade.checks.CHAIN_CASES[1], grade.checks.TREE_CASES[1]
     assert k == 2 and len(widths) == 2
     for V, seed in ((V, seed), (V2, seed2)):
-        _, Q = grade.tables(V, seed)
+        _, Q = grade.checks.tables(V, seed)
         assert len({tuple(row) for row in Q}) == V
 
 
 def test_the_first_mask_cases_have_no_siblings(grade):
-    trees = grade.random_trees()
+    trees = grade.checks.random_trees()
     assert [t.parents.tolist() for t in trees[:2]] == [[-1, 0], [-1, 0]]
     assert trees[2].parents.tolist() == [-1, 0, 0]
     assert [len(t) for t in trees] == sorted(len(t) for t in trees)  # smallest first
 
 
+def test_each_tree_case_draws_the_widths_its_label_names(grade):
+    """Without replacement a node gets fewer children than asked where q has fewer tokens: no case asks
+    for more than every tree it draws gets."""
+    for V, widths, seed in grade.checks.TREE_CASES:
+        _, Q = grade.checks.tables(V, seed)
+        level = {0}  # the tokens of one level's nodes (the root's: 0)
+        for width in widths:
+            assert all((Q[t] > 0).sum() >= width for t in level), (V, widths, seed)
+            level = {int(x) for t in level for x in np.flatnonzero(Q[t])}
+
+
 def test_tables_are_distributions(grade):
-    for V, _, seed in grade.CHAIN_CASES + grade.TREE_CASES:
-        for M in grade.tables(V, seed):
+    for V, _, seed in grade.checks.CHAIN_CASES + grade.checks.TREE_CASES:
+        for M in grade.checks.tables(V, seed):
             assert np.allclose(M.sum(axis=1), 1) and (M >= 0).all()

@@ -16,9 +16,8 @@ def verify_recursive_wor(tree, p, rand):
     tree: node 0 the root; tree.parents[i] < i; tree.tokens[i] node i's token. The children of a
       node were drawn from q = tree.draft_dists[node] *without replacement*: the first from q, the
       next from q with the first removed and renormalised (call it q'), and so on.
-      If q' runs out (no mass left: every token q could draw is a child already rejected), no later
-      sibling can exist: stop testing this node's children and draw the target's token from what p
-      still owes, as after any last rejected child.
+      After a rejected child, what p still owes is computed with the q that child was drawn from
+      (before its token is removed); the next sibling is then tested against that and q'.
     p: [len(tree), V], p[i] the target's distribution of the token after node i.
     rand: rand.coin(prob) -> bool, rand.draw(weights) -> token id (it normalises the weights).
     Returns path (accepted nodes from the root 0) and the target's token after its last node.

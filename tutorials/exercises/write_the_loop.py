@@ -28,6 +28,8 @@ def speculative_decode(target, draft, prompt, n_new, k, rand, settings=(0.0, Non
       To emit generate's tokens for a seed, draw in its order: each step, the k draws of the guesses
       (draft order), then one coin per guess from the first up to the first rejection, then one draw
       (the correction from the residual, or the bonus token when every guess was kept).
+    After a step the target's cache holds every committed token but the last (the step's new token,
+      fed first in the next step's target pass); the draft's holds at most as many.
     A step drafts its k guesses even when fewer tokens are still wanted: keep only the first n_new.
     """
     raise NotImplementedError

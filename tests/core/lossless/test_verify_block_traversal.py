@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import (TOL, ar_greedy, assert_lossless, callback, dense_tables, max_error, processed, sampled, tables,
+from helpers import (TOL, ar_greedy, assert_lossless, callback, dense_tables, processed, sampled, tables,
                      target_rows)
 from specdec_np import verify
 from specdec_np.build import build_chain, build_fixed
@@ -80,10 +80,10 @@ def test_lossless_on_degenerate_tables():
     }
     for name, (target, draft) in cases.items():
         for k in (1, 3):
-            assert max_error(chains(k), verify.verify_block, draft, target, 0, 3) < TOL, name
+            assert exact.step_error(chains(k), verify.verify_block, draft, target, 0, 3) < TOL, name
         for widths in ((2, 1), (3,)):
             for replacement in (True, False):
-                err = max_error(sampled(widths, replacement), verify.verify_traversal, draft, target, 0, 2)
+                err = exact.step_error(sampled(widths, replacement), verify.verify_traversal, draft, target, 0, 2)
                 assert err < TOL, (name, widths, replacement)
 
 
@@ -92,11 +92,7 @@ def test_lossless_on_degenerate_tables():
 def same_step(build, rule_a, rule_b, draft, target, root):
     """Total variation between two rules' (path, next token) distributions on the same drafts."""
     def outcomes(rule):
-        def run(rand):
-            tree = build(root, callback(draft), rand)
-            path, nxt = rule(tree, target_rows(tree, target), rand)
-            return tuple(path), int(nxt)
-        return exact.outcomes(run)
+        return exact.marginal(exact.step_outcomes(build, rule, draft, target, root), lambda step: step[2:])
     return exact.total_variation(outcomes(rule_a), outcomes(rule_b))
 
 
@@ -120,11 +116,8 @@ def test_traversal_is_recursive_rejection_on_one_level(seed):
 
 def expected_accepted(build, rule, draft, target, root) -> float:
     """E[drafted tokens accepted per step], exactly: every branch of drafting and verifying enumerated."""
-    def run(rand):
-        tree = build(root, callback(draft), rand)
-        path, _ = rule(tree, target_rows(tree, target), rand)
-        return len(path) - 1
-    return sum(n * prob for n, prob in exact.outcomes(run).items())
+    steps = exact.step_outcomes(build, rule, draft, target, root)
+    return sum((len(path) - 1) * prob for (_, _, path, _), prob in steps.items())
 
 
 def test_block_on_the_papers_example():
@@ -221,10 +214,10 @@ def test_negative_control_fails_on_fixed_example(name, monkeypatch):
     build, rule, broken, correct = NEGATIVE[name]
     target, draft = dense_tables(0, 5)
     good_build, good_rule = correct or (build, rule)
-    assert max_error(good_build, good_rule, draft, target, 0, 2) < TOL  # the correct pairing passes...
+    assert exact.step_error(good_build, good_rule, draft, target, 0, 2) < TOL  # the correct pairing passes...
     for attr, fn in broken.items():
         monkeypatch.setattr(verify, attr, fn)
-    assert max_error(build, rule, draft, target, 0, 2) > 1e-3  # ... the broken one fails the same check
+    assert exact.step_error(build, rule, draft, target, 0, 2) > 1e-3  # ... the broken one fails the same check
 
 
 @pytest.mark.parametrize("name", sorted(NEGATIVE))
@@ -232,7 +225,7 @@ def test_negative_control_fails_on_most_random_examples(name, monkeypatch):
     build, rule, broken, _ = NEGATIVE[name]
     for attr, fn in broken.items():
         monkeypatch.setattr(verify, attr, fn)
-    caught = sum(max_error(build, rule, draft, target, 0, 2) > 1e-3
+    caught = sum(exact.step_error(build, rule, draft, target, 0, 2) > 1e-3
                  for target, draft in (dense_tables(seed, 4) for seed in range(10)))
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 

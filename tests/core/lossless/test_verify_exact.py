@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import (TOL, always_accept, assert_lossless, callback, context, dense_tables, keep_top_k, max_error,
+from helpers import (TOL, always_accept, assert_lossless, callback, context, dense_tables, keep_top_k,
                      sampled, tables, target_rows)
 from specdec_np import verify
 from specdec_np.build import build_best_first, build_chain, build_fixed
@@ -202,11 +202,11 @@ NEGATIVE = {
 def test_negative_control_fails_on_fixed_example(name):
     build, rule = NEGATIVE[name]
     target, draft, root = fixed_example()
-    assert max_error(build, rule, draft, target, root, 2) > 1e-3
+    assert exact.step_error(build, rule, draft, target, root, 2) > 1e-3
     # ... and the correct rule passes on the very same example.
     good = verify.verify_chain if name in ("always_accept", "resample_from_p", "chain_with_q_equal_p") else \
         verify.verify_recursive_wor if name == "wor_tree_with_wr_rule" else verify.verify_recursive
-    assert max_error(build, good, draft, target, root, 2) < TOL
+    assert exact.step_error(build, good, draft, target, root, 2) < TOL
 
 
 @pytest.mark.parametrize("name", sorted(NEGATIVE))
@@ -215,7 +215,7 @@ def test_negative_control_fails_on_most_random_examples(name):
     caught = 0
     for seed in range(10):
         target, draft = dense_tables(seed, 5)
-        caught += max_error(build, rule, draft, target, 0, 1) > 1e-3
+        caught += exact.step_error(build, rule, draft, target, 0, 1) > 1e-3
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 
 
@@ -230,8 +230,8 @@ def test_negative_control_q_differs_from_sampling_distribution():
         return Tree(tree.tokens, tree.parents, tree.q, tree.kind, draft_dists=wrong)
 
     build_right = lambda root, dist_fn, rand: build_chain(root, dist_fn, 2, rand=rand)
-    assert max_error(build_right, verify.verify_chain, processed, target, root, 2) < TOL
-    assert max_error(build_mismatched, verify.verify_chain, processed, target, root, 2) > 1e-3
+    assert exact.step_error(build_right, verify.verify_chain, processed, target, root, 2) < TOL
+    assert exact.step_error(build_mismatched, verify.verify_chain, processed, target, root, 2) > 1e-3
 
 
 # ----------------------------------------------------------------------------- the enumerator itself

@@ -1,0 +1,501 @@
+"""What each exercise is checked against (grade.py runs these checks and prints their verdicts).
+
+- The rules (exercises 1 and 3) by the library's exact one-step check (`specdec_np.proofs.exact`):
+  over small p/q tables and tree shapes, smallest first, every tree drawn from q and every random
+  choice of the rule enumerated, the emitted tokens (continued by the target where a step emitted
+  fewer) must be distributed as the target's: total variation < 1e-12, no sampling noise. Where they
+  are not, yours and the library's rule (`specdec_np.verify`) walk the same tree with the same coin
+  outcomes, and the first coin, draw or returned path that differs is named.
+- The mask and positions (exercise 2), on random trees, smallest first: a tiny random GPT-2 in
+  float64 scores the tree in one pass with your mask and positions, and each node's logits must
+  equal those of its root-to-node path fed alone as a chain (difference < 1e-9).
+- The loop (exercise 4), on a tiny random target and draft in float64: at temperature 0 it must emit
+  the tokens of `generate(method="speculative")`; sampled, its first tokens must be distributed
+  exactly as the target's (TV < 1e-12), and with a seed it must emit generate's very tokens (the same
+  random numbers, drawn in the same order). Where it fails, its calls of rand are replayed against
+  the loop lesson 4 specifies and the first coin or draw that differs is named with its step.
+
+A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
+code fails it. The checks test honest attempts and do not police cheating: a solution could call the
+library's rules (`specdec_np.verify.RULES`) or patch the tolerance in its own process.
+"""
+
+from __future__ import annotations
+
+from itertools import zip_longest
+
+import numpy as np
+
+from specdec_np import build
+from specdec_np.decode import generate
+from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
+from specdec_np.kvcache import KVCache
+from specdec_np.plan import Plan
+from specdec_np.proofs import exact
+from specdec_np.sampling import Rand, process
+from specdec_np.tree import Tree, path_to
+from specdec_np.verify import verify_chain, verify_recursive_wor
+
+MAX_TV = 1e-12
+MAX_LOGIT_DIFF = 1e-9
+
+
+class Wrong(Exception):
+    """A case the learner's code fails: the verdict, the lines that diagnose it, and more for --case."""
+
+    def __init__(self, line: str, diagnosis=(), detail=()):
+        super().__init__(line)
+        self.line, self.diagnosis, self.detail = line, list(diagnosis), list(detail)
+
+
+def show(dist) -> str:
+    """{token: probability} (or a [V] array) as '{0: 0.25, 2: 0.75}', zero entries left out."""
+    items = dist.items() if isinstance(dist, dict) else enumerate(np.asarray(dist).tolist())
+    return "{" + ", ".join(f"{int(t)}: {p:.3g}" for t, p in sorted(items) if p > MAX_TV) + "}"
+
+
+def same(a: dict, b: dict, tol: float = 1e-9) -> bool:
+    return all(abs(a.get(x, 0.0) - b.get(x, 0.0)) <= tol for x in set(a) | set(b))
+
+
+def close(event, kind: str, value) -> bool:
+    """Whether a logged call (see Walk) is a `kind` call of probability (coin) or distribution (draw) `value`."""
+    if event is None or event[0] != kind:
+        return False
+    if kind == "coin":
+        return abs(event[1] - value) <= 1e-9
+    return event[1] is not None and np.allclose(event[1], value, rtol=0, atol=1e-9)
+
+
+def first_token(dist: dict, target) -> str:
+    """The diagnosis line: the first emitted token's distribution beside the target's."""
+    mine = exact.marginal(dist, lambda seq: seq[0])
+    verdict = "the same" if same(mine, dict(enumerate(np.asarray(target).tolist()))) else "they differ"
+    return f"first token: yours {show(mine)}, the target's {show(target)} ({verdict})"
+
+
+def enumerate_outcomes(fn, *args):
+    """fn(*args) (exact.outcomes or a function built on it), with a word for the learner when their
+    code takes randomness from elsewhere than rand."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        if "not deterministic" not in str(e):
+            raise
+        raise Wrong("given the same answers from rand your code did not make the same calls: take every random "
+                    "choice from rand (rand.coin, rand.draw), nothing else") from None
+
+
+# -- exercises 1 and 3, the rules: the exact one-step check over small tables --------------------
+def tables(V: int, seed: int):  # -> P [V, V], Q [V, V]
+    """Target and draft next-token tables (row t: the distribution after token t), with zeros where
+    one model has mass and the other has none, the cases a rule most often gets wrong."""
+    rng = np.random.default_rng(seed)
+    P, Q = rng.random((V, V)) ** 2, rng.random((V, V)) ** 2
+    P[rng.random((V, V)) < 0.2] = 0
+    Q[rng.random((V, V)) < 0.2] = 0
+    for M in (P, Q):
+        empty = M.sum(axis=1) == 0
+        M[empty, rng.integers(V)] = 1.0
+    return P / P.sum(axis=1, keepdims=True), Q / Q.sum(axis=1, keepdims=True)
+
+
+# (V, draft tokens in the chain, seed) and (V, widths, seed), smallest first; every tree drawn has
+# exactly these widths. The second case of each is two levels deep, with a q row per level that
+# differs from the others: a rule that reads another node's q (the root's at every level, the
+# child's) fails there. A chain's first case has p and q with full support; later ones have zeros,
+# and q rows that are a single token.
+CHAIN_CASES = [(2, 1, 4), (3, 2, 1), (2, 1, 0), (2, 2, 1), (3, 1, 2), (4, 2, 4), (3, 3, 5)]
+TREE_CASES = [(2, (1,), 0), (3, (2, 1), 1), (3, (2,), 1), (3, (3,), 0), (4, (2,), 4), (3, (2, 2), 5),
+              (4, (3, 1), 6)]
+
+
+def checked(rule, V: int):
+    """`rule`, its (path, token) checked: path a root-to-node path of the tree, token a token id."""
+    def run(tree, p, rand):
+        parents = tree.parents.tolist()  # before the rule runs: it may change the tree
+        path, token = rule(tree, p, rand)
+        path = [int(i) for i in path]
+        if not path or path[0] != 0 or any(not 0 < b < len(parents) or parents[b] != a for a, b in zip(path, path[1:])):
+            raise Wrong(f"the returned path {path} is not a root-to-node path of the tree with parents {parents}")
+        if not 0 <= int(token) < V:
+            raise Wrong(f"the returned token {token} is not a token id (0 to {V - 1})")
+        return path, int(token)
+    return run
+
+
+class Walk(exact.ScriptedRand):
+    """The rand of one scripted walk through a rule: the enumerator's coins, answered by `script`
+    (option 0, yes, beyond it); a draw returns its likeliest token; every call is logged."""
+
+    def __init__(self, script):
+        super().__init__(script)
+        self.log = []  # ("coin", probability, answer) or ("draw", [V] or None, None)
+
+    def choose(self, options):  # the script's option, or a certain coin's only one
+        i = len(self.n_options)
+        self.n_options.append(len(options))
+        return options[min(self.script[i] if i < len(self.script) else 0, len(options) - 1)][0]
+
+    def coin(self, prob) -> bool:
+        ok = super().coin(prob)
+        self.log.append(("coin", min(max(float(prob), 0.0), 1.0), ok))
+        return ok
+
+    def draw(self, probs) -> int:
+        w = np.asarray(probs, dtype=np.float64)
+        good = w.sum() > 0 and (w >= 0).all()
+        self.log.append(("draw", w / w.sum() if good else None, None))
+        return int(np.argmax(w))
+
+
+def describe(event) -> str:
+    if event is None:
+        return "end the step there"
+    if event[0] == "coin":
+        return f"toss a coin of probability {event[1]:.3g}"
+    return "draw from weights that are not a distribution" if event[1] is None else f"draw from {show(event[1])}"
+
+
+def first_difference(rule, reference, tree: Tree, P, name: str):
+    """The first coin, draw or returned path where `rule` departs from the library's `reference` on
+    `tree`, over every way the library's coins can fall (None if it never does)."""
+    todo = [()]
+    while todo:
+        script = todo.pop()
+        lib = Walk(script)
+        verdict = reference(copy_tree(tree), P[tree.tokens], lib)
+        lib_path, tested = verdict.path, [(c.node, c.token) for c in verdict.tests if c.test != "draw"]
+        answers = [ok for kind, _, ok in lib.log if kind == "coin"]
+        taken = list(script) + [0] * (len(lib.n_options) - len(script))
+        todo += [tuple(taken[:i]) + (1,) for i in range(len(script), len(lib.n_options)) if lib.n_options[i] == 2]
+        mine = Walk(script)
+        try:
+            my_path, _ = rule(copy_tree(tree), P[tree.tokens], mine)
+        except Exception as e:
+            return f"{walked(tested, answers)}: your rule raises {failure(e)}"
+        n_coins = 0
+        for a, b in zip_longest(mine.log, lib.log):
+            where = walked(tested[:n_coins], answers[:n_coins])
+            if b is None:
+                return f"{where}: the library's {name} ends the step; you {describe(a)}"
+            if not close(a, b[0], b[1]):
+                if b[0] == "coin":
+                    node, token = tested[n_coins]
+                    lib_does = f"tests node {node} (token {token}) with a coin of probability {b[1]:.3g}"
+                else:
+                    lib_does = f"draws from {show(b[1])}"
+                return f"{where}: the library's {name} {lib_does}; you {describe(a)}"
+            n_coins += b[0] == "coin"
+        if [int(i) for i in my_path] != [int(i) for i in lib_path]:
+            return (f"{walked(tested, answers)}: your path is {[int(i) for i in my_path]}, the library's "
+                    f"{name}'s {[int(i) for i in lib_path]}")
+    return None
+
+
+def walked(tested, answers) -> str:
+    """Where a walk is: 'at the first test', or 'with node 1 accepted, node 2 rejected'."""
+    if not tested:
+        return "at the first test"
+    return "with " + ", ".join(f"node {node} {'accepted' if ok else 'rejected'}"
+                               for (node, _), ok in zip(tested, answers))
+
+
+def copy_tree(tree: Tree) -> Tree:
+    """A copy a rule may change without harm."""
+    return Tree(tree.tokens.copy(), tree.parents.copy(), tree.q.copy(), tree.kind, tree.draft_dists.copy())
+
+
+def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool):
+    """The check of one rule case: TV to the target and, if wrong, where the rule departs from the library's."""
+    P, Q = tables(V, seed)
+    m = len(widths) + 1
+    target, draft = (lambda ctx: P[ctx[-1]]), (lambda ctx: Q[ctx[-1]])
+    trees = {}  # {(tokens, parents): the tree as drawn}
+
+    def drawn(root, dist_fn, rand):
+        tree = build.build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
+        trees[tuple(tree.tokens.tolist()), tuple(tree.parents.tolist())] = copy_tree(tree)
+        return tree
+
+    def check(funcs):
+        steps = enumerate_outcomes(exact.step_outcomes, drawn, checked(funcs[name], V), draft, target, 0)
+        emitted = exact.emitted_distribution(steps, target, 0, m)
+        tv = exact.total_variation(emitted, exact.sequence_distribution(target, (0,), m))
+        if tv < MAX_TV:
+            return
+        diagnosis = [first_token(emitted, P[0])]
+        detail = [f"target P (row t: after token t):\n{np.round(P, 3)}", f"draft Q:\n{np.round(Q, 3)}"]
+        chance = exact.marginal(steps, lambda step: step[:2])  # {tree: its probability}
+        for key in sorted(chance, key=lambda key: -chance[key]):  # the likeliest tree where the rules part
+            line = first_difference(funcs[name], reference, trees[key], P, reference.__name__)
+            if line:
+                diagnosis.append(f"on the tree with tokens {list(key[0])} and parents {list(key[1])} (drawn with "
+                                 f"probability {chance[key]:.3g}), {line}")
+                detail += [f"node {i}: token {t}, parent {parent}, p after it {show(P[t])}"
+                           + (f", its children drawn from q = {show(Q[t])}" if i in key[1] else "")
+                           for i, (t, parent) in enumerate(zip(*key))]
+                break
+        raise Wrong(f"TV {tv:.3g} from the target's distribution", diagnosis, detail)
+
+    return check
+
+
+def chain_cases():
+    return [(f"V={V}, a chain of {k}", rule_case("verify_chain", verify_chain, V, [1] * k, seed, True))
+            for V, k, seed in CHAIN_CASES]
+
+
+def tree_cases():
+    return [(f"V={V}, widths {','.join(map(str, w))}", rule_case("verify_recursive_wor", verify_recursive_wor, V, w,
+                                                                  seed, False))
+            for V, w, seed in TREE_CASES]
+
+
+# -- exercise 2, the mask and positions: each node against its path fed alone --------------------
+TINY = dict(n_vocab=16, n_ctx=32, n_embd=16, n_layer=2, n_head=2)  # a GPT2Config
+CONTEXT = [3, 1, 4]
+
+
+def random_trees(count: int = 14, seed: int = 0) -> list[Tree]:
+    """Random trees of 2 to 8 nodes, smallest first (parents[i] drawn below i, tokens at random)."""
+    rng = np.random.default_rng(seed)
+    trees = []
+    for i in range(count):
+        n = 2 + i // 2
+        parents = [-1] + [int(rng.integers(0, j)) for j in range(1, n)]
+        trees.append(Tree(rng.integers(0, TINY["n_vocab"], n), parents, np.ones(n)))
+    return trees
+
+
+def mask_case(model, tree: Tree):
+    def check(funcs):
+        mask = np.asarray(funcs["attention_mask"](tree))
+        pos = np.asarray(funcs["positions"](tree, len(CONTEXT)))
+        n = len(tree)
+        if mask.shape != (n, n):
+            raise Wrong(f"attention_mask returned shape {mask.shape} for a tree of {n} nodes, expected ({n}, {n})")
+        if pos.shape != (n,) or not np.issubdtype(pos.dtype, np.integer):
+            raise Wrong(f"positions returned {pos.dtype} shape {pos.shape} for a tree of {n} nodes, "
+                        f"expected ({n},) ints")
+        cache = new_cache(model)
+        forward(model, CONTEXT, cache)
+        logits = forward(model, tree.tokens, cache, positions=pos, mask=mask.astype(bool))  # [n, V]
+        diffs = []
+        for i in range(n):
+            chain = CONTEXT + [int(t) for t in tree.tokens[path_to(tree, i)]]
+            alone = forward(model, chain, new_cache(model))[-1]  # [V]
+            diffs.append(float(np.abs(logits[i] - alone).max()))
+        node = int(np.argmax(np.array(diffs) >= MAX_LOGIT_DIFF))
+        if diffs[node] < MAX_LOGIT_DIFF:
+            return
+        path = [int(j) for j in path_to(tree, node)]
+        raise Wrong(f"node {node}'s logits differ by {diffs[node]:.3g} from its path fed alone as a chain",
+                    [f"node {node}'s path is {' -> '.join(map(str, path))}; your mask lets it see nodes "
+                     f"{np.flatnonzero(mask[node]).tolist()}; your positions along its path: {pos[path].tolist()} "
+                     f"(the cache holds {len(CONTEXT)} tokens, positions 0 to {len(CONTEXT) - 1})"],
+                    [f"tokens {tree.tokens.tolist()}, parents {tree.parents.tolist()}",
+                     f"your mask:\n{mask.astype(int)}", f"your positions: {pos.tolist()}",
+                     "largest logit difference per node: " + ", ".join(f"{d:.3g}" for d in diffs)])
+
+    return check
+
+
+def mask_cases():
+    model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
+    return [(f"the tree with parents {t.parents.tolist()}", mask_case(model, t)) for t in random_trees()]
+
+
+# -- exercise 4, the loop: a tiny target and draft, against generate and the target --------------
+LOOP = dict(n_vocab=16, n_ctx=64, n_embd=16, n_layer=2, n_head=2)  # a GPT2Config
+PROMPT = [3, 1, 4]
+CACHE = "after a step the target's cache holds every committed token but the last (the draft's at most as many)"
+
+
+def loop_models():  # -> target, draft
+    """A tiny random target and a draft from the same random numbers at a smaller scale: the draft's
+    guesses are often the target's, not always (rejections, and steps where all are accepted)."""
+    config = GPT2Config(**LOOP)
+    return (random_params(config, seed=1, dtype=np.float64, scale=1.0),
+            random_params(config, seed=1, dtype=np.float64, scale=0.7))
+
+
+class Calls:
+    """`rand`, every call logged as Walk logs them, with its outcome: ("coin", probability, answer) or
+    ("draw", the normalised weights, token)."""
+
+    def __init__(self, rand):
+        self.rand, self.log = rand, []
+
+    def coin(self, prob) -> bool:
+        ok = self.rand.coin(prob)
+        self.log.append(("coin", min(max(float(prob), 0.0), 1.0), ok))
+        return ok
+
+    def draw(self, probs) -> int:
+        token = self.rand.draw(probs)  # it refuses weights that are not a distribution
+        w = np.asarray(probs, dtype=np.float64)
+        self.log.append(("draw", w / w.sum(), token))
+        return token
+
+
+def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
+    try:
+        tokens = funcs["speculative_decode"](target, draft, list(PROMPT), n, k, rand, settings)
+    except ValueError as e:  # a cache cut beyond what it holds: name the invariant, not the traceback
+        tb = e.__traceback__
+        while tb.tb_next:
+            tb = tb.tb_next
+        cache, length = tb.tb_frame.f_locals.get("self"), tb.tb_frame.f_locals.get("length")
+        if tb.tb_frame.f_code.co_name == "truncate" and isinstance(cache, KVCache):
+            raise Wrong(f"your loop cuts a cache to {length} tokens when it holds {cache.length}: {CACHE}") from None
+        raise
+    tokens = [int(t) for t in tokens]
+    if len(tokens) != n:
+        raise Wrong(f"speculative_decode returned {len(tokens)} tokens, expected n_new = {n}")
+    return tokens
+
+
+class Departed(Exception):
+    pass
+
+
+def departure(log, target, draft, n: int, k: int, settings):
+    """The first call in `log` (your loop's calls of rand, each with its outcome) that the loop of
+    lesson 4 does not make, following your outcomes: 'step 2, guess 1 rejected: ...', or None."""
+    calls, seq, step = iter(log), list(PROMPT), 0
+
+    def expect(kind, value, does, rows=()):
+        mine = next(calls, None)
+        if close(mine, kind, value):
+            return mine[2]
+        you = "you make no more calls" if mine is None else f"you {describe(mine)}"
+        known = [name for name, row in rows if close(mine, "draw", row / row.sum())]
+        raise Departed(f"{does}; {you}" + (f", which is {known[0]}" if known else ""))
+
+    try:
+        while len(seq) < len(PROMPT) + n:
+            step += 1
+            guesses, qs = [], []
+            for j in range(k):
+                qs.append(process(forward(draft, seq + guesses, new_cache(draft))[-1], *settings))  # [V]
+                guesses.append(expect("draw", qs[j], f"guess {j + 1}: generate draws it from the draft's "
+                                      f"{show(qs[j])}"))
+            p = process(forward(target, seq + guesses, new_cache(target))[len(seq) - 1:], *settings)  # [k + 1, V]
+            rows = [(f"p[{j}]", p[j]) for j in range(k + 1)] + [(f"q[{j}]", q) for j, q in enumerate(qs)]
+            accepted = []
+            for j, x in enumerate(guesses):
+                ratio = min(1.0, p[j][x] / qs[j][x])
+                if not expect("coin", ratio, f"the test of guess {j + 1} (token {x}): generate tosses a coin of "
+                              f"probability min(1, p/q) = {ratio:.3g}"):
+                    residual = np.maximum(p[j] - qs[j], 0) / np.maximum(p[j] - qs[j], 0).sum()
+                    token = expect("draw", residual, f"guess {j + 1} rejected: the correction is drawn from the "
+                                   f"residual max(p[{j}] - q[{j}], 0) = {show(residual)}", [rows[j], rows[k + 1 + j]] + rows)
+                    break
+                accepted.append(x)
+            else:
+                token = expect("draw", p[k], f"every guess kept: the bonus token is drawn from p[k] = p[{k}], the "
+                               f"target's distribution after the last guess, {show(p[k])}",
+                               [(f"p[k - 1] = p[{k - 1}]", p[k - 1])] + rows)
+            seq += accepted + [token]
+    except Departed as e:
+        return f"step {step}, {e}"
+    return None
+
+
+def tokens_case(target, draft, n: int, k: int, seed: int, settings, after_exact: bool):
+    """Your loop's tokens against generate(method="speculative")'s, with the same seed."""
+    temperature, top_k, top_p = settings
+
+    def check(funcs):
+        calls = Calls(Rand(seed))
+        mine = run_loop(funcs, target, draft, n, k, calls, settings)
+        lib = generate(target, PROMPT, n, method="speculative", draft=draft, plan=Plan(chain=k), eos=None,
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed).tokens
+        if mine == lib:
+            return
+        i = next(i for i, (a, b) in enumerate(zip(mine, lib)) if a != b)
+        diagnosis = [f"yours:      {mine}", f"generate's: {lib}"]
+        if temperature == 0:
+            diagnosis.append("at temperature 0 p and q are one-hot: a guess is kept if it is the target's argmax, "
+                             "and a rejection's token is the target's argmax: the tokens are plain greedy decoding's, "
+                             "whatever the draft guesses")
+        elif after_exact:
+            diagnosis.append("your tokens passed the exact checks (distributed as the target's), so your loop "
+                             "uses the random numbers otherwise than generate: per step the k draws of the guesses, "
+                             "then rand.coin(min(1, p/q)) per guess (True keeps it) up to the first rejection, then "
+                             "one draw; or the draft's cache holds other tokens than generate's, so it guesses "
+                             "differently")
+        diagnosis += [line for line in [departure(calls.log, target, draft, n, k, settings)] if line]
+        raise Wrong(f"token {i + 1} of {n} differs: yours {mine[i]}, generate's {lib[i]}", diagnosis)
+
+    return check
+
+
+def exact_case(target, draft, n: int, k: int, settings):
+    """The distribution of your loop's first n tokens, enumerated exactly, against the target's."""
+    def check(funcs):
+        runs = []  # (probability, calls of rand) of each of your loop's random branches
+
+        def run(rand):
+            calls = Calls(rand)
+            tokens = tuple(run_loop(funcs, target, draft, n, k, calls, settings))
+            runs.append((rand.prob, calls.log))
+            return tokens
+
+        mine = enumerate_outcomes(exact.outcomes, run)
+        ref = exact.sequence_distribution(
+            lambda ctx: process(forward(target, list(ctx), new_cache(target))[-1], *settings), tuple(PROMPT), n)
+        tv = exact.total_variation(mine, ref)
+        if tv < MAX_TV:
+            return
+        tokens = [(exact.marginal(mine, lambda s: s[j]), exact.marginal(ref, lambda s: s[j])) for j in range(n)]
+        i = next(j for j, (a, b) in enumerate(tokens) if not same(a, b))
+        diagnosis = [first_token(mine, tokens[0][1])]
+        if i:
+            diagnosis.append(f"the first token whose distribution differs: token {i + 1}, yours {show(tokens[i][0])}, "
+                             f"the target's {show(tokens[i][1])}")
+        for prob, log in sorted(runs, key=lambda run: -run[0]):  # the likeliest branch where the loops part
+            if line := departure(log, target, draft, n, k, settings):
+                diagnosis.append(f"on a branch of probability {prob:.3g}: {line}")
+                break
+        first = [process(forward(model, PROMPT, new_cache(model))[-1], *settings) for model in (target, draft)]
+        detail = [f"after the prompt {PROMPT}: the target's p {show(first[0])}, the draft's q {show(first[1])}",
+                  f"{len(ref)} possible sequences; yours gives {len(mine)}"]
+        detail += [f"token {j + 1}: yours {show(a)}, the target's {show(b)}" for j, (a, b) in enumerate(tokens)]
+        raise Wrong(f"TV {tv:.3g} from the target's distribution of {n} tokens", diagnosis, detail)
+
+    return check
+
+
+def loop_cases():
+    """Greedy first (a wrong cache shows as a wrong token), then the exact distributions (a wrong rule),
+    then seeded runs (the order of the random numbers), smallest first within each."""
+    target, draft = loop_models()
+    greedy, same_draft = (0.0, None, None), "the draft = the target"  # every guess kept: the bonus token's path
+    return [
+        (f"temperature 0, k=2, {same_draft}, 8 tokens", tokens_case(target, target, 8, 2, 0, greedy, False)),
+        ("temperature 0, k=3, 12 tokens", tokens_case(target, draft, 12, 3, 0, greedy, False)),
+        ("exact, temperature 1 top-k 2, k=1, 3 tokens", exact_case(target, draft, 3, 1, (1.0, 2, None))),
+        ("exact, temperature 1 top-k 2, k=2, 3 tokens", exact_case(target, draft, 3, 2, (1.0, 2, None))),
+        ("exact, temperature 1 top-k 3, k=1, 3 tokens", exact_case(target, draft, 3, 1, (1.0, 3, None))),
+        ("seed 0, temperature 1 top-k 8, k=3, 20 tokens", tokens_case(target, draft, 20, 3, 0, (1.0, 8, None), True)),
+        (f"seed 1, temperature 1, k=2, {same_draft}, 16 tokens",
+         tokens_case(target, target, 16, 2, 1, (1.0, None, None), True)),
+        ("seed 2, temperature 0.8 top-p 0.9, k=4, 24 tokens",
+         tokens_case(target, draft, 24, 4, 2, (0.8, None, 0.9), True)),
+    ]
+
+
+def quietly(check, funcs) -> None:
+    """check(funcs), without NumPy's warnings: a wrong rule's 1/0 is said by the verdict (--case shows them)."""
+    with np.errstate(all="ignore"):
+        check(funcs)
+
+
+def failure(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
