@@ -115,8 +115,8 @@ class Method:
         if rows > n_ctx * n_ctx:
             grown = ("budget", "depth") if plan.shape == "best_first" and not plan.sampled else ("widths",)
             grown += ("guess_len",) if cls.needs_ngram else ()
-            raise ValueError(f"plan: {words(plan, grown, say)} give the draft a scratch of {rows} rows per step, more than "
-                             f"the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
+            raise ValueError(f"plan: {words(plan, grown, say)} give the draft a scratch of {rows} rows per step, more "
+                             f"than the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
 
     def proposal(self, tree: Tree, copied: bool = False, **costs) -> Proposal:
         """`tree` with its rule: the plan's, or (nothing drafted, or stage 2's copy) its kind's own."""
