@@ -33,11 +33,11 @@ def option_is(name: str, value) -> str:
 
 def as_option(error: ValueError) -> ValueError:
     """A core check's error, which starts with the argument it names ("top_p must be ...", "top_p=2 ..."), naming
-    its option instead (OPTIONS)."""
+    its option instead (OPTIONS; an error that names an option already is kept)."""
     text = str(error).removeprefix("plan: ")
     name = text.split(" ", 1)[0].split("=", 1)[0]
     rest = text[len(name):]
-    return ValueError(OPTIONS[name] + (" " + rest[1:] if rest.startswith("=") else rest))
+    return ValueError(OPTIONS.get(name, name) + (" " + rest[1:] if rest.startswith("=") else rest))
 
 
 def shapes(field: str, name: str) -> bool:
