@@ -27,7 +27,8 @@ def documented_kind(method: str, plan: Plan, temperature: float) -> str:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("plan", PLANS, ids=str)
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: ",".join(f"{k}={v}" for k, v in vars(p).items()
+                                                                if v != getattr(Plan(), k)) or "Plan()")
 @pytest.mark.parametrize("method", methods.METHODS)
 def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossless_rule(method, plan, temperature,
                                                                                        small):
