@@ -50,10 +50,14 @@ def depth_left(seq, n_ctx: int, depth: int) -> int:
     return min(depth, n_ctx - len(seq) - 1)
 
 
-def words(plan, fields) -> str:
-    """Plan fields as the messages name them, e.g. "budget=8, widths=2,2,1" (the CLI maps each to its option)."""
-    return ", ".join(f"{name}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
-                     for name, v in ((name, getattr(plan, name)) for name in fields))
+def field_is(name: str, value) -> str:
+    """A plan field and its value as the core's messages word them, e.g. "widths=2,2,1"."""
+    return f"{name}={','.join(map(str, value)) if isinstance(value, tuple) else value}"
+
+
+def words(plan, fields, say=field_is) -> str:
+    """Plan fields as a message names them, e.g. "budget=8, widths=2,2,1" (`say` words one: the CLI's its option)."""
+    return ", ".join(say(name, getattr(plan, name)) for name in fields)
 
 
 class Method:
@@ -74,7 +78,8 @@ class Method:
     max_nodes = classmethod(lambda cls, plan: cls.max_depth(plan))  # a step's tree's drafted nodes, at most
     max_block = classmethod(lambda cls, plan: cls.max_nodes(plan))  # ... and tokens proposed (a tree, or a copy)
     size_fields = classmethod(lambda cls, plan: ("budget",))  # the plan fields that set those, the tree's first
-    # How its trees' children are chosen (tree.KINDS), and whether they are chains: the rules lossless on them.
+    # How its drafted trees' children are chosen (tree.KINDS; its builders draw as this says, the one home of it),
+    # and whether they are chains: the rules lossless on them (verify.lossless_rules).
     tree_kind = classmethod(lambda cls, plan, temperature: "deterministic")
     chains = classmethod(lambda cls, plan: cls.proposes_chain)
     draft_rows = classmethod(lambda cls, plan: 0)  # the draft's scratch for one step, in KV cache rows
@@ -92,26 +97,26 @@ class Method:
             verify.check_pairing(cls.tree_kind(plan, temperature), plan.rule, temperature, cls.chains(plan))
 
     @classmethod
-    def check_size(cls, plan, n_ctx: int) -> None:
-        """A ValueError naming the plan fields at fault, before any allocation, when a step outgrows a
-        context of `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node lies past
-        the context); or the draft's scratch (draft_rows), at most n_ctx rows per position."""
+    def check_size(cls, plan, n_ctx: int, say=field_is) -> None:
+        """A ValueError naming the plan fields at fault (`say` words each), before any allocation, when a step
+        outgrows a context of `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node lies
+        past the context); or the draft's scratch (draft_rows), at most n_ctx rows per position."""
         block = cls.max_block(plan)
         if block > n_ctx:
-            raise ValueError(f"plan: up to {block} tokens per step ({words(plan, cls.size_fields(plan))}) "
+            raise ValueError(f"plan: up to {block} tokens per step ({words(plan, cls.size_fields(plan), say)}) "
                              f"exceed the target's context (n_ctx={n_ctx})")
         # The other fields that set a depth (widths, chain, lookup_chains) size the block too.
         staged_guesses = plan.guess_len if cls.runs_draft and cls.needs_ngram else 0
         for name, depth in {"depth": cls.max_depth(plan), "guess_len": staged_guesses}.items():
             if depth > n_ctx:
-                raise ValueError(f"plan: {name}={depth} is deeper than the target's context (n_ctx={n_ctx}): "
+                raise ValueError(f"plan: {say(name, depth)} is deeper than the target's context (n_ctx={n_ctx}): "
                                  "no node lies past it")
         rows = cls.draft_rows(plan)
         if rows > n_ctx * n_ctx:
             grown = ("budget", "depth") if plan.shape == "best_first" and not plan.sampled else ("widths",)
             grown += ("guess_len",) if cls.needs_ngram else ()
-            raise ValueError(f"plan: {words(plan, grown)} give the draft a scratch of {rows} rows per step, more than "
-                             f"the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
+            raise ValueError(f"plan: {words(plan, grown, say)} give the draft a scratch of {rows} rows per step, more "
+                             f"than the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
 
     def proposal(self, tree: Tree, copied: bool = False, **costs) -> Proposal:
         """`tree` with its rule: the plan's, or (nothing drafted, or stage 2's copy) its kind's own."""
@@ -202,18 +207,19 @@ class TreeMethod(Method):
         if depth <= 0:
             return self.proposal(root_only(seq))
         d.begin(seq, depth)
-        drawn = self.tree_kind(self.plan, self.temperature) != "deterministic"
-        tree = self.build(seq[-1], depth, rand if drawn else None)
+        kind = self.tree_kind(self.plan, self.temperature)
+        tree = self.build(seq[-1], depth, rand if kind != "deterministic" else None, kind)
         keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
         # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
         tree.source[1:] = [d.guessed.get(k, DRAFT) for k in keys[1:]]
         return self.proposal(tree, draft_blocks=d.block_sizes, draft_dists=d.dists, ngram_queries=d.ngram_queries)
 
-    def build(self, root: int, depth: int, rand) -> Tree:
-        """The tree below `root` from the drafter's q (children drawn with `rand`, or top tokens)."""
+    def build(self, root: int, depth: int, rand, kind: str) -> Tree:
+        """The tree below `root` from the drafter's q, drawn as `kind` says (tree_kind): top tokens, or children
+        drawn with `rand`, with or without replacement."""
         if self.fixed_widths(self.plan):
             return build.build_fixed(root, self.drafter.dist_fn, self.plan.widths[:depth], rand=rand,
-                                     replacement=self.plan.sampled != "without")
+                                     replacement=kind == "with_replacement")
         return build.build_best_first(root, self.drafter.dist_fn, self.plan.budget, depth)
 
     def commit(self, keys) -> None:
@@ -235,15 +241,7 @@ class Speculative(TreeMethod):
         plan.sampled says: one child per node is the same draw either way."""
         return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
 
-    @classmethod
-    def check_rule(cls, plan, temperature: float) -> None:
-        if plan.sampled == "without" and plan.rule != "greedy" and not cls.lossless(plan, temperature):
-            raise ValueError(f"plan: rule {plan.rule!r} is not lossless for speculative's chain: it is drawn from "
-                             "q with replacement whatever sampled says (one child per node is the same draw); "
-                             f"lossless: {', '.join(verify.lossless_rules('with_replacement', temperature))}")
-        super().check_rule(plan, temperature)
-
-    def build(self, root, depth, rand):
+    def build(self, root, depth, rand, kind):
         return build.build_chain(root, self.drafter.dist_fn, depth, rand=rand)
 
 

@@ -21,7 +21,7 @@ from ..files import atomic_file
 from ..models import load_embedded
 from ..tokenizer import encode
 from ..tree import SOURCES
-from ..verify import LOSSLESS
+from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
 from .cache import write_json
@@ -74,9 +74,8 @@ def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dic
     """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan."""
     chosen = choose(target, draft, ngram, enc, temperature, tuple(dict.fromkeys(METHODS.values())), plan, costs=costs,
                     progress=Progress("profiling the pair"))
-    staged = choose(target, draft, ngram, enc, temperature, ("staged",), plan, costs=costs,
-                    keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
-    drafts_only = replace(staged, plan=replace(staged.plan, copy_len=0))  # `keep` sifts measured plans only
+    drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, {"copy_len": 0}, costs=costs,
+                         keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]  # measured without copies
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
@@ -219,8 +218,8 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        kind = methods.METHODS[row].tree_kind(plan, SETTINGS["top-k"]["temperature"])  # how its children are drawn
-        token_level = LOSSLESS[kind][0]  # the token-level rule lossless on such trees
+        kind = methods.METHODS[row].tree_kind(plan, t := SETTINGS["top-k"]["temperature"])  # how its children are drawn
+        token_level = default_rule(kind, t)  # the token-level rule lossless on such trees
         pairs[f"{row}: {describe(row, replace(plan, rule=None))}"] = tuple(
             Choice(row, replace(plan, rule=rule)) for rule in (token_level, "traversal"))
     return pairs

@@ -1,9 +1,9 @@
-"""The plan that runs, and why: the one home of every command's plan (`choose`).
+"""The plan that runs, and why: the one home of every command's plan (`choose`), and a plan in words (`describe`).
 
-Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs
-(`calibration.py`): the candidate with the fewest predicted ms per token that the rule verifies
-losslessly; else the constant plan: asked for, no pair to price, a machine too busy to measure, no
-profile for the setting, or none of the method's plans lossless for the rule.
+Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs (`calibration.py`): the
+candidate with the fewest predicted ms per token whose rule is lossless once the user's options change it; else the
+constant plan with them: asked for, no pair to price, a machine too busy to measure, no profile for the setting, or
+none of the method's plans lossless for the rule.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from .calibration import Busy, calibration
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
-from .options import describe
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
@@ -36,14 +35,18 @@ class Choice:
     baseline_ms_per_token: float = float("nan")
     layout: dict = dataclasses.field(default_factory=dict)  # slab rows and padding tables: `apply_layout`
     constant: str = ""  # why the plan is the constant one, in words ("" when measured)
+    among: tuple = ()  # the methods it was the fastest of, when asked for several
+    changed: bool = False  # the options the user gave changed the plan
 
     @property
     def speedup(self) -> float:
         return self.baseline_ms_per_token / self.ms_per_token
 
-    def reason(self, among: str = "") -> str:
-        """Why it runs: measured (`among` the methods, e.g. " of tree, staged"), or the constant plan and why."""
-        return self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
+    def reason(self) -> str:
+        """Why it runs: measured (among which methods), or the constant plan and why; and whether options changed it."""
+        among = f" of {', '.join(self.among)}" if len(self.among) > 1 else ""
+        why = self.constant or f"this machine's measured plan{among}, predicted {self.speedup:.2f}x plain decoding"
+        return why + ", changed by options" * self.changed
 
     def models(self, target, draft):
         """(target, draft) laid out as this machine multiplies them fastest (`apply_layout`)."""
@@ -54,22 +57,49 @@ def setting_name(temperature) -> str:
     return "greedy" if temperature == 0 else "sampled"
 
 
-def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", rule=None, recalibrate=False,
+def changed(plan: Plan, method: str, changes: dict) -> Plan:
+    """`plan` as `method` runs it with the fields the user set (`changes`, e.g. {"budget": 16}): a depth is a chain's
+    length; a budget or a depth makes a tree best-first, of top tokens (no drawn children, no rule chosen for them)."""
+    m, new = METHODS[method], dict(changes)
+    sizes = {f: new.pop(f) for f in ("budget", "depth") if f in new}
+    if m.proposes_chain and "depth" in sizes:
+        new |= {"chain": sizes["depth"], "lookup_chains": ()}
+    elif m.drafts and not m.proposes_chain and sizes:
+        new = {"shape": "best_first", "sampled": None, "rule": None} | sizes | new
+    return dataclasses.replace(plan, **new | ({"shape": "fixed"} if "widths" in new else {}))
+
+
+def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
            costs=None, keep=None, progress=None) -> dict:
-    """{method `asked` (None: the fastest of all): the Choice that runs}: this machine's fastest plan that `rule`
-    verifies losslessly and `keep(profile record)` keeps, priced on `costs` (default: this machine's, measured at
-    most once, `calibration`); else the constant plan and why. The commands call this and print `reason()`."""
-    def const(m, why):  # m (None: staged) with the constant plan
-        return constant_choice(m or "staged", temperature, rule, why)
-    out = {m: const(m, "the baseline") for m in asked if m and not METHODS[m].drafts}
-    asked = [m for m in asked if m not in out]
-    if plan == "default":
-        return out | {m: const(m, "the constant plan, as --plan default asks") for m in asked}
-    out |= {m: const(m, f"the constant plan: the acceptance profile holds no {m} plans")
-            for m in asked if m and m not in acceptance.PROFILED}
-    asked = [m for m in asked if m not in out]
-    if draft is None or not asked:
-        return out | {m: const(m, "the constant plan: no draft model, no pair to measure") for m in asked}
+    """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this machine's fastest
+    plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set, `changed`), priced on
+    `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why."""
+    changes, among = changes or {}, {key: (key,) if isinstance(key, str) else key for key in asked}
+
+    def unmeasured(methods) -> str:  # why these methods run the constant plan unmeasured ("": measure them)
+        return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
+                "the constant plan, as --plan default asks" if plan == "default" else
+                f"the constant plan: the acceptance profile holds no {', '.join(methods)} plans"
+                if methods and not set(methods) & set(acceptance.PROFILED) else
+                "the constant plan: no draft model, no pair to measure" * (draft is None))
+
+    def const(methods, why):  # the first of `methods` whose constant plan, changed, is lossless (sampled as it needs)
+        base = constant(temperature)
+        tried = [(m, changed(dataclasses.replace(base, sampled=s), m, changes)) for m in methods
+                 for s in dict.fromkeys((base.sampled, None, "without", "with"))]
+        m, p = next(((m, p) for m, p in tried if METHODS[m].lossless(p, temperature)), tried[0])
+        return Choice(m, p, constant=why, among=tuple(methods), changed=p != base)
+
+    def fell_back(why: str) -> dict:  # the rest's constant plans, said in one line (None: lookup, greedy; else ar)
+        rest = {key: const(among[key] or (("lookup",) if temperature == 0 else ("ar",)), f"the constant plan: {why}")
+                for key in asked}
+        used = "; ".join(f"{c.method} with {describe(c.method, c.plan)}" for c in rest.values())
+        slow = ", which may be slower than plain decoding" * any(METHODS[c.method].drafts for c in rest.values())
+        sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
+        return out | rest
+    out = {key: const(among[key] or ("staged",), why) for key in asked if (why := unmeasured(among[key]))}
+    if not (asked := [key for key in asked if key not in out]):
+        return out
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
@@ -78,60 +108,46 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     except Busy as e:
         if recalibrate:
             raise ValueError(f"--recalibrate: {e}; rerun it when the machine is quieter") from None
-        return out | fell_back(asked, temperature, rule, str(e))
+        return fell_back(str(e))
     if threads:
         sys.stderr.write(f"note: this machine is busy ({threads}): BLAS uses one thread\n")
     profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
     if setting not in profile["settings"]:
-        return out | fell_back(asked, temperature, rule, f"{acceptance.PROFILE_FILE} has no {setting} profile")
-    for m in asked:
+        return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
+    for key in asked:
         try:
-            chosen = fastest(profile, costs, temperature, m, draft is not None, ngram is not None,
+            chosen = fastest(profile, costs, temperature, among[key], draft is not None, ngram is not None,
                              keep=lambda r: METHODS[r["method"]].lossless(
-                                 Plan(**r["shape"] | ({"rule": rule} if rule else {})), temperature)
+                                 changed(Plan(**r["shape"]), r["method"], changes), temperature)
                              and (keep is None or keep(r)))
-            out[m] = dataclasses.replace(chosen, layout=costs["layout"] | pads(costs["curves"]))
-        except ValueError:  # no plan of m in the profile is lossless for the rule
-            out[m] = const(m, f"the constant plan: the profile has no plan of {m} for --rule {rule}")
+        except ValueError:  # none of these methods' plans in the profile is lossless for the rule
+            none = f"the profile has no plan of {', '.join(among[key] or METHODS)} for --rule {changes.get('rule')}"
+            out[key] = const(among[key] or ("staged",), f"the constant plan: {none}")
+            continue
+        shaped = changed(chosen.plan, chosen.method, changes)
+        out[key] = dataclasses.replace(chosen, plan=shaped, layout=costs["layout"] | pads(costs["curves"]),
+                                       among=among[key] or (), changed=shaped != chosen.plan)
     return out
 
 
-def fastest(profile: dict, costs: dict, temperature: float, method: str | None = None, has_draft=True,
-           has_ngram=True, keep=None) -> Choice:
-    """The fastest candidate `keep(record)` keeps (of `method`, or of all: drafting must beat plain by MARGIN)."""
-    setting = setting_name(temperature)
+def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draft=True, has_ngram=True,
+            keep=None) -> Choice:
+    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN)."""
+    setting, among = setting_name(temperature), (among,) if isinstance(among, str) else among
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
     priced = [(record_ms(r, curves, overheads, **pad) / r["tokens"], r["method"], r["shape"])
               for r in profile["settings"][setting] if r["method"] in acceptance.runnable(has_draft, has_ngram)
-              and method in (None, r["method"]) and r["tokens"] and (keep is None or keep(r))]
+              and (among is None or r["method"] in among) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
-        raise ValueError(f"the profile has no candidate for method {method!r}")
+        raise ValueError(f"the profile has no candidate of {among or 'any method'}")
     plain = next(r for r in profile["settings"][setting] if not METHODS[r["method"]].drafts)
     base = record_ms(plain, curves, overheads) / plain["tokens"]
     ms, m, shape = min(priced, key=lambda x: (x[0], x[1], str(x[2])))
-    if method is None and METHODS[m].drafts and base / ms < MARGIN:
+    if among is None and METHODS[m].drafts and base / ms < MARGIN:
         ms, m, shape = base, plain["method"], {}
     return Choice(m, Plan(**shape), ms, base)
-
-
-def constant_choice(method: str, temperature: float, rule: str | None, why: str) -> Choice:
-    """`method` with the constant plan, its trees drawn as `rule` needs (e.g. without replacement), and `why`."""
-    plan = dataclasses.replace(constant(temperature), rule=rule)
-    tried = (dataclasses.replace(plan, sampled=s) for s in (plan.sampled, None, "without", "with"))
-    return Choice(method, next((p for p in tried if METHODS[method].lossless(p, temperature)), plan), constant=why)
-
-
-def fell_back(asked, temperature: float, rule, why: str) -> dict:
-    """{method: the constant plan}, said in one line naming each plan: for the machine's choice, prompt lookup at
-    temperature 0 (a copied chain costs no draft pass), plain decoding when sampling (rejections cost more)."""
-    out = {m: constant_choice(m or ("lookup" if temperature == 0 else "ar"), temperature, rule,
-                              f"the constant plan: {why}") for m in asked}
-    used = "; ".join(f"{c.method} with {describe(c.method, c.plan)}" for c in out.values())
-    slow = ", which may be slower than plain decoding" * any(METHODS[c.method].drafts for c in out.values())
-    sys.stderr.write(f"note: {why}; using {used} (the constant plan{slow})\n")
-    return out
 
 
 def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
@@ -167,3 +183,30 @@ def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
     """(prompts, new tokens, seconds) of a first-use profile: the largest PROFILE_SIZES within PROFILE_SECONDS."""
     sizes = [(prompts, tokens, n_runs * prompts * tokens * ms_per_token / 1000) for prompts, tokens in PROFILE_SIZES]
     return next((size for size in sizes if size[2] <= PROFILE_SECONDS), sizes[-1])
+
+
+# ----------------------------------------------------------------------------- a plan in words
+
+def describe(method: str, plan: Plan) -> str:
+    """`plan` in words, as `method` uses it."""
+    m = METHODS[method]
+    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
+    if not m.drafts:
+        return "plain decoding (no drafts)"
+    if method == "lookup" and plan.lookup_chains:
+        k3, k2, k1 = plan.lookup_chains
+        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
+    if m.proposes_chain:
+        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
+    widths = ",".join(map(str, plan.widths))
+    if not (m.runs_draft and m.fixed_widths(plan)):
+        text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
+    elif plan.sampled:
+        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
+    else:
+        text = f"the draft's top tokens, widths {widths}"
+    if m.runs_draft and m.needs_ngram:
+        guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
+                   else "no n-gram guesses")
+        text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")
+    return text + rule

@@ -29,10 +29,9 @@ from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
-from .choice import choose
+from .choice import changed, choose, describe
 from .costcurve import apply_layout
-from .options import (candidate_methods, changed, check_fits, check_options, check_rule, describe, given, profiled,
-                      reads, shown)
+from .options import candidate_methods, changes, check_fits, check_options, check_rule, profiled, reads, shown
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 from .writable import check_writable
@@ -90,19 +89,15 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 def choose_plan(a, target, draft, ngram, enc):
     """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
-    for the methods the options allow, the fastest whose rule is lossless with the options' changes applied."""
-    methods = candidate_methods(a)
+    of the fastest of the methods the options allow, with the options' changes."""
+    methods, changed_by = candidate_methods(a), changes(a)
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
-        check_fits(changed(Plan(copy_len=0), method, a), method, target.config.n_ctx)
-    asked = (a.method,)
-    if a.plan == "machine" and draft is not None and (a.method is None or profiled(a.method)):
-        asked = tuple(m for m in methods if profiled(m))  # all runnable: with a draft, setup loaded the n-gram
-    choices = choose(target, draft, ngram, enc, a.temperature, asked or (None,), a.plan, a.rule, a.recalibrate)
-    shaped = [(c, changed(c.plan, c.method, a)) for c in sorted(choices.values(), key=lambda c: c.ms_per_token)]
-    choice, plan = next(((c, p) for c, p in shaped if METHODS[c.method].lossless(p, a.temperature)), shaped[0])
-    check_rule(plan, choice.method, a.temperature)
-    why = choice.reason("" if len(asked) < 2 else f" of {', '.join(asked)}") + ", changed by options" * bool(given(a))
-    return choice.method, plan, f"{describe(choice.method, plan)} ({why})", choice.layout
+        check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
+    machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
+    asked = tuple(m for m in methods if profiled(m)) or None if machine else a.method
+    c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate)[asked]
+    check_rule(c.plan, c.method, a.temperature)
+    return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
 
 
 # A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a

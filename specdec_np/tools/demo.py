@@ -23,7 +23,7 @@ from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
 from .machine import cpu_times, timing_note
-from .options import check_fits, describe, resized
+from .options import check_fits, describe
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -91,13 +91,13 @@ def report(results: dict, chosen: dict, timed) -> None:
 
 def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
     """({method: (plan, which plan and why, in words)}, the machine's layout of the models' products): each
-    method's plan (`choice.choose`), resized by --budget/--depth as the CLI does."""
-    chosen, out = choose(target, draft, ngram, enc, temperature, methods, a.plan), {}
-    for m in methods:
-        changed = resized(chosen[m].plan, m, a.budget, a.depth)
-        check_fits(changed, m, target.config.n_ctx)
-        out[m] = (changed, chosen[m].reason() + (", with --budget/--depth" if changed != chosen[m].plan else ""))
-    return out, next((c.layout for c in chosen.values() if c.layout), {})
+    method's plan with --budget/--depth (`choice.choose`, as the CLI's), checked against the target's context."""
+    chosen = choose(target, draft, ngram, enc, temperature, methods, a.plan,
+                    {name: getattr(a, name) for name in ("budget", "depth") if getattr(a, name) is not None})
+    for m, c in chosen.items():
+        check_fits(c.plan, m, target.config.n_ctx)
+    layout = next((c.layout for c in chosen.values() if c.layout), {})
+    return {m: (c.plan, c.reason()) for m, c in chosen.items()}, layout
 
 
 def main(argv=None) -> int:

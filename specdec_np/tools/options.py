@@ -1,23 +1,22 @@
 """The command line's options in the plan's terms, and their checks, made before anything is loaded or measured.
 
-The options that shape a plan set the `Plan` fields of the same names (`OPTIONS`). Which methods each
-shapes follows from the methods' properties (`shapes`), where a rule is lossless from `verify.LOSSLESS`
-(`lossless_on`); an option that would change nothing is an error.
+The options set the `Plan` fields and `generate` arguments the core's messages name (`OPTIONS`). Which methods each
+shapes follows from the methods (`shapes`); whether a rule is lossless, from `Method.lossless` (words: `lossless_on`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-
 from .. import verify
-from ..methods import METHODS
+from ..checks import check_settings
+from ..methods import METHODS, field_is
 from ..plan import Plan
 from .acceptance import PROFILED
+from .choice import changed, describe
 
-# The Plan field each command-line option sets (--depth is also a chain's length).
+# The option that sets each Plan field or `generate` argument (--depth is also a chain's length).
 OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
-           "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "copy_len": "--copy-len"}
+           "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "copy_len": "--copy-len", "seed": "--seed",
+           "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "max_new_tokens": "--max-new-tokens"}
 SHAPING = ("budget", "depth", "widths", "sampled", "rule", "copy_len")  # the options' own fields, in order
 
 # The core's tree kinds (verify.LOSSLESS's keys) in the command line's terms.
@@ -25,6 +24,20 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
          "with_replacement": "trees whose children are drawn from the draft with replacement (--sampled with, or "
                              "--method speculative at temperature > 0)",
          "without_replacement": "trees whose children are drawn from the draft without replacement (--sampled without)"}
+
+
+def option_is(name: str, value) -> str:
+    """A field and its value as the command line words them: "--budget 8" (one no option sets: "guess_len=3")."""
+    return f"{OPTIONS[name]} {field_is(name, value).partition('=')[2]}" if name in OPTIONS else field_is(name, value)
+
+
+def as_option(error: ValueError) -> ValueError:
+    """A core check's error, which starts with the argument it names ("top_p must be ...", "top_p=2 ..."), naming
+    its option instead (OPTIONS; an error that names an option already is kept)."""
+    text = str(error).removeprefix("plan: ")
+    name = text.split(" ", 1)[0].split("=", 1)[0]
+    rest = text[len(name):]
+    return ValueError(OPTIONS.get(name, name) + (" " + rest[1:] if rest.startswith("=") else rest))
 
 
 def shapes(field: str, name: str) -> bool:
@@ -37,17 +50,18 @@ def shapes(field: str, name: str) -> bool:
             "copy_len": m.runs_draft and m.needs_ngram}[field]
 
 
-def given(a) -> list[str]:
-    """The plan fields the options given set, in SHAPING's order."""
-    return [f for f in SHAPING if getattr(a, f) is not None]
-
-
 def candidate_methods(a) -> tuple:
     """The methods the options allow: --method, else those every option given shapes (() when none
     narrows the choice): whether the options are valid never depends on what the measurement picks."""
     if a.method is not None:
         return (a.method,)
-    return tuple(m for m in METHODS if all(shapes(f, m) for f in given(a))) if given(a) else ()
+    return tuple(m for m in METHODS if all(shapes(f, m) for f in changes(a))) if changes(a) else ()
+
+
+def changes(a) -> dict:
+    """The plan fields the options given set, in SHAPING's order: their changes to the plan (`choice.changed`)."""
+    return {f: tuple(parse_widths(a.widths)) if f == "widths" else getattr(a, f) for f in SHAPING
+            if getattr(a, f) is not None}
 
 
 def profiled(name: str) -> bool:
@@ -62,65 +76,39 @@ def reads(model: str, method: str | None, plan: str) -> bool:
     return m is None or (m.runs_draft if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
 
 
-def resized(plan: Plan, method: str, budget: int | None = None, depth: int | None = None) -> Plan:
-    """`plan` with --budget/--depth applied (None: unchanged): a chain's one length, or a best-first
-    tree of the draft's top tokens (a drawn tree and the rule chosen for it do not carry over)."""
-    if METHODS[method].proposes_chain:
-        return plan if depth is None else dataclasses.replace(plan, chain=depth, lookup_chains=())
-    if not METHODS[method].drafts or budget is None and depth is None:  # plain decoding has no tree to resize
-        return plan
-    return dataclasses.replace(plan, shape="best_first", sampled=None, rule=None,
-                               budget=plan.budget if budget is None else budget,
-                               depth=plan.depth if depth is None else depth)
-
-
-def changed(plan: Plan, method: str, a) -> Plan:
-    """`plan` with the options' changes: --budget/--depth resize it, the others set their fields."""
-    change = {f: getattr(a, f) for f in ("sampled", "copy_len", "rule") if getattr(a, f) is not None}
-    if a.widths is not None:
-        change.update(shape="fixed", widths=parse_widths(a.widths))
-    return dataclasses.replace(resized(plan, method, a.budget, a.depth), **change)
-
-
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
-    """`Method.check_size` (a step's block within the target's context), its `field=value` as `--option value`."""
+    """`Method.check_size` (a step's block within the target's context), its fields named by their options."""
     try:
-        METHODS[method].check_size(plan, n_ctx)
+        METHODS[method].check_size(plan, n_ctx, say=option_is)
     except ValueError as e:
-        raise ValueError(re.sub(r"\b([a-z_]+)=", lambda m: f"{OPTIONS[m[1]]} " if m[1] in OPTIONS else m[0],
-                                str(e).removeprefix("plan: "))) from None
+        raise ValueError(str(e).removeprefix("plan: ")) from None
 
 
 def lossless_on(rule: str) -> str:
-    """Where `rule` is lossless (`verify.LOSSLESS`, `verify.CHAIN_RULES`), in the command line's terms."""
-    if rule == "greedy":
-        return "at --temperature 0"
-    kinds = " or on ".join(KINDS[k] for k, (_, rules) in verify.LOSSLESS.items() if rule in rules)
-    chain = " that are chains (--method speculative, or --widths 1,1,1)" if rule in verify.CHAIN_RULES else ""
-    return f"on {kinds}{chain}"
+    """Where `rule` is lossless (verify.lossless_rules: which kinds of tree, chains only?), in the options' words."""
+    kinds = [KINDS[k] for k in verify.LOSSLESS if rule in verify.lossless_rules(k)]
+    chains = not any(rule in verify.lossless_rules(k, chain=False) for k in verify.LOSSLESS)
+    return "at --temperature 0" if rule == "greedy" else \
+        "on " + " or on ".join(kinds) + " that are chains (--method speculative, or --widths 1,1,1)" * chains
 
 
 def check_rule(plan: Plan, method: str, temperature: float) -> None:
-    """Method.check_rule in the command line's terms, saying which options give such trees."""
+    """Method.lossless's answer in the command line's terms, saying which options give such trees."""
     if not METHODS[method].lossless(plan, temperature):
         raise ValueError(f"--rule {plan.rule} is lossless only {lossless_on(plan.rule)}, not on the trees of method "
-                         f"{method} ({describe(method, dataclasses.replace(plan, rule=None))})")
+                         f"{method} ({describe(method, changed(plan, method, {'rule': None}))})")
 
 
 def check_rule_options(a) -> None:
-    """--rule against what the other options already say of the trees, before any plan is chosen."""
-    if a.rule is None or a.rule == "greedy":
+    """--rule against what the other options fix of the trees, before any plan is chosen: lossless on the trees of a
+    method they allow under some plan (a chain or a tree; top tokens, or drawn with or without replacement)."""
+    if a.rule in (None, "greedy") or any(METHODS[m].lossless(changed(Plan(shape="fixed", widths=(1, 1, 1), sampled=s),
+                                                                    m, changes(a)), a.temperature)
+                                         for m in candidate_methods(a) for s in (None, "with", "without")):
         return
-    m = METHODS.get(a.method)
-    if m is not None and (m.proposes_chain or not m.runs_draft):  # a chain's trees, or the n-gram's: known now
-        check_rule(changed(Plan(), a.method, a), a.method, a.temperature)
-    if a.sampled is not None and a.rule not in verify.lossless_rules(f"{a.sampled}_replacement"):
-        trees = f"trees drawn {a.sampled} replacement (--sampled {a.sampled})"
-    elif a.rule in verify.CHAIN_RULES and a.widths is not None and max(parse_widths(a.widths)) > 1:
-        trees = f"--widths {a.widths}"
-    else:
-        return
-    raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on {trees}")
+    fixed = [f"--method {a.method}"] * (a.method is not None) + [option_is(f, v) for f, v in changes(a).items()
+                                                                   if f != "rule"]
+    raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on the trees of {' '.join(fixed)}")
 
 
 def parse_widths(text) -> list | None:
@@ -138,16 +126,16 @@ def shown(value: str) -> str:
 
 def check_options(a) -> None:
     """One-line errors naming the option, before any model is loaded."""
-    for option, value, low in (("--max-new-tokens", a.max_new_tokens, 0), ("--seed", a.seed, 0),
-                               ("--top-k", a.top_k, 1), ("--budget", a.budget, 1), ("--depth", a.depth, 1),
-                               ("--copy-len", a.copy_len, 0)):
-        if value is not None and value < low:
-            raise ValueError(f"{option} must be >= {low}, got {value}")
-    if not a.temperature >= 0 or a.temperature == float("inf"):
-        raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {a.temperature}")
-    if a.top_p is not None and not 0 < a.top_p < 1:
-        raise ValueError(f"--top-p must be in (0, 1) (1 keeps every token, changing nothing), got {a.top_p}")
-    parse_widths(a.widths)
+    for option, value in (("--max-new-tokens", a.max_new_tokens), ("--seed", a.seed)):
+        if value is not None and value < 0:
+            raise ValueError(f"{option} must be >= 0, got {value}")
+    try:  # the core's checks of the sampling settings and the plan's fields, named by their options
+        check_settings(a.temperature, a.top_k, a.top_p)
+        Plan(**changes(a))
+    except ValueError as e:
+        raise as_option(e) from None
+    if a.top_p == 1:
+        raise ValueError("--top-p 1 keeps every token, so it changes nothing: leave it off")
     for option, value in (("--file", a.file), ("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'file' if option == '--file' else 'file or model'} name")
@@ -167,7 +155,7 @@ def check_options(a) -> None:
             raise ValueError(f"--{model} does nothing with --method {a.method} and --plan {a.plan}: it applies to "
                              f"--method {', '.join(m for m in METHODS if reads(model, m, a.plan))}")
     if a.method is not None:
-        for field in given(a):
+        for field in changes(a):
             if not shapes(field, a.method):
                 raise ValueError(f"{OPTIONS[field]} does nothing with --method {a.method}, whose plan is "
                                  f"{describe(a.method, Plan())}: it applies to --method "
@@ -178,30 +166,3 @@ def check_options(a) -> None:
     if best_first and fixed:
         raise ValueError(f"{best_first} asks for a best-first tree, {fixed} for a fixed-width one: give one")
     check_rule_options(a)
-
-
-# ----------------------------------------------------------------------------- a plan in words
-
-def describe(method: str, plan: Plan) -> str:
-    """`plan` in words, as `method` uses it."""
-    m = METHODS[method]
-    rule = f"; {plan.rule} verification" if plan.rule in ("block", "traversal") else ""  # the others are defaults
-    if not m.drafts:
-        return "plain decoding (no drafts)"
-    if method == "lookup" and plan.lookup_chains:
-        k3, k2, k1 = plan.lookup_chains
-        return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
-    if m.proposes_chain:
-        return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
-    widths = ",".join(map(str, plan.widths))
-    if not (m.runs_draft and m.fixed_widths(plan)):
-        text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
-    elif plan.sampled:
-        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
-    else:
-        text = f"the draft's top tokens, widths {widths}"
-    if m.runs_draft and m.needs_ngram:
-        guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
-                   else "no n-gram guesses")
-        text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")
-    return text + rule

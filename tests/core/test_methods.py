@@ -1,35 +1,62 @@
-"""What a method is under a plan, without models (its class's attributes and class methods), and the
-method objects' two verbs."""
-
+"""What a method is under a plan (its class's attributes and class methods), the trees it actually builds
+and the rules the loop verifies them with, and the method objects' two verbs."""
+import numpy as np
 import pytest
 
 from specdec_np import methods, verify
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
 
+# Every plan shape: best-first, fixed top tokens, drawn with and without replacement (a chain and a tree),
+# lookup's chains by match, a chain of 1, and a rule that needs a drawn tree (refused where it is not lossless).
 PLANS = [Plan(), Plan(shape="fixed", widths=(2, 1)), Plan(widths=(1, 1, 1), sampled="with"),
-         Plan(widths=(2, 2), sampled="without"), Plan(lookup_chains=(7, 3, 0)), Plan(chain=1)]
+         Plan(widths=(3, 2), sampled="with"), Plan(widths=(3, 2), sampled="without"), Plan(lookup_chains=(7, 3, 0)),
+         Plan(chain=1), Plan(widths=(2, 2), sampled="without", rule="traversal")]
+SEQS = ([5, 9, 2, 7], [3, 1, 4, 8, 3, 1, 4])  # the second ends on a repeat: staged verifies its copy
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=str)
-@pytest.mark.parametrize("method", methods.METHODS)
+def documented_kind(method: str, plan: Plan, temperature: float) -> str:
+    """How plan.py's and methods.py's docs say a method's drafted trees are drawn, written apart from the
+    code: a draft tree's children drawn from q as `sampled` says, else its top tokens; speculative's chain
+    drawn from q when sampling or sampled; the n-gram's trees and lookup's copies deterministic."""
+    if method == "speculative":
+        return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
+    if method in ("tree", "staged") and plan.sampled:
+        return f"{plan.sampled}_replacement"
+    return "deterministic"
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_check_rule_refuses_exactly_the_rules_not_lossless_for_the_method(method, plan, temperature):
-    """check_rule accepts a rule iff `lossless` says so, iff verify.lossless_rules lists it for the
-    method's tree kind (verify.LOSSLESS): the CLI words its messages from the same functions."""
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: ",".join(f"{k}={v}" for k, v in vars(p).items()
+                                                                if v != getattr(Plan(), k)) or "Plan()")
+@pytest.mark.parametrize("method", methods.METHODS)
+def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossless_rule(method, plan, temperature,
+                                                                                       small):
+    """Real trees, decoded by `generate` with small random float64 models: each drafted tree's kind is
+    the one its method's `tree_kind` (the one home of it) says and the docs promise, a tree drawn without
+    replacement repeats no sibling, and the rule the loop ran on every tree (stage 2's copies and root-only
+    trees included) is one verify.lossless_rules lists for the kind of that tree. A plan whose rule is
+    not lossless for its method's trees is refused by check_rule, naming the rule, before any work."""
+    target, draft, trigram = small
     m = methods.METHODS[method]
-    kind = m.tree_kind(plan, temperature)
-    allowed = verify.lossless_rules(kind, temperature, m.chains(plan))
-    assert set(allowed) <= set(verify.LOSSLESS[kind][1])
-    assert m.drafts == (m.max_nodes(plan) > 0)  # only plain decoding drafts nothing, under any plan
-    for rule in verify.RULES:
-        ruled = Plan(**{**plan.__dict__, "rule": rule})
-        assert m.lossless(ruled, temperature) == (not m.drafts or rule in allowed)
-        if m.lossless(ruled, temperature):
-            m.check_rule(ruled, temperature)
-        else:
-            with pytest.raises(ValueError):
-                m.check_rule(ruled, temperature)
+    if not m.lossless(plan, temperature):
+        with pytest.raises(ValueError, match=repr(plan.rule)):
+            m.check_rule(plan, temperature)
+        return
+    kinds = set()
+    for seed, seq in enumerate(SEQS):
+        res = generate(target, seq, 6, method, draft, trigram, plan, temperature, seed=seed, eos=None,
+                       keep_trees=True)
+        for step in res.stats.steps:
+            tree, rule = step.trace.tree, step.trace.rule
+            chain = np.bincount(tree.parents[1:], minlength=len(tree)).max(initial=0) <= 1
+            assert rule in verify.lossless_rules(tree.kind, temperature, chain), (tree.kind, rule)
+            if len(tree) > 1 and not step.trace.copied:
+                kinds.add(tree.kind)
+                siblings = list(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))
+                assert tree.kind != "without_replacement" or len(set(siblings)) == len(siblings)
+    assert m.drafts == bool(kinds)  # every method but plain decoding drafted trees here
+    assert kinds <= {m.tree_kind(plan, temperature)} and kinds <= {documented_kind(method, plan, temperature)}
 
 
 def test_sizes_in_the_plans_field_names():
@@ -45,9 +72,6 @@ def test_sizes_in_the_plans_field_names():
     with pytest.raises(ValueError, match=r"\(budget=8, copy_len=100\) exceed"):
         M["staged"].check_size(Plan(copy_len=100), 64)
     M["staged"].check_size(Plan(), 64)
-    # speculative decoding draws its chain from q when sampling (classic speculative sampling)
-    assert M["speculative"].tree_kind(Plan(), 1.0) == "with_replacement"
-    assert M["speculative"].tree_kind(Plan(), 0.0) == "deterministic"
 
 
 def test_a_method_is_built_once_with_its_models_and_answers_two_verbs(embedded):

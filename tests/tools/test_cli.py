@@ -1,6 +1,7 @@
 """The command line, the demo and the benchmark run offline on the embedded models (few subprocesses:
 the functions behind them are called directly where possible)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -107,22 +108,38 @@ def namespace(**options):
                                         target="tiny-target", draft=None, ngram=None), **options})
 
 
+def measured_machine(monkeypatch, shapes):
+    """This machine's plans, measured: `shapes` {method: (Plan fields, predicted ms per token)} as the acceptance
+    profile's candidates, plain decoding at 4 ms per token; the real chooser (`choice.choose`) picks among them,
+    and every call's asked methods are kept in the list returned."""
+    from specdec_np.tools import acceptance, choice, cli
+
+    records = [{"method": m, "shape": shape, "tokens": 1, "ms": ms} for m, (shape, ms) in shapes.items()]
+    profile = {"settings": dict.fromkeys(("greedy", "sampled"), records + [{"method": "ar", "shape": {}, "tokens": 1,
+                                                                            "ms": 4.0}])}
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: ({"curves": {}, "overheads": dict.fromkeys(
+        ("greedy", "sampled"), {}), "layout": {}}, False))
+    monkeypatch.setattr(choice, "pads", lambda curves: {})
+    monkeypatch.setattr(choice, "record_ms", lambda r, *a, **k: r["ms"] * r["tokens"])
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [])
+    asked = []
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: asked.append(a[5]) or choice.choose(*a, **k))
+    return asked
+
+
 def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # At temperature > 0 the machine's plan may draw its tree from the draft (fixed widths, traversal):
     # --budget/--depth must give the best-first tree they ask for, with a rule valid for it, not be
     # ignored; options that cannot apply are one-line errors naming them.
-    from specdec_np.plan import Plan
-    from specdec_np.tools import choice, cli
+    from specdec_np.plan import Plan, constant
+    from specdec_np.tools import cli
     from specdec_np.tools.options import check_options
 
-    drawn = Plan(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
-    asked = []
-
-    def plans_for(target, draft, ngram, enc, temperature, methods, *rest, **kw):
-        asked.append(methods)
-        return {m: choice.Choice(m or "staged", drawn, 2.0 if m != "tree" else 3.0, 4.0) for m in methods}
-
-    monkeypatch.setattr(cli, "choose", plans_for)
+    drawn = dict(shape="fixed", widths=(1, 1, 1), sampled="without", rule="traversal", copy_len=7)
+    asked = measured_machine(monkeypatch, {"speculative": ({"chain": 3}, 2.5), "tree": (drawn, 3.0),
+                                           "staged": (drawn, 2.0), "lookup": ({"lookup_chains": (23, 7, 0)}, 2.2)})
 
     def choose(**options):
         a = namespace(**options)
@@ -133,7 +150,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
         ("staged", "best_first", 16, 5, None, None)
     assert METHODS[method].max_nodes(plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
-    assert asked[-1] == ("tree", "staged")  # without --method, the plan is the fastest where --budget applies
+    assert asked[-1] == (("tree", "staged"),)  # without --method, the plan is the fastest where --budget applies
     assert "(this machine's measured plan of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
     for options, needle in ((dict(budget=16, widths="2,1"), "--budget asks for a best-first tree, --widths"),
@@ -143,32 +160,24 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
         with pytest.raises(ValueError, match=needle):
             choose(**options)
     # The machine's lookup plan may set its chain's length by the match; --depth gives one length.
-    drawn = Plan(lookup_chains=(23, 7, 0))
     method, plan, about, _ = choose(depth=5, method="lookup")
     assert (method, plan.chain, plan.lookup_chains, METHODS[method].max_depth(plan)) == ("lookup", 5, (), 5)
     assert "a chain of 5 copied from the context" in about
     assert "23 tokens after a match of 3, 7 after 2, 0 after 1" in choose(method="lookup")[2]
-    # Without any option the machine's plan may be any method (None: the plan choice's own).
+    # Without any option the machine's plan may be any method (None: the plan choice's own), unchanged.
     asked.clear()
-    choose()
-    assert asked == [(None,)]
+    assert choose()[:2] == ("staged", Plan(**drawn)) and asked == [(None,)]
     # --rule alone: the fastest plan whose trees the rule is lossless on (here tree, slower than
     # lookup and staged, which draft deterministic trees; speculative's chain is drawn but slowest).
-    drawn = Plan()
-    ms = {"speculative": 5.0, "lookup": 1.5, "tree": 3.0, "staged": 2.0}
-
-    def plans_by_method(target, draft, ngram, enc, temperature, methods, *rest, **kw):
-        return {m: choice.Choice(m, Plan(shape="fixed", widths=(2, 1), sampled="with") if m == "tree" else Plan(),
-                                ms[m], 4.0) for m in methods}
-
-    monkeypatch.setattr(cli, "choose", plans_by_method)
+    asked = measured_machine(monkeypatch, {"speculative": ({}, 5.0), "lookup": ({}, 1.5), "staged": ({}, 2.0),
+                                           "tree": ({"shape": "fixed", "widths": (2, 1), "sampled": "with"}, 3.0)})
     method, plan, about, _ = choose(rule="recursive")
     assert (method, plan.rule, plan.sampled) == ("tree", "recursive", "with")
     assert choose(rule="chain")[0] == "speculative"  # the only chain drawn from the draft
-    # none: the fastest's error
-    with pytest.raises(ValueError, match="--rule recursive_wor is lossless only on trees whose children are drawn "
-                                         "from the draft without replacement .*, not on the trees of method lookup"):
-        choose(rule="recursive_wor")
+    # none measured: the constant plan of the first method whose trees, drawn as the rule needs, it verifies
+    method, plan, about, _ = choose(rule="recursive_wor")
+    assert (method, plan) == ("tree", dataclasses.replace(constant(1.0), rule="recursive_wor"))
+    assert "the profile has no plan of speculative, tree, staged, lookup for --rule recursive_wor" in about
 
 
 def test_the_rule_messages_follow_verify_lossless(monkeypatch):
@@ -187,7 +196,7 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
     monkeypatch.setattr(verify, "LOSSLESS", table)
     needle = ("--rule traversal is lossless only on trees whose children are drawn from the draft with replacement "
               r"\(--sampled with, or --method speculative at temperature > 0\), not on ")
-    with pytest.raises(ValueError, match=needle + r"trees drawn without replacement \(--sampled without\)$"):
+    with pytest.raises(ValueError, match=needle + r"the trees of --sampled without$"):
         check_options(a)
     with pytest.raises(ValueError, match=needle + r"the trees of method tree \(widths 2,1 drawn from the draft"):
         check_rule(drawn, "tree", 1.0)
@@ -235,8 +244,8 @@ def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(option
     (["--rule", "block", "--sampled", "without", "--temperature", "1"],
      "--rule block is lossless only on trees whose children are drawn from the draft with replacement (--sampled "
      "with, or --method speculative at temperature > 0) that are chains (--method speculative, or --widths 1,1,1), "
-     "not on trees drawn without replacement (--sampled without)"),
-    (["--rule", "block", "--widths", "2,1", "--temperature", "1"], "not on --widths 2,1"),
+     "not on the trees of --sampled without"),
+    (["--rule", "block", "--widths", "2,1", "--temperature", "1"], "not on the trees of --widths 2,1"),
     (["--rule", "recursive", "--method", "lookup", "--temperature", "1"], "--rule recursive is lossless only on trees "
                                                                          "whose children are drawn from the draft with "
                                                                          "replacement"),
@@ -256,7 +265,7 @@ def test_options_that_cannot_apply_fail_before_the_machine_is_measured(args, nee
 @pytest.mark.parametrize("args, needle", [
     # Options that would change nothing (issue 45's silent acceptances), from the methods' properties.
     (["--seed", "7"], "--seed 7: at temperature 0 decoding is greedy"),
-    (["--top-p", "1", "--temperature", "1"], "--top-p must be in (0, 1) (1 keeps every token, changing nothing)"),
+    (["--top-p", "1", "--temperature", "1"], "--top-p 1 keeps every token, so it changes nothing"),
     (["--recalibrate", "--plan", "default"], "--recalibrate does nothing with --plan default"),
     (["--recalibrate", "--method", "ar"], "--recalibrate does nothing with --method ar"),
     (["--draft", "/nonexistent", "--method", "ar"], "--draft does nothing with --method ar and --plan machine: it "
@@ -295,29 +304,28 @@ def test_trace_refuses_to_replace_a_read_only_file(tmp_path, capsys):
 
 
 def test_demo_options_reshape_each_plan_as_the_cli_does(monkeypatch, embedded):
-    # The demo's --budget/--depth mean what the CLI's do (one helper, options.resized): a chain's
+    # The demo's --budget/--depth mean what the CLI's do (one chooser, choice.choose): a chain's
     # length for the chain methods, a best-first tree of the draft's top tokens for the others.
     import argparse
 
-    from specdec_np.plan import Plan
-    from specdec_np.tools import choice
+    from specdec_np.plan import Plan, constant
 
-    drawn = {"speculative": Plan(chain=3, sampled="with", rule="block"), "lookup": Plan(lookup_chains=(7, 3, 0)),
-             "staged": Plan(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
-    monkeypatch.setattr(demo, "choose", lambda *a, **k: {m: choice.Choice(m, p, 2.0, 4.0) for m, p in drawn.items()})
-    drawn["ar"] = Plan()
+    drawn = {"speculative": dict(chain=3, sampled="with", rule="block"), "lookup": dict(lookup_chains=(7, 3, 0)),
+             "staged": dict(shape="fixed", widths=(2, 1), sampled="without", rule="traversal")}
+    measured_machine(monkeypatch, {m: (shape, 2.0) for m, shape in drawn.items()})
+    methods = ("ar", *drawn)
     a = argparse.Namespace(plan="machine", budget=None, depth=4)
-    got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items()}
-    assert got["ar"] == Plan()  # plain decoding has no tree to resize
+    got = {m: p for m, (p, _) in demo.plans(a, *embedded, 1.0, methods)[0].items()}
+    assert got["ar"] == constant(1.0)  # plain decoding has no tree to resize
     assert (got["speculative"].chain, got["speculative"].rule) == (4, "block")
     assert (got["lookup"].chain, got["lookup"].lookup_chains) == (4, ())
     assert (got["staged"].shape, got["staged"].depth, got["staged"].sampled, got["staged"].rule) == \
         ("best_first", 4, None, None)
     a.depth, a.budget = None, 8  # --budget resizes the trees only, and only their plans say so
-    about = {m: origin for m, (_, origin) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items()}
-    assert [m for m in drawn if "with --budget/--depth" in about[m]] == ["staged"]
+    about = {m: origin for m, (_, origin) in demo.plans(a, *embedded, 1.0, methods)[0].items()}
+    assert [m for m in methods if "changed by options" in about[m]] == ["staged"]
     a.budget = None
-    assert all(p == drawn[m] for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items())
+    assert all(p == Plan(**drawn[m]) for m, (p, _) in demo.plans(a, *embedded, 1.0, tuple(drawn))[0].items())
 
 
 def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
@@ -329,7 +337,7 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     measured = Plan(chain=3)
     chosen = {"ar": choice.Choice("ar", Plan(), 2.0, 2.0),
               "speculative": choice.Choice("speculative", measured, 1.0, 2.0),
-              "lookup": choice.constant_choice("lookup", 0.0, None, "the constant plan: the machine was busy")}
+              "lookup": choice.Choice("lookup", Plan(), constant="the constant plan: the machine was busy")}
     monkeypatch.setattr(demo, "choose", lambda *a, **k: chosen)
     a = argparse.Namespace(plan="machine", budget=None, depth=None)
     got = demo.plans(a, *embedded, 0.0, tuple(chosen))[0]

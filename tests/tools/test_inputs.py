@@ -47,10 +47,10 @@ def run_cli(*args, stdin=None):
     (["--method", "tree", "--widths", "100,100"], "10100 tokens per step (--widths 100,100)"),
     (["--method", "tree", "--budget", "5000"], "5000 tokens per step (--budget 5000)"),
     (["--method", "speculative", "--depth", "600"], "600 tokens per step (--depth 600)"),
-    (["--depth", "0"], "--depth must be >= 1"), (["--depth", "-1"], "--depth must be >= 1"),
-    (["--budget", "0"], "--budget must be >= 1"), (["--budget", "-5"], "--budget must be >= 1"),
-    (["--seed", "-1"], "--seed must be >= 0"), (["--top-k", "0"], "--top-k must be >= 1"),
-    (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1)"),
+    (["--depth", "0"], "--depth must be an integer >= 1"), (["--depth", "-1"], "--depth must be an integer >= 1"),
+    (["--budget", "0"], "--budget must be an integer >= 1"), (["--budget", "-5"], "--budget must be an integer >= 1"),
+    (["--seed", "-1"], "--seed must be >= 0"), (["--top-k", "0"], "--top-k must be an integer >= 1"),
+    (["--top-p", "0", "--temperature", "1"], "--top-p must be in (0, 1]"),
     (["--temperature", "-1"], "--temperature must be"),
     (["--copy-len", "2000"], "--copy-len 2000) exceed"),
     (["--ngram", "weights/README.md"], "is not a specdec_np n-gram model"),
@@ -148,9 +148,9 @@ def test_api_rejects_bad_arguments_naming_them(models, kw, error, needle):
     (dict(top_k=5), ValueError, "top_k changes nothing at temperature 0"),
     (dict(top_p=0.9), ValueError, "top_p changes nothing at temperature 0"),
     (dict(keep_trees="yes"), TypeError, "keep_trees must be True or False, got str 'yes'"),
-    # A speculative chain is drawn with replacement whatever sampled says: the rule's error says so.
+    # A speculative chain is drawn with replacement whatever sampled says: the rule's error names that kind.
     (dict(method="speculative", temperature=1.0, plan=Plan(sampled="without", rule="recursive_wor")), ValueError,
-     "rule 'recursive_wor' is not lossless for speculative's chain: it is drawn from q with replacement"),
+     "rule 'recursive_wor' is not lossless on a with_replacement tree: it assumes siblings drawn from q without"),
 ])
 def test_api_refuses_sizes_rand_and_silent_arguments_before_any_work(models, kw, error, needle, monkeypatch):
     target, draft, trigram = models

@@ -346,7 +346,8 @@ def test_a_busy_machine_measures_nothing_and_says_which_plan_it_uses(pair, profi
         for method, rule in (("staged", "recursive_wor"), ("tree", "point_mass"), ("tree", "recursive"))]
     for temperature, method, rule, plan in cases:
         asked = method if rule else None
-        chosen = choice.choose(target, draft, trigram, None, temperature, (asked,), rule=rule)[asked]
+        changes = {"rule": rule} if rule else None
+        chosen = choice.choose(target, draft, trigram, None, temperature, (asked,), changes=changes)[asked]
         assert (chosen.method, chosen.plan, chosen.layout) == (method, plan, {})
         lines = capsys.readouterr().err.splitlines()
         assert len(lines) == 1 and "busy (other processes use 1.0" in lines[0] and "not measuring" in lines[0]
@@ -464,7 +465,7 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
     """bench's rule comparisons: a sampled chain's 'chain' against 'block'; a sampled tree's
-    token-level rule (verify.LOSSLESS's default for how its children were drawn) against 'traversal'."""
+    token-level rule (verify.default_rule for how its children were drawn) against 'traversal'."""
     import dataclasses
 
     from specdec_np.tools.bench import rule_pairs
@@ -580,7 +581,7 @@ def test_the_plan_for_a_rule_is_one_the_rule_verifies_losslessly(pair, profile, 
             if not any(lossless(rule, method, dataclasses.replace(constant(1.0), sampled=s))
                        for s in (None, "with", "without")):
                 continue  # refused by the options before anything is measured
-            chosen = choice.choose(target, draft, trigram, None, 1.0, (method,), rule=rule)[method]
+            chosen = choice.choose(target, draft, trigram, None, 1.0, (method,), changes={"rule": rule})[method]
             assert chosen.method == method and lossless(rule, method, chosen.plan), (method, rule)
     free = choice.choose(target, draft, trigram, None, 1.0, ("staged",))["staged"]
     assert not lossless("point_mass", "staged", free.plan)
