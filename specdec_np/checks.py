@@ -47,9 +47,9 @@ def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     if not (real(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
     if top_k is not None and not whole(top_k, 1):
-        raise ValueError(f"top_k={top_k!r} must be an integer >= 1 (or None = off)")
+        raise ValueError(f"top_k={top_k!r} must be an integer >= 1")
     if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p={top_p!r} must be in (0, 1] (None or 1.0 = off)")
+        raise ValueError(f"top_p={top_p!r} must be in (0, 1]")
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
