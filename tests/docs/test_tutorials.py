@@ -34,6 +34,7 @@ def test_all_lessons_present():
 # Each "Try this" check is a function the lesson calls on the changed input; here each is called again, after the
 # lesson ran, on a deliberately wrong input (an expression in the lesson's names), where it must fail.
 WRONG = {
+    "01_gpt2_numpy": [("check_all_visible", "causal"), ("check_no_positions", "x")],
     "03_speculative_sampling": [("check_draft_is_target", "my_p, my_q"), ("check_caught", "speculative_step"),
                                 ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
                                 ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
