@@ -35,11 +35,13 @@ def test_all_lessons_present():
 # lesson ran, on a deliberately wrong input (an expression in the lesson's names), where it must fail.
 WRONG = {
     "01_gpt2_numpy": [("check_all_visible", "causal"), ("check_no_positions", "x")],
+    "02_kv_cache": [("check_forgetful", "lambda cache: cache")],
     "03_speculative_sampling": [("check_draft_is_target", "my_p, my_q"), ("check_caught", "speculative_step"),
                                 ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
                                 ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
     "04b_the_loop_answer": [("spec.check_same_tokens", "partial(speculative_decode, acceptance=lambda p, q, x: 1.0), 1"),
                             ("check_always_keep", "ratio"), ("check_top_k", "spec.SETTINGS")],
+    "05_token_trees": [("check_wide", "[2, 2, 1]"), ("check_unmasked", "attention_mask(tree)")],
     "06_verifying_trees": [("check_d_first", "B, D"),
                            ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]"),
                            ("check_without_never_less", "0, 1")],
