@@ -126,9 +126,14 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 # decoding's greedy speedup on this CPU comes from these copies (README, results).
 
 # %%
-copy_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=8, **shape), **kw)
+def copies_run(copy_len):
+    """The staged run with copies of up to `copy_len` tokens sent to the target, and its steps that verified one."""
+    run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=copy_len, **shape), **kw)
+    return run, sum(step.trace.copied for step in run.stats.steps)  # steps whose tree is stage 2's copy
+
+
+copy_run, copied = copies_run(8)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
-copied = sum(step.trace.copied for step in copy_run.stats.steps)  # steps whose tree is stage 2's copy
 print(f"{copied} of {len(copy_run.stats.steps)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
 for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
@@ -207,11 +212,21 @@ print_timed((f"here {top} beat plain decoding most: {ms['plain'] / ms[top]:.2f}x
 #
 # * Give the trees a smaller budget (`shape = dict(budget=4, depth=6)`): look at how many draft
 #   passes stage 2 saves now, and at who is credited with the tokens.
-# * Change `copy_len=8` to `copy_len=0` in the copies run: no step verifies a copied chain, and
-#   the run is the "drafts only" one. That is the run above, checked below.
+# * Change `copy_len=8` to `copy_len=0` in the copies run (`copies_run(0)`): no step verifies a copied
+#   chain, and the run is the "drafts only" one, step for step. Checked below.
 # * Pick a prompt of your own (prose rather than code, say): look at how many steps copy and at
 #   the share of tokens each stage is credited with.
 
 # %%
-assert sum(step.trace.copied for step in staged_run.stats.steps) == 0  # copy_len=0: no copies
-print(f"copy_len=0: {sum(step.trace.copied for step in staged_run.stats.steps)} copied steps")
+def check_no_copies(copy_len):
+    """The second prediction, for the copies run's `copy_len` (to hold: 0): no copied step, and the "drafts only"
+    run's tokens, trees and draft passes."""
+    run, copied = copies_run(copy_len)
+    assert copied == 0, f"{copied} copied steps"
+    assert run.tokens == staged_run.tokens and run.stats.draft_passes == staged_run.stats.draft_passes
+    assert all(np.array_equal(t1.tokens, t2.tokens) and np.array_equal(t1.parents, t2.parents)
+               for (t1, _), (t2, _) in zip(run.stats.trees, staged_run.stats.trees))
+    return run
+
+
+print(f"copy_len=0: 0 copied steps, {check_no_copies(0).stats.draft_passes} draft passes, as the drafts-only run")
