@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(lesson.__file__).resolve().parent))
 spec = import_module("04_write_the_loop")  # lesson 4: the models, the prompts and the checks
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
 from specdec_np.proofs import exact  # noqa: E402
-from specdec_np.sampling import Rand, process  # noqa: E402
+from specdec_np.sampling import process  # noqa: E402
 from specdec_np.tokenizer import decode  # noqa: E402
 
 target, draft, enc = spec.target, spec.draft, spec.enc

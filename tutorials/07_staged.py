@@ -81,7 +81,8 @@ for name, r in (("tree", tree_run), ("staged", staged_run)):
 # %% [markdown]
 # Each staged draft pass carries more rows (the trigram's guesses), and if the guesses are good
 # it saves whole passes. Where a draft pass of a few more tokens costs little more than one, fewer
-# passes is what counts; whether it does on this machine is measured at the end of this lesson.
+# passes is what counts; whether it does on this machine is measured at the end of this lesson,
+# and lesson 8 predicts when it pays, on this machine's costs for the paper's own pair.
 #
 # ## Who wrote each token
 #

@@ -13,6 +13,10 @@
 # about linearly. Where it bends is the budget a tree can spend. Real curves add bumps (how the
 # BLAS library handles small blocks: lesson 10) and noise.
 #
+# The same curves then say when the paper's second stage pays: the last sections price stage 2
+# (lesson 7) in the cost model, on the paper's own pair (GPT-2-large and GPT-2 shapes, timed here)
+# and on the embedded pair.
+#
 # Timings in this lesson are measured and printed, never asserted: they vary from run to run and
 # machine to machine. Every sentence about them is printed from the numbers of this run.
 
