@@ -117,13 +117,18 @@ def test_every_try_this_check_has_a_wrong_input():
 
 
 def loop_implementation(path: Path) -> list[str]:
-    """What in a lesson's code cells (its notebook's, once `make notebooks` ran) implements speculative decoding's
+    """What in the code cells of a lesson (or of its notebook, NN_name.ipynb) implements speculative decoding's
     loop: a coin tossed (`.coin(`), a cache cut (`.truncate(`), a residual (`np.maximum(`), a verification rule or
     the library's loop imported (verify, methods, drafting), a function taking (target, draft, ...)."""
     import ast
 
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cells = [text(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    else:
+        cells = percent_cells(path)
     found = []
-    for node in ast.walk(ast.parse("\n\n".join(percent_cells(path)))):
+    for node in ast.walk(ast.parse("\n\n".join(cells))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "coin", "truncate", "maximum"):
             found.append(f"line {node.lineno}: a call to .{node.func.attr}()")
@@ -145,6 +150,8 @@ def test_lesson_4_holds_no_answer():
     assert "## An answer" not in four.read_text(encoding="utf-8")
     assert "04b_the_loop_answer.py" in four.read_text(encoding="utf-8")  # it says where the answer is
     assert len(loop_implementation(answer)) >= 4, loop_implementation(answer)
+    notebook = NOTEBOOKS / "04_write_the_loop.ipynb"
+    assert loop_implementation(notebook) == [], f"{notebook.name} holds the answer: run make notebooks"
 
 
 # ----------------------------------------------------------------------------- the notebooks (make notebooks)
