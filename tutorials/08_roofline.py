@@ -222,6 +222,8 @@ def nonnegative_fit(X, y):  # [runs, terms], [runs] -> [terms]
     return best
 
 
+# By hand: y = 4 - x fits these exactly with a cost of -1; held at 0, the other cost is y's mean, 2.
+assert np.allclose(nonnegative_fit(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0])), [2, 0])
 timed_runs = [(ar.stats, ar_ms * len(ar.tokens))] + list(runs.values())
 X = np.array([[s.target_passes, s.draft_passes] for s, _ in timed_runs], dtype=np.float64)  # [runs, 2]
 y = np.array([ms - passes_ms(s) for s, ms in timed_runs])  # [runs]
