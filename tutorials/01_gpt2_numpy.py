@@ -86,7 +86,8 @@ print("residual stream x:", x.shape)
 # Attention first. A linear layer makes a query, key and value for every token; they are split
 # into `n_head` heads of `head_dim` numbers. Each token's query is compared with every key
 # (scaled dot product); the causal mask hides the future, so token i only mixes the values of
-# tokens 0..i. Below we write the scores and the softmax out, then check the library's `attention`.
+# tokens 0..i. Below we write the scores and the softmax out, then check them against the library's
+# causal attention: `gpt2.attention` with the mask `forward` builds when it is given none.
 
 # %%
 block = params["blocks"][0]
@@ -99,13 +100,25 @@ causal = np.tril(np.ones((n, n), dtype=bool))  # [n, n]: row i sees columns 0..i
 # The library takes the mask as an additive bias (0 = visible, -inf = hidden), built once per pass.
 bias = np.where(causal, 0.0, -np.inf).astype(np.float32)
 
-scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n]
-scores = np.where(causal, scores, -np.inf)
-weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-weights /= weights.sum(axis=-1, keepdims=True)  # softmax over the keys: each row sums to 1
-mixed = weights @ v  # [n_head, n, head_dim]
 
-assert np.allclose(mixed, attention(q, k, v, bias), atol=1e-6), "inline attention != gpt2.attention"
+def attention_by_hand(q, k, v, causal):  # 3 x [n_head, n, head_dim], [n, n] -> [n_head, n, head_dim], [n_head, n, n]
+    """Each token's mix of the values it may see (`causal`), and the weights it gave them."""
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n]
+    scores = np.where(causal, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)  # softmax over the keys: each row sums to 1
+    return weights @ v, weights
+
+
+def check_attention(causal):
+    """Our attention with this mask equals the library's causal attention (forward's own mask, not `causal`)."""
+    library = attention(q, k, v, gpt2.attention_bias(np.tri(n, dtype=bool), np.float32))  # [n_head, n, head_dim]
+    mixed, _ = attention_by_hand(q, k, v, causal)
+    assert np.allclose(mixed, library, atol=1e-6), "inline attention != gpt2.attention"
+
+
+mixed, weights = attention_by_hand(q, k, v, causal)
+check_attention(causal)
 print("inline attention == gpt2.attention")
 last = weights[0, -1]  # head 0: how much the last token attends to each token
 print("head 0, last token attends to:")
@@ -175,20 +188,32 @@ print("OK: the walk-through reproduces gpt2.forward")
 #   word order, and the next-token guesses change.
 # * Change the prompt and watch the five most likely next tokens.
 #
-# The first two predictions, checked:
+# The first two predictions, checked by running the lesson's own code on the changed value:
 
 # %%
-def softmax_rows(scores):  # [..., n] -> [..., n]: softmax over the last axis
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def check_all_visible(causal):
+    """The first prediction, for the mask `causal` (to hold: all ones): `check_attention` fails on it, the last
+    token's weights do not move, the earlier rows' do."""
+    try:
+        check_attention(causal)
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("the check against gpt2.attention passed with this mask")
+    _, edited = attention_by_hand(q, k, v, causal)
+    assert np.allclose(edited[:, -1], weights[:, -1]) and not np.allclose(edited[:, :-1], weights[:, :-1])
 
 
-scores_all = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [n_head, n, n], no mask
-seen_by_all = softmax_rows(scores_all)
-assert np.allclose(seen_by_all[:, -1], weights[:, -1]) and not np.allclose(seen_by_all[:, :-1], weights[:, :-1])
-y = params["wte"][tokens]  # no positions
-for blk in params["blocks"]:
-    y = block_by_hand(y, blk)
-no_positions = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon) @ params["wte"].T  # [n, n_vocab]
-assert not np.allclose(no_positions, logits_by_hand, atol=1e-2)
-print("without the mask only the earlier rows change; without positions the logits change")
+def check_no_positions(x_edited):
+    """The second, for the residual stream `x_edited` (to hold: token embeddings only): the logits change."""
+    y = x_edited
+    for blk in params["blocks"]:
+        y = block_by_hand(y, blk)
+    edited = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon) @ params["wte"].T  # [n, n_vocab]
+    assert not np.allclose(edited, logits_by_hand, atol=1e-2), "the logits did not change"
+
+
+check_all_visible(np.ones((n, n), dtype=bool))
+check_no_positions(params["wte"][tokens])
+print("every token visible: the check against gpt2.attention fails, the last row's weights stay; "
+      "without positions the logits change")

@@ -108,15 +108,25 @@ assert cache.length == len(prompt)
 
 # %%
 n_new = 24
-seq = list(prompt)
-next_logits = logits[-1]
-for _ in range(n_new):
-    tok = int(np.argmax(next_logits))
-    seq.append(tok)
-    cached = forward(model, [tok], cache)[-1]  # one new token: [1, n_vocab] -> [n_vocab]
-    full = forward(model, seq, KVCache(cfg, capacity=len(seq)))[-1]  # the whole sequence again
-    assert np.allclose(cached, full, atol=1e-4, rtol=1e-4), "cached and recomputed logits differ"
-    next_logits = cached
+
+
+def decode_both_ways(feed_cache):
+    """Greedy decoding from the prompt, each step's token fed to the cache `feed_cache(cache)` returns and the whole
+    sequence recomputed; their logits must agree at every step. The sequence and the cache."""
+    cache = new_cache(model)
+    next_logits = forward(model, prompt, cache)[-1]  # prefill
+    seq = list(prompt)
+    for _ in range(n_new):
+        tok = int(np.argmax(next_logits))
+        seq.append(tok)
+        cached = forward(model, [tok], feed_cache(cache))[-1]  # one new token: [1, n_vocab] -> [n_vocab]
+        full = forward(model, seq, KVCache(cfg, capacity=len(seq)))[-1]  # the whole sequence again
+        assert np.allclose(cached, full, atol=1e-4, rtol=1e-4), "cached and recomputed logits differ"
+        next_logits = cached
+    return seq, cache
+
+
+seq, cache = decode_both_ways(lambda cache: cache)  # each step feeds the cache of the steps before
 print("completion:", repr(decode(enc, seq[len(prompt):])))
 
 # The cache now holds exactly the K/V a fresh prefill of the whole sequence would compute.
@@ -182,12 +192,19 @@ say_if_busy(start)
 # * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1` afterwards) and rerun:
 #   look at the note under each table and at how the ratios to one token move.
 # * Add 3, 5 and 16 to `KS`: where does a pass stop costing about the same per extra token?
-# * Forget the cache in the decoding loop: `forward(model, [tok], new_cache(model))`. The model
-#   then sees only the new token, the logits no longer match the recomputed ones, and the assert
-#   stops the loop. Checked:
+# * Forget the cache in the decoding loop: feed each step's token to a new cache
+#   (`decode_both_ways(lambda cache: new_cache(model))`). The model then sees only the new token,
+#   the logits no longer match the recomputed ones, and the assert stops the loop. Checked:
 
 # %%
-forgetful = forward(model, [seq[-1]], new_cache(model))[-1]  # the last token alone, no past K/V
-with_past = forward(model, seq, new_cache(model))[-1]
-assert not np.allclose(forgetful, with_past, atol=1e-4, rtol=1e-4)
-print(f"without the past K/V the last token's logits differ by up to {np.abs(forgetful - with_past).max():.2f}")
+def check_forgetful(feed_cache):
+    """The third prediction, for the cache each step feeds (to hold: a new one): the loop's assert stops it; the
+    step's message."""
+    try:
+        decode_both_ways(feed_cache)
+    except AssertionError as stopped:
+        return str(stopped)
+    raise AssertionError("the loop ran to the end: its logits agreed at every step")
+
+
+print(f"a new cache each step: the loop stops with {check_forgetful(lambda cache: new_cache(model))!r}")

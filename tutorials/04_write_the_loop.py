@@ -9,8 +9,10 @@
 # `sampling.process` (logits -> the distribution we sample from) and `sampling.Rand` (the only
 # source of randomness: `draw` and `coin`). Nothing from `decode`, `methods`, `drafting` or `verify`.
 #
-# Then we check it the way the library is checked: it emits exactly the library's tokens, and its
-# output distribution, enumerated exactly over every random branch, is the target's.
+# This lesson specifies the loop and the two checks it must pass, the way the library is checked:
+# it emits exactly the library's tokens, and its output distribution, enumerated exactly over every
+# random branch, is the target's. It holds no answer: that is lesson 4b
+# (`tutorials/04b_the_loop_answer.py`), for once yours passes.
 #
 # One step of the loop, for k = 3 guesses:
 #
@@ -51,102 +53,38 @@ target, draft, _, enc = load_embedded(dtype=np.float64)  # float64: token-exact 
 #   min(1, p_{i-1}(x_i) / q_i(x_i)). At the first rejection the step's last token comes from the
 #   residual max(p_{i-1} - q_i, 0) (`rand.draw` normalises it); if all k are kept, a bonus token
 #   comes from p_k.
-# * **Cut.** Both caches keep only the tokens committed before this step and the accepted guesses,
-#   that is every committed token but the step's new one (the invariant above): `truncate` forgets
-#   the rest (the draft's cache may already hold less).
+# * **Cut.** Both caches keep only the text committed before the step (its last token too, the one
+#   this step fed first) and the accepted guesses: `truncate` forgets the rest (the draft's cache may
+#   already hold less). The target's token that ends the step is not in either cache yet: the next
+#   step feeds it first, which keeps the invariant.
 # * **Emit** the accepted guesses and the target's token; stop once `n_new` tokens are out (a step
 #   drafts its k guesses even when fewer are still wanted: keep the first `n_new`).
 #
 # Randomness goes through `rand` only, in this order each step: the k draws of the guesses, one
 # coin per guess up to the first rejection, then one draw. In that order the loop emits the very
 # tokens of the library's `generate(..., method="speculative")` with the same seed.
-#
+
+# %% [markdown]
 # ## Your turn
 #
 # Write it in `tutorials/exercises/write_the_loop.py` (the stub has the signature and the building
 # blocks), then run `make exercises`. Exercise 4 checks your loop on a tiny random target and draft:
 # at temperature 0 and with a seed it must emit `generate`'s tokens, and the distribution of its
 # first tokens must be the target's, enumerated exactly. A wrong line names the first token that
-# differs and a command that reruns that case alone. Come back when it says correct: the lesson's
-# answer follows, then the same checks on the embedded models.
+# differs and a command that reruns that case alone.
 #
-# ---
-#
-# ## An answer
-#
-# Lesson 3's rule, for one guess: x was drawn from q. Keep it with probability min(1, p(x)/q(x));
-# otherwise the target's token comes from the residual, what p still owes once x was rejected.
-
-# %%
-def residual(p, q):  # [V], [V] -> [V] (unnormalised)
-    return np.maximum(p - q, 0)
-
-
-def check_guess(x, p, q, rand, correction):
-    """(True, x) if guess x ~ q is kept, else (False, the target's token drawn from correction(p, q))."""
-    if rand.coin(min(1.0, p[x] / q[x])):
-        return True, x
-    return False, rand.draw(correction(p, q))
-
+# Once it says correct, run this lesson again: its last cell runs the two checks below on your loop,
+# on the embedded models. Then compare with an answer, lesson 4b (`tutorials/04b_the_loop_answer.py`,
+# its notebook beside this one), which runs the same two checks and breaks the rule on purpose.
 
 # %% [markdown]
-# The loop, step by step as specified. Two extra arguments serve the checks below: `correction`
-# (what a rejection draws from, to break it on purpose) and `forward` (a stand-in that remembers).
-
-# %%
-def speculative_decode(target, draft, prompt, n_new, k, rand, settings=(0.0, None, None), correction=residual,
-                       forward=forward):
-    """n_new tokens after prompt: the draft guesses k per step, the target checks them in one pass.
-
-    settings: (temperature, top_k, top_p) for `process`; correction: what a rejection draws from.
-    """
-    t_cache, d_cache = new_cache(target), new_cache(draft)
-    seq = list(prompt)
-    forward(target, seq[:-1], t_cache)  # prefill all but the last token: each step feeds from seq[-1]
-    forward(draft, seq[:-1], d_cache)
-    while len(seq) < len(prompt) + n_new:
-        start = len(seq) - 1  # the target's cache holds seq[:start]
-        # 1. Draft: k guesses, one draft pass each; q_i is what guess i was drawn from.
-        guesses, qs, feed = [], [], seq[d_cache.length:]
-        for _ in range(k):
-            q = process(forward(draft, feed, d_cache)[-1], *settings)  # [V]
-            x = rand.draw(q)
-            guesses.append(x)
-            qs.append(q)
-            feed = [x]
-        # 2. Verify: one target pass over the last token and the k guesses.
-        p = process(forward(target, [seq[-1]] + guesses, t_cache), *settings)  # [k + 1, V]
-        # 3. The rule, guess by guess; a rejection ends the step with the target's correction.
-        accepted = []
-        for i, x in enumerate(guesses):
-            kept, token = check_guess(x, p[i], qs[i], rand, correction)
-            if not kept:
-                break
-            accepted.append(x)
-        else:
-            token = rand.draw(p[k])  # every guess kept: a bonus token from the target's last row
-        # 4. Both caches keep only the committed text and the accepted guesses.
-        t_cache.truncate(start + 1 + len(accepted))
-        d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))
-        # 5. Emit.
-        seq += accepted + [token]
-    return seq[len(prompt):len(prompt) + n_new]
-
-
-# %% [markdown]
-# That is the whole algorithm: about 40 lines. A step costs k draft passes of one token and one
-# target pass of k + 1 tokens, and emits between 1 and k + 1 tokens. The target's pass reads its
-# weights once, as a one-token pass does, but computes k + 1 tokens' worth: how its cost compares
-# with a one-token pass depends on the machine and its load (lesson 2 measures it on yours).
-# Speculation pays off when a step costs less than the plain target passes that would have emitted
-# the same tokens: lesson 8 predicts and measures that.
-#
 # ## Check 1: the same tokens as the library
 #
 # At temperature 0 `process` gives one-hot distributions, the coin is certain and the residual is
 # the target's argmax: the loop must emit exactly plain greedy decoding. Sampled, it must emit the
 # very tokens of `generate(..., method="speculative")` with the same seed, because it draws the
 # same random numbers in the same order (k draft draws, then one coin per guess, then one draw).
+# `loop` is your `speculative_decode`: the check calls it with the specification's arguments.
 
 # %%
 from specdec_np.decode import generate  # only to compare with the library
@@ -154,20 +92,20 @@ from specdec_np.plan import Plan
 
 prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n")
 N, K = 40, 4
-ours = speculative_decode(target, draft, prompt, N, K, Rand(0))
-lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None).tokens
-ar = generate(target, prompt, N, method="ar", eos=None).tokens
-print("greedy:", repr(decode(enc, ours)))
-print(f"greedy: ours == library speculative: {ours == lib}, == plain decoding: {ours == ar}")
-assert ours == lib == ar
+ar = generate(target, prompt, N, method="ar", eos=None).tokens  # plain greedy decoding
 
-sampled = dict(temperature=1.0, top_k=50)
-ours = speculative_decode(target, draft, prompt, N, K, Rand(1), settings=(1.0, 50, None))
-lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=K), eos=None, seed=1,
-               **sampled).tokens
-print("sampled (temperature 1, top-k 50, seed 1):", repr(decode(enc, ours)))
-print(f"sampled: ours == library speculative with the same seed: {ours == lib}")
-assert ours == lib
+
+def check_same_tokens(loop, k=K):
+    """`loop` emits plain greedy decoding's tokens at temperature 0, and the library's speculative tokens for a
+    seed when sampling (temperature 1, top-k 50, seed 1); the sampled text."""
+    ours = loop(target, draft, prompt, N, k, Rand(0))
+    assert ours == ar, f"greedy: token {next(i for i, (a, b) in enumerate(zip(ours, ar)) if a != b)} differs"
+    ours = loop(target, draft, prompt, N, k, Rand(1), (1.0, 50, None))
+    lib = generate(target, prompt, N, method="speculative", draft=draft, plan=Plan(chain=k), eos=None, seed=1,
+                   temperature=1.0, top_k=50).tokens
+    assert ours == lib, f"sampled, seed 1: token {next(i for i, (a, b) in enumerate(zip(ours, lib)) if a != b)} differs"
+    return ours
+
 
 # %% [markdown]
 # ## Check 2: the output distribution, exactly
@@ -175,19 +113,18 @@ assert ours == lib
 # Equal tokens for one seed say we copied the library, not that either is right. Lesson 3's
 # enumerator answers that: `exact.outcomes(fn)` runs `fn(rand)` once per random branch with a
 # scripted `rand` and adds up each branch's probability. With top-k 3 every distribution has 3
-# tokens, so the branches are few: we enumerate the first 3 tokens our loop emits and compare them
+# tokens, so the branches are few: we enumerate the first 3 tokens the loop emits and compare them
 # with the target's own sequence distribution (3 tokens sampled one by one). Each guess multiplies
 # the branches by about 3 (and a step drafts its k guesses even when fewer tokens are still
 # wanted, as the library does), so here k = 1: a few hundred branches, each a run of the loop
 # that accepts or rejects, catches the draft's cache up after a bonus token, and cuts both caches.
 # TV, the total variation distance, is half the sum of |difference| over all outcomes: the most
 # any event's probability can differ between the two.
-
-# %% [markdown]
-# The enumerator replays the whole loop once per branch (a few hundred here), and branches share
-# most of their passes. So for this check the loop runs with a `forward` that remembers: it keys
-# each pass by the model and every token its cache has seen, and on a repeat writes the K/V the
-# first time computed back into the cache (the loop's caches stay real) and returns the same logits.
+#
+# The enumerator replays the whole loop once per branch, and branches share most of their passes.
+# So for this check the loop runs with a `forward` that remembers: it keys each pass by the model
+# and every token its cache has seen, and on a repeat writes the K/V the first time computed back
+# into the cache (the loop's caches stay real) and returns the same logits.
 
 # %%
 from specdec_np.proofs import exact
@@ -215,45 +152,61 @@ SETTINGS = (1.0, 3, None)  # temperature 1, top-k 3
 short = encode(enc, "def f(x):")
 
 
-def target_next(context, settings=SETTINGS):  # the target's distribution after a context (for the reference)
-    return process(forward(target, list(context), new_cache(target))[-1], *settings)
+def next_dist(model, settings=SETTINGS):
+    """The model's distribution after a context, as a function of the context (for the references)."""
+    return lambda context: process(forward(model, list(context), new_cache(model))[-1], *settings)
 
 
-def first_3(rand, correction=residual):  # our loop's first 3 tokens, k = 1 guess per step
-    return tuple(speculative_decode(target, draft, short, 3, 1, rand, SETTINGS, correction,
-                                    forward=remembered_forward))
+def loop_distribution(loop, settings=SETTINGS):
+    """The exact distribution of the first 3 tokens `loop` emits after `short`, k = 1 guess per step."""
+    return exact.outcomes(lambda rand: tuple(loop(target, draft, short, 3, 1, rand, settings)))
 
 
-reference = exact.sequence_distribution(target_next, tuple(short), 3)
-ours = exact.outcomes(first_3)
-tv = exact.total_variation(ours, reference)
-assert tv < 1e-12
-print(f"{len(reference)} possible 3-token continuations; TV(our loop, target) < 1e-12")
+def check_lossless(loop, settings=SETTINGS):
+    """`loop`'s first 3 tokens are distributed exactly as the target's (TV < 1e-12); the TV and the number of
+    possible continuations."""
+    reference = exact.sequence_distribution(next_dist(target, settings), tuple(short), 3)
+    tv = exact.total_variation(loop_distribution(loop, settings), reference)
+    assert tv < 1e-12, f"TV(your loop, target) = {tv:.3g}"
+    return tv, len(reference)
+
 
 # %% [markdown]
-# The negative control: the same loop with the residual replaced by p (a "natural" fix: after a
-# rejection, just let the target sample). The enumeration catches it.
+# ## Your loop
+#
+# The cell below loads `speculative_decode` from `tutorials/exercises/write_the_loop.py` and runs
+# both checks on it, with the remembering `forward` put in place of the one it imported (the same
+# logits, so nothing else changes). While the file is still the stub, it says so and stops there.
 
 # %%
-broken = exact.outcomes(lambda rand: first_3(rand, correction=lambda p, q: p))
-tv_broken = exact.total_variation(broken, reference)
-print(f"correction drawn from p instead of the residual: TV = {tv_broken:.3f}")
-assert tv_broken > 0.01
+import importlib.util
+from pathlib import Path
 
-# %% [markdown]
-# ## Try this
-#
-# * Set `K = 1` in check 1: the greedy tokens do not change (greedy output never depends on k),
-#   but each step now emits at most 2 tokens.
-# * In `check_guess`, replace `min(1.0, p[x] / q[x])` by `1.0` (always keep the draft's guess) and
-#   rerun check 2. What TV do you get, and whose distribution does the output follow now?
-# * Change `SETTINGS` to top-k 2: the number of possible 3-token continuations drops to 8. Does the
-#   TV stay below 1e-12?
-#
-# The suite runs the deterministic predictions above:
+import lesson  # tutorials/lesson.py: its folder holds exercises/
 
-# %%
-assert speculative_decode(target, draft, prompt, N, 1, Rand(0)) == ar  # K = 1, greedy
-top2 = exact.sequence_distribution(lambda ctx: target_next(ctx, (1.0, 2, None)), tuple(short), 3)
-assert len(top2) == 8
-print("try-this predictions checked: K = 1 greedy tokens unchanged; top-k 2 gives", len(top2), "continuations")
+EXERCISE = Path(lesson.__file__).resolve().parent / "exercises" / "write_the_loop.py"
+
+
+def your_loop():
+    """Your speculative_decode, with remembered_forward in place of forward; None while it is the stub."""
+    spec = importlib.util.spec_from_file_location("write_the_loop", EXERCISE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.speculative_decode(target, draft, prompt, 1, 1, Rand(0))
+    except NotImplementedError:
+        return None
+    module.forward = remembered_forward  # the name your file imported from specdec_np.gpt2
+    return module.speculative_decode
+
+
+yours = your_loop()
+if yours is None:
+    print("tutorials/exercises/write_the_loop.py is still the stub: write it, run `make exercises`, then rerun "
+          "this lesson; lesson 4b holds an answer")
+else:
+    sampled = check_same_tokens(yours)
+    print("check 1: your loop emits plain greedy decoding's tokens, and the library's for seed 1:",
+          repr(decode(enc, sampled)))
+    tv, n = check_lossless(yours)
+    print(f"check 2: over all {n} possible 3-token continuations, TV(your loop, target) = {tv:.1e} < 1e-12")

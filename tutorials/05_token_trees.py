@@ -78,17 +78,30 @@ print(render(tree, decode_fn=lambda t: decode(enc, [t])))
 
 prefix = new_cache(target)
 forward(target, prompt[:-1], prefix)  # the cached prefix
-tree_cache = prefix.copy()
-logits = forward(target, tree.tokens, tree_cache, positions=positions(tree, prefix.length),
-                 mask=attention_mask(tree))  # [n_nodes, V]: one pass for the whole tree
 
+
+def tree_pass(mask):  # [n_nodes, n_nodes] -> [n_nodes, V]
+    """The target's logits for every node of the tree in one pass, each node attending as `mask` says."""
+    return forward(target, tree.tokens, prefix.copy(), positions=positions(tree, prefix.length), mask=mask)
+
+
+def paths_differing(logits):
+    """The leaves whose root-to-leaf path, run alone as a plain chain, gives other logits than `logits`' rows for
+    that path; and the tokens the paths fed."""
+    differ, fed = [], 0
+    for leaf in (i for i in range(len(tree)) if children(tree, i).size == 0):
+        path = path_to(tree, leaf)
+        chain = forward(target, tree.tokens[path], prefix.copy())  # plain causal pass over this path
+        fed += len(path)
+        if not np.allclose(logits[path], chain, atol=1e-4, rtol=1e-4):
+            differ.append(leaf)
+    return differ, fed
+
+
+logits = tree_pass(attention_mask(tree))
+differ, fed = paths_differing(logits)
 leaves = [i for i in range(len(tree)) if children(tree, i).size == 0]
-fed = 0
-for leaf in leaves:
-    path = path_to(tree, leaf)
-    chain = forward(target, tree.tokens[path], prefix.copy())  # plain causal pass over this path
-    fed += len(path)
-    assert np.allclose(logits[path], chain, atol=1e-4, rtol=1e-4), f"path to node {leaf} differs"
+assert differ == [], f"the paths to nodes {differ} differ"
 print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
 
 # Positions matter: numbering the nodes 0..n-1 instead of by depth gives different (wrong) logits.
@@ -221,13 +234,24 @@ print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --m
 #   match the paths run alone.
 # * Raise `B` and watch the draft-pass column: the chain's grows with B, the tree's with its depth.
 #
-# The first two predictions, checked:
+# The first two predictions, checked by running the lesson's code with each change:
 
 # %%
-wide = build.build_fixed(0, table_fn, widths=[2, 3])
-leaf_rows = [int(attention_mask(wide)[i].sum()) for i in range(len(wide)) if children(wide, i).size == 0]
-assert len(wide) == 9 and leaf_rows == [3] * 6
-print(draw_mask(wide))
-unmasked = forward(target, tree.tokens, prefix.copy(), positions=positions(tree, prefix.length))  # causal, no tree mask
-assert not np.allclose(unmasked, logits, atol=1e-4)
+def check_wide(widths):
+    """The first prediction, for the first tree's widths (to hold: [2, 3]): 9 nodes, each leaf's mask row 3 nodes."""
+    wide = build.build_fixed(0, table_fn, widths=widths)
+    leaf_rows = [int(attention_mask(wide)[i].sum()) for i in range(len(wide)) if children(wide, i).size == 0]
+    assert len(wide) == 9 and leaf_rows == [3] * 6, (len(wide), leaf_rows)
+    return wide
+
+
+def check_unmasked(mask):
+    """The second, for the tree pass's mask (to hold: None, plain causal attention): some path no longer matches."""
+    differ, _ = paths_differing(tree_pass(mask))
+    assert differ, "every path still matches"
+    return differ
+
+
+print(draw_mask(check_wide([2, 3])))
+check_unmasked(None)
 print("without the tree mask the tree pass no longer equals the paths run alone")

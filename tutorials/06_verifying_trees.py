@@ -288,22 +288,29 @@ for k in (1, 2, 3):
         enumerated = optimum.acceptance(optimum.single_position(verify.RULES[rule], P[A], Q[A], k, scheme))
         assert abs(p_accept(P[A], Q[A], k, scheme == "with") - enumerated) < 1e-12
 
-text = generate(target_model, prompt, n_new, method="ar", temperature=1.0, top_k=50, seed=0).tokens
-seq = list(prompt) + text[:-1]
-rows = {name: forward(m, seq, new_cache(m))[len(prompt) - 1:] for name, m in (("p", target_model), ("q", draft_model))}
-k = 2
-wins = {"with": 0, "without": 0, "tie": 0}
-totals = {"with": 0.0, "without": 0.0}
-for lp, lq in zip(rows["p"], rows["q"]):
-    p_t = process(lp.astype(np.float64), temperature=1.0, top_k=50)
-    q_t = process(lq.astype(np.float64), temperature=1.0, top_k=50)
-    keep = np.flatnonzero((p_t > 0) | (q_t > 0))  # the tokens either could emit: at most 100
-    acc = {s: p_accept(p_t[keep], q_t[keep], k, s == "with") for s in totals}
-    for s in totals:
-        totals[s] += acc[s] / len(text)
-    diff = acc["without"] - acc["with"]
-    wins["without" if diff > 1e-12 else "with" if diff < -1e-12 else "tie"] += 1
-print(f"{k} siblings at each of the {len(text)} positions of the sampled text: P(accept one) averages "
+def compare_drawing(seed, k):
+    """Recursive rejection's exact P(accept one of k siblings), with and without replacement, at every position of
+    the text sampled with `seed`: ({way: its average}, {way: positions where it accepts more, "tie": the rest},
+    positions)."""
+    text = generate(target_model, prompt, n_new, method="ar", temperature=1.0, top_k=50, seed=seed).tokens
+    seq = list(prompt) + text[:-1]
+    rows = {name: forward(m, seq, new_cache(m))[len(prompt) - 1:] for name, m in (("p", target_model), ("q", draft_model))}
+    wins = {"with": 0, "without": 0, "tie": 0}
+    totals = {"with": 0.0, "without": 0.0}
+    for lp, lq in zip(rows["p"], rows["q"]):
+        p_t = process(lp.astype(np.float64), temperature=1.0, top_k=50)
+        q_t = process(lq.astype(np.float64), temperature=1.0, top_k=50)
+        keep = np.flatnonzero((p_t > 0) | (q_t > 0))  # the tokens either could emit: at most 100
+        acc = {s: p_accept(p_t[keep], q_t[keep], k, s == "with") for s in totals}
+        for s in totals:
+            totals[s] += acc[s] / len(text)
+        diff = acc["without"] - acc["with"]
+        wins["without" if diff > 1e-12 else "with" if diff < -1e-12 else "tie"] += 1
+    return totals, wins, len(text)
+
+
+totals, wins, positions = compare_drawing(0, 2)
+print(f"2 siblings at each of the {positions} positions of the sampled text: P(accept one) averages "
       f"{totals['with']:.3f} with replacement, {totals['without']:.3f} without")
 print(f"positions where drawing without replacement accepts more: {wins['without']}, less: {wins['with']}, "
       f"the same: {wins['tie']}")
@@ -346,10 +353,13 @@ show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; te
 #   is never emitted, because after D's rejection the residual owes B nothing.
 # * In the exactness cell, give the recursive rules three siblings (`[3]` instead of `[2, 1]`):
 #   still exact (TV < 1e-12).
-# * Set the sampled runs' `seed` to 1, 2, 3: which of the two ways of drawing yields more tokens
-#   per pass now changes from run to run; the exact comparison does not.
+# * Set the sampled runs' `seed` to 1, 2, 3 and look at how each run's tokens per pass moves: a run
+#   of a few steps is a small sample. The exact comparison needs no luck: run it on the text each of
+#   those seeds samples (`compare_drawing(1, 2)`, ...): at no position does drawing without
+#   replacement accept less than drawing with it, and at some it accepts more. With one sibling
+#   (`compare_drawing(1, 1)`) the two are the same rule: a tie everywhere.
 #
-# The first two predictions, checked:
+# The predictions, checked by running the lesson's code with each change:
 
 # %%
 def check_d_first(first, second):
@@ -369,7 +379,18 @@ def check_still_exact(cases, widths):
     return tvs
 
 
+def check_without_never_less(seed, k):
+    """The third, on the text sampled with `seed`, for k siblings (to hold: k = 2): without replacement accepts
+    less at no position and more at some; (its wins, the positions)."""
+    _, wins, positions = compare_drawing(seed, k)
+    assert wins["with"] == 0 and wins["without"] > 0, wins
+    return wins["without"], positions
+
+
 first = check_d_first(D, B)
 tvs = check_still_exact(cases[2:], [3])
 print(f"D first: D emitted with probability {first[D]:.2f}, B never; three siblings: "
       + " and ".join(tvs) + " still exact (TV < 1e-12)")
+for seed in (1, 2, 3):
+    more, positions = check_without_never_less(seed, 2)
+    print(f"seed {seed}: without replacement accepts more at {more} of {positions} positions, less at none")

@@ -13,10 +13,15 @@
 # about linearly. Where it bends is the budget a tree can spend. Real curves add bumps (how the
 # BLAS library handles small blocks: lesson 10) and noise.
 #
+# The same curves then say when the paper's second stage pays: the last sections price stage 2
+# (lesson 7) in the cost model, on the paper's own pair (GPT-2-large and GPT-2 shapes, timed here)
+# and on the embedded pair.
+#
 # Timings in this lesson are measured and printed, never asserted: they vary from run to run and
 # machine to machine. Every sentence about them is printed from the numbers of this run.
 
 # %%
+import itertools
 import time
 
 import numpy as np
@@ -192,7 +197,9 @@ for line in verdict(rows, was_busy(start)):
 #
 #     measured ms - ms of its passes on the curves = steps * c_step + draft passes * c_draft
 #
-# (the tools fit two more terms, a draft distribution and an n-gram query, on timed runs of their own).
+# with both costs held at 0 or above (a fixed cost cannot be negative; where least squares alone would
+# go below zero, the line under the fit says so and why). The tools fit two more terms, a draft
+# distribution and an n-gram query, on timed runs of their own.
 
 # %%
 def passes_ms(s):
@@ -201,12 +208,33 @@ def passes_ms(s):
     return target_ms + sum(cost(curves["draft"], k) for k in s.draft_blocks)
 
 
+def nonnegative_fit(X, y):  # [runs, terms], [runs] -> [terms]
+    """Least squares with every cost at least 0: each subset of the terms fitted alone (the others held at 0),
+    the best fit whose costs are all >= 0 kept (exact for a handful of terms)."""
+    best, best_err = np.zeros(X.shape[1]), float(y @ y)  # every cost 0
+    for n in range(1, X.shape[1] + 1):
+        for terms in itertools.combinations(range(X.shape[1]), n):
+            coef = np.zeros(X.shape[1])
+            coef[list(terms)] = np.linalg.lstsq(X[:, terms], y, rcond=None)[0]
+            err = float(np.sum((X @ coef - y) ** 2))
+            if (coef >= 0).all() and err < best_err:
+                best, best_err = coef, err
+    return best
+
+
+# By hand: y = 4 - x fits these exactly with a cost of -1; held at 0, the other cost is y's mean, 2.
+assert np.allclose(nonnegative_fit(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0])), [2, 0])
 timed_runs = [(ar.stats, ar_ms * len(ar.tokens))] + list(runs.values())
 X = np.array([[s.target_passes, s.draft_passes] for s, _ in timed_runs], dtype=np.float64)  # [runs, 2]
 y = np.array([ms - passes_ms(s) for s, ms in timed_runs])  # [runs]
-c_step, c_draft = np.linalg.lstsq(X, y, rcond=None)[0]
+free = np.linalg.lstsq(X, y, rcond=None)[0]  # unconstrained: a cost may come out below zero
+c_step, c_draft = nonnegative_fit(X, y)
 print_timed(f"fitted: c_step {c_step:.3f} ms per step, c_draft {c_draft:.3f} ms per draft pass"
             + (" (fitted on a busy run: such costs swing from run to run)" if was_busy(start) else ""))
+if (free < 0).any():
+    print_timed(f"(unconstrained, least squares gave {free[0]:.3f} and {free[1]:.3f} ms: a negative cost means the "
+                "curves priced those passes above what the runs paid for them, timing noise or passes cheaper "
+                "inside the loop than on the curve, not that a step saves time; it is held at 0 above)")
 
 
 def with_overheads(s):
@@ -288,6 +316,223 @@ say_if_busy(start)  # the blocks above and this run
 print(f"same tokens as plain decoding: {lk.tokens == ar.tokens}")
 print_timed(f"prompt lookup: {lk.stats.tokens_per_pass:.2f} tokens per target pass, {lk_ms:.2f} ms/token "
       f"({ar_ms / lk_ms:.2f}x plain decoding, measured)")
+
+
+# %% [markdown]
+# ## Stage 2 in the cost model: when does it pay?
+#
+# The paper's second idea (lesson 7) attacks the draft passes. In a step
+#
+#     step ms = C_target(1 + B) + draft passes * C_draft(rows per draft pass)
+#
+# stage 2 makes every draft pass also evaluate the trigram's next g guesses below the node it
+# expands: g more rows in that pass (priced on the draft's curve), and where the guesses agree with
+# the draft's own choice, the levels they cover need no draft pass of their own. Whether that pays
+# depends on two things: how large a share of a step the draft passes are, and how much more a draft
+# pass of 1 + g rows costs than one of 1. A small model of a step, with its assumptions:
+#
+# * per-token acceptance a: the target keeps the draft's top choice at a depth with probability a;
+# * a tree of width w and depth d offers the draft's top w tokens at each depth (B = w * d), only the
+#   top one expanded further; the target takes one of the w with probability 1 - (1 - a)^w, as if
+#   each were an independent chance a (a chain of k is width 1, depth k);
+# * the trigram's guess agrees with the draft's top choice with probability b, token by token; a
+#   draft pass covers its own level plus the guesses that agreed in a row.
+#
+# The copies of lesson 7's last section (stage 2 proposing to the *target*, prompt lookup's idea)
+# are not the paper's stage 2 and are not in this model.
+
+# %%
+def tokens_per_step(a, width, depth):
+    """Expected tokens a step emits: one guess per depth the target reaches and keeps, then its own token."""
+    level = 1 - (1 - a) ** width  # P(the target takes one of the `width` guesses at a depth it reaches)
+    return 1 + level * sum(a ** i for i in range(depth))
+
+
+def draft_passes(depth, guesses, b):
+    """Expected draft passes to expand `depth` levels when each pass also evaluates the trigram's next `guesses`
+    guesses, each agreeing with the draft with probability b: a pass covers its level and the guesses that
+    agreed in a row (exact, by the levels left)."""
+    passes = [0.0]  # passes[left]: expected passes for `left` levels
+    for left in range(1, depth + 1):
+        cover = min(guesses, left - 1)  # guesses that can save a pass
+        agreed = [b ** j * (1 - b) for j in range(cover)] + [b ** cover]  # P(j guesses agreed, then one did not)
+        passes.append(1 + sum(pj * passes[left - 1 - j] for j, pj in enumerate(agreed)))
+    return passes[depth]
+
+
+def padded(curve):
+    """ms of a pass of k tokens (a function of k) from a measured curve, never above a larger measured block's:
+    the decoder can pad a block to that size (lesson 10), and a noisy dip in the curve does not become a pass
+    that costs less for more rows."""
+    sizes = sorted(curve)
+    ms = np.minimum.accumulate([curve[k] for k in sizes][::-1])[::-1]  # [sizes]: the cheapest at this size or above
+    return lambda k: float(np.interp(k, sizes, ms))
+
+
+def speedup(c_t, c_d, a, width, depth, guesses=0, b=0.0):
+    """Plain decoding's ms per token over the step's (c_t, c_d: ms of a pass of k tokens, as functions of k)."""
+    step = c_t(1 + width * depth) + draft_passes(depth, guesses, b) * c_d(1 + guesses)
+    return c_t(1) * tokens_per_step(a, width, depth) / step
+
+
+def best(c_t, c_d, a, b, widths, guesses, depths=range(1, 13), max_rows=32):
+    """(predicted speedup, width, depth, guesses) of the best shape, target blocks of at most `max_rows`."""
+    return max((speedup(c_t, c_d, a, w, d, g, b), w, d, g) for w in widths for d in depths for g in guesses
+               if 1 + w * d <= max_rows)
+
+
+FAMILIES = {"chain": ([1], [0]), "tree": ([2, 3, 4], [0]), "staged": ([1, 2, 3, 4], [1, 2, 3, 4])}  # widths, g
+
+
+def ledger(c_t, c_d, width, depth, guesses, b):
+    """Stage 2's account for one step of a staged shape, against the same tree without it: (ms of draft passes
+    saved, ms its wider draft passes add, the draft passes' share of the unstaged step)."""
+    plain, staged = draft_passes(depth, 0, b), draft_passes(depth, guesses, b)
+    saved = (plain - staged) * c_d(1)
+    added = staged * (c_d(1 + guesses) - c_d(1))
+    return saved, added, plain * c_d(1) / (c_t(1 + width * depth) + plain * c_d(1))
+
+
+def compare(c_t, c_d, a, b):
+    """{family: (speedup, width, depth, guesses)} at acceptance a, agreement b; and the draft's share of the best
+    tree's step."""
+    found = {name: best(c_t, c_d, a, b, widths, gs) for name, (widths, gs) in FAMILIES.items()}
+    _, w, d, _ = found["tree"]
+    share = d * c_d(1) / (c_t(1 + w * d) + d * c_d(1))
+    return found, share
+
+
+# The model's algebra, whatever the machine: no guesses, or guesses that never agree, save no pass; guesses that
+# always agree save all they can; a tree of width 1 is a chain; a staged step without guesses is the tree's.
+assert draft_passes(6, 0, 0.9) == 6 and abs(draft_passes(6, 3, 0.0) - 6) < 1e-12
+assert all(abs(draft_passes(d, g, 1.0) - -(-d // (g + 1))) < 1e-12 for d in range(1, 9) for g in range(5))
+assert abs(tokens_per_step(0.7, 1, 4) - sum(0.7 ** i for i in range(5))) < 1e-12
+assert abs(draft_passes(2, 1, 0.7) - (2 - 0.7)) < 1e-12  # by hand: a second pass unless the one guess agreed
+line = lambda k: 1.0 + 0.1 * k  # noqa: E731  (any cost curve will do for the algebra)
+assert padded({1: 2.0, 2: 3.0, 4: 2.5, 8: 4.0})(2) == 2.5  # 2 rows priced as the cheaper 4
+assert speedup(line, line, 0.7, 2, 3) == speedup(line, line, 0.7, 2, 3, 0, 0.9)
+saved, added, _ = ledger(line, line, 2, 5, 3, 0.7)  # the ledger adds up: unstaged step - saved + added = staged step
+assert abs(line(11) + 5 * line(1) - saved + added - (line(11) + draft_passes(5, 3, 0.7) * line(4))) < 1e-12
+
+# %% [markdown]
+# ### The paper's setting, on this machine
+#
+# The paper's pair: GPT-2-large as the target (774M parameters) with a 40M-parameter draft; here
+# GPT-2 small's shape (124M) stands in for the draft, the smallest GPT-2 shape. Building either
+# whole would take gigabytes, so we build random weights of their shapes (`gpt2.random_params`:
+# the cost of a pass does not depend on the values), two blocks of each with a 64-token vocabulary,
+# time them, and scale by weight bytes to the whole model: its blocks, and its LM head, one more
+# product of the same kind (the token embeddings, read once per pass). The products are laid out as
+# the embedded target's above (this machine's faster layout).
+
+# %%
+from dataclasses import replace  # noqa: E402
+
+from specdec_np.gpt2 import GPT2_SHAPES, param_shapes, random_params  # noqa: E402
+from lesson import last_level_cache, with_slabs  # noqa: E402
+
+
+def full_depth_ms(name, ks):
+    """({k: ms of a pass of k tokens through the whole GPT2_SHAPES[name]}, its weight bytes, bytes timed): two of its
+    blocks timed (a 64-token vocabulary: no LM head to speak of), scaled by the whole model's weight bytes."""
+    shape = GPT2_SHAPES[name]
+    two = with_slabs(random_params(replace(shape, n_layer=2, n_vocab=64, n_ctx=128)), target.layout.slab_rows)
+    timed = pass_ms(two, ks, prefix_len=64, repeats=5)
+    whole = 4 * sum(int(np.prod(dims)) for _, dims in param_shapes(shape).values())  # float32 bytes
+    return {k: ms * whole / two.weight_bytes for k, ms in timed.items()}, whole, two.weight_bytes
+
+
+start = start_timing()
+large, large_bytes, large_two = full_depth_ms("gpt2-large", [1, 2, 4, 8, 16, 32])
+small, small_bytes, small_two = full_depth_ms("gpt2", [1, 2, 4, 8])
+say_if_busy(start)
+paper_t, paper_d = padded(large), padded(small)
+print(f"GPT-2-large: {large_bytes / 1e9:.1f} GB of float32 weights, timed on 2 blocks ({large_two / 1e6:.0f} MB); "
+      f"GPT-2: {small_bytes / 1e9:.2f} GB, on 2 blocks ({small_two / 1e6:.0f} MB)")
+print_timed("GPT-2-large shape, ms per pass: " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in large.items()))
+print_timed("GPT-2 shape, ms per pass:       " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in small.items()))
+print_timed(f"a GPT-2 pass is {paper_d(1) / paper_t(1):.0%} of a GPT-2-large one; a GPT-2 pass of 2 and 5 rows "
+            f"costs {paper_d(2) / paper_d(1):.2f}x and {paper_d(5) / paper_d(1):.2f}x one of 1")
+llc = last_level_cache()  # e.g. "32 MB"
+llc_bytes = int(llc.split()[0]) << (20 if llc.endswith("MB") else 10) if llc else 0
+if large_two <= llc_bytes:
+    print_timed(f"(the two GPT-2-large blocks timed, {large_two / 1e6:.0f} MB, fit in this CPU's {llc} last-level cache, "
+          "which the whole model would not: these costs are optimistic)")
+
+# %% [markdown]
+# The acceptances to sweep: a from 0.5 to 0.9. Where does the paper's pair fall? Its Table 1 reports
+# memory traffic relative to plain decoding: speculative decoding read 0.31 of it greedy and 0.48
+# with top-k sampling (Spector & Re 2023, Table 1; the draft's own reads are a small part of that).
+# Read as tokens per target pass, about 1 / 0.31 and 1 / 0.48; a chain yields at most 1 / (1 - a)
+# tokens per pass, so those take a per-token acceptance of at least 1 - 0.31 and 1 - 0.48, marked in
+# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The trigram's agreement b is this repository's: how often its embedded trigram's guess
+# is its embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50; the
+# paper's trigram was fitted on its draft's output and may agree more: the lines under the table
+# vary b).
+
+# %%
+from specdec_np.ngram import greedy_continuation  # noqa: E402
+
+draft_text = generate(draft, prompt, 48, method="ar", temperature=1.0, top_k=50, seed=0).tokens
+draft_top = forward(draft, list(prompt) + draft_text[:-1], new_cache(draft))[len(prompt) - 1:].argmax(-1)  # [48]
+b_here = float(np.mean([greedy_continuation(ngram, list(prompt) + draft_text[:i], 1)[0] == draft_top[i]
+                        for i in range(len(draft_text))]))
+PAPER = {"greedy": 1 - 0.31, "top-k": 1 - 0.48}  # per-token acceptance read from Table 1, as above
+print(f"the trigram's guess is the draft's top choice at {b_here:.0%} of {len(draft_text)} positions")
+
+
+def shape_name(w, d, g):
+    return (f"chain {d}" if w == 1 else f"{w}x{d}") + (f" g{g}" if g else "")
+
+
+ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]
+table = {a: compare(paper_t, paper_d, a, b_here) for a in ALPHAS}
+print_timed(f"{'a':>4} {'chain':>15} {'tree':>15} {'staged':>18} {'stage 2 gain':>12} {'draft share':>11}")
+for a, (found, share) in table.items():
+    mark = ", ".join(f"paper {name}" for name, pa in PAPER.items() if abs(pa - a) <= 0.05)
+    gain = found["staged"][0] / max(found["chain"][0], found["tree"][0])
+    print_timed(f"{a:>4} " + " ".join(f"{f'{sp:.2f}x {shape_name(w, d, g)}':>{width}}" for (sp, w, d, g), width
+                                      in zip(found.values(), (15, 15, 18)))
+                + f" {gain:>11.2f}x {share:>10.0%}" + (f"  <- {mark}" if mark else ""))
+gains = {a: found["staged"][0] / max(found["chain"][0], found["tree"][0]) for a, (found, _) in table.items()}
+won = [a for a in ALPHAS if gains[a] > 1.005]
+top = max(ALPHAS, key=gains.get)
+_, w, d, g = table[top][0]["staged"]
+saved, added, part = ledger(paper_t, paper_d, w, d, g, b_here)
+print_timed((f"here stage 2 wins at a = {', '.join(map(str, won))}, most at a = {top}: {gains[top]:.2f}x the best "
+             "without it" if won else f"here stage 2 wins at no acceptance swept (closest at a = {top}: "
+                                          f"{gains[top]:.2f}x)")
+            + f"; at a = {top} its shape ({shape_name(w, d, g)}) saves {saved:.1f} ms of draft passes a step and "
+              f"adds {added:.1f} ms of wider rows, the draft's passes being {part:.0%} of that tree's step unstaged")
+for b in (0.3, 0.5, 0.7, 0.9):
+    found, _ = compare(paper_t, paper_d, 0.8, b)
+    table_b = found["staged"][0] / max(found["chain"][0], found["tree"][0])
+    print_timed(f"  at a = 0.8 with the trigram agreeing at b = {b}: stage 2's gain {table_b:.2f}x")
+
+# %% [markdown]
+# ### The embedded pair, on this machine
+#
+# The same model with the embedded pair's curves (measured at the top of this lesson), its acceptance
+# measured on a greedy chain run (guesses kept over guesses tested) and the same trigram agreement.
+
+# %%
+chain4 = generate(target, prompt, n_new, method="speculative", draft=draft, plan=Plan(chain=4)).stats
+kept = sum(n - 1 for n in chain4.accepted)  # guesses kept: each step emits them and one more token
+a_here = kept / (kept + sum(n - 1 < 4 for n in chain4.accepted))  # tested: kept, plus a rejected one unless all 4
+here_t, here_d = padded(curves["target"]), padded(curves["draft"])
+found, share = compare(here_t, here_d, a_here, b_here)
+print(f"per-token acceptance of the embedded pair on this prompt (greedy, chain of 4): {a_here:.2f}")
+print_timed("predicted: " + ", ".join(f"{name} {sp:.2f}x ({shape_name(w, d, g)})"
+                                      for name, (sp, w, d, g) in found.items()))
+gain = found["staged"][0] / max(found["chain"][0], found["tree"][0])
+print_timed(f"a draft pass here is {here_d(1) / here_t(1):.0%} of a target pass (the paper's setting: "
+            f"{paper_d(1) / paper_t(1):.0%}), {share:.0%} of the best tree's step; one of 2 rows costs "
+            f"{here_d(2) / here_d(1):.2f}x one of 1 (there: {paper_d(2) / paper_d(1):.2f}x)")
+_, w, d, g = found["staged"]
+saved, added, part = ledger(here_t, here_d, w, d, g, b_here)
+print_timed(f"so here stage 2 {f'wins, {gain:.2f}x' if gain > 1.005 else f'does not win ({gain:.2f}x)'} against the "
+            f"best shape without it: its best shape ({shape_name(w, d, g)}) saves {saved:.2f} ms of draft passes a "
+            f"step and adds {added:.2f} ms of wider rows, the draft's passes being {part:.0%} of that tree's step")
 
 
 # %% [markdown]

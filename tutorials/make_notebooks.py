@@ -32,7 +32,7 @@ CELL_TIMEOUT = 900  # seconds for one cell: a lesson's timed cells take a minute
 
 
 def lessons() -> list[Path]:
-    return sorted(TUTORIALS.glob("[0-9][0-9]_*.py"))
+    return sorted(TUTORIALS.glob("[0-9][0-9]*_*.py"))
 
 
 def machine_line() -> str:

@@ -24,21 +24,28 @@ try:
     from lesson import MARKS  # tutorials/lesson.py: the marks of print_timed's and print_rounding's lines
 finally:
     sys.path.remove(str(ROOT / "tutorials"))
-TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]*_*.py"))  # 04b, the answer to lesson 4, after 04
 
 
 def test_all_lessons_present():
-    assert [t.name[:2] for t in TUTORIALS] == [f"{i:02d}" for i in range(1, 11)]
+    assert [t.name.split("_")[0] for t in TUTORIALS] == ["01", "02", "03", "04", "04b"] + [f"{i:02d}" for i in range(5, 11)]
 
 
 # Each "Try this" check is a function the lesson calls on the changed input; here each is called again, after the
 # lesson ran, on a deliberately wrong input (an expression in the lesson's names), where it must fail.
 WRONG = {
+    "01_gpt2_numpy": [("check_all_visible", "causal"), ("check_no_positions", "x")],
+    "02_kv_cache": [("check_forgetful", "lambda cache: cache")],
     "03_speculative_sampling": [("check_draft_is_target", "my_p, my_q"), ("check_caught", "speculative_step"),
                                 ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
                                 ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
+    "04b_the_loop_answer": [("spec.check_same_tokens", "partial(speculative_decode, acceptance=lambda p, q, x: 1.0), 1"),
+                            ("check_always_keep", "ratio"), ("check_top_k", "spec.SETTINGS")],
+    "05_token_trees": [("check_wide", "[2, 2, 1]"), ("check_unmasked", "attention_mask(tree)")],
     "06_verifying_trees": [("check_d_first", "B, D"),
-                           ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]")],
+                           ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]"),
+                           ("check_without_never_less", "0, 1")],
+    "07_staged": [("check_no_copies", "8")],
     "08_roofline": [("check_chain_passes", "chain_run, 3"),  # the wrong count, and a run of one step (too short)
                     ("check_chain_passes", "generate(target, prompt, 3, 'speculative', draft, plan=Plan(chain=4)), 4")],
     "09_optimal_verification": [("check_same_draft", "p, q"), ("check_equal_tables", "t2, d2")],
@@ -107,6 +114,44 @@ def test_every_try_this_check_has_a_wrong_input():
     for path in TUTORIALS:
         assert try_this_checks(path) <= {check for check, _ in WRONG.get(path.stem, [])}, path.name
     assert all(check in path.read_text(encoding="utf-8") for path in TUTORIALS for check, _ in WRONG.get(path.stem, []))
+
+
+def loop_implementation(path: Path) -> list[str]:
+    """What in the code cells of a lesson (or of its notebook, NN_name.ipynb) implements speculative decoding's
+    loop: a coin tossed (`.coin(`), a cache cut (`.truncate(`), a residual (`np.maximum(`), a verification rule or
+    the library's loop imported (verify, methods, drafting), a function taking (target, draft, ...)."""
+    import ast
+
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cells = [text(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    else:
+        cells = percent_cells(path)
+    found = []
+    for node in ast.walk(ast.parse("\n\n".join(cells))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "coin", "truncate", "maximum"):
+            found.append(f"line {node.lineno}: a call to .{node.func.attr}()")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            if {"verify", "methods", "drafting"} & {part for m in modules + names for part in m.split(".")}:
+                found.append(f"line {node.lineno}: imports {', '.join(modules + names)}")
+        elif isinstance(node, ast.FunctionDef) and [a.arg for a in node.args.args[:2]] == ["target", "draft"]:
+            found.append(f"line {node.lineno}: def {node.name}(target, draft, ...)")
+    return found
+
+
+def test_lesson_4_holds_no_answer():
+    """Lesson 4 specifies the loop and its checks and stops: no implementation in its code cells, no answer in its
+    prose (the answer is lesson 4b, where the same test finds one, so it can fail)."""
+    four, answer = (ROOT / "tutorials" / name for name in ("04_write_the_loop.py", "04b_the_loop_answer.py"))
+    assert loop_implementation(four) == [], loop_implementation(four)
+    assert "## An answer" not in four.read_text(encoding="utf-8")
+    assert "04b_the_loop_answer.py" in four.read_text(encoding="utf-8")  # it says where the answer is
+    assert len(loop_implementation(answer)) >= 4, loop_implementation(answer)
+    notebook = NOTEBOOKS / "04_write_the_loop.ipynb"
+    assert loop_implementation(notebook) == [], f"{notebook.name} holds the answer: run make notebooks"
 
 
 # ----------------------------------------------------------------------------- the notebooks (make notebooks)
