@@ -45,7 +45,7 @@ def checkpoint_with(tmp_path, **changes) -> Path:
     ({"n_layer": 10**12}, "n_layer=1000000000000, but"),  # B12: was a minute, then MemoryError
     ({"n_head": -8}, "n_head=-8"),
     ({"layer_norm_epsilon": -1}, "layer_norm_epsilon=-1"),
-    ({"layer_norm_epsilon": math.nan}, "layer_norm_epsilon=nan"),
+    ({"layer_norm_epsilon": math.nan}, "NaN is not a finite number"),
     ({"n_layer": "6"}, "n_layer='6'"),
     ({"vocab_size": 8193.7}, "vocab_size=8193.7"),
     ({"n_positions": 0}, "n_positions=0"),
