@@ -73,13 +73,13 @@ def check_regular(path, name: str | None = None, hint: str = "") -> Path:
     raise ValueError(f"{name or path} is not a regular file ({kind})" + (f": {hint}" if hint else ""))
 
 
-def read_regular(path, name: str | None = None, limit: int | None = None) -> bytes:
-    """The bytes of the regular file `path` (`check_regular`), refused past `limit` bytes unread."""
-    path = check_regular(path, name)
+def read_regular(path, name: str | None = None, limit: int | None = None, hint: str = "") -> bytes:
+    """The bytes of the regular file `path` (`check_regular`), refused past `limit` bytes (at least 1 MB) unread."""
+    path = check_regular(path, name, hint)
     with open(path, "rb") as f:
         data = f.read(-1 if limit is None else limit + 1)
     if limit is not None and len(data) > limit:
-        raise ValueError(f"{name or path} has more than {limit} bytes, more than such a file can hold")
+        raise ValueError(f"{name or path} is over {limit >> 20} MB, more than specdec_np reads of such a file")
     return data
 
 

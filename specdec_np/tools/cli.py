@@ -21,7 +21,7 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
-from ..files import WEIGHTS_DIR, check_regular
+from ..files import WEIGHTS_DIR, check_regular, read_regular
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import load_model, load_ngram
@@ -119,9 +119,7 @@ def read_prompt(a) -> str:
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
-            check_regular(a.file, where, "give a file, or pipe the prompt into - (standard input)")
-            with open(a.file, "rb") as f:
-                data = f.read(PROMPT_MAX_BYTES + 1)
+            data = read_regular(a.file, where, PROMPT_MAX_BYTES, "give a file, or pipe the prompt into - (standard input)")
     elif sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
     elif a.prompt is None and sys.stdin.isatty():

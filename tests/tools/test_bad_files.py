@@ -96,8 +96,8 @@ def test_a_weights_directory_whose_checkpoint_lacks_a_file_names_the_file(tmp_pa
 
 
 @pytest.mark.parametrize("sources, needle", [
-    (["/dev/zero"], "SPECDEC_NP_NGRAM_SOURCES: not regular files (missing, a directory or a device): /dev/zero"),
-    (["{tmp}/a.py", "{tmp}/b.py"], "not regular files (missing, a directory or a device): {tmp}/a.py, {tmp}/b.py"),
+    (["/dev/zero"], "SPECDEC_NP_NGRAM_SOURCES: not regular files: /dev/zero is not a regular file (a device)"),
+    (["{tmp}/a.py", "{tmp}/b.py"], "not regular files: {tmp}/a.py (No such file or directory), {tmp}/b.py (No such"),
 ])
 def test_ngram_sources_that_are_not_files_are_named(tmp_path, monkeypatch, sources, needle):
     from specdec_np.tools import stdlib_ngram

@@ -522,9 +522,9 @@ def test_trace_refuses_what_is_not_a_regular_file(tmp_path, capsys):
     link.symlink_to(fifo)
     loop = tmp_path / "loop.html"
     loop.symlink_to(loop)
-    for out, needle in ((fifo, f"--out {fifo} is not a regular file (a FIFO, a device or a socket)"),
-                        (link, f"--out {link} is not a regular file"),
-                        (loop, f"--out {loop} is a symlink that resolves to no file")):
+    for out, needle in ((fifo, f"--out {fifo} is not a regular file (a FIFO)"),
+                        (link, f"--out {link} is not a regular file (a FIFO)"),
+                        (loop, f"--out {loop} is not a regular file (a symlink loop)")):
         assert main(trace_args(out)) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
