@@ -21,6 +21,7 @@ import numpy as np
 
 from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_regular, check_weights_dir, parse_json, read_regular
 from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_shapes
+from .values import whole
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
@@ -88,9 +89,9 @@ def read_header(path) -> tuple[dict, int]:
     data_len = size - 8 - n
     for name, entry in header.items():
         if not (isinstance(entry, dict) and set(entry) == {"dtype", "shape", "data_offsets"}
-                and isinstance(entry["shape"], list) and all(whole(x) for x in entry["shape"])
+                and isinstance(entry["shape"], list) and all(whole(x, 0) for x in entry["shape"])
                 and isinstance(entry["data_offsets"], list) and len(entry["data_offsets"]) == 2
-                and all(whole(x) for x in entry["data_offsets"])):
+                and all(whole(x, 0) for x in entry["data_offsets"])):
             raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor '{name}' (needs dtype, shape "
                                   f"and data_offsets, whole numbers >= 0): {str(entry)[:200]}")
         dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
@@ -114,10 +115,6 @@ def read_header(path) -> tuple[dict, int]:
     if at != data_len:
         raise CheckpointError(f"{path}: corrupt file: {data_len - at} bytes after the last tensor's data")
     return header, 8 + n
-
-
-def whole(x) -> bool:
-    return type(x) is int and x >= 0  # not a bool, a float or a string
 
 
 def read_tensor(f, path, name, entry, data_start, dtype):

@@ -83,6 +83,9 @@ def read_regular(path, name: str | None = None, limit: int | None = None, hint: 
     return data
 
 
+# A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
+# pipe that never ends is refused before memory runs out, a long file before it is tokenized.
+PROMPT_MAX_BYTES = 1 << 24
 JSON_MAX_DEPTH = 32  # deeper than any file specdec_np writes: 100,000 levels would be a RecursionError
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
@@ -101,7 +104,8 @@ def parse_json(text, name: str):
     except UnicodeDecodeError as e:
         raise ValueError(f"{name}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{name}: line {e.lineno}: not JSON ({e.msg})") from None
+        line = f"line {e.lineno}: " if "\n" in text.rstrip("\n") else ""  # a JSONL line is named by its reader
+        raise ValueError(f"{name}: {line}not JSON ({e.msg})") from None
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
 

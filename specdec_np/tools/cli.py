@@ -21,7 +21,7 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
-from ..files import WEIGHTS_DIR, check_regular, read_regular
+from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import load_model, load_ngram
@@ -103,11 +103,6 @@ def choose_plan(a, target, draft, ngram, enc):
     check_rule(plan, choice.method, a.temperature)
     why = choice.reason("" if len(asked) < 2 else f" of {', '.join(asked)}") + ", changed by options" * bool(given(a))
     return choice.method, plan, f"{describe(choice.method, plan)} ({why})", choice.layout
-
-
-# A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
-# pipe that never ends is refused before memory runs out, a long file before it is tokenized.
-PROMPT_MAX_BYTES = 1 << 24
 
 
 def read_prompt(a) -> str:
