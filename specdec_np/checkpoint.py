@@ -24,6 +24,7 @@ from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_sh
 from .values import whole
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+NEEDS = f"a checkpoint directory needs {CONFIG_FILE} and {MODEL_FILE}"
 
 # The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
 HUB_REPOS = {"distilgpt2": "distilbert/distilgpt2", "gpt2": "openai-community/gpt2",
@@ -154,9 +155,8 @@ def read_config(path) -> GPT2Config:
         cfg = parse_json(read_regular(path, limit=1 << 20), f"{path}: not a valid config.json")
         if not isinstance(cfg, dict):
             raise ValueError(f"{path}: not a valid config.json (not a JSON object)")
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{path}: no {path.name} ({e.strerror}; a checkpoint directory needs {CONFIG_FILE} and "
-                                f"{MODEL_FILE})") from None
+    except OSError as e:  # missing, a dangling link, a directory, unreadable
+        raise type(e)(f"{path}: {e.strerror or e} ({NEEDS})") from None
     except ValueError as e:
         raise CheckpointError(str(e)) from None
     fields = {}
@@ -239,8 +239,8 @@ def load(path, dtype=np.float32) -> GPT2:
     file = path / MODEL_FILE
     try:
         header, data_start = read_header(file)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{file}: no {MODEL_FILE} in the checkpoint directory ({e.strerror})") from None
+    except OSError as e:
+        raise type(e)(f"{file}: {e.strerror or e} ({NEEDS})") from None
     names = match_tensors(file, header, config)
     check_memory(file, config, np.dtype(dtype).itemsize)
 

@@ -114,7 +114,8 @@ def read_prompt(a) -> str:
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
-            data = read_regular(a.file, where, PROMPT_MAX_BYTES, "give a file, or pipe the prompt into - (standard input)")
+            data = read_regular(a.file, where, PROMPT_MAX_BYTES,
+                                "give a file, or pipe the prompt into - (standard input)")
     elif sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
     elif a.prompt is None and sys.stdin.isatty():
