@@ -230,9 +230,9 @@ def read_prompts(path) -> list[str]:
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    check_regular(path, str(path), form)
     prompts = []
     try:
+        check_regular(path, str(path), form)
         with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
