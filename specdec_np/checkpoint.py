@@ -80,6 +80,8 @@ def read_header(path) -> tuple[dict, int]:
         if size < 8 or 8 + n > size:
             raise CheckpointError(f"{path}: truncated or corrupt safetensors file: its header (8 + {n} bytes) "
                                   f"does not fit in the file's {size} bytes")
+        if n > 100 << 20:  # the format's own limit: a header is read whole
+            raise CheckpointError(f"{path}: corrupt safetensors file: a header of {n} bytes, over 100 MB")
         try:
             header = parse_json(f.read(n), f"{path}: corrupt safetensors header")
         except ValueError as e:
@@ -268,15 +270,14 @@ def check_memory(file, config: GPT2Config, itemsize: int) -> None:
 
 
 def available_memory() -> float:
-    """Bytes of memory this process may still allocate, as far as Linux says (inf where it does not)."""
-    have = math.inf
+    """Bytes of memory this process may allocate as far as Linux says: MemAvailable or `ulimit -v` (inf if unknown)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = math.inf if limit == resource.RLIM_INFINITY else limit
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            have = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+            return min(limit, next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")))
     except (OSError, StopIteration, ValueError):
-        pass
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    return min(have, limit) if limit != resource.RLIM_INFINITY else have
+        return limit
 
 
 def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:

@@ -22,6 +22,7 @@ import stat
 import sys
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -95,17 +96,17 @@ def parse_json(text, name: str):
     UTF-8, not JSON, nested deeper than JSON_MAX_DEPTH, a number that is not finite (NaN, 1e999), a repeated key."""
     try:
         text = text.decode("utf-8") if isinstance(text, bytes) else text
-        bare = np.frombuffer(_JSON_STRING.sub('""', text).encode(), np.uint8)  # strings hold no brackets
+        lines = "\n" in text.rstrip("\n")  # a line of its own is named by its reader (a JSONL file's)
+        bare = np.frombuffer(_JSON_STRING.sub('""', text).encode(), np.uint8)  # [bytes] strings hold no brackets
         depth = np.cumsum(np.isin(bare, (91, 123)).astype(np.int64) - np.isin(bare, (93, 125)))  # [bytes]
         if depth.size and depth.max() > JSON_MAX_DEPTH:
             line = bare[:int(np.argmax(depth > JSON_MAX_DEPTH))].tobytes().count(b"\n") + 1
-            raise ValueError(f"line {line}: nested deeper than {JSON_MAX_DEPTH} levels")
+            raise ValueError(f"line {line}: " * lines + f"nested deeper than {JSON_MAX_DEPTH} levels")
         return json.loads(text, parse_constant=_not_finite, parse_float=_finite, object_pairs_hook=_no_repeats)
     except UnicodeDecodeError as e:
         raise ValueError(f"{name}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        line = f"line {e.lineno}: " if "\n" in text.rstrip("\n") else ""  # a JSONL line is named by its reader
-        raise ValueError(f"{name}: {line}not JSON ({e.msg})") from None
+        raise ValueError(f"{name}: " + f"line {e.lineno}: " * lines + f"not JSON ({e.msg})") from None
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
 
@@ -115,15 +116,12 @@ def _not_finite(word):
 
 
 def _finite(text):
-    if not math.isfinite(x := float(text)):
-        _not_finite(text)
-    return x
+    return float(text) if math.isfinite(float(text)) else _not_finite(text)
 
 
 def _no_repeats(pairs):
-    out = dict(pairs)
-    if len(out) < len(pairs):
-        raise ValueError(f"the key {next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))!r} appears twice")
+    if len(out := dict(pairs)) < len(pairs):
+        raise ValueError(f"the key {Counter(k for k, _ in pairs).most_common(1)[0][0]!r} appears twice")
     return out
 
 
