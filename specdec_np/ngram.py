@@ -399,17 +399,14 @@ def read_arrays(path) -> dict:
             with z.open(members[name]) as f:
                 version = npy.read_magic(f)
                 shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(f)
-            most = 1 if name not in _SAVED else 2**20 if name == "uni_count" else \
-                max(arrays["uni_count"].sum(dtype=np.int64), _META_MOST) if "uni_count" in arrays else _META_MOST
+            tokens = int(arrays["uni_count"].sum(dtype=np.int64)) if "uni_count" in arrays else 0
+            most = 1 if name not in _SAVED else 2**20 if name == "uni_count" else max(tokens, 64)  # 64: discounts
             if dtype.hasobject or math.prod(shape) > most or dtype.itemsize > 256:
                 raise ValueError(f"{name}'s header declares {math.prod(shape)} entries of {dtype}, more than such a "
                                  f"model holds (at most {most})")
             with z.open(members[name]) as f:
                 arrays[name] = npy.read_array(f, allow_pickle=False)
     return arrays
-
-
-_META_MOST = 64  # the most entries of an array before uni_count is read (discounts: katz_k + 2)
 
 
 def check_saved(arrays: dict) -> tuple[dict, dict]:
