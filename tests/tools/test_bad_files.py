@@ -415,7 +415,6 @@ def first_greedy(data, **changes):
     (lambda d: first_greedy(d, speed=1), "greedy record 1: unknown key 'speed'"),  # was TypeError from Plan
     (lambda d: first_greedy(d, shape={"chains": 3}), "greedy record 1: unknown key 'chains'"),
     (lambda d: first_greedy(d, tokens=10**300), "greedy record 1: a count record needs"),  # printed as a speedup
-    (lambda d: first_greedy(d, tokens=0), "greedy record 1: no tokens or no steps"),
     (lambda d: first_greedy(d, target={"cold": {}, "warm": {"0": 1}}), "greedy record 1: a count record's 'target'"),
     (lambda d: first_greedy(d, target={"cold": {}, "warm": {"1" + "0" * 30: 1}}), "greedy record 1: a count record's"),
     (lambda d: first_greedy(d, method="speculative", shape={"chain": 0}), "greedy record 1: "),  # no Plan
