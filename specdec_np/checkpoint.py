@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import operator
 import os
 import re
+import resource
 from pathlib import Path
 
 import numpy as np
 
-from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_weights_dir
+from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_regular, check_weights_dir, parse_json, read_regular
 from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_shapes
+from .values import whole
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+NEEDS = f"a checkpoint directory needs {CONFIG_FILE} and {MODEL_FILE}"
 
 # The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
 HUB_REPOS = {"distilgpt2": "distilbert/distilgpt2", "gpt2": "openai-community/gpt2",
@@ -67,35 +71,39 @@ def f32_to_bf16(x):  # float32 [...] -> uint16 [...]
 # ----------------------------------------------------------------------------- safetensors
 def read_header(path) -> tuple[dict, int]:
     """The JSON header of a safetensors file (tensor name -> entry) and where its data begins, every entry
-    checked against the file (known dtype, byte range inside the data and of its shape's size): a
-    truncated download is caught without reading the data."""
-    path = Path(path)
+    checked against the file (a known dtype, whole numbers, a byte range inside the data and of its shape's size,
+    counted without overflow; no name twice): a truncated download is caught without reading the data."""
+    path = check_regular(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")  # the header's length
         if size < 8 or 8 + n > size:
             raise CheckpointError(f"{path}: truncated or corrupt safetensors file: its header (8 + {n} bytes) "
                                   f"does not fit in the file's {size} bytes")
+        if n > 100 << 20:  # the format's own limit: a header is read whole
+            raise CheckpointError(f"{path}: corrupt safetensors file: a header of {n} bytes, over 100 MB")
         try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: corrupt safetensors header (bad JSON: {e})") from None
+            header = parse_json(f.read(n), f"{path}: corrupt safetensors header")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
     header.pop("__metadata__", None)
     data_len = size - 8 - n
     for name, entry in header.items():
-        try:
-            dtype, shape = entry["dtype"], [int(s) for s in entry["shape"]]
-            begin, end = (int(o) for o in entry["data_offsets"])
-        except (TypeError, KeyError, ValueError):
-            raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor '{name}': {entry!r}") from None
-        if dtype not in ST_SIZES:
-            raise CheckpointError(f"{path}: corrupt file: tensor '{name}' has unknown dtype {dtype!r}")
+        if not (isinstance(entry, dict) and set(entry) == {"dtype", "shape", "data_offsets"}
+                and isinstance(entry["shape"], list) and all(whole(x, 0) for x in entry["shape"])
+                and isinstance(entry["data_offsets"], list) and len(entry["data_offsets"]) == 2
+                and all(whole(x, 0) for x in entry["data_offsets"])):
+            raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor '{name}' (needs dtype, shape "
+                                  f"and data_offsets, whole numbers >= 0): {str(entry)[:200]}")
+        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in ST_SIZES:
+            raise CheckpointError(f"{path}: corrupt file: tensor '{name}' has unknown dtype {str(dtype)[:50]}")
         if not 0 <= begin <= end <= data_len:
             raise CheckpointError(f"{path}: truncated or corrupt file: tensor '{name}' occupies bytes "
                                   f"{begin}..{end} of a data buffer of {data_len} bytes")
-        if end - begin != ST_SIZES[dtype] * int(np.prod(shape)):
+        if end - begin != ST_SIZES[dtype] * math.prod(shape):  # Python's integers: no overflow
             raise CheckpointError(f"{path}: corrupt file: tensor '{name}' of shape {tuple(shape)} ({dtype}) "
                                   f"has {end - begin} bytes")
         entry["shape"], entry["data_offsets"] = tuple(shape), (begin, end)
@@ -145,14 +153,14 @@ def write_safetensors(path, tensors: dict) -> None:
 def read_config(path) -> GPT2Config:
     """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no {path.name} (a checkpoint directory needs {CONFIG_FILE} and {MODEL_FILE})")
     try:
-        cfg = json.loads(path.read_text())
+        cfg = parse_json(read_regular(path, limit=1 << 20), f"{path}: not a valid config.json")
         if not isinstance(cfg, dict):
-            raise ValueError("not a JSON object")
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a valid config.json ({e})") from None
+            raise ValueError(f"{path}: not a valid config.json (not a JSON object)")
+    except OSError as e:  # missing, a dangling link, a directory, unreadable
+        raise type(e)(f"{path}: {e.strerror or e} ({NEEDS})") from None
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
     fields = {}
     try:  # each field from the first of its keys present, checked under the name the file uses
         for field, keys in CONFIG_KEYS.items():
@@ -231,10 +239,12 @@ def load(path, dtype=np.float32) -> GPT2:
     path = resolve(path)
     config = read_config(path / CONFIG_FILE)
     file = path / MODEL_FILE
-    if not file.is_file():
-        raise FileNotFoundError(f"{file}: no {MODEL_FILE} in the checkpoint directory")
-    header, data_start = read_header(file)
+    try:
+        header, data_start = read_header(file)
+    except OSError as e:
+        raise type(e)(f"{file}: {e.strerror or e} ({NEEDS})") from None
     names = match_tensors(file, header, config)
+    check_memory(file, config, np.dtype(dtype).itemsize)
 
     params = empty_params(config)
     with open(file, "rb") as f:
@@ -247,6 +257,27 @@ def load(path, dtype=np.float32) -> GPT2:
                 raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
                                       "an untied LM head is not supported")
     return GPT2(config, params)
+
+
+def check_memory(file, config: GPT2Config, itemsize: int) -> None:
+    """Before anything of the model's size is allocated: a CheckpointError naming both when its parameters need
+    more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
+    need = itemsize * sum(math.prod(shape) for _, shape in param_shapes(config).values())
+    if need > (have := available_memory()):
+        raise CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) needs "
+                              f"{need / 1e9:.1f} GB for its parameters, more than the {have / 1e9:.1f} GB of "
+                              "memory available")
+
+
+def available_memory() -> float:
+    """Bytes of memory this process may allocate as far as Linux says: MemAvailable or `ulimit -v` (inf if unknown)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = math.inf if limit == resource.RLIM_INFINITY else limit
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            return min(limit, next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")))
+    except (OSError, StopIteration, ValueError):
+        return limit
 
 
 def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:
@@ -285,7 +316,7 @@ def resolve(name_or_path) -> Path:
     if p.is_dir():
         return p
     local = check_weights_dir(WEIGHTS_DIR) / name
-    lacks = [local / f for f in (CONFIG_FILE, MODEL_FILE) if not (local / f).is_file()]
+    lacks = [local / f for f in (CONFIG_FILE, MODEL_FILE) if not os.path.lexists(local / f)]  # broken: named by load
     if os.sep not in name and "/" not in name and not lacks:
         return local
     if name in HUB_REPOS:

@@ -1,20 +1,31 @@
-"""Where the shipped files live, how files are written, and which can be read (`check_regular`).
+"""Where the shipped files live, how files are written, and how every file is read: `check_regular`.
 
 WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and downloaded
 checkpoints (`weights/` beside the package, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
 module reads it from here. The embedded pair's acceptance profile and calibration prompts are read from
 WEIGHTS_DIR when it holds them, else from SHIPPED_DIR (`weights_file`).
+
+Every reader goes through `check_regular` first (or `read_regular`, `read_json`): a directory, a device, a FIFO,
+a dangling link or a symlink loop is named as such, never read, never taken for a missing file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
+import math
 import os
+import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 WEIGHTS_ENV = "SPECDEC_NP_WEIGHTS"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "weights"
@@ -33,18 +44,90 @@ def check_weights_dir(directory: Path) -> Path:
 
 
 def weights_file(name: str) -> Path:
-    """WEIGHTS_DIR / name if there is one, else the shipped SHIPPED_DIR / name."""
+    """WEIGHTS_DIR / name if there is one (any kind of file: a broken one is named when read), else the shipped
+    SHIPPED_DIR / name."""
     here = WEIGHTS_DIR / name
-    return here if WEIGHTS_DIR != SHIPPED_DIR and here.is_file() else SHIPPED_DIR / name
+    return here if WEIGHTS_DIR != SHIPPED_DIR and os.path.lexists(here) else SHIPPED_DIR / name
 
 
-def check_regular(path, name: str, hint: str = "") -> None:
-    """Before reading `path`: a ValueError `name is not a regular file ...` if it is a FIFO, a device or a
-    socket (a FIFO blocks open(), a device may never end); a missing file or a directory is left to the
-    reader, whose own error names it."""
+def check_regular(path, name: str | None = None, hint: str = "") -> Path:
+    """`path` if it is a regular file (through links). Else, before anything opens it: what open() would raise
+    for a missing file (FileNotFoundError, "a dangling symlink to X" when a link names nothing) or a directory
+    (IsADirectoryError), so each reader words them as it does; a ValueError `name is not a regular file (a
+    FIFO)` for a FIFO (open() would block), a device (it may never end), a socket or a symlink loop."""
     path = Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():
-        raise ValueError(f"{name} is not a regular file (a FIFO, a device or a socket)" + (f": {hint}" if hint else ""))
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        why = f"a dangling symlink to {os.readlink(path)}" if os.path.islink(path) else os.strerror(errno.ENOENT)
+        raise FileNotFoundError(errno.ENOENT, why, str(path)) from None
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # unreadable, a name too long: the system's own error
+            raise
+        mode = None
+    if mode is not None and stat.S_ISREG(mode):
+        return path
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    kind = ("a symlink loop" if mode is None else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device")
+    raise ValueError(f"{name or path} is not a regular file ({kind})" + (f": {hint}" if hint else ""))
+
+
+def read_regular(path, name: str | None = None, limit: int | None = None, hint: str = "") -> bytes:
+    """The bytes of the regular file `path` (`check_regular`), refused past `limit` bytes (at least 1 MB) unread."""
+    path = check_regular(path, name, hint)
+    with open(path, "rb") as f:
+        data = f.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{name or path} is over {limit >> 20} MB, more than specdec_np reads of such a file")
+    return data
+
+
+# A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
+# pipe that never ends is refused before memory runs out, a long file before it is tokenized.
+PROMPT_MAX_BYTES = 1 << 24
+JSON_MAX_DEPTH = 32  # deeper than any file specdec_np writes: 100,000 levels would be a RecursionError
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def parse_json(text, name: str):
+    """JSON `text` (str or UTF-8 bytes) of the file `name`, or a one-line ValueError naming it and the line: not
+    UTF-8, not JSON, nested deeper than JSON_MAX_DEPTH, a number that is not finite (NaN, 1e999), a repeated key."""
+    try:
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+        lines = "\n" in text.rstrip("\n")  # a line of its own is named by its reader (a JSONL file's)
+        bare = np.frombuffer(_JSON_STRING.sub('""', text).encode(), np.uint8)  # [bytes] strings hold no brackets
+        depth = np.cumsum(np.isin(bare, (91, 123)).astype(np.int64) - np.isin(bare, (93, 125)))  # [bytes]
+        if depth.size and depth.max() > JSON_MAX_DEPTH:
+            line = bare[:int(np.argmax(depth > JSON_MAX_DEPTH))].tobytes().count(b"\n") + 1
+            raise ValueError(f"line {line}: " * lines + f"nested deeper than {JSON_MAX_DEPTH} levels")
+        return json.loads(text, parse_constant=_not_finite, parse_float=_finite, object_pairs_hook=_no_repeats)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name}: " + f"line {e.lineno}: " * lines + f"not JSON ({e.msg})") from None
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
+def _not_finite(word):
+    raise ValueError(f"{word} is not a finite number")
+
+
+def _finite(text):
+    return float(text) if math.isfinite(float(text)) else _not_finite(text)
+
+
+def _no_repeats(pairs):
+    if len(out := dict(pairs)) < len(pairs):
+        raise ValueError(f"the key {Counter(k for k, _ in pairs).most_common(1)[0][0]!r} appears twice")
+    return out
+
+
+def read_json(path, name: str | None = None, limit: int = 1 << 26):
+    """`parse_json` of the regular file `path` (`read_regular`, at most `limit` bytes)."""
+    return parse_json(read_regular(path, name, limit), name or str(path))
 
 
 @contextlib.contextmanager

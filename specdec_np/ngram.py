@@ -42,13 +42,16 @@ three short sorted lists (trigram-seen, bigram-seen, unigram) instead of sorting
 
 from __future__ import annotations
 
+import math
 import operator
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy
 
-from .files import atomic_file
+from .files import atomic_file, check_regular
 
 FORMAT = "specdec_np.ngram"
 VERSION = 1
@@ -355,14 +358,16 @@ def save(model: Trigram, path) -> None:
 def load(path) -> Trigram:
     """Read a model written by save(); ValueError naming the file if it is not one."""
     path = Path(path)
-    if not path.is_file():
-        problem = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else "does not exist"
-        raise FileNotFoundError(f"n-gram model file {path} {problem}")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-    except Exception as e:  # not an .npz, or one that holds pickled objects
-        raise ValueError(f"{path} is not a specdec_np n-gram model") from e
+        check_regular(path, f"n-gram model file {path}")
+    except IsADirectoryError:
+        raise FileNotFoundError(f"n-gram model file {path} is a directory") from None
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"n-gram model file {path} does not exist ({e.strerror})") from None
+    try:
+        arrays = read_arrays(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # not an .npz of plain arrays
+        raise ValueError(f"{path} is not a specdec_np n-gram model ({str(e)[:200]})") from None
     tag = arrays.get("format", np.array(""))
     if tag.shape != () or tag.item() != FORMAT:
         raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
@@ -377,6 +382,31 @@ def load(path) -> Trigram:
         return _build(counts, meta["n_vocab"], meta["katz_k"], meta["min_count"])
     except ValueError as e:
         raise ValueError(f"{path}: not a valid n-gram model: {e}") from None
+
+
+def read_arrays(path) -> dict:
+    """The arrays of an .npz that load() reads, each checked from its .npy header before it is decompressed: the
+    scalars and uni_count first, then no array longer than the uni_count's sum (a model of N tokens has fewer
+    n-grams): an .npz of a few MB whose member would inflate to GBs is refused unread."""
+    arrays = {}
+    with zipfile.ZipFile(path) as z:
+        members = {name.removesuffix(".npy"): name for name in z.namelist()}
+        if bad := [name for name in members.values() if not name.endswith(".npy")]:
+            raise ValueError(f"its member {bad[0]!r} is not a .npy array")
+        for name in ("format", "version", *_META, *_SAVED):
+            if name not in members:
+                continue
+            with z.open(members[name]) as f:
+                version = npy.read_magic(f)
+                shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(f)
+            tokens = int(arrays["uni_count"].sum(dtype=np.int64)) if "uni_count" in arrays else 0
+            most = 1 if name not in _SAVED else 2**20 if name == "uni_count" else max(tokens, 64)  # 64: discounts
+            if dtype.hasobject or math.prod(shape) > most or dtype.itemsize > 256:
+                raise ValueError(f"{name}'s header declares {math.prod(shape)} entries of {dtype}, more than such a "
+                                 f"model holds (at most {most})")
+            with z.open(members[name]) as f:
+                arrays[name] = npy.read_array(f, allow_pickle=False)
+    return arrays
 
 
 def check_saved(arrays: dict) -> tuple[dict, dict]:
@@ -402,6 +432,8 @@ def check_saved(arrays: dict) -> tuple[dict, dict]:
             raise ValueError(f"{name} must be a 1-D array of integers >= {_LEAST[field]}")
     if counts["uni_count"].shape != (V,):
         raise ValueError(f"uni_count has shape {counts['uni_count'].shape}, expected ({V},)")
+    if not counts["uni_count"].any():
+        raise ValueError("uni_count is all zeros: a model fitted on no tokens")
     for order, histories in (("bi", V), ("tri", V * V)):
         ctx, ctx_count, lens, tok, count = (counts[f"{order}_{x}"] for x in ("ctx", "ctx_count", "len", "tok", "count"))
         if not len(ctx) == len(ctx_count) == len(lens):

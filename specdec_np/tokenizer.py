@@ -12,12 +12,11 @@ import hashlib
 from pathlib import Path
 
 import tiktoken
-from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-from .files import WEIGHTS_DIR, check_weights_dir
+from .files import WEIGHTS_DIR, check_weights_dir, read_regular
 
-# The digests tiktoken itself pins for these files: we check them ourselves because tiktoken's
-# own check is skipped when a file comes from its cache, so it does not protect files on disk.
+# The digests tiktoken itself pins for these files. We check them on the bytes we read and build the ranks
+# from those bytes (`bpe_ranks`): tiktoken's own loader would read a copy from its cache in $TMPDIR, unchecked.
 BPE_FILES = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
              "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
 GPT2_N_VOCAB = 50257  # 50256 BPE ranks + <|endoftext|>
@@ -28,15 +27,35 @@ PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S
 
 @functools.lru_cache(maxsize=None)
 def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
-    d = Path(bpe_dir)
+    data = {}
     for name, expected in BPE_FILES.items():
-        if not (d / name).is_file():
-            raise FileNotFoundError(f"tokenizer file {d / name} is missing (it ships with specdec_np in weights/)")
-        got = hashlib.sha256((d / name).read_bytes()).hexdigest()
+        path = Path(bpe_dir) / name
+        try:
+            data[name] = read_regular(path, f"tokenizer file {path}", limit=1 << 24)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"tokenizer file {path} is missing ({e.strerror}; it ships with specdec_np in "
+                                    "weights/)") from None
+        except OSError as e:
+            raise ValueError(f"tokenizer file {path}: {e.strerror or e}") from None
+        got = hashlib.sha256(data[name]).hexdigest()
         if got != expected:
-            raise ValueError(f"tokenizer file {d / name} has sha256 {got}, expected {expected}: "
+            raise ValueError(f"tokenizer file {path} has sha256 {got}, expected {expected}: "
                              "the file is corrupt or not GPT-2's")
-    return data_gym_to_mergeable_bpe_ranks(str(d / "vocab.bpe"), str(d / "encoder.json"))
+    return bpe_ranks(data["vocab.bpe"])
+
+
+def bpe_ranks(vocab_bpe: bytes) -> dict[bytes, int]:
+    """{token bytes: rank} from GPT-2's merges (as tiktoken's `data_gym_to_mergeable_bpe_ranks`): the 256 bytes,
+    then each merge's two parts joined, in order. vocab.bpe writes a byte as a printable character: the printable
+    bytes but space as themselves, the other 68 as chr(256), chr(257), ... in byte order."""
+    kept = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    moved = [b for b in range(256) if b not in kept]
+    byte_of = {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
+    ranks = {bytes([b]): r for r, b in enumerate(kept + moved)}
+    for line in vocab_bpe.decode("utf-8").split("\n")[1:-1]:  # a version line first, a newline last
+        first, second = line.split()
+        ranks[bytes(byte_of[c] for c in first + second)] = len(ranks)
+    return ranks
 
 
 def get_encoding(n_vocab: int = GPT2_N_VOCAB, bpe_dir: str | Path = WEIGHTS_DIR) -> tiktoken.Encoding:

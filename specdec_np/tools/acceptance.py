@@ -10,9 +10,11 @@ Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine'
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
+import os
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decode import generate
-from ..files import check_regular, weights_file
+from ..files import PROMPT_MAX_BYTES, check_regular, parse_json, read_json, weights_file
 from ..methods import METHODS
 from ..plan import Plan
 from ..tokenizer import encode
@@ -89,6 +91,7 @@ def counts(*runs, skip_first: bool = True) -> dict:
 
 
 COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
+MOST = 10**12  # more than any count a profile can hold: a larger one is not a count
 
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
@@ -153,17 +156,21 @@ def pair_key(target, draft, ngram) -> str:
 
 def from_json_record(r: dict) -> dict:
     """A count record read back, block sizes as ints again; a ValueError if it is not one."""
-    if not isinstance(r, dict) or not all(whole(r.get(k), 0) for k in COUNTS):
-        raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers >= 0)")
+    if not isinstance(r, dict) or not all(whole(r.get(k), 0) and r[k] <= MOST for k in COUNTS):
+        raise ValueError(f"a count record needs {', '.join(COUNTS)} (integers in 0..{MOST})")
     passes = {}
     for model in ("target", "draft"):
         states = r.get(model)
         if not isinstance(states, dict) or set(states) != {"cold", "warm"} or not all(
-                isinstance(c, dict) and all(str(k).isdigit() and int(k) >= 1 and whole(n, 0) for k, n in c.items())
+                isinstance(c, dict) and all(block_size(k) and whole(n, 0) and n <= MOST for k, n in c.items())
                 for c in states.values()):
             raise ValueError(f"a count record's {model!r} needs passes by state (cold, warm): block size -> count")
         passes[model] = {state: {int(k): n for k, n in c.items()} for state, c in states.items()}
     return dict(r, **passes)
+
+
+def block_size(k) -> bool:  # a block size as JSON writes it: "1" .. "65536"
+    return str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= 1 << 16
 
 
 def from_json(data: dict) -> dict:
@@ -177,10 +184,28 @@ def from_json(data: dict) -> dict:
             for s, records in settings.items()):
         raise ValueError(f"'settings' must hold, for {' or '.join(SETTINGS)} or both, a list of records: a method "
                          f"({', '.join(PROFILED)}), a plan shape and counts")
-    data["settings"] = {setting: [dict(from_json_record(r), shape={k: tuple(v) if isinstance(v, list) else v
-                                                                   for k, v in r["shape"].items()})
-                                  for r in records] for setting, records in settings.items()}
+    data["settings"] = {setting: [from_json_plan(setting, i, r) for i, r in enumerate(records, 1)]
+                        for setting, records in settings.items()}
+    for setting, records in data["settings"].items():
+        if not any(r["method"] == "ar" and r["tokens"] for r in records):  # what every plan is priced against
+            raise ValueError(f"the {setting} setting has no plain-decoding (ar) record")
     return data
+
+
+PLAN_FIELDS = {f.name for f in dataclasses.fields(Plan)}
+RECORD_KEYS = {"method", "shape", *COUNTS, "target", "draft"}
+
+
+def from_json_plan(setting: str, i: int, r: dict) -> dict:
+    """Record `i` of `setting`: counts (`from_json_record`) and a plan shape that makes a Plan (widths as tuples)."""
+    try:
+        if unknown := sorted(set(r) - RECORD_KEYS) or sorted(set(r["shape"]) - PLAN_FIELDS):
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        r = dict(from_json_record(r), shape={k: tuple(v) if isinstance(v, list) else v for k, v in r["shape"].items()})
+        Plan(**r["shape"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{setting} record {i}: {e}") from None
+    return r
 
 
 def save(profile: dict, path) -> None:
@@ -188,11 +213,17 @@ def save(profile: dict, path) -> None:
 
 
 def load(path) -> dict:
-    """The profile in `path`; a ValueError naming the file if it is not one."""
+    """The profile in `path`; a ValueError naming the file if it is not one (or not a regular file)."""
     try:
-        return from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path}: not a valid acceptance profile: {e}") from None
+        return from_json(read_json(path, "the profile"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a valid acceptance profile: {getattr(e, 'strerror', None) or e}") from None
+
+
+def shipped() -> dict | None:
+    """The shipped profile (PROFILE_FILE), None where there is none; a file there that cannot be read (a link to a
+    device, a loop, a FIFO, not a profile) is an error naming it, not a reason to profile again."""
+    return load(PROFILE_FILE) if os.path.lexists(PROFILE_FILE) else None
 
 
 def read_prompts(path) -> list[str]:
@@ -201,17 +232,20 @@ def read_prompts(path) -> list[str]:
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    check_regular(path, str(path), form)
     prompts = []
     try:
+        check_regular(path, str(path), form)
         with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
+                if len(line) > PROMPT_MAX_BYTES:  # as generate's: tokenizing it would take GBs to keep 1024 tokens
+                    raise ValueError(f"{path}: line {i}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than "
+                                     "specdec_np reads")
                 try:
-                    rec = json.loads(line)
+                    rec = parse_json(line, f"line {i}")
                 except ValueError as e:
-                    raise ValueError(f"{path}: line {i} is not JSON ({e.msg}): {form}") from None
+                    raise ValueError(f"{path}: {e}: {form}") from None
                 if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
                     raise ValueError(f"{path}: line {i} needs a non-empty \"prompt\" field: {form}")
                 prompts.append(rec["prompt"])

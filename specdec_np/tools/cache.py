@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..files import atomic_file
+from ..files import atomic_file, read_json as read_checked
 from .writable import check_writable
 
 
@@ -27,8 +27,10 @@ def cache_path(kind: str, key: dict) -> Path:
 
 
 def read_json(path: Path):
+    """The JSON in the cache file `path` (`files.read_json`: a regular file, depth-limited, finite numbers), None if
+    there is none or it is not JSON: a cache that cannot be read is measured again."""
     try:
-        return json.loads(path.read_text())
+        return read_checked(path)
     except (OSError, ValueError):
         return None
 

@@ -9,7 +9,6 @@ of a core (`Busy`: they would not be kept), and none are kept if others took tha
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 
@@ -26,6 +25,9 @@ from .progress import Progress
 
 CALIBRATION_VERSION = 7
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
+# What a cached cost may be (ms): a pass takes from a microsecond to minutes, an overhead less than a minute;
+# a curve measures at least two block sizes, each at most MOST_ROWS (GPT-2's context is 1024 tokens).
+PASS_MS, OVERHEAD_MS, MOST_ROWS = (1e-3, 1e6), (0.0, 6e4), 1 << 12
 
 
 class Busy(Exception):
@@ -80,14 +82,16 @@ def problem(costs, has_draft: bool) -> str:
     if isinstance(costs, dict) and "busy" in costs:  # an older version kept such costs: never trusted
         return "measured while the machine was busy"
 
-    def ms(values, low):  # all finite numbers of ms, at least `low`
-        return all(type(v) in (int, float) and math.isfinite(v) and v >= low for v in values)
+    def ms(values, bounds):  # all numbers of ms within bounds (NaN is not)
+        return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
                                for m in models),
-                 "curves": all(c and ms(c.values(), 1e-9) and all(str(k).isdigit() for k in c)
+                 "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
+                     str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
                                for m in models for c in (costs["curves"][m][s] for s in states)),
-                 "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], 0) for s in acceptance.SETTINGS)}
+                 "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], OVERHEAD_MS)
+                                  for s in acceptance.SETTINGS)}
     except (KeyError, TypeError, AttributeError):
         return "a part is missing or of the wrong kind"
     return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)

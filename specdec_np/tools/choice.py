@@ -153,7 +153,7 @@ def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draf
 def acceptance_profile(target, draft, ngram, prompts, setting: str, costs: dict, progress=None) -> dict:
     """The pair's acceptance profile: shipped, else cached, else measured now (`profile_size`) and cached."""
     key = acceptance.pair_key(target, draft, ngram)
-    if acceptance.PROFILE_FILE.is_file() and (shipped := acceptance.load(acceptance.PROFILE_FILE))["models"] == key:
+    if (shipped := acceptance.shipped()) is not None and shipped["models"] == key:
         return shipped
     path = cache_path("profile", {"models": key, "version": acceptance.VERSION, "setting": setting})
     if (cached := read_json(path)) is not None:

@@ -21,7 +21,7 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
-from ..files import WEIGHTS_DIR, check_regular
+from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import load_model, load_ngram
@@ -100,11 +100,6 @@ def choose_plan(a, target, draft, ngram, enc):
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
 
 
-# A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
-# pipe that never ends is refused before memory runs out, a long file before it is tokenized.
-PROMPT_MAX_BYTES = 1 << 24
-
-
 def read_prompt(a) -> str:
     """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
@@ -114,9 +109,8 @@ def read_prompt(a) -> str:
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
-            check_regular(a.file, where, "give a file, or pipe the prompt into - (standard input)")
-            with open(a.file, "rb") as f:
-                data = f.read(PROMPT_MAX_BYTES + 1)
+            data = read_regular(a.file, where, PROMPT_MAX_BYTES,
+                                "give a file, or pipe the prompt into - (standard input)")
     elif sys.stdin is None:  # started with standard input closed (`<&-`)
         raise ValueError("no prompt: standard input is closed: give the prompt as an argument or with --file")
     elif a.prompt is None and sys.stdin.isatty():

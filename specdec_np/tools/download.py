@@ -80,8 +80,9 @@ def most_bytes(name: str, file: str) -> int:
 
 def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, most: int) -> tuple[int, int | None]:
     """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over), up
-    to its size, or `most` bytes when none is announced; -> (bytes in part, total size). A dropped
-    connection ends early: the caller compares with the total."""
+    to its size, or `most` bytes when none is announced (an announced size over `most` is refused unread);
+    -> (bytes in part, total size). A dropped connection ends early: the caller compares with the total."""
+    check_size(url, total, most)
     offset = part.stat().st_size if part.exists() else 0
     if total is not None and offset >= total:
         if offset == total:
@@ -107,6 +108,7 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
             length = resp.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else total
             offset = 0
+        check_size(url, total, most)
         end = most if total is None else total  # never more: a server that sends on for ever fills no disk
         with open(part, "ab" if offset else "wb") as f:
             while offset < end and (chunk := resp.read(min(CHUNK, end - offset))):
@@ -118,6 +120,12 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
             raise DownloadError(f"{url}: no size announced, and more than {most} bytes, more than this file can be: "
                                 "stopped (partial file deleted)")
     return offset, total
+
+
+def check_size(url: str, total: int | None, most: int) -> None:
+    if total is not None and total > most:  # e.g. 10 TB announced for a model of 500 MB
+        raise DownloadError(f"{url}: the server announces {total} bytes, more than this file can be (at most "
+                            f"{most}, twice its float32 parameters): not downloaded")
 
 
 def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,

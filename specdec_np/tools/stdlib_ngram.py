@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import ngram
+from ..files import check_regular
 from ..tokenizer import BPE_FILES, get_encoding
 from .cache import cache_path
 
@@ -38,6 +39,17 @@ def source_files() -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     files = root.rglob("*.py")
     return sorted(f for f in files if f.is_file() and not SKIPPED_DIRS & set(f.relative_to(root).parts[:-1]))
+
+
+def not_regular(path) -> str:
+    """"" if `path` is a regular file, else it and why not (`check_regular`)."""
+    try:
+        check_regular(path)
+    except OSError as e:
+        return f"{path} ({e.strerror or e})"
+    except ValueError as e:
+        return str(e)
+    return ""
 
 
 def cache_file(n_vocab: int, files) -> Path:
@@ -72,8 +84,8 @@ def stdlib_trigram(n_vocab: int, progress=lambda done, total: None, files=None) 
     origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
         f"Python {platform.python_version()}'s standard library"
     files = source_files() if files is None else [Path(f) for f in files]
-    if bad := [str(f) for f in files if not f.is_file()]:  # reading a device (/dev/zero) would never end
-        raise ValueError(f"{origin}: not regular files (missing, a directory or a device): {', '.join(bad[:3])}"
+    if bad := [why for f in files if (why := not_regular(f))]:  # reading a device (/dev/zero) would never end
+        raise ValueError(f"{origin}: not regular files: {', '.join(bad[:3])}"
                          + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
     path = cache_file(n_vocab, files)
     if path.is_file():

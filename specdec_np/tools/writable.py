@@ -8,6 +8,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from ..files import check_regular
+
 
 def check_writable(path, name: str, made: bool = False, example: str = "") -> Path:
     """The file to write at `path`: new, or a writable regular file (a symlink is written through, staying a link), in
@@ -20,14 +22,13 @@ def check_writable(path, name: str, made: bool = False, example: str = "") -> Pa
                          + (f", e.g. {example}" if example else ""))
     given, folder = Path(path), None
     try:
-        path = Path(os.path.realpath(given)) if given.is_symlink() else given
-        if path.is_symlink():  # still a link once resolved: a loop
-            raise ValueError(f"{name} is a symlink that resolves to no file (a loop)")
-        if path.is_dir():
-            raise ValueError(f"{name} is a directory" + (f": give the file to write, e.g. {given / example}"
-                                                         if example else ""))
-        if path.exists() and not path.is_file():
-            raise ValueError(f"{name} is not a regular file (a FIFO, a device or a socket): give a file to write")
+        path = Path(os.path.realpath(given)) if given.is_symlink() else given  # a loop stays a link
+        if os.path.lexists(path):  # a FIFO, a device, a socket or a loop named (`check_regular`)
+            try:
+                check_regular(path, name, "give a file to write")
+            except IsADirectoryError:
+                raise ValueError(f"{name} is a directory" + (f": give the file to write, e.g. {given / example}"
+                                                             if example else "")) from None
         if path.is_file() and not path.stat().st_mode & stat.S_IWUSR:
             raise ValueError(f"{name} is read-only: make it writable to replace it, or give another file")
         folder = next(p for p in path.absolute().parents if p.exists()) if made else path.parent

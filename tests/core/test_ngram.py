@@ -410,3 +410,66 @@ def test_top_k_candidates_cover_values_that_tie_only_after_scaling():
     assert 0.1 * val[0] == 0.1 * val[1]
     toks, probs = ngram._group_top(tok, val, [0.1], np.zeros(8, bool), 0, 1)
     assert 1 in toks.tolist() and 5 in toks.tolist() and 7 not in toks.tolist()
+
+
+def saved_arrays(tmp_path) -> dict:
+    path = tmp_path / "m.npz"
+    save(fit(np.array([0, 1, 0, 1, 2, 1, 0]), 3), path)
+    with np.load(path) as z:
+        return dict(z)
+
+
+def write_npz(path, arrays: dict, raw: dict = {}):
+    """An .npz of `arrays` plus members of `raw` bytes (name -> bytes), as np.savez writes them."""
+    import io
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name, a in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asanyarray(a))
+            z.writestr(name + ".npy", buf.getvalue())
+        for name, data in raw.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_an_npz_member_is_checked_from_its_header_before_it_is_read(tmp_path, monkeypatch):
+    arrays = saved_arrays(tmp_path)
+    # A member whose header declares 2**30 int32 (4 GB) followed by a few bytes: refused from the header,
+    # before anything of its size is read (read_array is never called for it).
+    header = io_bytes(lambda f: np.lib.format.write_array_header_1_0(
+        f, {"descr": "<i4", "fortran_order": False, "shape": (2**30,)}))
+    read = []
+    real = np.lib.format.read_array
+    monkeypatch.setattr(np.lib.format, "read_array", lambda f, **kw: read.append(f.name) or real(f, **kw))
+    path = write_npz(tmp_path / "huge.npz", {k: v for k, v in arrays.items() if k != "tri_tok"},
+                     {"tri_tok.npy": header + bytes(64)})
+    with pytest.raises(ValueError, match=r"huge.npz is not a specdec_np n-gram model \(tri_tok's header declares "
+                                         r"1073741824 entries of int32, more than such a model holds \(at most 64\)\)"):
+        load(path)
+    assert "tri_tok.npy" not in read and "uni_count.npy" in read
+
+
+@pytest.mark.parametrize("raw, needle", [({"notes.txt": b"hello"}, "member 'notes.txt' is not a .npy array"),
+                                         ({"tri_tok.npy": b"raw bytes, no header"}, "not a specdec_np n-gram model")])
+def test_an_npz_member_that_is_not_npy_is_one_line(tmp_path, raw, needle):
+    arrays = saved_arrays(tmp_path)
+    path = write_npz(tmp_path / "odd.npz", {k: v for k, v in arrays.items() if k + ".npy" not in raw}, raw)
+    with pytest.raises(ValueError, match="odd.npz") as e:
+        load(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_model_of_no_tokens_is_refused(tmp_path):
+    arrays = saved_arrays(tmp_path)
+    arrays["uni_count"] = np.zeros_like(arrays["uni_count"])
+    with pytest.raises(ValueError, match="uni_count is all zeros: a model fitted on no tokens"):
+        load(write_npz(tmp_path / "empty.npz", arrays))
+    load(write_npz(tmp_path / "kept.npz", saved_arrays(tmp_path)))  # the negative control: as written, it loads
+
+
+def io_bytes(write) -> bytes:
+    import io
+    buf = io.BytesIO()
+    write(buf)
+    return buf.getvalue()

@@ -1,11 +1,14 @@
 """The offline GPT-2 tokenizer: known ids, exact round trips, the restricted vocabulary, digest checks."""
 
+import hashlib
 import shutil
+import tempfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec_np import tokenizer
 from specdec_np.tokenizer import WEIGHTS_DIR, decode, encode, get_encoding
 
 
@@ -61,3 +64,43 @@ def test_digest_mismatch_raises(tmp_path):
     (tmp_path / "encoder.json").unlink()
     with pytest.raises(FileNotFoundError, match="encoder.json"):
         get_encoding(1001, bpe_dir=tmp_path)
+
+
+def test_the_ranks_are_tiktokens_own(tmp_path, monkeypatch):
+    # `bpe_ranks` builds from the checked bytes what tiktoken's loader builds from the files (its cache off).
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    theirs = data_gym_to_mergeable_bpe_ranks(str(WEIGHTS_DIR / "vocab.bpe"), str(WEIGHTS_DIR / "encoder.json"))
+    assert list(tokenizer.bpe_ranks((WEIGHTS_DIR / "vocab.bpe").read_bytes()).items()) == list(theirs.items())
+
+
+def test_a_poisoned_tiktoken_cache_changes_no_token(tmp_path, monkeypatch):
+    # tiktoken reads $TIKTOKEN_CACHE_DIR (else $DATA_GYM_CACHE_DIR, else $TMPDIR/data-gym-cache)/<sha1 of a path>
+    # unchecked: plant there a vocab.bpe whose first two merges are swapped, under every name it could look for.
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    text = "Hello world, def f(x):\n    return x <|endoftext|> the end"
+    expected = encode(get_encoding(), text), encode(get_encoding(8193), text)
+    lines = (WEIGHTS_DIR / "vocab.bpe").read_text(encoding="utf-8").split("\n")
+    poisoned = "\n".join([lines[0], lines[2], lines[1], *lines[3:]]).encode()
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR", "TMPDIR"):
+        cache = tmp_path / var / ("data-gym-cache" if var == "TMPDIR" else "")
+        cache.mkdir(parents=True)
+        for d in {str(WEIGHTS_DIR), str(WEIGHTS_DIR.resolve())}:
+            (cache / hashlib.sha1(f"{d}/vocab.bpe".encode()).hexdigest()).write_bytes(poisoned)
+            shutil.copy(WEIGHTS_DIR / "encoder.json", cache / hashlib.sha1(f"{d}/encoder.json".encode()).hexdigest())
+        monkeypatch.setenv(var, str(tmp_path / var))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    planted = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    # The negative control: tiktoken's own loader reads the planted file (its check of encoder.json fails).
+    with pytest.raises(AssertionError):
+        data_gym_to_mergeable_bpe_ranks(str(WEIGHTS_DIR.resolve() / "vocab.bpe"),
+                                        str(WEIGHTS_DIR.resolve() / "encoder.json"))
+    tokenizer._gpt2_ranks.cache_clear()
+    tokenizer._encoding.cache_clear()
+    try:
+        assert (encode(get_encoding(), text), encode(get_encoding(8193), text)) == expected
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == planted  # nothing written
+    finally:
+        tokenizer._gpt2_ranks.cache_clear()
+        tokenizer._encoding.cache_clear()
+

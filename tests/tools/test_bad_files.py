@@ -45,7 +45,7 @@ def checkpoint_with(tmp_path, **changes) -> Path:
     ({"n_layer": 10**12}, "n_layer=1000000000000, but"),  # B12: was a minute, then MemoryError
     ({"n_head": -8}, "n_head=-8"),
     ({"layer_norm_epsilon": -1}, "layer_norm_epsilon=-1"),
-    ({"layer_norm_epsilon": math.nan}, "layer_norm_epsilon=nan"),
+    ({"layer_norm_epsilon": math.nan}, "NaN is not a finite number"),
     ({"n_layer": "6"}, "n_layer='6'"),
     ({"vocab_size": 8193.7}, "vocab_size=8193.7"),
     ({"n_positions": 0}, "n_positions=0"),
@@ -96,8 +96,8 @@ def test_a_weights_directory_whose_checkpoint_lacks_a_file_names_the_file(tmp_pa
 
 
 @pytest.mark.parametrize("sources, needle", [
-    (["/dev/zero"], "SPECDEC_NP_NGRAM_SOURCES: not regular files (missing, a directory or a device): /dev/zero"),
-    (["{tmp}/a.py", "{tmp}/b.py"], "not regular files (missing, a directory or a device): {tmp}/a.py, {tmp}/b.py"),
+    (["/dev/zero"], "SPECDEC_NP_NGRAM_SOURCES: not regular files: /dev/zero is not a regular file (a device)"),
+    (["{tmp}/a.py", "{tmp}/b.py"], "not regular files: {tmp}/a.py (No such file or directory), {tmp}/b.py (No such"),
 ])
 def test_ngram_sources_that_are_not_files_are_named(tmp_path, monkeypatch, sources, needle):
     from specdec_np.tools import stdlib_ngram
@@ -252,3 +252,213 @@ def test_a_bad_weights_variable_is_named_when_only_the_tokenizer_reads_it(tmp_pa
     assert r.returncode == 2 and r.stderr.strip() == (
         f"error: SPECDEC_NP_WEIGHTS='{tmp_path / 'nowhere'}' does not exist: it must name the weights directory "
         f"(unset it to use {files.SHIPPED_DIR})")
+
+
+# ----------------------------------------------------------------------------- files that are not regular files
+# Issue 58: a directory, a device, a FIFO, a dangling link or a symlink loop in place of a file was "no
+# model.safetensors" / "does not exist"; each is now named as what it is, before anything opens it.
+
+KINDS = {"directory": "is a directory", "fifo": "(a fifo)", "device": "(a device)",
+         "dangling": "a dangling symlink to", "loop": "(a symlink loop)"}
+
+
+def make_not_a_file(path: Path, kind: str) -> Path:
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to({"device": Path("/dev/zero"), "dangling": path.parent / "nowhere", "loop": path}[kind])
+    return path
+
+
+def read_checkpoint_with(tmp_path, name):
+    for file in (checkpoint.CONFIG_FILE, checkpoint.MODEL_FILE):
+        if file != name:
+            (tmp_path / file).symlink_to(TARGET / file)
+    checkpoint.load(tmp_path)
+
+
+def read_tokenizer_with(tmp_path, name):
+    for file in ("vocab.bpe", "encoder.json"):
+        if file != name:
+            (tmp_path / file).symlink_to(ROOT / "weights" / file)
+    get_encoding(1000, bpe_dir=tmp_path)
+
+
+READERS = {"config.json": read_checkpoint_with, "model.safetensors": read_checkpoint_with,
+           "vocab.bpe": read_tokenizer_with, "encoder.json": read_tokenizer_with,
+           "trigram.npz": lambda d, name: ngram.load(d / name)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", READERS)
+def test_a_file_that_is_not_a_regular_file_is_named_as_what_it_is(tmp_path, name, kind):
+    make_not_a_file(tmp_path / name, kind)
+    with pytest.raises((ValueError, OSError)) as e:
+        READERS[name](tmp_path, name)
+    message = str(e.value)
+    assert str(tmp_path / name) in message and KINDS[kind] in message.lower() and "\n" not in message, message
+
+
+@pytest.mark.parametrize("kind", ["device", "loop", "fifo", "dangling", "directory"])
+def test_a_broken_shipped_profile_is_named_not_profiled_again(tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(acceptance, "PROFILE_FILE", make_not_a_file(tmp_path / "profile.json", kind))
+    with pytest.raises(ValueError, match=f"{tmp_path / 'profile.json'}: not a valid acceptance profile: ") as e:
+        acceptance.shipped()
+    assert KINDS[kind] in str(e.value).lower()
+    monkeypatch.setattr(acceptance, "PROFILE_FILE", tmp_path / "none.json")  # none shipped: profiled on first use
+    assert acceptance.shipped() is None
+
+
+# ----------------------------------------------------------------------------- JSON nested, repeated, not finite
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_json_nested_100000_levels_is_one_line_in_every_reader(tmp_path):
+    from specdec_np.tools import cache, calibration
+    (tmp_path / "config.json").write_text(DEEP)
+    (tmp_path / "profile.json").write_text(DEEP)
+    (tmp_path / "calibration.jsonl").write_text('{"prompt": "x"}\n' + DEEP + "\n")
+    write_raw(tmp_path / "model.safetensors", {}, b"")
+    (tmp_path / "model.safetensors").write_bytes(len(DEEP).to_bytes(8, "little") + DEEP.encode())
+    for read, needle in ((lambda: checkpoint.read_config(tmp_path / "config.json"), "config.json: not a valid"),
+                         (lambda: checkpoint.read_header(tmp_path / "model.safetensors"), "corrupt safetensors header"),
+                         (lambda: acceptance.load(tmp_path / "profile.json"), "not a valid acceptance profile"),
+                         (lambda: acceptance.read_prompts(tmp_path / "calibration.jsonl"), "calibration.jsonl: line 2")):
+        with pytest.raises(ValueError, match=needle) as e:
+            read()
+        assert "nested deeper than 32 levels" in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "costs.json").write_text(DEEP)  # a cost cache that cannot be read is measured again
+    assert cache.read_json(tmp_path / "costs.json") is None and calibration.problem(None, True)
+
+
+@pytest.mark.parametrize("text, needle", [('{"a": 1, "a": 2}', "the key 'a' appears twice"),
+                                          ('{"n_embd": NaN}', "NaN is not a finite number"),
+                                          ('{"n_embd": 1e999}', "1e999 is not a finite number"),
+                                          ('{"n_embd": Infinity}', "Infinity is not a finite number")])
+def test_json_that_python_would_accept_but_json_does_not_is_named(tmp_path, text, needle):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(checkpoint.CheckpointError, match="config.json: not a valid config.json: " + needle):
+        checkpoint.read_config(tmp_path / "config.json")
+
+
+# ----------------------------------------------------------------------------- safetensors headers
+
+F32_2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+
+
+@pytest.mark.parametrize("entry, needle", [
+    (dict(F32_2, dtype=["F32"]), "unknown dtype ['F32']"),  # was TypeError: unhashable type
+    (dict(F32_2, data_offsets=[0.0, 8.0]), "corrupt safetensors header entry for tensor 'a'"),  # floats were taken
+    (dict(F32_2, data_offsets=["0", "8"]), "corrupt safetensors header entry for tensor 'a'"),  # strings too
+    (dict(F32_2, shape=[True, 2]), "corrupt safetensors header entry for tensor 'a'"),
+    (dict(F32_2, extra=1), "corrupt safetensors header entry for tensor 'a'"),
+    # 2**32 * 2**32 elements overflow int64 to 0: the 0 bytes of data_offsets [0, 0] passed the byte count
+    ({"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}, "of shape (4294967296, 4294967296) (F32) has 0"),
+])
+def test_a_safetensors_entry_of_the_wrong_kinds_is_refused(tmp_path, entry, needle):
+    data = bytes(entry["data_offsets"][1]) if whole_offsets(entry) else bytes(8)
+    path = write_raw(tmp_path / "model.safetensors", {"a": entry}, data)
+    with pytest.raises(checkpoint.CheckpointError, match="model.safetensors") as e:
+        checkpoint.read_header(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    checkpoint.read_header(write_raw(tmp_path / "ok.safetensors", {"a": F32_2}, bytes(8)))  # the negative control
+
+
+def whole_offsets(entry) -> bool:
+    return all(type(x) is int for x in entry["data_offsets"])
+
+
+def test_a_tensor_named_twice_in_a_header_is_refused(tmp_path):
+    blob = ('{"a": %s, "a": %s}' % (json.dumps(F32_2), json.dumps(F32_2))).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(len(blob).to_bytes(8, "little") + blob + bytes(8))  # json.loads kept the last one, silently
+    with pytest.raises(checkpoint.CheckpointError, match="the key 'a' appears twice"):
+        checkpoint.read_header(path)
+
+
+def test_a_model_larger_than_memory_is_refused_before_anything_is_allocated(tmp_path):
+    # A consistent checkpoint of n_embd 131072 (a sparse file of 412 GB in float16): its size is compared with the
+    # memory available, naming both, before its parameters are allocated (was a MemoryError after 19 s).
+    config = checkpoint.GPT2Config(n_vocab=257, n_ctx=8, n_embd=131072, n_layer=1, n_head=1)
+    shapes = {name: shape for name, (_, shape) in checkpoint.param_shapes(config).items()}
+    need = 4 * sum(math.prod(s) for s in shapes.values())
+    if checkpoint.available_memory() >= need:
+        pytest.skip("this machine has the memory to load it")
+    header, at = {}, 0
+    for name, shape in shapes.items():
+        header[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [at, at + 2 * math.prod(shape)]}
+        at += 2 * math.prod(shape)
+    write_raw(tmp_path / "model.safetensors", header, b"")
+    os.truncate(tmp_path / "model.safetensors", (tmp_path / "model.safetensors").stat().st_size + at)
+    (tmp_path / "config.json").write_text(json.dumps(checkpoint.hf_config(config)))
+    with pytest.raises(checkpoint.CheckpointError, match=r"model.safetensors: the model \(n_embd=131072, n_layer=1\) "
+                                                         rf"needs {need / 1e9:.1f} GB for its parameters, more than "
+                                                         r"the [0-9.]+ GB of memory available"):
+        checkpoint.load(tmp_path)
+
+
+# ----------------------------------------------------------------------------- profile records and cost caches
+
+def shipped_profile_json() -> dict:
+    return json.loads(acceptance.PROFILE_FILE.read_text())
+
+
+def first_greedy(data, **changes):
+    data["settings"]["greedy"][0].update(changes)
+    return data
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: first_greedy(d, speed=1), "greedy record 1: unknown key 'speed'"),  # was TypeError from Plan
+    (lambda d: first_greedy(d, shape={"chains": 3}), "greedy record 1: unknown key 'chains'"),
+    (lambda d: first_greedy(d, tokens=10**300), "greedy record 1: a count record needs"),  # printed as a speedup
+    (lambda d: first_greedy(d, target={"cold": {}, "warm": {"0": 1}}), "greedy record 1: a count record's 'target'"),
+    (lambda d: first_greedy(d, target={"cold": {}, "warm": {"1" + "0" * 30: 1}}), "greedy record 1: a count record's"),
+    (lambda d: first_greedy(d, method="speculative", shape={"chain": 0}), "greedy record 1: "),  # no Plan
+    (lambda d: {**d, "settings": {"greedy": [r for r in d["settings"]["greedy"] if r["method"] != "ar"]}},
+     "the greedy setting has no plain-decoding (ar) record"),  # was StopIteration
+])
+def test_a_profile_record_that_is_not_one_is_named_with_its_setting_and_index(tmp_path, change, needle):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(change(shipped_profile_json())))
+    with pytest.raises(ValueError, match=f"{path}: not a valid acceptance profile: ") as e:
+        acceptance.load(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    path.write_text(json.dumps(shipped_profile_json()))
+    assert acceptance.load(path)["settings"]  # the negative control: as shipped, it loads
+
+
+def costs_json() -> dict:
+    from specdec_np.tools.costmodel import OVERHEADS
+    curve = {"1": 2.0, "2": 2.5, "4": 3.0}
+    return {"layout": {"target": 0, "draft": 0},
+            "curves": {m: {"warm": dict(curve), "cold": dict(curve)} for m in ("target", "draft")},
+            "overheads": {s: {n: 0.1 for n in OVERHEADS} for s in acceptance.SETTINGS}}
+
+
+@pytest.mark.parametrize("change, part", [
+    (lambda c: c["curves"]["target"]["warm"].update({"2": 1e308}), "curves"),  # "predicted infx plain decoding"
+    (lambda c: c["curves"]["target"]["warm"].update({"2": 1e-9}), "curves"),
+    (lambda c: c["curves"]["draft"].update(warm={"1": 2.0}), "curves"),  # one point
+    (lambda c: c["curves"]["target"]["cold"].update({"0": 2.0}), "curves"),  # block size 0
+    (lambda c: c["curves"]["target"]["warm"].update({"1" + "0" * 30: 9.0}), "curves"),  # generate looped on it
+    (lambda c: c["overheads"]["greedy"].update(step=1e300), "overheads"),
+])
+def test_a_cost_cache_out_of_range_is_measured_again(change, part):
+    from specdec_np.tools import calibration
+    costs = costs_json()
+    assert calibration.problem(costs, True) == ""  # the negative control
+    change(costs)
+    assert calibration.problem(json.loads(json.dumps(costs)), True) == f"its {part} out of range"
+
+
+def test_bench_prompts_over_generates_cap_are_refused_before_tokenizing(tmp_path, monkeypatch):
+    # A 30 MB prompt took 1.7 GB to keep 500 tokens; here the cap is lowered to keep the test small.
+    monkeypatch.setattr(acceptance, "PROMPT_MAX_BYTES", 1 << 20)
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": "x" * (1 << 20)}) + "\n")
+    with pytest.raises(ValueError, match=f"{path}: line 2: the prompt is over 1 MB, more than specdec_np reads"):
+        acceptance.read_prompts(path)

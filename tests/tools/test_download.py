@@ -288,3 +288,15 @@ def test_a_dest_where_nothing_can_be_made_is_named(capsys, dest, needle):
         pytest.skip("no /proc")
     assert dl.main(["gpt2", "--dest", dest, "--base-url", "http://127.0.0.1:9", "--retries", "0"]) in (1, 2)
     assert capsys.readouterr().err.startswith(needle)
+
+
+def test_an_announced_size_over_the_ceiling_is_refused_unread(tmp_path, hub, files, monkeypatch):
+    # Issue 58: a server announcing 10 TB was believed. The file's real size, over a ceiling of 1000 bytes.
+    monkeypatch.setattr(dl, "most_bytes", lambda name, file: 1000 if file == dl.MODEL_FILE else 1 << 20)
+    size = len(files[dl.MODEL_FILE])
+    with pytest.raises(dl.DownloadError, match=rf"model\.safetensors: the server announces {size} bytes, more than "
+                                               r"this file can be \(at most 1000, twice its float32 parameters\)"):
+        get(tmp_path, hub)
+    assert blob_gets(hub) == [] and [p.name for p in (tmp_path / "gpt2").iterdir()] == [dl.CONFIG_FILE]
+    monkeypatch.setattr(dl, "most_bytes", lambda name, file: size)  # the negative control: a ceiling it fits
+    assert (get(tmp_path, hub) / dl.MODEL_FILE).read_bytes() == files[dl.MODEL_FILE]

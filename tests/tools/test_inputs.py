@@ -299,9 +299,9 @@ class Endless(io.RawIOBase):
 
 
 @pytest.mark.parametrize("kind, needle", [
-    ("/dev/zero", "--file /dev/zero is not a regular file (a FIFO, a device or a socket): give a file, or pipe"),
+    ("/dev/zero", "--file /dev/zero is not a regular file (a device): give a file, or pipe"),
     ("fifo", "is not a regular file (a FIFO"),  # open() would block until something writes to it
-    ("20 MB", "the prompt is over 16 MB"),
+    ("20 MB", "prompt.py is over 16 MB"),
     ("stdin", "standard input: the prompt is over 16 MB"),
     ("20 kB", "the prompt has 20000 bytes, so at least 625 tokens (a token is at most 32 bytes): the target's context "
               "(n_ctx=512) must hold more"),
