@@ -1,6 +1,7 @@
 """The command line, the demo and the benchmark run offline on the embedded models (few subprocesses:
 the functions behind them are called directly where possible)."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -366,8 +367,20 @@ def test_help_has_examples():
 def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
-    assert "All 5 methods produced the identical completion" in out and "differs" not in out
+    assert "All 6 rows produced the identical completion" in out and "differs" not in out
     assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
+    # Issue 59: staged without copies is a row of its own, and each row's tokens are split by where they came
+    # from, stage 2's guesses apart from its copies sent to the target; each table's rows, greedy and sampled.
+    head = "| tokens: draft | guessed | copied | target |"
+    assert out.count(head) == 2
+    for table in out.split(head)[1:]:
+        rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+                for line in itertools.takewhile(lambda x: x.startswith("| "), table.splitlines()[2:])}
+        assert {"ar", "staged", "staged, no copies"} <= set(rows)
+        for cells in rows.values():  # tokens by part add up to the 24 emitted; at most one target's per pass
+            assert sum(map(int, cells[-4:])) == 24 and 0 < int(cells[-1]) <= int(cells[2])
+        assert rows["staged, no copies"][-2] == "0" and rows["ar"][-4:] == ["0", "0", "0", "24"]
+    assert "staged, no copies: " in out and "; no copies (" in out  # its plan, said
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 
