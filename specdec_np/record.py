@@ -101,7 +101,8 @@ PARTS = ("draft", "ngram_guess", "copy_guess", "copied", "target")
 
 def tokens_by_part(steps) -> dict:
     """Emitted tokens by `PARTS`. A copy (COPY) is copied in a step that ran no draft pass (the chain went to
-    the target as it was), a guess in one that did (the draft evaluated it and kept it)."""
+    the target as it was), a guess in one that did (the draft evaluated it and kept it). The method `ngram`
+    (the trigram drafting alone) counts its tokens as ngram_guess."""
     out = dict.fromkeys(PARTS, 0)
     for s in steps:
         for src in s.source:

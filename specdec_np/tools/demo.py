@@ -114,8 +114,10 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
     staged's fastest plan without copies, as bench's does."""
     chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m != NO_COPIES), a.plan)
     if NO_COPIES in methods:  # as bench's row: the fastest staged plan here with no copies, or the constant plan's
-        staged = choose(target, draft, ngram, enc, temperature, ("staged",), a.plan,
-                        keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
+        staged = chosen.get("staged")
+        if staged is None or not staged.constant:  # a constant plan would be the same one again (and said again)
+            staged = choose(target, draft, ngram, enc, temperature, ("staged",), a.plan,
+                            keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
         chosen[NO_COPIES] = replace(staged, plan=replace(staged.plan, copy_len=0))
     out = {}
     for m in methods:

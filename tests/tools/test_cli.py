@@ -342,6 +342,35 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     assert got == {"ar": (Plan(), "the baseline"), "tree": (Plan(), "the constant plan, as --plan default asks")}
 
 
+def test_the_demos_row_without_copies_is_stageds_best_plan_without_copies(monkeypatch, embedded):
+    """Issue 59: the demo's row "staged, no copies" runs staged with the fastest measured plan that copies
+    nothing (as bench's row), its copy_len 0; with the constant plan, staged's constant plan less its copies."""
+    import argparse
+    import dataclasses
+
+    from specdec_np.plan import Plan
+    from specdec_np.tools import choice
+
+    copying, guessing = Plan(copy_len=7, guess_len=3), Plan(shape="fixed", widths=(1, 1), guess_len=2)
+
+    def fake(*args, keep=None, **kwargs):
+        if keep is None:
+            return {m: choice.Choice(m, copying, 2.0, 4.0) for m in args[5]}
+        assert keep({"shape": {"copy_len": 0}}) and not keep({"shape": {"copy_len": 7}})  # plans without copies
+        return {"staged": choice.Choice("staged", guessing, 2.0, 3.0)}
+
+    monkeypatch.setattr(demo, "choose", fake)
+    a = argparse.Namespace(plan="machine", budget=None, depth=None)
+    got = demo.plans(a, *embedded, 0.0, ("ar", "staged", demo.NO_COPIES))[0]
+    assert got["staged"][0] == copying
+    assert got[demo.NO_COPIES] == (dataclasses.replace(guessing, copy_len=0),
+                                   "this machine's measured plan, predicted 1.50x plain decoding")
+    monkeypatch.setattr(demo, "choose", choice.choose)
+    a.plan = "default"
+    got = demo.plans(a, *embedded, 0.0, ("staged", demo.NO_COPIES))[0]
+    assert got["staged"][0].copy_len > 0 and got[demo.NO_COPIES][0] == dataclasses.replace(got["staged"][0], copy_len=0)
+
+
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
     class Stop(Exception):
         pass
