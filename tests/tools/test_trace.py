@@ -90,7 +90,7 @@ el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8
 __SCRIPT__
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache", "totals"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -154,7 +154,8 @@ def test_replayed_steps_give_the_tokens_and_the_statistics(run):
     s, totals, steps = res.stats, data["totals"], data["steps"]
     assert tokens == res.tokens == data["tokens"] and len(tokens) == N_NEW
     assert totals == {"tokens": N_NEW, "target_passes": s.target_passes, "tokens_per_pass": s.tokens_per_pass,
-                      "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries}
+                      "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries, "parts": s.parts}
+    assert sum(totals["parts"].values()) == N_NEW and totals["parts"]["target"] <= s.target_passes
     assert len(steps) == s.target_passes and len(tokens) / len(steps) == s.tokens_per_pass
     assert sum(len(step["draft_blocks"]) for step in steps) == s.draft_passes > 0
     assert sum(step["ngram_queries"] for step in steps) == s.ngram_queries > 0
@@ -598,3 +599,14 @@ def test_the_page_marks_who_proposed_a_token_as_the_demo_and_readme_do():
         start, end = demo.MARKS[n]
         assert f'body.marks .src-{n}::before {{ content: "{start}"; }}' in css
         assert f'body.marks .src-{n}::after {{ content: "{end}"; }}' in css
+
+
+def test_the_totals_say_where_the_tokens_came_from(run, shown):
+    """Issue 59: the page's totals give stage 2's guesses apart from its copies (record.PARTS), as bench and
+    the demo do."""
+    res, data, _ = run
+    p = res.stats.parts
+    assert p["ngram_guess"] + p["copy_guess"] + p["copied"] > 0  # the run shows stage 2 at work
+    assert (f"Tokens from the draft: {p['draft']}; from stage 2's guesses the draft kept (each saving it a pass): "
+            f"{p['ngram_guess']} the trigram's, {p['copy_guess']} a repeat's; copies sent to the target with no draft "
+            f"pass: {p['copied']}; the target's token ending each step: {p['target']}.") in shown[0]["totals"]

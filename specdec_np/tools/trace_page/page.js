@@ -436,12 +436,21 @@ function show(k) {
   try { history.replaceState(null, "", "#step=" + (current + 1)); } catch (e) { /* a browser may refuse on file: pages */ }
 }
 
+// Where the run's tokens came from (record.PARTS): stage 2's guesses for the draft apart from its copies sent to
+// the target, the two parts of its speedup.
+function parts(P) {
+  if (!P) return "";
+  return `Tokens from the draft: ${P.draft}; from stage 2's guesses the draft kept (each saving it a pass): ` +
+    `${P.ngram_guess} the trigram's, ${P.copy_guess} a repeat's; copies sent to the target with no draft pass: ` +
+    `${P.copied}; the target's token ending each step: ${P.target}.`;
+}
+
 function start() {
   const T = D.totals;
   $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
   $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
-    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.` +
+    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}. ` + parts(T.parts) +
     (D.costs ? ` Pass costs (\u2248 N\u00d7 a one-token pass of the same model) measured on ${D.costs.machine} when ` +
                `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` : "");
   legend();
