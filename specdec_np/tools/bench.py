@@ -18,8 +18,8 @@ import numpy as np
 from .. import methods
 from ..decode import generate
 from ..files import atomic_file
-from ..record import PARTS, tokens_by_part
 from ..models import load_embedded
+from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import LOSSLESS
@@ -211,8 +211,8 @@ def markdown(summary, plans) -> str:
 
 
 # The columns of `parts_table`: record.PARTS in words.
-PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram", "copy_guess": "stage 2's guesses: "
-              "copies", "copied": "copies sent to the target", "target": "the target"}
+PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
+              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
 
 
 def parts_table(per) -> list[str]:
