@@ -765,3 +765,39 @@ def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch
     assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
                      "--max-new-tokens 500: each keeps its last 11 tokens"]
     assert not (tmp_path / "b").exists()
+
+
+def test_the_readmes_demo_table_counts_are_a_runs(embedded):
+    """The README's demo table gives each row's counts (target passes, tokens per pass, draft passes, weight
+    traffic, where the tokens came from) as the same on every machine for its plan: a run of each plan here gives
+    them exactly. The plans are the ones the README names (staged's; the no-copies row is it less its copies)."""
+    from specdec_np.decode import generate
+    from specdec_np.plan import Plan
+    from specdec_np.tokenizer import encode
+
+    target, draft, ngram, enc = embedded
+    staged = Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=7)
+    rows = {"ar": ("ar", Plan()), "speculative": ("speculative", Plan(chain=3)),
+            "tree": ("tree", Plan(shape="fixed", widths=(1, 1, 1))), "staged": ("staged", staged),
+            demo.NO_COPIES: ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=0)),
+            "lookup": ("lookup", Plan(chain=7))}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = {cells[0]: cells[3:] for line in readme.splitlines() if line.startswith("| ")
+             and (cells := [c.strip() for c in line.strip("|").split("|")])[0] in rows}
+    assert list(table) == list(rows)
+    prompt = encode(enc, demo.PROMPT)
+    stats = {}
+    for name, (method, plan) in rows.items():
+        s = stats[name] = generate(target, prompt, 128, method=method, draft=draft, ngram=ngram, plan=plan).stats
+        p = s.parts
+        assert table[name] == [str(s.target_passes), f"{s.tokens_per_pass:.2f}", str(s.draft_passes),
+                               f"{s.weight_traffic:.2f}", str(p["draft"]), str(p["ngram_guess"] + p["copy_guess"]),
+                               str(p["copied"]), str(p["target"])], name
+    # The prose under the table quotes the same runs.
+    text = " ".join(readme.split())
+    bare, tree = stats[demo.NO_COPIES], stats["tree"]
+    assert f"{stats['staged'].parts['copied']} of its 128 tokens are copies" in text
+    assert (f"{bare.parts['ngram_guess'] + bare.parts['copy_guess']} of the emitted tokens were guesses the draft kept "
+            f"({bare.parts['copy_guess']} a repeat's continuation, {bare.parts['ngram_guess']} the trigram's), so it "
+            f"ran {bare.draft_passes} draft passes where `tree`, the same tree without stage 2, ran "
+            f"{tree.draft_passes}, for the same {tree.target_passes} target passes") in text
