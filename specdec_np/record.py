@@ -17,7 +17,7 @@ import numpy as np
 
 from .kvcache import KVCache
 from .sampling import SURE
-from .tree import SOURCES, Tree, children
+from .tree import DRAFT, NGRAM, SOURCES, TARGET, Tree, children
 from .verify import Check
 
 
@@ -73,6 +73,8 @@ class Stats:
     source = property(lambda self: [x for s in self.steps for x in s.source])
     # Emitted tokens by who proposed them, {"target": n, "draft": n, "ngram": n, "copy": n} (the paper's Fig. 3).
     tally = property(lambda self: {name: self.source.count(i) for i, name in enumerate(SOURCES)})
+    # Emitted tokens by PARTS: stage 2's guesses for the draft apart from its copies sent to the target.
+    parts = property(lambda self: tokens_by_part(self.steps))
     target_blocks = property(lambda self: [s.target_block for s in self.steps])
     draft_blocks = property(lambda self: [k for s in self.steps for k in s.draft_blocks])
     draft_passes = property(lambda self: sum(len(s.draft_blocks) for s in self.steps))
@@ -88,6 +90,25 @@ class Stats:
     tokens_per_pass = property(lambda self: sum(self.accepted) / self.target_passes if self.steps else 0.0)
     weight_traffic = property(lambda self: (self.target_bytes + self.draft_bytes)
                               / (max(1, sum(self.accepted)) * self.target_weight_bytes))
+
+
+# Where emitted tokens came from, the parts of a speedup apart: the draft's; stage 2's guesses the draft kept,
+# the trigram's or a copy of a repeat (the paper's stage 2: evaluated in the draft's passes, each saves the draft
+# a pass); copies of a repeat sent to the target with no draft pass (stage 2's copied chains, prompt lookup);
+# the target's own token ending each step.
+PARTS = ("draft", "ngram_guess", "copy_guess", "copied", "target")
+
+
+def tokens_by_part(steps) -> dict:
+    """Emitted tokens by `PARTS`. A copy (COPY) is copied in a step that ran no draft pass (the chain went to
+    the target as it was), a guess in one that did (the draft evaluated it and kept it). The method `ngram`
+    (the trigram drafting alone) counts its tokens as ngram_guess."""
+    out = dict.fromkeys(PARTS, 0)
+    for s in steps:
+        for src in s.source:
+            out["target" if src == TARGET else "draft" if src == DRAFT else "ngram_guess" if src == NGRAM
+                else "copy_guess" if s.draft_blocks else "copied"] += 1
+    return out
 
 
 @dataclass

@@ -19,6 +19,7 @@ from .. import methods
 from ..decode import generate
 from ..files import atomic_file
 from ..models import load_embedded
+from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
@@ -35,16 +36,18 @@ from .options import describe
 from .progress import Progress
 from .writable import check_writable
 
-# {row: method}; "staged, drafts only" is staged without copied chains (copy_len 0), the paper's staged decoding.
+# {row: method}; "staged, no copies" is staged without copied chains (copy_len 0): the paper's staged decoding,
+# stage 2 only guessing for the draft.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup"}
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
-         "staged": "staged", "staged_drafts": "staged, drafts only", "lookup": "(ref.) prompt lookup"}
+         "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup"}
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
-# Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
-PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged": (475, 0.23)},
-         "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged": (298, 0.35)}}
+# Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
+# staged decoding copies nothing to the target: its figures stand beside the row without copies.
+PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged_drafts": (475, 0.23)},
+         "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged_drafts": (298, 0.35)}}
 
 
 def humaneval_file() -> Path:
@@ -157,6 +160,7 @@ def summarize(records, target) -> dict:
                 "same_as_baseline": sname != "greedy" or all(r["ids"] == b["ids"] for r, b in zip(recs, base)),
                 "over_baseline": paired_ratio(recs, base),  # [ratio, low, high]
                 "tokens_by_stage": {name: sum(r["stats"].tally[name] for r in recs) for name in SOURCES},
+                "tokens_by_part": tokens_by_part([step for r in recs for step in r["stats"].steps]),
                 "repeat_share": [repeat_share(r["ids"]) for r in recs]}  # per run: is the speed a copied loop's?
         out[sname][HEADLINE]["against"] = {m: paired_ratio(per[HEADLINE], recs)
                                            for m, recs in per.items() if m != HEADLINE}
@@ -193,6 +197,7 @@ def markdown(summary, plans) -> str:
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
                              [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
                               for m, r in per.items()])]
+        lines += ["", *parts_table(per)]
         lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
             f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
         if sname == "greedy":
@@ -202,6 +207,20 @@ def markdown(summary, plans) -> str:
             shares = per[BASELINE]["repeat_share"]
             lines.append(f"\n{repeat_line(shares)}; per prompt: " + ", ".join(f"{x:.2f}" for x in shares) + ".")
     return "\n".join(lines)
+
+
+# The columns of `parts_table`: record.PARTS in words.
+PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
+              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
+
+
+def parts_table(per) -> list[str]:
+    """Where each row's tokens came from (record.PARTS, % of its tokens): stage 2's two parts apart, its
+    guesses the draft kept (the paper's stage 2: they save draft passes) and its copies sent to the target
+    with no draft pass (prompt lookup's idea)."""
+    rows = [[NAMES[m], *(f"{100 * r['tokens_by_part'][k] / max(1, r['tokens']):.0f}" for k in PARTS)]
+            for m, r in per.items()]
+    return table("method | % of tokens from: " + " | ".join(PART_NAMES[k] for k in PARTS), rows)
 
 
 # ----------------------------------------------------------------------------- the rules side by side

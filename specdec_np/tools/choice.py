@@ -121,7 +121,8 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
                                  changed(Plan(**r["shape"]), r["method"], changes), temperature)
                              and (keep is None or keep(r)))
         except ValueError:  # none of these methods' plans in the profile is lossless for the rule
-            none = f"the profile has no plan of {', '.join(among[key] or METHODS)} for --rule {changes.get('rule')}"
+            asked_for = f"--rule {changes['rule']}" if changes.get("rule") else "these options"
+            none = f"the profile has no plan of {', '.join(among[key] or METHODS)} lossless for {asked_for}"
             out[key] = const(among[key] or ("staged",), f"the constant plan: {none}")
             continue
         shaped = changed(chosen.plan, chosen.method, changes)

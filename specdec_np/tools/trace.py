@@ -123,7 +123,7 @@ def record(result, enc, prompt, method: str, about: str = "", costs: dict | None
             "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},
             "totals": {"tokens": len(result.tokens), "target_passes": stats.target_passes,
                        "tokens_per_pass": stats.tokens_per_pass, "draft_passes": stats.draft_passes,
-                       "ngram_queries": stats.ngram_queries},
+                       "ngram_queries": stats.ngram_queries, "parts": stats.parts},
             "steps": steps, "costs": json.loads(json.dumps(costs))}  # as the page reads them: sizes as strings
 
 

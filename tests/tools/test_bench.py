@@ -153,3 +153,31 @@ def test_curves_alone_and_with_recalibrate_pass_the_option_checks(monkeypatch):
     for args in (["--curves"], ["--curves", "--recalibrate"], ["--curves", "--rows", "methods"]):
         with pytest.raises(AssertionError, match="measured before the check"):
             bench.main(args)
+
+
+def test_bench_reports_stage_2s_guesses_and_its_copies_apart(tmp_path, monkeypatch):
+    """Issue 59: staged with and without copies are rows of their own, and each row's tokens are split by where
+    they came from: stage 2's guesses the draft kept (the paper's stage 2) apart from its copies sent to the
+    target with no draft pass (prompt lookup's idea). Greedy, the constant plan, made-up costs."""
+    from specdec_np.record import PARTS
+    from specdec_np.tools import calibration
+
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "48",
+                       "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    rows, plans = res["summary"]["greedy"], res["plans"]["greedy"]
+    parts = {m: r["tokens_by_part"] for m, r in rows.items()}
+    assert all(list(p) == list(PARTS) and sum(p.values()) == rows[m]["tokens"] for m, p in parts.items())
+    assert "copies of 12" in plans["staged"]["plan"] and "no copies" in plans["staged_drafts"]["plan"]
+    assert parts["staged"]["copied"] > 0 and parts["staged_drafts"]["copied"] == 0  # the row without copies has none
+    assert parts["staged_drafts"]["ngram_guess"] + parts["staged_drafts"]["copy_guess"] > 0  # its stage 2 guessed
+    assert parts["lookup"]["copied"] == rows["lookup"]["tokens"] - parts["lookup"]["target"]  # all copies, no guess
+    assert parts["tree"]["draft"] == rows["tree"]["tokens"] - parts["tree"]["target"]  # no stage 2 at all
+    md = (tmp_path / "results.md").read_text()
+    assert "| method | % of tokens from: the draft | stage 2's guesses: trigram | stage 2's guesses: copies | " \
+           "copies sent to the target | the target |" in md
+    for m, p in parts.items():  # each row's cells are its own counts, as shares of its tokens
+        cells = " | ".join(f"{100 * p[k] / rows[m]['tokens']:.0f}" for k in PARTS)
+        assert f"| {bench.NAMES[m]} | {cells} |" in md
+    assert "| staged, no copies |" in md

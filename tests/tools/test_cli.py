@@ -2,6 +2,7 @@
 the functions behind them are called directly where possible)."""
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -349,6 +350,35 @@ def test_the_demo_says_which_plan_each_row_used_and_why(monkeypatch, embedded):
     assert got == {"ar": (Plan(), "the baseline"), "tree": (Plan(), "the constant plan, as --plan default asks")}
 
 
+def test_the_demos_row_without_copies_is_stageds_best_plan_without_copies(monkeypatch, embedded):
+    """Issue 59: the demo's row "staged, no copies" runs staged with the fastest measured plan that copies
+    nothing (as bench's row), its copy_len 0; with the constant plan, staged's constant plan less its copies."""
+    import argparse
+    import dataclasses
+
+    from specdec_np.plan import Plan
+    from specdec_np.tools import choice
+
+    copying, guessing = Plan(copy_len=7, guess_len=3), Plan(shape="fixed", widths=(1, 1), guess_len=2)
+
+    def fake(*args, keep=None, **kwargs):
+        if keep is None:
+            return {m: choice.Choice(m, copying, 2.0, 4.0) for m in args[5]}
+        assert keep({"shape": {"copy_len": 0}}) and not keep({"shape": {"copy_len": 7}})  # plans without copies
+        return {"staged": choice.Choice("staged", guessing, 2.0, 3.0)}
+
+    monkeypatch.setattr(demo, "choose", fake)
+    a = argparse.Namespace(plan="machine", budget=None, depth=None)
+    got = demo.plans(a, *embedded, 0.0, ("ar", "staged", demo.NO_COPIES))[0]
+    assert got["staged"][0] == copying
+    assert got[demo.NO_COPIES] == (dataclasses.replace(guessing, copy_len=0),
+                                   "this machine's measured plan, predicted 1.50x plain decoding")
+    monkeypatch.setattr(demo, "choose", choice.choose)
+    a.plan = "default"
+    got = demo.plans(a, *embedded, 0.0, ("staged", demo.NO_COPIES))[0]
+    assert got["staged"][0].copy_len > 0 and got[demo.NO_COPIES][0] == dataclasses.replace(got["staged"][0], copy_len=0)
+
+
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
     class Stop(Exception):
         pass
@@ -374,8 +404,20 @@ def test_help_has_examples():
 def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
-    assert "All 5 methods produced the identical completion" in out and "differs" not in out
+    assert "All 6 rows produced the identical completion" in out and "differs" not in out
     assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
+    # Issue 59: staged without copies is a row of its own, and each row's tokens are split by where they came
+    # from, stage 2's guesses apart from its copies sent to the target; each table's rows, greedy and sampled.
+    head = "| tokens: draft | guessed | copied | target |"
+    assert out.count(head) == 2
+    for table in out.split(head)[1:]:
+        rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+                for line in itertools.takewhile(lambda x: x.startswith("| "), table.splitlines()[2:])}
+        assert {"ar", "staged", "staged, no copies"} <= set(rows)
+        for cells in rows.values():  # tokens by part add up to the 24 emitted; at most one target's per pass
+            assert sum(map(int, cells[-4:])) == 24 and 0 < int(cells[-1]) <= int(cells[2])
+        assert rows["staged, no copies"][-2] == "0" and rows["ar"][-4:] == ["0", "0", "0", "24"]
+    assert "staged, no copies: " in out and "; no copies (" in out  # its plan, said
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 
@@ -731,3 +773,39 @@ def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch
     assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
                      "--max-new-tokens 500: each keeps its last 11 tokens"]
     assert not (tmp_path / "b").exists()
+
+
+def test_the_readmes_demo_table_counts_are_a_runs(embedded):
+    """The README's demo table gives each row's counts (target passes, tokens per pass, draft passes, weight
+    traffic, where the tokens came from) as the same on every machine for its plan: a run of each plan here gives
+    them exactly. The plans are the ones the README names (staged's; the no-copies row is it less its copies)."""
+    from specdec_np.decode import generate
+    from specdec_np.plan import Plan
+    from specdec_np.tokenizer import encode
+
+    target, draft, ngram, enc = embedded
+    staged = Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=7)
+    rows = {"ar": ("ar", Plan()), "speculative": ("speculative", Plan(chain=3)),
+            "tree": ("tree", Plan(shape="fixed", widths=(1, 1, 1))), "staged": ("staged", staged),
+            demo.NO_COPIES: ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=0)),
+            "lookup": ("lookup", Plan(chain=7))}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = {cells[0]: cells[3:] for line in readme.splitlines() if line.startswith("| ")
+             and (cells := [c.strip() for c in line.strip("|").split("|")])[0] in rows}
+    assert list(table) == list(rows)
+    prompt = encode(enc, demo.PROMPT)
+    stats = {}
+    for name, (method, plan) in rows.items():
+        s = stats[name] = generate(target, prompt, 128, method=method, draft=draft, ngram=ngram, plan=plan).stats
+        p = s.parts
+        assert table[name] == [str(s.target_passes), f"{s.tokens_per_pass:.2f}", str(s.draft_passes),
+                               f"{s.weight_traffic:.2f}", str(p["draft"]), str(p["ngram_guess"] + p["copy_guess"]),
+                               str(p["copied"]), str(p["target"])], name
+    # The prose under the table quotes the same runs.
+    text = " ".join(readme.split())
+    bare, tree = stats[demo.NO_COPIES], stats["tree"]
+    assert f"{stats['staged'].parts['copied']} of its 128 tokens are copies" in text
+    assert (f"{bare.parts['ngram_guess'] + bare.parts['copy_guess']} of the emitted tokens were guesses the draft kept "
+            f"({bare.parts['copy_guess']} a repeat's continuation, {bare.parts['ngram_guess']} the trigram's), so it "
+            f"ran {bare.draft_passes} draft passes where `tree`, the same tree without stage 2, ran "
+            f"{tree.draft_passes}, for the same {tree.target_passes} target passes") in text

@@ -90,7 +90,7 @@ el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8
 __SCRIPT__
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache", "totals"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -154,7 +154,8 @@ def test_replayed_steps_give_the_tokens_and_the_statistics(run):
     s, totals, steps = res.stats, data["totals"], data["steps"]
     assert tokens == res.tokens == data["tokens"] and len(tokens) == N_NEW
     assert totals == {"tokens": N_NEW, "target_passes": s.target_passes, "tokens_per_pass": s.tokens_per_pass,
-                      "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries}
+                      "draft_passes": s.draft_passes, "ngram_queries": s.ngram_queries, "parts": s.parts}
+    assert sum(totals["parts"].values()) == N_NEW and totals["parts"]["target"] <= s.target_passes
     assert len(steps) == s.target_passes and len(tokens) / len(steps) == s.tokens_per_pass
     assert sum(len(step["draft_blocks"]) for step in steps) == s.draft_passes > 0
     assert sum(step["ngram_queries"] for step in steps) == s.ngram_queries > 0
@@ -255,15 +256,16 @@ def svg_sizes(svg):
 
 def test_the_tree_keeps_a_readable_size(run, shown):
     """A long chain makes the picture wider, to scroll, never smaller: no style scales the tree down
-    to the column (a 16-token chain had 6 px text), every text is at least 10 px, and a deeper
-    tree is a wider picture."""
+    to the column (a 16-token chain had 6 px text), every text is at least 12 px and each node's token
+    16 px (issue 59: 10 px labels were too small to read at 1280 px), and a deeper tree is a wider picture."""
     _, data, html = run
     css = "".join(Page(html).contents("style"))
     assert "max-width: 100%" not in css and "svg.fit" not in css
     widths = {}
     for step, s in zip(data["steps"], shown):
         width, view, fonts = svg_sizes(s["tree"])
-        assert width == view <= 1280 and min(fonts) >= 10
+        assert width == view <= 1280 and min(fonts) >= 12
+        assert fonts.count(16) == len(step["tree"]["tokens"]) + 1  # each node's token, and the target's
         depth = max(len(trace_path(step["tree"]["parents"], i)) for i in range(len(step["tree"]["parents"])))
         widths.setdefault(depth, width)
     assert len(widths) > 1
@@ -333,7 +335,12 @@ def test_after_a_rejection_the_residual_is_shown_as_the_rule_used_it(run, shown)
             assert draw["value"] == pytest.approx(last[r["tokens"].index(draw["token"])], abs=1e-9)
         for stage in r["stages"]:
             assert sum(stage["p"]) == pytest.approx(1.0, abs=1e-9)
-        assert f"After a rejection at node #{r['node']}" in s["residual"] and "p'" in s["residual"]
+        # The heading names the rejected nodes (issue 59: it named their parent as if it were rejected).
+        rejected = [c for c in r["tested"] if not checks[c]["accepted"]]
+        assert rejected == r["tested"][:len(r["stages"]) - 1] and rejected
+        whose = f"nodes {' and '.join(f'#{c}' for c in rejected)}" if len(rejected) > 1 else f"node #{rejected[0]}"
+        kin = "children" if len(rejected) > 1 else "a child"
+        assert f"After the rejection of {whose} ({kin} of #{r['node']})" in s["residual"] and "p'" in s["residual"]
     assert all(not step["residuals"] or s["residual"] for step, s in zip(data["steps"], shown))
 
 
@@ -481,7 +488,7 @@ def test_the_mask_is_the_trees_attention_mask(run, shown):
 
 def test_the_deepest_tree_fits_in_1280_pixels(embedded, tmp_path):
     """A copied chain of 12 tokens (the deepest tree of a staged run) and the token the target adds
-    are drawn within 1280 px, their text still at least 10 px."""
+    are drawn within 1280 px, their text still at least 12 px."""
     target, draft, ngram, enc = embedded
     prompt = encode(enc, PROMPT)
     res = generate(target, prompt, 12, "lookup", plan=Plan(lookup_chains=(12, 12, 12)), keep_trees=True)
@@ -492,7 +499,7 @@ def test_the_deepest_tree_fits_in_1280_pixels(embedded, tmp_path):
     shown = rendered(html, tmp_path)
     for k in deep:
         width, view, fonts = svg_sizes(shown[k]["tree"])
-        assert width == view <= 1280 and min(fonts) >= 10
+        assert width == view <= 1280 and min(fonts) >= 12
 
 
 def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp_path):
@@ -550,3 +557,56 @@ def test_make_trace_shows_the_sampled_rule_by_default():
     png = re.search(r"^PNG_ARGS = (.+)$", make, re.M).group(1)
     args = (png if default == "$(PNG_ARGS)" else default).split()
     assert "--temperature" in args and float(args[args.index("--temperature") + 1]) > 0
+
+
+def test_each_pass_says_why_it_fed_its_rows(run, shown):
+    """Issue 59: the counts under a pass's rows are labelled ("2 tree nodes", not "2 tree") and add up to
+    its rows: catch-up rows, the root, tree nodes, stage 2's trigram and copied guesses."""
+    _, data, _ = run
+    words = {"catch-up": "catch-up", "root": "root", "roots": "root", "tree node": "node", "tree nodes": "node",
+             "trigram guess": "guess", "trigram guesses": "guess", "copied guess": "copy", "copied guesses": "copy"}
+    seen = set()
+    for step, s in zip(data["steps"], shown):
+        cells = re.findall(r'<td class="num rows">(\d+)<small>([^<]*)</small>', s["passes"])  # [(rows, counts)]
+        assert len(cells) == len(step["passes"]) and (not cells or "fed, by why" in s["passes"])
+        for p, (rows, cell) in zip(step["passes"], cells):
+            assert int(rows) == p["rows"]
+            counts = {}
+            for part in cell.split(" + "):
+                n, word = part.split(" ", 1)
+                counts[words[word]] = int(n)  # a word not listed (an unlabelled count) fails here
+            fed = {o: sum(r["origin"] == o for r in p["fed"]) for o in ("root", "node", "guess", "copy")}
+            assert counts == {k: v for k, v in (fed | {"catch-up": p["catch_up"]}).items() if v}
+            assert sum(counts.values()) == p["rows"]
+            seen |= set(counts)
+    assert {"root", "node", "guess"} <= seen
+
+
+def test_the_page_marks_who_proposed_a_token_as_the_demo_and_readme_do():
+    """One mark-up for who proposed a token: the page's text marks (its label and its styles) are the demo's
+    (demo.MARKS, whose legend the README quotes)."""
+    import html as html_lib
+
+    from specdec_np.tools import demo
+
+    names = ("copy", "ngram", "draft", "target")
+    legend = " ".join(demo.marked(n, n, False) for n in names) + " (unmarked)"
+    (label,) = re.findall(r'id="marks">([^<]*)</label>', trace.page_file("page.html"))
+    assert html_lib.unescape(label).strip() == f"text marks: {legend}"
+    assert legend in (ROOT / "README.md").read_text(encoding="utf-8").replace("  ", " ")
+    css = trace.page_file("page.css")
+    for n in names[:3]:
+        start, end = demo.MARKS[n]
+        assert f'body.marks .src-{n}::before {{ content: "{start}"; }}' in css
+        assert f'body.marks .src-{n}::after {{ content: "{end}"; }}' in css
+
+
+def test_the_totals_say_where_the_tokens_came_from(run, shown):
+    """Issue 59: the page's totals give stage 2's guesses apart from its copies (record.PARTS), as bench and
+    the demo do."""
+    res, data, _ = run
+    p = res.stats.parts
+    assert p["ngram_guess"] + p["copy_guess"] + p["copied"] > 0  # the run shows stage 2 at work
+    assert (f"Tokens from the draft: {p['draft']}; from stage 2's guesses the draft kept (each saving it a pass): "
+            f"{p['ngram_guess']} the trigram's, {p['copy_guess']} a repeat's; copies sent to the target with no draft "
+            f"pass: {p['copied']}; the target's token ending each step: {p['target']}.") in shown[0]["totals"]

@@ -72,9 +72,10 @@ function marker(kind) {
 
 function legend() {
   const items = Object.keys(WHO).map(k => `<span>${marker(k)} ${WHO[k].label}</span>`);
-  items.push('<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
+  items.push('<span>#3: node 3 of the tree (the tables name nodes so)</span>',
+             '<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
              '<span>faded, dotted: not examined</span>', '<span><b>&#9986;</b> faded, dotted: accepted but cut (the run ended)</span>');
-  items.push('<span>text: <span class="tok src-copy">copy</span> <span class="tok src-ngram">n-gram</span> ' +
+  items.push('<span>text: <span class="tok src-copy">copy</span> <span class="tok src-ngram">ngram</span> ' +
              '<span class="tok src-draft">draft</span> ' +
              '<span class="tok src-target">target</span></span>');
   $("legend").innerHTML = items.join("");
@@ -87,7 +88,7 @@ function verdicts(step) {
   return byNode;
 }
 
-const TREE_WIDTH = 1220, MIN_W = 70;  // the tree's widest drawing in px (the page's width at 1280 px), its narrowest column
+const TREE_WIDTH = 1220, MIN_W = 80;  // the tree's widest drawing in px (the page's width at 1280 px), its narrowest column
 function treeSvg(step) {
   const t = step.tree, n = t.tokens.length, onPath = new Set(step.path), v = verdicts(step);
   const kids = Array.from({length: n}, () => []);
@@ -103,13 +104,13 @@ function treeSvg(step) {
   const cols = Math.max(Math.max(...depth) + 1, depth[last] + 2);  // the added token sits right of the path
   // Columns narrow (down to MIN_W) so that the deepest tree, a copied chain of 12 tokens and the
   // target's token after it, fits in TREE_WIDTH: a 1280 px window shows it whole. The boxes'
-  // labels shorten with them; their text never shrinks (at least 10 px).
-  const H = 56, BH = 38, X0 = 14, Y0 = 30, W = Math.max(MIN_W, Math.min(110, Math.floor((TREE_WIDTH - X0 - 10) / cols)));
-  const BW = W - 20, chars = Math.floor((BW - 6) / 8);
+  // labels shorten with them; their text never shrinks (tokens 16 px, the rest at least 12 px).
+  const H = 70, BH = 48, X0 = 14, Y0 = 34, W = Math.max(MIN_W, Math.min(170, Math.floor((TREE_WIDTH - X0 - 10) / cols)));
+  const BW = W - 20, chars = Math.floor((BW - 6) / 10), wide = BW >= 100;  // a 16 px monospace character: ~10 px
   const X = i => X0 + depth[i] * W, Y = i => Y0 + row[i] * H;
   const out = [];
   for (let d = 0; d < cols; d++)
-    out.push(`<text x="${X0 + d * W}" y="14" font-size="11" fill="#4a5568">${d === 0 ? "root" : "depth " + d}</text>`);
+    out.push(`<text x="${X0 + d * W}" y="15" font-size="13" fill="#4a5568">${d === 0 ? "root" : "depth " + d}</text>`);
   for (let i = 1; i < n; i++) {
     const p = t.parents[i], path = onPath.has(i);
     out.push(`<path d="M${X(p) + BW},${Y(p) + BH / 2} C${X(p) + BW + 12},${Y(p) + BH / 2} ${X(i) - 12},${Y(i) + BH / 2} ${X(i)},${Y(i) + BH / 2}"` +
@@ -119,19 +120,19 @@ function treeSvg(step) {
     const dash = state === "no" ? ' stroke-dasharray="5 3"' : state === "skip" || state === "cut" ? ' stroke-dasharray="2 2"' : "";
     const width = state === "yes" || state === "root" ? 3 : state === "no" ? 2 : 1;
     const mark = state === "yes" ? "\u2713" : state === "no" ? "\u2717" : state === "cut" ? "\u2702" : "";
-    return `<g opacity="${state === "skip" || state === "cut" ? 0.55 : 1}" data-state="${state}"><title>${esc(title)}</title>` +
+    return `<g opacity="${state === "skip" || state === "cut" ? 0.7 : 1}" data-state="${state}"><title>${esc(title)}</title>` +
       `<rect x="${x}" y="${y}" width="${BW}" height="${BH}" rx="5" fill="${WHO[kind].bg}" stroke="#1a202c" stroke-width="${width}"${dash}/>` +
-      shape(WHO[kind].shape, x + 1, y + 1, 6, WHO[kind].color) +
-      `<text x="${x + 10}" y="${y - 3}" font-size="10" fill="#4a5568">${idx}</text>` +
-      `<text x="${x + BW - 4}" y="${y - 3}" font-size="13" font-weight="700" text-anchor="end">${mark}</text>` +
-      `<text x="${x + BW / 2}" y="${y + 16}" font-size="13" text-anchor="middle">${esc(visible(label, chars))}</text>` +
-      `<text x="${x + BW / 2}" y="${y + 31}" font-size="10" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
+      shape(WHO[kind].shape, x + 1, y + 1, 7, WHO[kind].color) +
+      `<text x="${x + 11}" y="${y - 4}" font-size="12" fill="#2d3748">${idx}</text>` +
+      `<text x="${x + BW - 4}" y="${y - 4}" font-size="15" font-weight="700" text-anchor="end">${mark}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 21}" font-size="16" text-anchor="middle">${esc(visible(label, chars))}</text>` +
+      `<text x="${x + BW / 2}" y="${y + 40}" font-size="12" text-anchor="middle" fill="#2d3748">${esc(sub)}</text></g>`;
   };
   for (let i = 0; i < n; i++) {
     // block and traversal test a path as a whole: its nodes above the one tested are kept with it
     const c = v[i], state = i === 0 ? "root" : !emittedNode(step, i) ? "cut" :
       c ? (c.accepted ? "yes" : "no") : onPath.has(i) ? "yes" : "skip";
-    const sub = i === 0 ? (BW >= 80 ? "last token" : "root") : BW >= 80 ?
+    const sub = i === 0 ? (wide ? "last token" : "root") : wide ?
       (step.copied ? "" : `q ${short(t.q[i])} \u00b7 `) + `p ${short(step.p[i])}` :
       (step.copied ? "" : `q${short(t.q[i])} `) + `p${short(step.p[i])}`;  // a narrow box
     const title = i === 0 ? "node 0: the root, the last emitted token" :
@@ -145,7 +146,7 @@ function treeSvg(step) {
   const ax = X0 + (depth[last] + 1) * W, ay = kids[last].length ? Y0 + next * H : Y(last);  // below rejected children
   out.push(`<path d="M${X(last) + BW},${Y(last) + BH / 2} C${X(last) + BW + 12},${Y(last) + BH / 2} ${ax - 12},${ay + BH / 2} ${ax},${ay + BH / 2}"` +
            ` fill="none" stroke="var(--target)" stroke-width="2.5" stroke-dasharray="6 3"/>`);
-  out.push(box(ax, ay, "target", text(added.token), emitted ? (BW >= 80 ? "target adds" : "added") : (BW >= 80 ? "cut: not emitted" : "cut"), emitted ? "yes" : "cut",
+  out.push(box(ax, ay, "target", text(added.token), emitted ? (wide ? "target adds" : "added") : (wide ? "cut: not emitted" : "cut"), emitted ? "yes" : "cut",
                `the target's token after node ${last}: ${tok(added.token)}` + (emitted ? "" : `, cut: ${cutWhy(step)} before it`), "+"));
   const height = Y0 + (next + (kids[last].length ? 1 : 0)) * H;
   const width = X0 + cols * W + 10;
@@ -241,7 +242,10 @@ function residualView(step) {
       : "p' = norm(max(p - q, 0)): where the draft proposed too much (q > p) nothing is owed any more, and what " +
         "is left is where the target wants more than the draft gave" +
         (step.rule === "recursive_wor" ? "; q' = q without the rejected token, renormalised (siblings drawn without replacement)" : "");
-    return `<h2>After a rejection at node #${r.node}: p, q and the residual</h2><p class="hint">${esc(note)}.</p>` +
+    const rejected = r.tested.slice(0, r.stages.length - 1).map(i => "#" + i);  // each rejection made a stage
+    const whose = rejected.length > 1 ? `of nodes ${rejected.join(" and ")}` : `of node ${rejected[0]}`;
+    return `<h2>After the rejection ${whose} (${rejected.length > 1 ? "children" : "a child"} of #${r.node}): ` +
+      `p, q and the residual</h2><p class="hint">${esc(note)}.</p>` +
       `<div class="scroll"><table><tr><th>token</th>${cols.map(c => `<th>${c[2]}</th>`).join("")}</tr>${rows.join("")}</table></div>`;
   }).join("");
 }
@@ -316,6 +320,17 @@ function builtNothing(step, pass) {  // why a pass built no node of the tree, an
     return "built nothing: the nodes it fed did not stay in the tree (the builder kept more probable paths found later)" + paid;
   return "built nothing: no child of the nodes it fed ranked among the paths the tree kept" + paid;
 }
+// A pass's rows by why each was fed, adding up to its rows: "1 catch-up + 2 tree nodes + 3 trigram guesses".
+const FED = {root: ["root", "roots"], node: ["tree node", "tree nodes"], guess: ["trigram guess", "trigram guesses"],
+             copy: ["copied guess", "copied guesses"]};
+function passCounts(pass) {
+  const counts = pass.catch_up ? [`${pass.catch_up} catch-up`] : [];
+  for (const o of Object.keys(FED)) {
+    const n = pass.fed.filter(r => r.origin === o).length;
+    if (n) counts.push(`${n} ${FED[o][n === 1 ? 0 : 1]}`);
+  }
+  return counts.join(" + ");
+}
 function passesView(step) {
   if (step.copied) return `<p>No draft pass: stage 2 copied a repeat of the last three tokens, and the target verifies the copy directly.</p>`;
   if (!step.passes.length) return step.tree.tokens.length === 1 ? "<p>No draft pass: nothing was drafted this step.</p>"
@@ -330,14 +345,13 @@ function passesView(step) {
     });
     if (pass.catch_up) chips.unshift(`<span class="fed catch" data-origin="catch-up">${plural(pass.catch_up, "catch-up row")}</span>`);
     const built = pass.built.length ? "built " + pass.built.map(i => "#" + i).join(", ") : builtNothing(step, pass);
-    const counts = ["node", "guess", "copy"].map(o => [o, pass.fed.filter(r => r.origin === o).length]).filter(([, n]) => n)
-      .map(([o, n]) => `${n} ${o === "node" ? "tree" : o}`).join(" + ");
+    const counts = passCounts(pass);
     return `<tr class="pass" data-rows="${pass.rows}" data-fed="${pass.fed.length}"><td class="num">${j + 1}</td>` +
-           `<td class="num">${pass.rows}<small>${counts}</small></td><td><div class="fedrow">${chips.join("")}</div></td>` +
+           `<td class="num rows">${pass.rows}<small>${counts}</small></td><td><div class="fedrow">${chips.join("")}</div></td>` +
            `<td class="${pass.built.length ? "" : "nothing"}">${esc(built)}</td>` +
            (D.costs ? `<td class="num">${esc(cost("draft", pass.rows) || "\u2014")}</td>` : "") + "</tr>";
   });
-  return `<table class="timeline"><tr><th>pass</th><th title="rows fed in this pass">rows</th>` +
+  return `<table class="timeline"><tr><th>pass</th><th>rows<small>fed, by why</small></th>` +
          `<th>what it fed (solid: ended in the tree as the node shown)</th><th>what it built</th>` +
          (D.costs ? `<th title="measured on ${esc(D.costs.machine)} when the page was written">cost</th>` : "") +
          `</tr>${rows.join("")}</table>`;
@@ -382,7 +396,7 @@ function summary(step, k) {
     ` + 1 from the target = ${emitted}: ${JSON.stringify(step.tokens.map(text).join(""))}. ` +
     `Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
     `${passNodes(step)}; ` +
-    `n-gram queries: ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}${target ? ` (${target})` : ""}.`;
+    `n-gram queries (stage 2's searches for a repeat and trigram look-ups): ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}${target ? ` (${target})` : ""}.`;
 }
 
 function completion(k) {  // the prompt, then every emitted token by who proposed it; this step's framed
@@ -422,12 +436,21 @@ function show(k) {
   try { history.replaceState(null, "", "#step=" + (current + 1)); } catch (e) { /* a browser may refuse on file: pages */ }
 }
 
+// Where the run's tokens came from (record.PARTS): stage 2's guesses for the draft apart from its copies sent to
+// the target, the two parts of its speedup.
+function parts(P) {
+  if (!P) return "";
+  return `Tokens from the draft: ${P.draft}; from stage 2's guesses the draft kept (each saving it a pass): ` +
+    `${P.ngram_guess} the trigram's, ${P.copy_guess} a repeat's; copies sent to the target with no draft pass: ` +
+    `${P.copied}; the target's token ending each step: ${P.target}.`;
+}
+
 function start() {
   const T = D.totals;
   $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
   $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
-    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}.` +
+    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}. ` + parts(T.parts) +
     (D.costs ? ` Pass costs (\u2248 N\u00d7 a one-token pass of the same model) measured on ${D.costs.machine} when ` +
                `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` : "");
   legend();
