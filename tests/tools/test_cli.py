@@ -178,7 +178,7 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     # none measured: the constant plan of the first method whose trees, drawn as the rule needs, it verifies
     method, plan, about, _ = choose(rule="recursive_wor")
     assert (method, plan) == ("tree", dataclasses.replace(constant(1.0), rule="recursive_wor"))
-    assert "the profile has no plan of speculative, tree, staged, lookup for --rule recursive_wor" in about
+    assert "the profile has no plan of speculative, tree, staged, lookup lossless for --rule recursive_wor" in about
 
 
 def test_the_rule_messages_follow_verify_lossless(monkeypatch):
