@@ -31,7 +31,7 @@ def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
     d = Path(bpe_dir)
     for name, expected in BPE_FILES.items():
         if not (d / name).is_file():
-            raise FileNotFoundError(f"tokenizer file {d / name} is missing (it ships with specdec_np in weights/)")
+            raise FileNotFoundError(f"tokenizer file {d / name} is missing (it ships in specdec_np/weights/)")
         got = hashlib.sha256((d / name).read_bytes()).hexdigest()
         if got != expected:
             raise ValueError(f"tokenizer file {d / name} has sha256 {got}, expected {expected}: "

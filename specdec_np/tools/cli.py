@@ -288,7 +288,7 @@ def cmd_ngram(argv) -> int:
     vocab.add_argument("--n-vocab", type=int, default=GPT2_N_VOCAB, help="vocabulary size of the models it drafts "
                        f"for: {GPT2_N_VOCAB} for GPT-2 (the default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
     vocab.add_argument("--vocab-from", metavar="CHECKPOINT", help="take the vocabulary size from this checkpoint (a "
-                       "directory or a downloaded model's name, e.g. weights/tiny-target)")
+                       "directory or a model's name, e.g. tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
@@ -335,7 +335,8 @@ def main(argv=None) -> int:
                                          formatter_class=argparse.RawDescriptionHelpFormatter))
     sub.choices["trace"].add_argument("--out", default="trace.html", help="the page to write (default: %(default)s)")
     own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
-           "weights": "download real GPT-2 checkpoints into weights/", "ngram": "fit a Katz trigram on text files"}
+           "weights": "download real GPT-2 checkpoints into specdec_np/weights/",
+           "ngram": "fit a Katz trigram on text files"}
     for name, text in own.items():  # these parse their own arguments
         sub.add_parser(name, help=text, add_help=False)
     if argv and argv[0] in own:
