@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import sys
@@ -22,9 +23,9 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
 from ..files import WEIGHTS_DIR, check_regular
-from ..gpt2 import GPT2
+from ..gpt2 import GPT2, param_shapes
 from ..methods import METHODS
-from ..models import load_model, load_ngram
+from ..models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load_model, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
@@ -141,6 +142,9 @@ def utf8(data: bytes, what: str) -> str:
         raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
 
 
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
+
+
 @contextlib.contextmanager
 def naming(option: str, value: str | Path | None, writing: Path | None = None):
     """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
@@ -148,6 +152,9 @@ def naming(option: str, value: str | Path | None, writing: Path | None = None):
     try:
         yield
     except OSError as e:
+        if writing is not None and e.errno in FULL:
+            raise ValueError(f"{option} {value}: {e.strerror or e}: not written (a file already there is kept)") \
+                from None
         if writing is not None:
             raise ValueError(f"{option} {value}: cannot write in {writing}: {e.strerror or e}") from None
         if e.errno is None or value is None:  # the loaders' own messages name the file
@@ -323,6 +330,30 @@ def cmd_ngram(argv) -> int:
     return 0
 
 
+def out_of_memory(cmd: str, args) -> str:
+    """A MemoryError of `cmd` in words: the models it runs and the memory each needs in float32, its weights and
+    its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
+    if cmd in ("generate", "trace"):
+        models = [("--target", args.target)]
+        if args.draft is not None or args.method is None or METHODS[args.method].runs_draft:
+            with contextlib.suppress(ValueError):
+                models.append(("--draft" if args.draft else "its draft", args.draft or default_draft(args.target)))
+    else:
+        models = [("the embedded target", EMBEDDED_TARGET), ("the embedded draft", EMBEDDED_DRAFT)]
+    needs = []
+    for option, name in models:
+        try:
+            config = read_config(resolve(name) / CONFIG_FILE)
+        except (ValueError, OSError, MemoryError):
+            needs.append(f"{option} {shown(name)}")
+            continue
+        weights = 4 * sum(math.prod(shape) for _, shape in param_shapes(config).values())
+        cache = 4 * 2 * config.n_layer * config.n_ctx * config.n_embd
+        needs.append(f"{option} {shown(name)} needs {weights / 1e6:,.1f} MB of float32 weights and "
+                     f"{cache / 1e6:,.1f} MB of KV cache")
+    return f"out of memory in {cmd}: {'; '.join(needs)} (free some memory, or use smaller models)"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(prog="python -m specdec_np",
@@ -359,6 +390,9 @@ def main(argv=None) -> int:
         return code
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"error: {out_of_memory(cmd, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -723,3 +723,54 @@ def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch
     assert notes == ["note: 2 of 3 prompts are longer than the 11 tokens the context (512) leaves beside "
                      "--max-new-tokens 500: each keeps its last 11 tokens"]
     assert not (tmp_path / "b").exists()
+
+
+def no_memory(*args, **kwargs):
+    raise MemoryError
+
+
+@pytest.mark.parametrize("cmd, where", [("generate", "load"), ("trace", "load"), ("generate", "decode"),
+                                        ("demo", "load")])
+def test_out_of_memory_is_one_line_naming_the_models_and_their_memory(tmp_path, capsys, monkeypatch, cmd, where):
+    """A MemoryError while a model loads (an allocation of its weights) or while it decodes: one line naming
+    each model and the float32 weights and KV cache it needs (the embedded target's 40.7 MB: weights/README.md),
+    no traceback."""
+    from specdec_np import checkpoint
+    from specdec_np.tools import cli
+
+    if where == "load":
+        monkeypatch.setattr(checkpoint, "read_tensor", no_memory)
+    else:
+        monkeypatch.setattr(cli, "generate", no_memory)
+    args = {"demo": ["demo", "--plan", "default", "--max-new-tokens", "4", "--no-sampled"],
+            "trace": ["trace", "x", "--plan", "default", "--out", str(tmp_path / "t.html")]}.get(
+        cmd, ["generate", "x", "--plan", "default", "--method", "speculative"])
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    target = "the embedded target tiny-target" if cmd == "demo" else "--target tiny-target"
+    draft = "the embedded draft tiny-draft" if cmd == "demo" else "its draft tiny-draft"
+    assert err[0].startswith(f"error: out of memory in {cmd}: {target} needs 40.7 MB of float32 weights and "), err
+    assert f"; {draft} needs " in err[0] and "MB of KV cache" in err[0]
+    assert not (tmp_path / "t.html").exists()
+
+
+@pytest.mark.parametrize("cmd", ["trace", "ngram"])
+def test_a_file_size_limit_on_out_names_the_option_and_the_file(tmp_path, cmd):
+    """Under `ulimit -f` (Python ignores SIGXFSZ, so the write fails with EFBIG) the page or the trigram is one
+    line naming --out and its file, and the file already there is kept whole."""
+    import resource
+
+    out = tmp_path / ("t.html" if cmd == "trace" else "t.npz")
+    out.write_text("before\n")
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    return x\n" * 20)
+    args = (["trace", "def f(x):", "--plan", "default", "--max-new-tokens", "2", "--out", str(out)] if cmd == "trace"
+            else ["ngram", "fit", str(src), "--out", str(out), "--n-vocab", "300"])
+    limit = (200, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+    r = subprocess.run([sys.executable, "-m", "specdec_np", *args], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, limit))
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and err == [f"error: --out {out}: File too large: not written (a file already there is "
+                                         "kept)"], r.stderr
+    assert out.read_text() == "before\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", out.name]
