@@ -69,7 +69,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: off)")
     p.add_argument("--top-p", type=float, help="sample from the smallest set of tokens whose probability reaches p "
                    "(nucleus; default: off)")
-    p.add_argument("--seed", type=int, help="seed of the sampling (default: 0)")
+    p.add_argument("--seed", type=int, help="seed of the sampling (default: 0); the same seed gives the same text only "
+                   "with the same plan (this machine's plan may differ elsewhere: --plan default for text that is the "
+                   "same on every machine)")
     p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
                    "predicted fastest here for this pair and setting; default: the core's constant plan, the same on "
                    "every machine (default: %(default)s)")
@@ -115,8 +117,8 @@ def read_prompt(a) -> str:
     """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
-    if a.prompt not in (None, "-"):
-        return a.prompt
+    if a.prompt not in (None, "-"):  # undecodable bytes of the argument arrive as lone surrogates (PEP 383)
+        return a.prompt if a.prompt.isascii() else utf8(os.fsencode(a.prompt), "the prompt (the argument)")
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
@@ -202,6 +204,9 @@ def setup(a) -> Setup:
         a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):
         target = load_model(a.target)
+    if a.top_k is not None and a.top_k >= target.config.n_vocab:  # keeps every token: changes nothing
+        raise ValueError(f"--top-k {a.top_k}: the target has {target.config.n_vocab} tokens, so top-k keeps them all "
+                         f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
     runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
@@ -252,7 +257,8 @@ def run(a, keep_trees=False) -> tuple:
               f"({s.target.config.n_ctx} tokens)", file=sys.stderr)
     st = res.stats
     if a.stats:
-        print(f"method {s.method}: {s.about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
+        seed = f"seed {a.seed or 0} with this plan; " if a.temperature else ""
+        print(f"method {s.method}: {s.about}\n{seed}{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
               f"tokens/s), stop: {res.stop_reason}\ntarget passes {st.target_passes}, tokens per target pass "
               f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "

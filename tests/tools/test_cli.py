@@ -774,3 +774,41 @@ def test_a_file_size_limit_on_out_names_the_option_and_the_file(tmp_path, cmd):
     assert r.returncode == 2 and err == [f"error: --out {out}: File too large: not written (a file already there is "
                                          "kept)"], r.stderr
     assert out.read_text() == "before\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", out.name]
+
+
+def test_a_prompt_argument_that_is_not_utf8_is_named(tmp_path):
+    """Bytes that are not UTF-8 in the prompt argument (they reach Python as lone surrogates): one line naming
+    the prompt, UTF-8 and the byte, as --file and standard input say it."""
+    r = subprocess.run([sys.executable.encode(), b"-m", b"specdec_np", b"generate", b"def f(\xff):", b"--plan",
+                        b"default"], capture_output=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stderr.decode().splitlines() == [
+        "error: the prompt (the argument) is not UTF-8 text: byte 6 is b'\\xff'"], r.stderr
+    assert main(["generate", "def f(\udcff):", "--plan", "default"]) == 2  # the same, in process
+
+
+@pytest.mark.parametrize("top_k, ok", [(8193, False), (10 ** 6, False), (8192, True)])
+def test_top_k_that_keeps_every_token_is_an_error(capsys, top_k, ok):
+    """--top-k at or above the target's vocabulary keeps every token, so changes nothing: an error naming it
+    (8192 of the embedded 8193 still drops one)."""
+    rc = main(["generate", "x", "--plan", "default", "--temperature", "1", "--top-k", str(top_k),
+               "--max-new-tokens", "2", "--method", "ar"])
+    err = capsys.readouterr().err.strip().splitlines()
+    if ok:
+        assert rc == 0, err
+    else:
+        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so top-k keeps them all and "
+                                   "changes nothing: give fewer than 8193, or leave it off"]
+
+
+def test_stats_prints_the_seed_beside_the_plan_and_help_says_why(capsys):
+    """The same seed gives the same text only with the same plan: --stats prints the seed on the line after the
+    plan when sampling, --help says so."""
+    assert main(["generate", "x", "--plan", "default", "--temperature", "1", "--seed", "7", "--max-new-tokens", "2",
+                 "--stats"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("method staged: ") and lines[1].startswith("seed 7 with this plan; 2 tokens in ")
+    assert main(["generate", "x", "--plan", "default", "--max-new-tokens", "2", "--stats"]) == 0
+    assert "seed" not in capsys.readouterr().err  # greedy: nothing is drawn
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "same seed gives the same text only with the same plan" in " ".join(capsys.readouterr().out.split())
