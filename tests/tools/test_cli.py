@@ -812,3 +812,19 @@ def test_stats_prints_the_seed_beside_the_plan_and_help_says_why(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "same seed gives the same text only with the same plan" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("broken", ["target", "draft"])
+def test_logits_that_give_no_distribution_name_their_model(embedded, broken):
+    """A model whose weights hold inf gives NaN logits: the error through the API says whose they are."""
+    import numpy as np
+
+    from specdec_np.decode import generate
+    from specdec_np.gpt2 import GPT2, map_params
+
+    target, draft, ngram, enc = embedded
+    models = {"target": target, "draft": draft}
+    models[broken] = GPT2(models[broken].config, map_params(lambda a: np.full_like(a, np.inf) if a.ndim == 2 else a,
+                                                            models[broken].params))
+    with pytest.raises(ValueError, match=f"^the {broken}'s logits contain NaN or \\+inf"), np.errstate(all="ignore"):
+        generate(models["target"], [1, 2, 3], 4, method="speculative", draft=models["draft"], temperature=1.0)
