@@ -555,7 +555,8 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
     monkeypatch.setattr(trace, "write", full)
     assert main(trace_args(tmp_path / "t.html")) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out {tmp_path / 't.html'}: cannot write in {tmp_path}: No space left on device"
+    assert err == (f"error: --out {tmp_path / 't.html'}: No space left on device: not written (a file already there "
+                   "is kept)")
 
 
 @pytest.mark.parametrize("args, needle", [
