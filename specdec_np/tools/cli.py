@@ -257,8 +257,8 @@ def run(a, keep_trees=False) -> tuple:
               f"({s.target.config.n_ctx} tokens)", file=sys.stderr)
     st = res.stats
     if a.stats:
-        seed = f"seed {a.seed or 0} with this plan; " if a.temperature else ""
-        print(f"method {s.method}: {s.about}\n{seed}{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
+        about = s.about + (f"; seed {a.seed or 0}" if a.temperature else "")  # a seed repeats with its plan only
+        print(f"method {s.method}: {about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
               f"tokens/s), stop: {res.stop_reason}\ntarget passes {st.target_passes}, tokens per target pass "
               f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
@@ -344,8 +344,10 @@ def out_of_memory(cmd: str, args) -> str:
         if args.draft is not None or args.method is None or METHODS[args.method].runs_draft:
             with contextlib.suppress(ValueError):
                 models.append(("--draft" if args.draft else "its draft", args.draft or default_draft(args.target)))
-    else:
+    elif cmd in ("demo", "bench"):
         models = [("the embedded target", EMBEDDED_TARGET), ("the embedded draft", EMBEDDED_DRAFT)]
+    else:  # ngram fit, weights: no model in memory
+        return f"out of memory in {cmd}"
     needs = []
     for option, name in models:
         try:

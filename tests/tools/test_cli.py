@@ -802,12 +802,12 @@ def test_top_k_that_keeps_every_token_is_an_error(capsys, top_k, ok):
 
 
 def test_stats_prints_the_seed_beside_the_plan_and_help_says_why(capsys):
-    """The same seed gives the same text only with the same plan: --stats prints the seed on the line after the
-    plan when sampling, --help says so."""
+    """The same seed gives the same text only with the same plan: --stats prints the seed beside the plan when
+    sampling, --help says so."""
     assert main(["generate", "x", "--plan", "default", "--temperature", "1", "--seed", "7", "--max-new-tokens", "2",
                  "--stats"]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("method staged: ") and lines[1].startswith("seed 7 with this plan; 2 tokens in ")
+    assert lines[0].startswith("method staged: ") and lines[0].endswith("; seed 7") and lines[1].startswith("2 tokens in ")
     assert main(["generate", "x", "--plan", "default", "--max-new-tokens", "2", "--stats"]) == 0
     assert "seed" not in capsys.readouterr().err  # greedy: nothing is drawn
     with pytest.raises(SystemExit):
