@@ -41,7 +41,7 @@ def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("install")
     src = tmp / "src"
     shutil.copytree(ROOT / "specdec_np", src / "specdec_np", ignore=not_shipped)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "THIRD_PARTY_NOTICES.md"):
         shutil.copy(ROOT / name, src / name)
     pip("wheel", "--no-build-isolation", "-w", str(tmp / "dist"), str(src))
     (wheel,) = (tmp / "dist").glob("specdec_np-*.whl")
@@ -68,6 +68,7 @@ def test_the_wheel_holds_every_shipped_file(installed):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         assert {p.relative_to(ROOT).as_posix() for p in modules} <= names  # every module, gpt2.py included
+        assert any(n.endswith(".dist-info/THIRD_PARTY_NOTICES.md") for n in names)  # the BPE files' licence
         for p in shipped:
             name = "specdec_np/weights/" + p.relative_to(SHIPPED).as_posix()
             assert name in names, name
