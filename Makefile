@@ -16,7 +16,7 @@ help:
 	@echo "make trace       one decoding run as a self-contained HTML page, out/trace.html"
 	@echo "make trace-png   docs/trace.png, the README's picture of the trace page (needs Chromium)"
 	@echo "make bench       the HumanEval benchmark (ARGS=\"--limit 10\", ...; installs its prompts)"
-	@echo "make weights     download real GPT-2 checkpoints (MODELS=\"gpt2-large gpt2\"; needs the network)"
+	@echo "make weights     download real GPT-2 checkpoints into specdec_np/weights/ (MODELS=\"gpt2-large gpt2\"; needs the network)"
 	@echo "make memory      peak memory of generate with gpt2-large + gpt2 shapes (random weights, in /tmp)"
 	@echo "make venv        only set up .venv;  make clean  remove .venv and out/"
 

@@ -307,7 +307,7 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
 
 
 def resolve(name_or_path) -> Path:
-    """A checkpoint directory: a path to one, or the name of a downloaded model in `weights/`."""
+    """A checkpoint directory: a path to one, or the name of a model in the weights directory (`files.WEIGHTS_DIR`)."""
     name = str(name_or_path)
     if not name.strip():
         raise FileNotFoundError(f"an empty checkpoint name {name!r}: give a model name ({', '.join(HUB_REPOS)}, "

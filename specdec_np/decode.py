@@ -90,7 +90,7 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
     logits = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c)  # [len(tree), V]
-    return Scored(process(logits, temperature, top_k, top_p), start, n_c)
+    return Scored(process(logits, temperature, top_k, top_p, whose="the target's"), start, n_c)
 
 
 def accept(proposal, p, rand) -> Verdict:

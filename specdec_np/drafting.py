@@ -66,7 +66,8 @@ class ModelDrafter:
         todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
         if todo:
             self.dists += len(todo)
-            for k, q in zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings)):
+            rows = np.stack([self.logits[k] for k in todo])
+            for k, q in zip(todo, process(rows, *self.settings, whose="the draft's")):
                 self.dist[k] = q
         return np.stack([self.dist[k] for k in keys])
 

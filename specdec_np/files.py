@@ -1,7 +1,7 @@
 """Where the shipped files live, how files are written, and how every file is read: `check_regular`.
 
 WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and downloaded
-checkpoints (`weights/` beside the package, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
+checkpoints (the package data `specdec_np/weights/`, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
 module reads it from here. The embedded pair's acceptance profile and calibration prompts are read from
 WEIGHTS_DIR when it holds them, else from SHIPPED_DIR (`weights_file`).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 WEIGHTS_ENV = "SPECDEC_NP_WEIGHTS"
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "weights"
+SHIPPED_DIR = Path(__file__).resolve().parent / "weights"  # package data: there in the clone and in any install
 WEIGHTS_DIR = Path(os.environ[WEIGHTS_ENV]) if WEIGHTS_ENV in os.environ else SHIPPED_DIR
 
 

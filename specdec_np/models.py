@@ -1,4 +1,4 @@
-"""Where models come from: the embedded tiny pair + trigram shipped in `weights/`, or real GPT-2.
+"""Where models come from: the embedded tiny pair + trigram shipped in `specdec_np/weights/`, or real GPT-2.
 
 `load_model("tiny-target")`, `load_model("gpt2-large")` (after `make weights`) or a directory path; the
 tokenizer follows from the vocabulary size (`tokenizer.get_encoding`).

@@ -51,9 +51,10 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
-def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..., V] float64
+def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [..., V] -> [..., V] float64
     """The processed next-token distribution of a row [V] or a batch [n, V] (settings trusted): temperature, top-k,
-    top-p, renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32)."""
+    top-p, renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32). `whose`
+    names the model in the error on logits that give no distribution ("the target's")."""
     logits = np.asarray(logits)
     if not np.issubdtype(logits.dtype, np.floating):
         logits = logits.astype(np.float64)
@@ -61,7 +62,7 @@ def process(logits, temperature=1.0, top_k=None, top_p=None):  # [..., V] -> [..
         raise ValueError(f"logits must be [V] or [n, V] with V >= 1, got shape {logits.shape}")
     row_max = logits.max(axis=-1, keepdims=True)  # NaN if a row has a NaN, +inf if +inf, -inf if all -inf
     if not np.isfinite(row_max).all():
-        raise ValueError("logits contain NaN or +inf, or a row is all -inf (no token possible)")
+        raise ValueError(f"{whose} logits contain NaN or +inf, or a row is all -inf (no token possible)")
     if temperature == 0:  # greedy: a one-hot distribution on the argmax (ties to the lowest id)
         out = np.zeros(logits.shape, dtype=np.float64)
         np.put_along_axis(out, logits.argmax(axis=-1)[..., None], 1.0, axis=-1)

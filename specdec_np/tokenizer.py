@@ -34,7 +34,7 @@ def _gpt2_ranks(bpe_dir: str) -> dict[bytes, int]:
             data[name] = read_regular(path, f"tokenizer file {path}", limit=1 << 24)
         except FileNotFoundError as e:
             raise FileNotFoundError(f"tokenizer file {path} is missing ({e.strerror}; it ships with specdec_np in "
-                                    "weights/)") from None
+                                    "specdec_np/weights/)") from None
         except OSError as e:
             raise ValueError(f"tokenizer file {path}: {e.strerror or e}") from None
         got = hashlib.sha256(data[name]).hexdigest()

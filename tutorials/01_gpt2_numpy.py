@@ -23,7 +23,7 @@ from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
 from lesson import print_rounding  # tutorials/lesson.py; marks a float32 rounding error (it varies with the BLAS)
 
-model = load_model("tiny-target")  # the small GPT-2 shipped in weights/ (no network needed)
+model = load_model("tiny-target")  # the small GPT-2 shipped in specdec_np/weights/ (no network needed)
 cfg, params = model.config, model.params
 enc = get_encoding(cfg.n_vocab)  # GPT-2's BPE, cut to this model's vocabulary
 print(cfg)

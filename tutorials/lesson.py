@@ -6,6 +6,11 @@ so that timing has one home.
 Run a lesson through it to stop it cleanly on Ctrl-C (`make tutorials` does):
 
     .venv/bin/python tutorials/lesson.py tutorials/02_kv_cache.py
+
+It puts the lesson's folder on sys.path itself, so it also runs a lesson under `python -I` (isolated mode, which
+leaves the script's folder off sys.path: a lesson run directly then cannot import this file). The lessons check
+themselves with `assert`, which `python -O` removes: under -O (or PYTHONOPTIMIZE) it refuses, in one line, and a
+lesson run directly stops where it imports this file.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ import runpy
 import sys
 import tempfile
 from pathlib import Path
+
+OPTIMIZED = ("python -O (or PYTHONOPTIMIZE) removes the asserts that check each lesson, so it would pass without "
+             "checking anything: run it without -O (e.g. env -u PYTHONOPTIMIZE make tutorials)")
+if sys.flags.optimize and __name__ != "__main__":  # imported by a lesson run directly under -O
+    sys.exit(f"{os.path.basename(sys.argv[0]) or 'lesson'}: refused: {OPTIMIZED}")
 
 
 # ------------------------------------------------------------------ printing
@@ -157,8 +167,11 @@ def main(argv=None) -> int:
     if len(argv) != 1 or not argv[0].endswith(".py") or not os.path.isfile(argv[0]):
         print("usage: python tutorials/lesson.py tutorials/NN_name.py")
         return 2
+    if sys.flags.optimize:
+        print(f"{argv[0]}: refused: {OPTIMIZED}", file=sys.stderr)
+        return 2
     sys.argv = argv[:]
-    sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+    sys.path[:0] = [str(Path(argv[0]).resolve().parent), str(Path(__file__).resolve().parent)]  # also under -I
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except KeyboardInterrupt:

@@ -28,7 +28,18 @@ TUTORIALS = Path(__file__).resolve().parent
 OUT = TUTORIALS / "notebooks"
 KERNEL = "specdec_np"
 EXTRA = "make_notebooks: needs the notebooks extra (jupytext, nbclient, ipykernel): `make notebooks` installs it"
+# --help's line: a literal, not __doc__'s first line (python -OO drops docstrings)
+DESCRIPTION = "Build tutorials/notebooks/NN_name.ipynb from the lessons, executed, with their outputs: `make notebooks`."
 CELL_TIMEOUT = 900  # seconds for one cell: a lesson's timed cells take a minute on a busy 2-core machine
+
+
+def optimized() -> str:
+    """Why the lessons' checks would not run here ("" if they would): they are asserts, which python -O removes,
+    in this process or in the kernel (it inherits PYTHONOPTIMIZE)."""
+    if sys.flags.optimize or os.environ.get("PYTHONOPTIMIZE"):
+        return ("python -O (or PYTHONOPTIMIZE) removes the asserts that check each lesson: run it without them, "
+                "e.g. `env -u PYTHONOPTIMIZE make notebooks`")
+    return ""
 
 
 def lessons() -> list[Path]:
@@ -90,24 +101,53 @@ def interrupted(error: BaseException | None) -> bool:
     return False
 
 
+INTERRUPTED = "make_notebooks: interrupted (the notebooks already written are whole)"
+ctrl_c = []  # set once Ctrl-C reached this process (whatever the kernel, which gets it too, did first)
+
+
+def on_ctrl_c(signum, frame):
+    """Ctrl-C: the one line now, then nothing more on standard error. The kernel gets the signal too and may die
+    first, and jupyter_client and pyzmq then report it (a ZMQ traceback) while this process stops: not shown."""
+    if not ctrl_c:
+        ctrl_c.append(signum)
+        say_interrupted()
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), sys.stderr.fileno())
+    raise KeyboardInterrupt
+
+
+def say_interrupted():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C during the cleanup changes nothing
+    sys.stdout.flush()
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+
+
 def main(argv=None, load_check=busy, register=register_kernel) -> int:
+    ctrl_c.clear()
+    before = signal.signal(signal.SIGINT, on_ctrl_c)
     try:
         return run(argv, load_check, register)
     except BaseException as error:
-        if not interrupted(error):
+        if not (ctrl_c or interrupted(error)):  # an error of its own, not one that Ctrl-C caused
             raise
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C during the cleanup below changes nothing
-        print("make_notebooks: interrupted (the notebooks already written are whole)", file=sys.stderr, flush=True)
+        if not ctrl_c:
+            say_interrupted()
         return 130
+    finally:
+        if signal.getsignal(signal.SIGINT) is on_ctrl_c:
+            signal.signal(signal.SIGINT, before)
 
 
 def run(argv, load_check, register) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument("lessons", nargs="*", type=Path, help="lesson files (default: every lesson)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
     parser.add_argument("--kernel", default=KERNEL,
                         help="Jupyter kernel to run them in (registered first if it is specdec_np)")
     args = parser.parse_args(argv)
+    if why := optimized():
+        print(f"make_notebooks: refused: {why}")
+        return 1
     for path in args.lessons:
         if not path.is_file():
             print(f"make_notebooks: no lesson file {path}")

@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE))
 import train_tiny as T  # noqa: E402
 
 PACKAGES = HERE / "corpus_packages.txt"
+SHIPPED = HERE.parent / "specdec_np" / "weights"  # the package data (files.SHIPPED_DIR)
 WHEELS = T.WORK / "wheels"
 OUT = T.WORK / "corpus"
 PERMISSIVE = ("MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "PSF-2.0", "ISC")
@@ -135,7 +136,7 @@ def write_prompts(enc) -> dict:
     from specdec_np.tokenizer import encode
 
     out = {"calibration": [encode(enc, json.loads(line)["prompt"]) for line in
-                           (HERE / "calibration.jsonl").read_text().splitlines() if line.strip()]}
+                           (SHIPPED / "calibration.jsonl").read_text().splitlines() if line.strip()]}
     try:
         from specdec_np.tools.bench import humaneval_file
         with gzip.open(humaneval_file(), "rt") as f:

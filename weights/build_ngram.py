@@ -5,7 +5,7 @@
 1. Sample text from the exported draft at temperature 1.5 (the paper's recipe), resumably in chunks.
 2. Fit three trigrams: on the draft's samples, on the training corpus, and on both.
 3. Measure how often each one's top-1 equals the draft's argmax on held-out text (the n-gram's job
-   in staged decoding is to guess the *draft*), and ship the best as weights/tiny-trigram.npz.
+   in staged decoding is to guess the *draft*), and ship the best as specdec_np/weights/tiny-trigram.npz.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ sys.path.insert(0, str(HERE.parent))
 
 from specdec_np import checkpoint, ngram  # noqa: E402
 from specdec_np.decode import generate  # noqa: E402
+from specdec_np.files import SHIPPED_DIR  # noqa: E402  (specdec_np/weights/: the package data)
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
 
 CHUNK = 100  # sequences per saved chunk
 
 
 def sample_draft(n_tokens: int, seq_len: int = 256) -> np.ndarray:
-    draft = checkpoint.load(HERE / "tiny-draft")
+    draft = checkpoint.load(SHIPPED_DIR / "tiny-draft")
     eot = draft.config.n_vocab - 1
     chunks = sorted(WORK.glob("draft_samples_*.npy"))
     have = sum(np.load(c).size for c in chunks)
@@ -53,7 +54,7 @@ def sample_draft(n_tokens: int, seq_len: int = 256) -> np.ndarray:
 
 def draft_argmax_on_heldout(n_windows: int = 40, window: int = 256):
     """(contexts, draft argmax) at every position of fixed held-out windows."""
-    draft = checkpoint.load(HERE / "tiny-draft")
+    draft = checkpoint.load(SHIPPED_DIR / "tiny-draft")
     held = np.load(WORK / "heldout.npy").astype(np.int64)
     starts = np.linspace(0, held.size - window - 1, n_windows).astype(np.int64)
     ctx, target = [], []
@@ -98,7 +99,7 @@ def main():
         if best is None or acc > report[best]["agreement_with_draft_argmax"]:
             best = name
     report["shipped"] = best
-    (WORK / f"trigram_{best}.npz").replace(HERE / "tiny-trigram.npz")
+    (WORK / f"trigram_{best}.npz").replace(SHIPPED_DIR / "tiny-trigram.npz")
     (WORK / "ngram.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 

@@ -1,9 +1,9 @@
 """Export the trained tiny models through specdec_np's own saver (Hugging Face GPT-2 layout, fp16).
 
-    python weights/export_tiny.py                   # needs PyTorch; writes weights/tiny-target/, tiny-draft/
-    python weights/export_tiny.py draft_t1          # only the further-distilled draft, as weights/tiny-draft/
+    python weights/export_tiny.py                   # needs PyTorch; writes specdec_np/weights/tiny-*/
+    python weights/export_tiny.py draft_t1          # only the further-distilled draft, as tiny-draft/
     python weights/export_tiny.py --from DIR        # NumPy only: weights/recipe.py's output (the GPU run) ->
-                                                    # tiny-target/, tiny-draft/, tiny-trigram.npz, eval.json
+                                                    # specdec_np/weights/tiny-*, weights/eval.json
 
 Checks, for each model, that specdec_np's forward pass on the exported file gives the logits of the
 PyTorch model it came from *with its weights rounded to fp16*, and records held-out losses.
@@ -24,10 +24,11 @@ sys.path.insert(0, str(HERE))
 
 import train_tiny as T  # noqa: E402
 from specdec_np import checkpoint  # noqa: E402
+from specdec_np.files import SHIPPED_DIR as SHIPPED  # noqa: E402  (specdec_np/weights/: the package data)
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache  # noqa: E402
 
 
-SHIPPED_AS = {"target": "target", "draft": "draft", "draft_t1": "draft"}  # run -> weights/tiny-NAME/
+SHIPPED_AS = {"target": "target", "draft": "draft", "draft_t1": "draft"}  # run -> specdec_np/weights/tiny-NAME/
 
 
 def export(name: str) -> dict:
@@ -38,7 +39,7 @@ def export(name: str) -> dict:
         for p in model.parameters():
             p.copy_(p.half().float())
     config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg.n_ctx, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head)
-    out_dir = HERE / f"tiny-{SHIPPED_AS[name]}"
+    out_dir = SHIPPED / f"tiny-{SHIPPED_AS[name]}"
     checkpoint.save(GPT2(config, T.to_numpy_params(model, cfg)), out_dir, dtype=np.float16)
     ours = checkpoint.load(out_dir)
 
@@ -107,16 +108,16 @@ def export_from(out_dir: Path) -> dict:
         cfg = report[name]["config"]
         config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=cfg["n_ctx"], n_embd=cfg["n_embd"], n_layer=cfg["n_layer"],
                             n_head=cfg["n_head"])
-        checkpoint.save(GPT2(config, from_shards(out_dir, name)), HERE / f"tiny-{name}", dtype=np.float16)
-        model = checkpoint.load(HERE / f"tiny-{name}")
+        checkpoint.save(GPT2(config, from_shards(out_dir, name)), SHIPPED / f"tiny-{name}", dtype=np.float16)
+        model = checkpoint.load(SHIPPED / f"tiny-{name}")
         window = toks[:model.config.n_ctx]
         logits = forward(model, window[:-1], new_cache(model)).astype(np.float64)  # [n, V]
         logp = logits - logits.max(-1, keepdims=True)
         logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
         evals[name] = {"heldout_slice_nats": round(float(-logp[np.arange(len(window) - 1), window[1:]].mean()), 5)}
-    tmp = HERE / "tiny-trigram.tmp.npz"
+    tmp = SHIPPED / "tiny-trigram.tmp.npz"
     shutil.copyfile(out_dir / "trigram.npz", tmp)
-    os.replace(tmp, HERE / "tiny-trigram.npz")
+    os.replace(tmp, SHIPPED / "tiny-trigram.npz")
     (HERE / "eval.json").write_text(json.dumps(evals, indent=1) + "\n")
     return evals
 

@@ -26,7 +26,7 @@ for r in sorted(rel):
             if 150 < len(prompt) < 1200 and not prompt.startswith(" "):
                 out.append({"file": r, "prompt": prompt})
                 break
-print(f"{len(out)} prompts -> weights/calibration.jsonl")
-with open(Path(__file__).resolve().parent / "calibration.jsonl", "w") as f:
+print(f"{len(out)} prompts -> specdec_np/weights/calibration.jsonl")
+with open(Path(__file__).resolve().parents[1] / "specdec_np" / "weights" / "calibration.jsonl", "w") as f:
     for rec in out:
         f.write(json.dumps(rec) + "\n")

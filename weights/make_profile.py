@@ -1,4 +1,4 @@
-"""The embedded pair's acceptance profile, weights/profile.json (tens of minutes; the maintainers' tool).
+"""The embedded pair's acceptance profile, specdec_np/weights/profile.json (tens of minutes; the maintainers' tool).
 
     python weights/make_profile.py [--jobs 2] [--out out/profile]
 
@@ -7,7 +7,7 @@ Every candidate plan (`acceptance.candidates`) decodes the calibration prompts g
 on the models and prompts, so the profile ships and every machine's plan choice reads it. Each finished
 candidate is appended to a journal in --out, where an interrupted run resumes (a line another version of
 the code wrote, or one cut short, is counted again); --jobs N counts candidates in N processes of one BLAS
-thread each. The profile goes to the weights directory ($SPECDEC_NP_WEIGHTS, else weights/), named
+thread each. The profile goes to the weights directory ($SPECDEC_NP_WEIGHTS, else specdec_np/weights/), named
 before anything is measured.
 """
 

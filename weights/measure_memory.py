@@ -28,6 +28,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+# --help's line: a literal, not __doc__'s first line (python -OO drops docstrings)
+DESCRIPTION = ("Peak resident memory of `generate` with a gpt2-large-shaped target and a gpt2-shaped draft, run as a "
+               "user runs it.")
 
 from specdec_np import checkpoint  # noqa: E402
 from specdec_np.gpt2 import GPT2_SHAPES, random_params  # noqa: E402
@@ -70,7 +73,7 @@ def peak_rss(argv: list[str], env: dict) -> tuple[int, float, int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=DESCRIPTION)
     ap.add_argument("--plan", default="default", choices=("default", "machine"))
     ap.add_argument("--dir", default=None, help="where to write (and keep) the checkpoints (default: a temporary "
                     "directory, deleted afterwards)")

@@ -17,8 +17,8 @@
 Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
 reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
 specdec_np's layout, sharded), trigram.npz, report.json, log.txt. `python weights/export_tiny.py --from DIR`
-turns them into weights/tiny-target/, tiny-draft/ and tiny-trigram.npz. Each shard set is read back here and its
-logits checked against the torch model's with fp16 weights.
+turns them into specdec_np/weights/tiny-target/, tiny-draft/ and tiny-trigram.npz. Each shard set is read
+back here and its logits checked against the torch model's with fp16 weights.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class RunConfig:
     distill_from: str | None = None  # name of the teacher run (draft only)
     distill_alpha: float = 1.0  # weight of KL(teacher || student); 1 - alpha on the corpus CE
     ckpt_every: int = 100
-    init_from: str | None = None  # start from these weights ("shipped:draft" = weights/tiny-draft)
+    init_from: str | None = None  # start from these weights ("shipped:draft" = specdec_np/weights/tiny-draft)
     sample_frac: float = 0.0  # fraction of each batch drawn from the teacher's samples (work/samples_train.npy)
     tvd_weight: float = 0.0  # + tvd_weight x total variation between the top-k processed distributions
     top_k: int = 50  # the k of that top-k (the benchmark's sampled setting: top-k 50, T=1)
@@ -223,7 +223,7 @@ def from_numpy_params(model, params: dict) -> None:
 
 
 def get_model(name: str):
-    """A run's final torch model, or "shipped:NAME" = the committed weights/tiny-NAME/ checkpoint."""
+    """A run's final torch model, or "shipped:NAME" = the committed specdec_np/weights/tiny-NAME/ checkpoint."""
     if not name.startswith("shipped:"):
         return load_run(name)
     from specdec_np import checkpoint
@@ -231,7 +231,7 @@ def get_model(name: str):
     which = name.split(":", 1)[1]
     cfg = next(c for c in RUNS.values() if c.name == which)
     model = make_model(cfg)
-    from_numpy_params(model, checkpoint.load(HERE / f"tiny-{which}").params)
+    from_numpy_params(model, checkpoint.load(HERE.parent / "specdec_np" / "weights" / f"tiny-{which}").params)
     model.eval()
     return model, cfg
 

@@ -4,7 +4,7 @@ Sequoia (Chen et al. 2024, arXiv 2402.12374) separates what belongs to the model
 tree shape gets accepted) from what belongs to the hardware (what a pass of k tokens costs). This is
 the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
 50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
-so the embedded pair's profile ships in `weights/`; `costmodel.py` prices it, `choice.py` picks.
+so the embedded pair's profile ships in `specdec_np/weights/`; `costmodel.py` prices it, `choice.py` picks.
 Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding).
 """
 

@@ -7,8 +7,14 @@ column means: docs/results.md; the options in full: docs/reference.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import json
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +23,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import atomic_file
+from ..files import atomic_file, terminated_as_exit
 from ..models import load_embedded
 from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
@@ -25,7 +31,6 @@ from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
-from .cache import write_json
 from .calibration import Busy, calibration
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
@@ -376,9 +381,7 @@ def main(argv=None) -> int:
     seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""  # --seeds applies to top-k only
     head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{seeds}; {time.time() - t0:.0f} s"
     print(f"\n{head}\n{md}")
-    write_json(out_dir / "results.json", res)
-    with atomic_file(out_dir / "results.md", "w") as f:
-        f.write(md + "\n")
+    write_results(out_dir, res, md, f"--out {a.out}")
     if a.results:
         command = "python -m specdec_np bench " + " ".join(argv if argv is not None else sys.argv[2:])
         update_results(Path(a.results), machine_name(), f"`{command.strip()}` on {time.strftime('%Y-%m-%d')}: "
@@ -389,6 +392,72 @@ def main(argv=None) -> int:
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'} and {out_dir / 'results.md'}")
     return 0
+
+
+def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
+    """results.json and results.md, a pair: an interrupted run leaves the previous pair or this one, never one
+    of each (`write_together`); a full disk or a file-size limit is a ValueError naming `option` and the file."""
+    texts = {out_dir / "results.json": json.dumps(res, indent=1) + "\n", out_dir / "results.md": md + "\n"}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_together(texts)
+    except OSError as e:
+        where = e.filename or next(iter(texts))
+        raise ValueError(f"{option}: cannot write {where}: {e.strerror or e}") from None
+
+
+def write_together(texts: dict) -> None:
+    """Each {path: text} written whole to a temporary file beside its path, then all renamed into place with
+    Ctrl-C and SIGTERM held back until the last rename (`signals_held`): the files change together or not at
+    all. A failed write (a full disk, SIGTERM) removes the temporary files."""
+    tmps = []
+    try:
+        with terminated_as_exit():
+            for path, text in texts.items():
+                tmps.append((path, temporary_copy(path, text)))
+            with signals_held():
+                for path, tmp in tmps:
+                    os.replace(tmp, path)
+    finally:
+        for _, tmp in tmps:  # those not renamed: a failed write
+            Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """While the block runs, Ctrl-C and SIGTERM are noted, not acted on; the first one that came is raised
+    again when it ends, so that its own handler acts then (in the main thread: elsewhere nothing is held)."""
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
+    if threading.current_thread() is not threading.main_thread():
+        held = []
+    came = []
+    before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
+def temporary_copy(path: Path, text: str) -> str:
+    """`text` in a new temporary file beside `path` (with the usual permissions); its name. An OSError (a full
+    disk, a file-size limit) names `path`, not the temporary file."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+    return tmp
 
 
 def blas_line(costs) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import sys
@@ -22,9 +23,9 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
-from ..gpt2 import GPT2
+from ..gpt2 import GPT2, param_shapes
 from ..methods import METHODS
-from ..models import load_model, load_ngram
+from ..models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load_model, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
@@ -67,7 +68,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: off)")
     p.add_argument("--top-p", type=float, help="sample from the smallest set of tokens whose probability reaches p "
                    "(nucleus; default: off)")
-    p.add_argument("--seed", type=int, help="seed of the sampling (default: 0)")
+    p.add_argument("--seed", type=int, help="seed of the sampling (default: 0); the same seed gives the same text only "
+                   "with the same plan (this machine's plan may differ elsewhere: --plan default for text that is the "
+                   "same on every machine)")
     p.add_argument("--plan", default="machine", choices=("machine", "default"), help="machine: the method and plan "
                    "predicted fastest here for this pair and setting; default: the core's constant plan, the same on "
                    "every machine (default: %(default)s)")
@@ -104,8 +107,8 @@ def read_prompt(a) -> str:
     """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
-    if a.prompt not in (None, "-"):
-        return a.prompt
+    if a.prompt not in (None, "-"):  # undecodable bytes of the argument arrive as lone surrogates (PEP 383)
+        return a.prompt if a.prompt.isascii() else utf8(os.fsencode(a.prompt), "the prompt (the argument)")
     if a.file is not None:
         where = f"--file {shown(a.file)}"
         with naming("--file", a.file):  # missing, a directory, unreadable: the system's reason, in one line
@@ -130,6 +133,9 @@ def utf8(data: bytes, what: str) -> str:
         raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
 
 
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
+
+
 @contextlib.contextmanager
 def naming(option: str, value: str | Path | None, writing: Path | None = None):
     """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
@@ -137,6 +143,9 @@ def naming(option: str, value: str | Path | None, writing: Path | None = None):
     try:
         yield
     except OSError as e:
+        if writing is not None and e.errno in FULL:
+            raise ValueError(f"{option} {value}: {e.strerror or e}: not written (a file already there is kept)") \
+                from None
         if writing is not None:
             raise ValueError(f"{option} {value}: cannot write in {writing}: {e.strerror or e}") from None
         if e.errno is None or value is None:  # the loaders' own messages name the file
@@ -184,6 +193,9 @@ def setup(a) -> Setup:
         a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):
         target = load_model(a.target)
+    if a.top_k is not None and a.top_k >= target.config.n_vocab:  # keeps every token: changes nothing
+        raise ValueError(f"--top-k {a.top_k}: the target has {target.config.n_vocab} tokens, so top-k keeps them all "
+                         f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = None
     runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
@@ -234,7 +246,8 @@ def run(a, keep_trees=False) -> tuple:
               f"({s.target.config.n_ctx} tokens)", file=sys.stderr)
     st = res.stats
     if a.stats:
-        print(f"method {s.method}: {s.about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
+        about = s.about + (f"; seed {a.seed or 0}" if a.temperature else "")  # a seed repeats with its plan only
+        print(f"method {s.method}: {about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
               f"tokens/s), stop: {res.stop_reason}\ntarget passes {st.target_passes}, tokens per target pass "
               f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
@@ -277,7 +290,7 @@ def cmd_ngram(argv) -> int:
     vocab.add_argument("--n-vocab", type=int, default=GPT2_N_VOCAB, help="vocabulary size of the models it drafts "
                        f"for: {GPT2_N_VOCAB} for GPT-2 (the default), {EMBEDDED_N_VOCAB} for the embedded tiny models")
     vocab.add_argument("--vocab-from", metavar="CHECKPOINT", help="take the vocabulary size from this checkpoint (a "
-                       "directory or a downloaded model's name, e.g. weights/tiny-target)")
+                       "directory or a model's name, e.g. tiny-target)")
     f.add_argument("--min-count", type=int, default=1, help="drop trigrams seen fewer times (smaller file)")
     f.add_argument("--katz-k", type=int, default=ngram_lib.KATZ_K, help="counts above this are not discounted "
                    "(default: %(default)s)")
@@ -312,6 +325,32 @@ def cmd_ngram(argv) -> int:
     return 0
 
 
+def out_of_memory(cmd: str, args) -> str:
+    """A MemoryError of `cmd` in words: the models it runs and the memory each needs in float32, its weights and
+    its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
+    if cmd in ("generate", "trace"):
+        models = [("--target", args.target)]
+        if args.draft is not None or args.method is None or METHODS[args.method].runs_draft:
+            with contextlib.suppress(ValueError):
+                models.append(("--draft" if args.draft else "its draft", args.draft or default_draft(args.target)))
+    elif cmd in ("demo", "bench"):
+        models = [("the embedded target", EMBEDDED_TARGET), ("the embedded draft", EMBEDDED_DRAFT)]
+    else:  # ngram fit, weights: no model in memory
+        return f"out of memory in {cmd}"
+    needs = []
+    for option, name in models:
+        try:
+            config = read_config(resolve(name) / CONFIG_FILE)
+        except (ValueError, OSError, MemoryError):
+            needs.append(f"{option} {shown(name)}")
+            continue
+        weights = 4 * sum(math.prod(shape) for _, shape in param_shapes(config).values())
+        cache = 4 * 2 * config.n_layer * config.n_ctx * config.n_embd
+        needs.append(f"{option} {shown(name)} needs {weights / 1e6:,.1f} MB of float32 weights and "
+                     f"{cache / 1e6:,.1f} MB of KV cache")
+    return f"out of memory in {cmd}: {'; '.join(needs)} (free some memory, or use smaller models)"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(prog="python -m specdec_np",
@@ -324,7 +363,8 @@ def main(argv=None) -> int:
                                          formatter_class=argparse.RawDescriptionHelpFormatter))
     sub.choices["trace"].add_argument("--out", default="trace.html", help="the page to write (default: %(default)s)")
     own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
-           "weights": "download real GPT-2 checkpoints into weights/", "ngram": "fit a Katz trigram on text files"}
+           "weights": "download real GPT-2 checkpoints into specdec_np/weights/",
+           "ngram": "fit a Katz trigram on text files"}
     for name, text in own.items():  # these parse their own arguments
         sub.add_parser(name, help=text, add_help=False)
     if argv and argv[0] in own:
@@ -347,6 +387,9 @@ def main(argv=None) -> int:
         return code
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"error: {out_of_memory(cmd, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,5 +1,5 @@
 """`python -m specdec_np weights gpt2 distilgpt2`: real GPT-2 checkpoints from the Hugging Face hub into
-`weights/NAME/` (standard library only). Each file streams into `FILE.part`; an interrupted transfer
+`specdec_np/weights/NAME/` (standard library only). Each file streams into `FILE.part`; an interrupted transfer
 resumes from there with an HTTP Range request (also on the next run). Only a file whose sha256 matches
 what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
 """

@@ -1,5 +1,5 @@
-"""The README's Python blocks run as written, in order and in one namespace (a later block uses an
-earlier one's names), so that the API they show cannot drift from the code.
+"""The README's Python blocks run as written, each on its own (a reader may copy any one of them), so that
+the API they show cannot drift from the code.
 
 Two things are made small, not skipped: every `generate` call decodes at most N_NEW tokens, and
 the tools' plan choice finds the machine "too busy to measure" (its one-line fallback, the
@@ -40,12 +40,12 @@ def test_the_readmes_python_blocks_run(monkeypatch, capsys):
     monkeypatch.setattr(decode, "generate", few_tokens)
     monkeypatch.setattr(calibration, "measure_costs", busy)
     blocks = python_blocks(README.read_text())
-    namespace = {}
     for block in blocks:
+        namespace = {}  # its own: a block that needs an earlier one's names fails here (NameError)
         exec(compile(block, str(README), "exec"), namespace)
+        assert len(namespace["res"].tokens) == N_NEW
     out = capsys.readouterr().out
     assert "True" in out  # the block comparing staged decoding's tokens with plain greedy's prints True
-    assert len(namespace["res"].tokens) == N_NEW
     # The control: a block that no longer matches the API fails here.
     with pytest.raises(TypeError, match="max_tokens"):
         exec(compile(blocks[0].replace("max_new_tokens=", "max_tokens="), str(README), "exec"), {})

@@ -358,3 +358,74 @@ def test_lessons_import_the_core_and_the_lesson_helper_not_the_tools(tmp_path):
     wrong = tmp_path / "11_wrong.py"  # the check itself can fail
     wrong.write_text("from specdec_np.tools import trace\nimport specdec_np.tools.machine\n")
     assert {"specdec_np.tools", "specdec_np.tools.trace", "specdec_np.tools.machine"} <= imported(wrong)
+
+
+def test_lessons_refuse_python_dash_o_and_run_under_dash_i(tmp_path, monkeypatch, capsys):
+    """The lessons check themselves with asserts, which -O removes: the runner (make tutorials), a lesson run
+    directly (where it imports lesson.py) and make notebooks (PYTHONOPTIMIZE reaches its kernel) refuse in one
+    line. Negative control: without -O the same lesson's failing assert fails it. Under -I (the lesson's folder
+    off sys.path) the runner still finds lesson.py. The scripts' --help survives -OO (no docstrings)."""
+    runner = str(ROOT / "tutorials" / "lesson.py")
+    lesson = tmp_path / "99_checks.py"
+    lesson.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tutorials')!r})\nimport lesson\n"
+                      "print('ran', lesson.MARKS)\nassert False, 'the check ran'\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONOPTIMIZE"}
+
+    def python(*args, **extra):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                              env=env | extra)
+
+    for args, extra in ((["-O", runner], {}), ([runner], {"PYTHONOPTIMIZE": "1"}), (["-O"], {})):
+        r = python(*args, str(lesson), **extra)
+        assert r.returncode in (1, 2) and r.stdout == "", r
+        err = r.stderr.strip().splitlines()
+        assert len(err) == 1 and "refused: python -O (or PYTHONOPTIMIZE) removes the asserts" in err[0], err
+    r = python(runner, str(lesson))  # the negative control: the assert runs and fails
+    assert r.returncode == 1 and "AssertionError: the check ran" in r.stderr
+    isolated = tmp_path / "99_isolated.py"
+    isolated.write_text("from lesson import MARKS\nprint('ran', MARKS)\n")
+    r = python("-I", str(isolated))
+    assert r.returncode == 1 and "No module named 'lesson'" in r.stderr  # why the runner is needed under -I
+    r = python("-I", runner, str(isolated))
+    assert r.returncode == 0 and r.stdout.startswith("ran "), r.stderr
+    for script, line in (("tutorials/make_notebooks.py", "Build tutorials/notebooks/NN_name.ipynb from the lessons"),
+                         ("weights/measure_memory.py", "Peak resident memory of `generate`")):
+        r = python("-OO", str(ROOT / script), "--help", PYTHONPATH=str(ROOT))
+        assert r.returncode == 0 and line in " ".join(r.stdout.split()), r
+    monkeypatch.setenv("PYTHONOPTIMIZE", "1")
+    assert make_notebooks().main([], load_check=lambda: "", register=lambda name: None) == 1
+    assert capsys.readouterr().out.startswith("make_notebooks: refused: python -O (or PYTHONOPTIMIZE)")
+
+
+NOTEBOOKS_CTRL_C = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+import make_notebooks
+if sys.argv[2] == "unhandled":  # the negative control: Python's own Ctrl-C handler
+    make_notebooks.on_ctrl_c = signal.default_int_handler
+
+def kernel_died_first(name):  # the kernel dies of the Ctrl-C first; the client swallows this process's own
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        pass
+    print("Traceback (most recent call last):\\nzmq.error.ZMQError: Socket operation on non-socket", file=sys.stderr)
+    raise RuntimeError("Kernel died")
+
+sys.exit(make_notebooks.main([], load_check=lambda: "", register=kernel_died_first))
+"""
+
+
+def test_make_notebooks_interrupted_when_the_kernel_dies_first_is_one_line():
+    """Ctrl-C reaches the kernel and make_notebooks together: when the kernel dies first and the client reports it
+    (a ZMQ traceback, an error that is not a KeyboardInterrupt), make_notebooks still ends in one line, exit 130.
+    Negative control: with Python's own Ctrl-C handler the same run ends in that traceback."""
+    def run(how):
+        return subprocess.run([sys.executable, "-c", NOTEBOOKS_CTRL_C, str(ROOT / "tutorials"), how],
+                              capture_output=True, text=True, timeout=60)
+
+    r = run("handled")
+    assert r.returncode == 130 and r.stderr.splitlines() == [make_notebooks().INTERRUPTED], r
+    r = run("unhandled")
+    assert r.returncode == 1 and "ZMQError" in r.stderr and "RuntimeError: Kernel died" in r.stderr

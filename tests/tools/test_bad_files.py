@@ -19,8 +19,8 @@ from specdec_np.tools import acceptance
 from specdec_np.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGET = ROOT / "weights" / "tiny-target"
-TRIGRAM = ROOT / "weights" / "tiny-trigram.npz"
+TARGET = files.SHIPPED_DIR / "tiny-target"
+TRIGRAM = files.SHIPPED_DIR / "tiny-trigram.npz"
 
 
 def one_error_line(capsys, rc, expected_rc=2) -> str:
@@ -80,13 +80,13 @@ def test_an_empty_option_or_weights_variable_is_named(tmp_path, capsys, monkeypa
 @pytest.mark.parametrize("name", ["tiny-target", "tiny-draft"])
 @pytest.mark.parametrize("lacking", [checkpoint.CONFIG_FILE, checkpoint.MODEL_FILE])
 def test_a_weights_directory_whose_checkpoint_lacks_a_file_names_the_file(tmp_path, capsys, monkeypatch, name, lacking):
-    for item in (ROOT / "weights").iterdir():  # the shipped weights, `name` without the file `lacking`
+    for item in files.SHIPPED_DIR.iterdir():  # the shipped weights, `name` without the file `lacking`
         (tmp_path / "w" / item.name).parent.mkdir(exist_ok=True)
         (tmp_path / "w" / item.name).symlink_to(item)
     (tmp_path / "w" / name).unlink()
     (tmp_path / "w" / name).mkdir()
     kept = ({checkpoint.CONFIG_FILE, checkpoint.MODEL_FILE} - {lacking}).pop()
-    (tmp_path / "w" / name / kept).symlink_to(ROOT / "weights" / name / kept)
+    (tmp_path / "w" / name / kept).symlink_to(files.SHIPPED_DIR / name / kept)
     monkeypatch.setenv(files.WEIGHTS_ENV, str(tmp_path / "w"))
     monkeypatch.setattr(checkpoint, "WEIGHTS_DIR", tmp_path / "w")  # as the variable sets it when imported
     rc = main(["generate", "x", "--plan", "default", "--method", "speculative"])
@@ -133,7 +133,7 @@ def test_a_safetensors_file_whose_ranges_do_not_tile_its_data_is_refused(tmp_pat
 
 def test_wpe_read_from_wtes_bytes_is_refused(tmp_path):
     # The embedded draft's file with wpe pointed at wte's first bytes: shapes fine, data shared.
-    src = ROOT / "weights" / "tiny-draft" / checkpoint.MODEL_FILE
+    src = files.SHIPPED_DIR / "tiny-draft" / checkpoint.MODEL_FILE
     header, start = checkpoint.read_header(src)
     raw = src.read_bytes()
     meta = json.loads(raw[8:start])

@@ -181,3 +181,73 @@ def test_bench_reports_stage_2s_guesses_and_its_copies_apart(tmp_path, monkeypat
         cells = " | ".join(f"{100 * p[k] / rows[m]['tokens']:.0f}" for k in PARTS)
         assert f"| {bench.NAMES[m]} | {cells} |" in md
     assert "| staged, no copies |" in md
+
+
+def test_results_json_and_md_change_together(tmp_path, monkeypatch, capsys):
+    """results.json and results.md are a pair: a run stopped between writing the two (SIGTERM is SystemExit
+    143 there) leaves the previous pair and no temporary file; a file-size limit (or a full disk) is one
+    line naming --out and the file; a whole run replaces both."""
+    import errno
+
+    from specdec_np.tools import calibration
+    from specdec_np.tools.cli import main
+
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    (tmp_path / "results.json").write_text('{"old": 1}\n')
+    (tmp_path / "results.md").write_text("old table\n")
+    args = ["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "4", "--settings",
+            "greedy", "--plan", "default", "--out", str(tmp_path)]
+    real, stop = bench.temporary_copy, {}
+
+    def stopped(path, text):  # the second file: SIGTERM, or `ulimit -f`
+        if path.name == "results.md" and stop:
+            raise stop["with"]
+        return real(path, text)
+
+    monkeypatch.setattr(bench, "temporary_copy", stopped)
+    for stop["with"] in (SystemExit(143), OSError(errno.EFBIG, "File too large", str(tmp_path / "results.md"))):
+        if isinstance(stop["with"], SystemExit):
+            with pytest.raises(SystemExit):
+                bench.main(args)
+        else:
+            capsys.readouterr()
+            assert main(["bench", *args]) == 2
+            err = capsys.readouterr().err.strip().splitlines()[-1]
+            assert err == f"error: --out {tmp_path}: cannot write {tmp_path / 'results.md'}: File too large"
+        assert (tmp_path / "results.json").read_text() == '{"old": 1}\n'
+        assert (tmp_path / "results.md").read_text() == "old table\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
+    stop.clear()
+    assert bench.main(args) == 0
+    assert "summary" in json.loads((tmp_path / "results.json").read_text())
+    assert "| staged |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, monkeypatch):
+    """Ctrl-C (and SIGTERM) are held while the pair is renamed: a SIGINT that comes after the first rename acts
+    once both files are new. Negative control: the same signal with nothing held stops between the two."""
+    import contextlib
+    import os
+    import signal
+
+    real = os.replace
+
+    def interrupted(src, dst):
+        real(src, dst)
+        if dst.name == "results.json":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(bench.os, "replace", interrupted)
+    texts = {tmp_path / "results.json": "new json\n", tmp_path / "results.md": "new md\n"}
+    for path in texts:
+        path.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt):
+        bench.write_together(texts)
+    assert [p.read_text() for p in texts] == ["new json\n", "new md\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
+    for path in texts:
+        path.write_text("old\n")
+    monkeypatch.setattr(bench, "signals_held", contextlib.nullcontext)  # nothing held
+    with pytest.raises(KeyboardInterrupt):
+        bench.write_together(texts)
+    assert [p.read_text() for p in texts] == ["new json\n", "old\n"]

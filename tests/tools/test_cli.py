@@ -605,7 +605,8 @@ def test_trace_out_where_nothing_can_be_written_names_out(tmp_path, monkeypatch,
     monkeypatch.setattr(trace, "write", full)
     assert main(trace_args(tmp_path / "t.html")) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out {tmp_path / 't.html'}: cannot write in {tmp_path}: No space left on device"
+    assert err == (f"error: --out {tmp_path / 't.html'}: No space left on device: not written (a file already there "
+                   "is kept)")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -809,3 +810,108 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
             f"({bare.parts['copy_guess']} a repeat's continuation, {bare.parts['ngram_guess']} the trigram's), so it "
             f"ran {bare.draft_passes} draft passes where `tree`, the same tree without stage 2, ran "
             f"{tree.draft_passes}, for the same {tree.target_passes} target passes") in text
+
+
+def no_memory(*args, **kwargs):
+    raise MemoryError
+
+
+@pytest.mark.parametrize("cmd, where", [("generate", "load"), ("trace", "load"), ("generate", "decode"),
+                                        ("demo", "load")])
+def test_out_of_memory_is_one_line_naming_the_models_and_their_memory(tmp_path, capsys, monkeypatch, cmd, where):
+    """A MemoryError while a model loads (an allocation of its weights) or while it decodes: one line naming
+    each model and the float32 weights and KV cache it needs (the embedded target's 40.7 MB: weights/README.md),
+    no traceback."""
+    from specdec_np import checkpoint
+    from specdec_np.tools import cli
+
+    if where == "load":
+        monkeypatch.setattr(checkpoint, "read_tensor", no_memory)
+    else:
+        monkeypatch.setattr(cli, "generate", no_memory)
+    args = {"demo": ["demo", "--plan", "default", "--max-new-tokens", "4", "--no-sampled"],
+            "trace": ["trace", "x", "--plan", "default", "--out", str(tmp_path / "t.html")]}.get(
+        cmd, ["generate", "x", "--plan", "default", "--method", "speculative"])
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    target = "the embedded target tiny-target" if cmd == "demo" else "--target tiny-target"
+    draft = "the embedded draft tiny-draft" if cmd == "demo" else "its draft tiny-draft"
+    assert err[0].startswith(f"error: out of memory in {cmd}: {target} needs 40.7 MB of float32 weights and "), err
+    assert f"; {draft} needs " in err[0] and "MB of KV cache" in err[0]
+    assert not (tmp_path / "t.html").exists()
+
+
+@pytest.mark.parametrize("cmd", ["trace", "ngram"])
+def test_a_file_size_limit_on_out_names_the_option_and_the_file(tmp_path, cmd):
+    """Under `ulimit -f` (Python ignores SIGXFSZ, so the write fails with EFBIG) the page or the trigram is one
+    line naming --out and its file, and the file already there is kept whole."""
+    import resource
+
+    out = tmp_path / ("t.html" if cmd == "trace" else "t.npz")
+    out.write_text("before\n")
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    return x\n" * 20)
+    args = (["trace", "def f(x):", "--plan", "default", "--max-new-tokens", "2", "--out", str(out)] if cmd == "trace"
+            else ["ngram", "fit", str(src), "--out", str(out), "--n-vocab", "300"])
+    limit = (200, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+    r = subprocess.run([sys.executable, "-m", "specdec_np", *args], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, limit))
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and err == [f"error: --out {out}: File too large: not written (a file already there is "
+                                         "kept)"], r.stderr
+    assert out.read_text() == "before\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", out.name]
+
+
+def test_a_prompt_argument_that_is_not_utf8_is_named(tmp_path):
+    """Bytes that are not UTF-8 in the prompt argument (they reach Python as lone surrogates): one line naming
+    the prompt, UTF-8 and the byte, as --file and standard input say it."""
+    r = subprocess.run([sys.executable.encode(), b"-m", b"specdec_np", b"generate", b"def f(\xff):", b"--plan",
+                        b"default"], capture_output=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stderr.decode().splitlines() == [
+        "error: the prompt (the argument) is not UTF-8 text: byte 6 is b'\\xff'"], r.stderr
+    assert main(["generate", "def f(\udcff):", "--plan", "default"]) == 2  # the same, in process
+
+
+@pytest.mark.parametrize("top_k, ok", [(8193, False), (10 ** 6, False), (8192, True)])
+def test_top_k_that_keeps_every_token_is_an_error(capsys, top_k, ok):
+    """--top-k at or above the target's vocabulary keeps every token, so changes nothing: an error naming it
+    (8192 of the embedded 8193 still drops one)."""
+    rc = main(["generate", "x", "--plan", "default", "--temperature", "1", "--top-k", str(top_k),
+               "--max-new-tokens", "2", "--method", "ar"])
+    err = capsys.readouterr().err.strip().splitlines()
+    if ok:
+        assert rc == 0, err
+    else:
+        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so top-k keeps them all and "
+                                   "changes nothing: give fewer than 8193, or leave it off"]
+
+
+def test_stats_prints_the_seed_beside_the_plan_and_help_says_why(capsys):
+    """The same seed gives the same text only with the same plan: --stats prints the seed beside the plan when
+    sampling, --help says so."""
+    assert main(["generate", "x", "--plan", "default", "--temperature", "1", "--seed", "7", "--max-new-tokens", "2",
+                 "--stats"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("method staged: ") and lines[0].endswith("; seed 7") and lines[1].startswith("2 tokens in ")
+    assert main(["generate", "x", "--plan", "default", "--max-new-tokens", "2", "--stats"]) == 0
+    assert "seed" not in capsys.readouterr().err  # greedy: nothing is drawn
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "same seed gives the same text only with the same plan" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("broken", ["target", "draft"])
+def test_logits_that_give_no_distribution_name_their_model(embedded, broken):
+    """A model whose weights hold inf gives NaN logits: the error through the API says whose they are."""
+    import numpy as np
+
+    from specdec_np.decode import generate
+    from specdec_np.gpt2 import GPT2, map_params
+
+    target, draft, ngram, enc = embedded
+    models = {"target": target, "draft": draft}
+    models[broken] = GPT2(models[broken].config, map_params(lambda a: np.full_like(a, np.inf) if a.ndim == 2 else a,
+                                                            models[broken].params))
+    with pytest.raises(ValueError, match=f"^the {broken}'s logits contain NaN or \\+inf"), np.errstate(all="ignore"):
+        generate(models["target"], [1, 2, 3], 4, method="speculative", draft=models["draft"], temperature=1.0)

@@ -94,7 +94,7 @@ def test_a_prompt_file_that_cannot_be_read_is_named_in_one_line(tmp_path):
 
 
 def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end_is_said():
-    r = run_cli("generate", "def f(x):", "--target", "weights/tiny-target", "--plan", "default",
+    r = run_cli("generate", "def f(x):", "--target", "specdec_np/weights/tiny-target", "--plan", "default",
                 "--max-new-tokens", "4")
     assert r.returncode == 0 and r.stdout.decode().startswith("def f(x):"), r.stderr
     r = run_cli("generate", "x", "--method", "ar", "--plan", "default", "--max-new-tokens", "600")

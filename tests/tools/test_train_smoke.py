@@ -82,7 +82,8 @@ def test_export_from_the_recipe_writes_loadable_checkpoints(smoke_out, tmp_path,
     out = smoke_out
     shipped = tmp_path / "weights"
     shipped.mkdir()
-    monkeypatch.setattr(export_tiny, "HERE", shipped)  # never the real weights/
+    monkeypatch.setattr(export_tiny, "HERE", shipped)  # never the real weights/ (eval.json)
+    monkeypatch.setattr(export_tiny, "SHIPPED", shipped)  # nor the real specdec_np/weights/
     monkeypatch.setattr(export_tiny, "FIXTURE", tmp_path / "heldout_slice.txt")
     evals = export_tiny.export_from(out)
     report = json.loads((out / "report.json").read_text())
