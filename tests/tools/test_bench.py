@@ -106,7 +106,7 @@ def cannot_write(monkeypatch):
     ("bench", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     ("bench", ["--prompts", "missing.jsonl"], "--prompts missing.jsonl"),
     ("bench", ["--prompts", str(FIXTURES / "prompts.jsonl")], "--out out/bench: cannot write in "),
-    ("trace", ["--top-k", "0", "--temperature", "1"], "--top-k must be an integer >= 1"),
+    ("trace", ["--top-k", "0", "--temperature", "1"], "--top-k 0 must be an integer >= 1"),
     ("trace", ["--method", "tree", "--copy-len", "3"], "--copy-len does nothing"),
     ("trace", [], "--out trace.html: cannot write in .: Permission denied"),
 ])
