@@ -2,20 +2,21 @@
 a small head that drafts from the target's own features instead of a separate draft model.
 
 The feature is the target's top-layer hidden state *after* its final layer norm: exactly what its
-tied language-model head reads (`gpt2.forward(..., features=True)`). EAGLE's code does the same
-(its LLaMA targets' `model.model(...)` output, already normed, is the feature, and its head's output
-goes straight into the target's `lm_head`, no norm of its own); a normed feature is also on a fixed
+tied language-model head reads (`gpt2.forward(..., features=True)`). EAGLE's code does the same: the
+feature is its LLaMA targets' `model.model(...)` output, already normed, and its head's output goes
+straight into the target's `lm_head`, with no norm of its own. A normed feature is also on a fixed
 scale, which the regression loss that trains the head needs.
 
 The head, at the position of token t_j, reads the feature f_(j-1) (computed by the target at the token
-before) and the embedding of t_j (the target's own wte + wpe), fuses them with one linear layer
-[2d -> d] and runs one GPT-2 block with its own KV cache over the pairs. Its output is its guess of
-f_j, which the target's tied head turns into q for the token after t_j. Deeper in a tree there is no
-target feature yet: a node reads its parent's guess. A head is a `gpt2.GPT2` of one block whose params
-add "fc" (the fusion) and share the target's wte, wpe and ln_f arrays (so it is the target's, and q
-costs the head's product by wte.T like the target's own):
+before) and the embedding of t_j (the target's own wte + wpe: GPT-2 has no rotary positions), fuses
+them with one linear layer [2d -> d] and runs one GPT-2 block (its ln_1 kept, which EAGLE's first
+layer drops) with its own KV cache over the pairs. Its output is its guess of f_j, which the target's
+tied head turns into q for the token after t_j. Deeper in a tree there is no target feature yet: a
+node reads its parent's guess. A head is a `gpt2.GPT2` of one block whose params add "fc" (the
+fusion) and share the target's wte and wpe arrays (q costs the head a product by wte.T, as the
+target's own head costs it):
 
-    params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe", "ln_f": the target's}
+    params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe": the target's}
 
 Its checkpoint holds only fc and the block (`save_head`, `load_head`: safetensors + config.json, fp16).
 """
@@ -45,7 +46,7 @@ HEAD_KIND = "eagle-head"  # config.json's "specdec_np" entry of a head's checkpo
 def bind(target: GPT2, fc: dict, block_params: dict) -> GPT2:
     """The head of `target` with fusion `fc` {"w", "b"} and one GPT-2 block, cast to the target's dtype."""
     own = map_params(lambda a: np.ascontiguousarray(a, dtype=target.dtype), {"fc": fc, "blocks": [block_params]})
-    shared = {k: target.params[k] for k in ("wte", "wpe", "ln_f")}
+    shared = {k: target.params[k] for k in ("wte", "wpe")}
     return GPT2(dataclasses.replace(target.config, n_layer=1), {**shared, **own})
 
 

@@ -11,7 +11,8 @@ against the target's own next-token distribution p; the input features get EAGLE
     python weights/train_eagle.py export      # fp16 -> weights/tiny-eagle/, checked against the torch head
     python weights/train_eagle.py match       # held-out first-guess acceptance, beside the shipped draft's
 
-Everything is seeded; batches are a function of the step number, so an interrupted run resumes exactly.
+Everything is seeded; batches are a function of the step number, so an interrupted run resumes with the same data
+(the learning rate also follows the wall-clock budget, below).
 """
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ def head_inputs(target, x, feats):  # -> (emb [B, T-1, d], feat [B, T-1, d]) for
     return target.wte(x[:, 1:]) + target.wpe(torch.arange(1, T)), feats[:, :-1]
 
 
-def lr_at(step: int) -> float:
+def lr_at(step: int, elapsed: float) -> float:
+    """Linear warm-up, then a cosine decay over the steps or the wall-clock budget, whichever ends first
+    (on a shared CPU the budget usually does: the head still ends at the low rate)."""
     if step < CFG["warmup"]:
         return CFG["lr"] * (step + 1) / CFG["warmup"]
-    t = (step - CFG["warmup"]) / max(1, CFG["steps"] - CFG["warmup"])
+    t = max((step - CFG["warmup"]) / max(1, CFG["steps"] - CFG["warmup"]), elapsed / (60 * CFG["minutes"]))
     return CFG["min_lr"] + 0.5 * (CFG["lr"] - CFG["min_lr"]) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
@@ -145,7 +148,7 @@ def train() -> None:
             print(f"time budget reached at step {step}", flush=True)
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(step, time.time() - t0)
         loss, reg, ce = loss_of(head, target, torch.from_numpy(batch_at(tokens, step)), CFG["noise"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
