@@ -4,7 +4,8 @@ EAGLE decoding in one loop of the paper's five steps.
 Each step: the method (methods.py) proposes a token tree rooted at the last emitted token
 (`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless rule
 accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
-accepted path (`compact`; a drafter that reads the target's features, EAGLE's, gets those of the path); the step's tokens are emitted (`emit`) and recorded (record.py).
+accepted path (`compact`; a drafter that reads the target's features, EAGLE's, gets the path's); the
+step's tokens are emitted (`emit`) and recorded (record.py).
 Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
 rule travel in one `Plan` (plan.py); checks.py checks the arguments.
 

@@ -165,7 +165,9 @@ def save_head(head: GPT2, path_dir, dtype=np.float16) -> Path:
                for key, (where, _) in head_shapes(head.config).items()}
     checkpoint.write_safetensors(path_dir / checkpoint.MODEL_FILE, tensors)
     with atomic_file(path_dir / checkpoint.CONFIG_FILE, "w") as f:
-        json.dump(checkpoint.hf_config(head.config, name, {"specdec_np": HEAD_KIND}), f, indent=2)
+        # Not a GPT2LMHeadModel (no embeddings of its own): named so that no GPT-2 loader takes it for one.
+        extra = {"architectures": ["SpecdecNpEagleHead"], "model_type": "specdec_np_eagle", "specdec_np": HEAD_KIND}
+        json.dump(checkpoint.hf_config(head.config, name, extra), f, indent=2)
         f.write("\n")
     return path_dir
 

@@ -41,6 +41,7 @@ CFG = dict(seq_len=256, batch=8, steps=600, lr=1.5e-3, min_lr=1e-4, warmup=50, w
 
 def make_head(target_cfg):
     """EAGLE's head over the target (n_embd d): fc [2d -> d] on (token embedding, feature), one GPT-2 block."""
+    import torch
     import torch.nn as nn
 
     class Head(nn.Module):
@@ -54,7 +55,7 @@ def make_head(target_cfg):
             nn.init.zeros_(self.fc.bias)
 
         def forward(self, emb, feat):  # [B, T, d], [B, T, d] -> the predicted features [B, T, d]
-            return self.block(self.fc(__import__("torch").cat([emb, feat], dim=-1)))
+            return self.block(self.fc(torch.cat([emb, feat], dim=-1)))
 
     return Head()
 

@@ -217,3 +217,17 @@ def test_generate_samples_the_target_exactly_negative_control(tiny, tiny_head, m
     got, _ = exact_output(tiny, tiny_head, fields, settings)
     want = target_output(tiny, top_k=settings.get("top_k"))
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.01
+
+
+def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
+    """weights/tiny-eagle, bound to the embedded target: its guesses are accepted often, as only a head
+    reading the feature it was trained on can be (greedy equality is proved above, in float64)."""
+    from specdec_np import models
+    from specdec_np.tokenizer import encode
+
+    target, _, _, enc = embedded
+    shipped = models.load_head(models.EMBEDDED_HEAD, target)
+    assert shipped.params["wte"] is target.params["wte"]
+    prompt = encode(enc, "def mean(values):\n    \"\"\"Return the mean.\"\"\"\n")
+    res = generate(target, prompt, 20, "eagle", shipped, plan=Plan(budget=8, depth=6), eos=None)
+    assert res.stats.tokens_per_pass > 1.8
