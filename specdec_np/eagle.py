@@ -13,10 +13,11 @@ them with one linear layer [2d -> d] and runs one GPT-2 block (its ln_1 kept, wh
 layer drops) with its own KV cache over the pairs. Its output is its guess of f_j, which the target's
 tied head turns into q for the token after t_j. Deeper in a tree there is no target feature yet: a
 node reads its parent's guess. A head is a `gpt2.GPT2` of one block whose params add "fc" (the
-fusion) and share the target's wte and wpe arrays (q costs the head a product by wte.T, as the
-target's own head costs it):
+fusion) and share the target's wte, wpe and ln_f arrays (q costs the head a product by wte.T, as the
+target's own head costs it; `gpt2.forward` on a head runs a one-block GPT-2 without the fusion: not
+its math, but about its cost, which is how the tools time a draft's passes):
 
-    params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe": the target's}
+    params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe", "ln_f": the target's}
 
 Its checkpoint holds only fc and the block (`save_head`, `load_head`: safetensors + config.json, fp16).
 """
@@ -46,7 +47,7 @@ HEAD_KIND = "eagle-head"  # config.json's "specdec_np" entry of a head's checkpo
 def bind(target: GPT2, fc: dict, block_params: dict) -> GPT2:
     """The head of `target` with fusion `fc` {"w", "b"} and one GPT-2 block, cast to the target's dtype."""
     own = map_params(lambda a: np.ascontiguousarray(a, dtype=target.dtype), {"fc": fc, "blocks": [block_params]})
-    shared = {k: target.params[k] for k in ("wte", "wpe")}
+    shared = {k: target.params[k] for k in ("wte", "wpe", "ln_f")}
     return GPT2(dataclasses.replace(target.config, n_layer=1), {**shared, **own})
 
 
