@@ -1,10 +1,11 @@
-"""The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram and prompt lookup
-decoding in one loop of the paper's five steps.
+"""The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram, prompt lookup and
+EAGLE decoding in one loop of the paper's five steps.
 
 Each step: the method (methods.py) proposes a token tree rooted at the last emitted token
 (`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless rule
 accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
-accepted path (`compact`); the step's tokens are emitted (`emit`) and recorded (record.py).
+accepted path (`compact`; a drafter that reads the target's features, EAGLE's, gets the path's); the
+step's tokens are emitted (`emit`) and recorded (record.py).
 Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
 rule travel in one `Plan` (plan.py); checks.py checks the arguments.
 
@@ -51,6 +52,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(METHODS, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k,
                           top_p, seed, eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
+    if METHODS[method].reads_features and draft.config.n_embd != target.config.n_embd:
+        raise ValueError(f"draft: an EAGLE head reads features of width {draft.config.n_embd}, the target's are "
+                         f"{target.config.n_embd} wide (load the head with models.load_head(path, target))")
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
     proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
@@ -58,7 +62,7 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
         proposal = proposer.propose(seq, rand)
-        scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p)
+        scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p, proposer.reads_features)
         verdict = accept(proposal, scored.p, rand)
         compact(cache, scored, proposal.tree, verdict.path, proposer)
         tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
@@ -76,21 +80,25 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
 @dataclass(frozen=True)
 class Scored:
     """The target's pass over a step's tree: p [n, V], the processed distribution after each node; the
-    cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `made`: when."""
+    cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `features`
+    [n_c + n, n_embd], each row's feature, when the method reads them (else None); `made`: when."""
 
     p: np.ndarray
     start: int
     n_c: int
+    features: np.ndarray | None = None
     made: float = field(default_factory=time.perf_counter)
 
 
-def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, top_k=None, top_p=None) -> Scored:
+def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, top_k=None, top_p=None,
+                features: bool = False) -> Scored:
     """The target's processed distribution (temperature, top_k, top_p) after every tree node, from
-    one forward pass that also feeds the committed tokens its cache lacks."""
+    one forward pass that also feeds the committed tokens its cache lacks (and every row's feature)."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
-    logits = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c)  # [len(tree), V]
-    return Scored(process(logits, temperature, top_k, top_p, whose="the target's"), start, n_c)
+    out = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c, features=features)
+    logits, feats = out if features else (out, None)  # [len(tree), V], [n_c + len(tree), n_embd]
+    return Scored(process(logits, temperature, top_k, top_p, whose="the target's"), start, n_c, feats)
 
 
 def accept(proposal, p, rand) -> Verdict:
@@ -101,9 +109,15 @@ def accept(proposal, p, rand) -> Verdict:
 
 
 def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
-    """Keep the catch-up rows and the accepted path in the target's cache, and in the method's drafter."""
-    cache.keep(scored.start, np.concatenate([np.arange(scored.n_c), scored.n_c + np.asarray(path, dtype=np.int64)]))
-    proposer.commit([path_key(tree.tokens, tree.parents, node) for node in path[1:]])
+    """Keep the catch-up rows and the accepted path in the target's cache, and in the method's drafter
+    (with their features, to a drafter that reads them)."""
+    kept = np.concatenate([np.arange(scored.n_c), scored.n_c + np.asarray(path, dtype=np.int64)])
+    cache.keep(scored.start, kept)
+    keys = [path_key(tree.tokens, tree.parents, node) for node in path[1:]]
+    if scored.features is None:
+        proposer.commit(keys)
+    else:
+        proposer.commit(keys, scored.features[kept], scored.start)
 
 
 def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None):

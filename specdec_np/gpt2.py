@@ -82,7 +82,7 @@ def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd]
     return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
 
 
-def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logits_from: int = 0):
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logits_from: int = 0, features=False):
     """Logits [n_new - logits_from, n_vocab] for a block of new tokens [n_new] appended after the cached
     prefix, whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
 
@@ -91,6 +91,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
                Row i: what node i attends to (in a tree, its ancestors and itself).
     logits_from: the first `logits_from` tokens (fed only to catch a cache up) get no logits: the head
                is a large share of a small model's weights.
+    features:  also return every real row's feature [n_new, n_embd], what the head reads (an EAGLE head's input).
     """
     tokens, positions, mask = check_forward(model, tokens, cache, positions, mask, logits_from)
     c, p, n = model.config, model.prepared, tokens.size
@@ -99,8 +100,9 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
     for layer, block in enumerate(p["blocks"]):
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n', n_embd]
     cache.length += n  # padding rows' K/V stay in scratch slots past the end
-    x = layer_norm(x[logits_from:n], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n - logits_from, n_embd]
-    return x @ p["head"]  # x @ wte.T (tied to wte) -> [n - logits_from, n_vocab]
+    x = layer_norm(x[0 if features else logits_from:n], **p["ln_f"], eps=c.layer_norm_epsilon)  # [rows, n_embd]
+    logits = (x[logits_from:] if features else x) @ p["head"]  # x @ wte.T (tied) -> [n - logits_from, n_vocab]
+    return (logits, x) if features else logits
 
 
 # ----------------------------------------------------------------------------- the block

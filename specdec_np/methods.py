@@ -22,6 +22,7 @@ import numpy as np
 
 from . import build, staged, verify
 from .drafting import ModelDrafter, NgramDrafter
+from .eagle import FeatureDrafter
 from .lookup import chain_tree, lookup_by_match
 from .record import NO_RECORD
 from .tree import DRAFT, NGRAM, Tree, path_key
@@ -68,6 +69,7 @@ class Method:
     runs_draft = False  # runs the draft model
     needs_ngram = False  # reads the n-gram model
     proposes_chain = False  # its trees are chains (one child per node)
+    reads_features = False  # its drafter reads the target's features (commit gets those of the kept tokens)
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
@@ -272,7 +274,30 @@ class Staged(TreeMethod):
         return proposal
 
 
-METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram, Lookup)}
+class Eagle(TreeMethod):
+    """EAGLE: the target's own features draft `tree`'s trees through a small head (eagle.py), passed
+    as the draft; the first step, whose pass reads the prompt, drafts nothing."""
+
+    name, reads_features = "eagle", True
+
+    def __init__(self, plan, n_ctx: int, temperature: float = 0.0, draft=None, top_k=None, top_p=None,
+                 recorder=NO_RECORD):
+        Method.__init__(self, plan, n_ctx, temperature)
+        if draft is not None and "fc" not in draft.params:
+            raise ValueError("method 'eagle' drafts with an EAGLE head (models.load_head), not a draft model")
+        self.drafter = FeatureDrafter(draft, temperature, top_k, top_p, rows=self.draft_rows(plan), recorder=recorder)
+        self.cache = self.drafter.cache
+
+    def propose(self, seq, rand) -> Proposal:
+        if not self.drafter.ready(seq):
+            return self.proposal(root_only(seq))
+        return super().propose(seq, rand)
+
+    def commit(self, keys, features=None, start: int = 0) -> None:
+        self.drafter.commit(keys, features, start)
+
+
+METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram, Lookup, Eagle)}
 
 
 def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,

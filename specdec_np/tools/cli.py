@@ -25,7 +25,7 @@ from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
 from ..gpt2 import GPT2, param_shapes
 from ..methods import METHODS
-from ..models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load_model, load_ngram
+from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_model, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
@@ -58,7 +58,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny-target", help="target model: tiny-target (embedded), a GPT-2 name after "
                    "`make weights`, or a checkpoint directory (default: %(default)s)")
     p.add_argument("--draft", help="draft model (default: the embedded draft for the embedded target; gpt2 for "
-                   "gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2)")
+                   "gpt2-large and gpt2-xl; distilgpt2 for gpt2-medium and gpt2); with --method eagle, the target's "
+                   f"EAGLE head (default: {EMBEDDED_HEAD}, the embedded target's)")
     p.add_argument("--ngram", help="Katz trigram .npz for staged/ngram methods (default: the embedded one; for GPT-2's "
                    "vocabulary, one fitted on Python's standard library on first use, cached)")
     p.add_argument("--method", choices=METHODS, help="decoding method (default: the machine plan's choice; staged "
@@ -201,9 +202,10 @@ def setup(a) -> Setup:
     runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
-            draft_name = a.draft or default_draft(a.target)
+            head = a.method == "eagle"  # its draft is the target's EAGLE head
+            draft_name = a.draft or (EMBEDDED_HEAD if head else default_draft(a.target))
             with naming("--draft" if a.draft else "--target", a.draft or a.target):
-                draft = load_model(draft_name)
+                draft = load_head(draft_name, target) if head else load_model(draft_name)
         except (ValueError, FileNotFoundError):
             if a.draft is not None or runs_draft:
                 raise  # else only the pair's profile would have read it: the constant plan

@@ -8,7 +8,7 @@ from pathlib import Path
 import specdec_np
 
 PACKAGE = Path(specdec_np.__file__).resolve().parent
-LOADERS = ("files.py", "checkpoint.py", "models.py", "tokenizer.py", "ngram.py")  # the core's only readers of files
+LOADERS = ("files.py", "checkpoint.py", "models.py", "tokenizer.py", "ngram.py", "eagle.py")  # the core's only readers of files
 
 
 def module_name(path: Path) -> str:

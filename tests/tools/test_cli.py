@@ -207,10 +207,11 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
 
 
 @pytest.mark.parametrize("options, methods", [
-    (dict(budget=8), ("tree", "staged", "ngram")),
-    (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup")),
-    (dict(widths="2,1"), ("tree", "staged")), (dict(sampled="with"), ("tree", "staged")),
-    (dict(copy_len=4), ("staged",)), (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup")),
+    (dict(budget=8), ("tree", "staged", "ngram", "eagle")),
+    (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup", "eagle")),
+    (dict(widths="2,1"), ("tree", "staged", "eagle")), (dict(sampled="with"), ("tree", "staged", "eagle")),
+    (dict(copy_len=4), ("staged",)),
+    (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup", "eagle")),
     (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
 ])
 def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(options, methods):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np import ngram
+from specdec_np import eagle, ngram
 from specdec_np.decode import generate
 from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import GPT2, GPT2Config, map_params, random_params
@@ -239,6 +239,7 @@ def test_statistics_follow_from_the_emitted_tokens(models, method, temperature, 
     """Every figure is computed from what was emitted, also when the last step was cut at
     max_new_tokens or at end-of-text."""
     target, draft, trigram = models
+    draft = eagle.random_head(target) if method == "eagle" else draft  # eagle drafts with a head of the target
     res = generate(target, prompt, n, method, draft, trigram, Plan(budget=5, depth=3, chain=3, copy_len=copy_len),
                    temperature=temperature, seed=seed, eos=eos)
     s = res.stats

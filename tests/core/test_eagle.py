@@ -1,0 +1,233 @@
+"""EAGLE's head (specdec_np/eagle.py) in the one decoding loop: proved lossless like every method, and
+its features and caches checked against a fresh computation.
+
+On conftest's random float64 models, with a random head bound to each target: greedy decoding equals
+plain decoding; `generate`'s exact output distribution (every random branch enumerated) equals the
+target's for each rule on the head's trees, and a rule that accepts untested fails the same check;
+the features the loop hands the head are the target's own, its cache holds what a fresh pass over the
+accepted text writes; stop reasons, the context limit, traces; the checkpoint round trip."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import SMALL, TINY_PROMPT, always_accept, ar_greedy
+from specdec_np import eagle, verify
+from specdec_np.checkpoint import CheckpointError
+from specdec_np.decode import generate
+from specdec_np.gpt2 import forward, new_cache, random_params
+from specdec_np.plan import Plan
+from specdec_np.sampling import process
+from specdec_np.tree import DRAFT
+
+
+@pytest.fixture(scope="module")
+def head(small):
+    """A random head of conftest's `small` target (seed 1: its guesses are right now and then)."""
+    return eagle.random_head(small.target, seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_head(tiny):
+    return eagle.random_head(tiny.target, seed=5, scale=0.3)
+
+
+SHAPES = [dict(), dict(shape="fixed", widths=(3, 2, 1))]
+prompts = st.lists(st.integers(0, SMALL.n_vocab - 2), min_size=1, max_size=12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["best_first", "fixed"])
+@given(prompt=prompts, budget=st.integers(1, 12), depth=st.integers(1, 5))
+@settings(max_examples=15)
+def test_greedy_equals_autoregressive(small, head, shape, prompt, budget, depth):
+    res = generate(small.target, prompt, 24, "eagle", head, plan=Plan(budget=budget, depth=depth, **shape), eos=None)
+    assert res.tokens == ar_greedy(small.target, prompt, 24)
+    assert sum(res.stats.accepted) == len(res.tokens)
+
+
+def test_drafts_are_really_accepted(small, head):
+    """The equivalence is not vacuous: the head's tokens are accepted, several per pass."""
+    res = generate(small.target, [1, 2, 3], 40, "eagle", head, plan=Plan(budget=10, depth=4), eos=None)
+    assert res.tokens == ar_greedy(small.target, [1, 2, 3], 40)
+    assert max(res.stats.accepted) >= 2 and res.stats.target_passes < 40
+    assert res.stats.accepted[0] == 1  # the first step's pass reads the prompt: nothing drafted yet
+
+
+def test_forward_features_are_what_the_head_reads(small):
+    """forward(features=True): the same logits, and the features are what the tied head multiplies."""
+    t = small.target
+    plain = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2)
+    logits, feats = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2, features=True)
+    np.testing.assert_array_equal(logits, plain)
+    assert feats.shape == (4, SMALL.n_embd)
+    np.testing.assert_allclose(feats[2:] @ t.params["wte"].T, logits, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, top_k=10, seed=4),
+                                dict(temperature=0.8, seed=5, plan=Plan(shape="fixed", widths=(2, 2), sampled="without"))])
+def test_features_and_head_cache_equal_a_fresh_pass(small, head, kw):
+    """What the loop handed the head (the target's features of the kept tokens) and what its cache holds
+    equal a fresh computation over the emitted text: the target's features in one pass, then the head
+    over every pair (f_(j-1), t_j) in one causal pass."""
+    kw = {"plan": Plan(budget=8, depth=4), **kw}
+    t, prompt = small.target, [4, 5, 6]
+    from specdec_np.methods import make
+    seen = {}
+    original = make
+
+    def spy(*args, **kwargs):  # keep the method object, to read its drafter after the run
+        seen["method"] = original(*args, **kwargs)
+        return seen["method"]
+
+    import specdec_np.decode as decode
+    decode.make, saved = spy, decode.make
+    try:
+        res = generate(t, prompt, 30, "eagle", head, eos=None, **kw)
+    finally:
+        decode.make = saved
+    seq = prompt + res.tokens
+    d = seen["method"].drafter
+    _, fresh = forward(t, seq[:-1], new_cache(t), features=True)  # [len(seq) - 1, d]
+    assert d.n_features == len(seq) - 1
+    np.testing.assert_allclose(d.features[:d.n_features], fresh, rtol=0, atol=1e-12)
+    cache = res.draft_cache
+    assert 1 <= cache.length <= len(seq) - 2
+    n = cache.length
+    ref = new_cache(head)
+    mask = np.tril(np.ones((n, n), dtype=bool))
+    eagle.head_pass(head, fresh[:n], np.array(seq[1:n + 1]), np.arange(1, n + 1), ref, mask)
+    np.testing.assert_allclose(cache.k[:, :, :n], ref.k[:, :, :n], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cache.v[:, :, :n], ref.v[:, :, :n], rtol=0, atol=1e-12)
+
+
+def test_eos_max_new_tokens_and_context(small, head):
+    t = small.target
+    ref = ar_greedy(t, [1, 2, 3], 30)
+    eos = ref[7]
+    res = generate(t, [1, 2, 3], 30, "eagle", head, plan=Plan(budget=10, depth=4), eos=eos)
+    assert res.tokens == ref[:ref.index(eos) + 1] and res.stop_reason == "eos"
+    for n in range(1, 9):  # cut wherever an accepted path would overshoot
+        res = generate(t, [1, 2, 3], n, "eagle", head, plan=Plan(budget=10, depth=5), eos=None)
+        assert res.tokens == ref[:n] and res.stop_reason == "max_new_tokens" and sum(res.stats.accepted) == n
+    prompt = [i % (SMALL.n_vocab - 1) for i in range(SMALL.n_ctx - 5)]
+    res = generate(t, prompt, 50, "eagle", head, plan=Plan(budget=8, depth=4), eos=None)
+    assert res.stop_reason == "context" and len(prompt) + len(res.tokens) == SMALL.n_ctx
+    assert res.tokens == ar_greedy(t, prompt, 50)[:5]
+
+
+def test_trace_records_the_heads_passes(small, head):
+    res = generate(small.target, [1, 2, 3], 12, "eagle", head, plan=Plan(budget=6, depth=3), eos=None,
+                   keep_trees=True)
+    first, *rest = res.stats.steps
+    assert first.trace.passes == [] and len(first.trace.tree) == 1  # the prompt's pass: no feature yet
+    for step in rest:
+        assert step.trace.passes and step.trace.passes[0].keys[0] == ()  # the root's guess comes first
+        assert set(step.trace.tree.source[1:].tolist()) <= {DRAFT}
+        assert step.draft_blocks == [p.rows for p in step.trace.passes]
+    assert rest[0].trace.passes[0].rows == 3  # the catch-up pairs of the prompt, then the root's
+
+
+def test_the_head_is_not_a_draft_model(small):
+    with pytest.raises(ValueError, match="EAGLE head"):
+        generate(small.target, [1, 2], 4, "eagle", small.draft)
+    other = random_params(SMALL.__class__(**{**vars(SMALL), "n_embd": 8}), seed=0)
+    with pytest.raises(ValueError, match="features of width 8"):
+        generate(small.target, [1, 2], 4, "eagle", eagle.random_head(other))
+
+
+def test_checkpoint_round_trip(tmp_path, small, head):
+    t32 = small.target.astype(np.float32)
+    h32 = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    eagle.save_head(h32, tmp_path / "h")
+    loaded = eagle.load_head(tmp_path / "h", t32)
+    assert loaded.params["wte"] is t32.params["wte"]  # the target's, not a copy
+    for key, (where, _) in eagle.head_shapes(loaded.config).items():
+        got, want = loaded.params, h32.params
+        for k in where:
+            got, want = got[k], want[k]
+        np.testing.assert_array_equal(got, want.astype(np.float16).astype(np.float32), err_msg=key)
+    with pytest.raises(CheckpointError, match="n_embd=16, not 8"):
+        eagle.load_head(tmp_path / "h", random_params(SMALL.__class__(**{**vars(SMALL), "n_embd": 8}), seed=0))
+    (tmp_path / "h" / "config.json").write_text((tmp_path / "h" / "config.json").read_text().replace("eagle-head", "x"))
+    with pytest.raises(CheckpointError, match="not an EAGLE head"):
+        eagle.load_head(tmp_path / "h", t32)
+
+
+# ----------------------------------------------------------------------------- exact, through generate
+# (rule or None for the tree's own, plan fields, sampling settings). Three tokens: the first step's pass
+# reads the prompt and drafts nothing, the second verifies the head's tree (up to two levels deep).
+EXACT_CASES = [  # top-k keeps the enumeration small (each case a few hundred runs of `generate` at most)
+    (None, dict(budget=3, depth=2), dict(top_k=3)),  # the head's top tokens, best first: point mass
+    (None, dict(shape="fixed", widths=(2, 1)), dict(top_k=2)),
+    (None, dict(widths=(2,), sampled="with"), dict(top_k=2)),  # recursive
+    (None, dict(widths=(2, 1), sampled="without"), dict(top_k=2)),  # recursive without replacement
+    ("traversal", dict(widths=(2, 1), sampled="without"), dict(top_k=2)),
+    ("chain", dict(widths=(1, 1), sampled="with"), dict(top_k=2)),
+    ("block", dict(widths=(1, 1), sampled="with"), dict(top_k=2)),
+]
+
+
+def exact_output(tiny, head, fields, settings, n=3):
+    """{the first n tokens: exact probability} of `generate`, every random branch enumerated, and the rules run."""
+    from specdec_np.proofs import exact
+
+    rules = set()
+
+    def fn(rand):
+        res = generate(tiny.target, TINY_PROMPT, n, "eagle", head, plan=Plan(**fields), temperature=1.0, rand=rand,
+                       eos=None, keep_trees=True, **settings)
+        rules.update(step.trace.rule for step in res.stats.steps[1:])
+        return tuple(res.tokens)
+
+    return exact.outcomes(fn), rules
+
+
+def target_output(tiny, n=3, top_k=None):
+    from specdec_np.proofs import exact
+
+    def next_dist(context):
+        return process(forward(tiny.target, list(context), new_cache(tiny.target))[-1], 1.0, top_k)
+    return exact.sequence_distribution(next_dist, tuple(TINY_PROMPT), n)
+
+
+@pytest.mark.parametrize("rule,fields,settings", EXACT_CASES, ids=lambda v: str(v))
+def test_generate_samples_the_target_exactly(tiny, tiny_head, rule, fields, settings):
+    fields = {**fields, "rule": rule}
+    got, rules = exact_output(tiny, tiny_head, fields, settings)
+    want = target_output(tiny, top_k=settings.get("top_k"))
+    expected = rule or verify.default_rule(eagle_kind(fields), 1.0)
+    assert rules == {expected}  # the head's trees were verified by that rule, every step after the first
+    assert set(got) <= set(want)
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+def eagle_kind(fields) -> str:
+    from specdec_np.methods import METHODS
+    return METHODS["eagle"].tree_kind(Plan(**fields), 1.0)
+
+
+@pytest.mark.parametrize("rule,fields,settings", [("point_mass", dict(budget=3, depth=2), dict(top_k=3)),
+                                                  ("recursive", dict(widths=(2,), sampled="with"), dict(top_k=2)),
+                                                  ("recursive_wor", dict(widths=(2, 1), sampled="without"),
+                                                   dict(top_k=2))], ids=lambda v: str(v))
+def test_generate_samples_the_target_exactly_negative_control(tiny, tiny_head, monkeypatch, rule, fields, settings):
+    """The same check catches a rule that accepts the head's tokens untested."""
+    monkeypatch.setitem(verify.RULES, rule, always_accept)
+    got, _ = exact_output(tiny, tiny_head, fields, settings)
+    want = target_output(tiny, top_k=settings.get("top_k"))
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.01
+
+
+def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
+    """specdec_np/weights/tiny-eagle, bound to the embedded target: its guesses are accepted often, as only a head
+    reading the feature it was trained on can be (greedy equality is proved above, in float64)."""
+    from specdec_np import models
+    from specdec_np.tokenizer import encode
+
+    target, _, _, enc = embedded
+    shipped = models.load_head(models.EMBEDDED_HEAD, target)
+    assert shipped.params["wte"] is target.params["wte"]
+    prompt = encode(enc, "def mean(values):\n    \"\"\"Return the mean.\"\"\"\n")
+    res = generate(target, prompt, 20, "eagle", shipped, plan=Plan(budget=8, depth=6), eos=None)
+    assert res.stats.tokens_per_pass > 1.8

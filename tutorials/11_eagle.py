@@ -1,0 +1,188 @@
+# %% [markdown]
+# # Lesson 11: drafting from the target's features (EAGLE)
+#
+# After the paper, the drafters that production engines ship (vLLM, SGLang, TensorRT-LLM) stopped
+# being separate small models. EAGLE (Li et al. 2024) drafts with a *head* that reads the target's
+# own top-layer **feature**: the vector its language-model head multiplies by the embeddings to get
+# the logits. The target has already computed that feature for every token it verified, so the head
+# starts from everything the target knows and only has to guess one step ahead:
+#
+# * at token t_j it reads the target's feature f_(j-1) of the token before and the embedding of t_j,
+#   fuses them with one linear layer [2d -> d], and runs one transformer block with its own KV cache;
+# * its output is a guess of f_j, and the target's own head turns it into q for the next token;
+# * deeper in a tree there is no target feature yet: a node reads its parent's guess.
+#
+# The head is a drafter like the draft model, so the loop, the trees and the lossless rules are the
+# ones of the earlier lessons: `generate(..., method="eagle", draft=head)`. EAGLE-2 adds the dynamic
+# tree of lesson 5: the nodes of highest cumulative q, grown best first (`build.build_best_first`).
+
+# %%
+import numpy as np
+
+from specdec_np import build, eagle, models
+from specdec_np.decode import generate
+from specdec_np.gpt2 import GPT2Config, forward, gelu, layer_norm, new_cache, random_params
+from specdec_np.plan import Plan
+from specdec_np.proofs import exact
+from specdec_np.sampling import process
+from specdec_np.tokenizer import decode, encode
+from specdec_np.tree import render
+from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
+
+target, draft, _, enc = models.load_embedded()
+head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle: trained by weights/train_eagle.py
+prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
+
+# %% [markdown]
+# ## Why a feature
+#
+# The target's next-token distribution is a function of its feature alone: p = softmax(f @ wte.T).
+# `forward(..., features=True)` returns the features beside the logits (the side after the final
+# layer norm, which EAGLE's code reads too). A token is one choice among 8193; a feature is 320
+# numbers that vary smoothly from one position to the next, and it already carries what the target
+# computed in its six layers. Guessing it is a regression a one-block head can learn.
+
+# %%
+text = prompt + generate(target, prompt, 96, eos=None).tokens  # the target's own greedy text
+logits, feats = forward(target, text, new_cache(target), features=True)  # [n, V], [n, 320]
+assert np.allclose(feats @ target.params["wte"].T, logits, atol=1e-3)  # the tied head reads the feature
+print(f"a feature: {feats.shape[1]} numbers; the distribution it gives: {logits.shape[1]} probabilities")
+
+# The head's first guess at every position j (from the true f_(j-1) and t_j) against the target's argmax at j,
+# and the draft model's guess at the same positions: how often each would be accepted at greedy.
+n = len(text)
+guess = eagle.head_pass(head, feats[:-1], np.array(text[1:]), np.arange(1, n), new_cache(head),
+                        np.tril(np.ones((n - 1, n - 1), dtype=bool)))  # [n - 1, 320]: guesses of f_1..f_(n-1)
+head_agree = np.mean(np.argmax(eagle.head_logits(head, guess), -1) == np.argmax(logits[1:], -1))
+draft_agree = np.mean(np.argmax(forward(draft, text, new_cache(draft))[1:], -1) == np.argmax(logits[1:], -1))
+print_rounding(f"first guess == the target's argmax: head {head_agree:.2f}, draft model {draft_agree:.2f} "
+               f"({n - 1} positions)")
+
+# %% [markdown]
+# ## The head's pass, by hand
+#
+# The library's `eagle.head_pass` is the fusion and one GPT-2 block (lesson 1's block) over the
+# (feature, token) pairs. Written out with NumPy alone, causal over a chain of pairs:
+
+# %%
+def head_by_hand(head, feats, tokens, positions):  # [n, d], [n], [n] -> [n, d] the guessed features
+    P, b = head.params, head.params["blocks"][0]
+    n, d, h = len(tokens), feats.shape[1], head.config.n_head
+    e = P["wte"][tokens] + P["wpe"][positions]  # the target's own embedding of each token
+    x = np.concatenate([e, feats], axis=1) @ P["fc"]["w"] + P["fc"]["b"]  # [n, 2d] -> [n, d]
+    qkv = layer_norm(x, **b["ln_1"]) @ b["attn"]["c_attn"]["w"] + b["attn"]["c_attn"]["b"]  # [n, 3d]
+    q, k, v = (t.reshape(n, h, d // h).transpose(1, 0, 2) for t in np.split(qkv, 3, axis=1))  # [h, n, d/h]
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(d // h) + np.triu(np.full((n, n), -np.inf), 1)  # causal
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    attn = (w / w.sum(-1, keepdims=True)) @ v  # [h, n, d/h]
+    x = x + attn.transpose(1, 0, 2).reshape(n, d) @ b["attn"]["c_proj"]["w"] + b["attn"]["c_proj"]["b"]
+    m = gelu(layer_norm(x, **b["ln_2"]) @ b["mlp"]["c_fc"]["w"] + b["mlp"]["c_fc"]["b"])
+    return x + m @ b["mlp"]["c_proj"]["w"] + b["mlp"]["c_proj"]["b"]
+
+
+mine = head_by_hand(head, feats[:-1], np.array(text[1:]), np.arange(1, n))
+print_rounding(f"by hand against eagle.head_pass: largest difference {np.abs(mine - guess).max():.1e}")
+assert np.allclose(mine, guess, atol=1e-3)
+
+# %% [markdown]
+# ## The dynamic tree, growing
+#
+# In the loop the drafter (`eagle.FeatureDrafter`) holds the features the target handed over after
+# each verification. Here we hand it the prompt's by hand and watch EAGLE-2's best-first builder ask
+# for one level at a time: each call is one head pass over the nodes it expands, each fed its
+# parent's guessed feature.
+
+# %%
+d = eagle.FeatureDrafter(head, rows=64)
+_, prompt_feats = forward(target, prompt[:-1], new_cache(target), features=True)
+d.commit([], prompt_feats, 0)  # what the loop does after the target's pass over the prompt
+d.begin(prompt, 4)
+
+
+def logged(tokens, parents, nodes):
+    rows = d.dist_fn(tokens, parents, nodes)
+    paths = ["root" if node == 0 else repr(decode(enc, [int(tokens[node])])) for node in nodes]
+    print(f"pass {len(d.block_sizes)}: expands {len(nodes)} node(s): {', '.join(paths)}")
+    return rows
+
+
+tree = build.build_best_first(prompt[-1], logged, 8, 4)
+print(render(tree, lambda t: decode(enc, [t])))
+
+# %% [markdown]
+# ## Against the draft model, in the same loop
+#
+# The same plan for both (8 nodes at most 6 deep, best first), at greedy. Both emit the target's own
+# tokens; what differs is how many each step gets accepted and what drafting reads. The cost that
+# counts on a CPU is the weights a pass streams (lesson 8): the head reads its block *and* the
+# target's 8193 x 320 embedding for q, the draft model its two small blocks and its 8193 x 128 one.
+
+# %%
+runs = {name: generate(target, prompt, 64, method, model, plan=Plan(budget=8, depth=6), eos=None)
+        for name, method, model in (("draft model", "tree", draft), ("EAGLE head", "eagle", head))}
+for name, run in runs.items():
+    s = run.stats
+    print(f"{name:>11}: {s.tokens_per_pass:.2f} tokens per target pass, {s.draft_passes} drafting passes, "
+          f"{s.draft_weight_bytes / 1e6:.1f} MB read per pass, weight traffic {s.weight_traffic:.2f}x plain decoding")
+print_rounding(f"same tokens: {runs['draft model'].tokens == runs['EAGLE head'].tokens}")
+better = min(runs, key=lambda name: runs[name].stats.weight_traffic)
+print(f"verdict: the {better} reads fewer weights per emitted token here")
+
+# %% [markdown]
+# The head shipped here was trained for 23 minutes on one shared CPU core (905k tokens; the draft
+# model saw 10.7M): its guesses are accepted less often than the draft's, and a full-vocabulary
+# head makes each of its passes read more than the tiny draft's whole model. That is this pair's
+# honest verdict, not EAGLE's: on a large target the head is a small fraction of one target layer,
+# while a draft model good enough to match it is a model of its own.
+#
+# ## Still lossless
+#
+# The head only proposes: the rules verify its trees as they verify the draft's. On a 4-token random
+# target with a random head, every random branch of `generate` enumerated (lesson 3's method): the
+# first three tokens have the target's distribution exactly, for trees of the head's top tokens and
+# for trees drawn from its q.
+
+# %%
+tiny = random_params(GPT2Config(n_vocab=4, n_ctx=16, n_embd=8, n_layer=1, n_head=2), seed=11, dtype=np.float64,
+                     scale=0.8)
+tiny_head = eagle.random_head(tiny, seed=5, scale=0.3)
+want = exact.sequence_distribution(lambda ctx: process(forward(tiny, list(ctx), new_cache(tiny))[-1], 1.0, 2),
+                                   (1, 2), 3)
+for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
+    got = exact.outcomes(lambda rand: tuple(generate(tiny, [1, 2], 3, "eagle", tiny_head, plan=plan, temperature=1.0,
+                                                     top_k=2, rand=rand, eos=None).tokens))
+    print(f"{plan.shape if not plan.sampled else 'sampled ' + plan.sampled}: total variation "
+          f"{exact.total_variation(got, want):.1e}")
+    assert exact.total_variation(got, want) < 1e-12
+
+# %% [markdown]
+# ## What EAGLE-3 changes
+#
+# EAGLE-3 (Li et al. 2025) keeps the loop and changes what the head reads and how it is trained.
+# It fuses features from a low, a middle and the top layer of the target instead of the top one
+# alone (the top layer is specialised in the next token; the others keep more of the context), and
+# it drops the feature-regression loss: trained by "training-time test", the head is run on its
+# own guesses during training, as it is when drafting deep in a tree, so it learns to recover from
+# them. It also drafts over a reduced vocabulary (the frequent tokens), which cuts the cost of q
+# that dominates here.
+#
+# ## Try this
+#
+# * Make the tree a single guess, `Plan(shape="fixed", widths=(1,))`: each drafting step then emits
+#   one or two tokens, and tokens per target pass is 1 plus the first guess's acceptance (checked
+#   below on that run).
+# * Sample (`temperature=1.0, top_k=50`) with the tree drawn from q (`Plan(widths=(1, 1, 1),
+#   sampled="without")`) for both drafters: compare tokens per pass with the greedy runs.
+# * In the by-hand pass, drop the position embedding (`e = P["wte"][tokens]`): the check fails, and
+#   the head, trained with positions, guesses worse.
+
+# %%
+def check_one_guess(run):
+    """Every step after the first emits one or two tokens, and some emit two."""
+    steps = [len(step.tokens) for step in run.stats.steps[1:]]
+    assert set(steps) <= {1, 2} and 2 in steps, steps
+    print(f"one guess per step: {steps.count(2)} of {len(steps)} steps accepted it")
+
+
+one = generate(target, prompt, 32, "eagle", head, plan=Plan(shape="fixed", widths=(1,)), eos=None)
+check_one_guess(one)

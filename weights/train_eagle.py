@@ -1,0 +1,256 @@
+"""Train the EAGLE head of the embedded target (weights/tiny-target), then export it to specdec_np/weights/tiny-eagle/.
+
+Optional tooling: needs PyTorch (`pip install -e ".[train]"`), never needed at run time. See weights/README.md.
+The target is frozen; its features (the top layer's hidden state after its final layer norm, what its tied
+head reads: specdec_np/eagle.py) are computed on the fly over random windows of the corpus the pair was
+trained on (`python weights/train_tiny.py corpus` builds it). The loss is EAGLE-1's: smooth-L1 regression
+of the next feature plus 0.1 x the cross-entropy of q (the target's head on the predicted feature)
+against the target's own next-token distribution p; the input features get EAGLE's uniform noise.
+
+    python weights/train_eagle.py train       # resumable; checkpoints in weights/work/eagle_last.pt
+    python weights/train_eagle.py export      # fp16 -> specdec_np/weights/tiny-eagle/, checked against the torch head
+    python weights/train_eagle.py match       # held-out first-guess acceptance, beside the shipped draft's
+
+Everything is seeded; batches are a function of the step number, so an interrupted run resumes with the same data
+(the learning rate also follows the wall-clock budget, below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import train_tiny  # noqa: E402  (the target's torch model, the corpus, `match`'s windows)
+
+WORK = train_tiny.WORK
+from specdec_np.files import SHIPPED_DIR  # noqa: E402  (specdec_np/weights/: the package data)
+
+OUT = SHIPPED_DIR / "tiny-eagle"
+CFG = dict(seq_len=256, batch=8, steps=600, lr=1.5e-3, min_lr=1e-4, warmup=50, weight_decay=0.01, seed=4321,
+           noise=0.2, p_weight=0.1, ckpt_every=25, minutes=23.0)
+
+
+def make_head(target_cfg):
+    """EAGLE's head over the target (n_embd d): fc [2d -> d] on (token embedding, feature), one GPT-2 block."""
+    import torch
+    import torch.nn as nn
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = target_cfg.n_embd
+            self.fc = nn.Linear(2 * d, d)
+            self.block = train_tiny.make_model(train_tiny.RunConfig("head", n_layer=1, n_head=target_cfg.n_head,
+                                                                    n_embd=d)).h[0]
+            nn.init.normal_(self.fc.weight, 0.0, 0.02)
+            nn.init.zeros_(self.fc.bias)
+
+        def forward(self, emb, feat):  # [B, T, d], [B, T, d] -> the predicted features [B, T, d]
+            return self.block(self.fc(torch.cat([emb, feat], dim=-1)))
+
+    return Head()
+
+
+def target_features(target, x):  # [B, T] -> [B, T, d]: the target's features (after ln_f)
+    import torch
+
+    T = x.shape[1]
+    h = target.wte(x) + target.wpe(torch.arange(T))
+    for blk in target.h:
+        h = blk(h)
+    return target.ln_f(h)
+
+
+def head_inputs(target, x, feats):  # -> (emb [B, T-1, d], feat [B, T-1, d]) for the pairs (f_(j-1), t_j), j = 1..T-1
+    import torch
+
+    T = x.shape[1]
+    return target.wte(x[:, 1:]) + target.wpe(torch.arange(1, T)), feats[:, :-1]
+
+
+def lr_at(step: int, elapsed: float) -> float:
+    """Linear warm-up, then a cosine decay over the steps or the wall-clock budget, whichever ends first
+    (on a shared CPU the budget usually does: the head still ends at the low rate)."""
+    if step < CFG["warmup"]:
+        return CFG["lr"] * (step + 1) / CFG["warmup"]
+    t = max((step - CFG["warmup"]) / max(1, CFG["steps"] - CFG["warmup"]), elapsed / (60 * CFG["minutes"]))
+    return CFG["min_lr"] + 0.5 * (CFG["lr"] - CFG["min_lr"]) * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+def batch_at(tokens: np.ndarray, step: int) -> np.ndarray:  # -> [batch, seq_len + 1]
+    rng = np.random.default_rng([CFG["seed"], step])
+    starts = rng.integers(0, tokens.size - CFG["seq_len"] - 1, size=CFG["batch"])
+    return np.stack([tokens[s:s + CFG["seq_len"] + 1] for s in starts]).astype(np.int64)
+
+
+def loss_of(head, target, xb, noise: float):
+    """EAGLE-1's loss on windows [B, T]: (total, regression, cross-entropy); the passes in bf16 autocast
+    (as train_tiny.py's), the losses in float32."""
+    import torch
+    import torch.nn.functional as F
+
+    with train_tiny.autocast("cpu"):
+        with torch.no_grad():
+            feats = target_features(target, xb)  # [B, T, d]
+            p = F.softmax((feats[:, 1:] @ target.wte.weight.T).float(), dim=-1)  # the target's p after tokens 1..T-1
+            emb, feat = head_inputs(target, xb, feats)
+            if noise:
+                feat = feat + (torch.rand_like(feat) - 0.5) * noise
+        out = head(emb, feat)  # [B, T-1, d]: guesses of f_1..f_(T-1)
+        logq = F.log_softmax((out @ target.wte.weight.T).float(), dim=-1)
+    reg = F.smooth_l1_loss(out.float(), feats[:, 1:].float())
+    ce = -(p * logq).sum(-1).mean()
+    return reg + CFG["p_weight"] * ce, reg, ce
+
+
+def train() -> None:
+    import torch
+
+    torch.manual_seed(CFG["seed"])
+    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "1")))
+    tokens = np.load(WORK / "train.npy")
+    target, tcfg = train_tiny.get_model("shipped:target")
+    for q in target.parameters():
+        q.requires_grad_(False)
+    head = make_head(tcfg)
+    decay = [q for q in head.parameters() if q.dim() >= 2]
+    rest = [q for q in head.parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": CFG["weight_decay"]},
+                             {"params": rest, "weight_decay": 0.0}], lr=CFG["lr"], betas=(0.9, 0.95))
+    ckpt, step, elapsed = WORK / "eagle_last.pt", 0, 0.0
+    if ckpt.exists():
+        ck = torch.load(ckpt, weights_only=False)
+        head.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step, elapsed = ck["step"], ck["elapsed"]
+        print(f"resuming at step {step}", flush=True)
+    log, t0 = open(WORK / "eagle.log", "a"), time.time() - elapsed
+
+    def save(final=False):
+        state = {"model": head.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": time.time() - t0,
+                 "tokens": step * CFG["batch"] * CFG["seq_len"], "cfg": CFG}
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, ckpt)
+        if final:
+            torch.save(state, WORK / "eagle_final.pt")
+
+    while step < CFG["steps"]:
+        if time.time() - t0 > 60 * CFG["minutes"]:
+            print(f"time budget reached at step {step}", flush=True)
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, time.time() - t0)
+        loss, reg, ce = loss_of(head, target, torch.from_numpy(batch_at(tokens, step)), CFG["noise"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
+        opt.step()
+        step += 1
+        line = f"step {step} loss {loss.item():.4f} reg {reg.item():.4f} ce {ce.item():.4f} {time.time() - t0:.0f}s"
+        log.write(line + "\n")
+        log.flush()
+        if step % 10 == 0:
+            print(line, flush=True)
+        if step % CFG["ckpt_every"] == 0:
+            save()
+    save(final=True)
+
+
+def load_head_torch():
+    import torch
+
+    target, tcfg = train_tiny.get_model("shipped:target")
+    head = make_head(tcfg)
+    ck = torch.load(WORK / "eagle_final.pt", weights_only=False)
+    head.load_state_dict(ck["model"])
+    head.eval()
+    return head, target, tcfg, ck
+
+
+def match(n_windows: int = 24, window: int = 256) -> dict:
+    """First-guess acceptance on held-out text (train_tiny.match's 24 windows of 256): the head's q (from the
+    target's true feature of the token before) against the target's p, beside the shipped draft's q."""
+    import torch
+    import torch.nn.functional as F
+
+    head, target, _, ck = load_head_torch()
+    draft, _ = train_tiny.get_model("shipped:draft")
+    held = np.load(WORK / "heldout.npy")
+    starts = np.linspace(0, held.size - 300, n_windows).astype(np.int64)
+    windows = torch.from_numpy(np.stack([held[s:s + window + 1] for s in starts]).astype(np.int64))
+    out = {"head": {"accept_topk": [], "argmax_agree": []}, "draft": {"accept_topk": [], "argmax_agree": []}}
+    with torch.no_grad():
+        for i in range(0, n_windows, 8):
+            x = windows[i:i + 8, :-1]  # [B, T]
+            feats = target_features(target, x)
+            p = feats[:, 1:] @ target.wte.weight.T  # the target's logits after tokens 1..T-1
+            q_head = head(*head_inputs(target, x, feats)) @ target.wte.weight.T
+            q_draft = draft(x)[:, 1:]
+            for name, q in (("head", q_head), ("draft", q_draft)):
+                acc = torch.minimum(train_tiny.top_k_probs(p, 50), train_tiny.top_k_probs(q, 50)).sum(-1).mean()
+                out[name]["accept_topk"].append(acc.item())
+                out[name]["argmax_agree"].append((p.argmax(-1) == q.argmax(-1)).float().mean().item())
+    report = {name: {k: round(float(np.mean(v)), 4) for k, v in d.items()} for name, d in out.items()}
+    report["head"].update(tokens_seen=ck["tokens"], steps=ck["step"], minutes=round(ck["elapsed"] / 60, 1))
+    print(json.dumps(report, indent=1))
+    return report
+
+
+def export() -> None:
+    """The head in fp16 -> specdec_np/weights/tiny-eagle/ (specdec_np.eagle.save_head), then specdec_np's head pass on
+    the written files checked against the torch head with its weights rounded to fp16."""
+    import torch
+
+    from specdec_np import eagle, models
+
+    head, target, tcfg, _ = load_head_torch()
+    sd = {k: v.detach().float().numpy() for k, v in head.state_dict().items()}
+    b = "block."
+    block = {"ln_1": {"g": sd[b + "ln_1.weight"], "b": sd[b + "ln_1.bias"]},
+             "attn": {"c_attn": {"w": sd[b + "c_attn.weight"].T, "b": sd[b + "c_attn.bias"]},
+                      "c_proj": {"w": sd[b + "c_proj.weight"].T, "b": sd[b + "c_proj.bias"]}},
+             "ln_2": {"g": sd[b + "ln_2.weight"], "b": sd[b + "ln_2.bias"]},
+             "mlp": {"c_fc": {"w": sd[b + "c_fc.weight"].T, "b": sd[b + "c_fc.bias"]},
+                     "c_proj": {"w": sd[b + "mlp_proj.weight"].T, "b": sd[b + "mlp_proj.bias"]}}}
+    np_target = models.load_model(models.EMBEDDED_TARGET)
+    eagle.save_head(eagle.bind(np_target, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block), OUT)
+    loaded = models.load_head(OUT, np_target)
+    # The check: one held-out window through both, the torch head with fp16-rounded weights.
+    with torch.no_grad():
+        for prm in head.parameters():
+            prm.copy_(prm.half().float())
+        x = torch.from_numpy(np.load(WORK / "heldout.npy")[:65].astype(np.int64))[None]
+        feats = target_features(target, x)
+        want = head(*head_inputs(target, x, feats))[0].numpy()  # [64, d]
+    from specdec_np.gpt2 import new_cache
+    tokens = x[0, 1:].numpy()
+    mask = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
+    got = eagle.head_pass(loaded, feats[0, :-1].numpy(), tokens, np.arange(1, len(tokens) + 1),
+                          new_cache(loaded, 8), mask)
+    err = float(np.abs(got - want).max())
+    size = (OUT / "model.safetensors").stat().st_size
+    print(f"exported {OUT} ({size / 1e6:.2f} MB); max |numpy - torch| of the guessed features: {err:.2e}")
+    if err > 1e-2:
+        raise SystemExit("export check failed: specdec_np's head pass differs from the torch head")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("train", "export", "match"))
+    ap.add_argument("--minutes", type=float, default=CFG["minutes"], help="wall-clock budget of `train`")
+    ap.add_argument("--steps", type=int, default=CFG["steps"])
+    a = ap.parse_args()
+    CFG.update(minutes=a.minutes, steps=a.steps)
+    {"train": train, "export": export, "match": match}[a.what]()
