@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
-from .files import atomic_file
+from .files import atomic_file, read_json
 from .gpt2 import (GPT2, empty_params, linear, map_params, new_cache, param_shapes, random_params,
                    transformer_block)
 from .record import NO_RECORD
@@ -176,7 +176,7 @@ def load_head(path, target: GPT2) -> GPT2:
     """The head saved at `path` (a directory, or a name in specdec_np/weights/ such as "tiny-eagle"), bound to `target`."""
     path = checkpoint.resolve(path)
     config = checkpoint.read_config(path / checkpoint.CONFIG_FILE)
-    if json.loads((path / checkpoint.CONFIG_FILE).read_text()).get("specdec_np") != HEAD_KIND:
+    if read_json(path / checkpoint.CONFIG_FILE).get("specdec_np") != HEAD_KIND:
         raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json lacks \"specdec_np\": "
                                          f"\"{HEAD_KIND}\")")
     for field in ("n_vocab", "n_ctx", "n_embd", "n_head"):

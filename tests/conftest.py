@@ -8,6 +8,7 @@ use them: only function-scoped fixtures are refused there.)
 
 import os
 import shutil
+import signal
 import tempfile
 
 import numpy as np
@@ -39,6 +40,17 @@ os.environ["XDG_CACHE_HOME"] = TEST_CACHE
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """Each test leaves Ctrl-C and SIGTERM as it found them: a command line run in-process ignores Ctrl-C
+    once its work is done, and the processes later tests start would inherit that (and never see theirs)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in before.items():
+        if signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
 
 
 @pytest.fixture(scope="session")

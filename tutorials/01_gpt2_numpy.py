@@ -112,7 +112,8 @@ def attention_by_hand(q, k, v, causal):  # 3 x [n_head, n, head_dim], [n, n] -> 
 
 def check_attention(causal):
     """Our attention with this mask equals the library's causal attention (forward's own mask, not `causal`)."""
-    library = attention(q, k, v, gpt2.attention_bias(np.tri(n, dtype=bool), np.float32))  # [n_head, n, head_dim]
+    causal_bias = np.where(np.tri(n, dtype=bool), 0.0, -np.inf).astype(np.float32)  # forward's own: 0 or -inf
+    library = attention(q, k, v, causal_bias)  # [n_head, n, head_dim]
     mixed, _ = attention_by_hand(q, k, v, causal)
     assert np.allclose(mixed, library, atol=1e-6), "inline attention != gpt2.attention"
 

@@ -21,7 +21,7 @@ def documented_kind(method: str, plan: Plan, temperature: float) -> str:
     drawn from q when sampling or sampled; the n-gram's trees and lookup's copies deterministic."""
     if method == "speculative":
         return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
-    if method in ("tree", "staged") and plan.sampled:
+    if method in ("tree", "staged", "eagle") and plan.sampled:
         return f"{plan.sampled}_replacement"
     return "deterministic"
 
@@ -38,6 +38,7 @@ def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossles
     trees included) is one verify.lossless_rules lists for the kind of that tree. A plan whose rule is
     not lossless for its method's trees is refused by check_rule, naming the rule, before any work."""
     target, draft, trigram = small
+    draft = eagle.random_head(target) if method == "eagle" else draft  # eagle drafts with a head of the target
     m = methods.METHODS[method]
     if not m.lossless(plan, temperature):
         with pytest.raises(ValueError, match=repr(plan.rule)):

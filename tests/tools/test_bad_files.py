@@ -282,7 +282,7 @@ def read_checkpoint_with(tmp_path, name):
 def read_tokenizer_with(tmp_path, name):
     for file in ("vocab.bpe", "encoder.json"):
         if file != name:
-            (tmp_path / file).symlink_to(ROOT / "weights" / file)
+            (tmp_path / file).symlink_to(files.SHIPPED_DIR / file)
     get_encoding(1000, bpe_dir=tmp_path)
 
 
