@@ -90,11 +90,6 @@ def marginal(dist: dict, key) -> dict:
     return out
 
 
-def prefix_marginal(dist: dict, m: int) -> dict:
-    """The distribution of the first m items of tuple-valued outcomes."""
-    return marginal(dist, lambda seq: tuple(seq[:m]))
-
-
 def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
     """The exact distribution {tokens: prob} of m tokens sampled autoregressively, next_dist(context
     tuple) -> [V] giving the next token's probabilities (e.g. a target table)."""
