@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .drafting import ModelDrafter
 from .files import atomic_file, read_json
 from .gpt2 import (GPT2, empty_params, linear, map_params, new_cache, param_shapes, random_params,
                    transformer_block)
 from .record import NO_RECORD
-from .sampling import process
-from .tree import DRAFT, block, path_key
+from .tree import DRAFT, block
 
 HEAD_KIND = "eagle-head"  # config.json's "specdec_np" entry of a head's checkpoint
 
@@ -109,16 +109,7 @@ class FeatureDrafter:
         self.guess, self.logits, self.dist = {}, {}, {}  # path key -> guessed feature, logits, q
         self.block_sizes, self.dists = [], 0
 
-    def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
-        keys = [path_key(tokens, parents, i) for i in nodes]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.logits]
-        if missing:
-            self.draft_pass(missing)
-        todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
-        if todo:
-            self.dists += len(todo)
-            self.dist.update(zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings)))
-        return np.stack([self.dist[k] for k in keys])
+    dist_fn = ModelDrafter.dist_fn  # q on demand as the draft model's: a `draft_pass` for the keys not fed yet
 
     def draft_pass(self, keys) -> None:
         """One head pass over the nodes `keys` (their parents fed already), after the catch-up pairs on
