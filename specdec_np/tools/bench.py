@@ -427,9 +427,8 @@ def write_together(texts: dict) -> None:
 def signals_held():
     """While the block runs, Ctrl-C and SIGTERM are noted, not acted on; the first one that came is raised
     again when it ends, so that its own handler acts then (in the main thread: elsewhere nothing is held)."""
-    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
-    if threading.current_thread() is not threading.main_thread():
-        held = []
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if main and signal.getsignal(s) is not None]
     came = []
     before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
     try:
