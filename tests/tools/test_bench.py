@@ -251,3 +251,43 @@ def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         bench.write_together(texts)
     assert [p.read_text() for p in texts] == ["new json\n", "old\n"]
+
+
+def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch, capsys):
+    """Issue 61: bench's eagle row drafts with the target's EAGLE head on the tree row's plan (said, with why),
+    emits the baseline's tokens at greedy, and gives its first drafted token's acceptance beside the draft model's;
+    priced on the head's cost curve where the costs have one, else left unpriced rather than priced as the draft."""
+    from specdec_np.tools import calibration
+
+    for costs, priced in ((FAKE_COSTS, False), (FAKE_COSTS | {"curves": FAKE_COSTS["curves"] | {
+            "head": {s: {k: 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}}}, True)):
+        monkeypatch.setattr(calibration, "measure_costs", lambda *a, c=costs, **k: c)
+        monkeypatch.setattr(calibration, "read_json", lambda *a, **k: None)  # no cached costs: these
+        assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "24",
+                           "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        res = json.loads((tmp_path / "results.json").read_text())
+        rows, plans = res["summary"]["greedy"], res["plans"]["greedy"]
+        assert plans["eagle"]["method"] == "eagle" and plans["eagle"]["plan"] == plans["tree"]["plan"]
+        assert "(ref.) EAGLE head: " in out and bench.EAGLE_PLAN in out
+        eagle, tree = rows["eagle"], rows["tree"]
+        assert eagle["same_as_baseline"] and eagle["tokens"] == rows["ar"]["tokens"]
+        assert eagle["draft_passes_per_target_pass"] > 0  # the head's passes, not the draft's:
+        assert eagle["relative_weight_traffic"] != tree["relative_weight_traffic"]
+        assert 0 < eagle["first_token_acceptance"] <= 1 and 0 < tree["first_token_acceptance"] <= 1
+        assert rows["ar"]["first_token_acceptance"] is None
+        assert (eagle["predicted_speedup"] is not None) == priced and tree["predicted_speedup"] is not None
+        md = (tmp_path / "results.md").read_text()
+        assert "| draft passes/target pass | first drafted token accepted |" in md
+        assert f"| {eagle['tokens_per_target_pass']:.2f} | {eagle['draft_passes_per_target_pass']:.2f} | " \
+               f"{eagle['first_token_acceptance']:.2f} |" in md
+
+
+def test_first_token_acceptance_counts_the_steps_that_drafted():
+    """A step that drafted and emitted two tokens or more kept its first drafted token; one that drafted and emitted
+    one did not; a step with no draft pass (the first, or a copy) is not counted."""
+    from types import SimpleNamespace as S
+
+    steps = [S(draft_blocks=[], tokens=[1]), S(draft_blocks=[2], tokens=[1, 2, 3]), S(draft_blocks=[1], tokens=[4]),
+             S(draft_blocks=[], tokens=[5, 6, 7]), S(draft_blocks=[1, 1], tokens=[8, 9])]
+    assert bench.first_token_acceptance(S(steps=steps)) == (2, 3)
