@@ -47,8 +47,9 @@ def method_of(row: str) -> str:
 
 
 # red, blue, green, yellow
-COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m"}
-MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»")}
+# "head": EAGLE's head, which drafts in the draft's place (method eagle; the trace page marks its tokens so).
+COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
+MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
 RESET = "\033[0m"
 
 
