@@ -1,7 +1,8 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
 164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
 plan run side by side (EAGLE's head beside the draft model's tree, on the tree row's plan); `--rows rules`
-compares the verification rules on the same drafts. What each row and column means: docs/results.md; the options in full: docs/reference.md.
+compares the verification rules on the same drafts. What each row and column means: docs/results.md; the
+options in full: docs/reference.md.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
-from .calibration import Busy, calibration
+from .calibration import Busy, calibration, head_curves
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import pads, record_ms
@@ -135,7 +136,7 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
     """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
-    curve (None where the costs have none: measured before heads were timed)."""
+    curve (`calibration.head_curves`; None where the costs have none)."""
     curves = costs["curves"]
     if method == "eagle":
         if "head" not in curves:
@@ -377,7 +378,7 @@ def main(argv=None) -> int:
     if not a.curves:  # after the options' own checks: the default is in the clone, which may be read-only
         check_writable(out_dir / "results.json", f"--out {a.out}", made=True)
     target, draft, ngram, enc = load_embedded()
-    head = load_head(target=target)  # eagle's draft: the embedded target's EAGLE head
+    eagle_head = load_head(target=target)  # eagle's draft: the embedded target's EAGLE head
     if prompts is not None:
         prompts = prompt_tokens(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     if busy := settle_threads():
@@ -389,6 +390,8 @@ def main(argv=None) -> int:
         if e.costs is None:
             raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter") from None
         costs, how = e.costs, f"measured now, for this run only: {e}"
+    if a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as what they are
+        costs = costs | {"curves": costs["curves"] | {"head": head_curves(target, eagle_head, costs["layout"])}}
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     print(curves_table(costs))
@@ -404,7 +407,7 @@ def main(argv=None) -> int:
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "costs": costs}
     if a.rows != "rules":
-        records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, head)
+        records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head)
         summary = summarize(records, target)
         md = markdown(summary, plans)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
@@ -506,8 +509,9 @@ def blas_line(costs) -> str:
 
 def curves_table(costs) -> str:
     """The cost curves (ms per forward pass by block size) and the overheads, as printed."""
-    sizes = sorted(costs["curves"]["target"]["warm"], key=int)
-    rows = [[f"{name}, {state}", *(f"{c[k]:.2f}" for k in sizes)]
+    sizes = sorted(int(k) for k in costs["curves"]["target"]["warm"])
+    ms = lambda c, k: next((f"{v:.2f}" for x, v in c.items() if int(x) == k), "-")  # sizes as ints or as JSON's strings
+    rows = [[f"{name}, {state}", *(ms(c, k) for k in sizes)]
             for name, states in costs["curves"].items() for state, c in states.items()]
     return "\n".join(["cost curve, ms per forward pass (embedded models, 200-token prefix; cold: after the other "
                       "model's pass):", *table("tokens | " + " | ".join(map(str, sizes)), rows),

@@ -644,3 +644,34 @@ def test_eagles_page_names_the_head_where_the_draft_would_be(embedded, tmp_path)
     assert any("Head passes: " in s["summary"] for s in head)
     assert not any("EAGLE head" in v or "src-head" in v for s in control for v in s.values())
     assert "draft passes" in control[-1]["totals"] and "proposed by draft" in "".join(s["tree"] for s in control)
+
+
+def test_a_heads_passes_are_timed_as_the_head_runs_them(embedded, monkeypatch):
+    """Issue 61: the page's (and the cost curves') price of an EAGLE head's pass times its own pass, the fusion
+    and its block (`eagle.head_pass`) and the target's tied head (`eagle.head_logits`), not `gpt2.forward` on a
+    one-block GPT-2; a draft model's passes (the control) are still `forward`'s."""
+    from specdec_np import eagle
+    from specdec_np.models import load_head
+    from specdec_np.tools import costcurve
+
+    target, draft, ngram, enc = embedded
+    head, prompt = load_head(target=target), encode(enc, PROMPT)[:40]
+    calls = {"head_pass": 0, "head_logits": 0, "forward": 0}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+    monkeypatch.setattr(eagle, "head_pass", counted("head_pass", eagle.head_pass))
+    monkeypatch.setattr(eagle, "head_logits", counted("head_logits", eagle.head_logits))
+    monkeypatch.setattr(costcurve, "forward", counted("forward", costcurve.forward))
+    res = generate(target, prompt, 6, "eagle", head, keep_trees=True)
+    before = dict(calls)
+    costs = trace.pass_costs(None, head, res, prompt)
+    timed = {k: calls[k] - before[k] for k in calls}
+    assert costs["draft"] and timed["head_pass"] > 0 and timed["head_logits"] == timed["head_pass"]
+    assert timed["forward"] == 0
+    before = dict(calls)
+    trace.pass_costs(None, draft, generate(target, prompt, 6, "tree", draft, keep_trees=True), prompt)
+    assert calls["forward"] > before["forward"] and calls["head_pass"] == before["head_pass"]
