@@ -1,4 +1,5 @@
-"""The embedded pair's whole training recipe in one command, sized to a time budget (a GPU: under 10 minutes).
+"""The embedded pair's whole training recipe in one command, sized to a time budget (a GPU: under 10 minutes), with
+the target's EAGLE head.
 
     python weights/recipe.py --device cuda --out "$OUT"     # the corpus from weights/build_corpus.py
     python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 2 min
@@ -8,17 +9,21 @@
 2. The target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
 3. The draft, distilled from the target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
    top-k 50).
+   Then the target's EAGLE head (weights/train_eagle.py's functions: EAGLE-1's loss on the frozen target's features,
+   its pass in specdec_np on the written shards checked against the torch head), written as eagle.00.npz.
 4. The paper's stage-2 model: a Katz backoff trigram (specdec_np.ngram) fitted on the draft's own samples at T=1.5.
 5. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
    (and on the packages' held-out files), the trigram's, acceptance of one drafted token at top-k 50 and argmax
-   agreement (24 held-out windows), HumanEval prompt+solution loss, and the loop measure of greedy completions
-   (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
+   agreement (24 held-out windows; the head's first guess beside the draft's), HumanEval prompt+solution loss, and
+   the loop measure of greedy completions (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
 
 Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
 reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
-specdec_np's layout, sharded), trigram.npz, report.json, log.txt. `python weights/export_tiny.py --from DIR`
-turns them into specdec_np/weights/tiny-target/, tiny-draft/ and tiny-trigram.npz. Each shard set is read
-back here and its logits checked against the torch model's with fp16 weights.
+specdec_np's layout, sharded), eagle.00.npz (the head's own fc and block), trigram.npz, report.json, log.txt.
+`python weights/export_tiny.py --from DIR` turns them into specdec_np/weights/tiny-target/, tiny-draft/ and
+tiny-trigram.npz, then `python weights/train_eagle.py export --from DIR` the head into tiny-eagle/. Each shard set
+is read back here and its logits (the head's: its guessed features) checked against the torch model's with fp16
+weights.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import train_eagle as E  # noqa: E402
 import train_tiny as T  # noqa: E402
 
 SHARD_BYTES = (16 << 20) - (64 << 10)  # the 16 MiB a returned file may hold, less room for the .npz headers
@@ -46,7 +52,7 @@ MAX_FILES, MAX_BYTES = 8, 64 << 20
 SHAPES = {"8L/448": (8, 7, 448), "8L/384": (8, 6, 384), "6L/512": (6, 8, 512), "6L/320": (6, 8, 320),
           "2L/128": (2, 4, 128), "3L/192": (3, 6, 192), "4L/256": (4, 8, 256), "2L/64": (2, 2, 64), "1L/32": (1, 1, 32)}
 # Shares of the time budget left after setup and bench: the rest goes to samples, the trigram and the figures.
-SHARES = {"target": 0.60, "draft": 0.25}
+SHARES = {"target": 0.60, "draft": 0.25, "eagle": 0.06}
 
 
 class Log:
@@ -106,6 +112,53 @@ def fit(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, teache
 def sized(cfg: T.RunConfig, seconds: float, tok_per_s: float) -> T.RunConfig:
     steps = max(4, int(seconds * tok_per_s / (cfg.batch * cfg.seq_len)))
     return dataclasses.replace(cfg, steps=steps, warmup=max(2, min(100, steps // 20)))
+
+
+def train_head(target, t_cfg: T.RunConfig, draft, data: dict, seconds: float, out: Path, log, smoke: bool,
+               device) -> dict:
+    """The frozen target's EAGLE head, trained for `seconds` (smoke: 6 steps) with train_eagle.py's loss and learning
+    rate, written as eagle.NN.npz (fp16, its own fc and block) and read back by specdec_np: its record, with the
+    numpy head pass's difference from the torch head's and the held-out first guess beside the draft's."""
+    import torch
+
+    from specdec_np.gpt2 import GPT2, GPT2Config
+
+    cfg = dataclasses.replace(t_cfg, name="eagle", seq_len=min(256, t_cfg.n_ctx - 1), batch=4 if smoke else 32,
+                              seed=E.CFG["seed"], sample_frac=0.0)
+    steps = 6 if smoke else 1_000_000  # else until `seconds`: the learning rate follows the clock (E.lr_at)
+    E.CFG.update(steps=steps, minutes=seconds / 60, warmup=2 if smoke else E.CFG["warmup"])
+    for q in target.parameters():
+        q.requires_grad_(False)
+    head = E.make_head(t_cfg).to(device)
+    opt = E.optimizer(head)
+    head.train()
+    t0, step = time.time(), 0
+    while step < steps and time.time() - t0 < seconds:
+        for g in opt.param_groups:
+            g["lr"] = E.lr_at(step, time.time() - t0)
+        xb = torch.from_numpy(T.batch_at(data["train"], cfg, step)).to(device)
+        loss, reg, ce = E.train_step(head, target, opt, xb, device)
+        step += 1
+        if step % 20 == 0 or step == steps:
+            log(f"eagle step {step}: loss {loss.item():.4f}, reg {reg.item():.4f}, ce {ce.item():.4f}")
+    head.eval()
+    record = {"steps": step, "tokens": step * cfg.batch * cfg.seq_len, "seconds": round(time.time() - t0, 1),
+              "config": {"seq_len": cfg.seq_len, "batch": cfg.batch} | {k: E.CFG[k] for k in ("lr", "noise",
+                                                                                               "p_weight")}}
+    config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=t_cfg.n_ctx, n_embd=t_cfg.n_embd, n_layer=t_cfg.n_layer,
+                        n_head=t_cfg.n_head)
+    np_target = GPT2(config, from_shards(out, "target"))  # the target as shipped: fp16 weights, read back
+    own = E.numpy_head(head, np_target).params
+    record["files"] = to_shards({"fc": own["fc"], "blocks": own["blocks"]}, "eagle", out)
+    held = data["heldout"]
+    record["max_feature_diff_vs_torch"] = E.export_error(head, target, E.head_from_shards(out, np_target),
+                                                         held[:min(65, t_cfg.n_ctx)])
+    win = min(256, t_cfg.n_ctx - 1)
+    starts = np.linspace(0, held.size - win - 2, 8 if smoke else 24).astype(np.int64)
+    record["first_guess_heldout"] = E.first_guess(head, target, draft, np.stack([held[s:s + win + 1] for s in starts]),
+                                                  device)
+    log(f"eagle head: {step} steps in {record['seconds']:.0f} s; first guess {record['first_guess_heldout']}")
+    return record
 
 
 def target_samples(target, cfg: T.RunConfig, tokens: np.ndarray, n: int, prefix: int, batch: int, device) -> np.ndarray:
@@ -324,6 +377,9 @@ def main(argv=None) -> int:
     report["draft"] = fit(draft, d_cfg, data["train"], SHARES["draft"] * left, log, teacher=target, samples=samples,
                           device=a.device)
     report["draft"]["files"] = to_shards(T.to_numpy_params(draft, d_cfg), "draft", a.out)
+    save_report()
+    report["eagle"] = guarded("eagle head", lambda: train_head(target, t_cfg, draft, data, SHARES["eagle"] * left,
+                                                               a.out, log, a.smoke, a.device))
     save_report()
 
     def stage2():

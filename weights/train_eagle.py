@@ -10,9 +10,11 @@ against the target's own next-token distribution p; the input features get EAGLE
     python weights/train_eagle.py train       # resumable; checkpoints in weights/work/eagle_last.pt
     python weights/train_eagle.py export      # fp16 -> specdec_np/weights/tiny-eagle/, checked against the torch head
     python weights/train_eagle.py match       # held-out first-guess acceptance, beside the shipped draft's
+    python weights/train_eagle.py export --from DIR   # weights/recipe.py's eagle.NN.npz -> tiny-eagle/ (NumPy only)
 
 Everything is seeded; batches are a function of the step number, so an interrupted run resumes with the same data
-(the learning rate also follows the wall-clock budget, below).
+(the learning rate also follows the wall-clock budget, below). weights/recipe.py trains a retrained target's head
+with the same functions (`make_head`, `optimizer`, `train_step`, `numpy_head`, `export_error`, `first_guess`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def target_features(target, x):  # [B, T] -> [B, T, d]: the target's features (a
     import torch
 
     T = x.shape[1]
-    h = target.wte(x) + target.wpe(torch.arange(T))
+    h = target.wte(x) + target.wpe(torch.arange(T, device=x.device))
     for blk in target.h:
         h = blk(h)
     return target.ln_f(h)
@@ -76,7 +78,7 @@ def head_inputs(target, x, feats):  # -> (emb [B, T-1, d], feat [B, T-1, d]) for
     import torch
 
     T = x.shape[1]
-    return target.wte(x[:, 1:]) + target.wpe(torch.arange(1, T)), feats[:, :-1]
+    return target.wte(x[:, 1:]) + target.wpe(torch.arange(1, T, device=x.device)), feats[:, :-1]
 
 
 def lr_at(step: int, elapsed: float) -> float:
@@ -94,13 +96,13 @@ def batch_at(tokens: np.ndarray, step: int) -> np.ndarray:  # -> [batch, seq_len
     return np.stack([tokens[s:s + CFG["seq_len"] + 1] for s in starts]).astype(np.int64)
 
 
-def loss_of(head, target, xb, noise: float):
+def loss_of(head, target, xb, noise: float, device: str = "cpu"):
     """EAGLE-1's loss on windows [B, T]: (total, regression, cross-entropy); the passes in bf16 autocast
     (as train_tiny.py's), the losses in float32."""
     import torch
     import torch.nn.functional as F
 
-    with train_tiny.autocast("cpu"):
+    with train_tiny.autocast(device):
         with torch.no_grad():
             feats = target_features(target, xb)  # [B, T, d]
             p = F.softmax((feats[:, 1:] @ target.wte.weight.T).float(), dim=-1)  # the target's p after tokens 1..T-1
@@ -114,6 +116,28 @@ def loss_of(head, target, xb, noise: float):
     return reg + CFG["p_weight"] * ce, reg, ce
 
 
+def optimizer(head):
+    """AdamW on the head, weight decay on its matrices only."""
+    import torch
+
+    decay = [q for q in head.parameters() if q.dim() >= 2]
+    rest = [q for q in head.parameters() if q.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": CFG["weight_decay"]},
+                              {"params": rest, "weight_decay": 0.0}], lr=CFG["lr"], betas=(0.9, 0.95))
+
+
+def train_step(head, target, opt, xb, device: str = "cpu"):
+    """One step of EAGLE-1's loss (`loss_of`, with EAGLE's input noise) on windows xb [B, T]: (total, reg, ce)."""
+    import torch
+
+    loss, reg, ce = loss_of(head, target, xb, CFG["noise"], device)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
+    opt.step()
+    return loss, reg, ce
+
+
 def train() -> None:
     import torch
 
@@ -124,10 +148,7 @@ def train() -> None:
     for q in target.parameters():
         q.requires_grad_(False)
     head = make_head(tcfg)
-    decay = [q for q in head.parameters() if q.dim() >= 2]
-    rest = [q for q in head.parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": CFG["weight_decay"]},
-                             {"params": rest, "weight_decay": 0.0}], lr=CFG["lr"], betas=(0.9, 0.95))
+    opt = optimizer(head)
     ckpt, step, elapsed = WORK / "eagle_last.pt", 0, 0.0
     if ckpt.exists():
         ck = torch.load(ckpt, weights_only=False)
@@ -152,11 +173,7 @@ def train() -> None:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, time.time() - t0)
-        loss, reg, ce = loss_of(head, target, torch.from_numpy(batch_at(tokens, step)), CFG["noise"])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
-        opt.step()
+        loss, reg, ce = train_step(head, target, opt, torch.from_numpy(batch_at(tokens, step)))
         step += 1
         line = f"step {step} loss {loss.item():.4f} reg {reg.item():.4f} ce {ce.item():.4f} {time.time() - t0:.0f}s"
         log.write(line + "\n")
@@ -180,19 +197,26 @@ def load_head_torch():
 
 
 def match(n_windows: int = 24, window: int = 256) -> dict:
-    """First-guess acceptance on held-out text (train_tiny.match's 24 windows of 256): the head's q (from the
-    target's true feature of the token before) against the target's p, beside the shipped draft's q."""
-    import torch
-    import torch.nn.functional as F
-
+    """First-guess acceptance on held-out text (train_tiny.match's 24 windows of 256), beside the shipped draft's."""
     head, target, _, ck = load_head_torch()
     draft, _ = train_tiny.get_model("shipped:draft")
     held = np.load(WORK / "heldout.npy")
     starts = np.linspace(0, held.size - 300, n_windows).astype(np.int64)
-    windows = torch.from_numpy(np.stack([held[s:s + window + 1] for s in starts]).astype(np.int64))
+    report = first_guess(head, target, draft, np.stack([held[s:s + window + 1] for s in starts]))
+    report["head"].update(tokens_seen=ck["tokens"], steps=ck["step"], minutes=round(ck["elapsed"] / 60, 1))
+    print(json.dumps(report, indent=1))
+    return report
+
+
+def first_guess(head, target, draft, windows: np.ndarray, device: str = "cpu") -> dict:
+    """{"head", "draft": {"accept_topk", "argmax_agree"}} on windows [N, T+1]: the head's q (from the target's true
+    feature of the token before) and the draft's q against the target's p, accepting one token at top-k 50."""
+    import torch
+
+    windows = torch.from_numpy(windows.astype(np.int64)).to(device)
     out = {"head": {"accept_topk": [], "argmax_agree": []}, "draft": {"accept_topk": [], "argmax_agree": []}}
     with torch.no_grad():
-        for i in range(0, n_windows, 8):
+        for i in range(0, len(windows), 8):
             x = windows[i:i + 8, :-1]  # [B, T]
             feats = target_features(target, x)
             p = feats[:, 1:] @ target.wte.weight.T  # the target's logits after tokens 1..T-1
@@ -202,21 +226,14 @@ def match(n_windows: int = 24, window: int = 256) -> dict:
                 acc = torch.minimum(train_tiny.top_k_probs(p, 50), train_tiny.top_k_probs(q, 50)).sum(-1).mean()
                 out[name]["accept_topk"].append(acc.item())
                 out[name]["argmax_agree"].append((p.argmax(-1) == q.argmax(-1)).float().mean().item())
-    report = {name: {k: round(float(np.mean(v)), 4) for k, v in d.items()} for name, d in out.items()}
-    report["head"].update(tokens_seen=ck["tokens"], steps=ck["step"], minutes=round(ck["elapsed"] / 60, 1))
-    print(json.dumps(report, indent=1))
-    return report
+    return {name: {k: round(float(np.mean(v)), 4) for k, v in d.items()} for name, d in out.items()}
 
 
-def export() -> None:
-    """The head in fp16 -> specdec_np/weights/tiny-eagle/ (specdec_np.eagle.save_head), then specdec_np's head pass on
-    the written files checked against the torch head with its weights rounded to fp16."""
-    import torch
+def numpy_head(head, np_target):
+    """The torch head as specdec_np's (`eagle.bind` to the numpy target `np_target`: fc and its one block)."""
+    from specdec_np import eagle
 
-    from specdec_np import eagle, models
-
-    head, target, tcfg, _ = load_head_torch()
-    sd = {k: v.detach().float().numpy() for k, v in head.state_dict().items()}
+    sd = {k: v.detach().float().cpu().numpy() for k, v in head.state_dict().items()}
     b = "block."
     block = {"ln_1": {"g": sd[b + "ln_1.weight"], "b": sd[b + "ln_1.bias"]},
              "attn": {"c_attn": {"w": sd[b + "c_attn.weight"].T, "b": sd[b + "c_attn.bias"]},
@@ -224,22 +241,75 @@ def export() -> None:
              "ln_2": {"g": sd[b + "ln_2.weight"], "b": sd[b + "ln_2.bias"]},
              "mlp": {"c_fc": {"w": sd[b + "c_fc.weight"].T, "b": sd[b + "c_fc.bias"]},
                      "c_proj": {"w": sd[b + "mlp_proj.weight"].T, "b": sd[b + "mlp_proj.bias"]}}}
-    np_target = models.load_model(models.EMBEDDED_TARGET)
-    eagle.save_head(eagle.bind(np_target, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block), OUT)
-    loaded = models.load_head(OUT, np_target)
-    # The check: one held-out window through both, the torch head with fp16-rounded weights.
+    return eagle.bind(np_target, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block)
+
+
+def export_error(head, target, loaded, window: np.ndarray) -> float:
+    """Max |difference| of the guessed features of specdec_np's head pass on the written files (`loaded`) against
+    the torch head with its weights rounded to fp16 (a copy, on the CPU), over one window of tokens [T+1]."""
+    import copy
+
+    import torch
+
+    from specdec_np import eagle
+    from specdec_np.gpt2 import new_cache
+
+    head, target = copy.deepcopy(head).float().cpu(), copy.deepcopy(target).float().cpu()
     with torch.no_grad():
         for prm in head.parameters():
             prm.copy_(prm.half().float())
-        x = torch.from_numpy(np.load(WORK / "heldout.npy")[:65].astype(np.int64))[None]
+        x = torch.from_numpy(window.astype(np.int64))[None]
         feats = target_features(target, x)
-        want = head(*head_inputs(target, x, feats))[0].numpy()  # [64, d]
-    from specdec_np.gpt2 import new_cache
+        want = head(*head_inputs(target, x, feats))[0].numpy()  # [T, d]
     tokens = x[0, 1:].numpy()
     mask = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
     got = eagle.head_pass(loaded, feats[0, :-1].numpy(), tokens, np.arange(1, len(tokens) + 1),
                           new_cache(loaded, 8), mask)
-    err = float(np.abs(got - want).max())
+    return float(np.abs(got - want).max())
+
+
+def head_from_shards(out: Path, np_target):
+    """The head in weights/recipe.py's eagle.NN.npz shards (its fc and block, flat names such as
+    "blocks.0.attn.c_attn.w"), bound to the numpy target `np_target` (`eagle.bind`)."""
+    from specdec_np import eagle
+
+    flat = {}
+    for path in sorted(Path(out).glob("eagle.[0-9][0-9].npz")):
+        with np.load(path) as z:
+            flat.update({k: z[k].astype(np.float32) for k in z.files})
+    block = {}
+    for k, v in flat.items():
+        if k.startswith("blocks.0."):
+            *where, leaf = k.split(".")[2:]
+            node = block
+            for name in where:
+                node = node.setdefault(name, {})
+            node[leaf] = v
+    return eagle.bind(np_target, {"w": flat["fc.w"], "b": flat["fc.b"]}, block)
+
+
+def export_shards(src: Path) -> None:
+    """weights/recipe.py's head (`head_from_shards`), bound to the embedded target (export_tiny.py's, from the same
+    run) -> specdec_np/weights/tiny-eagle/; the recipe checked its pass against the torch head's already."""
+    from specdec_np import eagle, models
+
+    np_target = models.load_model(models.EMBEDDED_TARGET)
+    eagle.save_head(head_from_shards(src, np_target), OUT)
+    size = (OUT / "model.safetensors").stat().st_size
+    print(f"exported {OUT} ({size / 1e6:.2f} MB) from {src}")
+
+
+def export() -> None:
+    """The head in fp16 -> specdec_np/weights/tiny-eagle/ (specdec_np.eagle.save_head), then specdec_np's head pass on
+    the written files checked against the torch head with its weights rounded to fp16."""
+    from specdec_np import eagle, models
+
+    head, target, tcfg, _ = load_head_torch()
+    np_target = models.load_model(models.EMBEDDED_TARGET)
+    eagle.save_head(numpy_head(head, np_target), OUT)
+    loaded = models.load_head(OUT, np_target)
+    # The check: one held-out window through both.
+    err = export_error(head, target, loaded, np.load(WORK / "heldout.npy")[:65])
     size = (OUT / "model.safetensors").stat().st_size
     print(f"exported {OUT} ({size / 1e6:.2f} MB); max |numpy - torch| of the guessed features: {err:.2e}")
     if err > 1e-2:
@@ -251,6 +321,12 @@ if __name__ == "__main__":
     ap.add_argument("what", choices=("train", "export", "match"))
     ap.add_argument("--minutes", type=float, default=CFG["minutes"], help="wall-clock budget of `train`")
     ap.add_argument("--steps", type=int, default=CFG["steps"])
+    ap.add_argument("--from", dest="src", type=Path, help="export: weights/recipe.py's output directory")
     a = ap.parse_args()
     CFG.update(minutes=a.minutes, steps=a.steps)
-    {"train": train, "export": export, "match": match}[a.what]()
+    if a.src is not None:
+        if a.what != "export":
+            ap.error("--from is for export only")
+        export_shards(a.src)
+    else:
+        {"train": train, "export": export, "match": match}[a.what]()

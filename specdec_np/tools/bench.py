@@ -1,7 +1,8 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
 164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
-plan run side by side; `--rows rules` compares the verification rules on the same drafts. What each row and
-column means: docs/results.md; the options in full: docs/reference.md.
+plan run side by side (EAGLE's head beside the draft model's tree, on the tree row's plan); `--rows rules`
+compares the verification rules on the same drafts. What each row and column means: docs/results.md; the
+options in full: docs/reference.md.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ import numpy as np
 from .. import methods
 from ..decode import generate
 from ..files import atomic_file, terminated_as_exit
-from ..models import load_embedded
+from ..models import load_embedded, load_head
 from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
-from .calibration import Busy, calibration
+from .calibration import Busy, calibration, head_curves
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import pads, record_ms
@@ -42,12 +43,16 @@ from .progress import Progress
 from .writable import check_writable
 
 # {row: method}; "staged, no copies" is staged without copied chains (copy_len 0): the paper's staged decoding,
-# stage 2 only guessing for the draft.
+# stage 2 only guessing for the draft; "eagle" drafts with the target's EAGLE head (its draft) on the tree row's plan.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
-           "staged_drafts": "staged", "lookup": "lookup"}
+           "staged_drafts": "staged", "lookup": "lookup", "eagle": "eagle"}
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
-         "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup"}
+         "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
+         "eagle": "(ref.) EAGLE head"}
+# Why the eagle row runs the tree row's plan: the profile holds no eagle plans to choose from, and the same tree shape
+# and budget make its tokens per target pass and first-token acceptance comparable with the draft model's.
+EAGLE_PLAN = "the tree row's plan (the acceptance profile holds no eagle plans): the head against the draft, same tree"
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
 # staged decoding copies nothing to the target: its figures stand beside the row without copies.
@@ -79,16 +84,33 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
 
 
 def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dict:
-    """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan."""
-    chosen = choose(target, draft, ngram, enc, temperature, tuple(dict.fromkeys(METHODS.values())), plan, costs=costs,
+    """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan;
+    eagle the tree row's plan (`eagle_choice`)."""
+    profiled = tuple(dict.fromkeys(m for m in METHODS.values() if m != "eagle"))
+    chosen = choose(target, draft, ngram, enc, temperature, profiled, plan, costs=costs,
                     progress=Progress("profiling the pair"))
     drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, {"copy_len": 0}, costs=costs,
                          keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]  # measured without copies
+    chosen["eagle"] = eagle_choice(chosen["tree"])
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
-def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1) -> dict:
-    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds."""
+def eagle_choice(tree: Choice) -> Choice:
+    """The eagle row's Choice: the tree row's plan as it is (its shape, budget and rule), unpriced (EAGLE_PLAN: why)."""
+    why = EAGLE_PLAN + (f"; the tree row's: {tree.constant}" if tree.constant else "")
+    return Choice("eagle", tree.plan, layout=tree.layout, constant=why, changed=tree.changed)
+
+
+def first_token_acceptance(stats) -> tuple[int, int]:
+    """(steps whose first drafted token was accepted, steps that drafted): a step that ran the draft (or the
+    head) and emitted two tokens or more kept a drafted token at depth 1."""
+    drafted = [s for s in stats.steps if s.draft_blocks]
+    return sum(len(s.tokens) >= 2 for s in drafted), len(drafted)
+
+
+def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None) -> dict:
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds;
+    the method eagle drafts with `head` (the target's EAGLE head) where the others draft with `draft`."""
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
@@ -100,16 +122,27 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
             for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in rows.items():
                     t0 = time.perf_counter()
-                    res = generate(target, prompt, max_new_tokens, method=choice.method, draft=draft, ngram=ngram,
-                                   plan=choice.plan, seed=seed, **skw)
+                    res = generate(target, prompt, max_new_tokens, method=choice.method, ngram=ngram,
+                                   draft=head if choice.method == "eagle" else draft, plan=choice.plan, seed=seed,
+                                   **skw)
                     records[sname][m].append({
                         "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
                         "target_passes": res.stats.target_passes, "stats": res.stats,
-                        "predicted_ms": record_ms(acceptance.counts(res.stats, skip_first=False), costs["curves"],
-                                                  overheads, **padding)})
+                        "predicted_ms": predicted_ms(choice.method, res.stats, costs, overheads, padding)})
                 done += 1
                 show(done, total, sname)
     return records
+
+
+def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
+    """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
+    curve (`calibration.head_curves`; None where the costs have none)."""
+    curves = costs["curves"]
+    if method == "eagle":
+        if "head" not in curves:
+            return None
+        curves, padding = curves | {"draft": curves["head"]}, padding | {"draft_pad": ()}
+    return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
 
 
 def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
@@ -138,11 +171,14 @@ def totals(recs, target) -> dict:
     passes = sum(r["target_passes"] for r in recs)
     stats = [r["stats"] for r in recs]
     drafted = sum(s.draft_passes for s in stats)
+    firsts = np.sum([first_token_acceptance(s) for s in stats], axis=0)  # [accepted, drafting steps]
+    predicted = [r["predicted_ms"] for r in recs]
     return {"tokens": tok, "tokens_per_s": tok / sum(r["seconds"] for r in recs),
             "relative_weight_traffic": sum(s.target_bytes + s.draft_bytes for s in stats) / (tok * target.weight_bytes),
             "tokens_per_target_pass": tok / passes, "draft_passes_per_target_pass": drafted / passes,
             "draft_passes_per_token": drafted / tok,
-            "predicted_ms_per_token": sum(r["predicted_ms"] for r in recs) / tok,
+            "first_token_acceptance": firsts[0] / firsts[1] if firsts[1] else None,
+            "predicted_ms_per_token": None if None in predicted else sum(predicted) / tok,
             "ms_per_target_pass": {k: 1000 * sum(getattr(s, "time_" + k) for s in stats) / passes
                                    for k in ("draft", "target", "verify")}}
 
@@ -193,10 +229,11 @@ def markdown(summary, plans) -> str:
                          f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-",
                          f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
                          f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
-                         f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}"])
+                         f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}",
+                         "-" if r["first_token_acceptance"] is None else f"{r['first_token_acceptance']:.2f}"])
         lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
                                              "weight traffic | paper: traffic | paper: speedup | tokens/target pass | "
-                                             "draft passes/target pass", rows)]
+                                             "draft passes/target pass | first drafted token accepted", rows)]
         lines.append("\nPlans: " + "; ".join(f"{NAMES[m]}: {c.method}, {describe(c.method, c.plan)}"
                                              for m, c in plans[sname].items() if m != BASELINE) + ".")
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
@@ -341,6 +378,7 @@ def main(argv=None) -> int:
     if not a.curves:  # after the options' own checks: the default is in the clone, which may be read-only
         check_writable(out_dir / "results.json", f"--out {a.out}", made=True)
     target, draft, ngram, enc = load_embedded()
+    eagle_head = load_head(target=target)  # eagle's draft: the embedded target's EAGLE head
     if prompts is not None:
         prompts = prompt_tokens(prompts, enc, target.config.n_ctx, a.max_new_tokens)
     if busy := settle_threads():
@@ -352,6 +390,8 @@ def main(argv=None) -> int:
         if e.costs is None:
             raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter") from None
         costs, how = e.costs, f"measured now, for this run only: {e}"
+    if a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as what they are
+        costs = costs | {"curves": costs["curves"] | {"head": head_curves(target, eagle_head, costs["layout"])}}
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     print(curves_table(costs))
@@ -361,13 +401,14 @@ def main(argv=None) -> int:
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan) for s, kw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)} ({c.reason()})"
-                                        for m, c in rows.items() if m in ("plan", HEADLINE)))
+                                        for m, c in rows.items() if m in ("plan", HEADLINE, "eagle")))
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "costs": costs}
     if a.rows != "rules":
-        summary = summarize(run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds), target)
+        records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head)
+        summary = summarize(records, target)
         md = markdown(summary, plans)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                                       "predicted_speedup": c.speedup} for m, c in rows.items()}
@@ -467,8 +508,9 @@ def blas_line(costs) -> str:
 
 def curves_table(costs) -> str:
     """The cost curves (ms per forward pass by block size) and the overheads, as printed."""
-    sizes = sorted(costs["curves"]["target"]["warm"], key=int)
-    rows = [[f"{name}, {state}", *(f"{c[k]:.2f}" for k in sizes)]
+    sizes = sorted(int(k) for k in costs["curves"]["target"]["warm"])
+    ms = lambda c, k: next((f"{v:.2f}" for x, v in c.items() if int(x) == k), "-")  # sizes as ints or as JSON's strings
+    rows = [[f"{name}, {state}", *(ms(c, k) for k in sizes)]
             for name, states in costs["curves"].items() for state, c in states.items()]
     return "\n".join(["cost curve, ms per forward pass (embedded models, 200-token prefix; cold: after the other "
                       "model's pass):", *table("tokens | " + " | ".join(map(str, sizes)), rows),

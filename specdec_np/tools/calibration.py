@@ -4,7 +4,8 @@ Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block si
 (`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
-of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile.
+of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile. An EAGLE
+head's curve (`head_curves`) is measured apart, when a run needs it.
 """
 
 from __future__ import annotations
@@ -138,6 +139,14 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
                  for setting, (steps, _) in runs.items()}
     return {"version": CALIBRATION_VERSION, "machine": machine(), "layout": layout, "curves": curves,
             "target_scale": scale, "overheads": overheads}
+
+
+def head_curves(target, head, layout: dict, progress=None) -> dict:
+    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}: its own pass (`costcurve.model_pass`: the
+    fusion, its block and the target's tied head) right after one of its own (warm) or of the target's (cold),
+    the target laid out as `layout` says (`calibration`'s). Priced as a draft's passes are (`record_ms`)."""
+    target, _ = apply_layout(layout, target, None)
+    return loop_curves(target, head, progress=progress)["draft"]
 
 
 def timed_run_size(target_ms: float) -> tuple[int, int]:

@@ -4,6 +4,7 @@ At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of floa
 memory bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many
 tokens are "free" decides how big a verification tree pays off. Passes are timed round-robin, so that
 a burst of noise on a shared machine lands on every size a little, not on a few a lot (bending the curve).
+A draft's pass is `gpt2.forward`; an EAGLE head's is its own (`model_pass`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import eagle
 from ..fastpath import laid_out
 from ..gpt2 import GPT2, forward, new_cache
 
@@ -59,10 +61,22 @@ def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
     return matvec_gbps(big_rows, 4096), matvec_gbps(small_rows, 2048)
 
 
+def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
+    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (its params hold
+    "fc") its own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses
+    (the values do not change the time: the features are zeros)."""
+    if "fc" not in model.params:
+        return forward(model, tokens, cache)
+    k, start = len(tokens), cache.length
+    features = np.zeros((k, model.config.n_embd), dtype=model.dtype)  # [k, d]
+    mask = np.tri(k, start + k, start, dtype=bool)  # [k, start + k]: each pair sees the cache and those before it
+    return eagle.head_logits(model, eagle.head_pass(model, features, tokens, start + np.arange(k), cache, mask))
+
+
 def primed(model: GPT2, prefix_len: int, max_block: int):
     """A KV cache holding a prefix of `prefix_len` tokens."""
     cache = new_cache(model, max_block=max_block)
-    forward(model, np.arange(prefix_len) % model.config.n_vocab, cache)
+    model_pass(model, np.arange(prefix_len) % model.config.n_vocab, cache)
     return cache
 
 
@@ -70,7 +84,7 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
     """Seconds of one forward pass of k new tokens after the cache's prefix, which is kept as it was."""
     length = cache.length
     t = time.perf_counter()
-    forward(model, np.arange(k) % model.config.n_vocab, cache)
+    model_pass(model, np.arange(k) % model.config.n_vocab, cache)
     seconds = time.perf_counter() - t
     cache.truncate(length)
     return seconds

@@ -3,7 +3,9 @@
 Greedy first: every method's completion must be the autoregressive one (a float32 near-tie that flips a
 token is reported with its logit gap), a table of speed and work (staged also without its copies, the paper's
 stage 2 alone; each row's tokens by where they came from), the plans, the completion coloured by
-stage (the paper's Fig. 3), one verification tree. Then one sampled run (top-k 50, T=1) against sampled AR.
+stage (the paper's Fig. 3), one verification tree. The row eagle drafts with the target's EAGLE head
+instead of the draft model, on the tree row's plan (bench does the same). Then one sampled run (top-k 50,
+T=1) against sampled AR.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..decode import generate
-from ..gpt2 import forward, new_cache
-from ..models import load_embedded
+from ..gpt2 import forward, iter_params, new_cache
+from ..models import load_embedded, load_head
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
+from .bench import eagle_choice
 from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
@@ -44,8 +47,9 @@ def method_of(row: str) -> str:
 
 
 # red, blue, green, yellow
-COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m"}
-MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»")}
+# "head": EAGLE's head, which drafts in the draft's place (method eagle; the trace page marks its tokens so).
+COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
+MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
 RESET = "\033[0m"
 
 
@@ -71,15 +75,21 @@ def logit_gap(target, prompt, tokens, i) -> float:
     return float(top2[1] - top2[0])
 
 
-def run_methods(target, draft, ngram, prompt, n_new, plans, **kw) -> dict:
-    """{row: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it."""
+def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, **kw) -> dict:
+    """{row: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it; the row
+    eagle drafts with `head` (the target's EAGLE head)."""
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=method_of(m), draft=draft, ngram=ngram, plan=plan,
-                       keep_trees=True, **kw)
+        res = generate(target, prompt, n_new, method=method_of(m), draft=head if m == "eagle" else draft, ngram=ngram,
+                       plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
+
+
+def head_params(head) -> int:
+    """The EAGLE head's own parameters: its fusion and block, not the target's wte, wpe and ln_f it shares."""
+    return sum(a.size for k in ("fc", "blocks") for a in iter_params(head.params[k]))
 
 
 def report(results: dict, chosen: dict, timed) -> None:
@@ -100,7 +110,9 @@ def report(results: dict, chosen: dict, timed) -> None:
     print("\n".join(rows))
     print("Tokens: the draft's own; guessed: stage 2's guesses (the trigram's, or a repeat's) the draft kept, each "
           "saving it a pass (the paper's stage 2);\ncopied: a repeat's continuation sent to the target with no draft "
-          "pass (prompt lookup's idea); target: the target's token ending each step.")
+          "pass (prompt lookup's idea); target: the target's token ending each step."
+          + "\neagle: its draft is the target's EAGLE head (its drafted tokens and passes are the head's)."
+          * ("eagle" in results))
     if busy := timing_note(timed):
         print(busy)
     print("\nPlans:")
@@ -113,14 +125,17 @@ def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dic
     method's plan with --budget/--depth (`choice.choose`, as the CLI's), checked against the target's context;
     the row NO_COPIES gets staged's fastest plan without copies, as bench's does."""
     changes = {name: getattr(a, name) for name in ("budget", "depth") if getattr(a, name) is not None}
-    chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m != NO_COPIES), a.plan,
-                    changes)
+    chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m not in (NO_COPIES, "eagle")),
+                    a.plan, changes)
     if NO_COPIES in methods:  # as bench's row: the fastest staged plan here with no copies, or the constant plan's
         staged = chosen.get("staged")
         if staged is None or not staged.constant:  # a constant plan would be the same one again (and said again)
             staged = choose(target, draft, ngram, enc, temperature, ("staged",), a.plan, changes,
                             keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
         chosen[NO_COPIES] = replace(staged, plan=replace(staged.plan, copy_len=0))
+    if "eagle" in methods:  # as bench's row: the tree row's plan (the profile holds no eagle plans)
+        tree = chosen.get("tree") or choose(target, draft, ngram, enc, temperature, ("tree",), a.plan, changes)["tree"]
+        chosen["eagle"] = eagle_choice(tree)
     for m, c in chosen.items():
         check_fits(c.plan, method_of(m), target.config.n_ctx)
     return {m: (chosen[m].plan, chosen[m].reason()) for m in methods}, next((c.layout for c in chosen.values()
@@ -143,20 +158,23 @@ def main(argv=None) -> int:
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
     target, draft, ngram, enc = load_embedded()
+    head = load_head(target=target)  # the row eagle's draft
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     prompt = encode(enc, PROMPT)
-    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup"]  # lookup: a reference outside the paper
+    # lookup and eagle: references outside the paper
+    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
-          f"stage 2: Katz trigram. Prompt ({len(prompt)} tokens):\n")
+          f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "
+          f"Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
     if a.max_new_tokens > target.config.n_ctx - len(prompt):
         print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
               f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
     timed = cpu_times()
-    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen)
+    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen, head)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
     differ = {m: i for m in methods[1:] if (i := first_difference(ref, results[m][0].tokens)) is not None}

@@ -1,6 +1,7 @@
 """A decoding run as one self-contained HTML page (`python -m specdec_np trace`, `make trace`).
 
-Per step the page shows the tree (who proposed each node: the draft, stage 2's guess or copy), each
+Per step the page shows the tree (who proposed each node: the draft, or EAGLE's head in its place, stage 2's
+guess or copy), each
 node's q and p, every check the rule made and why, the target's token, the KV cache before and after
 compaction, and the completion coloured by who produced each token (the paper's Fig. 3). Its data is
 the loop's own record (`generate(..., keep_trees=True)`), not a recomputation. Its markup, styles and
@@ -118,6 +119,7 @@ def record(result, enc, prompt, method: str, about: str = "", costs: dict | None
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {"method": method, "about": about, "sources": list(SOURCES),
             "staged": METHODS[method].runs_draft and METHODS[method].needs_ngram,  # the draft with stage 2, or not
+            "proposer": "head" if METHODS[method].reads_features else "draft",  # who drafts: EAGLE's head, or the draft
             "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
             "tokens": result.tokens, "stop": result.stop_reason,
             "text": {str(t): decode(enc, [t]) for t in sorted(int(t) for t in ids)},

@@ -251,3 +251,61 @@ def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         bench.write_together(texts)
     assert [p.read_text() for p in texts] == ["new json\n", "old\n"]
+
+
+def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch, capsys):
+    """Issue 61: bench's eagle row drafts with the target's EAGLE head on the tree row's plan (said, with why),
+    emits the baseline's tokens at greedy, and gives its first drafted token's acceptance beside the draft model's;
+    its passes are priced on the head's own cost curve (`calibration.head_curves`), shown with the others."""
+    from specdec_np.tools import calibration
+
+    head_curve = {s: {k: 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    monkeypatch.setattr(bench, "head_curves", lambda target, head, layout: head_curve if "fc" in head.params else None)
+    assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "24",
+                       "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads((tmp_path / "results.json").read_text())
+    rows, plans = res["summary"]["greedy"], res["plans"]["greedy"]
+    assert plans["eagle"]["method"] == "eagle" and plans["eagle"]["plan"] == plans["tree"]["plan"]
+    assert "(ref.) EAGLE head: " in out and bench.EAGLE_PLAN in out
+    assert "| head, warm | 0.01 | 0.02 |" in out
+    assert res["costs"]["curves"]["head"] == json.loads(json.dumps(head_curve))
+    eagle, tree = rows["eagle"], rows["tree"]
+    assert eagle["same_as_baseline"] and eagle["tokens"] == rows["ar"]["tokens"]
+    assert eagle["draft_passes_per_target_pass"] > 0  # the head's passes, not the draft's:
+    assert eagle["relative_weight_traffic"] != tree["relative_weight_traffic"]
+    assert 0 < eagle["first_token_acceptance"] <= 1 and 0 < tree["first_token_acceptance"] <= 1
+    assert rows["ar"]["first_token_acceptance"] is None
+    assert eagle["predicted_speedup"] is not None and tree["predicted_speedup"] is not None
+    md = (tmp_path / "results.md").read_text()
+    assert "| draft passes/target pass | first drafted token accepted |" in md
+    assert f"| {eagle['tokens_per_target_pass']:.2f} | {eagle['draft_passes_per_target_pass']:.2f} | " \
+           f"{eagle['first_token_acceptance']:.2f} |" in md
+
+
+def test_eagles_passes_are_priced_on_the_heads_curve_or_not_at_all():
+    """A run of eagle priced with the head's curve in the draft's place (the control: the same run of the draft's
+    row, priced on the draft's); with no head curve, unpriced rather than priced as a draft model's passes."""
+    from specdec_np.decode import generate
+    from specdec_np.models import load_embedded, load_head
+
+    target, draft, ngram, enc = load_embedded()
+    stats = generate(target, list(range(1, 20)), 12, "eagle", load_head(target=target)).stats
+    overheads, padding = FAKE_COSTS["overheads"]["greedy"], {"target_pad": (), "draft_pad": ()}
+    head = {s: {k: 0.001 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
+    with_head = FAKE_COSTS | {"curves": FAKE_COSTS["curves"] | {"head": head}}
+    assert bench.predicted_ms("eagle", stats, FAKE_COSTS, overheads, padding) is None
+    as_draft = bench.predicted_ms("tree", stats, with_head, overheads, padding)
+    as_head = bench.predicted_ms("eagle", stats, with_head, overheads, padding)
+    assert stats.draft_passes and 0 < as_head < as_draft  # the head's passes at a tenth of the draft's made-up cost
+
+
+def test_first_token_acceptance_counts_the_steps_that_drafted():
+    """A step that drafted and emitted two tokens or more kept its first drafted token; one that drafted and emitted
+    one did not; a step with no draft pass (the first, or a copy) is not counted."""
+    from types import SimpleNamespace as S
+
+    steps = [S(draft_blocks=[], tokens=[1]), S(draft_blocks=[2], tokens=[1, 2, 3]), S(draft_blocks=[1], tokens=[4]),
+             S(draft_blocks=[], tokens=[5, 6, 7]), S(draft_blocks=[1, 1], tokens=[8, 9])]
+    assert bench.first_token_acceptance(S(steps=steps)) == (2, 3)

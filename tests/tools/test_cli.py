@@ -380,6 +380,29 @@ def test_the_demos_row_without_copies_is_stageds_best_plan_without_copies(monkey
     assert got["staged"][0].copy_len > 0 and got[demo.NO_COPIES][0] == dataclasses.replace(got["staged"][0], copy_len=0)
 
 
+def test_the_demos_eagle_row_runs_the_tree_rows_plan(monkeypatch, embedded):
+    """Issue 61: the profile holds no eagle plans, so the demo's eagle row runs the tree row's plan (chosen for tree,
+    or for it alone when tree is not a row), never a choice of its own, and says so."""
+    import argparse
+
+    from specdec_np.plan import Plan
+    from specdec_np.tools import bench, choice
+
+    tree_plan, asked = Plan(shape="fixed", widths=(2, 1)), []
+
+    def fake(*args, **kwargs):
+        asked.append(args[5])
+        return {m: choice.Choice(m, tree_plan if m == "tree" else Plan(), 2.0, 4.0) for m in args[5]}
+
+    monkeypatch.setattr(demo, "choose", fake)
+    a = argparse.Namespace(plan="machine", budget=None, depth=None)
+    for methods in (("ar", "tree", "eagle"), ("ar", "eagle")):
+        asked.clear()
+        got = demo.plans(a, *embedded, 0.0, methods)[0]
+        assert got["eagle"][0] == tree_plan and bench.EAGLE_PLAN in got["eagle"][1]
+        assert all("eagle" not in m for m in asked) and "tree" in {m for ms in asked for m in ms}
+
+
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
     class Stop(Exception):
         pass
@@ -405,7 +428,7 @@ def test_help_has_examples():
 def test_demo_small(capsys):
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
-    assert "All 6 rows produced the identical completion" in out and "differs" not in out
+    assert "All 7 rows produced the identical completion" in out and "differs" not in out
     assert "| staged" in out and "(root)" in out and "sampled decoding" in out and "Plans:" in out
     # Issue 59: staged without copies is a row of its own, and each row's tokens are split by where they came
     # from, stage 2's guesses apart from its copies sent to the target; each table's rows, greedy and sampled.
@@ -419,6 +442,11 @@ def test_demo_small(capsys):
             assert sum(map(int, cells[-4:])) == 24 and 0 < int(cells[-1]) <= int(cells[2])
         assert rows["staged, no copies"][-2] == "0" and rows["ar"][-4:] == ["0", "0", "0", "24"]
     assert "staged, no copies: " in out and "; no copies (" in out  # its plan, said
+    # Issue 61: the EAGLE head's row is in the greedy table (and so in the identical-completion check above),
+    # with its plan (the tree row's) and why.
+    greedy = out.split("== sampled")[0]
+    assert "| eagle             |" in greedy and "eagle: its draft is the target's EAGLE head" in greedy
+    assert "  eagle: " in greedy and "(the tree row's plan" in greedy
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 
@@ -782,15 +810,17 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     traffic, where the tokens came from) as the same on every machine for its plan: a run of each plan here gives
     them exactly. The plans are the ones the README names (staged's; the no-copies row is it less its copies)."""
     from specdec_np.decode import generate
+    from specdec_np.models import load_head
     from specdec_np.plan import Plan
     from specdec_np.tokenizer import encode
 
     target, draft, ngram, enc = embedded
+    head = load_head(target=target)  # the eagle row's draft, on the tree row's plan
     staged = Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=7)
     rows = {"ar": ("ar", Plan()), "speculative": ("speculative", Plan(chain=3)),
             "tree": ("tree", Plan(shape="fixed", widths=(1, 1, 1))), "staged": ("staged", staged),
             demo.NO_COPIES: ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=0)),
-            "lookup": ("lookup", Plan(chain=7))}
+            "lookup": ("lookup", Plan(chain=7)), "eagle": ("eagle", Plan(shape="fixed", widths=(1, 1, 1)))}
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     table = {cells[0]: cells[3:] for line in readme.splitlines() if line.startswith("| ")
              and (cells := [c.strip() for c in line.strip("|").split("|")])[0] in rows}
@@ -798,7 +828,8 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     prompt = encode(enc, demo.PROMPT)
     stats = {}
     for name, (method, plan) in rows.items():
-        s = stats[name] = generate(target, prompt, 128, method=method, draft=draft, ngram=ngram, plan=plan).stats
+        s = stats[name] = generate(target, prompt, 128, method=method, draft=head if name == "eagle" else draft,
+                                   ngram=ngram, plan=plan).stats
         p = s.parts
         assert table[name] == [str(s.target_passes), f"{s.tokens_per_pass:.2f}", str(s.draft_passes),
                                f"{s.weight_traffic:.2f}", str(p["draft"]), str(p["ngram_guess"] + p["copy_guess"]),

@@ -90,7 +90,8 @@ el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8
 __SCRIPT__
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache", "totals"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache", "totals",
+                             "text", "legend", "passes-head", "marks-key"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -591,11 +592,13 @@ def test_the_page_marks_who_proposed_a_token_as_the_demo_and_readme_do():
 
     names = ("copy", "ngram", "draft", "target")
     legend = " ".join(demo.marked(n, n, False) for n in names) + " (unmarked)"
-    (label,) = re.findall(r'id="marks">([^<]*)</label>', trace.page_file("page.html"))
+    (label,) = re.findall(r'id="marks">([^<]*)<span id="marks-key">([^<]*)</span></label>',
+                          trace.page_file("page.html"))
+    label = "".join(label)
     assert html_lib.unescape(label).strip() == f"text marks: {legend}"
     assert legend in (ROOT / "README.md").read_text(encoding="utf-8").replace("  ", " ")
     css = trace.page_file("page.css")
-    for n in names[:3]:
+    for n in (*names[:3], "head"):  # the head's {{tokens}} too (method eagle: test_eagles_page_names_the_head)
         start, end = demo.MARKS[n]
         assert f'body.marks .src-{n}::before {{ content: "{start}"; }}' in css
         assert f'body.marks .src-{n}::after {{ content: "{end}"; }}' in css
@@ -610,3 +613,65 @@ def test_the_totals_say_where_the_tokens_came_from(run, shown):
     assert (f"Tokens from the draft: {p['draft']}; from stage 2's guesses the draft kept (each saving it a pass): "
             f"{p['ngram_guess']} the trigram's, {p['copy_guess']} a repeat's; copies sent to the target with no draft "
             f"pass: {p['copied']}; the target's token ending each step: {p['target']}.") in shown[0]["totals"]
+
+
+def test_eagles_page_names_the_head_where_the_draft_would_be(embedded, tmp_path):
+    """Issue 61: with method eagle the page shows the head's proposals as it shows the draft's (the same shapes and
+    colours: a tree, its passes, its q), named "EAGLE head" and "head pass", its text marked {{head}} (demo.MARKS);
+    a draft model's page (the control) says "draft" and nothing of a head."""
+    from specdec_np.models import load_head
+    from specdec_np.tools import demo
+
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    pages = {}
+    for method, drafter in (("eagle", load_head(target=target)), ("tree", draft)):
+        res = generate(target, prompt, 12, method, drafter, keep_trees=True)
+        data = trace.record(res, enc, prompt, method)
+        assert data["proposer"] == ("head" if method == "eagle" else "draft")
+        pages[method] = rendered(trace.page(data), tmp_path), res
+    (head, res), (control, _) = pages["eagle"], pages["tree"]
+    last = head[-1]
+    assert f"{res.stats.draft_passes} head passes" in last["totals"]
+    assert "Tokens from the EAGLE head: " in last["totals"]
+    assert "EAGLE head" in last["legend"] and 'class="tok src-head"' in last["legend"]
+    assert "src-head" in last["text"] and "src-draft" not in last["text"]
+    assert last["marks-key"] == "\u00abcopy\u00bb [ngram] {{head}} target (unmarked)"
+    assert demo.marked("head", "head", False) == "{{head}}"  # the demo's mark-up, as the page's
+    assert last["passes-head"].startswith("2. The EAGLE head's passes")
+    drafted = [s for s in head if "proposed by EAGLE head" in s["tree"]]
+    assert drafted and all("EAGLE head</td>" in s["checks"] and "head pass 1" in s["checks"] for s in drafted)
+    assert any("Head passes: " in s["summary"] for s in head)
+    assert not any("EAGLE head" in v or "src-head" in v for s in control for v in s.values())
+    assert "draft passes" in control[-1]["totals"] and "proposed by draft" in "".join(s["tree"] for s in control)
+
+
+def test_a_heads_passes_are_timed_as_the_head_runs_them(embedded, monkeypatch):
+    """Issue 61: the page's (and the cost curves') price of an EAGLE head's pass times its own pass, the fusion
+    and its block (`eagle.head_pass`) and the target's tied head (`eagle.head_logits`), not `gpt2.forward` on a
+    one-block GPT-2; a draft model's passes (the control) are still `forward`'s."""
+    from specdec_np import eagle
+    from specdec_np.models import load_head
+    from specdec_np.tools import costcurve
+
+    target, draft, ngram, enc = embedded
+    head, prompt = load_head(target=target), encode(enc, PROMPT)[:40]
+    calls = {"head_pass": 0, "head_logits": 0, "forward": 0}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+    monkeypatch.setattr(eagle, "head_pass", counted("head_pass", eagle.head_pass))
+    monkeypatch.setattr(eagle, "head_logits", counted("head_logits", eagle.head_logits))
+    monkeypatch.setattr(costcurve, "forward", counted("forward", costcurve.forward))
+    res = generate(target, prompt, 6, "eagle", head, keep_trees=True)
+    before = dict(calls)
+    costs = trace.pass_costs(None, head, res, prompt)
+    timed = {k: calls[k] - before[k] for k in calls}
+    assert costs["draft"] and timed["head_pass"] > 0 and timed["head_logits"] == timed["head_pass"]
+    assert timed["forward"] == 0
+    before = dict(calls)
+    trace.pass_costs(None, draft, generate(target, prompt, 6, "tree", draft, keep_trees=True), prompt)
+    assert calls["forward"] > before["forward"] and calls["head_pass"] == before["head_pass"]

@@ -10,6 +10,11 @@ const WHO = {
   copy: {label: "copy of a repeat", color: "var(--copy)", bg: "var(--copy-bg)", shape: "square"},
   target: {label: "target", color: "var(--target)", bg: "var(--target-bg)", shape: "triangle"},
 };
+// EAGLE (method eagle): the target's own head drafts in the draft's place. Its nodes, passes and tokens are the
+// draft's, named "head" and marked {{head}} in the text (the draft's are {draft}).
+const DRAFTER = D.proposer === "head" ? "head" : "draft";
+if (DRAFTER === "head") WHO.draft = Object.assign({}, WHO.draft, {label: "EAGLE head"});
+function srcClass(src) { return src === "draft" ? DRAFTER : src; }  // the text's class: src-draft or src-head
 const RULES = {
   greedy: "greedy (temperature 0): follow the child whose token is the target's argmax; at the first node with no such child, or after a leaf, the target adds its argmax.",
   point_mass: "point mass: try the children in order, accepting each with its share of the target's probability not yet tried; the same as drawing x ~ p and descending if x is a child. If none is accepted, the target draws from p without the tried children.",
@@ -76,7 +81,7 @@ function legend() {
              '<span><b>&#10003;</b> thick border: accepted</span>', '<span><b>&#10007;</b> dashed border: rejected</span>',
              '<span>faded, dotted: not examined</span>', '<span><b>&#9986;</b> faded, dotted: accepted but cut (the run ended)</span>');
   items.push('<span>text: <span class="tok src-copy">copy</span> <span class="tok src-ngram">ngram</span> ' +
-             '<span class="tok src-draft">draft</span> ' +
+             `<span class="tok src-${DRAFTER}">${DRAFTER}</span> ` +
              '<span class="tok src-target">target</span></span>');
   $("legend").innerHTML = items.join("");
 }
@@ -284,7 +289,7 @@ function builtBy(step, i) {
   if (b === null || b === undefined) return "\u2014";
   const parent = step.tree.parents[i];
   const ahead = parent > 0 && ["ngram", "copy"].includes(D.sources[step.proposers[parent]]);
-  return `draft pass ${b + 1}` + (ahead ? " (from a node the n-gram guessed, scored ahead of time)" : "");
+  return `${DRAFTER} pass ${b + 1}` + (ahead ? " (from a node the n-gram guessed, scored ahead of time)" : "");
 }
 
 function passNodes(step) {  // "pass 1 built #1, #2; pass 2 built #3", or "" where no draft model ran
@@ -394,7 +399,7 @@ function summary(step, k) {
   const target = cost("target", step.target_block);
   return `Step ${k + 1} of ${D.steps.length}: ${what}. ${plural(accepted, step.copied ? "copied token" : "drafted token")} accepted` +
     ` + 1 from the target = ${emitted}: ${JSON.stringify(step.tokens.map(text).join(""))}. ` +
-    `Draft passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
+    `${DRAFTER === "head" ? "Head" : "Draft"} passes: ${passes}${passes ? " (rows " + step.draft_blocks.join(", ") + ")" : ""}` +
     `${passNodes(step)}; ` +
     `n-gram queries (stage 2's searches for a repeat and trigram look-ups): ${step.ngram_queries}; target pass: ${plural(step.target_block, "row")}${target ? ` (${target})` : ""}.`;
 }
@@ -404,7 +409,7 @@ function completion(k) {  // the prompt, then every emitted token by who propose
   for (let j = 0; j <= k; j++) {
     const s = D.steps[j], toks = s.tokens.map((x, i) => {
       const src = D.sources[s.source[i]];
-      return `<span class="tok src-${src}" title="step ${j + 1}: ${src}">${esc(text(x))}</span>`;
+      return `<span class="tok src-${srcClass(src)}" title="step ${j + 1}: ${srcClass(src)}">${esc(text(x))}</span>`;
     }).join("");
     parts.push(j === k ? `<span class="now">${toks}</span>` : toks);
   }
@@ -440,7 +445,7 @@ function show(k) {
 // the target, the two parts of its speedup.
 function parts(P) {
   if (!P) return "";
-  return `Tokens from the draft: ${P.draft}; from stage 2's guesses the draft kept (each saving it a pass): ` +
+  return `Tokens from the ${WHO.draft.label}: ${P.draft}; from stage 2's guesses the draft kept (each saving it a pass): ` +
     `${P.ngram_guess} the trigram's, ${P.copy_guess} a repeat's; copies sent to the target with no draft pass: ` +
     `${P.copied}; the target's token ending each step: ${P.target}.`;
 }
@@ -450,9 +455,14 @@ function start() {
   $("head").textContent = `${D.staged ? "Staged speculative" : "Speculative"} decoding, step by step`;
   $("about").textContent = `Method ${D.method}${D.about ? ": " + D.about : ""}.`;
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
-    `${T.draft_passes} draft passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}. ` + parts(T.parts) +
+    `${T.draft_passes} ${DRAFTER} passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}. ` + parts(T.parts) +
     (D.costs ? ` Pass costs (\u2248 N\u00d7 a one-token pass of the same model) measured on ${D.costs.machine} when ` +
                `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` : "");
+  if (DRAFTER === "head") {  // the head's passes and q where the draft's would be
+    $("marks-key").textContent = "\u00abcopy\u00bb [ngram] {{head}} target (unmarked)";
+    $("passes-head").textContent = "2. The EAGLE head's passes: what each fed, what it built";
+    $("qp").textContent = $("qp").textContent.replace("the draft's", "the EAGLE head's");
+  }
   legend();
   if (!D.steps.length) { $("summary").textContent = "The run has no steps (no tokens were asked for)."; return; }
   $("slider").max = D.steps.length;
