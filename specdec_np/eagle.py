@@ -14,8 +14,7 @@ layer drops) with its own KV cache over the pairs. Its output is its guess of f_
 tied head turns into q for the token after t_j. Deeper in a tree there is no target feature yet: a
 node reads its parent's guess. A head is a `gpt2.GPT2` of one block whose params add "fc" (the
 fusion) and share the target's wte, wpe and ln_f arrays (q costs the head a product by wte.T, as the
-target's own head costs it; `gpt2.forward` on a head runs a one-block GPT-2 without the fusion: not
-its math, but about its cost, which is how the tools time a draft's passes):
+target's own head costs it; the tools time a head's passes as `head_pass` and that product):
 
     params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe", "ln_f": the target's}
 
