@@ -53,6 +53,38 @@ def signal_handlers_restored():
             signal.signal(s, handler)
 
 
+_SHIPPED_TRIGRAM = {}  # the shipped file's identity -> the Trigram read from it
+
+
+@pytest.fixture(autouse=True)
+def shipped_trigram_read_once(monkeypatch):
+    """`ngram.load` of the shipped trigram (read and derived in about half a second, by every command line a test
+    runs in-process) reads it once per session: while the file is unchanged (its device, inode, size and mtime), a
+    later load returns the first one's Trigram, its arrays read-only, so that no test can change what the next
+    one gets. Any other file (a copy, a hostile one) is read as always."""
+    from specdec_np import models, ngram
+
+    real = ngram.load
+
+    def load(path):
+        try:
+            st, shipped = os.stat(path), os.stat(models.EMBEDDED_NGRAM)
+        except (OSError, TypeError, ValueError):
+            return real(path)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != (shipped.st_dev, shipped.st_ino, shipped.st_size, shipped.st_mtime_ns):
+            return real(path)
+        if key not in _SHIPPED_TRIGRAM:
+            model = real(path)
+            for a in (*vars(model).values(), *model.counts.values()):
+                if isinstance(a, np.ndarray):
+                    a.setflags(write=False)
+            _SHIPPED_TRIGRAM[key] = model
+        return _SHIPPED_TRIGRAM[key]
+
+    monkeypatch.setattr(ngram, "load", load)
+
+
 @pytest.fixture(scope="session")
 def embedded():
     """(target, draft, trigram, encoding): the shipped tiny models, as `load_embedded()` returns them."""
