@@ -3,7 +3,8 @@ BLAS on one thread.
 
 And the models several tests share, as session-scoped fixtures: each is built once, on first use,
 and no test module builds, fits or decodes anything at import time. (Hypothesis `@given` tests may
-use them: only function-scoped fixtures are refused there.)
+use them: only function-scoped fixtures are refused there.) The shipped trigram is read once per session
+(`shipped_trigram_read_once`), however many command lines the tests run in-process.
 """
 
 import os
