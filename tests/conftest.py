@@ -3,7 +3,8 @@ BLAS on one thread.
 
 And the models several tests share, as session-scoped fixtures: each is built once, on first use,
 and no test module builds, fits or decodes anything at import time. (Hypothesis `@given` tests may
-use them: only function-scoped fixtures are refused there.)
+use them: only function-scoped fixtures are refused there.) The shipped trigram is read once per session
+(`shipped_trigram_read_once`), however many command lines the tests run in-process.
 """
 
 import os
@@ -51,6 +52,38 @@ def signal_handlers_restored():
     for s, handler in before.items():
         if signal.getsignal(s) is not handler:
             signal.signal(s, handler)
+
+
+_SHIPPED_TRIGRAM = {}  # the shipped file's identity -> the Trigram read from it
+
+
+@pytest.fixture(autouse=True)
+def shipped_trigram_read_once(monkeypatch):
+    """`ngram.load` of the shipped trigram (read and derived in about half a second, by every command line a test
+    runs in-process) reads it once per session: while the file is unchanged (its device, inode, size and mtime), a
+    later load returns the first one's Trigram, its arrays read-only, so that no test can change what the next
+    one gets. Any other file (a copy, a hostile one) is read as always."""
+    from specdec_np import models, ngram
+
+    real = ngram.load
+
+    def load(path):
+        try:
+            st, shipped = os.stat(path), os.stat(models.EMBEDDED_NGRAM)
+        except (OSError, TypeError, ValueError):
+            return real(path)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != (shipped.st_dev, shipped.st_ino, shipped.st_size, shipped.st_mtime_ns):
+            return real(path)
+        if key not in _SHIPPED_TRIGRAM:
+            model = real(path)
+            for a in (*vars(model).values(), *model.counts.values()):
+                if isinstance(a, np.ndarray):
+                    a.setflags(write=False)
+            _SHIPPED_TRIGRAM[key] = model
+        return _SHIPPED_TRIGRAM[key]
+
+    monkeypatch.setattr(ngram, "load", load)
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,16 @@
 - `processed`, a table served top-k / top-p processed, as the decode loop's distributions are.
 - `assert_lossless`: the exact check of one speculative step against the target
   (`exact.step_error`, also the exercise grader's), asserted below the tolerance `TOL`.
+- `build_wheel`: the package's wheel, built offline from a copy of the sources (behind tests/tools'
+  session-scoped `wheel` fixture, built once for test_install and test_trace).
 """
 
 import itertools
+import shutil
+import subprocess
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -184,3 +191,29 @@ def dense_tables(seed: int, V: int):
         return memo[ctx]
 
     return (lambda ctx: pair(ctx)[0]), (lambda ctx: pair(ctx)[1])
+
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "specdec_np" / "weights"  # files.SHIPPED_DIR of this checkout
+DOWNLOADED = ("gpt2*", "distilgpt2")  # `make weights` checkpoints in the package's weights/: not package data
+
+
+def not_shipped(folder, names) -> set:
+    """What the copy of the sources leaves out: caches, temporary files, downloaded checkpoints."""
+    downloaded = Path(folder) == SHIPPED and {n for n in names if any(fnmatch(n, d) for d in DOWNLOADED)}
+    return set(downloaded or ()) | {n for n in names if n == "__pycache__" or n.endswith((".tmp", ".part"))}
+
+
+def build_wheel(tmp: Path) -> Path:
+    """The package's wheel, built offline (setuptools and wheel are in the test extra) from a copy of the
+    sources in `tmp`, so that the checkout gets no build directory."""
+    root, src = SHIPPED.parents[1], tmp / "src"
+    shutil.copytree(root / "specdec_np", src / "specdec_np", ignore=not_shipped)
+    for name in ("pyproject.toml", "README.md", "LICENSE", "THIRD_PARTY_NOTICES.md"):
+        shutil.copy(root / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "-q", "--no-build-isolation",
+                        "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp / "dist").glob("specdec_np-*.whl")
+    return wheel

@@ -281,6 +281,21 @@ def test_the_help_does_not_need_docstrings():
     assert proc.stdout.startswith("usage: grade.py [DIR] [--case E:N] [--time-limit SECONDS]")
 
 
+def test_grading_survives_python_O(tmp_path):
+    """The grader decides with comparisons and raises, never `assert` (which `python -O` removes): no file of
+    tutorials/exercises/ holds an assert statement, and under -O a planted mistake is still wrong at its case
+    (graded with --case, in the one optimized process)."""
+    import ast
+
+    for path in EXERCISES.glob("*.py"):
+        assert not any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(path.read_text()))), path
+    write_mistake(tmp_path, "chain_rule.py", "np.maximum(p[node] - q, 0)", "np.maximum(q - p[node], 0)")
+    proc = subprocess.run([sys.executable, "-O", str(EXERCISES / "grade.py"), str(tmp_path), "--case", "1:1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1 and "case 1 of 7 (V=2, a chain of 1)\nwrong: TV 0.0504 from the target's" in (
+        proc.stdout), proc.stdout + proc.stderr
+
+
 def test_a_python_without_numpy_gets_a_hint():
     if subprocess.run([sys.executable, "-S", "-c", "import numpy"], capture_output=True).returncode == 0:
         pytest.skip("this Python finds NumPy even without site-packages")

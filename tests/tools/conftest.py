@@ -1,6 +1,13 @@
 import pytest
 
+from helpers import build_wheel
 from specdec_np.tools import calibration, machine
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built once per session (test_install and test_trace read it)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,10 @@
-"""The shipped acceptance profile (weights/profile.json) belongs to the shipped pair."""
+"""The shipped acceptance profile (specdec_np/weights/profile.json) belongs to the shipped pair."""
 
 from specdec_np.tools import acceptance
 
 
 def test_shipped_profile_is_this_pair_and_this_format(embedded):
-    """weights/profile.json loads with the current code and belongs to the shipped models: a new
+    """specdec_np/weights/profile.json loads with the current code and belongs to the shipped models: a new
     count format or retrained models without a new profile would make every first run measure one."""
     target, draft, trigram, _ = embedded
     shipped = acceptance.load(acceptance.PROFILE_FILE)  # raises on another format or version

@@ -62,9 +62,16 @@ def test_generate_stats_name_the_plan(capsys):
         "(the constant plan: " in err
 
 
-def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
+def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path, monkeypatch, capsys):
+    """A process reads its prompt from standard input, and says a bad option in one line on standard error; the
+    other errors through `main` in this process (the same handler; no process start each)."""
     r = run_cli("generate", "-", "--max-new-tokens", "5", "--method", "ar", stdin="import os\n")
     assert r.returncode == 0 and r.stdout.startswith("import os\n")
+    r = run_cli("generate", "x", "--temperature", "-1")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and "temperature" in lines[0]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("NO_COLOR", "1")
     for args, needle in ((["generate", "x", "--temperature", "-1"], "temperature"),
                          (["generate", "x", "--top-p", "0", "--temperature", "1"], "--top-p"),
                          (["generate", "x", "--target", "gpt2-large"], "make weights"),
@@ -93,10 +100,14 @@ def test_generate_reads_stdin_and_reports_errors_in_one_line(tmp_path):
                          (["demo", "--plan", "default", "--budget", "5000"], "(--budget 5000"),
                          (["demo", "--plan", "default", "--depth", "600"], "tokens per step (--depth 600)"),
                          (["bench", "--seeds", "0"], "--seeds")):
-        r = run_cli(*args)
-        assert r.returncode != 0
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+        try:
+            code = main(args)
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        assert code != 0
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
 
 
 def namespace(**options):

@@ -37,10 +37,19 @@ def models():
     return target, draft, trigram
 
 
-def run_cli(*args, stdin=None):
-    env = dict(os.environ, NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "specdec_np", *args], input=stdin, capture_output=True,
-                          cwd=ROOT, env=env, timeout=300)
+def cli(capsys, *args):
+    """`python -m specdec_np ARGS` run in this process, from the repository root, as (returncode, stdout, stderr):
+    the same handler as the process's (whose start the tests below need not pay for)."""
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        code = main(list(args))
+    except SystemExit as e:
+        code = e.code
+    finally:
+        os.chdir(old)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -56,49 +65,50 @@ def run_cli(*args, stdin=None):
     (["--ngram", "weights/README.md"], "is not a specdec_np n-gram model"),
     (["--target", "no/such/dir"], "no checkpoint directory"),
 ])
-def test_generate_rejects_bad_options_in_one_line(args, needle):
-    r = run_cli("generate", "x", "--plan", "default", *args)
-    lines = r.stderr.decode().strip().splitlines()
+def test_generate_rejects_bad_options_in_one_line(args, needle, capsys):
+    r = cli(capsys, "generate", "x", "--plan", "default", *args)
+    lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
     assert "pickle" not in lines[0]
 
 
-def test_a_target_without_a_known_draft_asks_for_one(tmp_path):
+def test_a_target_without_a_known_draft_asks_for_one(tmp_path, capsys):
     from specdec_np import checkpoint
 
     checkpoint.save(random_params(GPT2Config(n_vocab=8193, n_ctx=32, n_embd=8, n_layer=1, n_head=2)), tmp_path / "mine")
-    r = run_cli("generate", "x", "--plan", "default", "--method", "tree", "--target", str(tmp_path / "mine"))
-    lines = r.stderr.decode().strip().splitlines()
+    r = cli(capsys, "generate", "x", "--plan", "default", "--method", "tree", "--target", str(tmp_path / "mine"))
+    lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "no default draft model for --target" in lines[0], r.stderr
     assert "--draft" in lines[0]
-    r = run_cli("generate", "x", "--plan", "default", "--method", "ar", "--target", str(tmp_path / "mine"),
-                "--max-new-tokens", "3")
+    r = cli(capsys, "generate", "x", "--plan", "default", "--method", "ar", "--target", str(tmp_path / "mine"),
+            "--max-new-tokens", "3")
     assert r.returncode == 0, r.stderr  # plain decoding needs no draft
 
 
-def test_prompt_that_is_not_utf8_is_refused_from_stdin_and_file(tmp_path):
+def test_prompt_that_is_not_utf8_is_refused_from_stdin_and_file(tmp_path, capsys, monkeypatch):
     bad = b"def f():\n    return '\xff\xfe'\n"
     (tmp_path / "bad.py").write_bytes(bad)
     for args, stdin in ((["-"], bad), (["--file", str(tmp_path / "bad.py")], None)):
-        r = run_cli("generate", *args, "--plan", "default", stdin=stdin)
-        lines = r.stderr.decode().strip().splitlines()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b"")))
+        r = cli(capsys, "generate", *args, "--plan", "default")
+        lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and "is not UTF-8 text" in lines[0], r.stderr
 
 
-def test_a_prompt_file_that_cannot_be_read_is_named_in_one_line(tmp_path):
+def test_a_prompt_file_that_cannot_be_read_is_named_in_one_line(tmp_path, capsys):
     for path, reason in ((tmp_path / "missing.py", "No such file"), (tmp_path, "Is a directory")):
-        r = run_cli("generate", "--file", str(path), "--plan", "default")
-        lines = r.stderr.decode().strip().splitlines()
+        r = cli(capsys, "generate", "--file", str(path), "--plan", "default")
+        lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, r.stderr
         assert lines[0].startswith(f"error: --file {path}: ") and reason in lines[0]
 
 
-def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end_is_said():
-    r = run_cli("generate", "def f(x):", "--target", "specdec_np/weights/tiny-target", "--plan", "default",
-                "--max-new-tokens", "4")
-    assert r.returncode == 0 and r.stdout.decode().startswith("def f(x):"), r.stderr
-    r = run_cli("generate", "x", "--method", "ar", "--plan", "default", "--max-new-tokens", "600")
-    assert r.returncode == 0 and "end of the target's context (512 tokens)" in r.stderr.decode()
+def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end_is_said(capsys):
+    r = cli(capsys, "generate", "def f(x):", "--target", "specdec_np/weights/tiny-target", "--plan", "default",
+            "--max-new-tokens", "4")
+    assert r.returncode == 0 and r.stdout.startswith("def f(x):"), r.stderr
+    r = cli(capsys, "generate", "x", "--method", "ar", "--plan", "default", "--max-new-tokens", "600")
+    assert r.returncode == 0 and "end of the target's context (512 tokens)" in r.stderr
 
 
 @pytest.mark.parametrize("kw, error, needle", [

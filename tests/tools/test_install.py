@@ -2,31 +2,22 @@
 profile and calibration prompts ship as package data, so `generate`, the demo, `load_embedded()` and the
 `specdec-np` console script work from any directory.
 
-Built offline from a copy of the sources (setuptools and wheel are in the test extra), installed with
+Built offline from a copy of the sources (the session's `wheel` fixture, tests/tools/conftest.py), installed with
 `pip install --target` into a temporary directory and run from another one with only that directory on
 PYTHONPATH; the checkout gets no build directory."""
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
+from helpers import SHIPPED, not_shipped
 from specdec_np.files import WEIGHTS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "specdec_np" / "weights"  # files.SHIPPED_DIR of this checkout
-DOWNLOADED = ("gpt2*", "distilgpt2")  # `make weights` checkpoints in the package's weights/: not package data
-
-
-def not_shipped(folder, names) -> set:
-    """What the copy of the sources leaves out: caches, temporary files, downloaded checkpoints."""
-    downloaded = Path(folder) == SHIPPED and {n for n in names if any(fnmatch(n, d) for d in DOWNLOADED)}
-    return set(downloaded or ()) | {n for n in names if n == "__pycache__" or n.endswith((".tmp", ".part"))}
 
 
 def pip(*args):
@@ -36,15 +27,9 @@ def pip(*args):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, wheel):
     """(the wheel, the directory it is installed in, an empty directory to run from, their environment)."""
     tmp = tmp_path_factory.mktemp("install")
-    src = tmp / "src"
-    shutil.copytree(ROOT / "specdec_np", src / "specdec_np", ignore=not_shipped)
-    for name in ("pyproject.toml", "README.md", "LICENSE", "THIRD_PARTY_NOTICES.md"):
-        shutil.copy(ROOT / name, src / name)
-    pip("wheel", "--no-build-isolation", "-w", str(tmp / "dist"), str(src))
-    (wheel,) = (tmp / "dist").glob("specdec_np-*.whl")
     pip("install", "--target", str(tmp / "site"), str(wheel))
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()

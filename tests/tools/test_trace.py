@@ -410,18 +410,9 @@ def test_the_page_says_which_draft_pass_built_each_node(run, shown):
     assert all("built #" not in s["summary"] for s in copies)
 
 
-def test_the_page_files_ship_in_the_wheel(tmp_path):
-    """The page's markup, styles and script are package data: the built wheel holds each of them, as
-    `trace.page` reads them. Built offline from a copy of the sources (setuptools and wheel are in the
-    test extra), so the checkout gets no build directory."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "specdec_np", src / "specdec_np", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                        "-q", "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    (wheel,) = (tmp_path / "dist").glob("specdec_np-*.whl")
+def test_the_page_files_ship_in_the_wheel(wheel):
+    """The page's markup, styles and script are package data: the built wheel (the session's, built once
+    offline from a copy of the sources) holds each of them, as `trace.page` reads them."""
     with zipfile.ZipFile(wheel) as z:
         for name in ("page.html", "page.css", "page.js"):
             shipped = z.read(f"specdec_np/tools/trace_page/{name}").decode("utf-8")
