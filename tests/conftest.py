@@ -43,6 +43,12 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
+# A suite started in the background (`make test &`, nohup) inherits an ignored Ctrl-C, and so would the
+# processes the interrupt tests start: they get Python's own handler back, as a terminal's run has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def signal_handlers_restored():
     """Each test leaves Ctrl-C and SIGTERM as it found them: a command line run in-process ignores Ctrl-C

@@ -542,6 +542,26 @@ def test_whitespace_tokens_can_be_told_apart(run, tmp_path):
     assert marks[2] == "\u2423\u00d78" and marks[6] == "\u21b5\u2423\u00d78", marks
 
 
+def test_controls_and_bidi_marks_show_as_code_points(run, tmp_path):
+    """A NUL, a right-to-left override, a line separator or the byte-order mark in a token shows as its code
+    point (a browser would drop or obey it); other text, and the whitespace marks, are unchanged."""
+    if NODE is None:
+        pytest.skip("needs Node.js to run the page's script")
+    words = ["a\x00b", "\u202eevil", "x\u2028y", "\u2029", "\ufeffz", "\x1b[31m", "plain é"]
+    script = next(s for s in Page(run[2]).contents("script", type=None) if s.strip())
+    (tmp_path / "data.json").write_text(json.dumps(run[1]), encoding="utf-8")
+    marked = f"console.log(JSON.stringify({json.dumps(words)}.map(w => [visible(w), reveal(w)])));"
+    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));", marked)
+    (tmp_path / "run.js").write_text(js, encoding="utf-8")
+    r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    (null, rlo, ls, ps, bom, esc_, plain) = [s for _, s in json.loads(r.stdout)]
+    assert null == "a\u27e8U+0000\u27e9b" and rlo == "\u27e8U+202E\u27e9evil" and ls == "x\u27e8U+2028\u27e9y"
+    assert ps == "\u27e8U+2029\u27e9" and bom == "\u27e8U+FEFF\u27e9z" and esc_ == "\u27e8U+001B\u27e9[31m"
+    assert plain == "plain é"
+
+
 def test_make_trace_shows_the_sampled_rule_by_default():
     """`make trace` with no arguments is a sampled run (the rule's min(1, p/q) against u), as make trace-png's."""
     make = (ROOT / "Makefile").read_text(encoding="utf-8")

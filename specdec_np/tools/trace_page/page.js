@@ -44,8 +44,14 @@ function emittedNode(step, i) { const j = step.path.indexOf(i); return j < 0 || 
 
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]); }
 function text(t) { return D.text[t] !== undefined ? D.text[t] : "#" + t; }
+// Characters a browser would drop or act on (NUL and other controls, bidi overrides, line and paragraph
+// separators, the byte-order mark): shown as their code point, so that the text on the page is the text decoded.
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]/g;
+function reveal(s) {
+  return String(s).replace(HIDDEN, c => "\u27e8U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9");
+}
 function visible(s, max) {  // a token with its whitespace shown (a run of 3 or more as a count), shortened to max
-  s = s.replace(/( |\n|\t)\1{2,}/g, m => m[0] + "\u00d7" + m.length)
+  s = reveal(s).replace(/( |\n|\t)\1{2,}/g, m => m[0] + "\u00d7" + m.length)
     .replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
   return max && s.length > max ? s.slice(0, max - 1) + "\u2026" : s;
 }
@@ -405,11 +411,11 @@ function summary(step, k) {
 }
 
 function completion(k) {  // the prompt, then every emitted token by who proposed it; this step's framed
-  const parts = [`<span class="prompt">${esc(D.prompt_text)}</span>`];
+  const parts = [`<span class="prompt">${esc(reveal(D.prompt_text))}</span>`];
   for (let j = 0; j <= k; j++) {
     const s = D.steps[j], toks = s.tokens.map((x, i) => {
       const src = D.sources[s.source[i]];
-      return `<span class="tok src-${srcClass(src)}" title="step ${j + 1}: ${srcClass(src)}">${esc(text(x))}</span>`;
+      return `<span class="tok src-${srcClass(src)}" title="step ${j + 1}: ${srcClass(src)}">${esc(reveal(text(x)))}</span>`;
     }).join("");
     parts.push(j === k ? `<span class="now">${toks}</span>` : toks);
   }
