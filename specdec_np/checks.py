@@ -110,6 +110,9 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
             raise ValueError(f"method {method!r} needs a draft model")
         if draft.config.n_vocab != V:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {V} != {draft.config.n_vocab}")
+        if m.reads_features and draft.config.n_embd != target.config.n_embd:
+            raise ValueError(f"draft: an EAGLE head reads features of width {draft.config.n_embd}, the target's are "
+                             f"{target.config.n_embd} wide (load the head with models.load_head(path, target))")
     m.check_rule(plan, temperature)
     if m.needs_ngram:
         if ngram is None:

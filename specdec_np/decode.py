@@ -52,9 +52,6 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(METHODS, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k,
                           top_p, seed, eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
-    if METHODS[method].reads_features and draft.config.n_embd != target.config.n_embd:
-        raise ValueError(f"draft: an EAGLE head reads features of width {draft.config.n_embd}, the target's are "
-                         f"{target.config.n_embd} wide (load the head with models.load_head(path, target))")
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
     proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)

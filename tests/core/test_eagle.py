@@ -7,6 +7,8 @@ target's for each rule on the head's trees, and a rule that accepts untested fai
 the features the loop hands the head are the target's own, its cache holds what a fresh pass over the
 accepted text writes; stop reasons, the context limit, traces; the checkpoint round trip."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -231,3 +233,13 @@ def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
     prompt = encode(enc, "def mean(values):\n    \"\"\"Return the mean.\"\"\"\n")
     res = generate(target, prompt, 20, "eagle", shipped, plan=Plan(budget=8, depth=6), eos=None)
     assert res.stats.tokens_per_pass > 1.8
+
+
+def test_a_head_of_another_width_is_refused_before_any_work(small):
+    """generate's checks (checks.py) refuse a head whose features are not the target's width, naming the draft;
+    a head of the target's width passes the same check (the control)."""
+    target = small.target
+    other = eagle.random_head(random_params(dataclasses.replace(SMALL, n_embd=8), seed=1, dtype=np.float64))
+    with pytest.raises(ValueError, match=r"^draft: an EAGLE head reads features of width 8, the target's are 16"):
+        generate(target, [1, 2], 2, "eagle", other, None, Plan())
+    assert len(generate(target, [1, 2], 2, "eagle", eagle.random_head(target), None, Plan()).tokens) == 2
