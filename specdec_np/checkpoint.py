@@ -262,7 +262,7 @@ def load(path, dtype=np.float32) -> GPT2:
 def check_memory(file, config: GPT2Config, itemsize: int) -> None:
     """Before anything of the model's size is allocated: a CheckpointError naming both when its parameters need
     more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
-    need = itemsize * sum(math.prod(shape) for _, shape in param_shapes(config).values())
+    need = itemsize * config.n_params
     if need > (have := available_memory()):
         raise CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) needs "
                               f"{need / 1e9:.1f} GB for its parameters, more than the {have / 1e9:.1f} GB of "

@@ -34,7 +34,7 @@ import numpy as np
 from . import checkpoint
 from .drafting import ModelDrafter
 from .files import atomic_file, read_json
-from .gpt2 import (GPT2, empty_params, linear, map_params, new_cache, param_shapes, random_params,
+from .gpt2 import (GPT2, attention_bias, empty_params, linear, map_params, new_cache, param_shapes, random_params,
                    transformer_block)
 from .record import NO_RECORD
 from .tree import DRAFT, block
@@ -64,8 +64,8 @@ def head_pass(head: GPT2, features, tokens, positions, cache, mask):  # [n, d], 
     c, p = head.config, head.prepared
     e = p["wte"][tokens] + p["wpe"][positions]  # the tokens' embeddings, as the target's input [n, d]
     x = linear(np.concatenate([e, features], axis=-1), **p["fc"])  # [n, 2d] -> [n, d]
-    bias = None if mask is None else np.where(mask, 0.0, -np.inf).astype(head.dtype)  # [n, <= cache + n], unpadded
-    x = transformer_block(x, p["blocks"][0], c.n_head, cache, 0, bias, c.layer_norm_epsilon)
+    x = transformer_block(x, p["blocks"][0], c.n_head, cache, 0, attention_bias(mask, head.dtype),
+                          c.layer_norm_epsilon)
     cache.length += len(tokens)
     return x
 

@@ -109,7 +109,7 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
 def build_block(model: GPT2, tokens, positions, mask, prefix: int):
     """What forward's layers read: tokens [n'], positions [n'] and the attention bias [n', <= prefix + n'], the mask
     completed (causal by default, the prefix seen by all), padded (`Layout.rows`, `fastpath.pad_block`), then 0 where
-    a row may attend, -inf elsewhere, from the first column some row may not see (None: all see all)."""
+    a row may attend, -inf elsewhere (`attention_bias`)."""
     n, rows = tokens.size, model.layout.rows(tokens.size)
     if mask is None and n == 1 and rows == 1:
         return tokens, positions, None  # one token of a chain sees the whole prefix and itself: no mask to build
@@ -118,11 +118,17 @@ def build_block(model: GPT2, tokens, positions, mask, prefix: int):
         mask = np.concatenate([np.ones((n, prefix), dtype=bool), mask], axis=1)  # [n, prefix + n]
     if rows > n:
         tokens, positions, mask = pad_block(tokens, positions, mask, rows)  # [n', prefix + n']
-    seen = mask.all(axis=0)  # [prefix + n']
+    return tokens, positions, attention_bias(mask, model.dtype)
+
+
+def attention_bias(mask, dtype):  # [n, L] bool -> [n, <= L] or None
+    """0 where the mask lets a row attend, -inf elsewhere, from the first column some row may not see (the leading
+    ones, seen by all, need no bias: `attention` adds it to the last columns); None when all see all."""
+    seen = mask.all(axis=0)  # [L]
     if seen.all():
-        return tokens, positions, None
+        return None
     first = int(np.argmin(seen))
-    return tokens, positions, np.where(mask[:, first:], 0.0, -np.inf).astype(model.dtype)  # [n', prefix + n' - first]
+    return np.where(mask[:, first:], 0.0, -np.inf).astype(dtype)  # [n, L - first]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -146,6 +152,11 @@ class GPT2Config:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def n_params(self) -> int:
+        """Parameters of a model of this shape (`param_shapes`; the tied head counted once), in Python's integers."""
+        return sum(math.prod(shape) for _, shape in param_shapes(self).values())
 
 
 # The real GPT-2 family's shapes (GPT-2 small is GPT2Config's default).

@@ -23,7 +23,7 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
-from ..gpt2 import GPT2, param_shapes
+from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_model, load_ngram
 from ..plan import Plan
@@ -346,7 +346,7 @@ def out_of_memory(cmd: str, args) -> str:
         except (ValueError, OSError, MemoryError):
             needs.append(f"{option} {shown(name)}")
             continue
-        weights = 4 * sum(math.prod(shape) for _, shape in param_shapes(config).values())
+        weights = 4 * config.n_params
         cache = 4 * 2 * config.n_layer * config.n_ctx * config.n_embd
         needs.append(f"{option} {shown(name)} needs {weights / 1e6:,.1f} MB of float32 weights and "
                      f"{cache / 1e6:,.1f} MB of KV cache")

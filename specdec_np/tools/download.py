@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import hashlib
 import http.client
-import math
 import os
 import re
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
-from ..gpt2 import GPT2_SHAPES, param_shapes
+from ..gpt2 import GPT2_SHAPES
 from .options import shown
 from .progress import Progress
 from .writable import check_writable
@@ -75,7 +74,7 @@ def most_bytes(name: str, file: str) -> int:
     small; a model file holds the float32 parameters and a few buffers, less than twice the parameters."""
     if file != MODEL_FILE:
         return 1 << 20
-    return 2 * 4 * sum(math.prod(shape) for _, shape in param_shapes(GPT2_SHAPES[name]).values())
+    return 2 * 4 * GPT2_SHAPES[name].n_params
 
 
 def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, most: int) -> tuple[int, int | None]:
