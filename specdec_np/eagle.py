@@ -163,7 +163,8 @@ def save_head(head: GPT2, path_dir, dtype=np.float16) -> Path:
 
 
 def load_head(path, target: GPT2) -> GPT2:
-    """The head saved at `path` (a directory, or a name in specdec_np/weights/ such as "tiny-eagle"), bound to `target`."""
+    """The head saved at `path` (a directory, or a name in the weights directory such as "tiny-eagle"), bound to
+    `target`."""
     path = checkpoint.resolve(path)
     config = checkpoint.read_config(path / checkpoint.CONFIG_FILE)
     if read_json(path / checkpoint.CONFIG_FILE).get("specdec_np") != HEAD_KIND:

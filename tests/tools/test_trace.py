@@ -523,43 +523,43 @@ def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp
     assert not any("one-token" in s["passes"] for s in without)
 
 
-def test_whitespace_tokens_can_be_told_apart(run, tmp_path):
-    """Spaces, newlines and tabs show as visible marks, and runs of them with their length: the tokens of
-    indented code do not all look alike."""
+def page_calls(run, tmp_path, expression: str):
+    """The JSON value of a JavaScript `expression` evaluated by Node.js with the page's script of `run` loaded
+    (its functions, e.g. `visible`), skipped without Node.js."""
     if NODE is None:
         pytest.skip("needs Node.js to run the page's script")
-    words = ["   ", "    ", "        ", "\n", "\n\n", "\n    ", "\n        ", "\t", "\t\t\t", " x", "x  y"]
     script = next(s for s in Page(run[2]).contents("script", type=None) if s.strip())
     (tmp_path / "data.json").write_text(json.dumps(run[1]), encoding="utf-8")
-    marked = f"console.log(JSON.stringify({json.dumps(words)}.map(w => visible(w))));"
-    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));", marked)
+    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));",
+                                                       f"console.log(JSON.stringify({expression}));")
     (tmp_path / "run.js").write_text(js, encoding="utf-8")
     r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    marks = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def test_whitespace_tokens_can_be_told_apart(run, tmp_path):
+    """Spaces, newlines and tabs show as visible marks, and runs of them with their length: the tokens of
+    indented code do not all look alike."""
+    words = ["   ", "    ", "        ", "\n", "\n\n", "\n    ", "\n        ", "\t", "\t\t\t", " x", "x  y"]
+    marks = page_calls(run, tmp_path, f"{json.dumps(words)}.map(w => visible(w))")
     assert len(set(marks)) == len(words) and not any(c in " \n\t" for m in marks for c in m), marks
     assert marks[2] == "\u2423\u00d78" and marks[6] == "\u21b5\u2423\u00d78", marks
 
 
 def test_controls_and_bidi_marks_show_as_code_points(run, tmp_path):
     """A NUL, a right-to-left override, a line separator or the byte-order mark in a token shows as its code
-    point (a browser would drop or obey it); other text, and the whitespace marks, are unchanged."""
-    if NODE is None:
-        pytest.skip("needs Node.js to run the page's script")
+    point (a browser would drop or obey it), in the completion's text and in a token's marks; other text is
+    unchanged."""
     words = ["a\x00b", "\u202eevil", "x\u2028y", "\u2029", "\ufeffz", "\x1b[31m", "plain é"]
-    script = next(s for s in Page(run[2]).contents("script", type=None) if s.strip())
-    (tmp_path / "data.json").write_text(json.dumps(run[1]), encoding="utf-8")
-    marked = f"console.log(JSON.stringify({json.dumps(words)}.map(w => [visible(w), reveal(w)])));"
-    js = HARNESS.replace("__SCRIPT__", script).replace("console.log(JSON.stringify(shown));", marked)
-    (tmp_path / "run.js").write_text(js, encoding="utf-8")
-    r = subprocess.run([NODE, str(tmp_path / "run.js"), str(tmp_path / "data.json")], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    (null, rlo, ls, ps, bom, esc_, plain) = [s for _, s in json.loads(r.stdout)]
+    listed = json.dumps(words)
+    revealed, marked = page_calls(run, tmp_path, f"[{listed}.map(w => reveal(w)), {listed}.map(w => visible(w))]")
+    (null, rlo, ls, ps, bom, esc_, plain) = revealed
     assert null == "a\u27e8U+0000\u27e9b" and rlo == "\u27e8U+202E\u27e9evil" and ls == "x\u27e8U+2028\u27e9y"
     assert ps == "\u27e8U+2029\u27e9" and bom == "\u27e8U+FEFF\u27e9z" and esc_ == "\u27e8U+001B\u27e9[31m"
     assert plain == "plain é"
+    assert marked[:6] == revealed[:6] and marked[6] == "plain\u2423é"  # a token's marks: the same code points
 
 
 def test_make_trace_shows_the_sampled_rule_by_default():
