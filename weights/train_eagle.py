@@ -39,8 +39,8 @@ WORK = train_tiny.WORK
 from specdec_np.files import SHIPPED_DIR  # noqa: E402  (specdec_np/weights/: the package data)
 
 OUT = SHIPPED_DIR / "tiny-eagle"
-CFG = dict(seq_len=256, batch=8, steps=600, lr=1.5e-3, min_lr=1e-4, warmup=50, weight_decay=0.01, seed=4321,
-           noise=0.2, p_weight=0.1, ckpt_every=25, minutes=23.0)
+CFG = dict(seq_len=256, batch=8, steps=6000, lr=1.5e-3, min_lr=1e-4, warmup=50, weight_decay=0.01, seed=4321,
+           noise=0.2, p_weight=1.0, ckpt_every=50, minutes=40.0)
 
 
 def make_head(target_cfg):
@@ -142,7 +142,7 @@ def train() -> None:
     import torch
 
     torch.manual_seed(CFG["seed"])
-    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", "1")))
+    torch.set_num_threads(int(os.environ.get("TRAIN_THREADS", os.cpu_count() or 1)))
     tokens = np.load(WORK / "train.npy")
     target, tcfg = train_tiny.get_model("shipped:target")
     for q in target.parameters():
