@@ -18,7 +18,10 @@ target's own head costs it; the tools time a head's passes as `head_pass` and th
 
     params = {"fc": {"w": [2d, d], "b": [d]}, "blocks": [one GPT-2 block], "wte", "wpe", "ln_f": the target's}
 
-Its checkpoint holds only fc and the block (`save_head`, `load_head`: safetensors + config.json, fp16).
+Its checkpoint holds only fc and the block (`save_head`, `load_head`: safetensors + config.json, fp16),
+and optionally EAGLE-3's reduced draft vocabulary (arXiv 2503.01840): a 0/1 row "vocab" [V] of the tokens
+the head may draft. q is then the target's head on those N rows only (-inf elsewhere), so its product
+reads N rows of wte instead of V: the rules never need q > 0 where p > 0, so any q is lossless.
 """
 
 from __future__ import annotations
@@ -42,20 +45,27 @@ from .tree import DRAFT, block
 HEAD_KIND = "eagle-head"  # config.json's "specdec_np" entry of a head's checkpoint
 
 
-def bind(target: GPT2, fc: dict, block_params: dict) -> GPT2:
-    """The head of `target` with fusion `fc` {"w", "b"} and one GPT-2 block, cast to the target's dtype."""
-    own = map_params(lambda a: np.ascontiguousarray(a, dtype=target.dtype), {"fc": fc, "blocks": [block_params]})
+def bind(target: GPT2, fc: dict, block_params: dict, vocab=None) -> GPT2:
+    """The head of `target` with fusion `fc` {"w", "b"} and one GPT-2 block, cast to the target's dtype;
+    `vocab` [V] (1 for the tokens it may draft, 0 elsewhere), EAGLE-3's reduced draft vocabulary, or None for all."""
+    own = {"fc": fc, "blocks": [block_params]}
+    if vocab is not None:
+        ids = np.flatnonzero(vocab)  # [N]
+        # Its q is the target's head restricted to these rows: the product reads N rows of wte, not V.
+        own.update(vocab=vocab, vocab_head={"w": target.params["wte"][ids].T, "b": np.zeros(len(ids))})
+    own = map_params(lambda a: np.ascontiguousarray(a, dtype=target.dtype), own)
     shared = {k: target.params[k] for k in ("wte", "wpe", "ln_f")}
     return GPT2(dataclasses.replace(target.config, n_layer=1), {**shared, **own})
 
 
-def random_head(target: GPT2, seed: int = 0, scale: float = 0.02) -> GPT2:
+def random_head(target: GPT2, seed: int = 0, scale: float = 0.02, vocab_size: int | None = None) -> GPT2:
     """A head of `target` with random weights (GPT-2's init scale; the fusion's larger, so that the
-    feature matters): for tests."""
-    d, rng = target.config.n_embd, np.random.default_rng(seed)
+    feature matters), drafting from `vocab_size` random tokens (None: all): for tests."""
+    d, V, rng = target.config.n_embd, target.config.n_vocab, np.random.default_rng(seed)
     one_block = random_params(dataclasses.replace(target.config, n_layer=1), seed, np.float64, scale)
     fc = {"w": rng.standard_normal((2 * d, d)) * (5 * scale), "b": rng.standard_normal(d) * scale}
-    return bind(target, fc, one_block.params["blocks"][0])
+    vocab = None if vocab_size is None else np.isin(np.arange(V), rng.choice(V, vocab_size, replace=False))
+    return bind(target, fc, one_block.params["blocks"][0], vocab)
 
 
 def head_pass(head: GPT2, features, tokens, positions, cache, mask):  # [n, d], [n], [n] -> [n, d]
@@ -71,8 +81,14 @@ def head_pass(head: GPT2, features, tokens, positions, cache, mask):  # [n, d], 
 
 
 def head_logits(head: GPT2, features):  # [n, d] -> [n, V]
-    """The target's tied head on the head's guessed features (they are already on the normed side)."""
-    return features @ head.prepared["head"]
+    """The target's tied head on the head's guessed features (they are already on the normed side); with a
+    reduced vocabulary, its rows of those tokens, and -inf elsewhere (q = 0: never drafted; any q is lossless)."""
+    p = head.prepared
+    if "vocab" not in p:
+        return features @ p["head"]
+    logits = np.full((len(features), head.config.n_vocab), -np.inf, dtype=features.dtype)  # [n, V]
+    logits[:, np.flatnonzero(p["vocab"])] = linear(features, **p["vocab_head"])  # [n, N]
+    return logits
 
 
 class FeatureDrafter:
@@ -153,6 +169,8 @@ def save_head(head: GPT2, path_dir, dtype=np.float16) -> Path:
     tensors = {key: (checkpoint.SAVE_DTYPES[name], np.asarray(functools.reduce(operator.getitem, where, head.params),
                                                                 dtype=dtype))
                for key, (where, _) in head_shapes(head.config).items()}
+    if "vocab" in head.params:  # the reduced vocabulary, as a 0/1 row over the target's tokens
+        tensors["vocab"] = (checkpoint.SAVE_DTYPES[name], head.params["vocab"].astype(dtype))
     checkpoint.write_safetensors(path_dir / checkpoint.MODEL_FILE, tensors)
     with atomic_file(path_dir / checkpoint.CONFIG_FILE, "w") as f:
         # Not a GPT2LMHeadModel (no embeddings of its own): named so that no GPT-2 loader takes it for one.
@@ -177,9 +195,10 @@ def load_head(path, target: GPT2) -> GPT2:
     file = path / checkpoint.MODEL_FILE
     header, data_start = checkpoint.read_header(file)
     shapes = head_shapes(config)
-    if set(header) != set(shapes):
-        raise checkpoint.CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(shapes)}; "
-                                         f"this file holds {', '.join(header)}")
+    if set(header) - {"vocab"} != set(shapes):
+        raise checkpoint.CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(shapes)} (and "
+                                         f"optionally vocab); this file holds {', '.join(header)}")
+    shapes.update({"vocab": (("vocab",), (config.n_vocab,))} if "vocab" in header else {})
     params = {"fc": {}, "blocks": empty_params(dataclasses.replace(config, n_layer=1))["blocks"]}
     with open(file, "rb") as f:
         for key, (where, shape) in shapes.items():
@@ -188,4 +207,7 @@ def load_head(path, target: GPT2) -> GPT2:
                                                  f"expected {shape}")
             parent = functools.reduce(operator.getitem, where[:-1], params)
             parent[where[-1]] = checkpoint.read_tensor(f, file, key, header[key], data_start, target.dtype)
-    return bind(target, params["fc"], params["blocks"][0])
+    vocab = params.get("vocab")
+    if vocab is not None and not (np.isin(vocab, (0, 1)).all() and vocab.any()):
+        raise checkpoint.CheckpointError(f"{file}: tensor 'vocab' must hold only 0 and 1, and at least one 1")
+    return bind(target, params["fc"], params["blocks"][0], vocab)

@@ -221,6 +221,48 @@ def test_generate_samples_the_target_exactly_negative_control(tiny, tiny_head, m
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) > 0.01
 
 
+@pytest.mark.parametrize("rule,fields,settings", [EXACT_CASES[0], EXACT_CASES[3], EXACT_CASES[2]], ids=lambda v: str(v))
+def test_a_reduced_vocabulary_samples_the_target_exactly(tiny, rule, fields, settings):
+    """EAGLE-3's reduced draft vocabulary: a head that can draft only 3 of the 4 tokens (q = 0 on the fourth,
+    which the target may still emit) leaves the output distribution exactly the target's."""
+    head = eagle.random_head(tiny.target, seed=5, scale=0.3, vocab_size=3)
+    got, _ = exact_output(tiny, head, {**fields, "rule": rule}, settings)
+    want = target_output(tiny, top_k=settings.get("top_k"))
+    assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+def test_a_reduced_vocabulary_drafts_only_its_tokens(small):
+    """Greedy output is plain decoding's; every drafted token is in the head's vocabulary, and q is zero outside it."""
+    head = eagle.random_head(small.target, seed=1, vocab_size=12)
+    allowed = set(np.flatnonzero(head.params["vocab"]).tolist())
+    for temperature in (0.0, 1.0):
+        res = generate(small.target, [1, 2, 3], 30, "eagle", head, plan=Plan(budget=8, depth=3), eos=None,
+                       keep_trees=True, temperature=temperature, seed=3)
+        if temperature == 0:
+            assert res.tokens == ar_greedy(small.target, [1, 2, 3], 30)
+        drafted = {int(t) for s in res.stats.steps for t, src in zip(s.trace.tree.tokens[1:], s.trace.tree.source[1:])
+                   if src == DRAFT}
+        assert drafted and drafted <= allowed
+    q = process(eagle.head_logits(head, np.ones((2, SMALL.n_embd))), 1.0)
+    assert (q[:, sorted(set(range(SMALL.n_vocab)) - allowed)] == 0).all() and np.allclose(q.sum(-1), 1)
+
+
+def test_a_reduced_vocabulary_round_trip(tmp_path, small):
+    t32 = small.target.astype(np.float32)
+    head = eagle.random_head(t32, seed=2, vocab_size=10)
+    eagle.save_head(head, tmp_path / "h")
+    loaded = eagle.load_head(tmp_path / "h", t32)
+    np.testing.assert_array_equal(loaded.params["vocab"], head.params["vocab"])
+    np.testing.assert_array_equal(loaded.params["vocab_head"]["w"], t32.params["wte"][head.params["vocab"] > 0].T)
+    without = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    eagle.save_head(without, tmp_path / "all")
+    assert "vocab" not in eagle.load_head(tmp_path / "all", t32).params  # the control: no row, every token
+    bad = eagle.bind(t32, head.params["fc"], head.params["blocks"][0], head.params["vocab"] * 2)
+    eagle.save_head(bad, tmp_path / "bad")
+    with pytest.raises(CheckpointError, match="'vocab' must hold only 0 and 1"):
+        eagle.load_head(tmp_path / "bad", t32)
+
+
 def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
     """specdec_np/weights/tiny-eagle, bound to the embedded target: its guesses are accepted often, as only a head
     reading the feature it was trained on can be (greedy equality is proved above, in float64)."""
