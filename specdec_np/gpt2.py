@@ -197,8 +197,10 @@ class GPT2:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one forward pass reads (every tensor once; the tied head is `wte`)."""
-        return sum(a.nbytes for a in iter_params(self.params))
+        """Bytes of weights one forward pass reads (every tensor once; the tied head is `wte`; an EAGLE head with
+        a reduced vocabulary reads its rows, "vocab_head", instead: eagle.py)."""
+        skip = {"wte"} if "vocab_head" in self.params else set()
+        return sum(a.nbytes for k, v in self.params.items() if k not in skip for a in iter_params(v))
 
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:

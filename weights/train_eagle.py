@@ -4,12 +4,17 @@ Optional tooling: needs PyTorch (`pip install -e ".[train]"`), never needed at r
 The target is frozen; its features (the top layer's hidden state after its final layer norm, what its tied
 head reads: specdec_np/eagle.py) are computed on the fly over random windows of the corpus the pair was
 trained on (`python weights/train_tiny.py corpus` builds it). The loss is EAGLE-1's: smooth-L1 regression
-of the next feature plus 0.1 x the cross-entropy of q (the target's head on the predicted feature)
-against the target's own next-token distribution p; the input features get EAGLE's uniform noise.
+of the next feature plus the cross-entropy of q (the target's head on the predicted feature) against the
+target's own next-token distribution p, weighted 1.0 (EAGLE-1's 0.1 left the first guesses behind the draft
+model's; EAGLE-3 keeps only this term); the input features get EAGLE's uniform noise. The exported head drafts
+from the 2048 tokens most frequent in the training split (EAGLE-3's reduced vocabulary, `--vocab`): its q reads
+2048 rows of the target's embedding instead of 8193, and those tokens are 98% of the corpus.
 
     python weights/train_eagle.py train       # resumable; checkpoints in weights/work/eagle_last.pt
     python weights/train_eagle.py export      # fp16 -> specdec_np/weights/tiny-eagle/, checked against the torch head
-    python weights/train_eagle.py match       # held-out first-guess acceptance, beside the shipped draft's
+                                              # (--vocab N: the draft vocabulary's size, 0 for every token)
+    python weights/train_eagle.py match       # held-out first-guess acceptance, beside the shipped draft's (and at
+                                              # reduced vocabularies of 4096-512 tokens)
     python weights/train_eagle.py export --from DIR   # weights/recipe.py's eagle.NN.npz -> tiny-eagle/ (NumPy only)
 
 Everything is seeded; batches are a function of the step number, so an interrupted run resumes with the same data
@@ -40,7 +45,7 @@ from specdec_np.files import SHIPPED_DIR  # noqa: E402  (specdec_np/weights/: th
 
 OUT = SHIPPED_DIR / "tiny-eagle"
 CFG = dict(seq_len=256, batch=8, steps=6000, lr=1.5e-3, min_lr=1e-4, warmup=50, weight_decay=0.01, seed=4321,
-           noise=0.2, p_weight=1.0, ckpt_every=50, minutes=40.0)
+           noise=0.2, p_weight=1.0, ckpt_every=50, minutes=40.0, vocab=2048)
 
 
 def make_head(target_cfg):
@@ -202,19 +207,33 @@ def match(n_windows: int = 24, window: int = 256) -> dict:
     draft, _ = train_tiny.get_model("shipped:draft")
     held = np.load(WORK / "heldout.npy")
     starts = np.linspace(0, held.size - 300, n_windows).astype(np.int64)
-    report = first_guess(head, target, draft, np.stack([held[s:s + window + 1] for s in starts]))
+    report = first_guess(head, target, draft, np.stack([held[s:s + window + 1] for s in starts]),
+                         vocabs=(4096, 2048, 1024, 512))
     report["head"].update(tokens_seen=ck["tokens"], steps=ck["step"], minutes=round(ck["elapsed"] / 60, 1))
     print(json.dumps(report, indent=1))
     return report
 
 
-def first_guess(head, target, draft, windows: np.ndarray, device: str = "cpu") -> dict:
-    """{"head", "draft": {"accept_topk", "argmax_agree"}} on windows [N, T+1]: the head's q (from the target's true
-    feature of the token before) and the draft's q against the target's p, accepting one token at top-k 50."""
+def draft_vocab(n: int | None, tokens: np.ndarray | None = None) -> np.ndarray | None:
+    """EAGLE-3's reduced draft vocabulary: a 0/1 row [V] of the n tokens most frequent in the training split (ties
+    to the lower id), or None for n None (every token)."""
+    if n is None:
+        return None
+    counts = np.bincount(np.load(WORK / "train.npy") if tokens is None else tokens, minlength=train_tiny.N_VOCAB)
+    mask = np.zeros(train_tiny.N_VOCAB, dtype=np.float32)
+    mask[np.argsort(-counts, kind="stable")[:n]] = 1.0
+    return mask
+
+
+def first_guess(head, target, draft, windows: np.ndarray, device: str = "cpu", vocabs=()) -> dict:
+    """{"head", "draft", and "head N" for each vocabulary size N in `vocabs`: {"accept_topk", "argmax_agree"}} on
+    windows [N, T+1]: the head's q (from the target's true feature of the token before; with a reduced vocabulary,
+    its logits outside it -inf) and the draft's q against the target's p, accepting one token at top-k 50."""
     import torch
 
     windows = torch.from_numpy(windows.astype(np.int64)).to(device)
-    out = {"head": {"accept_topk": [], "argmax_agree": []}, "draft": {"accept_topk": [], "argmax_agree": []}}
+    outside = {f"head {n}": torch.from_numpy(draft_vocab(n) == 0).to(device) for n in vocabs}
+    out = {name: {"accept_topk": [], "argmax_agree": []} for name in ("head", "draft", *outside)}
     with torch.no_grad():
         for i in range(0, len(windows), 8):
             x = windows[i:i + 8, :-1]  # [B, T]
@@ -222,15 +241,18 @@ def first_guess(head, target, draft, windows: np.ndarray, device: str = "cpu") -
             p = feats[:, 1:] @ target.wte.weight.T  # the target's logits after tokens 1..T-1
             q_head = head(*head_inputs(target, x, feats)) @ target.wte.weight.T
             q_draft = draft(x)[:, 1:]
-            for name, q in (("head", q_head), ("draft", q_draft)):
+            qs = [("head", q_head), ("draft", q_draft)] + [(k, q_head.masked_fill(m, -torch.inf))
+                                                           for k, m in outside.items()]
+            for name, q in qs:
                 acc = torch.minimum(train_tiny.top_k_probs(p, 50), train_tiny.top_k_probs(q, 50)).sum(-1).mean()
                 out[name]["accept_topk"].append(acc.item())
                 out[name]["argmax_agree"].append((p.argmax(-1) == q.argmax(-1)).float().mean().item())
     return {name: {k: round(float(np.mean(v)), 4) for k, v in d.items()} for name, d in out.items()}
 
 
-def numpy_head(head, np_target):
-    """The torch head as specdec_np's (`eagle.bind` to the numpy target `np_target`: fc and its one block)."""
+def numpy_head(head, np_target, vocab=None):
+    """The torch head as specdec_np's (`eagle.bind` to the numpy target `np_target`: fc and its one block; `vocab`
+    its reduced draft vocabulary, `draft_vocab`, or None)."""
     from specdec_np import eagle
 
     sd = {k: v.detach().float().cpu().numpy() for k, v in head.state_dict().items()}
@@ -241,7 +263,7 @@ def numpy_head(head, np_target):
              "ln_2": {"g": sd[b + "ln_2.weight"], "b": sd[b + "ln_2.bias"]},
              "mlp": {"c_fc": {"w": sd[b + "c_fc.weight"].T, "b": sd[b + "c_fc.bias"]},
                      "c_proj": {"w": sd[b + "mlp_proj.weight"].T, "b": sd[b + "mlp_proj.bias"]}}}
-    return eagle.bind(np_target, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block)
+    return eagle.bind(np_target, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block, vocab)
 
 
 def export_error(head, target, loaded, window: np.ndarray) -> float:
@@ -294,7 +316,13 @@ def export_shards(src: Path) -> None:
     from specdec_np import eagle, models
 
     np_target = models.load_model(models.EMBEDDED_TARGET)
-    eagle.save_head(head_from_shards(src, np_target), OUT)
+    head = head_from_shards(src, np_target)
+    if CFG["vocab"]:  # the recipe's training split (build_corpus.py's), whose text the new pair learned
+        import recipe
+        vocab = draft_vocab(CFG["vocab"], recipe.read_corpus(WORK / "corpus")["train"])
+    else:
+        vocab = None
+    eagle.save_head(eagle.bind(np_target, head.params["fc"], head.params["blocks"][0], vocab), OUT)
     size = (OUT / "model.safetensors").stat().st_size
     print(f"exported {OUT} ({size / 1e6:.2f} MB) from {src}")
 
@@ -306,7 +334,7 @@ def export() -> None:
 
     head, target, tcfg, _ = load_head_torch()
     np_target = models.load_model(models.EMBEDDED_TARGET)
-    eagle.save_head(numpy_head(head, np_target), OUT)
+    eagle.save_head(numpy_head(head, np_target, draft_vocab(CFG["vocab"])), OUT)
     loaded = models.load_head(OUT, np_target)
     # The check: one held-out window through both.
     err = export_error(head, target, loaded, np.load(WORK / "heldout.npy")[:65])
@@ -322,8 +350,13 @@ if __name__ == "__main__":
     ap.add_argument("--minutes", type=float, default=CFG["minutes"], help="wall-clock budget of `train`")
     ap.add_argument("--steps", type=int, default=CFG["steps"])
     ap.add_argument("--from", dest="src", type=Path, help="export: weights/recipe.py's output directory")
+    ap.add_argument("--vocab", type=int, default=CFG["vocab"],
+                    help="export: the head drafts from the N tokens most frequent in the training split (EAGLE-3's "
+                         "reduced vocabulary; 0: every token)")
     a = ap.parse_args()
-    CFG.update(minutes=a.minutes, steps=a.steps)
+    if not 0 <= a.vocab <= train_tiny.N_VOCAB:
+        ap.error(f"--vocab must be between 0 and {train_tiny.N_VOCAB}, not {a.vocab}")
+    CFG.update(minutes=a.minutes, steps=a.steps, vocab=a.vocab or None)
     if a.src is not None:
         if a.what != "export":
             ap.error("--from is for export only")

@@ -257,6 +257,9 @@ def test_a_reduced_vocabulary_round_trip(tmp_path, small):
     without = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
     eagle.save_head(without, tmp_path / "all")
     assert "vocab" not in eagle.load_head(tmp_path / "all", t32).params  # the control: no row, every token
+    # What a pass reads: its 10 rows of wte instead of the whole table.
+    rows = loaded.params["vocab_head"]["w"].nbytes + loaded.params["vocab_head"]["b"].nbytes + loaded.params["vocab"].nbytes
+    assert loaded.weight_bytes == without.weight_bytes - t32.params["wte"].nbytes + rows
     bad = eagle.bind(t32, head.params["fc"], head.params["blocks"][0], head.params["vocab"] * 2)
     eagle.save_head(bad, tmp_path / "bad")
     with pytest.raises(CheckpointError, match="'vocab' must hold only 0 and 1"):
