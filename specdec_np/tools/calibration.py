@@ -42,14 +42,11 @@ class Busy(Exception):
 def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> tuple[dict, str]:
     """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else
     (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept. With
-    `head` (an EAGLE head), its curve too (`with_head`), cached with them."""
+    `head` (an EAGLE head), its curve too (`with_head`), cached with them (`Busy` if it cannot be measured now)."""
     costs, how = pair_calibration(target, draft, ngram, prompts, recalibrate)
     if head is None or "head" in costs["curves"]:
         return costs, how
-    try:
-        costs, path = with_head(costs, target, head), costs_path(target, draft, ngram)
-    except Busy:  # the pair's costs serve; the head's plans are not measured (`choice.choose` says why)
-        return costs, how
+    costs, path = with_head(costs, target, head), costs_path(target, draft, ngram)
     if not how or how.endswith("cached for later runs"):  # those of the cache file: kept there with the head's
         store(path, costs)
     return costs, how

@@ -109,8 +109,9 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
     heads = head if any(METHODS[m].reads_features for key in asked for m in among[key] or ()) else None
+    given = costs is not None
     try:
-        costs = costs or calibration(target, draft, ngram, prompts, recalibrate, heads)[0]
+        costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
     except Busy as e:
         if recalibrate:
             raise ValueError(f"--recalibrate: {e}; rerun it when the machine is quieter") from None
@@ -122,8 +123,9 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
     no_head = head_missing(profile, setting, heads)
     if heads is not None and not no_head and "head" not in costs["curves"]:
-        try:
-            costs = with_head(costs, target, heads)
+        try:  # measured once, kept with this machine's cached costs (not with costs given)
+            costs = with_head(costs, target, heads) if given else calibration(target, draft, ngram, prompts,
+                                                                               head=heads)[0]
         except Busy as e:
             no_head = f"the constant plan: {e}"
     for key in asked:

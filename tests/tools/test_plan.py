@@ -822,3 +822,35 @@ def test_make_profile_merges_one_methods_records_into_the_profile(pair, tmp_path
     with pytest.raises(SystemExit):
         make_profile.main(["--methods", "eagles", "--out", str(tmp_path / "j")])
     assert not decoded
+
+
+def test_the_heads_curve_is_measured_once_and_cached_with_the_pairs_costs(pair, tmp_path, monkeypatch):
+    """calibration(head=...) adds the EAGLE head's curve to cached costs that lack it, measured once and written to
+    their cache file: a new process reads it there; without a head the costs are the pair's as before. A busy
+    machine measures no head curve (Busy), and keeps none."""
+    from specdec_np import eagle
+
+    target, draft, trigram = pair
+    head = eagle.random_head(target)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pair_costs = {"version": cal.CALIBRATION_VERSION, "machine": cal.machine(), "target_scale": {}} | costs(0.01)
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: pair_costs)
+    measured = []
+    head_curve = {s: curve(0.0, 0.5) for s in ("warm", "cold")}
+    monkeypatch.setattr(cal, "head_curves", lambda t, h, layout: measured.append(h) or head_curve)
+    got, _ = cal.calibration(target, draft, trigram, PROMPTS)
+    assert "head" not in got["curves"] and not measured
+    monkeypatch.setattr(cal, "MEASURED", {})  # a new process
+    monkeypatch.setattr(machine, "load", lambda: 3.0)  # busy: nothing measured, the cached costs kept as they are
+    with pytest.raises(cal.Busy, match="EAGLE head"):
+        cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert "head" not in json.loads(cal.costs_path(target, draft, trigram).read_text())["curves"] and not measured
+    monkeypatch.setattr(machine, "load", lambda: 0.0)
+    got, how = cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert how == "" and got["curves"]["head"] == head_curve and measured == [head]
+    monkeypatch.setattr(cal, "MEASURED", {})  # a new process: read from the cache file, not measured again
+    got, _ = cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert json.loads(json.dumps(got["curves"]["head"])) == json.loads(json.dumps(head_curve)) and measured == [head]
+    assert cal.problem(got, True) == ""
+    got["curves"]["head"]["warm"] = {1: -1.0}  # a cached head curve out of range: not this machine's costs
+    assert "curves out of range" in cal.problem(got, True)
