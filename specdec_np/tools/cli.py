@@ -200,7 +200,7 @@ def setup(a) -> Setup:
         raise ValueError(f"--top-k {a.top_k}: the target has {target.config.n_vocab} tokens, so top-k keeps them all "
                          f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
-    draft = ngram = head = None
+    draft = ngram = eagle_head = None
     runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
@@ -216,7 +216,7 @@ def setup(a) -> Setup:
                              f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
                              "share a tokenizer")
         if a.method == "eagle" and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
-            head, draft = draft, pair_draft(a.target)
+            eagle_head, draft = draft, pair_draft(a.target)
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -232,12 +232,12 @@ def setup(a) -> Setup:
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
     try:  # the draft's context too when it may decode
-        prompt = check_prompt(encode(enc, text), target, (head or draft) if runs_draft else None, METHODS)
+        prompt = check_prompt(encode(enc, text), target, (eagle_head or draft) if runs_draft else None, METHODS)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
-    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, head)
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
     target, draft = apply_layout(layout, target, draft)
-    return Setup(text, prompt, target, head or draft, ngram, enc, method, plan, about)
+    return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about)
 
 
 def pair_draft(target_arg: str) -> GPT2 | None:

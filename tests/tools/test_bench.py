@@ -315,6 +315,7 @@ def test_the_eagle_rows_plan_is_its_own_when_measured_else_the_tree_rows(monkeyp
     """Issue 61: row_choices asks choose for eagle with the EAGLE head beside the other rows; a measured eagle plan
     is the eagle row's; a constant one (no eagle plans in the profile) gives way to the tree row's plan, said."""
     from specdec_np.plan import Plan
+    from specdec_np.tools.choice import Choice
 
     tree_plan, eagle_plan, asked = Plan(shape="fixed", widths=(2, 1)), Plan(shape="fixed", widths=(1, 1, 1)), []
     why = {"now": ""}
