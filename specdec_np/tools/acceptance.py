@@ -5,7 +5,8 @@ tree shape gets accepted) from what belongs to the hardware (what a pass of k to
 the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
 50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
 so the embedded pair's profile ships in `specdec_np/weights/`; `costmodel.py` prices it, `choice.py` picks.
-Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding).
+Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding). eagle's candidates
+are tree's, drafted by the target's EAGLE head (its passes counted as the draft's), which the profile names.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     else:
         trees = [{"sampled": "without", "widths": w} for w in (widths[:4] if quick else widths)]
 
-    def with_staged(tree, stage2, copies):  # the tree alone (the draft's, the EAGLE head's), then staged with each
+    # The tree alone (drafted by the draft, by the EAGLE head), then staged with each (guess_len, guess_rows), copy_len.
+    def with_staged(tree, stage2, copies):
         return [("tree", tree), ("eagle", tree)] + [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c))
-                                                    for g, r in stage2 for c in copies]  # (guess_len, guess_rows), copy_len
+                                                    for g, r in stage2 for c in copies]
     stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
     for tree in trees:
         out += with_staged(tree, stage2, (0, 3, 7, 15))

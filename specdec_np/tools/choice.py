@@ -173,7 +173,8 @@ def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draf
     def ms(r):  # a record's predicted ms, eagle's head passes on the head's curve
         c, p = drafter_curves(r["method"], curves, pad)
         return record_ms(r, c, overheads, **p)
-    priced = [(ms(r) / r["tokens"], r["method"], r["shape"]) for r in profile["settings"][setting] if r["method"] in usable
+    priced = [(ms(r) / r["tokens"], r["method"], r["shape"])
+              for r in profile["settings"][setting] if r["method"] in usable
               and (among is None or r["method"] in among) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
         raise ValueError(f"the profile has no candidate of {among or 'any method'}")

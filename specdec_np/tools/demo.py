@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     prompt = encode(enc, PROMPT)
     # lookup and eagle: references outside the paper
     methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
-    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)  # first: a bad --budget fails before any output
+    # First: a bad --budget fails before any output.
+    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "
