@@ -80,13 +80,20 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     changes, among = changes or {}, {key: (key,) if isinstance(key, str) else key for key in asked}
 
     def unmeasured(methods) -> str:  # why these methods run the constant plan unmeasured ("": measure them)
+        eagle_only = bool(methods) and all(METHODS[m].reads_features for m in methods)
         return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
                 "the constant plan, as --plan default asks" if plan == "default" else
-                "the constant plan: no EAGLE head to measure"
-                if methods and head is None and all(METHODS[m].reads_features for m in methods) else
+                "the constant plan: no EAGLE head to measure" if eagle_only and head is None else
                 f"the constant plan: the acceptance profile holds no {', '.join(methods)} plans"
                 if methods and not set(methods) & set(acceptance.PROFILED) else
-                "the constant plan: no draft model, no pair to measure" * (draft is None))
+                "the constant plan: no draft model, no pair to measure" if draft is None else
+                # Only the shipped profile holds eagle plans (a first-use profile has no head): none to measure.
+                "the constant plan: the acceptance profile holds no eagle plans" if eagle_only and not shipped_pair()
+                else "")
+
+    def shipped_pair() -> bool:  # the shipped profile is this pair's
+        return (shipped := acceptance.shipped()) is not None and shipped["models"] == acceptance.pair_key(
+            target, draft, ngram)
 
     def const(methods, why):  # the first of `methods` whose constant plan, changed, is lossless (sampled as it needs)
         base = constant(temperature)

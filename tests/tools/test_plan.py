@@ -731,6 +731,7 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
     head = eagle.random_head(target)
     profiles = {"now": eagle_profile()}
     monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profiles["now"])
+    monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": acceptance.pair_key(*pair)})
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
     monkeypatch.setattr(acceptance, "head_key", lambda h: "H" if "fc" in h.params else pytest.fail("not a head"))
@@ -760,6 +761,11 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
         row = bench.eagle_choice(got["tree"], got["eagle"])
         assert row.plan == tree_plan and bench.EAGLE_PLAN in row.reason()
     assert pick()["eagle"].constant == "the constant plan: no EAGLE head to measure"
+    # Another pair than the shipped profile's: eagle is not measured (a first-use profile holds no eagle plans).
+    monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": "another pair"})
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: pytest.fail("measured"))
+    got = choice.choose(target, draft, trigram, None, 0.0, ("eagle",), head=head)["eagle"]
+    assert got.constant == "the constant plan: the acceptance profile holds no eagle plans"
     profiles["now"] = eagle_profile()
     assert pick(head=head, plan="default")["eagle"].constant == "the constant plan, as --plan default asks"
     # The fastest of all methods is never eagle (the command line's machine plan runs the draft model).
