@@ -1,9 +1,8 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
 164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
 plan run side by side (EAGLE's head beside the draft model's tree, on its own best plan, else the tree row's);
-`--rows rules`
-compares the verification rules on the same drafts. What each row and column means: docs/results.md; the
-options in full: docs/reference.md.
+`--rows rules` compares the verification rules on the same drafts. What each row and column means:
+docs/results.md; the options in full: docs/reference.md.
 """
 
 from __future__ import annotations
