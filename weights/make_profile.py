@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specdec_np.files import WEIGHTS_DIR, WEIGHTS_ENV, check_weights_dir, read_json  # noqa: E402
+from specdec_np.methods import METHODS  # noqa: E402
 from specdec_np.models import load_embedded, load_head  # noqa: E402
 from specdec_np.tools import acceptance  # noqa: E402
 from specdec_np.tools.cache import write_json  # noqa: E402
@@ -96,12 +97,13 @@ def _counted(item):
 
 def merged(old: dict, new: dict, methods) -> dict:
     """The profile `old` (as its file reads, JSON's lists and strings) with `methods`' records replaced by `new`'s,
-    appended to each setting's; its other records and fields kept as they are (the head named if `new` names one)."""
+    appended to each setting's; its other records and fields kept as they are (the head `new` names, where
+    `methods` holds eagle)."""
     out = copy.deepcopy(old)
     for setting, records in new["settings"].items():
         out["settings"][setting] = [r for r in out["settings"].get(setting, []) if r["method"] not in methods] + [
             json.loads(json.dumps(r)) for r in records]
-    if "head" in new:
+    if "head" in new and any(METHODS[m].reads_features for m in methods):  # its eagle records are that head's now
         out["head"] = new["head"]
     return out
 

@@ -820,6 +820,9 @@ def test_make_profile_merges_one_methods_records_into_the_profile(pair, tmp_path
     trees = [r for r in merged["settings"]["greedy"] if r["method"] == "tree"]
     assert eagles and [r["shape"] for r in eagles] == [r["shape"] for r in trees] and eagles != trees
     assert choice.fastest(merged, with_head_curve(0.01), 0.0, ("eagle",), has_head=True).method == "eagle"
+    # Other methods merged: the head the eagle records are of is still the one named.
+    assert make_profile.merged(after, {"settings": {}, "head": "another"}, ["tree"]) == after
+    assert make_profile.merged(after, {"settings": {}, "head": "another"}, ["eagle"])["head"] == "another"
     # Another pair's profile: refused before anything is counted.
     decoded.clear()
     write_json(dest, before | {"models": "another pair"})
