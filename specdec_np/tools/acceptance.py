@@ -5,7 +5,8 @@ tree shape gets accepted) from what belongs to the hardware (what a pass of k to
 the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
 50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
 so the embedded pair's profile ships in `specdec_np/weights/`; `costmodel.py` prices it, `choice.py` picks.
-Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding).
+Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding). eagle's candidates
+are tree's, drafted by the target's EAGLE head (its passes counted as the draft's), which the profile names.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     else:
         trees = [{"sampled": "without", "widths": w} for w in (widths[:4] if quick else widths)]
 
-    def with_staged(tree, stage2, copies):  # the tree alone, then staged with each (guess_len, guess_rows), copy_len
-        return [("tree", tree)] + [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c))
-                                   for g, r in stage2 for c in copies]
+    # The tree alone (drafted by the draft, by the EAGLE head), then staged with each (guess_len, guess_rows), copy_len.
+    def with_staged(tree, stage2, copies):
+        return [("tree", tree), ("eagle", tree)] + [("staged", dict(tree, guess_len=g, guess_rows=r, copy_len=c))
+                                                    for g, r in stage2 for c in copies]
     stage2 = ((0, 0), (1, 2), (2, 4)) if quick else ((0, 0), (1, 2), (2, 4), (3, 4))
     for tree in trees:
         out += with_staged(tree, stage2, (0, 3, 7, 15))
@@ -66,14 +68,22 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
-# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them).
-PROFILED = ("ar", "lookup", "speculative", "tree", "staged")
+# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them). eagle's trees are
+# tree's, drafted by the target's EAGLE head in the draft's place (its passes are counted as the draft's).
+PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
 
 
-def runnable(has_draft: bool, has_ngram: bool) -> set:
-    """The profiled methods a pair can run (methods.py says which need a draft or an n-gram)."""
-    return {name for name in PROFILED if (has_draft or not METHODS[name].runs_draft)
+def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
+    """The profiled methods a pair can run (methods.py says which need a draft or an n-gram; one that reads the
+    target's features, eagle, drafts with an EAGLE head instead of the draft)."""
+    return {name for name in PROFILED if (has_head if METHODS[name].reads_features else
+                                          has_draft or not METHODS[name].runs_draft)
             and (has_ngram or not METHODS[name].needs_ngram)}
+
+
+def drafter(method: str, draft, head):
+    """What drafts for `method`: the EAGLE head for one that reads the target's features, else the draft."""
+    return head if METHODS[method].reads_features else draft
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
@@ -95,15 +105,16 @@ MOST = 10**12  # more than any count a profile can hold: a larger one is not a c
 
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
-            count_all=None) -> dict:
-    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s), sampled
-    settings with `seeds` seeds per prompt. `count_all(job, todo)` yields each candidate's (setting, method,
-    shape, counts) as it is counted (default `count_each`: in turn, here; weights/make_profile.py journals
-    them and counts in several processes)."""
+            count_all=None, head=None) -> dict:
+    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s) the models run
+    (eagle's with `head`, the target's EAGLE head, as its draft; none without one), sampled settings with `seeds`
+    seeds per prompt. `count_all(job, todo)` yields each candidate's (setting, method, shape, counts) as it is
+    counted (default `count_each`: in turn, here; weights/make_profile.py journals them and counts in several
+    processes). With a head, the profile names it (`head_key`): its eagle records are that head's."""
     grid = grid or {s: candidates(s) for s in SETTINGS}
-    usable = runnable(draft is not None, ngram is not None)
+    usable = runnable(draft is not None, ngram is not None, head is not None)
     todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
-    job = (target, draft, ngram, prompts, max_new_tokens, seeds)
+    job = (target, draft, ngram, prompts, max_new_tokens, seeds, head)
     done = {}
     for n, (setting, method, shape, total) in enumerate((count_all or count_each)(job, todo)):
         done[candidate_key(setting, method, shape)] = total
@@ -113,6 +124,7 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     for s, method, shape in todo:
         settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, method, shape)]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
+            **({"head": head_key(head)} if head is not None else {}),
             "max_new_tokens": max_new_tokens, "prompts": len(prompts), "seeds": seeds, "settings": settings}
 
 
@@ -128,9 +140,10 @@ def run_seeds(prompt_index: int, temperature: float, n: int) -> range:
 def counted(job, item) -> tuple:
     """(setting, method, shape, its counts summed over `job`'s prompts and seeds)."""
     setting, method, shape = item
-    target, draft, ngram, prompts, max_new_tokens, seeds = job
+    target, draft, ngram, prompts, max_new_tokens, seeds, head = job
     kw = SETTINGS[setting]
-    runs = [generate(target, prompt, max_new_tokens, method, draft, ngram, Plan(**shape), seed=seed, **kw).stats
+    runs = [generate(target, prompt, max_new_tokens, method, drafter(method, draft, head), ngram, Plan(**shape),
+                     seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
     return setting, method, shape, counts(*runs)
 
@@ -151,6 +164,14 @@ def pair_key(target, draft, ngram) -> str:
             h.update(np.ascontiguousarray(model.params["blocks"][-1]["mlp"]["c_proj"]["w"]).tobytes())
     if ngram is not None:
         h.update(np.ascontiguousarray(ngram.p1).tobytes())
+    return h.hexdigest()[:16]
+
+
+def head_key(head) -> str:
+    """A digest of an EAGLE head's own weights (its fusion and block): the head a profile's eagle records are of."""
+    h = hashlib.sha256(repr(head.config).encode())
+    h.update(np.ascontiguousarray(head.params["fc"]["w"]).tobytes())
+    h.update(np.ascontiguousarray(head.params["blocks"][-1]["mlp"]["c_proj"]["w"]).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -184,6 +205,8 @@ def from_json(data: dict) -> dict:
             for s, records in settings.items()):
         raise ValueError(f"'settings' must hold, for {' or '.join(SETTINGS)} or both, a list of records: a method "
                          f"({', '.join(PROFILED)}), a plan shape and counts")
+    if not isinstance(data.get("head", ""), str):
+        raise ValueError("'head' must be the digest of the EAGLE head its eagle records are of")
     data["settings"] = {setting: [from_json_plan(setting, i, r) for i, r in enumerate(records, 1)]
                         for setting, records in settings.items()}
     for setting, records in data["settings"].items():

@@ -1,8 +1,8 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
 164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
-plan run side by side (EAGLE's head beside the draft model's tree, on the tree row's plan); `--rows rules`
-compares the verification rules on the same drafts. What each row and column means: docs/results.md; the
-options in full: docs/reference.md.
+plan run side by side (EAGLE's head beside the draft model's tree, on its own best plan, else the tree row's);
+`--rows rules` compares the verification rules on the same drafts. What each row and column means:
+docs/results.md; the options in full: docs/reference.md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .blas import blas_name
 from .calibration import Busy, calibration, head_curves
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
-from .costmodel import pads, record_ms
+from .costmodel import drafter_curves, pads, record_ms
 from .loops import repeat_line, repeat_share
 from .machine import machine, machine_name, settle_threads
 from .options import describe
@@ -43,15 +43,16 @@ from .progress import Progress
 from .writable import check_writable
 
 # {row: method}; "staged, no copies" is staged without copied chains (copy_len 0): the paper's staged decoding,
-# stage 2 only guessing for the draft; "eagle" drafts with the target's EAGLE head (its draft) on the tree row's plan.
+# stage 2 only guessing for the draft; "eagle" drafts with the target's EAGLE head (its draft) on its best plan.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup", "eagle": "eagle"}
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
          "eagle": "(ref.) EAGLE head"}
-# Why the eagle row runs the tree row's plan: the profile holds no eagle plans to choose from, and the same tree shape
-# and budget make its tokens per target pass and first-token acceptance comparable with the draft model's.
+# Why the eagle row runs the tree row's plan where it has none of its own measured (a profile without the head's eagle
+# plans, --plan default, a busy machine): the same tree shape and budget make its tokens per target pass and
+# first-token acceptance comparable with the draft model's.
 EAGLE_PLAN = "the tree row's plan (the acceptance profile holds no eagle plans): the head against the draft, same tree"
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
@@ -83,20 +84,23 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
     return [t[-room:] for t in tokens]
 
 
-def row_choices(target, draft, ngram, enc, costs, temperature, plan: str) -> dict:
+def row_choices(target, draft, ngram, enc, costs, temperature, plan: str, head=None) -> dict:
     """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan;
-    eagle the tree row's plan (`eagle_choice`)."""
-    profiled = tuple(dict.fromkeys(m for m in METHODS.values() if m != "eagle"))
+    eagle's best with `head` (the target's EAGLE head), else the tree row's plan (`eagle_choice`)."""
+    profiled = tuple(dict.fromkeys(METHODS.values()))
     chosen = choose(target, draft, ngram, enc, temperature, profiled, plan, costs=costs,
-                    progress=Progress("profiling the pair"))
+                    progress=Progress("profiling the pair"), head=head)
     drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, {"copy_len": 0}, costs=costs,
                          keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]  # measured without copies
-    chosen["eagle"] = eagle_choice(chosen["tree"])
+    chosen["eagle"] = eagle_choice(chosen["tree"], chosen["eagle"])
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
 
 
-def eagle_choice(tree: Choice) -> Choice:
-    """The eagle row's Choice: the tree row's plan as it is (its shape, budget and rule), unpriced (EAGLE_PLAN: why)."""
+def eagle_choice(tree: Choice, eagle: Choice | None = None) -> Choice:
+    """The eagle row's Choice: `eagle`, its own measured plan (`choose`), if it has one; else the tree row's plan as
+    it is (its shape, budget and rule), unpriced (EAGLE_PLAN: why)."""
+    if eagle is not None and not eagle.constant:
+        return eagle
     why = EAGLE_PLAN + (f"; the tree row's: {tree.constant}" if tree.constant else "")
     return Choice("eagle", tree.plan, layout=tree.layout, constant=why, changed=tree.changed)
 
@@ -137,11 +141,9 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
     """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
     curve (`calibration.head_curves`; None where the costs have none)."""
-    curves = costs["curves"]
-    if method == "eagle":
-        if "head" not in curves:
-            return None
-        curves, padding = curves | {"draft": curves["head"]}, padding | {"draft_pad": ()}
+    if method == "eagle" and "head" not in costs["curves"]:
+        return None
+    curves, padding = drafter_curves(method, costs["curves"], padding)
     return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
 
 
@@ -398,7 +400,9 @@ def main(argv=None) -> int:
     if a.curves:
         return 0
     target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
-    plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan) for s, kw in settings.items()}
+    plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
+                            eagle_head if a.rows != "rules" else None)
+             for s, kw in settings.items()}
     for sname, rows in plans.items():
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)} ({c.reason()})"
                                         for m, c in rows.items() if m in ("plan", HEADLINE, "eagle")))

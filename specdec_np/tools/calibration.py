@@ -5,7 +5,7 @@ Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block si
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
 of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile. An EAGLE
-head's curve (`head_curves`) is measured apart, when a run needs it.
+head's curve (`head_curves`) is measured apart, when a run needs it, and kept with them (`with_head`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,22 @@ class Busy(Exception):
         self.costs = costs
 
 
-def calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[dict, str]:
+def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> tuple[dict, str]:
     """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else
-    (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept."""
-    path = cache_path("costs", {"machine": machine(), "models": acceptance.pair_key(target, draft, ngram),
-                                "dtype": str(target.dtype), "version": CALIBRATION_VERSION})
+    (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept. With
+    `head` (an EAGLE head), its curve too (`with_head`), cached with them (`Busy` if it cannot be measured now)."""
+    costs, how = pair_calibration(target, draft, ngram, prompts, recalibrate)
+    if head is None or "head" in costs["curves"]:
+        return costs, how
+    costs, path = with_head(costs, target, head), costs_path(target, draft, ngram)
+    if not how or how.endswith("cached for later runs"):  # those of the cache file: kept there with the head's
+        store(path, costs)
+    return costs, how
+
+
+def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[dict, str]:
+    """`calibration` of the pair's own costs (no head's curve)."""
+    path = costs_path(target, draft, ngram)
     invalid = ""
     if not recalibrate and path.is_file():
         if not (why := problem(cached := read_json(path), draft is not None)):
@@ -77,6 +88,24 @@ def calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[dict,
 MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not cached: measured once per process
 
 
+def costs_path(target, draft, ngram):
+    """The cache file of a pair's costs on this machine: named by what they depend on."""
+    return cache_path("costs", {"machine": machine(), "models": acceptance.pair_key(target, draft, ngram),
+                                "dtype": str(target.dtype), "version": CALIBRATION_VERSION})
+
+
+def with_head(costs: dict, target, head) -> dict:
+    """`costs` with an EAGLE head's curve (curves["head"], `head_curves`: its cost depends on its shape alone, the
+    target's), measured once per process; kept in the costs' cache file when they are the ones cached there. `Busy`
+    while others use the machine (a curve measured then would mislead every later run)."""
+    key = ("head", repr(head.config), str(head.dtype), repr(costs["layout"]), repr(costs["curves"]["target"]))
+    if key not in MEASURED:
+        if why := busy():
+            raise Busy(f"this machine is busy ({why}): not measuring the EAGLE head's cost curve")
+        MEASURED[key] = head_curves(target, head, costs["layout"])
+    return costs | {"curves": costs["curves"] | {"head": MEASURED[key]}}
+
+
 def problem(costs, has_draft: bool) -> str:
     """What keeps `costs` from being what `measure_costs` gives ("" if nothing), part by part."""
     models, states = (("target", "draft"), ("warm", "cold")) if has_draft else (("target",), ("warm",))
@@ -90,7 +119,8 @@ def problem(costs, has_draft: bool) -> str:
                                for m in models),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
-                               for m in models for c in (costs["curves"][m][s] for s in states)),
+                               for m in models + ("head",) * ("head" in costs["curves"])
+                               for c in (costs["curves"][m][s] for s in states)),
                  "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], OVERHEAD_MS)
                                   for s in acceptance.SETTINGS)}
     except (KeyError, TypeError, AttributeError):

@@ -3,7 +3,8 @@
 Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs (`calibration.py`): the
 candidate with the fewest predicted ms per token whose rule is lossless once the user's options change it; else the
 constant plan with them: asked for, no pair to price, a machine too busy to measure, no profile for the setting, or
-none of the method's plans lossless for the rule.
+none of the method's plans lossless for the rule. eagle's plans are priced with its EAGLE head's cost curve in the
+draft's place; a profile holding none of that head's (`acceptance.head_key`) leaves it the constant plan.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from ..methods import METHODS
 from ..plan import Plan, constant
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
-from .calibration import Busy, calibration
+from .calibration import Busy, calibration, with_head
 from .costcurve import apply_layout
-from .costmodel import pads, pass_ms, record_ms
+from .costmodel import drafter_curves, pads, pass_ms, record_ms
 from .machine import settle_threads
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -70,18 +71,29 @@ def changed(plan: Plan, method: str, changes: dict) -> Plan:
 
 
 def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
-           costs=None, keep=None, progress=None) -> dict:
+           costs=None, keep=None, progress=None, head=None) -> dict:
     """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this machine's fastest
     plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set, `changed`), priced on
-    `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why."""
+    `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why.
+    eagle, asked by name, is priced with `head` (the target's EAGLE head; its curve measured if `costs` lack it):
+    the fastest of all methods (None) is never eagle, as the command line's machine plan runs the draft model."""
     changes, among = changes or {}, {key: (key,) if isinstance(key, str) else key for key in asked}
 
     def unmeasured(methods) -> str:  # why these methods run the constant plan unmeasured ("": measure them)
+        eagle_only = bool(methods) and all(METHODS[m].reads_features for m in methods)
         return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
                 "the constant plan, as --plan default asks" if plan == "default" else
+                "the constant plan: no EAGLE head to measure" if eagle_only and head is None else
                 f"the constant plan: the acceptance profile holds no {', '.join(methods)} plans"
                 if methods and not set(methods) & set(acceptance.PROFILED) else
-                "the constant plan: no draft model, no pair to measure" * (draft is None))
+                "the constant plan: no draft model, no pair to measure" if draft is None else
+                # Only the shipped profile holds eagle plans (a first-use profile has no head): none to measure.
+                "the constant plan: the acceptance profile holds no eagle plans" if eagle_only and not shipped_pair()
+                else "")
+
+    def shipped_pair() -> bool:  # the shipped profile is this pair's
+        return (shipped := acceptance.shipped()) is not None and shipped["models"] == acceptance.pair_key(
+            target, draft, ngram)
 
     def const(methods, why):  # the first of `methods` whose constant plan, changed, is lossless (sampled as it needs)
         base = constant(temperature)
@@ -103,6 +115,8 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
+    heads = head if any(METHODS[m].reads_features for key in asked for m in among[key] or ()) else None
+    given = costs is not None
     try:
         costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
     except Busy as e:
@@ -114,12 +128,22 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
     if setting not in profile["settings"]:
         return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
+    no_head = head_missing(profile, setting, heads)
+    if heads is not None and not no_head and "head" not in costs["curves"]:
+        try:  # measured once, kept with this machine's cached costs (not with costs given)
+            costs = with_head(costs, target, heads) if given else calibration(target, draft, ngram, prompts,
+                                                                               head=heads)[0]
+        except Busy as e:
+            no_head = f"the constant plan: {e}"
     for key in asked:
+        if among[key] and all(METHODS[m].reads_features for m in among[key]) and no_head:
+            out[key] = const(among[key], no_head)
+            continue
         try:
             chosen = fastest(profile, costs, temperature, among[key], draft is not None, ngram is not None,
                              keep=lambda r: METHODS[r["method"]].lossless(
                                  changed(Plan(**r["shape"]), r["method"], changes), temperature)
-                             and (keep is None or keep(r)))
+                             and (keep is None or keep(r)), has_head=bool(among[key]) and not no_head)
         except ValueError:  # none of these methods' plans in the profile is lossless for the rule
             asked_for = f"--rule {changes['rule']}" if changes.get("rule") else "these options"
             none = f"the profile has no plan of {', '.join(among[key] or METHODS)} lossless for {asked_for}"
@@ -131,15 +155,33 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     return out
 
 
+def head_missing(profile: dict, setting: str, head) -> str:
+    """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can): none there, or
+    another head's (`acceptance.head_key`)."""
+    if head is None:
+        return "the constant plan: no EAGLE head to measure"
+    if not any(METHODS[r["method"]].reads_features for r in profile["settings"].get(setting, ())):
+        return "the constant plan: the acceptance profile holds no eagle plans"
+    if profile.get("head") != acceptance.head_key(head):
+        return "the constant plan: the acceptance profile holds no eagle plans of this EAGLE head"
+    return ""
+
+
 def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draft=True, has_ngram=True,
-            keep=None) -> Choice:
-    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN)."""
+            keep=None, has_head=False) -> Choice:
+    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN);
+    eagle's with `has_head`, priced with the head's curve (costs["curves"]["head"]) in the draft's place."""
     setting, among = setting_name(temperature), (among,) if isinstance(among, str) else among
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
-    priced = [(record_ms(r, curves, overheads, **pad) / r["tokens"], r["method"], r["shape"])
-              for r in profile["settings"][setting] if r["method"] in acceptance.runnable(has_draft, has_ngram)
+    usable = acceptance.runnable(has_draft, has_ngram, has_head and "head" in curves)
+
+    def ms(r):  # a record's predicted ms, eagle's head passes on the head's curve
+        c, p = drafter_curves(r["method"], curves, pad)
+        return record_ms(r, c, overheads, **p)
+    priced = [(ms(r) / r["tokens"], r["method"], r["shape"])
+              for r in profile["settings"][setting] if r["method"] in usable
               and (among is None or r["method"] in among) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
         raise ValueError(f"the profile has no candidate of {among or 'any method'}")

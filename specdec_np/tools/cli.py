@@ -91,15 +91,17 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
-def choose_plan(a, target, draft, ngram, enc):
+def choose_plan(a, target, draft, ngram, enc, head=None):
     """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
-    of the fastest of the methods the options allow, with the options' changes."""
+    of the fastest of the methods the options allow, with the options' changes; --method eagle's priced with `head`
+    (its draft, the target's EAGLE head) on the pair's profile. The machine's own choice runs the draft model: never
+    eagle."""
     methods, changed_by = candidate_methods(a), changes(a)
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = tuple(m for m in methods if profiled(m)) or None if machine else a.method
-    c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate)[asked]
+    asked = tuple(m for m in methods if profiled(m) and not METHODS[m].reads_features) or None if machine else a.method
+    c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
 
@@ -198,7 +200,7 @@ def setup(a) -> Setup:
         raise ValueError(f"--top-k {a.top_k}: the target has {target.config.n_vocab} tokens, so top-k keeps them all "
                          f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
-    draft = ngram = None
+    draft = ngram = eagle_head = None
     runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
@@ -213,6 +215,8 @@ def setup(a) -> Setup:
             raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
                              f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
                              "share a tokenizer")
+        if a.method == "eagle" and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
+            eagle_head, draft = draft, pair_draft(a.target)
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -228,12 +232,21 @@ def setup(a) -> Setup:
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
     try:  # the draft's context too when it may decode
-        prompt = check_prompt(encode(enc, text), target, draft if runs_draft else None, METHODS)
+        prompt = check_prompt(encode(enc, text), target, (eagle_head or draft) if runs_draft else None, METHODS)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
-    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc)
+    method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
     target, draft = apply_layout(layout, target, draft)
-    return Setup(text, prompt, target, draft, ngram, enc, method, plan, about)
+    return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about)
+
+
+def pair_draft(target_arg: str) -> GPT2 | None:
+    """The target's default draft model, whose pair's acceptance profile prices --method eagle's plans (None where
+    there is none to load: eagle then runs the constant plan, said)."""
+    try:
+        return load_model(default_draft(target_arg))
+    except (ValueError, FileNotFoundError):
+        return None
 
 
 def run(a, keep_trees=False) -> tuple:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..fastpath import Layout
+from ..methods import METHODS
 
 OVERHEADS = ("step", "draft_step", "draft_dist", "ngram_query")
 
@@ -64,6 +65,14 @@ def scaled(curve: dict, scale: dict) -> dict:
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
     return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
+
+
+def drafter_curves(method: str, curves: dict, pad: dict) -> tuple[dict, dict]:
+    """(curves, padding tables) a record or run of `method` is priced on: a method that drafts with an EAGLE head
+    (eagle) has its draft passes priced on the head's curve (curves["head"], `calibration.head_curves`), unpadded."""
+    if METHODS[method].reads_features:
+        return curves | {"draft": curves["head"]}, pad | {"draft_pad": ()}
+    return curves, pad
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:

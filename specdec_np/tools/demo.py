@@ -4,8 +4,8 @@ Greedy first: every method's completion must be the autoregressive one (a float3
 token is reported with its logit gap), a table of speed and work (staged also without its copies, the paper's
 stage 2 alone; each row's tokens by where they came from), the plans, the completion coloured by
 stage (the paper's Fig. 3), one verification tree. The row eagle drafts with the target's EAGLE head
-instead of the draft model, on the tree row's plan (bench does the same). Then one sampled run (top-k 50,
-T=1) against sampled AR.
+instead of the draft model, on its own best plan (the tree row's where the profile holds none of the head's;
+bench does the same). Then one sampled run (top-k 50, T=1) against sampled AR.
 """
 
 from __future__ import annotations
@@ -120,20 +120,20 @@ def report(results: dict, chosen: dict, timed) -> None:
         print(f"  {m}: {describe(method_of(m), plan)} ({origin})")
 
 
-def plans(a, target, draft, ngram, enc, temperature, methods) -> tuple[dict, dict]:
+def plans(a, target, draft, ngram, enc, temperature, methods, head=None) -> tuple[dict, dict]:
     """({row: (plan, which plan and why, in words)}, the machine's layout of the models' products): each
     method's plan with --budget/--depth (`choice.choose`, as the CLI's), checked against the target's context;
-    the row NO_COPIES gets staged's fastest plan without copies, as bench's does."""
+    the row NO_COPIES gets staged's fastest plan without copies, as bench's does; eagle's is priced with `head`."""
     changes = {name: getattr(a, name) for name in ("budget", "depth") if getattr(a, name) is not None}
-    chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m not in (NO_COPIES, "eagle")),
-                    a.plan, changes)
+    chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m != NO_COPIES),
+                    a.plan, changes, head=head)
     if NO_COPIES in methods:  # as bench's row: the fastest staged plan here with no copies, or the constant plan's
         staged = chosen.get("staged")
         if staged is None or not staged.constant:  # a constant plan would be the same one again (and said again)
             staged = choose(target, draft, ngram, enc, temperature, ("staged",), a.plan, changes,
                             keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
         chosen[NO_COPIES] = replace(staged, plan=replace(staged.plan, copy_len=0))
-    if "eagle" in methods:  # as bench's row: the tree row's plan (the profile holds no eagle plans)
+    if "eagle" in methods and chosen["eagle"].constant:  # as bench's row: else the tree row's plan
         tree = chosen.get("tree") or choose(target, draft, ngram, enc, temperature, ("tree",), a.plan, changes)["tree"]
         chosen["eagle"] = eagle_choice(tree)
     for m, c in chosen.items():
@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     prompt = encode(enc, PROMPT)
     # lookup and eagle: references outside the paper
     methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
-    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods)  # first: a bad --budget fails before any output
+    # First: a bad --budget fails before any output.
+    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "

@@ -309,3 +309,28 @@ def test_first_token_acceptance_counts_the_steps_that_drafted():
     steps = [S(draft_blocks=[], tokens=[1]), S(draft_blocks=[2], tokens=[1, 2, 3]), S(draft_blocks=[1], tokens=[4]),
              S(draft_blocks=[], tokens=[5, 6, 7]), S(draft_blocks=[1, 1], tokens=[8, 9])]
     assert bench.first_token_acceptance(S(steps=steps)) == (2, 3)
+
+
+def test_the_eagle_rows_plan_is_its_own_when_measured_else_the_tree_rows(monkeypatch):
+    """Issue 61: row_choices asks choose for eagle with the EAGLE head beside the other rows; a measured eagle plan
+    is the eagle row's; a constant one (no eagle plans in the profile) gives way to the tree row's plan, said."""
+    from specdec_np.plan import Plan
+    from specdec_np.tools.choice import Choice
+
+    tree_plan, eagle_plan, asked = Plan(shape="fixed", widths=(2, 1)), Plan(shape="fixed", widths=(1, 1, 1)), []
+    why = {"now": ""}
+
+    def fake(*args, **kwargs):
+        asked.append((args[5], kwargs.get("head")))
+        return {m: Choice("eagle", eagle_plan, 1.0, 2.0, constant=why["now"]) if m == "eagle" else
+                Choice(m or "staged", tree_plan if m == "tree" else Plan(), 1.0, 2.0) for m in args[5]}
+
+    monkeypatch.setattr(bench, "choose", fake)
+    head = object()
+    rows = bench.row_choices(None, None, None, None, FAKE_COSTS, 0.0, "machine", head)
+    assert rows["eagle"].plan == eagle_plan and not rows["eagle"].constant and rows["eagle"].speedup == 2.0
+    assert "eagle" in asked[0][0] and asked[0][1] is head
+    why["now"] = "the constant plan: the acceptance profile holds no eagle plans"
+    rows = bench.row_choices(None, None, None, None, FAKE_COSTS, 0.0, "machine", head)
+    assert rows["eagle"].method == "eagle" and rows["eagle"].plan == tree_plan
+    assert bench.EAGLE_PLAN in rows["eagle"].reason()

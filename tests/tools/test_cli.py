@@ -391,27 +391,34 @@ def test_the_demos_row_without_copies_is_stageds_best_plan_without_copies(monkey
     assert got["staged"][0].copy_len > 0 and got[demo.NO_COPIES][0] == dataclasses.replace(got["staged"][0], copy_len=0)
 
 
-def test_the_demos_eagle_row_runs_the_tree_rows_plan(monkeypatch, embedded):
-    """Issue 61: the profile holds no eagle plans, so the demo's eagle row runs the tree row's plan (chosen for tree,
-    or for it alone when tree is not a row), never a choice of its own, and says so."""
+def test_the_demos_eagle_row_runs_its_own_plan_else_the_tree_rows(monkeypatch, embedded):
+    """Issue 61: the demo asks choose for eagle's plan with the EAGLE head, and runs it where it is measured; where it
+    is the constant plan (a profile with no eagle plans), the eagle row runs the tree row's plan (chosen for tree, or
+    for it alone when tree is not a row), and says so."""
     import argparse
 
     from specdec_np.plan import Plan
     from specdec_np.tools import bench, choice
 
-    tree_plan, asked = Plan(shape="fixed", widths=(2, 1)), []
+    tree_plan, eagle_plan, asked = Plan(shape="fixed", widths=(2, 1)), Plan(shape="fixed", widths=(1, 1, 1)), []
+    eagle_why = {"now": "the constant plan: the acceptance profile holds no eagle plans"}
 
     def fake(*args, **kwargs):
-        asked.append(args[5])
-        return {m: choice.Choice(m, tree_plan if m == "tree" else Plan(), 2.0, 4.0) for m in args[5]}
+        asked.append((args[5], kwargs.get("head")))
+        return {m: choice.Choice(m, eagle_plan, constant=eagle_why["now"]) if m == "eagle" else
+                choice.Choice(m, tree_plan if m == "tree" else Plan(), 2.0, 4.0) for m in args[5]}
 
     monkeypatch.setattr(demo, "choose", fake)
-    a = argparse.Namespace(plan="machine", budget=None, depth=None)
+    a, head = argparse.Namespace(plan="machine", budget=None, depth=None), object()
     for methods in (("ar", "tree", "eagle"), ("ar", "eagle")):
         asked.clear()
-        got = demo.plans(a, *embedded, 0.0, methods)[0]
+        got = demo.plans(a, *embedded, 0.0, methods, head)[0]
         assert got["eagle"][0] == tree_plan and bench.EAGLE_PLAN in got["eagle"][1]
-        assert all("eagle" not in m for m in asked) and "tree" in {m for ms in asked for m in ms}
+        assert asked[0] == (tuple(methods), head) and "tree" in {m for ms, _ in asked for m in ms}
+    eagle_why["now"] = ""  # measured: its own plan, said as the others are
+    got = demo.plans(a, *embedded, 0.0, ("ar", "tree", "eagle"), head)[0]
+    assert got["eagle"][0] == eagle_plan and "measured plan" in got["eagle"][1]
+    assert bench.EAGLE_PLAN not in got["eagle"][1]
 
 
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
@@ -958,3 +965,32 @@ def test_logits_that_give_no_distribution_name_their_model(embedded, broken):
                                                             models[broken].params))
     with pytest.raises(ValueError, match=f"^the {broken}'s logits contain NaN or \\+inf"), np.errstate(all="ignore"):
         generate(models["target"], [1, 2, 3], 4, method="speculative", draft=models["draft"], temperature=1.0)
+
+
+def test_method_eagles_machine_plan_is_priced_on_the_pairs_profile_with_the_head(monkeypatch):
+    """Issue 61: --method eagle --plan machine asks choose for eagle with the embedded pair (its profile and costs:
+    the draft model and the n-gram loaded for them) and the EAGLE head; it decodes with the head as its draft.
+    With --plan default nothing but the head is loaded (no draft model, no n-gram), and the plan is the constant one."""
+    from specdec_np.plan import Plan
+    from specdec_np.tools import choice, cli
+
+    calls, plan = [], Plan(shape="fixed", widths=(2, 1))
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: calls.append((a, k)) or {
+        "eagle": choice.Choice("eagle", plan, 1.0, 2.0, layout={})})
+    s = cli.setup(namespace(prompt="def f(x):", method="eagle", temperature=0.0))
+    (args, kw), = calls
+    target, draft, ngram = args[:3]
+    assert "fc" not in draft.params and ngram is not None and "fc" in kw["head"].params  # the pair, and the head
+    assert s.draft is kw["head"] and s.method == "eagle" and s.plan == plan and "measured plan" in s.about
+    calls.clear()
+    monkeypatch.setattr(cli, "choose", lambda *a, **k: calls.append((a, k)) or choice.choose(*a, **k))
+    s = cli.setup(namespace(prompt="def f(x):", method="eagle", temperature=0.0, plan="default"))
+    (args, kw), = calls
+    assert args[1] is s.draft and "fc" in s.draft.params and args[2] is None and kw["head"] is None  # no pair
+    assert s.plan == constant_plan() and "as --plan default asks" in s.about
+
+
+def constant_plan():
+    from specdec_np.plan import constant
+
+    return constant(0.0)

@@ -191,6 +191,7 @@ def test_make_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_
     destination it cannot write, or --jobs 0, fails before measuring."""
     saved, journal = [], tmp_path / "b" / "profile.journal.jsonl"
     monkeypatch.setattr(make_profile, "load_embedded", lambda: ("target", "draft", "ngram", "enc"))
+    monkeypatch.setattr(make_profile, "load_head", lambda target: "head")
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [[1, 2]])
     monkeypatch.setattr(acceptance, "measure", lambda *a, **k: journal.write_text("") or {"n": 1})
     monkeypatch.setattr(acceptance, "save", lambda profile, path: saved.append((profile, path)))
@@ -675,3 +676,190 @@ def test_whether_a_rule_goes_with_a_method_does_not_depend_on_the_load(monkeypat
     monkeypatch.setattr(choice, "calibration", cal.calibration)
     assert main([*args, "--method", "staged", "--recalibrate"]) == 2
     assert "--recalibrate: this machine is busy" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- eagle: its head's plans (issue 61)
+
+def record(method, shape, tokens, target_k, head_passes):  # a count record of 100 steps, each one cold target pass
+    return {"method": method, "shape": shape, "tokens": tokens, "steps": 100, "draft_dists": head_passes,
+            "ngram_queries": 0, "target": {"cold": {target_k: 100}, "warm": {}},
+            "draft": {"cold": {1: 100}, "warm": {1: head_passes - 100} if head_passes > 100 else {}}}
+
+
+SHORT, DEEP = {"shape": "fixed", "widths": (1,)}, {"shape": "fixed", "widths": (1, 1, 1, 1)}
+
+
+def eagle_profile(head="H"):
+    """Plain decoding; a tree and eagle, each a short chain (fewer tokens, one drafting pass a step) and a deep one
+    (more tokens, four passes): cheap drafting passes make the deep chain the faster, dear ones the short."""
+    records = [{"method": "ar", "shape": {}, "tokens": 100, "steps": 100, "draft_dists": 0, "ngram_queries": 0,
+                "target": {"cold": {}, "warm": {1: 100}}, "draft": {"cold": {}, "warm": {}}}]
+    records += [record(m, SHORT, 150, 2, 100) for m in ("tree", "eagle")]
+    records += [record(m, DEEP, 250, 5, 400) for m in ("tree", "eagle")]
+    return {"models": "pair", "head": head, "settings": {"greedy": records}}
+
+
+def with_head_curve(per_pass):
+    c = costs(0.01)
+    return c | {"curves": c["curves"] | {"head": {s: curve(0.0, per_pass) for s in ("warm", "cold")}}}
+
+
+def test_eagles_plan_is_priced_on_the_heads_curve():
+    """The fastest eagle plan of its records, with the head's curve in the draft's place: a cheap head drafts the deep
+    chain, a dear one the short; the draft model's tree (the same counts, priced on the draft's cheap curve) keeps the
+    deep chain either way. Without a head curve or without has_head, no eagle record is priced."""
+    profile = eagle_profile()
+    cheap, dear = with_head_curve(0.01), with_head_curve(5.0)
+    assert choice.fastest(profile, cheap, 0.0, ("eagle",), has_head=True).plan == Plan(**DEEP)
+    assert choice.fastest(profile, dear, 0.0, ("eagle",), has_head=True).plan == Plan(**SHORT)
+    for c in (cheap, dear):
+        assert choice.fastest(profile, c, 0.0, ("tree",)).plan == Plan(**DEEP)
+        assert choice.fastest(profile, c, 0.0, ("tree", "eagle"), has_head=True).method in ("tree", "eagle")
+    for c, has_head in ((cheap, False), (costs(0.01), True)):
+        with pytest.raises(ValueError, match="no candidate of"):
+            choice.fastest(profile, c, 0.0, ("eagle",), has_head=has_head)
+
+
+def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, monkeypatch):
+    """choose prices eagle's records with the head's curve (measured with `with_head` where the costs lack it) when
+    the profile's eagle records are that head's; a profile with none, or another head's, leaves eagle the constant
+    plan with the reason, which bench and the demo replace by the tree row's plan (`bench.eagle_choice`)."""
+    from specdec_np import eagle
+    from specdec_np.tools import bench
+
+    target, draft, trigram = pair
+    head = eagle.random_head(target)
+    profiles = {"now": eagle_profile()}
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profiles["now"])
+    monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": acceptance.pair_key(*pair)})
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(acceptance, "head_key", lambda h: "H" if "fc" in h.params else pytest.fail("not a head"))
+    measured = []
+    monkeypatch.setattr(cal, "head_curves", lambda t, h, layout: measured.append(h) or {
+        s: curve(0.0, per_pass["now"]) for s in ("warm", "cold")})
+
+    def pick(**kw):
+        return choice.choose(target, draft, trigram, None, 0.0, ("tree", "eagle"), costs=costs(0.01), **kw)
+    per_pass = {"now": 0.01}
+    got = pick(head=head)
+    assert got["eagle"].method == "eagle" and got["eagle"].plan == Plan(**DEEP) and not got["eagle"].constant
+    assert "measured plan" in got["eagle"].reason() and measured == [head]  # the curve the costs lacked
+    cal.MEASURED.clear()
+    per_pass["now"] = 5.0
+    got = pick(head=head)
+    assert got["eagle"].plan == Plan(**SHORT) and got["tree"].plan == Plan(**DEEP)
+    tree_plan = got["tree"].plan
+    for profile, why in ((eagle_profile(head="another"), "holds no eagle plans of this EAGLE head"),
+                         ({"models": "pair", "settings": {"greedy": [r for r in eagle_profile()["settings"]["greedy"]
+                                                                     if r["method"] != "eagle"]}},
+                          "the acceptance profile holds no eagle plans")):
+        profiles["now"] = profile
+        got = pick(head=head)
+        assert got["eagle"].constant.endswith(why) and got["eagle"].method == "eagle"
+        assert got["tree"].plan == tree_plan and not got["tree"].constant  # the others as before
+        row = bench.eagle_choice(got["tree"], got["eagle"])
+        assert row.plan == tree_plan and bench.EAGLE_PLAN in row.reason()
+    assert pick()["eagle"].constant == "the constant plan: no EAGLE head to measure"
+    # Another pair than the shipped profile's: eagle is not measured (a first-use profile holds no eagle plans).
+    monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": "another pair"})
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: pytest.fail("measured"))
+    got = choice.choose(target, draft, trigram, None, 0.0, ("eagle",), head=head)["eagle"]
+    assert got.constant == "the constant plan: the acceptance profile holds no eagle plans"
+    profiles["now"] = eagle_profile()
+    assert pick(head=head, plan="default")["eagle"].constant == "the constant plan, as --plan default asks"
+    # The fastest of all methods is never eagle (the command line's machine plan runs the draft model).
+    cheapest = with_head_curve(1e-3)
+    assert choice.fastest(profiles["now"], cheapest, 0.0, has_head=True).method == "eagle"  # were it among them
+    got = choice.choose(target, draft, trigram, None, 0.0, (None,), costs=cheapest, head=head)[None]
+    assert got.method == "tree" and not got.constant
+
+
+def test_make_profile_merges_one_methods_records_into_the_profile(pair, tmp_path, monkeypatch):
+    """--methods eagle counts eagle's candidates alone, with the head as its draft, and merges them into the
+    existing profile: its other records and fields byte for byte, the head named; the merged file is a profile
+    whose eagle records choose reads. A profile of other models is refused before counting."""
+    from specdec_np import eagle
+    from specdec_np.tools.cache import write_json
+
+    target, draft, trigram = pair
+    head = eagle.random_head(target)
+    grid = {"greedy": GRID + [("tree", {"shape": "fixed", "widths": (2, 1)})],
+            "sampled": [("ar", {}), ("tree", {"sampled": "without", "widths": (2, 1)})]}
+    grid = {s: g + [("eagle", shape) for m, shape in g if m == "tree"] for s, g in grid.items()}
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    dest = weights / "profile.json"
+    old = acceptance.measure(target, draft, trigram, PROMPTS, max_new_tokens=12, seeds=2, grid=grid)  # no head
+    assert not any(r["method"] == "eagle" for rs in old["settings"].values() for r in rs) and "head" not in old
+    acceptance.save(old, dest)
+    before = json.loads(dest.read_text())
+    monkeypatch.setattr(make_profile, "WEIGHTS_DIR", weights)
+    monkeypatch.setattr(make_profile, "load_embedded", lambda: (target, draft, trigram, None))
+    monkeypatch.setattr(make_profile, "load_head", lambda target: head)
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
+    monkeypatch.setattr(acceptance, "candidates", lambda setting, quick=False: grid[setting])
+    decoded = []
+    monkeypatch.setattr(acceptance, "generate", lambda *a, **k: decoded.append((a[3], a[4])) or generate(*a, **k))
+    assert make_profile.main(["--methods", "eagle", "--out", str(tmp_path / "j")]) == 0
+    assert decoded and all(m == "eagle" and d is head for m, d in decoded)  # eagle alone, drafted by the head
+    after = json.loads(dest.read_text())
+    assert after["head"] == acceptance.head_key(head)
+    for setting, records in before["settings"].items():
+        kept = [r for r in after["settings"][setting] if r["method"] != "eagle"]
+        assert kept == records
+        assert [r["shape"] for r in after["settings"][setting] if r["method"] == "eagle"] == \
+            [json.loads(json.dumps(s)) for m, s in grid[setting] if m == "eagle"]
+    expected = dest.parent / "expected.json"  # the old file with the eagle records appended and the head: byte for byte
+    write_json(expected, before | {"head": after["head"], "settings": {
+        s: rs + [r for r in after["settings"][s] if r["method"] == "eagle"] for s, rs in before["settings"].items()}})
+    assert expected.read_text() == dest.read_text()
+    merged = acceptance.load(dest)
+    eagles = [r for r in merged["settings"]["greedy"] if r["method"] == "eagle"]
+    # The head is not the draft: its counts are its own (a control that the head drafted them).
+    trees = [r for r in merged["settings"]["greedy"] if r["method"] == "tree"]
+    assert eagles and [r["shape"] for r in eagles] == [r["shape"] for r in trees] and eagles != trees
+    assert choice.fastest(merged, with_head_curve(0.01), 0.0, ("eagle",), has_head=True).method == "eagle"
+    # Other methods merged: the head the eagle records are of is still the one named.
+    assert make_profile.merged(after, {"settings": {}, "head": "another"}, ["tree"]) == after
+    assert make_profile.merged(after, {"settings": {}, "head": "another"}, ["eagle"])["head"] == "another"
+    # Another pair's profile: refused before anything is counted.
+    decoded.clear()
+    write_json(dest, before | {"models": "another pair"})
+    with pytest.raises(SystemExit):
+        make_profile.main(["--methods", "eagle", "--out", str(tmp_path / "j")])
+    with pytest.raises(SystemExit):
+        make_profile.main(["--methods", "eagles", "--out", str(tmp_path / "j")])
+    assert not decoded
+
+
+def test_the_heads_curve_is_measured_once_and_cached_with_the_pairs_costs(pair, tmp_path, monkeypatch):
+    """calibration(head=...) adds the EAGLE head's curve to cached costs that lack it, measured once and written to
+    their cache file: a new process reads it there; without a head the costs are the pair's as before. A busy
+    machine measures no head curve (Busy), and keeps none."""
+    from specdec_np import eagle
+
+    target, draft, trigram = pair
+    head = eagle.random_head(target)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pair_costs = {"version": cal.CALIBRATION_VERSION, "machine": cal.machine(), "target_scale": {}} | costs(0.01)
+    monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: pair_costs)
+    measured = []
+    head_curve = {s: curve(0.0, 0.5) for s in ("warm", "cold")}
+    monkeypatch.setattr(cal, "head_curves", lambda t, h, layout: measured.append(h) or head_curve)
+    got, _ = cal.calibration(target, draft, trigram, PROMPTS)
+    assert "head" not in got["curves"] and not measured
+    monkeypatch.setattr(cal, "MEASURED", {})  # a new process
+    monkeypatch.setattr(machine, "load", lambda: 3.0)  # busy: nothing measured, the cached costs kept as they are
+    with pytest.raises(cal.Busy, match="EAGLE head"):
+        cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert "head" not in json.loads(cal.costs_path(target, draft, trigram).read_text())["curves"] and not measured
+    monkeypatch.setattr(machine, "load", lambda: 0.0)
+    got, how = cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert how == "" and got["curves"]["head"] == head_curve and measured == [head]
+    monkeypatch.setattr(cal, "MEASURED", {})  # a new process: read from the cache file, not measured again
+    got, _ = cal.calibration(target, draft, trigram, PROMPTS, head=head)
+    assert json.loads(json.dumps(got["curves"]["head"])) == json.loads(json.dumps(head_curve)) and measured == [head]
+    assert cal.problem(got, True) == ""
+    got["curves"]["head"]["warm"] = {1: -1.0}  # a cached head curve out of range: not this machine's costs
+    assert "curves out of range" in cal.problem(got, True)
