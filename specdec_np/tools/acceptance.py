@@ -65,6 +65,12 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
         few_copies = (0, 15) if quick else (0, 7, 15)
         for tree in trees:
             out += with_staged(dict(tree, rule="traversal"), few_stage2, few_copies)
+    if not quick:  # the EAGLE head's guesses are accepted more often than the draft's: longer chains pay too
+        lengths = (6, 8) if setting == "greedy" else (4, 6)
+        chains_of = [{"shape": "fixed", "widths": (1,) * k} if setting == "greedy" else
+                     {"sampled": "without", "widths": (1,) * k} for k in lengths]
+        out += [("eagle", c) for c in chains_of]
+        out += [] if setting == "greedy" else [("eagle", dict(c, rule="traversal")) for c in chains_of]
     return out
 
 
