@@ -241,13 +241,13 @@ def describe(method: str, plan: Plan) -> str:
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
     if m.proposes_chain:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
-    widths = ",".join(map(str, plan.widths))
+    widths, drafter = ",".join(map(str, plan.widths)), "the head" if m.reads_features else "the draft"
     if not (m.runs_draft and m.fixed_widths(plan)):
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
     elif plan.sampled:
-        text = f"widths {widths} drawn from the draft ({plan.sampled} replacement)"
+        text = f"widths {widths} drawn from {drafter} ({plan.sampled} replacement)"
     else:
-        text = f"the draft's top tokens, widths {widths}"
+        text = f"{drafter}'s top tokens, widths {widths}"
     if m.runs_draft and m.needs_ngram:
         guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
                    else "no n-gram guesses")
