@@ -53,7 +53,7 @@ NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "specul
 # Why the eagle row runs the tree row's plan where it has none of its own measured (a profile without the head's eagle
 # plans, --plan default, a busy machine): the same tree shape and budget make its tokens per target pass and
 # first-token acceptance comparable with the draft model's.
-EAGLE_PLAN = "the tree row's plan (the acceptance profile holds no eagle plans): the head against the draft, same tree"
+EAGLE_PLAN = "the tree row's plan, the head against the draft on the same tree"
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
 # staged decoding copies nothing to the target: its figures stand beside the row without copies.
@@ -101,7 +101,10 @@ def eagle_choice(tree: Choice, eagle: Choice | None = None) -> Choice:
     it is (its shape, budget and rule), unpriced (EAGLE_PLAN: why)."""
     if eagle is not None and not eagle.constant:
         return eagle
-    why = EAGLE_PLAN + (f"; the tree row's: {tree.constant}" if tree.constant else "")
+    # Why eagle has no measured plan of its own: its choice's reason (no eagle plans, a busy machine, ...).
+    reason = (eagle.constant if eagle is not None and eagle.constant else "the acceptance profile holds no eagle plans")
+    why = f"{EAGLE_PLAN} ({reason.removeprefix('the constant plan: ')})"
+    why += f"; the tree row's: {tree.constant}" if tree.constant else ""
     return Choice("eagle", tree.plan, layout=tree.layout, constant=why, changed=tree.changed)
 
 
