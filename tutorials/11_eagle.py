@@ -132,9 +132,11 @@ print(f"verdict: the {better} reads fewer weights per emitted token here")
 # %% [markdown]
 # The head shipped here was trained for 40 minutes on two CPU cores (9.2M tokens; the draft
 # model, a model of its own, saw 10.7M). What decides the verdict above is this pair's sizes: the
-# head's one block is as wide as the target (320), wider than the whole draft model (128). On a
-# large target the head is a small fraction of one target layer, while a draft model good enough to
-# match it is a model of its own.
+# head's one block is as wide as the target (320), wider than the whole draft model (128), so each
+# of its passes costs more than a draft pass, and only its higher acceptance can pay that back
+# (`make bench` times both passes, the cost curve's "head" and "draft" rows, and races the two
+# methods on your machine). On a large target the head is a small fraction of one target layer,
+# while a draft model good enough to match it is a model of its own.
 #
 # ## Still lossless
 #
