@@ -86,8 +86,11 @@ def head_logits(head: GPT2, features):  # [n, d] -> [n, V]
     p = head.prepared
     if "vocab" not in p:
         return features @ p["head"]
+    ids = p.get("vocab_ids")
+    if ids is None:  # the vocabulary's token ids, found once per head (its prepared params are made once)
+        ids = p["vocab_ids"] = np.flatnonzero(p["vocab"])  # [N]
     logits = np.full((len(features), head.config.n_vocab), -np.inf, dtype=features.dtype)  # [n, V]
-    logits[:, np.flatnonzero(p["vocab"])] = linear(features, **p["vocab_head"])  # [n, N]
+    logits[:, ids] = linear(features, **p["vocab_head"])  # [n, N]
     return logits
 
 

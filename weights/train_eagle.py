@@ -290,9 +290,10 @@ def export_error(head, target, loaded, window: np.ndarray) -> float:
     return float(np.abs(got - want).max())
 
 
-def head_from_shards(out: Path, np_target):
+def head_from_shards(out: Path, np_target, vocab=None):
     """The head in weights/recipe.py's eagle.NN.npz shards (its fc and block, flat names such as
-    "blocks.0.attn.c_attn.w"), bound to the numpy target `np_target` (`eagle.bind`)."""
+    "blocks.0.attn.c_attn.w"), bound to the numpy target `np_target` (`eagle.bind`; `vocab`: its reduced
+    vocabulary, or None)."""
     from specdec_np import eagle
 
     flat = {}
@@ -307,7 +308,7 @@ def head_from_shards(out: Path, np_target):
             for name in where:
                 node = node.setdefault(name, {})
             node[leaf] = v
-    return eagle.bind(np_target, {"w": flat["fc.w"], "b": flat["fc.b"]}, block)
+    return eagle.bind(np_target, {"w": flat["fc.w"], "b": flat["fc.b"]}, block, vocab)
 
 
 def export_shards(src: Path) -> None:
@@ -316,13 +317,11 @@ def export_shards(src: Path) -> None:
     from specdec_np import eagle, models
 
     np_target = models.load_model(models.EMBEDDED_TARGET)
-    head = head_from_shards(src, np_target)
-    if CFG["vocab"]:  # the recipe's training split (build_corpus.py's), whose text the new pair learned
+    vocab = None
+    if CFG["vocab"]:  # counted on the recipe's training split (build_corpus.py's), whose text the new pair learned
         import recipe
         vocab = draft_vocab(CFG["vocab"], recipe.read_corpus(WORK / "corpus")["train"])
-    else:
-        vocab = None
-    eagle.save_head(eagle.bind(np_target, head.params["fc"], head.params["blocks"][0], vocab), OUT)
+    eagle.save_head(head_from_shards(src, np_target, vocab), OUT)
     size = (OUT / "model.safetensors").stat().st_size
     print(f"exported {OUT} ({size / 1e6:.2f} MB) from {src}")
 
