@@ -160,6 +160,7 @@ def build(offline: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
         return np.array(enc.encode_ordinary(text) + [enc.eot_token], dtype=np.uint16)
 
     OUT.mkdir(parents=True, exist_ok=True)
+    prompts = write_prompts(enc)  # first: a missing package shows before minutes of tokenizing
     root, rel = T.stdlib_files()
     seen = set()
     parts = {"stdlib_train": [], "stdlib_heldout": [], "packages_train": [], "packages_heldout": []}
@@ -205,7 +206,7 @@ def build(offline: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
     total = int(sizes[-1]) if len(sizes) else 0
     report["packages_train_cap"] = {"max_tokens": max_tokens, "tokens_before_cap": total,
                                     "files_before_cap": len(train_files), "files_kept": len(kept)}
-    report["prompts"] = write_prompts(enc)
+    report["prompts"] = prompts
     report["arrays"] = {name: write_tokens(arrays, OUT / f"{name}.u16.xz") for name, arrays in parts.items()}
     report["compressed_bytes"] = sum(a["bytes"] for a in report["arrays"].values())
     tmp = OUT / "corpus.json.tmp"

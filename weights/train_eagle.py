@@ -311,19 +311,26 @@ def head_from_shards(out: Path, np_target, vocab=None):
     return eagle.bind(np_target, {"w": flat["fc.w"], "b": flat["fc.b"]}, block, vocab)
 
 
-def export_shards(src: Path) -> None:
-    """weights/recipe.py's head (`head_from_shards`), bound to the embedded target (export_tiny.py's, from the same
-    run) -> specdec_np/weights/tiny-eagle/; the recipe checked its pass against the torch head's already."""
+def export_shards(src: Path, out: Path = OUT, np_target=None) -> None:
+    """weights/recipe.py's head (`head_from_shards`), bound to `np_target` (default: the embedded target, which
+    export_tiny.py wrote from the same run) -> `out` (default specdec_np/weights/tiny-eagle/); the recipe checked its
+    pass against the torch head's already. A SystemExit if the target is not the run's own (export_tiny.py first)."""
     from specdec_np import eagle, models
 
-    np_target = models.load_model(models.EMBEDDED_TARGET)
+    np_target = models.load_model(models.EMBEDDED_TARGET) if np_target is None else np_target
+    ran = json.loads((Path(src) / "report.json").read_text())["target"]["config"]
+    shape = {k: getattr(np_target.config, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx")}
+    if shape != {k: ran[k] for k in shape}:
+        raise SystemExit(f"--from {src}: its head was trained for a {ran['n_layer']}-layer, {ran['n_embd']}-wide "
+                         f"target, not the embedded {shape['n_layer']}-layer, {shape['n_embd']}-wide one: run "
+                         f"`python weights/export_tiny.py --from {src}` first")
     vocab = None
     if CFG["vocab"]:  # counted on the recipe's training split (build_corpus.py's), whose text the new pair learned
         import recipe
         vocab = draft_vocab(CFG["vocab"], recipe.read_corpus(WORK / "corpus")["train"])
-    eagle.save_head(head_from_shards(src, np_target, vocab), OUT)
-    size = (OUT / "model.safetensors").stat().st_size
-    print(f"exported {OUT} ({size / 1e6:.2f} MB) from {src}")
+    eagle.save_head(head_from_shards(src, np_target, vocab), out)
+    size = (out / "model.safetensors").stat().st_size
+    print(f"exported {out} ({size / 1e6:.2f} MB) from {src}")
 
 
 def export() -> None:

@@ -93,3 +93,33 @@ def test_export_from_the_recipe_writes_loadable_checkpoints(smoke_out, tmp_path,
         assert 0 < evals[name]["heldout_slice_nats"] < 10
     assert json.loads((shipped / "eval.json").read_text()) == evals
     assert ngram.load(shipped / "tiny-trigram.npz").n_vocab == 8193
+
+
+def test_the_recipes_head_exports_with_its_vocabulary(smoke_out, tmp_path, monkeypatch):
+    """train_eagle.py export --from DIR: the recipe's head, bound to the run's target, drafting from the tokens most
+    frequent in the run's corpus; a target of another shape (export_tiny.py not run first) is refused."""
+    import recipe
+    import train_eagle
+    from specdec_np import eagle
+    from specdec_np.gpt2 import GPT2, GPT2Config
+
+    report = json.loads((smoke_out / "report.json").read_text())
+    assert report["eagle"]["max_feature_diff_vs_torch"] < 1e-2 and report["eagle"]["steps"] == 6
+    assert 0 <= report["eagle"]["first_guess_heldout"]["head"]["accept_topk"] <= 1
+
+    def model(name):
+        cfg = report[name]["config"]
+        return GPT2(GPT2Config(n_vocab=8193, n_ctx=cfg["n_ctx"], n_embd=cfg["n_embd"], n_layer=cfg["n_layer"],
+                               n_head=cfg["n_head"]), recipe.from_shards(smoke_out, name))
+
+    monkeypatch.setattr(train_eagle, "WORK", smoke_out.parent)  # tiny_corpus's corpus/, beside the run's out/
+    monkeypatch.setitem(train_eagle.CFG, "vocab", 64)
+    target = model("target")
+    train_eagle.export_shards(smoke_out, tmp_path / "head", target)
+    head = eagle.load_head(tmp_path / "head", target)
+    counts = np.bincount(recipe.read_corpus(smoke_out.parent / "corpus")["train"], minlength=8193)
+    ids = np.flatnonzero(head.params["vocab"])
+    assert ids.size == 64 and counts[ids].min() >= np.delete(counts, ids).max()  # the 64 most frequent tokens
+    with pytest.raises(SystemExit, match="export_tiny.py --from"):
+        train_eagle.export_shards(smoke_out, tmp_path / "wrong", model("draft"))
+    assert not (tmp_path / "wrong").exists()
