@@ -13,9 +13,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_bench_rules_rows(tmp_path, monkeypatch):
     """`bench --rows rules`: each comparison runs the token-level rule and the new one on the same shapes (priced on
     made-up costs: what is checked here is the rows, not this machine's figures)."""
-    from specdec_np.tools import calibration
-
-    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    made_up_costs(monkeypatch)
     prompts = FIXTURES / "prompts.jsonl"
     with pytest.raises(ValueError, match="top-k"):
         bench.main(["--prompts", str(prompts), "--rows", "rules", "--settings", "greedy"])
@@ -129,12 +127,22 @@ FAKE_COSTS = {"curves": {m: {s: {k: 0.1 * k for k in (1, 2, 4, 8)} for s in ("wa
                             for s in ("greedy", "sampled")}, "layout": {"target": 0, "draft": 0}}
 
 
+def made_up_costs(monkeypatch):
+    """This machine's cost curves, and the EAGLE head's, made up: never measured (each would run the embedded
+    target's passes for seconds)."""
+    from specdec_np.tools import calibration
+
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    monkeypatch.setattr(bench, "head_curves", lambda *a, **k: {s: {k: 0.05 * k for k in (1, 2, 4, 8)}
+                                                               for s in ("warm", "cold")})
+
+
 def test_bench_says_whether_its_costs_were_cached(tmp_path, capsys, monkeypatch):
     """Issue 53: "(costs measured now)" says what happened to them: cached for later runs, or for this run
     only (a cache that cannot be written, or measured while others took the CPU)."""
     from specdec_np.tools import calibration
 
-    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    made_up_costs(monkeypatch)
     (tmp_path / "FILE").write_text("")
     for cache, says in (("FILE", "measured now, for this run only"), ("cache", "measured now, cached for later runs")):
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / cache))
@@ -160,9 +168,7 @@ def test_bench_reports_stage_2s_guesses_and_its_copies_apart(tmp_path, monkeypat
     they came from: stage 2's guesses the draft kept (the paper's stage 2) apart from its copies sent to the
     target with no draft pass (prompt lookup's idea). Greedy, the constant plan, made-up costs."""
     from specdec_np.record import PARTS
-    from specdec_np.tools import calibration
-
-    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    made_up_costs(monkeypatch)
     assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "48",
                        "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
@@ -189,10 +195,9 @@ def test_results_json_and_md_change_together(tmp_path, monkeypatch, capsys):
     line naming --out and the file; a whole run replaces both."""
     import errno
 
-    from specdec_np.tools import calibration
     from specdec_np.tools.cli import main
 
-    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    made_up_costs(monkeypatch)
     (tmp_path / "results.json").write_text('{"old": 1}\n')
     (tmp_path / "results.md").write_text("old table\n")
     args = ["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "4", "--settings",
@@ -257,10 +262,8 @@ def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch
     """Issue 61: bench's eagle row drafts with the target's EAGLE head on the tree row's plan (said, with why),
     emits the baseline's tokens at greedy, and gives its first drafted token's acceptance beside the draft model's;
     its passes are priced on the head's own cost curve (`calibration.head_curves`), shown with the others."""
-    from specdec_np.tools import calibration
-
     head_curve = {s: {k: 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
-    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
+    made_up_costs(monkeypatch)
     monkeypatch.setattr(bench, "head_curves", lambda target, head, layout: head_curve if "fc" in head.params else None)
     assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "24",
                        "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0

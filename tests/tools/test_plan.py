@@ -605,6 +605,12 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     assert set(loop_curves(tiny, None, repeats=1)["target"]["warm"]) == {1, 2, 3, 4, 5, 6}
     got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
     assert cal.problem(json.loads(json.dumps(got)), True) == ""
+    # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
+    from specdec_np import eagle
+
+    head = cal.head_curves(short, eagle.random_head(short), {"target": 0})
+    assert set(head) == {"warm", "cold"} and head["warm"].keys() == curves["draft"]["warm"].keys()
+    assert all(ms > 0 for state in head.values() for ms in state.values())
 
 
 def blocks(result):  # what each step drafted and verified
