@@ -307,7 +307,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda or cpu (default: %(default)s)")
     ap.add_argument("--minutes", type=float, default=8.0, help="the whole run's budget (default: %(default)s)")
-    ap.add_argument("--target", default="8L/448", choices=SHAPES, help="target shape (default: %(default)s)")
+    ap.add_argument("--target", default="8L/384", choices=SHAPES, help="target shape (default: %(default)s)")
     ap.add_argument("--draft", default="2L/128", choices=SHAPES, help="draft shape (default: %(default)s)")
     ap.add_argument("--corpus", type=Path, default=T.WORK / "corpus", help="build_corpus.py's output")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", T.WORK / "recipe")))
