@@ -73,6 +73,10 @@ def pair():
     print(f"  shipped files: {total:.1f} MiB (tests/core/test_embedded.py::test_weights_budget's limit: 32 MiB)")
     if total > 32:
         FOUND.append(("tests/core/test_embedded.py", "test_weights_budget", f"raise the budget to fit {total:.1f} MiB"))
+    for name, m in (("target", target), ("draft", draft)):
+        if (was := committed_config(f"tiny-{name}")) is not None and was != m.config:
+            for rel, i, said in quoted_shape(was, with_width=name == "target"):
+                FOUND.append((f"{rel}:{i}", f"the old {name}'s shape", f"says {said}"))
     text = (ROOT / "tests" / "fixtures" / "heldout_slice.txt").read_text(encoding="utf-8")
     toks = np.array(encode(enc, text)[:512])
     recorded = json.loads((ROOT / "weights" / "eval.json").read_text())
@@ -86,6 +90,34 @@ def pair():
         print(f"  {name}: held-out slice {got:.5f} nats, eval.json {want} ({'agrees' if ok else 'DIFFERS'})")
         if not ok:
             FOUND.append(("weights/eval.json", name, "rerun `python weights/export_tiny.py --from DIR`"))
+
+
+def committed_config(name: str):
+    """The GPT2Config of specdec_np/weights/`name`/config.json as the last commit holds it (the old pair), or None."""
+    from specdec_np.checkpoint import read_config
+
+    got = subprocess.run(["git", "show", f"HEAD:specdec_np/weights/{name}/config.json"], cwd=ROOT, capture_output=True)
+    if got.returncode:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_bytes(got.stdout)
+        return read_config(Path(tmp) / "config.json")
+
+
+SHAPE_PROSE = ["README.md", "docs/*.md", "tutorials/*.py", "tutorials/README.md"]  # the model card: a checklist item
+
+
+def quoted_shape(c, with_width: bool) -> list[tuple[str, int, str]]:
+    """(file, line, what) where the docs and lessons describe a model of config `c` (its size, layers, width)."""
+    m = c.n_params / 1e6
+    said = [rf"\b{m:.0f}M\b"] * (m >= 10) + [rf"\b{m:.1f}M\b", rf"\b{m:.2f}M\b", rf"\b{c.n_layer}L/{c.n_embd}\b",
+            rf"\b{c.n_layer} layers\b", rf"\b{c.n_head} heads\b"] + [rf"\b{c.n_embd}\b"] * with_width
+    pattern = re.compile("|".join(dict.fromkeys(said)))
+    hits = []
+    for path in sorted({p for glob in SHAPE_PROSE for p in ROOT.glob(glob)}):
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            hits += [(str(path.relative_to(ROOT)), i, x) for x in dict.fromkeys(pattern.findall(line))]
+    return hits
 
 
 def calibration():
@@ -172,6 +204,11 @@ def pinned():
     print(changed_files(fixture))
 
 
+# The README's caption of docs/trace.png (tests/tools/test_trace.py checks its numbers against the run), any line breaks.
+CAPTION = re.compile(r"(Step\s+)\d+(\s+of\s+)\d+(\s+of\s+a\s+sampled\s+staged\s+run\s+on\s+the\s+demo's\s+prompt\s+\()"
+                     r"\d+(\s+tokens,\s+ended\s+by\s+)(?:an end-of-text|--max-new-tokens)\)")
+
+
 def trace():
     """The README's caption of docs/trace.png from a run of the Makefile's PNG_ARGS; docs/trace.png where Chromium is."""
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
@@ -196,9 +233,7 @@ def trace():
         FOUND.append(("Makefile", "PNG_STEP", f"step {shot} no longer shows a residual table: pick one of {good}"))
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
-    caption = re.compile(r"(Step\s+)\d+(\s+of\s+)\d+(\s+of\s+a\s+sampled\s+staged\s+run\s+on\s+the\s+demo's\s+"
-                         r"prompt\s+\()\d+(\s+tokens,\s+ended\s+by\s+)(?:an end-of-text|--max-new-tokens)\)")
-    m = caption.search(text)
+    m = CAPTION.search(text)
     if not m:
         sys.exit("trace: README.md has no caption 'Step N of M of a sampled staged run on the demo's prompt (...)'")
     new = f"{m[1]}{shot}{m[2]}{steps}{m[3]}{tokens}{m[4]}{ended})"
