@@ -208,6 +208,8 @@ def pinned():
 CAPTION = re.compile(r"(Step\s+)\d+(\s+of\s+)\d+(\s+of\s+a\s+sampled\s+staged\s+run\s+on\s+the\s+demo's\s+prompt\s+\()"
                      r"\d+(\s+tokens,\s+ended\s+by\s+)(?:an end-of-text|--max-new-tokens)\)")
 
+ALT = re.compile(r"(!\[The trace page at step )\d+(?= of a sampled staged run\]\(docs/trace\.png\))")
+
 
 def trace():
     """The README's caption of docs/trace.png from a run of the Makefile's PNG_ARGS; docs/trace.png where Chromium is."""
@@ -237,7 +239,8 @@ def trace():
     if not m:
         sys.exit("trace: README.md has no caption 'Step N of M of a sampled staged run on the demo's prompt (...)'")
     new = f"{m[1]}{shot}{m[2]}{steps}{m[3]}{tokens}{m[4]}{ended})"
-    readme.write_text(text[:m.start()] + new + text[m.end():], encoding="utf-8")
+    text = ALT.sub(rf"\g<1>{shot}", text[:m.start()] + new + text[m.end():])  # and the picture's alt text
+    readme.write_text(text, encoding="utf-8")
     print(f"  README.md's caption: {' '.join(new.split())}")
     if shutil.which(os.environ.get("CHROMIUM", "chromium")):
         run(["make", "trace-png", f"PY={PY}", "STAMP="])  # the Makefile's run and screenshot, without its venv

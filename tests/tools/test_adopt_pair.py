@@ -40,7 +40,7 @@ def test_every_script_and_file_it_names_exists():
 
 def test_the_readmes_trace_caption_is_found():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert adopt_pair.CAPTION.search(readme)
+    assert adopt_pair.CAPTION.search(readme) and adopt_pair.ALT.search(readme)
     assert not adopt_pair.CAPTION.search(readme.replace("sampled staged run", "staged run"))  # the control
 
 
