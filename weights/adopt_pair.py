@@ -370,7 +370,14 @@ def main(argv=None) -> int:
     for s in STEPS:
         if s.__name__ in chosen:
             print(f"== {s.__name__}: {s.__doc__}", flush=True)
-            s()
+            try:
+                s()
+            except subprocess.CalledProcessError as e:
+                sys.exit(f"adopt_pair: step {s.__name__}: {e.cmd[1] if len(e.cmd) > 1 else e.cmd[0]} exited with "
+                         f"status {e.returncode}; fix it, then `--from {s.__name__}`")
+            except KeyboardInterrupt:
+                print(f"\nadopt_pair: interrupted in step {s.__name__}; `--from {s.__name__}` resumes", file=sys.stderr)
+                return 130
     print("\n== checklist: by hand")
     for file, where, what in FOUND:
         print(f"  {file} ({where}): {what}")
