@@ -204,6 +204,39 @@ def pinned():
     print(changed_files(fixture))
 
 
+TRACE_TEST = ROOT / "tests" / "tools" / "test_trace.py"
+# Its sampled run (the `run` fixture's RUNS["sampled"]): N_NEW tokens of the demo's prompt, staged, this plan.
+SAMPLED_RUN = re.compile(r'^N_NEW = (\d+)$.*"sampled": dict\(temperature=1\.0, top_k=50, seed=(\d+), '
+                         r'plan=Plan\(shape="fixed", widths=\(2, 2, 1\), sampled="without"\)\)', re.M | re.S)
+
+
+def rejecting_seeds(tries: int = 12) -> None:
+    """test_trace.py's sampled run must reject two siblings in a row (its residual test): whether its seed still
+    does with this pair, else which seeds do."""
+    from specdec_np.decode import generate
+    from specdec_np.models import load_embedded
+    from specdec_np.plan import Plan
+    from specdec_np.tokenizer import encode
+    from specdec_np.tools.demo import PROMPT
+    from specdec_np.tools.trace import residuals
+
+    n_new, seed = map(int, SAMPLED_RUN.search(TRACE_TEST.read_text(encoding="utf-8")).groups())
+    target, draft, ngram, enc = load_embedded()
+    plan = Plan(shape="fixed", widths=(2, 2, 1), sampled="without")
+
+    def rejects_two(s):
+        res = generate(target, encode(enc, PROMPT), n_new, "staged", draft, ngram, plan, temperature=1.0, top_k=50,
+                       seed=s, keep_trees=True)
+        return any(len(r["stages"]) > 2 for step in res.stats.steps for r in residuals(step.trace))
+    if rejects_two(seed):
+        print(f"  test_trace.py's sampled run (seed {seed}) rejects two siblings in a row, as its test needs")
+        return
+    good = [s for s in range(1, tries + 1) if s != seed and rejects_two(s)]
+    print(f"  test_trace.py's sampled run (seed {seed}) no longer rejects two siblings in a row; seeds that do: {good}")
+    FOUND.append(("tests/tools/test_trace.py", "RUNS['sampled'] seed", f"seed {seed} rejects no two siblings in a "
+                                                                       f"row now: one of {good}"))
+
+
 # The README's caption of docs/trace.png (tests/tools/test_trace.py checks its numbers against the run), any line breaks.
 CAPTION = re.compile(r"(Step\s+)\d+(\s+of\s+)\d+(\s+of\s+a\s+sampled\s+staged\s+run\s+on\s+the\s+demo's\s+prompt\s+\()"
                      r"\d+(\s+tokens,\s+ended\s+by\s+)(?:an end-of-text|--max-new-tokens)\)")
@@ -233,6 +266,7 @@ def trace():
           f"and the mask: {good}")
     if shot not in good:
         FOUND.append(("Makefile", "PNG_STEP", f"step {shot} no longer shows a residual table: pick one of {good}"))
+    rejecting_seeds()
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
     m = CAPTION.search(text)

@@ -38,6 +38,10 @@ def test_every_script_and_file_it_names_exists():
     assert not missing, missing
 
 
+def test_the_trace_tests_sampled_run_is_found():
+    assert adopt_pair.SAMPLED_RUN.search(adopt_pair.TRACE_TEST.read_text(encoding="utf-8"))
+
+
 def test_the_readmes_trace_caption_is_found():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert adopt_pair.CAPTION.search(readme) and adopt_pair.ALT.search(readme)
