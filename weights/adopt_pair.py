@@ -371,9 +371,10 @@ STEPS = [pair, calibration, profile, constant, pinned, trace, lessons, notebooks
 CHECKLIST = [
     ("weights/README.md", "the model card: recipe, corpus, shapes and why, training time and hardware, every gate's "
                           "figure (report.json; `recipe.py`'s log), the greedy completion, the EAGLE head's table"),
-    ("README.md", "'It runs offline on...': the pair's sizes (10M / 1.5M parameters); the demo's table and the "
-                  "paragraphs under it (`make demo` on a quiet machine, `--plan default` for the coloured completion); "
-                  "the results paragraph and its figures (docs/results.md)"),
+    ("README.md", "'It runs offline on...': the pair's sizes; the demo's table and the paragraphs under it "
+                  "(`make demo`, quiet; tests/tools/test_cli.py::test_the_readmes_demo_table_counts_are_a_runs reruns "
+                  "its rows' plans, named in that test, and checks every count and the prose's: update both), the "
+                  "coloured completion (`--plan default`); the results paragraph and its figures (docs/results.md)"),
     ("docs/results.md", "this machine's section from `make bench ARGS=\"--limit 16\"` (quiet); the other machines' "
                         "sections marked as measured with the old pair"),
     ("docs/reference.md", "'The constant plan' (speedups, machine: the constant step); the embedded target's "
