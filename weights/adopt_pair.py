@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 PY = sys.executable
 SHIPPED = ROOT / "specdec_np" / "weights"
 PINNED_AT = "55d3cd9"  # the commit whose code records tests/fixtures/pinned_55d3cd9.jsonl
-FOUND = []  # (file, line, why) the steps found for the checklist
+FOUND = []  # (file or file:line, where, what) the steps found for the checklist
 
 
 def run(cmd, env=None, **kw) -> subprocess.CompletedProcess:
@@ -408,6 +408,7 @@ def main(argv=None) -> int:
             try:
                 s()
             except subprocess.CalledProcessError as e:
+                sys.stderr.write(e.stderr if isinstance(e.stderr, str) else "")  # a captured command's own words
                 sys.exit(f"adopt_pair: step {s.__name__}: {e.cmd[1] if len(e.cmd) > 1 else e.cmd[0]} exited with "
                          f"status {e.returncode}; fix it, then `--from {s.__name__}`")
             except KeyboardInterrupt:
