@@ -128,14 +128,7 @@ def calibration():
 
 def profile():
     """The acceptance profile, specdec_np/weights/profile.json (make_profile.py --jobs 2: tens of minutes, resumes)."""
-    from specdec_np.models import load_embedded, load_head
-    from specdec_np.tools.acceptance import head_key, pair_key
-
-    target, draft, trigram, _ = load_embedded()
-    # make_profile resumes from the journal in --out whatever pair wrote it: one folder per pair and head, so that
-    # a journal the old pair left is never read as the new one's.
-    out = ROOT / "out" / f"profile-{pair_key(target, draft, trigram)}-{head_key(load_head(target=target))}"
-    run([PY, "weights/make_profile.py", "--jobs", "2", "--out", out])
+    run([PY, "weights/make_profile.py", "--jobs", "2"])  # its journal resumes only this pair's and head's counts
     print(changed_files(SHIPPED / "profile.json"))
 
 

@@ -10,7 +10,7 @@ counts only those methods' candidates and merges them into the shipped profile (
 whose other records stay as they are, byte for byte: after retraining the head, only its plans are counted
 again. Each finished
 candidate is appended to a journal in --out, where an interrupted run resumes (a line another version of
-the code wrote, or one cut short, is counted again); --jobs N counts candidates in N processes of one BLAS
+the code wrote, or one of other models, head, prompts or sizes, or one cut short, is counted again); --jobs N counts candidates in N processes of one BLAS
 thread each. The profile goes to the weights directory ($SPECDEC_NP_WEIGHTS, else specdec_np/weights/), named
 before anything is measured.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import multiprocessing
 import sys
@@ -38,19 +39,29 @@ from specdec_np.tools.writable import check_writable  # noqa: E402
 _JOB = None  # in a worker process, the job it counts candidates of (`_init_worker`)
 
 
-def read_journal(path: Path) -> dict:
-    """{candidate_key: counts} of a journal; a line of another version or cut short is counted again."""
+def job_key(job) -> str:
+    """What a journal line's counts rest on besides the code: the models and head (their digests), the prompts, the
+    tokens and seeds per prompt; so that a journal another pair or head left is never resumed as this one's."""
+    target, draft, ngram, prompts, max_new_tokens, seeds, head = job
+    head = None if head is None else acceptance.head_key(head)
+    said = repr((acceptance.pair_key(target, draft, ngram), head, [list(p) for p in prompts], max_new_tokens, seeds))
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
+
+
+def read_journal(path: Path, key: str) -> dict:
+    """{candidate_key: counts} of a journal's lines of `key` (`job_key`); a line of another version or job, or cut
+    short, is counted again."""
     done, bad = {}, 0
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
             record = acceptance.from_json_record(rec["record"])
-            key = acceptance.candidate_key(rec["setting"], rec["method"], rec["shape"])
+            candidate = acceptance.candidate_key(rec["setting"], rec["method"], rec["shape"])
         except (ValueError, KeyError, TypeError):
             bad += 1
             continue
-        if rec.get("version") == acceptance.VERSION:
-            done[key] = record
+        if rec.get("version") == acceptance.VERSION and rec.get("job") == key:
+            done[candidate] = record
     if bad:
         sys.stderr.write(f"note: {path}: {bad} lines are not journal records: their candidates are counted again\n")
     return done
@@ -61,7 +72,8 @@ def journalled(journal: Path, jobs: int = 1):
     as it is counted, here or in `jobs` processes of one BLAS thread each (several processes' BLAS threads would
     wait on each other)."""
     def count_all(job, todo):
-        done = read_journal(journal) if journal.is_file() else {}
+        this = job_key(job)
+        done = read_journal(journal, this) if journal.is_file() else {}
         missing = []
         for item in todo:
             if (key := acceptance.candidate_key(*item)) in done:
@@ -70,8 +82,8 @@ def journalled(journal: Path, jobs: int = 1):
                 missing.append(item)
         for setting, method, shape, total in counted_all(job, missing, jobs):
             with open(journal, "a") as f:
-                f.write(json.dumps({"version": acceptance.VERSION, "setting": setting, "method": method,
-                                    "shape": shape, "record": total}) + "\n")
+                f.write(json.dumps({"version": acceptance.VERSION, "job": this, "setting": setting,
+                                    "method": method, "shape": shape, "record": total}) + "\n")
             yield setting, method, shape, total
     return count_all
 

@@ -183,6 +183,16 @@ def test_an_interrupted_profile_resumes_from_its_journal(pair, profile, tmp_path
     monkeypatch.setattr(acceptance, "generate", lambda *a, **k: decoded.append((a[3], a[6])) or generate(*a, **k))
     again = measure_journalled(pair, grid, journal)
     assert again == first and set(decoded) == {(GRID[0][0], Plan(**GRID[0][1]))}
+    # A line of other models (another pair left the journal), or of other sizes, is counted again too.
+    lines = journal.read_text().splitlines()
+    other = next(line for line in lines if f'"method": "{GRID[1][0]}"' in line)
+    lines[lines.index(other)] = other.replace(json.loads(other)["job"], "another pair")
+    journal.write_text("\n".join(lines) + "\n")
+    decoded.clear()
+    assert measure_journalled(pair, grid, journal) == first and set(decoded) == {(GRID[1][0], Plan(**GRID[1][1]))}
+    decoded.clear()
+    measure_journalled(pair, grid, journal, seeds=1)
+    assert set(decoded) == {(method, Plan(**shape)) for method, shape in GRID[:2]}
 
 
 def test_make_profile_says_where_it_writes_and_writes_the_weights_directory(tmp_path, capsys, monkeypatch):
