@@ -57,8 +57,9 @@ def changed_files(*paths) -> str:
 def pair():
     """The shipped pair loads, its files' sizes against the tests' budget, eval.json against specdec_np's losses."""
     import numpy as np
+    import pair_figures  # weights/pair_figures.py: the loss of a sequence, as the model card's figures count it
 
-    from specdec_np.gpt2 import forward, iter_params, new_cache
+    from specdec_np.gpt2 import iter_params
     from specdec_np.models import load_embedded, load_head
     from specdec_np.tokenizer import encode
 
@@ -81,10 +82,8 @@ def pair():
     toks = np.array(encode(enc, text)[:512])
     recorded = json.loads((ROOT / "weights" / "eval.json").read_text())
     for name, m in (("target", target), ("draft", draft)):
-        logits = forward(m, toks[:-1], new_cache(m)).astype(np.float64)  # [n, V]
-        logp = logits - logits.max(-1, keepdims=True)
-        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
-        got = float(-logp[np.arange(len(toks) - 1), toks[1:]].mean())
+        total, count = pair_figures.nll(m, toks)
+        got = total / count
         want = recorded[name]["heldout_slice_nats"]
         ok = abs(got - want) <= 0.01 * abs(want)
         print(f"  {name}: held-out slice {got:.5f} nats, eval.json {want} ({'agrees' if ok else 'DIFFERS'})")
