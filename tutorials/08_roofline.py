@@ -255,8 +255,8 @@ for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
 #
-# The curve times each pass back to back, with as much of the target's weights (41 MB) warm in
-# the caches as they hold. Inside speculative decoding the target waits while the draft runs,
+# The curve times each pass back to back, with as much of the target's weights warm in the
+# caches as they hold. Inside speculative decoding the target waits while the draft runs,
 # and its weights may cool: the draft's passes push some of them out, and on a shared machine
 # the next block can pay even when the pause touched no memory at all. How much depends on the
 # machine's caches (on one whose cache holds both models, nothing), which is why the tools
