@@ -181,17 +181,13 @@ assert all(len(step.draft_blocks) == B for step in runs["chain"].stats.steps)  #
 
 # %%
 print(f"{'':<6} {'expected drafted accepted/pass':>30} {'measured drafted accepted/pass':>30}")
-expected, measured = {}, {}
 for name in ("chain", "tree"):
     s = runs[name].stats
-    expected[name] = np.mean([cumulative_q(t)[1:].sum() for t, _ in s.trees])  # one tree per step
-    measured[name] = s.tokens_per_pass - 1  # each pass emits its accepted drafts + 1 token from the target
+    expected = np.mean([cumulative_q(t)[1:].sum() for t, _ in s.trees])  # one tree per step
+    measured = s.tokens_per_pass - 1  # each pass emits its accepted drafts + 1 token from the target
     # (the accepted paths can hold a little more: the last step's is cut at n_new tokens)
-    assert np.mean([len(path) - 1 for _, path in s.trees]) >= measured[name] - 1e-9
-    print(f"{name:<6} {expected[name]:>30.2f} {measured[name]:>30.2f}")
-# What the next paragraph says of this run: measured above expected, the tree above the chain on both.
-assert all(measured[name] > expected[name] for name in measured)
-assert expected["tree"] >= expected["chain"] and measured["tree"] > measured["chain"]
+    assert np.mean([len(path) - 1 for _, path in s.trees]) >= measured - 1e-9
+    print(f"{name:<6} {expected:>30.2f} {measured:>30.2f}")
 
 # %% [markdown]
 # Measured is still above expected, and for a reason, not by luck: this run is **greedy**. The
