@@ -145,7 +145,7 @@ print(f"correction drawn from p instead of the residual: TV = {caught(spec.SETTI
 #   target: the first and third tokens follow the draft, the second the target.
 # * Run check 2 and the negative control at top-k 2 (`settings=(1.0, 2, None)`): the possible 3-token
 #   continuations drop to 8, the TV stays below 1e-12, and the broken correction is still caught
-#   (its TV, whatever its size, far above 1e-12).
+#   (its TV above the threshold of 1e-6).
 #
 # Each prediction, checked by running the code above with that change:
 
