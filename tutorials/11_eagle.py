@@ -30,7 +30,7 @@ from specdec_np.tree import render
 from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
 
 target, draft, _, enc = models.load_embedded()
-head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle: trained by weights/train_eagle.py
+head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle (weights/recipe.py trains it)
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
 
 # %% [markdown]
