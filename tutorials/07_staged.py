@@ -4,8 +4,8 @@
 # Big trees move the bottleneck: the target checks a whole tree in one pass, but the draft needs
 # one pass per round of expansion (a tree of depth 6 takes at least 6 draft passes). The paper's
 # second idea is to speculate the *draft* too, with something far cheaper: a Katz backoff trigram
-# (`ngram.py`), a lookup table. The paper fitted it on text the draft generated; the embedded one
-# is fitted on the training corpus (why: weights/README.md).
+# (`ngram.py`), a lookup table, fitted on text the draft generated: the paper's was, and so is the
+# embedded one (8M tokens the embedded draft sampled; weights/README.md).
 #
 # How it works here (`drafting.ModelDrafter(..., ngram=...)`): whenever the draft runs a pass to
 # expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the

@@ -465,10 +465,11 @@ if large_two <= llc_bytes:
 # with top-k sampling (Spector & Re 2023, Table 1; the draft's own reads are a small part of that).
 # Read as tokens per target pass, about 1 / 0.31 and 1 / 0.48; a chain yields at most 1 / (1 - a)
 # tokens per pass, so those take a per-token acceptance of at least 1 - 0.31 and 1 - 0.48, marked in
-# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The trigram's agreement b is this repository's: how often its embedded trigram's guess
-# is its embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50; the
-# paper's trigram was fitted on its draft's output and may agree more: the lines under the table
-# vary b).
+# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The
+# trigram's agreement b is this repository's: how often its embedded trigram's guess is its
+# embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50). Both
+# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on
+# the pair: the lines under the table vary b.
 
 # %%
 from specdec_np.ngram import greedy_continuation  # noqa: E402
