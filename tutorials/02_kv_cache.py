@@ -78,10 +78,10 @@ say_if_busy(start)
 
 # %% [markdown]
 # The last line is a measure, not a bound. Where a pass streams its weights faster than memory
-# can deliver them, part of them stayed in the cache between passes (a 41 MB model sits whole in
-# some servers' caches of hundreds of MB); where it is slower, the pass also did work that is not
-# streaming weights (LayerNorms, attention over the cache, Python), and its many small products
-# do not reach the rate of one large one. Either way the ratios above are what speculative
+# can deliver them, part of them stayed in the cache between passes (weights of the size printed
+# above sit whole in some servers' caches of hundreds of MB); where it is slower, the pass also
+# did work that is not streaming weights (LayerNorms, attention over the cache, Python), and its
+# many small products do not reach the rate of one large one. Either way the ratios above are what speculative
 # decoding has to work with on this machine: lesson 8 turns them into a tree size.
 
 # %% [markdown]

@@ -144,7 +144,8 @@ print(f"correction drawn from p instead of the residual: TV = {caught(spec.SETTI
 #   follow now? With k = 1 a step keeps the draft's guess and then draws the bonus token from the
 #   target: the first and third tokens follow the draft, the second the target.
 # * Run check 2 and the negative control at top-k 2 (`settings=(1.0, 2, None)`): the possible 3-token
-#   continuations drop to 8, the TV stays below 1e-12, and the broken correction is still caught.
+#   continuations drop to 8, the TV stays below 1e-12, and the broken correction is still caught
+#   (its TV above the threshold of 1e-6).
 #
 # Each prediction, checked by running the code above with that change:
 
@@ -180,4 +181,4 @@ tvs = check_always_keep(lambda p, q, x: 1.0)
 print(f"keeping every guess: TV {tvs['target']:.3f} from the target, {tvs['draft']:.3f} from the draft; "
       f"from the mix (draft, target, draft) below 1e-12: the output follows that mix exactly")
 n, tv_broken = check_top_k((1.0, 2, None))
-print(f"top-k 2: {n} possible continuations, TV < 1e-12; the broken correction caught at TV = {tv_broken:.3f}")
+print(f"top-k 2: {n} possible continuations, TV < 1e-12; the broken correction caught at TV = {tv_broken:.1e}")

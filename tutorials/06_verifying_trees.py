@@ -339,7 +339,7 @@ r = generate(target_model, prompt, n_new, method, draft_model, keep_trees=True, 
 assert r.tokens == generate(target_model, prompt, n_new, method, draft_model, **kw).tokens
 # A check where the draw matters: p < q (here p/q < 0.5), so the node is accepted only with probability p/q.
 c = next(c for s in r.stats.steps for c in s.trace.checks if c.test == "ratio" and c.u is not None and c.value < 0.5)
-print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3f}/{c.q:.3f}) = {c.value:.3f}, "
+print(f"a check: node {c.node}, P(accept) = min(1, p/q) = min(1, {c.p:.3g}/{c.q:.3g}) = {c.value:.3g}, "
       f"u = {c.u:.3f}: {'accepted' if c.accepted else 'rejected'}")
 assert c.accepted == (c.u < c.value) and abs(c.value - min(1.0, c.p / c.q)) < 1e-12
 show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; temperature 1, top-k 50, seed 0",

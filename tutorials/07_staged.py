@@ -4,8 +4,8 @@
 # Big trees move the bottleneck: the target checks a whole tree in one pass, but the draft needs
 # one pass per round of expansion (a tree of depth 6 takes at least 6 draft passes). The paper's
 # second idea is to speculate the *draft* too, with something far cheaper: a Katz backoff trigram
-# (`ngram.py`), a lookup table. The paper fitted it on text the draft generated; the embedded one
-# is fitted on the training corpus (why: weights/README.md).
+# (`ngram.py`), a lookup table, fitted on text the draft generated: the paper's was, and so is the
+# embedded one (8M tokens the embedded draft sampled; weights/README.md).
 #
 # How it works here (`drafting.ModelDrafter(..., ngram=...)`): whenever the draft runs a pass to
 # expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the
@@ -116,15 +116,15 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 #
 # A guess copied from the context is evaluated by the draft, which then (greedily) proposes
 # whatever it would have proposed anyway. When the copy is long and right, that draft pass buys
-# little: the target could check the copy itself. With `Plan(copy_len=N)` (12 by default; the
-# tools pick this machine's best), a step whose last three tokens occurred earlier in the
+# little: the target could check the copy itself. With `Plan(copy_len=N)` (0: never; the tools
+# pick this machine's best N), a step whose last three tokens occurred earlier in the
 # context skips the draft model: its tree is the chain of N tokens that followed them. If that
 # occurrence is recent, the copy runs into the tokens it proposes: the sequence is going round a
 # loop (a small model's greedy output often does), and the copy goes round it too.
 # Any chain is a valid tree for the verification rules (greedy, or the point-mass rule when
 # sampling), so this is as lossless as every other step; the tests check it by exact enumeration.
-# A small model repeats itself, and code repeats its names: on HumanEval most of staged
-# decoding's greedy speedup on this CPU comes from these copies (README, results).
+# A small model repeats itself, and code repeats its names: the tables of the README and of
+# docs/results.md count, on HumanEval, how many of staged decoding's tokens came from such copies.
 
 # %%
 def copies_run(copy_len):

@@ -255,8 +255,8 @@ for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
 #
-# The curve times each pass back to back, with as much of the target's weights (41 MB) warm in
-# the caches as they hold. Inside speculative decoding the target waits while the draft runs,
+# The curve times each pass back to back, with as much of the target's weights warm in the
+# caches as they hold. Inside speculative decoding the target waits while the draft runs,
 # and its weights may cool: the draft's passes push some of them out, and on a shared machine
 # the next block can pay even when the pause touched no memory at all. How much depends on the
 # machine's caches (on one whose cache holds both models, nothing), which is why the tools
@@ -465,10 +465,11 @@ if large_two <= llc_bytes:
 # with top-k sampling (Spector & Re 2023, Table 1; the draft's own reads are a small part of that).
 # Read as tokens per target pass, about 1 / 0.31 and 1 / 0.48; a chain yields at most 1 / (1 - a)
 # tokens per pass, so those take a per-token acceptance of at least 1 - 0.31 and 1 - 0.48, marked in
-# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The trigram's agreement b is this repository's: how often its embedded trigram's guess
-# is its embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50; the
-# paper's trigram was fitted on its draft's output and may agree more: the lines under the table
-# vary b).
+# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The
+# trigram's agreement b is this repository's: how often its embedded trigram's guess is its
+# embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50). Both
+# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on
+# the pair: the lines under the table vary b.
 
 # %%
 from specdec_np.ngram import greedy_continuation  # noqa: E402

@@ -30,7 +30,7 @@ from specdec_np.tree import render
 from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
 
 target, draft, _, enc = models.load_embedded()
-head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle: trained by weights/train_eagle.py
+head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle (weights/recipe.py trains it)
 prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
 
 # %% [markdown]
@@ -38,13 +38,14 @@ prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols =
 #
 # The target's next-token distribution is a function of its feature alone: p = softmax(f @ wte.T).
 # `forward(..., features=True)` returns the features beside the logits (the side after the final
-# layer norm, which EAGLE's code reads too). A token is one choice among 8193; a feature is 320
-# numbers that vary smoothly from one position to the next, and it already carries what the target
-# computed in its six layers. Guessing it is a regression a one-block head can learn.
+# layer norm, which EAGLE's code reads too). A token is one choice among 8193; a feature is
+# `n_embd` numbers (the target's width, printed below) that vary smoothly from one position to the
+# next, and it already carries what the target computed in all its layers. Guessing it is a
+# regression a one-block head can learn.
 
 # %%
 text = prompt + generate(target, prompt, 96, eos=None).tokens  # the target's own greedy text
-logits, feats = forward(target, text, new_cache(target), features=True)  # [n, V], [n, 320]
+logits, feats = forward(target, text, new_cache(target), features=True)  # [n, V], [n, n_embd]
 assert np.allclose(feats @ target.params["wte"].T, logits, atol=1e-3)  # the tied head reads the feature
 print(f"a feature: {feats.shape[1]} numbers; the distribution it gives: {logits.shape[1]} probabilities")
 
@@ -52,7 +53,7 @@ print(f"a feature: {feats.shape[1]} numbers; the distribution it gives: {logits.
 # and the draft model's guess at the same positions: how often each would be accepted at greedy.
 n = len(text)
 guess = eagle.head_pass(head, feats[:-1], np.array(text[1:]), np.arange(1, n), new_cache(head),
-                        np.tril(np.ones((n - 1, n - 1), dtype=bool)))  # [n - 1, 320]: guesses of f_1..f_(n-1)
+                        np.tril(np.ones((n - 1, n - 1), dtype=bool)))  # [n - 1, n_embd]: guesses of f_1..f_(n-1)
 head_agree = np.mean(np.argmax(eagle.head_logits(head, guess), -1) == np.argmax(logits[1:], -1))
 draft_agree = np.mean(np.argmax(forward(draft, text, new_cache(draft))[1:], -1) == np.argmax(logits[1:], -1))
 print_rounding(f"first guess == the target's argmax: head {head_agree:.2f}, draft model {draft_agree:.2f} "
@@ -115,7 +116,7 @@ print(render(tree, lambda t: decode(enc, [t])))
 # The same plan for both (8 nodes at most 6 deep, best first), at greedy. Both emit the target's own
 # tokens; what differs is how many each step gets accepted and what drafting reads. The cost that
 # counts on a CPU is the weights a pass streams (lesson 8): the head reads its block *and*, for q,
-# 2048 rows of the target's 8193 x 320 embedding (its reduced vocabulary, below); the draft model
+# 2048 rows of the target's 8193 x 384 embedding (its reduced vocabulary, below); the draft model
 # reads its two small blocks and its own 8193 x 128 embedding.
 
 # %%
@@ -128,11 +129,12 @@ for name, run in runs.items():
 print_rounding(f"same tokens: {runs['draft model'].tokens == runs['EAGLE head'].tokens}")
 better = min(runs, key=lambda name: runs[name].stats.weight_traffic)
 print(f"verdict: the {better} reads fewer weights per emitted token here")
+assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths the next paragraph compares
 
 # %% [markdown]
-# The head shipped here was trained for 40 minutes on two CPU cores (9.2M tokens; the draft
-# model, a model of its own, saw 10.7M). What decides the verdict above is this pair's sizes: the
-# head's one block is as wide as the target (320), wider than the whole draft model (128), so each
+# The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model
+# of its own, saw 81M; weights/README.md). What decides the verdict above is this pair's sizes: the
+# head's one block is as wide as the target (384), wider than the whole draft model (128), so each
 # of its passes costs more than a draft pass, and only its higher acceptance can pay that back
 # (`make bench` times both passes, the cost curve's "head" and "draft" rows, and races the two
 # methods on your machine). On a large target the head is a small fraction of one target layer,
@@ -167,7 +169,7 @@ for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
 # it drops the feature-regression loss: trained by "training-time test", the head is run on its
 # own guesses during training, as it is when drafting deep in a tree, so it learns to recover from
 # them. It also drafts over a reduced vocabulary, as the head shipped here does: the 2048 tokens
-# most frequent in its training text (98% of it), so that q reads a quarter of the embedding. The
+# most frequent in its training text (97% of it), so that q reads a quarter of the embedding. The
 # rules ask nothing of q, so a token the head can never draft costs acceptance, not correctness
 # (below: the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
 

@@ -155,6 +155,32 @@ def test_lesson_4_holds_no_answer():
     assert loop_implementation(notebook) == [], f"{notebook.name} holds the answer: run make notebooks"
 
 
+def test_the_prose_quotes_the_embedded_pairs_shapes():
+    """The shapes lesson 11's prose and docs/performance.md state of the embedded pair are the shipped models'
+    own: prose is not computed, so a new pair would leave a stale figure there without this check."""
+    from specdec_np.models import load_model
+
+    target, draft = load_model("tiny-target"), load_model("tiny-draft")
+    t, d = target.config, draft.config
+
+    def words(path):  # the text with line breaks and comment marks gone: a quote may span lines
+        return " ".join(path.read_text(encoding="utf-8").replace("\n#", " ").split())
+
+    eleven = words(ROOT / "tutorials" / "11_eagle.py")
+    for quoted in (f"the target's {t.n_vocab} x {t.n_embd} embedding", f"as wide as the target ({t.n_embd})",
+                   f"wider than the whole draft model ({d.n_embd})", f"its own {d.n_vocab} x {d.n_embd} embedding"):
+        assert quoted in eleven, f"11_eagle.py: {quoted!r}"
+    performance = words(ROOT / "docs" / "performance.md")
+    flops = 2 * (target.n_params - target.params["wpe"].size)  # a token: 2 per weight, position embeddings aside
+    for quoted in (f"embedded target: {target.weight_bytes / 1e6:.0f} MB of weights and a "
+                   f"{4 * t.n_vocab * t.n_embd / 1e6:.0f} MB row-major copy of the head",
+                   f"today's is {t.n_layer} layers, {t.n_head} heads, {t.n_embd} wide ({target.n_params / 1e6:.1f}M "
+                   "parameters)",
+                   f"{flops / 2e6:.2f}M parameters outside its position embeddings ({flops / 1e6:.1f} MFLOP a token, "
+                   f"{8 * flops / 1e6:.0f} MFLOP for 8 rows) and {target.weight_bytes / 1e6:.0f} MB of weights"):
+        assert quoted in performance, f"docs/performance.md: {quoted!r}"
+
+
 # ----------------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
