@@ -871,9 +871,10 @@ def no_memory(*args, **kwargs):
                                         ("demo", "load")])
 def test_out_of_memory_is_one_line_naming_the_models_and_their_memory(tmp_path, capsys, monkeypatch, cmd, where):
     """A MemoryError while a model loads (an allocation of its weights) or while it decodes: one line naming
-    each model and the float32 weights and KV cache it needs (the embedded target's 40.7 MB: weights/README.md),
+    each model and the float32 weights and KV cache it needs (the embedded target's: 4 bytes a parameter),
     no traceback."""
     from specdec_np import checkpoint
+    from specdec_np.files import SHIPPED_DIR
     from specdec_np.tools import cli
 
     if where == "load":
@@ -888,7 +889,8 @@ def test_out_of_memory_is_one_line_naming_the_models_and_their_memory(tmp_path, 
     assert len(err) == 1, err
     target = "the embedded target tiny-target" if cmd == "demo" else "--target tiny-target"
     draft = "the embedded draft tiny-draft" if cmd == "demo" else "its draft tiny-draft"
-    assert err[0].startswith(f"error: out of memory in {cmd}: {target} needs 40.7 MB of float32 weights and "), err
+    weights = checkpoint.read_config(SHIPPED_DIR / "tiny-target" / "config.json").n_params * 4 / 1e6
+    assert err[0].startswith(f"error: out of memory in {cmd}: {target} needs {weights:.1f} MB of float32 weights and "), err
     assert f"; {draft} needs " in err[0] and "MB of KV cache" in err[0]
     assert not (tmp_path / "t.html").exists()
 
