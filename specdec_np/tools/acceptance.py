@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -249,10 +250,27 @@ def load(path) -> dict:
         raise ValueError(f"{path}: not a valid acceptance profile: {getattr(e, 'strerror', None) or e}") from None
 
 
+_SHIPPED: dict = {}  # (path, inode, mtime, size) of the regular file read last -> its profile
+
+
 def shipped() -> dict | None:
     """The shipped profile (PROFILE_FILE), None where there is none; a file there that cannot be read (a link to a
-    device, a loop, a FIFO, not a profile) is an error naming it, not a reason to profile again."""
-    return load(PROFILE_FILE) if os.path.lexists(PROFILE_FILE) else None
+    device, a loop, a FIFO, not a profile) is an error naming it, not a reason to profile again. A process reads
+    the same unchanged regular file once (the tools ask for it several times per run; callers never modify it)."""
+    if not os.path.lexists(PROFILE_FILE):
+        return None
+    try:
+        st = os.stat(PROFILE_FILE)
+    except OSError:
+        return load(PROFILE_FILE)  # names the file and why
+    key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
+    if not stat.S_ISREG(st.st_mode):
+        return load(PROFILE_FILE)
+    if key not in _SHIPPED:
+        profile = load(PROFILE_FILE)
+        _SHIPPED.clear()
+        _SHIPPED[key] = profile
+    return _SHIPPED[key]
 
 
 def read_prompts(path) -> list[str]:

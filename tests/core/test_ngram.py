@@ -473,3 +473,23 @@ def io_bytes(write) -> bytes:
     buf = io.BytesIO()
     write(buf)
     return buf.getvalue()
+
+
+def test_the_entries_order_is_lexsorts():
+    """_build orders each history's entries by (p desc, token asc) with a stable sort of complex keys where the
+    tokens are ascending (as counted): the same order as np.lexsort, on ties of p too, and lexsort's own where
+    they are not."""
+    from specdec_np.ngram import _by_p_then_token
+
+    rng = np.random.default_rng(0)
+    unchecked_differs = False  # control: the complex keys alone, tokens not ascending, give another order
+    for _ in range(300):
+        of = np.sort(rng.integers(0, int(rng.integers(1, 6)), int(rng.integers(1, 45))))  # [E] history ids
+        tok = np.zeros(len(of), np.int64)
+        for h in np.unique(of):
+            tok[of == h] = np.sort(rng.choice(50, np.count_nonzero(of == h), replace=False))
+        p = rng.choice([0.1, 0.2, 0.5, 1e-300, 1.0], len(of))   # many ties
+        for t in (tok, rng.permutation(tok)):
+            np.testing.assert_array_equal(_by_p_then_token(of, p, t), np.lexsort((t, -p, of)))
+            unchecked_differs |= not np.array_equal(np.argsort(of - 1j * p, kind="stable"), np.lexsort((t, -p, of)))
+    assert unchecked_differs
