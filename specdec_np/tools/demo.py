@@ -135,7 +135,7 @@ def plans(a, target, draft, ngram, enc, temperature, methods, head=None) -> tupl
         chosen[NO_COPIES] = replace(staged, plan=replace(staged.plan, copy_len=0))
     if "eagle" in methods and chosen["eagle"].constant:  # as bench's row: else the tree row's plan
         tree = chosen.get("tree") or choose(target, draft, ngram, enc, temperature, ("tree",), a.plan, changes)["tree"]
-        chosen["eagle"] = eagle_choice(tree)
+        chosen["eagle"] = eagle_choice(tree, chosen["eagle"])  # says why eagle has no plan of its own
     for m, c in chosen.items():
         check_fits(c.plan, method_of(m), target.config.n_ctx)
     return {m: (chosen[m].plan, chosen[m].reason()) for m in methods}, next((c.layout for c in chosen.values()

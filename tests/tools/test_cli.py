@@ -415,6 +415,10 @@ def test_the_demos_eagle_row_runs_its_own_plan_else_the_tree_rows(monkeypatch, e
         got = demo.plans(a, *embedded, 0.0, methods, head)[0]
         assert got["eagle"][0] == tree_plan and bench.EAGLE_PLAN in got["eagle"][1]
         assert asked[0] == (tuple(methods), head) and "tree" in {m for ms, _ in asked for m in ms}
+        assert "holds no eagle plans" in got["eagle"][1]
+    eagle_why["now"] = "the constant plan, as --plan default asks"  # the reason said is eagle's own
+    got = demo.plans(a, *embedded, 0.0, ("ar", "tree", "eagle"), head)[0]
+    assert "--plan default asks" in got["eagle"][1] and "holds no eagle plans" not in got["eagle"][1]
     eagle_why["now"] = ""  # measured: its own plan, said as the others are
     got = demo.plans(a, *embedded, 0.0, ("ar", "tree", "eagle"), head)[0]
     assert got["eagle"][0] == eagle_plan and "measured plan" in got["eagle"][1]
@@ -827,19 +831,19 @@ def test_bench_says_once_that_it_cuts_long_prompts(tmp_path, capsys, monkeypatch
 def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     """The README's demo table gives each row's counts (target passes, tokens per pass, draft passes, weight
     traffic, where the tokens came from) as the same on every machine for its plan: a run of each plan here gives
-    them exactly. The plans are the ones the README names (staged's; the no-copies row is it less its copies)."""
+    them exactly. The plans are the ones the README's run lists under its table (that machine's choices)."""
     from specdec_np.decode import generate
     from specdec_np.models import load_head
     from specdec_np.plan import Plan
     from specdec_np.tokenizer import encode
 
     target, draft, ngram, enc = embedded
-    head = load_head(target=target)  # the eagle row's draft, on the tree row's plan
-    staged = Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=7)
-    rows = {"ar": ("ar", Plan()), "speculative": ("speculative", Plan(chain=3)),
-            "tree": ("tree", Plan(shape="fixed", widths=(1, 1, 1))), "staged": ("staged", staged),
-            demo.NO_COPIES: ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=3, guess_rows=4, copy_len=0)),
-            "lookup": ("lookup", Plan(chain=7)), "eagle": ("eagle", Plan(shape="fixed", widths=(1, 1, 1)))}
+    head = load_head(target=target)  # the eagle row's draft, here on the tree row's tree
+    tree = Plan(shape="fixed", widths=(1, 1, 1))
+    rows = {"ar": ("ar", Plan()), "speculative": ("speculative", Plan(chain=3)), "tree": ("tree", tree),
+            "staged": ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=0, guess_rows=0, copy_len=15)),
+            demo.NO_COPIES: ("staged", Plan(shape="fixed", widths=(1, 1, 1), guess_len=2, guess_rows=4, copy_len=0)),
+            "lookup": ("lookup", Plan(lookup_chains=(23, 7, 0))), "eagle": ("eagle", tree)}
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     table = {cells[0]: cells[3:] for line in readme.splitlines() if line.startswith("| ")
              and (cells := [c.strip() for c in line.strip("|").split("|")])[0] in rows}
