@@ -1,7 +1,8 @@
 """What the lessons use besides the library's core: timing a forward pass, saying when the machine was busy,
 printing a measured figure so that a reader (and tests/docs/test_tutorials.py) can tell it from an exact
-one, and a folder to write pictures in. Not part of the package: it calls the tools (specdec_np/tools/),
-so that timing has one home.
+one, a folder to write pictures in, and the lines a lesson's run and its notebook must both print (compared by
+tests/docs/test_tutorials.py and weights/adopt_pair.py). Not part of the package: it calls the tools
+(specdec_np/tools/), so that timing has one home.
 
 Run a lesson through it to stop it cleanly on Ctrl-C (`make tutorials` does):
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import runpy
 import sys
 import tempfile
@@ -30,7 +32,7 @@ if sys.flags.optimize and __name__ != "__main__":  # imported by a lesson run di
 
 # ------------------------------------------------------------------ printing
 TIMED, ROUNDING = "[timed]", "[rounding]"
-MARKS = (TIMED, ROUNDING)  # the lines tests/docs/test_tutorials.py skips when it compares a run with its notebook
+MARKS = (TIMED, ROUNDING)  # the lines `deterministic` skips when a run is compared with its notebook
 
 
 def print_timed(*args, sep: str = " ", end: str = "\n", mark: str = TIMED) -> None:
@@ -41,6 +43,37 @@ def print_timed(*args, sep: str = " ", end: str = "\n", mark: str = TIMED) -> No
 def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
     """print(), each line marked "[rounding]": a float32 rounding error, which varies with the BLAS."""
     print_timed(*args, sep=sep, end=end, mark=ROUNDING)
+
+
+# ------------------------------------------------------------------ a run's lines against its notebook's
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a colour code
+CHART = "wrote out/tutorial_"  # a chart's line, printed only where matplotlib (an optional extra) is installed
+
+
+def deterministic(lines) -> list[str]:
+    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (print_timed and
+    print_rounding mark the others) nor an optional extra (the charts' lines), without colour codes or trailing
+    blanks: what any run of the lesson prints alike, and so what its notebook must hold."""
+    return [ANSI.sub("", line).rstrip() for line in lines if not line.startswith(MARKS) and not line.startswith(CHART)]
+
+
+def text(value) -> str:
+    """A notebook's text field (a cell's source, an output's text): a string, or a list of lines."""
+    return "".join(value) if isinstance(value, list) else value
+
+
+def stdout_lines(cell: dict) -> list[str]:
+    """The lines a notebook's code cell printed on standard output, its stream outputs joined first (a line may
+    arrive in pieces)."""
+    return "".join(text(o["text"]) for o in cell.get("outputs", [])
+                   if o["output_type"] == "stream" and o["name"] == "stdout").splitlines()
+
+
+def notebook_lines(nb: dict) -> list[str]:
+    """The deterministic lines a lesson's notebook (its .ipynb JSON, parsed) printed, cell after cell, without the
+    machine's line that tutorials/make_notebooks.py puts first: what `deterministic` keeps of the run that made it."""
+    printed = [line for cell in nb["cells"] if cell["cell_type"] == "code" for line in stdout_lines(cell)]
+    return deterministic(printed[1:])
 
 
 # ------------------------------------------------------------------ timing

@@ -275,35 +275,16 @@ def trace():
     print(changed_files(readme, ROOT / "docs" / "trace.png"))
 
 
-def lesson_lines(path: Path) -> list[str]:
-    """The deterministic lines a lesson prints (as tests/docs/test_tutorials.py compares them with its notebook)."""
-    sys.path.insert(0, str(ROOT / "tutorials"))
-    from lesson import MARKS
-
+def lesson_printed(path: Path) -> list[str]:
+    """The lines a lesson prints when run with the new pair, as tests/docs/test_tutorials.py runs it (no colour, one
+    BLAS thread); a failed run goes into the checklist."""
     with tempfile.TemporaryDirectory() as work:
         env = dict(os.environ, NO_COLOR="1", OPENBLAS_NUM_THREADS="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         proc = subprocess.run([PY, str(path)], cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode:
         FOUND.append((str(path.relative_to(ROOT)), "fails", (proc.stderr.strip().splitlines() or ["?"])[-1][:200]))
-    return [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in proc.stdout.splitlines()
-            if not line.startswith(MARKS) and not line.startswith("wrote out/tutorial_")]
-
-
-def notebook_lines(path: Path) -> list[str]:
-    """The same lines from the lesson's notebook (its last run, with the old pair), without the machine's line."""
-    sys.path.insert(0, str(ROOT / "tutorials"))
-    from lesson import MARKS
-
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    out = []
-    for cell in nb["cells"]:
-        for o in cell.get("outputs", []):
-            if o["output_type"] == "stream" and o["name"] == "stdout":
-                t = o["text"]
-                out += ("".join(t) if isinstance(t, list) else t).splitlines()
-    return [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in out[1:]
-            if not line.startswith(MARKS) and not line.startswith("wrote out/tutorial_")]
+    return proc.stdout.splitlines()
 
 
 NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?%?(?![\w])")
@@ -326,9 +307,13 @@ def quoted(numbers: set, lesson: Path) -> list[tuple[str, int, str]]:
 
 def lessons():
     """Each lesson run with the new pair against its notebook's lines: what changed, and where the prose quotes it."""
+    if str(ROOT / "tutorials") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tutorials"))
+    from lesson import deterministic, notebook_lines  # what a run and its notebook both print, as the tests compare
+
     for path in sorted((ROOT / "tutorials").glob("[0-9][0-9]*_*.py")):
-        nb = ROOT / "tutorials" / "notebooks" / f"{path.stem}.ipynb"
-        new, old = lesson_lines(path), notebook_lines(nb)
+        nb = json.loads((ROOT / "tutorials" / "notebooks" / f"{path.stem}.ipynb").read_text(encoding="utf-8"))
+        new, old = deterministic(lesson_printed(path)), notebook_lines(nb)  # old: the notebook's run, with the old pair
         gone = [line[2:] for line in difflib.ndiff(old, new) if line.startswith("- ")]
         print(f"  {path.name}: {len(gone)} of {len(old)} printed lines changed", flush=True)
         for line in gone[:8]:

@@ -21,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tutorials"))
 try:
-    from lesson import MARKS  # tutorials/lesson.py: the marks of print_timed's and print_rounding's lines
+    # tutorials/lesson.py: the lines a lesson's run and its notebook must both print, and a notebook's text fields
+    from lesson import deterministic, notebook_lines, stdout_lines, text
 finally:
     sys.path.remove(str(ROOT / "tutorials"))
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]*_*.py"))  # 04b, the answer to lesson 4, after 04
@@ -183,7 +184,6 @@ def test_the_prose_quotes_the_embedded_pairs_shapes():
 
 # ----------------------------------------------------------------------------- the notebooks (make notebooks)
 NOTEBOOKS = ROOT / "tutorials" / "notebooks"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # An absolute path of the machine that ran the notebook (its venv, home, a temporary folder).
 MACHINE_PATH = re.compile(r"(?<![\w.])/(home|root|tmp|work|usr|opt|var|mnt|srv|Users|private)/|site-packages")
 
@@ -214,24 +214,6 @@ def percent_cells(path: Path) -> list[str]:
     return cells
 
 
-def deterministic(lines) -> list[str]:
-    """The lines a lesson prints that depend on neither a clock nor the BLAS's rounding (`lesson.py`'s
-    print_timed and print_rounding mark the others) nor an optional extra (the charts' "wrote" lines, printed
-    only where matplotlib is installed)."""
-    return [ANSI.sub("", line).rstrip() for line in lines
-            if not line.startswith(MARKS) and not line.startswith("wrote out/tutorial_")]
-
-
-def text(value) -> str:
-    """A notebook's text field: a string, or a list of lines."""
-    return "".join(value) if isinstance(value, list) else value
-
-
-def stdout_lines(cell) -> list[str]:
-    return "".join(text(o["text"]) for o in cell["outputs"]
-                   if o["output_type"] == "stream" and o["name"] == "stdout").splitlines()
-
-
 def test_the_notebook_check_finds_warnings_and_machine_paths():
     warning = {"output_type": "stream", "name": "stderr", "text": [
         "/work/main/.venv/lib/python3.11/site-packages/IPython/core/display.py:448: UserWarning: Consider using "
@@ -242,6 +224,26 @@ def test_the_notebook_check_finds_warnings_and_machine_paths():
     fine = {"output_type": "stream", "name": "stdout",
             "text": "run: .venv/bin/python -m specdec_np trace; wrote out/x\n"}
     assert noise([fine]) == []
+
+
+def test_the_notebook_comparison_finds_a_changed_line():
+    """What test_notebook_holds_the_lessons_run compares: a notebook whose printed line differs from the run's is
+    told apart (the negative control); what varies from run to run (timed and rounding lines, a chart's line, colour
+    codes, trailing blanks), the machine's line, stderr and the way outputs split a line are not compared."""
+    def stream(text, name="stdout"):
+        return {"output_type": "stream", "name": name, "text": text}
+
+    def notebook(accepted):
+        return {"cells": [
+            {"cell_type": "code", "outputs": [stream("machine: a CPU, BLAS kernel X\ntokens: 12  \n"),
+                                              stream(["[timed] 9.9 ms a pass\n"])]},
+            {"cell_type": "markdown", "source": "accepted 1 of 8"},
+            {"cell_type": "code", "outputs": [stream("\x1b[1maccepted\x1b[0m "), stream(f"{accepted} of 8\n"),
+                                              stream("a warning\n", "stderr"), stream("[rounding] 3e-07\n")]}]}
+
+    run = "tokens: 12\n[timed] 3.1 ms a pass\nwrote out/tutorial_chart.png\naccepted 5 of 8\n[rounding] 1e-07\n"
+    assert notebook_lines(notebook(5)) == deterministic(run.splitlines()) == ["tokens: 12", "accepted 5 of 8"]
+    assert notebook_lines(notebook(6)) != deterministic(run.splitlines())
 
 
 def test_every_lesson_has_a_notebook():
@@ -266,10 +268,9 @@ def test_notebook_holds_the_lessons_run(path):
         assert not noise(cell["outputs"]), f"{nb_path.name}: {noise(cell['outputs'])}"
     first = stdout_lines(code[0])
     assert first and first[0].startswith("machine: ") and "BLAS kernel" in first[0], first[:1]
-    printed = [line for cell in code for line in stdout_lines(cell)][1:]  # without the machine's line
     run = run_lesson(path)
     assert run.returncode == 0, f"{path.name} failed"
-    assert deterministic(printed) == deterministic(run.stdout.splitlines()), (
+    assert notebook_lines(nb) == deterministic(run.stdout.splitlines()), (
         f"{nb_path.name}'s deterministic lines differ from this run of {path.name}: run make notebooks")
 
 
