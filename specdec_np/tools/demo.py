@@ -196,11 +196,14 @@ def main(argv=None) -> int:
     print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
     print(colour_by_stage(enc, staged, color))
     print(f"\ntokens by stage: {staged.stats.tally}")
-    trees = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]  # the draft's alone
+    # A tree of the draft's alone where there is one; else (stage 2 guessed in every step, as the constant plan's
+    # guesses often do) one of any proposer's, each node marked by who proposed it.
+    alone = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]
+    trees = alone or [tp for tp in staged.stats.trees if len(tp[0].tokens) > 1]
     if trees:
         tree, path = max(trees[: len(trees) // 2 + 1], key=lambda tp: len(tp[1]))
-        print(f"\nOne verification tree ({len(tree.tokens) - 1} drafted tokens; * = accepted path, "
-              f"{len(path) - 1} accepted + 1 from the target):\n")
+        print(f"\nOne verification tree ({len(tree.tokens) - 1} {'drafted' if alone else 'proposed'} tokens; "
+              f"* = accepted path, {len(path) - 1} accepted + 1 from the target):\n")
         print(render(tree, decode_fn=lambda t: decode(enc, [t]), accepted=path))
     if not a.no_sampled:
         print("\n== sampled decoding (top-k 50, temperature 1): the output is a sample of the target's distribution")

@@ -473,6 +473,16 @@ def test_demo_small(capsys):
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 
+def test_the_demo_shows_a_tree_with_the_constant_plan(capsys):
+    """The constant plan (`--plan default`, and a busy machine's with no cached costs) has stage 2 guess in most
+    steps: the demo still shows a verification tree, its nodes marked by who proposed them."""
+    assert demo.main(["--max-new-tokens", "24", "--plan", "default", "--no-sampled"]) == 0
+    out = capsys.readouterr().out
+    assert "One verification tree (" in out and "(root)" in out
+    tree = out.split("One verification tree (")[1]
+    assert "proposed tokens" not in tree.splitlines()[0] or "(ngram)" in tree or "(copy)" in tree
+
+
 def test_bench_with_fixture(tmp_path, capsys):
     assert bench.main(["--prompts", str(FIXTURE), "--limit", "2", "--max-new-tokens", "16", "--out", str(tmp_path),
                        "--seeds", "2", "--results", str(tmp_path / "results.md")]) == 0
