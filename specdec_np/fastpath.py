@@ -118,11 +118,12 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict, slab_rows: int, weight_bytes: int) -> dict:
+def prepare(params: dict, slab_rows: int, weight_bytes: int, tied_head: bool = True) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
     slabs serve blocks of up to `slab_rows` rows (0: none; the tools measure whether slabs pay with this
-    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (`x @ head`). The
-    slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`, else views."""
+    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (`x @ head`), if the model's
+    logits read it (`GPT2.tied_head`). The slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`,
+    else views."""
     copy = weight_bytes <= SLAB_COPY_MAX
 
     def walk(tree):
@@ -134,7 +135,8 @@ def prepare(params: dict, slab_rows: int, weight_bytes: int) -> dict:
             return {"w": Weight.of(tree["w"], slab_rows, copy=copy), "b": tree["b"]}
         return {k: walk(v) for k, v in tree.items()}
     prepared = walk(params)
-    prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True, copy=copy)
+    if tied_head:
+        prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True, copy=copy)
     return prepared
 
 

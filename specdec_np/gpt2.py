@@ -189,18 +189,23 @@ class GPT2:
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
-        return prepare(self.params, self.layout.slab_rows, self.weight_bytes)
+        return prepare(self.params, self.layout.slab_rows, self.weight_bytes, self.tied_head)
 
     @property
     def n_params(self) -> int:
         return sum(a.size for a in iter_params(self.params))
 
     @property
+    def tied_head(self) -> bool:
+        """Whether its logits are x @ wte.T (GPT-2's tied head): every model's but an EAGLE head's with a reduced
+        vocabulary, whose logits read its own copy of those rows of wte, "vocab_head" (eagle.py)."""
+        return "vocab_head" not in self.params
+
+    @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one forward pass reads (every tensor once; the tied head is `wte`; an EAGLE head with
-        a reduced vocabulary reads its rows, "vocab_head", instead: eagle.py)."""
-        skip = {"wte"} if "vocab_head" in self.params else set()
-        return sum(a.nbytes for k, v in self.params.items() if k not in skip for a in iter_params(v))
+        """Bytes of weights one forward pass reads: every tensor once, `wte` as the tied head that reads it whole
+        (without one, `wte` is read only for a few embedding rows, counted as none)."""
+        return sum(a.nbytes for k, v in self.params.items() if k != "wte" or self.tied_head for a in iter_params(v))
 
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:

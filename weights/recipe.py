@@ -48,9 +48,11 @@ import train_tiny as T  # noqa: E402
 
 SHARD_BYTES = (16 << 20) - (64 << 10)  # the 16 MiB a returned file may hold, less room for the .npz headers
 MAX_FILES, MAX_BYTES = 8, 64 << 20
-# The shapes weights/shape_study.py chose (name: n_layer, n_head, n_embd) and the smoke run's.
+# The shapes weights/shape_study.py studied (name: n_layer, n_head, n_embd) and the smoke run's; weights/time_gates.py
+# prices its targets from this table too.
 SHAPES = {"8L/448": (8, 7, 448), "8L/384": (8, 6, 384), "6L/512": (6, 8, 512), "6L/320": (6, 8, 320),
-          "2L/128": (2, 4, 128), "3L/192": (3, 6, 192), "4L/256": (4, 8, 256), "2L/64": (2, 2, 64), "1L/32": (1, 1, 32)}
+          "8L/512": (8, 8, 512), "2L/128": (2, 4, 128), "3L/192": (3, 6, 192), "4L/256": (4, 8, 256),
+          "2L/64": (2, 2, 64), "1L/32": (1, 1, 32)}
 # Shares of the time budget left after setup and bench: the rest goes to samples, the trigram and the figures.
 SHARES = {"target": 0.60, "draft": 0.25, "eagle": 0.06}
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from specdec_np.checkpoint import load  # noqa: E402
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params  # noqa: E402
+from recipe import SHAPES  # noqa: E402  (weights/recipe.py's shapes, name: (n_layer, n_head, n_embd); no torch)
 
-SHAPES = {"6L/320": (6, 8, 320), "8L/384": (8, 6, 384), "8L/448": (8, 7, 448), "8L/512": (8, 8, 512)}
 RUNS = {"suite": [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"],
         "demo": [sys.executable, "-m", "specdec_np", "demo"]}
 GATES = {"suite": 1.25, "demo": 1.5}
@@ -93,10 +93,12 @@ def record(cmd: list[str], target_shape: tuple[int, int]) -> tuple[float, float,
     return wall, spent, calls
 
 
-def replay(calls: collections.Counter, shapes: list[str], rounds: int, n_ctx: int) -> dict[str, float]:
-    """{shape: s} for the calls on random-weight targets of each shape (minimum over `rounds` per distinct call)."""
-    models = {s: random_params(GPT2Config(n_vocab=8193, n_ctx=n_ctx, n_layer=SHAPES[s][0], n_head=SHAPES[s][1],
-                                          n_embd=SHAPES[s][2]), seed=0) for s in shapes}
+def replay(calls: collections.Counter, shapes: dict[str, tuple[int, int, int]], rounds: int,
+           n_ctx: int) -> dict[str, float]:
+    """{name: s} for the calls on random-weight targets of each shape ({name: (n_layer, n_head, n_embd)}; the
+    minimum over `rounds` per distinct call)."""
+    models = {s: random_params(GPT2Config(n_vocab=8193, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, n_embd=n_embd),
+                               seed=0) for s, (n_layer, n_head, n_embd) in shapes.items()}
     rng, best = np.random.default_rng(0), {}
     for _ in range(rounds):  # the shapes interleaved, so that a busy moment touches all of them
         for (n, length, last_only) in calls:
@@ -127,12 +129,12 @@ def main(argv=None) -> int:
         ap.error(f"--rounds must be at least 1, not {a.rounds}")
     today = load("tiny-target").config
     base = f"{today.n_layer}L/{today.n_embd}"
-    SHAPES.setdefault(base, (today.n_layer, today.n_head, today.n_embd))
+    targets = {base: (today.n_layer, today.n_head, today.n_embd)} | {s: SHAPES[s] for s in shapes if s != base}
     for run in runs:
         if run == "demo":  # the gate's demo is a warm one: its costs cached by a run before
             subprocess.run(RUNS[run], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         wall, spent, calls = record(RUNS[run], (today.n_layer, today.n_embd))
-        priced = replay(calls, [base] + [s for s in shapes if s != base], a.rounds, today.n_ctx)
+        priced = replay(calls, targets, a.rounds, today.n_ctx)
         print(f"{run}: {wall:.1f} s, of which {spent:.1f} s ({spent / wall:.0%}) in the {base} target's "
               f"{sum(calls.values())} passes ({len(calls)} distinct); gate {GATES[run]}x")
         for s in shapes:

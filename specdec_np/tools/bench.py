@@ -33,7 +33,7 @@ from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
 from .calibration import Busy, calibration, head_curves
-from .choice import Choice, choose, setting_name
+from .choice import CONSTANT_BECAUSE, Choice, choose, no_plans, setting_name
 from .costcurve import apply_layout
 from .costmodel import drafter_curves, pads, record_ms
 from .loops import repeat_line, repeat_share
@@ -102,8 +102,8 @@ def eagle_choice(tree: Choice, eagle: Choice | None = None) -> Choice:
     if eagle is not None and not eagle.constant:
         return eagle
     # Why eagle has no measured plan of its own: its choice's reason (no eagle plans, a busy machine, ...).
-    reason = (eagle.constant if eagle is not None and eagle.constant else "the acceptance profile holds no eagle plans")
-    why = f"{EAGLE_PLAN} ({reason.removeprefix('the constant plan: ')})"
+    reason = eagle.constant if eagle is not None and eagle.constant else CONSTANT_BECAUSE + no_plans(["eagle"])
+    why = f"{EAGLE_PLAN} ({reason.removeprefix(CONSTANT_BECAUSE)})"
     why += f"; the tree row's: {tree.constant}" if tree.constant else ""
     return Choice("eagle", tree.plan, layout=tree.layout, constant=why, changed=tree.changed)
 

@@ -24,6 +24,14 @@ from .machine import settle_threads
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
 PROFILE_SECONDS = 120  # a pair with no shipped profile is profiled on first use in about this long
 PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new tokens), largest first
+# Why a plan is the constant one, in the words every command prints (Choice.constant): CONSTANT_BECAUSE + why.
+CONSTANT_BECAUSE = "the constant plan: "
+NO_HEAD = "no EAGLE head to measure"
+
+
+def no_plans(methods) -> str:
+    """Why `methods` (names) run the constant plan: the acceptance profile holds none of their plans."""
+    return f"the acceptance profile holds no {', '.join(methods)} plans"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +91,11 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         eagle_only = bool(methods) and all(METHODS[m].reads_features for m in methods)
         return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
                 "the constant plan, as --plan default asks" if plan == "default" else
-                "the constant plan: no EAGLE head to measure" if eagle_only and head is None else
-                f"the constant plan: the acceptance profile holds no {', '.join(methods)} plans"
-                if methods and not set(methods) & set(acceptance.PROFILED) else
-                "the constant plan: no draft model, no pair to measure" if draft is None else
+                CONSTANT_BECAUSE + NO_HEAD if eagle_only and head is None else
+                CONSTANT_BECAUSE + no_plans(methods) if methods and not set(methods) & set(acceptance.PROFILED) else
+                CONSTANT_BECAUSE + "no draft model, no pair to measure" if draft is None else
                 # Only the shipped profile holds eagle plans (a first-use profile has no head): none to measure.
-                "the constant plan: the acceptance profile holds no eagle plans" if eagle_only and not shipped_pair()
+                CONSTANT_BECAUSE + no_plans(["eagle"]) if eagle_only and not shipped_pair()
                 else "")
 
     def shipped_pair() -> bool:  # the shipped profile is this pair's
@@ -103,7 +110,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         return Choice(m, p, constant=why, among=tuple(methods), changed=p != base)
 
     def fell_back(why: str) -> dict:  # the rest's constant plans, said in one line (None: lookup, greedy; else ar)
-        rest = {key: const(among[key] or (("lookup",) if temperature == 0 else ("ar",)), f"the constant plan: {why}")
+        rest = {key: const(among[key] or (("lookup",) if temperature == 0 else ("ar",)), CONSTANT_BECAUSE + why)
                 for key in asked}
         used = "; ".join(f"{c.method} with {describe(c.method, c.plan)}" for c in rest.values())
         slow = ", which may be slower than plain decoding" * any(METHODS[c.method].drafts for c in rest.values())
@@ -134,7 +141,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
             costs = with_head(costs, target, heads) if given else calibration(target, draft, ngram, prompts,
                                                                                head=heads)[0]
         except Busy as e:
-            no_head = f"the constant plan: {e}"
+            no_head = CONSTANT_BECAUSE + str(e)
     for key in asked:
         if among[key] and all(METHODS[m].reads_features for m in among[key]) and no_head:
             out[key] = const(among[key], no_head)
@@ -147,7 +154,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         except ValueError:  # none of these methods' plans in the profile is lossless for the rule
             asked_for = f"--rule {changes['rule']}" if changes.get("rule") else "these options"
             none = f"the profile has no plan of {', '.join(among[key] or METHODS)} lossless for {asked_for}"
-            out[key] = const(among[key] or ("staged",), f"the constant plan: {none}")
+            out[key] = const(among[key] or ("staged",), CONSTANT_BECAUSE + none)
             continue
         shaped = changed(chosen.plan, chosen.method, changes)
         out[key] = dataclasses.replace(chosen, plan=shaped, layout=costs["layout"] | pads(costs["curves"]),
@@ -159,11 +166,11 @@ def head_missing(profile: dict, setting: str, head) -> str:
     """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can): none there, or
     another head's (`acceptance.head_key`)."""
     if head is None:
-        return "the constant plan: no EAGLE head to measure"
+        return CONSTANT_BECAUSE + NO_HEAD
     if not any(METHODS[r["method"]].reads_features for r in profile["settings"].get(setting, ())):
-        return "the constant plan: the acceptance profile holds no eagle plans"
+        return CONSTANT_BECAUSE + no_plans(["eagle"])
     if profile.get("head") != acceptance.head_key(head):
-        return "the constant plan: the acceptance profile holds no eagle plans of this EAGLE head"
+        return CONSTANT_BECAUSE + no_plans(["eagle"]) + " of this EAGLE head"
     return ""
 
 

@@ -260,6 +260,9 @@ def test_a_reduced_vocabulary_round_trip(tmp_path, small):
     # What a pass reads: its 10 rows of wte instead of the whole table.
     rows = loaded.params["vocab_head"]["w"].nbytes + loaded.params["vocab_head"]["b"].nbytes + loaded.params["vocab"].nbytes
     assert loaded.weight_bytes == without.weight_bytes - t32.params["wte"].nbytes + rows
+    # Nor is the tied head wte.T prepared for it (a copy of the whole table); the head of every token has it.
+    assert not loaded.tied_head and "head" not in loaded.prepared
+    assert without.tied_head and without.prepared["head"].w.shape == t32.params["wte"].T.shape
     bad = eagle.bind(t32, head.params["fc"], head.params["blocks"][0], head.params["vocab"] * 2)
     eagle.save_head(bad, tmp_path / "bad")
     with pytest.raises(CheckpointError, match="'vocab' must hold only 0 and 1"):

@@ -2,6 +2,7 @@
 timings are a measurement, never a test)."""
 
 import collections
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,3 +46,14 @@ def test_a_failing_run_and_bad_options_say_so(capsys):
         with pytest.raises(SystemExit):
             time_gates.main(args)
         assert says in capsys.readouterr().err
+
+
+def test_the_shapes_are_the_recipes_and_need_no_torch():
+    """One table of shapes (weights/recipe.py's), read without PyTorch: time_gates runs where torch is absent."""
+    import recipe  # noqa: E402  (weights/recipe.py)
+
+    assert time_gates.SHAPES is recipe.SHAPES and recipe.SHAPES["8L/512"] == (8, 8, 512)
+    blocked = "import sys; sys.modules['torch'] = None; import time_gates; print(sorted(time_gates.SHAPES))"
+    out = subprocess.run([sys.executable, "-c", blocked], cwd=Path(time_gates.__file__).parent, capture_output=True,
+                         text=True, check=True).stdout
+    assert "8L/512" in out
