@@ -92,7 +92,7 @@ ratio1, p1 = residual_table("sibling 1 is B, drawn from q:", p, q)
 q1 = verify.without(q, B)  # sibling 2 was drawn from q without B
 ratio2, p2 = residual_table("B rejected; sibling 2 is D, drawn from q' = q without B (renormalised), "
                             "tested against p':", p1, q1)
-print(f"D rejected too: the correction token is drawn from p'' = "
+print("D rejected too: the correction token is drawn from p'' = "
       + ", ".join(f"{NAMES[x]} {p2[x]:.3f}" for x in range(4)))
 assert abs(ratio1[B] - 0.6) < 1e-12 and ratio2[D] == 0.0 and ratio2[A] == 1.0  # the numbers the text uses
 assert np.allclose(p1, [0.25 / 0.35, 0, 0.10 / 0.35, 0]) and np.allclose(q1, [0.4, 0, 0.1, 0.5])
