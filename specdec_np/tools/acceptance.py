@@ -262,10 +262,10 @@ def shipped() -> dict | None:
     try:
         st = os.stat(PROFILE_FILE)
     except OSError:
-        return load(PROFILE_FILE)  # names the file and why
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return load(PROFILE_FILE)  # an error naming the file and why
     key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
-    if not stat.S_ISREG(st.st_mode):
-        return load(PROFILE_FILE)
     if key not in _SHIPPED:
         profile = load(PROFILE_FILE)
         _SHIPPED.clear()
