@@ -156,7 +156,7 @@ want = exact.sequence_distribution(lambda ctx: process(forward(tiny, list(ctx), 
 for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
     got = exact.outcomes(lambda rand: tuple(generate(tiny, [1, 2], 3, "eagle", tiny_head, plan=plan, temperature=1.0,
                                                      top_k=2, rand=rand, eos=None).tokens))
-    print(f"{plan.shape if not plan.sampled else 'sampled ' + plan.sampled}: total variation "
+    print_rounding(f"{plan.shape if not plan.sampled else 'sampled ' + plan.sampled}: total variation "
           f"{exact.total_variation(got, want):.1e}")
     assert exact.total_variation(got, want) < 1e-12
 
@@ -183,7 +183,7 @@ assert (process(eagle.head_logits(head, guess[:4]), 1.0)[:, vocab == 0] == 0).al
 three = eagle.random_head(tiny, seed=5, scale=0.3, vocab_size=3)  # never drafts one of the 4 tokens
 got = exact.outcomes(lambda rand: tuple(generate(tiny, [1, 2], 3, "eagle", three, plan=Plan(widths=(2, 1),
                      sampled="without"), temperature=1.0, top_k=2, rand=rand, eos=None).tokens))
-print(f"a head that drafts 3 of the 4 tokens: total variation {exact.total_variation(got, want):.1e}")
+print_rounding(f"a head that drafts 3 of the 4 tokens: total variation {exact.total_variation(got, want):.1e}")
 assert exact.total_variation(got, want) < 1e-12
 
 # %% [markdown]
