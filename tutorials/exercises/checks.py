@@ -22,6 +22,7 @@ library's rules (`specdec_np.verify.RULES`) or patch the tolerance in its own pr
 
 from __future__ import annotations
 
+import functools
 from itertools import zip_longest
 
 import numpy as np
@@ -302,7 +303,7 @@ def mask_case(model, tree: Tree):
 
 
 def mask_cases():
-    model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
+    model = shared()["mask model"]
     return [(f"the tree with parents {t.parents.tolist()}", mask_case(model, t)) for t in random_trees()]
 
 
@@ -315,9 +316,18 @@ CACHE = "after a step the target's cache holds every committed token but the las
 def loop_models():  # -> target, draft
     """A tiny random target and a draft from the same random numbers at a smaller scale: the draft's
     guesses are often the target's, not always (rejections, and steps where all are accepted)."""
+    return shared()["loop target"], shared()["loop draft"]
+
+
+@functools.cache
+def shared() -> dict:
+    """The models the checks pass to the learner's code, made alike in the grader and its worker (they
+    travel by name)."""
     config = GPT2Config(**LOOP)
-    return (random_params(config, seed=1, dtype=np.float64, scale=1.0),
-            random_params(config, seed=1, dtype=np.float64, scale=0.7))
+    mask_model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
+    return {"loop target": random_params(config, seed=1, dtype=np.float64, scale=1.0),
+            "loop draft": random_params(config, seed=1, dtype=np.float64, scale=0.7),
+            "mask model": mask_model, "mask config": mask_model.config}
 
 
 class Calls:
@@ -339,9 +349,10 @@ class Calls:
         return token
 
 
-def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
+def loop_harness(module, fn, args):
+    """In the worker: your speculative_decode(*args), a cache cut beyond what it holds named as such."""
     try:
-        tokens = funcs["speculative_decode"](target, draft, list(PROMPT), n, k, rand, settings)
+        return fn(*args)
     except ValueError as e:  # a cache cut beyond what it holds: name the invariant, not the traceback
         tb = e.__traceback__
         while tb.tb_next:
@@ -350,7 +361,15 @@ def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
         if tb.tb_frame.f_code.co_name == "truncate" and isinstance(cache, KVCache):
             raise Wrong(f"your loop cuts a cache to {length} tokens when it holds {cache.length}: {CACHE}") from None
         raise
-    tokens = [int(t) for t in tokens]
+
+
+HARNESSES = {"loop": loop_harness}  # grade.py's worker runs exercise 4's calls through this
+
+
+def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
+    tokens = funcs["speculative_decode"](target, draft, list(PROMPT), n, k, rand, settings)
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise Wrong(f"speculative_decode returned {type(tokens).__name__}, expected a list of ints")
     if len(tokens) != n:
         raise Wrong(f"speculative_decode returned {len(tokens)} tokens, expected n_new = {n}")
     return tokens
