@@ -103,14 +103,17 @@ def grade(n: int, folder: Path, time_limit: float = TIME_LIMIT, signals=None) ->
     "correct" or "wrong". The file runs in a worker process (runner.py); the checks run here, on what it returns."""
     signals = signals or runner.Signals(install=False)
     before = runner.clone_files(CLONE)
-    status, line, diagnosis = judge(n, folder, time_limit, signals)
+    status, line, diagnosis, signalled = judge(n, folder, time_limit, signals)
+    if signalled:  # noticed only after the verdict: it still counts
+        return "wrong", f"wrong: {signalled}", []
     if changed := runner.changes(before, runner.clone_files(CLONE)):
         return "wrong", (f"wrong: the clone changed while your code ran ({changed}): it runs in a scratch folder, "
                          "write there"), [f"graded otherwise: {line}"] + diagnosis
     return status, line, diagnosis
 
 
-def judge(n: int, folder: Path, time_limit: float, signals) -> tuple[str, str, list]:
+def judge(n: int, folder: Path, time_limit: float, signals) -> tuple[str, str, list, str]:
+    """grade()'s verdict and, last, the line saying the graded code signalled the grader ("" if it did not)."""
     worker = None
     try:
         worker, funcs = start_worker(n, folder, time_limit, signals)
@@ -127,14 +130,15 @@ def judge(n: int, folder: Path, time_limit: float, signals) -> tuple[str, str, l
                 raise checks.Wrong(f"{where}: {e.line}", e.diagnosis + [again]) from None
             except Exception as e:  # what the learner's code raised (runner.Raised) or made the checks raise
                 raise checks.Wrong(f"{where}: {runner.failure(e)}", [again]) from None
-        return "correct", f"correct ({len(cases)} cases)", []
+        verdict = "correct", f"correct ({len(cases)} cases)", []
     except NotImplementedError:
-        return "not yet written", "not yet written", []
+        verdict = "not yet written", "not yet written", []
     except (checks.Wrong, runner.Failed) as e:
-        return "wrong", f"wrong: {e.line}", e.diagnosis
+        verdict = "wrong", f"wrong: {e.line}", e.diagnosis
     finally:
         if worker is not None:
             worker.close()
+    return *verdict, worker.signalled() if worker is not None else ""
 
 
 def rerun(n: int, i: int, folder: Path, time_limit: float, signals) -> int:

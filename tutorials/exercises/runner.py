@@ -283,7 +283,7 @@ class Signals:
     code (its worker's process group) is noted and ignored; any other reaches the main thread as usual."""
 
     def __init__(self, install: bool = True):
-        self.group, self.caught = None, []
+        self.groups, self.caught = set(), {}  # the workers' process groups; {group: the first signal it sent}
         if not install:  # grading from another program (the tests): its signals are its own
             return
         for sig in (signal.SIGTERM, signal.SIGHUP):  # killed politely: stop the worker on the way out
@@ -296,20 +296,24 @@ class Signals:
 
         while True:
             info = signal.sigwaitinfo(CAUGHT)
-            if self.group is not None and from_group(info.si_pid, self.group):
-                self.caught.append(signal.Signals(info.si_signo).name)
-                stop_group(self.group)
+            if (group := self.group_of(info.si_pid)) is not None:
+                self.caught.setdefault(group, signal.Signals(info.si_signo).name)
+                stop_group(group)
             elif info.si_signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 _thread.interrupt_main(info.si_signo)
             else:  # SIGUSR1 and the like from elsewhere: their default, to end the grader
                 _thread.interrupt_main(signal.SIGTERM)
 
 
-def from_group(pid: int, group: int) -> bool:
-    try:
-        return pid == group or os.getpgid(pid) == group
-    except OSError:
-        return False
+    def group_of(self, pid: int):
+        """The worker's process group `pid` belongs to (None: not a worker's, or gone)."""
+        if pid in self.groups:
+            return pid
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            return None
+        return group if group in self.groups else None
 
 
 def stop_group(group: int) -> None:
@@ -363,7 +367,7 @@ class Worker:
             cwd=self.scratch.name, env=env)
         os.close(to_w)
         os.close(from_w)
-        signals.group = self.proc.pid
+        signals.groups.add(self.proc.pid)
         self.tail = None if show_output else Tail(self.proc.stdout)
         ready = self.receive()
         if ready.get("op") == "import failed":
@@ -377,15 +381,20 @@ class Worker:
     def wait(self):
         """Before each read: the signals the graded code sent, the time limit, a worker that ended."""
         while True:
-            if self.signals.caught:
-                raise Failed(f"your code sent the grader {self.signals.caught[0]}: the grader ignored it "
-                             "and stopped your code (it may not signal the grader)")
+            if self.signalled():
+                raise Failed(self.signalled())
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise Failed(f"no verdict within {self.time_limit:g} s: an endless loop? (--time-limit "
                              "SECONDS allows more)")
             if select.select([self.rfd], [], [], min(left, 0.05))[0]:
                 return
+
+    def signalled(self) -> str:
+        """The line saying the graded code signalled the grader ("" if it did not)."""
+        name = self.signals.caught.get(self.proc.pid)
+        return (f"your code sent the grader {name}: the grader ignored it and stopped your code (it may not "
+                "signal the grader)") if name else ""
 
     def receive(self) -> dict:
         try:
@@ -400,9 +409,9 @@ class Worker:
                       "the grader's pipe?")
 
     def ended(self) -> Failed:
-        if self.signals.caught:
-            self.wait()  # says which signal
         self.proc.wait()
+        if self.signalled():
+            return Failed(self.signalled())
         code = self.proc.returncode
         how = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
                else f"exit status {code}")
@@ -456,7 +465,6 @@ class Worker:
 
     def close(self) -> None:
         """End the worker and everything in its process group, reap it, remove its scratch folder."""
-        self.signals.group = None
         stop_group(self.proc.pid)
         self.proc.wait()
         for fd in (self.rfd, self.wfd):
