@@ -105,35 +105,43 @@ MISTAKES = [
      ["your positions along its path: [4] (the cache holds 3 tokens, positions 0 to 2)"]),
     ("tree_attention.py", "an exception in the learner's code", "return prefix_len + depth",
      "raise ValueError('oops')", "case 1 of 14 (the tree with parents [-1, 0]): ValueError: oops", []),
-    ("write_the_loop.py", "the correction drawn from p, not the residual", "rand.draw(np.maximum(p[i] - qs[i], 0))",
-     "rand.draw(p[i])", "case 3 of 8 (exact, temperature 1 top-k 2, k=1, 3 tokens): TV 0.165",
+    ("write_the_loop.py", "the correction drawn from p, not the residual", "return np.maximum(p - q, 0)",
+     "return p", "case 3 of 8 (exact, temperature 1 top-k 2, k=1, 3 tokens): TV 0.165",
      ["first token: yours {10: 0.93, 12: 0.0704}, the target's {10: 0.767, 12: 0.233} (they differ)"]),
+    # Cache mistakes are named as such, with the first step and cache that differ, before any draw is compared.
     ("write_the_loop.py", "the target's cache cut one token short", "t_cache.truncate(start + 1 + len(accepted))",
      "t_cache.truncate(start + len(accepted))", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): "
-     "token 5 of 8 differs: yours 12, generate's 7", ["yours:      [10, 10, 12, 12, 12, 7, 12, 7]"]),
+     "after step 1 your target's cache holds 4 tokens, lesson 4's loop's 5: every committed token but the last "
+     "(the step committed 3): it lost committed tokens", []),
+    ("write_the_loop.py", "the target's cache not cut", "t_cache.truncate(start + 1 + len(accepted))",
+     "t_cache.truncate(t_cache.length)", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your target's "
+     "cache holds 10 tokens, lesson 4's loop's 8: every committed token but the last (the step committed 2): cut it "
+     "back to the accepted guesses", []),
+    ("write_the_loop.py", "the draft's cache not cut", "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))",
+     "pass", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
+     "the 8 committed tokens but the last (lesson 4's loop keeps 8): cut it back to the accepted guesses", []),
+    ("write_the_loop.py", "keep = n - 1 + accepted for both caches", "start + 1 + len(accepted)",
+     "start + len(accepted)", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): after step 1 "
+     "your target's cache holds 4 tokens, lesson 4's loop's 5", []),
     ("write_the_loop.py", "the bonus token from the last guess's row", "token = rand.draw(p[k])",
      "token = rand.draw(p[k - 1])", "case 1 of 8", ["the tokens are plain greedy decoding's"]),
-    ("write_the_loop.py", "the residual the wrong way round", "np.maximum(p[i] - qs[i], 0)",
-     "np.maximum(qs[i] - p[i], 0)", "case 2 of 8 (temperature 0, k=3, 12 tokens): token 6 of 12 differs", []),
+    ("write_the_loop.py", "the residual the wrong way round", "np.maximum(p - q, 0)",
+     "np.maximum(q - p, 0)", "case 2 of 8 (temperature 0, k=3, 12 tokens): token 6 of 12 differs", []),
     # Lossless (a guess is kept with the same probability), but a seed gives other tokens than generate's.
-    ("write_the_loop.py", "the coin asked the other way round", "if not rand.coin(min(1.0, p[i][x] / qs[i][x])):",
-     "if rand.coin(1 - min(1.0, p[i][x] / qs[i][x])):", "case 6 of 8 (seed 0",
+    ("write_the_loop.py", "the coin asked the other way round", "if rand.coin(acceptance(p, q, x)):",
+     "if not rand.coin(1 - acceptance(p, q, x)):", "case 6 of 8 (seed 0",
      ["your tokens passed the exact checks"]),
     # Exercise 4 pinpoints the first coin or draw that differs from lesson 4's loop, with its step.
     ("write_the_loop.py", "the bonus token from p[k - 1], named", "token = rand.draw(p[k])",
      "token = rand.draw(p[k - 1])", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): token 3 of 8",
      ["step 1, every guess kept: the bonus token is drawn from p[k] = p[2], the target's distribution after the "
       "last guess, {12: 1}; you draw from {10: 1}, which is p[k - 1] = p[1]"]),
-    ("write_the_loop.py", "the correction drawn from p, pinpointed", "rand.draw(np.maximum(p[i] - qs[i], 0))",
-     "rand.draw(p[i])", "case 3 of 8",
+    ("write_the_loop.py", "the correction drawn from p, pinpointed", "return np.maximum(p - q, 0)",
+     "return p", "case 3 of 8",
      ["step 1, guess 1 rejected: the correction is drawn from the residual max(p[0] - q[0], 0) = {10: 0.229, "
       "12: 0.771}; you draw from {10: 0.767, 12: 0.233}, which is p[0]"]),
-    ("write_the_loop.py", "the target's cache cut one token short, pinpointed",
-     "t_cache.truncate(start + 1 + len(accepted))", "t_cache.truncate(start + len(accepted))", "case 1 of 8",
-     ["step 2, the test of guess 2 (token 7): generate tosses a coin of probability min(1, p/q) = 1; you toss a "
-      "coin of probability 0"]),
-    ("write_the_loop.py", "the residual the wrong way round, pinpointed", "np.maximum(p[i] - qs[i], 0)",
-     "np.maximum(qs[i] - p[i], 0)", "case 2 of 8",
+    ("write_the_loop.py", "the residual the wrong way round, pinpointed", "np.maximum(p - q, 0)",
+     "np.maximum(q - p, 0)", "case 2 of 8",
      ["step 2, guess 2 rejected: the correction is drawn from the residual max(p[1] - q[1], 0) = {12: 1}; you draw "
       "from {7: 1}, which is q[1]"]),
     # A cache cut past what it holds: one line naming the invariant, not truncate's own error.
@@ -153,7 +161,7 @@ MISTAKES = [
 def write_mistake(folder: Path, filename: str, right: str, wrong: str) -> None:
     source = (SOLUTIONS / filename).read_text()
     assert right in source
-    (folder / filename).write_text(source.replace(right, wrong))
+    (folder / filename).write_text(source.replace(right, wrong))  # every occurrence
 
 
 @pytest.mark.parametrize("filename, mistake, right, wrong, first, diagnosis", MISTAKES, ids=[m[1] for m in MISTAKES])

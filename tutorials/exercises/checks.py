@@ -12,8 +12,11 @@
 - The loop (exercise 4), on a tiny random target and draft in float64: at temperature 0 it must emit
   the tokens of `generate(method="speculative")`; sampled, its first tokens must be distributed
   exactly as the target's (TV < 1e-12), and with a seed it must emit generate's very tokens (the same
-  random numbers, drawn in the same order). Where it fails, its calls of rand are replayed against
-  the loop lesson 4 specifies and the first coin or draw that differs is named with its step.
+  random numbers, drawn in the same order). After each step, when a cache is next used, it must hold
+  what lesson 4's loop's does (the target's every committed token but the last, the draft's at most
+  as many, each row the committed token's): the first step and cache that differ are named, before any
+  draw is compared. Where the draws differ, lesson 4's loop (the solution, its one home) is replayed
+  with your outcomes and the first coin or draw that differs is named with its step.
 
 A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
 code fails it. The checks test honest attempts and do not police cheating: a solution could call the
@@ -23,7 +26,10 @@ library's rules (`specdec_np.verify.RULES`) or patch the tolerance in its own pr
 from __future__ import annotations
 
 import functools
+import importlib.util
+import sys
 from itertools import zip_longest
+from pathlib import Path
 
 import numpy as np
 
@@ -349,10 +355,119 @@ class Calls:
         return token
 
 
+class Watch:
+    """In the worker: your loop's rand and caches, watched. After each step, when a cache is next used, it
+    must hold what lesson 4's loop keeps: the target's every committed token but the last, the draft's at
+    most as many, each row the committed token's keys and values (the committed tokens are read from your
+    calls of rand: a step's k guesses, its coins up to the first rejection, its last draw)."""
+
+    def __init__(self, target, draft, prompt, k: int, rand, settings):
+        self.models, self.prompt, self.k, self.rand, self.settings = (target, draft), list(prompt), k, rand, settings
+        self.log = []  # ("coin", probability, answer) or ("draw", [V], token)
+        self.p = []  # per step: the target's p rows of its verify pass
+        self.targets, self.checked = set(), {"target": 0, "draft": 0}  # the verify passes' caches; steps checked
+        self.reference = {}  # (model index, tokens) -> the keys of a plain prefill of them
+
+    def coin(self, prob) -> bool:
+        ok = self.rand.coin(prob)
+        self.log.append(("coin", float(prob), ok))
+        return ok
+
+    def draw(self, probs) -> int:
+        token = self.rand.draw(probs)
+        self.log.append(("draw", np.asarray(probs, dtype=np.float64), int(token)))
+        return token
+
+    def steps(self):
+        """([the committed tokens after each complete step], draws and coins of the step under way), or None
+        where your calls leave lesson 4's order (the draws check names that)."""
+        done, seq, i, k = [], list(self.prompt), 0, self.k
+        while True:
+            guesses = []
+            while len(guesses) < k and i < len(self.log) and self.log[i][0] == "draw":
+                guesses.append(self.log[i])
+                i += 1
+            if i == len(self.log):
+                return done, len(guesses), 0
+            if len(guesses) < k or len(self.p) <= len(done):
+                return None
+            p, accepted, coins = self.p[len(done)], [], 0
+            while i < len(self.log) and len(accepted) == coins < k:
+                (_, q, x), event = guesses[coins], self.log[i]
+                q = q / q.sum()
+                ratio = min(1.0, p[coins][x] / q[x]) if q[x] > 0 else None
+                if event[0] == "coin" and ratio is not None and abs(event[1] - ratio) <= 1e-9:
+                    accepted += [x] if event[2] else []
+                    i += 1
+                elif ratio == 1.0 and event[0] != "coin":  # a certain coin, not tossed: it draws no number
+                    accepted.append(x)
+                else:  # not lesson 4's coin: the committed tokens are unknown here
+                    return None
+                coins += 1
+            if i == len(self.log):
+                return done, k, coins
+            if self.log[i][0] != "draw":
+                return None
+            seq += accepted + [self.log[i][2]]
+            done.append(list(seq))
+            i += 1
+
+    def forward(self, model, tokens, cache, *args, **kwargs):
+        state = self.steps()
+        if state is not None:
+            done, draws, coins = state
+            if draws == self.k and coins == 0:  # the verify pass
+                self.targets.add(id(cache))
+            role = "target" if id(cache) in self.targets else "draft" if done or draws else None
+            if role and len(done) > self.checked[role]:
+                self.check(role, cache, done)
+                self.checked[role] = len(done)
+        logits = forward(model, tokens, cache, *args, **kwargs)
+        if state is not None and state[1:] == (self.k, 0) and len(self.p) == len(state[0]):
+            self.p.append(process(logits[-self.k - 1:], *self.settings))  # [k + 1, V]
+        return logits
+
+    def check(self, role: str, cache, done) -> None:
+        """Wrong if `cache` does not hold what lesson 4's loop's `role` cache holds after len(done) steps."""
+        s, committed = len(done), done[-1]
+        m = len(committed) - 1  # every committed token but the last
+        before = (done[-2] if s > 1 else self.prompt)
+        kept = len(before) - 1 + min(self.k, len(committed) - len(before))  # lesson 4's draft keeps this many
+        length = cache.length
+        if role == "target" and length != m:
+            how = "cut it back to the accepted guesses" if length > m else "it lost committed tokens"
+            raise Wrong(f"after step {s} your target's cache holds {length} tokens, lesson 4's loop's {m}: every "
+                        f"committed token but the last (the step committed {len(committed) - len(before)}): {how}")
+        if role == "draft" and length > m:
+            raise Wrong(f"after step {s} your draft's cache holds {length} tokens, more than the {m} committed "
+                        f"tokens but the last (lesson 4's loop keeps {kept}): cut it back to the accepted guesses")
+        model = self.models[role == "draft"]
+        key = (role == "draft", tuple(committed[:length]))
+        if key not in self.reference:
+            ref = new_cache(model)
+            forward(model, list(key[1]), ref)
+            self.reference[key] = ref.k[:, :, :length].copy()
+        diff = np.abs(np.asarray(cache.k[:, :, :length]) - self.reference[key]).max(axis=(0, 1, 3))  # [length]
+        if length and diff.max() > 1e-9:
+            j = int(np.argmax(diff > 1e-9))
+            raise Wrong(f"after step {s} row {j} of your {role}'s cache is not committed token {j + 1}'s (token "
+                        f"{committed[j]}): a cache keeps only the committed text, in order")
+
+
 def loop_harness(module, fn, args):
-    """In the worker: your speculative_decode(*args), a cache cut beyond what it holds named as such."""
+    """In the worker: your speculative_decode(*args), its caches checked after each step (Watch), and a
+    cache cut beyond what it holds named as such."""
+    target, draft, prompt, n, k, rand, settings = args
+    watch = Watch(target, draft, prompt, k, rand, settings)
+    gpt2 = sys.modules["specdec_np.gpt2"]
+    patched = [m for m in (module, gpt2) if getattr(m, "forward", None) is forward]
+    for m in patched:
+        m.forward = watch.forward
+    import inspect
+
+    given = {"forward": watch.forward} if "forward" in inspect.signature(fn).parameters else {}  # (the solution's)
     try:
-        return fn(*args)
+        return fn(target, draft, prompt, n, k, watch, settings, **given)
     except ValueError as e:  # a cache cut beyond what it holds: name the invariant, not the traceback
         tb = e.__traceback__
         while tb.tb_next:
@@ -361,6 +476,9 @@ def loop_harness(module, fn, args):
         if tb.tb_frame.f_code.co_name == "truncate" and isinstance(cache, KVCache):
             raise Wrong(f"your loop cuts a cache to {length} tokens when it holds {cache.length}: {CACHE}") from None
         raise
+    finally:
+        for m in patched:
+            m.forward = forward
 
 
 HARNESSES = {"loop": loop_harness}  # grade.py's worker runs exercise 4's calls through this
@@ -379,46 +497,85 @@ class Departed(Exception):
     pass
 
 
-def departure(log, target, draft, n: int, k: int, settings):
-    """The first call in `log` (your loop's calls of rand, each with its outcome) that the loop of
-    lesson 4 does not make, following your outcomes: 'step 2, guess 1 rejected: ...', or None."""
-    calls, seq, step = iter(log), list(PROMPT), 0
+def the_answer():
+    """Exercise 4's solution, the one home of lesson 4's loop (lesson 4b shows it)."""
+    spec = importlib.util.spec_from_file_location("the_loop_answer", Path(__file__).parent / "solutions" /
+                                                  "write_the_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def expect(kind, value, does, rows=()):
-        mine = next(calls, None)
+
+ANSWER = the_answer()
+
+
+class Replay:
+    """The rand of lesson 4's loop (the_answer()) replayed against your loop's calls of rand: each of its
+    calls must be your next one and gets your outcome; the first that is not raises Departed. A certain coin
+    (probability 1) you did not toss is no departure: it draws no random number."""
+
+    def __init__(self, log, k: int, settings):
+        self.log, self.i, self.k, self.settings = log, 0, k, settings
+        self.step, self.qs, self.guesses, self.p, self.rejected, self.tested = 0, [], [], None, False, 0
+
+    def forward(self, model, tokens, cache):  # gpt2.forward, the verify pass's rows kept as p
+        logits = forward(model, tokens, cache)
+        if self.step and len(self.qs) == self.k and self.p is None:
+            self.p = process(logits, *self.settings)  # [k + 1, V]
+        return logits
+
+    def expect(self, kind, value, does, rows=()):
+        mine = self.log[self.i] if self.i < len(self.log) else None
         if close(mine, kind, value):
+            self.i += 1
             return mine[2]
+        if kind == "coin" and value >= 1:
+            return True
         you = "you make no more calls" if mine is None else f"you {describe(mine)}"
         known = [name for name, row in rows if close(mine, "draw", row / row.sum())]
         raise Departed(f"{does}; {you}" + (f", which is {known[0]}" if known else ""))
 
+    def coin(self, prob) -> bool:
+        j = self.tested
+        self.tested += 1
+        ok = self.expect("coin", prob, f"the test of guess {j + 1} (token {self.guesses[j]}): generate tosses a "
+                         f"coin of probability min(1, p/q) = {prob:.3g}")
+        self.rejected = not ok
+        return ok
+
+    def draw(self, weights) -> int:
+        w = np.asarray(weights, dtype=np.float64)
+        dist, k = w / w.sum(), self.k
+        if len(self.qs) < k:  # a guess
+            if not self.qs:
+                self.step, self.tested, self.rejected, self.p = self.step + 1, 0, False, None
+            j = len(self.qs)
+            self.qs.append(dist)
+            token = self.expect("draw", dist, f"guess {j + 1}: generate draws it from the draft's {show(dist)}")
+            self.guesses.append(token)
+            return token
+        p, qs = self.p, self.qs
+        rows = [(f"p[{j}]", p[j]) for j in range(k + 1)] + [(f"q[{j}]", q) for j, q in enumerate(qs)]
+        if self.rejected:
+            j = self.tested - 1
+            token = self.expect("draw", dist, f"guess {j + 1} rejected: the correction is drawn from the residual "
+                                f"max(p[{j}] - q[{j}], 0) = {show(dist)}", [rows[j], rows[k + 1 + j]] + rows)
+        else:
+            token = self.expect("draw", dist, f"every guess kept: the bonus token is drawn from p[k] = p[{k}], the "
+                                f"target's distribution after the last guess, {show(dist)}",
+                                [(f"p[k - 1] = p[{k - 1}]", p[k - 1])] + rows)
+        self.qs, self.guesses = [], []
+        return token
+
+
+def departure(log, target, draft, n: int, k: int, settings):
+    """The first call in `log` (your loop's calls of rand, each with its outcome) that the loop of
+    lesson 4 does not make, following your outcomes: 'step 2, guess 1 rejected: ...', or None."""
+    replay = Replay(log, k, settings)
     try:
-        while len(seq) < len(PROMPT) + n:
-            step += 1
-            guesses, qs = [], []
-            for j in range(k):
-                qs.append(process(forward(draft, seq + guesses, new_cache(draft))[-1], *settings))  # [V]
-                guesses.append(expect("draw", qs[j], f"guess {j + 1}: generate draws it from the draft's "
-                                      f"{show(qs[j])}"))
-            p = process(forward(target, seq + guesses, new_cache(target))[len(seq) - 1:], *settings)  # [k + 1, V]
-            rows = [(f"p[{j}]", p[j]) for j in range(k + 1)] + [(f"q[{j}]", q) for j, q in enumerate(qs)]
-            accepted = []
-            for j, x in enumerate(guesses):
-                ratio = min(1.0, p[j][x] / qs[j][x])
-                if not expect("coin", ratio, f"the test of guess {j + 1} (token {x}): generate tosses a coin of "
-                              f"probability min(1, p/q) = {ratio:.3g}"):
-                    residual = np.maximum(p[j] - qs[j], 0) / np.maximum(p[j] - qs[j], 0).sum()
-                    token = expect("draw", residual, f"guess {j + 1} rejected: the correction is drawn from the "
-                                   f"residual max(p[{j}] - q[{j}], 0) = {show(residual)}", [rows[j], rows[k + 1 + j]] + rows)
-                    break
-                accepted.append(x)
-            else:
-                token = expect("draw", p[k], f"every guess kept: the bonus token is drawn from p[k] = p[{k}], the "
-                               f"target's distribution after the last guess, {show(p[k])}",
-                               [(f"p[k - 1] = p[{k - 1}]", p[k - 1])] + rows)
-            seq += accepted + [token]
+        ANSWER.speculative_decode(target, draft, list(PROMPT), n, k, replay, settings, forward=replay.forward)
     except Departed as e:
-        return f"step {step}, {e}"
+        return f"step {replay.step}, {e}"
     return None
 
 

@@ -412,6 +412,8 @@ class Worker:
         self.proc.wait()
         if self.signalled():
             return Failed(self.signalled())
+        if self.tail is not None:
+            self.tail.join(timeout=2)  # its last output, read to the end (unless a process it started holds the pipe)
         code = self.proc.returncode
         how = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
                else f"exit status {code}")
