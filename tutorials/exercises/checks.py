@@ -40,8 +40,8 @@ from specdec_np.kvcache import KVCache
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.sampling import Rand, process
-from specdec_np.tree import Tree, path_to
-from specdec_np.verify import verify_chain, verify_recursive_wor
+from specdec_np.tree import Tree, attention_mask, path_to, positions
+from specdec_np.verify import verify_block, verify_recursive_wor
 
 MAX_TV = 1e-12
 MAX_LOGIT_DIFF = 1e-9
@@ -213,8 +213,9 @@ def copy_tree(tree: Tree) -> Tree:
     return Tree(tree.tokens.copy(), tree.parents.copy(), tree.q.copy(), tree.kind, tree.draft_dists.copy())
 
 
-def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool):
-    """The check of one rule case: TV to the target and, if wrong, where the rule departs from the library's."""
+def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool, same_steps: bool = False):
+    """The check of one rule case: TV to the target and, if wrong, where the rule departs from the library's.
+    same_steps: the rule must also keep what `reference` keeps (the same (tree, path, token) distribution)."""
     P, Q = tables(V, seed)
     m = len(widths) + 1
     target, draft = (lambda ctx: P[ctx[-1]]), (lambda ctx: Q[ctx[-1]])
@@ -225,31 +226,44 @@ def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool
         trees[tuple(tree.tokens.tolist()), tuple(tree.parents.tolist())] = copy_tree(tree)
         return tree
 
-    def check(funcs):
-        steps = enumerate_outcomes(exact.step_outcomes, drawn, checked(funcs[name], V), draft, target, 0)
-        emitted = exact.emitted_distribution(steps, target, 0, m)
-        tv = exact.total_variation(emitted, exact.sequence_distribution(target, (0,), m))
-        if tv < MAX_TV:
-            return
-        diagnosis = [first_token(emitted, P[0])]
-        detail = [f"target P (row t: after token t):\n{np.round(P, 3)}", f"draft Q:\n{np.round(Q, 3)}"]
+    def parting(rule, steps, diagnosis: list, detail: list) -> None:
+        """The likeliest tree where `rule` and the reference part, and how, added to the diagnosis."""
         chance = exact.marginal(steps, lambda step: step[:2])  # {tree: its probability}
-        for key in sorted(chance, key=lambda key: -chance[key]):  # the likeliest tree where the rules part
-            line = first_difference(funcs[name], reference, trees[key], P, reference.__name__)
+        for key in sorted(chance, key=lambda key: -chance[key]):
+            line = first_difference(rule, reference, trees[key], P, reference.__name__)
             if line:
                 diagnosis.append(f"on the tree with tokens {list(key[0])} and parents {list(key[1])} (drawn with "
                                  f"probability {chance[key]:.3g}), {line}")
                 detail += [f"node {i}: token {t}, parent {parent}, p after it {show(P[t])}"
                            + (f", its children drawn from q = {show(Q[t])}" if i in key[1] else "")
                            for i, (t, parent) in enumerate(zip(*key))]
-                break
-        raise Wrong(f"TV {tv:.3g} from the target's distribution", diagnosis, detail)
+                return
+
+    def check(funcs):
+        steps = enumerate_outcomes(exact.step_outcomes, drawn, checked(funcs[name], V), draft, target, 0)
+        emitted = exact.emitted_distribution(steps, target, 0, m)
+        tv = exact.total_variation(emitted, exact.sequence_distribution(target, (0,), m))
+        detail = [f"target P (row t: after token t):\n{np.round(P, 3)}", f"draft Q:\n{np.round(Q, 3)}"]
+        if tv >= MAX_TV:
+            diagnosis = [first_token(emitted, P[0])]
+            parting(funcs[name], steps, diagnosis, detail)
+            raise Wrong(f"TV {tv:.3g} from the target's distribution", diagnosis, detail)
+        if not same_steps:
+            return
+        ours = exact.step_outcomes(drawn, reference, draft, target, 0)
+        if exact.total_variation(steps, ours) < MAX_TV:
+            return
+        kept = [sum(pr * (len(step[2]) - 1) for step, pr in dist.items()) for dist in (steps, ours)]
+        diagnosis = []
+        parting(funcs[name], steps, diagnosis, detail)
+        raise Wrong(f"lossless, but not {reference.__name__}: your rule keeps {kept[0]:.4g} guesses a step on "
+                    f"average, {reference.__name__} {kept[1]:.4g}", diagnosis, detail)
 
     return check
 
 
 def chain_cases():
-    return [(f"V={V}, a chain of {k}", rule_case("verify_chain", verify_chain, V, [1] * k, seed, True))
+    return [(f"V={V}, a chain of {k}", rule_case("verify_block", verify_block, V, [1] * k, seed, True, True))
             for V, k, seed in CHAIN_CASES]
 
 
@@ -275,42 +289,51 @@ def random_trees(count: int = 14, seed: int = 0) -> list[Tree]:
     return trees
 
 
-def mask_case(model, tree: Tree):
+def keep_case(model, tree: Tree, node: int):
+    """Your keep_path after a tree pass, for the path to `node`: the cache as a plain prefill of the path leaves it."""
+    path = [int(j) for j in path_to(tree, node)]
+
     def check(funcs):
-        mask = np.asarray(funcs["attention_mask"](tree))
-        pos = np.asarray(funcs["positions"](tree, len(CONTEXT)))
-        n = len(tree)
-        if mask.shape != (n, n):
-            raise Wrong(f"attention_mask returned shape {mask.shape} for a tree of {n} nodes, expected ({n}, {n})")
-        if pos.shape != (n,) or not np.issubdtype(pos.dtype, np.integer):
-            raise Wrong(f"positions returned {pos.dtype} shape {pos.shape} for a tree of {n} nodes, "
-                        f"expected ({n},) ints")
         cache = new_cache(model)
         forward(model, CONTEXT, cache)
-        logits = forward(model, tree.tokens, cache, positions=pos, mask=mask.astype(bool))  # [n, V]
-        diffs = []
-        for i in range(n):
-            chain = CONTEXT + [int(t) for t in tree.tokens[path_to(tree, i)]]
-            alone = forward(model, chain, new_cache(model))[-1]  # [V]
-            diffs.append(float(np.abs(logits[i] - alone).max()))
-        node = int(np.argmax(np.array(diffs) >= MAX_LOGIT_DIFF))
-        if diffs[node] < MAX_LOGIT_DIFF:
-            return
-        path = [int(j) for j in path_to(tree, node)]
-        raise Wrong(f"node {node}'s logits differ by {diffs[node]:.3g} from its path fed alone as a chain",
-                    [f"node {node}'s path is {' -> '.join(map(str, path))}; your mask lets it see nodes "
-                     f"{np.flatnonzero(mask[node]).tolist()}; your positions along its path: {pos[path].tolist()} "
-                     f"(the cache holds {len(CONTEXT)} tokens, positions 0 to {len(CONTEXT) - 1})"],
-                    [f"tokens {tree.tokens.tolist()}, parents {tree.parents.tolist()}",
-                     f"your mask:\n{mask.astype(int)}", f"your positions: {pos.tolist()}",
-                     "largest logit difference per node: " + ", ".join(f"{d:.3g}" for d in diffs)])
+        start = cache.length
+        forward(model, tree.tokens, cache, positions=positions(tree, start), mask=attention_mask(tree))
+        block = [cache.k[:, :, start:cache.length].copy(), cache.v[:, :, start:cache.length].copy()]  # node order
+        funcs["keep_path"](cache, start, list(path))
+        ref = new_cache(model)
+        forward(model, CONTEXT + [int(t) for t in tree.tokens[path]], ref)
+        detail = [f"tokens {tree.tokens.tolist()}, parents {tree.parents.tolist()}, the path {path}, the block "
+                  f"at slots {start} to {start + len(tree) - 1}"]
+        if not isinstance(cache.length, int) or cache.length != ref.length:
+            raise Wrong(f"after keep_path the cache's length is {cache.length}, expected {ref.length}: the "
+                        f"prefix ({start}) and the path's {len(path)} nodes", [], detail)
+        for name, mine, theirs, rows in (("keys", cache.k, ref.k, block[0]), ("values", cache.v, ref.v, block[1])):
+            mine, n = np.asarray(mine), ref.length
+            if mine.shape[:2] != theirs.shape[:2] or mine.shape[2] < n:
+                raise Wrong(f"after keep_path the cache's {name} have shape {mine.shape}, expected {theirs.shape}")
+            diff = np.abs(mine[:, :, :n] - theirs[:, :, :n]).max(axis=(0, 1, 3))  # [n]
+            if diff.max() < MAX_LOGIT_DIFF:
+                continue
+            slot = int(np.argmax(diff >= MAX_LOGIT_DIFF))
+            held = [i for i in range(len(tree)) if np.abs(mine[:, :, slot] - rows[:, :, i]).max() < MAX_LOGIT_DIFF]
+            holds = f"node {held[0]}'s" if held else "no node's"
+            where = (f"slot {slot} (the path's node {path[slot - start]}, position {slot}) holds {holds} {name}"
+                     if slot >= start else f"slot {slot} of the prefix changed")
+            raise Wrong(f"after keep_path {where}", [f"the path {path} of the tree with parents "
+                                                     f"{tree.parents.tolist()}: its rows belong at slots {start} to "
+                                                     f"{start + len(path) - 1}, in path order"], detail)
 
     return check
 
 
-def mask_cases():
+def keep_cases():
     model = shared()["mask model"]
-    return [(f"the tree with parents {t.parents.tolist()}", mask_case(model, t)) for t in random_trees()]
+    cases = []
+    for i, tree in enumerate(random_trees()):
+        node = len(tree) - 1 - i % 2  # the last node or the one before it ([0]: nothing kept, case 2)
+        cases.append((f"the path to node {node} of the tree with parents {tree.parents.tolist()}",
+                      keep_case(model, tree, node)))
+    return cases
 
 
 # -- exercise 4, the loop: a tiny target and draft, against generate and the target --------------

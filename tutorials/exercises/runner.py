@@ -17,7 +17,8 @@ What it gives:
 - A signal the graded code sends the grader (SIGTERM, SIGINT, SIGHUP, SIGUSR1/2, SIGALRM, SIGQUIT from
   the worker or its group) is caught and named, the exercise counted wrong; the grader carries on.
 - The clone's files (but .git, .venv and caches) are listed before and after each exercise: files
-  created, changed or deleted meanwhile are named, and the exercise counted wrong.
+  created, changed or deleted meanwhile are named under its verdict (named, not judged: another
+  program, an editor saving, may have changed them).
 
 What it does not give: a sandbox. The learner's code runs with the learner's rights: it can read and
 write any file the learner can (a change to the clone is named afterwards, not prevented), use the
@@ -45,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+STARTUP = 120.0  # seconds the worker may take to start, before the learner's file is imported
 KEEP = 4096  # bytes of the worker's output kept (its last ones)
 MAX_MESSAGE = 64 << 20  # bytes: a longer message is the worker's fault
 MAX_FILE = 64 << 20  # bytes: RLIMIT_FSIZE of the worker
@@ -211,6 +213,7 @@ def worker(path: str, names, rfd: int, wfd: int, shared: dict, harnesses: dict, 
     signal.alarm(int(time_limit) + 10)
     limit_resources()
     link = Link(rfd, wfd, shared)
+    send(wfd, {"op": "started"})  # the grader's own start-up is done: the time limit starts now
     import importlib.util
 
     try:
@@ -327,7 +330,7 @@ def clone_files(root: Path) -> dict:
     """{path: (size, mtime)} of the clone's files, but .git, .venv and caches (what the graded code may change)."""
     files = {}
     for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in SKIP]
+        dirs[:] = [d for d in dirs if d not in SKIP and not d.endswith(".egg-info")]
         for name in names:
             path = os.path.join(folder, name)
             try:
@@ -369,6 +372,10 @@ class Worker:
         os.close(from_w)
         signals.groups.add(self.proc.pid)
         self.tail = None if show_output else Tail(self.proc.stdout)
+        self.deadline = time.monotonic() + STARTUP  # its imports (NumPy, the checks' models), not yet the learner's
+        if self.receive().get("op") != "started":
+            raise self.protocol()
+        self.deadline = time.monotonic() + time_limit
         ready = self.receive()
         if ready.get("op") == "import failed":
             raise Failed(f"importing {path.name} raised {printable(ready.get('error'))}")
