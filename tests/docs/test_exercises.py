@@ -120,8 +120,8 @@ MISTAKES = [
      "t_cache.truncate(t_cache.length)", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your target's "
      "cache holds 10 tokens, lesson 4's loop's 8: every committed token but the last (the step committed 2): cut it "
      "back to the accepted guesses", []),
-    ("write_the_loop.py", "the draft's cache not cut", "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))",
-     "pass", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
+    ("write_the_loop.py", "the draft's cache not cut",
+     "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))", "pass", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
      "the 8 committed tokens but the last (lesson 4's loop keeps 8): cut it back to the accepted guesses", []),
     ("write_the_loop.py", "keep = n - 1 + accepted for both caches", "start + 1 + len(accepted)",
      "start + len(accepted)", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): after step 1 "
@@ -222,7 +222,8 @@ def test_the_exercises_say_what_the_lessons_before_them_do_not_print():
     assert "def keep_path(" in two and "def attention_mask(" not in two
     three, five = ((ROOT / "tutorials" / name).read_text() for name in ("03_speculative_sampling.py",
                                                                        "05_token_trees.py"))
-    assert "verify.verify_block" not in three and "def verify_block" not in three and ".keep(" not in five and "keep_path" not in five
+    assert "verify.verify_block" not in three and "def verify_block" not in three
+    assert ".keep(" not in five and "keep_path" not in five
 
 
 def test_the_rerun_command_reruns_that_case_in_full(tmp_path):

@@ -152,7 +152,8 @@ def test_the_time_limit_holds_with_case(tmp_path):
 
 
 def test_case_shows_the_learners_traceback(tmp_path):
-    (tmp_path / "chain_rule.py").write_text(STUB + "    return helper()\n\ndef helper():\n    raise ValueError('oops')\n")
+    (tmp_path / "chain_rule.py").write_text(STUB + "    return helper()\n\ndef helper():\n"
+                                            "    raise ValueError('oops')\n")
     proc = grader(tmp_path, "--case", "1:1")
     assert proc.returncode == 1 and "in helper" in proc.stderr and "ValueError: oops" in proc.stderr, proc.stderr
     assert proc.stdout.rstrip().endswith("wrong: ValueError: oops")

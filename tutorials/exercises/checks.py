@@ -3,12 +3,16 @@
 - The rules (exercises 1 and 3) by the library's exact one-step check (`specdec_np.proofs.exact`):
   over small p/q tables and tree shapes, smallest first, every tree drawn from q and every random
   choice of the rule enumerated, the emitted tokens (continued by the target where a step emitted
-  fewer) must be distributed as the target's: total variation < 1e-12, no sampling noise. Where they
-  are not, yours and the library's rule (`specdec_np.verify`) walk the same tree with the same coin
-  outcomes, and the first coin, draw or returned path that differs is named.
-- The mask and positions (exercise 2), on random trees, smallest first: a tiny random GPT-2 in
-  float64 scores the tree in one pass with your mask and positions, and each node's logits must
-  equal those of its root-to-node path fed alone as a chain (difference < 1e-9).
+  fewer) must be distributed as the target's: total variation < 1e-12, no sampling noise. Exercise 1
+  must also keep what block verification keeps (the same distribution of trees, paths and tokens as
+  `verify_block`'s: lesson 3's token-wise rule is lossless but keeps fewer). Where a rule fails, yours
+  and the library's (`specdec_np.verify`) walk the same tree with the same coin outcomes, and the first
+  coin, draw or returned path that differs is named.
+- The accepted path kept in the cache (exercise 2), on random trees, smallest first: a tiny random
+  GPT-2 in float64 scores the tree in one pass (the library's mask and positions), your keep_path
+  keeps a root-to-node path, and the cache's length, keys and values must be those of a plain prefill
+  of the prefix and the path (difference < 1e-9); the first slot that differs is named, with the node
+  whose rows it holds.
 - The loop (exercise 4), on a tiny random target and draft in float64: at temperature 0 it must emit
   the tokens of `generate(method="speculative")`; sampled, its first tokens must be distributed
   exactly as the target's (TV < 1e-12), and with a seed it must emit generate's very tokens (the same
@@ -19,8 +23,10 @@
   with your outcomes and the first coin or draw that differs is named with its step.
 
 A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
-code fails it. The checks test honest attempts and do not police cheating: a solution could call the
-library's rules (`specdec_np.verify.RULES`) or patch the tolerance in its own process.
+code fails it. The checks run in the grader's process, on what the learner's functions return from
+the worker (runner.py); `shared()` and `HARNESSES` are what the worker needs of this file. They test
+honest attempts and do not police cheating: a solution could call the library's rules
+(`specdec_np.verify.RULES`) or `KVCache.keep`.
 """
 
 from __future__ import annotations
@@ -693,8 +699,9 @@ def quietly(check, funcs) -> None:
 
 
 def failure(e: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message."""
+    """An exception in one line: its type (the learner's, for one raised in the worker) and its message's first line."""
     text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+    name = e.name if type(e).__name__ == "Raised" else type(e).__name__
+    return f"{name}: {text}" if text else name
 
 

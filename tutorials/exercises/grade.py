@@ -6,10 +6,12 @@ token your code emits beside the target's, the node, coin or draw where it depar
 that reruns that case alone, printing it in full. Exit 0 when every exercise is correct, 1 otherwise.
 
 checks.py holds what each exercise is checked against (the rules by the library's exact one-step
-check, `specdec_np.proofs.exact`); runner.py runs each exercise in a process of its own with a time
-limit, so that an exit, an endless loop or an exception in your code makes that exercise wrong, with
-the reason, and leaves the others graded. DIR (default: this folder) holds the four files;
-`solutions/` holds reference solutions.
+check, `specdec_np.proofs.exact`). The checks run here; your file runs in a worker process of its own
+(runner.py says what that isolates and what not): it answers the checks' calls over a pipe, so the
+verdict is this process's comparison of what your code returned. An exit, an endless loop (past
+--time-limit, with --case too), an exception or a signal sent to the grader makes that exercise wrong,
+with the reason, and leaves the others graded; changes to the clone while it ran are named under its
+line. DIR (default: this folder) holds the four files; `solutions/` holds reference solutions.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def judge(n: int, folder: Path, time_limit: float, signals) -> tuple[str, str, l
 
 
 def rerun(n: int, i: int, folder: Path, time_limit: float, signals) -> int:
-    """--case n:i: run one case and print it in full (the learner's output and tracebacks show), within the time limit."""
+    """--case n:i: run one case and print it in full (the learner's output and tracebacks show), in the time limit."""
     title, filename, names, cases, _ = EXERCISES[n - 1]
     cases = getattr(checks, cases)()
     if not 1 <= i <= len(cases):

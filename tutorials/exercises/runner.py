@@ -102,7 +102,7 @@ def encode(x, shared: dict):
     if type(x).__name__ == "Tree":
         return {"tree": [encode(getattr(x, f), shared) for f in ("tokens", "parents", "q", "kind", "draft_dists")]}
     if type(x).__name__ == "KVCache":
-        return {"cache": [encode(x.k, shared), encode(x.v, shared), x.length, shared[id(x.config)]]}  # its config shared
+        return {"cache": [encode(x.k, shared), encode(x.v, shared), x.length, shared[id(x.config)]]}
     if all(callable(getattr(x, m, None)) for m in REMOTE_METHODS):
         return {"remote": True}
     raise TypeError(f"cannot send a {type(x).__name__}")
