@@ -372,6 +372,14 @@ class Worker:
         os.close(from_w)
         signals.groups.add(self.proc.pid)
         self.tail = None if show_output else Tail(self.proc.stdout)
+        try:
+            self.handshake(path, names, time_limit)
+        except BaseException:  # a wrong file, or the grader stopped meanwhile: the worker ends here
+            self.close()
+            raise
+
+    def handshake(self, path: Path, names, time_limit: float) -> None:
+        """Wait for the worker to start and to import the learner's file; Failed if it cannot."""
         self.deadline = time.monotonic() + STARTUP  # its imports (NumPy, the checks' models), not yet the learner's
         if self.receive().get("op") != "started":
             raise self.protocol()
