@@ -210,10 +210,10 @@ def worker(path: str, names, rfd: int, wfd: int, shared: dict, harnesses: dict, 
     `names`, then run the calls the grader sends until it says "end"; then end at once (a thread or exit
     handler the learner's code left behind cannot hold it). Its own alarm ends it should the grader die."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, CAUGHT)  # the grader blocks them; its worker must not
-    signal.alarm(int(time_limit) + 10)
     limit_resources()
     link = Link(rfd, wfd, shared)
     send(wfd, {"op": "started"})  # the grader's own start-up is done: the time limit starts now
+    signal.alarm(int(time_limit) + 10)
     import importlib.util
 
     try:
@@ -447,16 +447,18 @@ class Worker:
             message = self.receive()
             op = message.get("op")
             if op == "callback" and message.get("method") in REMOTE_METHODS:
-                if error is not None:
-                    send(self.wfd, {"op": "abort"})
-                    continue
+                reply = {"op": "abort"}
+                if error is None:
+                    try:
+                        remote = next(a for a in args if all(callable(getattr(a, m, None)) for m in REMOTE_METHODS))
+                        value = getattr(remote, message["method"])(*decode(message.get("args"), {}))
+                        reply = {"op": "reply", "value": encode(value, {})}
+                    except Exception as e:  # the check's own verdict (Wrong) or the enumerator's: stop the call
+                        error = e
                 try:
-                    remote = next(a for a in args if all(callable(getattr(a, m, None)) for m in REMOTE_METHODS))
-                    value = getattr(remote, message["method"])(*decode(message.get("args"), {}))
-                    send(self.wfd, {"op": "reply", "value": encode(value, {})})
-                except Exception as e:  # the check's own verdict (Wrong) or the enumerator's: stop the call
-                    error = e
-                    send(self.wfd, {"op": "abort"})
+                    send(self.wfd, reply)
+                except OSError:
+                    raise self.ended() from None
                 continue
             if error is not None and op in ("return", "aborted", "raised", "wrong"):
                 raise error
