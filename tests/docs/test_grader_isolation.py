@@ -176,3 +176,17 @@ def test_an_outside_sigterm_still_ends_the_grader(tmp_path):
     while alive(int(pid_file.read_text())) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(int(pid_file.read_text()))
+
+
+def test_main_called_from_a_program_leaves_its_signals_alone(tmp_path):
+    """Only the script blocks signals (to tell the graded code's from others): a program calling main keeps its
+    mask, which its later subprocesses inherit (a blocked SIGINT there would make them deaf to Ctrl-C)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grade_for_mask", EXERCISES / "grade.py")
+    grade = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grade)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    (tmp_path / "chain_rule.py").write_text(STUB + "    raise NotImplementedError\n")
+    assert grade.main([str(tmp_path), "--case", "1:1"]) == 1
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before

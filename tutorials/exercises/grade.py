@@ -227,7 +227,9 @@ def parse(argv) -> argparse.Namespace:
     return opts
 
 
-def main(argv=None) -> int:
+def main(argv=None, signals=None) -> int:
+    """The command line; `signals`: a runner.Signals, which the script installs (a signal from the graded code is
+    then named, not obeyed); a program calling main keeps its own signals as they are."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
         print(PARSER.format_help(), end="")
@@ -244,7 +246,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"grade.py: {e}", file=sys.stderr)
         return 2
-    signals = runner.Signals()  # a signal from the graded code is named, not obeyed
+    signals = signals or runner.Signals(install=False)
     if opts.case:
         return rerun(*opts.case, opts.folder, opts.time_limit, signals)
     statuses = []
@@ -257,7 +259,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     try:
-        code = main()
+        code = main(signals=None if MISSING or sys.argv[1:2] == ["--worker"] else runner.Signals())
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the goodbye
         print("grade.py: interrupted", file=sys.stderr)
