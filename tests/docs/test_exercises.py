@@ -121,7 +121,8 @@ MISTAKES = [
      "cache holds 10 tokens, lesson 4's loop's 8: every committed token but the last (the step committed 2): cut it "
      "back to the accepted guesses", []),
     ("write_the_loop.py", "the draft's cache not cut",
-     "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))", "pass", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
+     "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))", "pass",
+     "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
      "the 8 committed tokens but the last (lesson 4's loop keeps 8): cut it back to the accepted guesses", []),
     ("write_the_loop.py", "keep = n - 1 + accepted for both caches", "start + 1 + len(accepted)",
      "start + len(accepted)", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): after step 1 "
