@@ -9,91 +9,40 @@
 # and says once more whether your own loop is written (and checks it if it is).
 
 # %%
+import importlib.util
+import inspect
 import sys
 from functools import partial
 from importlib import import_module
 from pathlib import Path
 
-import numpy as np
-
 import lesson  # tutorials/lesson.py: its folder holds lesson 4 (from tutorials/notebooks/ too)
 
 sys.path.insert(0, str(Path(lesson.__file__).resolve().parent))
 spec = import_module("04_write_the_loop")  # lesson 4: the models, the prompts and the checks
-from specdec_np.gpt2 import forward, new_cache  # noqa: E402
 from specdec_np.proofs import exact  # noqa: E402
-from specdec_np.sampling import process  # noqa: E402
 from specdec_np.tokenizer import decode  # noqa: E402
 
 target, draft, enc = spec.target, spec.draft, spec.enc
 
 # %% [markdown]
-# ## The rule, for one guess
+# ## The answer
 #
-# Lesson 3's rule: x was drawn from q. Keep it with probability min(1, p(x)/q(x)); otherwise the
-# target's token comes from the residual, what p still owes once x was rejected. Both are
-# arguments of the loop below (`acceptance`, `correction`), so that "Try this" can change them.
+# The loop has one home, `tutorials/exercises/solutions/write_the_loop.py`: this lesson loads it and prints
+# it, and the grader replays it to find where a loop departs from it. First the rule for one guess
+# (lesson 3's): x was drawn from q; keep it with probability min(1, p(x)/q(x)), otherwise the target's
+# token comes from the residual, what p still owes once x was rejected. Both are arguments of the
+# loop (`acceptance`, `correction`), so that "Try this" can change them; so is `forward`, which
+# lesson 4's remembering stand-in replaces for check 2. Then the loop, step by step as lesson 4
+# specifies it.
 
 # %%
-def ratio(p, q, x):  # the probability of keeping guess x
-    return min(1.0, p[x] / q[x])
-
-
-def residual(p, q):  # [V], [V] -> [V] (unnormalised)
-    return np.maximum(p - q, 0)
-
-
-def check_guess(x, p, q, rand, correction=residual, acceptance=ratio):
-    """(True, x) if guess x ~ q is kept, else (False, the target's token drawn from correction(p, q))."""
-    if rand.coin(acceptance(p, q, x)):
-        return True, x
-    return False, rand.draw(correction(p, q))
-
-
-# %% [markdown]
-# ## The loop
-#
-# Step by step as lesson 4 specifies it. One more argument serves check 2: `forward`, which lesson 4's
-# remembering stand-in replaces there.
-
-# %%
-def speculative_decode(target, draft, prompt, n_new, k, rand, settings=(0.0, None, None), correction=residual,
-                       acceptance=ratio, forward=forward):
-    """n_new tokens after prompt: the draft guesses k per step, the target checks them in one pass.
-
-    settings: (temperature, top_k, top_p) for `process`; correction, acceptance: the rule (`check_guess`).
-    """
-    t_cache, d_cache = new_cache(target), new_cache(draft)
-    seq = list(prompt)
-    forward(target, seq[:-1], t_cache)  # prefill all but the last token: each step feeds from seq[-1]
-    forward(draft, seq[:-1], d_cache)
-    while len(seq) < len(prompt) + n_new:
-        start = len(seq) - 1  # the target's cache holds seq[:start]
-        # 1. Draft: k guesses, one draft pass each; q_i is what guess i was drawn from.
-        guesses, qs, feed = [], [], seq[d_cache.length:]
-        for _ in range(k):
-            q = process(forward(draft, feed, d_cache)[-1], *settings)  # [V]
-            x = rand.draw(q)
-            guesses.append(x)
-            qs.append(q)
-            feed = [x]
-        # 2. Verify: one target pass over the last token and the k guesses.
-        p = process(forward(target, [seq[-1]] + guesses, t_cache), *settings)  # [k + 1, V]
-        # 3. The rule, guess by guess; a rejection ends the step with the target's correction.
-        accepted = []
-        for i, x in enumerate(guesses):
-            kept, token = check_guess(x, p[i], qs[i], rand, correction, acceptance)
-            if not kept:
-                break
-            accepted.append(x)
-        else:
-            token = rand.draw(p[k])  # every guess kept: a bonus token from the target's last row
-        # 4. Both caches keep only the committed text and the accepted guesses.
-        t_cache.truncate(start + 1 + len(accepted))
-        d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))
-        # 5. Emit.
-        seq += accepted + [token]
-    return seq[len(prompt):len(prompt) + n_new]
+ANSWER = Path(lesson.__file__).resolve().parent / "exercises" / "solutions" / "write_the_loop.py"
+_spec = importlib.util.spec_from_file_location("the_loop_answer", ANSWER)
+answer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(answer)
+speculative_decode = answer.speculative_decode
+print(inspect.getsource(answer).split('"""', 2)[2].strip())  # the code, without the file's docstring
 
 
 # %% [markdown]
@@ -139,8 +88,8 @@ print(f"correction drawn from p instead of the residual: TV = {caught(spec.SETTI
 # * Run check 1 with one guess per step (`spec.check_same_tokens(speculative_decode, k=1)`): the greedy
 #   tokens do not change (greedy output never depends on k), and sampled, the loop still emits the
 #   library's tokens for the seed (the library run with `Plan(chain=1)`).
-# * Keep every guess: give the loop `acceptance=lambda p, q, x: 1.0` instead of `ratio` (or make
-#   `ratio` return 1.0) and rerun check 2. What TV do you get, and whose distribution does the output
+# * Keep every guess: give the loop `acceptance=lambda p, q, x: 1.0` instead of `answer.ratio` and
+#   rerun check 2. What TV do you get, and whose distribution does the output
 #   follow now? With k = 1 a step keeps the draft's guess and then draws the bonus token from the
 #   target: the first and third tokens follow the draft, the second the target.
 # * Run check 2 and the negative control at top-k 2 (`settings=(1.0, 2, None)`): the possible 3-token

@@ -70,8 +70,16 @@ def build(lesson: Path, out_dir: Path, kernel: str = KERNEL, machine: str | None
     nb.metadata["kernelspec"] = {"name": kernel, "display_name": f"Python ({kernel})", "language": "python"}
     nb.metadata.pop("jupytext", None)
     with tempfile.TemporaryDirectory() as work:  # the files a lesson writes (out/...) land here
-        NotebookClient(nb, kernel_name=kernel, timeout=CELL_TIMEOUT, record_timing=False,
-                       resources={"metadata": {"path": work}}).execute()
+        with open(Path(work) / "kernel.stderr", "w+", encoding="utf-8", errors="replace") as said:
+            try:  # the kernel's own standard error goes to `said`: shown where the build fails, not on Ctrl-C
+                NotebookClient(nb, kernel_name=kernel, timeout=CELL_TIMEOUT, record_timing=False,
+                               resources={"metadata": {"path": work}},
+                               on_notebook_start=take_back_ctrl_c).execute(stderr=said)
+            except Exception:
+                if not ctrl_c:
+                    said.seek(0)
+                    sys.stderr.write(said.read()[-4000:])
+                raise
     first = next(c for c in nb.cells if c.cell_type == "code")
     first.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=machine or machine_line()))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +122,14 @@ def on_ctrl_c(signum, frame):
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), sys.stderr.fileno())
     raise KeyboardInterrupt
+
+
+def take_back_ctrl_c(**_) -> None:
+    """nbclient's hook once its kernel runs: nbclient has just made Ctrl-C its own (an asyncio handler that shuts
+    the kernel down and lets the cell fail with DeadKernelError, ZMQError and AssertionError tracebacks, exit 1);
+    Ctrl-C is on_ctrl_c's again, so it still says one line and exits 130 (nbclient's cleanup still stops the kernel)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not where Ctrl-C already came (the cleanup)
+        signal.signal(signal.SIGINT, on_ctrl_c)
 
 
 def say_interrupted():

@@ -41,7 +41,7 @@ def test_untouched_stubs_are_not_yet_written():
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1
     assert [line.split(" (")[0] for line in lines] == [f"exercise {n}, {t}" for n, t in enumerate(
-        ["chain rule with its residual", "tree attention mask and positions",
+        ["block verification of a chain", "the accepted path kept in the cache",
          "recursive rejection without replacement", "the speculative decoding loop"], 1)], proc.stdout
     assert all(line.endswith(": not yet written") for line in lines), proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -58,24 +58,22 @@ def test_reference_solutions_are_correct():
 
 # (file, mistake, text in the solution, the mistake's text, how the wrong line starts, diagnosis fragments)
 MISTAKES = [
-    ("chain_rule.py", "the residual the wrong way round", "np.maximum(p[node] - q, 0)", "np.maximum(q - p[node], 0)",
-     "case 1 of 7 (V=2, a chain of 1): TV 0.0504",
-     ["first token: yours {0: 0.722, 1: 0.278}, the target's {0: 0.773, 1: 0.227} (they differ)",
-      "with node 1 rejected: the library's verify_chain draws from {0: 1}; you draw from {1: 1}"]),
-    ("chain_rule.py", "the q row off by one", "tree.draft_dists[node]", "tree.draft_dists[node + 1]",
-     "case 1 of 7", ["at the first test: the library's verify_chain tests node 1 (token 1) with a coin of "
-                     "probability 0.818; you toss a coin of probability 1"]),
-    ("chain_rule.py", "the rejected node left in the path", "return path, rand.draw(np.maximum",
-     "return path + [node + 1], rand.draw(np.maximum", "case 1 of 7",
-     ["with node 1 rejected: your path is [0, 1], the library's verify_chain's [0]"]),
-    ("chain_rule.py", "the root's q at every level", "tree.draft_dists[node]", "tree.draft_dists[0]",
-     "case 2 of 7 (V=3, a chain of 2)",
-     ["(the same)", "with node 1 accepted: the library's verify_chain tests node 2 (token 2) with a coin of "
-                    "probability 0.622; you toss a coin of probability 0.262"]),
-    ("chain_rule.py", "the correction drawn from p, not the residual", "rand.draw(np.maximum(p[node] - q, 0))",
-     "rand.draw(p[node])", "case 1 of 7", ["you draw from {0: 0.773, 1: 0.227}"]),
-    ("chain_rule.py", "the ratio q/p instead of p/q", "p[node][x] / q[x]",
-     "q[x] / p[node][x] if p[node][x] > 0 else 1.0", "case 1 of 7", ["you toss a coin of probability 0.935"]),
+    ("chain_rule.py", "the stopping weight left out (h_i = a_i)", "        if rand.coin(h):",
+     "        if rand.coin(a[i]):", "case 2 of 7 (V=3, a chain of 2): TV 0.0172",
+     ["with node 2 rejected: the library's verify_block tests node 1 (token 2) with a coin of probability 0; you "
+      "toss a coin of probability 0.0176"]),
+    ("chain_rule.py", "what is owed without the weight (p - q, not a p - q)", "np.maximum(a[i] * p[i] - q[i], 0)",
+     "np.maximum(p[i] - q[i], 0)", "case 2 of 7 (V=3, a chain of 2): TV 0.137", ["(they differ)"]),
+    ("chain_rule.py", "the correction drawn from p, not the residual",
+     "rand.draw(np.maximum(p[0] - q[0], 0) if k else p[0])", "rand.draw(p[0])", "case 1 of 7 (V=2, a chain of 1)",
+     ["with node 1 rejected: the library's verify_block draws from {0: 1}; you draw from {0: 0.773, 1: 0.227}"]),
+    ("chain_rule.py", "the q row off by one", "a[-1] * p[i - 1][x[i]] / q[i - 1][x[i]]",
+     "a[-1] * p[i - 1][x[i]] / q[i][x[i]]", "case 1 of 7 (V=2, a chain of 1): TV 0.0504",
+     ["at the first test: the library's verify_block tests node 1 (token 1) with a coin of probability 0.818; you "
+      "toss a coin of probability 1"]),
+    ("chain_rule.py", "a kept prefix's token drawn from p, not from what is owed",
+     "return list(range(i + 1)), rand.draw(owed)", "return list(range(i + 1)), rand.draw(p[i])",
+     "case 2 of 7 (V=3, a chain of 2): TV 4.49e-05", ["the library's verify_block draws from {0: 0.223, 1: 0.777}"]),
     ("recursive_rejection.py", "the root's q at every level", "tree.draft_dists[node]", "tree.draft_dists[0]",
      "case 2 of 7 (V=3, widths 2,1)",
      ["(the same)", "with node 1 accepted: the library's verify_recursive_wor tests node 3 (token 2) with a "
@@ -93,47 +91,61 @@ MISTAKES = [
      "return path + [int(c)] * bool(len(children(tree, node))), rand.draw(p_res)", "case 1 of 7",
      ["your path is [0, 1], the library's verify_recursive_wor's [0]"]),
     # Cases 1 and 2 are chains (checked below): the first tree with siblings is the smallest.
-    ("tree_attention.py", "a sibling visible in the mask",
-     "mask[i] = mask[tree.parents[i]]  # the parent's row: every ancestor", "mask[i, :i] = True",
-     "case 3 of 14 (the tree with parents [-1, 0, 0]): node 2's logits differ",
-     ["node 2's path is 0 -> 2; your mask lets it see nodes [0, 1, 2]; your positions along its path: [3, 4]"]),
-    ("tree_attention.py", "position = node index instead of prefix + depth", "return prefix_len + depth",
-     "return prefix_len + np.arange(len(depth))", "case 3 of 14 (the tree with parents [-1, 0, 0])",
-     ["your mask lets it see nodes [0, 2]; your positions along its path: [3, 5]"]),
-    ("tree_attention.py", "the root one position late", "return prefix_len + depth", "return prefix_len + 1 + depth",
-     "case 1 of 14 (the tree with parents [-1, 0]): node 0's logits differ",
-     ["your positions along its path: [4] (the cache holds 3 tokens, positions 0 to 2)"]),
-    ("tree_attention.py", "an exception in the learner's code", "return prefix_len + depth",
-     "raise ValueError('oops')", "case 1 of 14 (the tree with parents [-1, 0]): ValueError: oops", []),
-    ("write_the_loop.py", "the correction drawn from p, not the residual", "rand.draw(np.maximum(p[i] - qs[i], 0))",
-     "rand.draw(p[i])", "case 3 of 8 (exact, temperature 1 top-k 2, k=1, 3 tokens): TV 0.165",
+    ("tree_attention.py", "the rows not moved (right for a chain only)", "rows = start + np.asarray(path)",
+     "rows = start + np.arange(len(path))",
+     "case 3 of 14 (the path to node 2 of the tree with parents [-1, 0, 0]): after keep_path slot 4 (the path's "
+     "node 2, position 4) holds node 1's keys",
+     ["the path [0, 2] of the tree with parents [-1, 0, 0]: its rows belong at slots 3 to 4, in path order"]),
+    ("tree_attention.py", "the keys moved, not the values", "    cache.v[:, :, start:start + n] = cache.v[:, :, rows]",
+     "    pass", "case 3 of 14 (the path to node 2 of the tree with parents [-1, 0, 0]): after keep_path slot 4 (the "
+     "path's node 2, position 4) holds node 1's values", []),
+    ("tree_attention.py", "the path's node ids as slots (start forgotten)", "rows = start + np.asarray(path)",
+     "rows = np.asarray(path)", "case 1 of 14 (the path to node 1 of the tree with parents [-1, 0]): after keep_path "
+     "slot 3 (the path's node 0, position 3) holds no node's keys", []),
+    ("tree_attention.py", "the cache's length left at the block's end", "    cache.length = start + n", "    pass",
+     "case 2 of 14 (the path to node 0 of the tree with parents [-1, 0]): after keep_path the cache's length is 5, "
+     "expected 4: the prefix (3) and the path's 1 node", []),
+    ("tree_attention.py", "an exception in the learner's code", "    cache.length = start + n",
+     "    raise ValueError('oops')", "case 1 of 14 (the path to node 1 of the tree with parents [-1, 0]): ValueError: "
+     "oops", []),
+    ("write_the_loop.py", "the correction drawn from p, not the residual", "return np.maximum(p - q, 0)",
+     "return p", "case 3 of 8 (exact, temperature 1 top-k 2, k=1, 3 tokens): TV 0.165",
      ["first token: yours {10: 0.93, 12: 0.0704}, the target's {10: 0.767, 12: 0.233} (they differ)"]),
+    # Cache mistakes are named as such, with the first step and cache that differ, before any draw is compared.
     ("write_the_loop.py", "the target's cache cut one token short", "t_cache.truncate(start + 1 + len(accepted))",
      "t_cache.truncate(start + len(accepted))", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): "
-     "token 5 of 8 differs: yours 12, generate's 7", ["yours:      [10, 10, 12, 12, 12, 7, 12, 7]"]),
+     "after step 1 your target's cache holds 4 tokens, lesson 4's loop's 5: every committed token but the last "
+     "(the step committed 3): it lost committed tokens", []),
+    ("write_the_loop.py", "the target's cache not cut", "t_cache.truncate(start + 1 + len(accepted))",
+     "t_cache.truncate(t_cache.length)", "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your target's "
+     "cache holds 10 tokens, lesson 4's loop's 8: every committed token but the last (the step committed 2): cut it "
+     "back to the accepted guesses", []),
+    ("write_the_loop.py", "the draft's cache not cut",
+     "d_cache.truncate(min(d_cache.length, start + 1 + len(accepted)))", "pass",
+     "case 2 of 8 (temperature 0, k=3, 12 tokens): after step 2 your draft's cache holds 9 tokens, more than "
+     "the 8 committed tokens but the last (lesson 4's loop keeps 8): cut it back to the accepted guesses", []),
+    ("write_the_loop.py", "keep = n - 1 + accepted for both caches", "start + 1 + len(accepted)",
+     "start + len(accepted)", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): after step 1 "
+     "your target's cache holds 4 tokens, lesson 4's loop's 5", []),
     ("write_the_loop.py", "the bonus token from the last guess's row", "token = rand.draw(p[k])",
      "token = rand.draw(p[k - 1])", "case 1 of 8", ["the tokens are plain greedy decoding's"]),
-    ("write_the_loop.py", "the residual the wrong way round", "np.maximum(p[i] - qs[i], 0)",
-     "np.maximum(qs[i] - p[i], 0)", "case 2 of 8 (temperature 0, k=3, 12 tokens): token 6 of 12 differs", []),
+    ("write_the_loop.py", "the residual the wrong way round", "np.maximum(p - q, 0)",
+     "np.maximum(q - p, 0)", "case 2 of 8 (temperature 0, k=3, 12 tokens): token 6 of 12 differs", []),
     # Lossless (a guess is kept with the same probability), but a seed gives other tokens than generate's.
-    ("write_the_loop.py", "the coin asked the other way round", "if not rand.coin(min(1.0, p[i][x] / qs[i][x])):",
-     "if rand.coin(1 - min(1.0, p[i][x] / qs[i][x])):", "case 6 of 8 (seed 0",
+    ("write_the_loop.py", "the coin asked the other way round", "if rand.coin(acceptance(p, q, x)):",
+     "if not rand.coin(1 - acceptance(p, q, x)):", "case 6 of 8 (seed 0",
      ["your tokens passed the exact checks"]),
     # Exercise 4 pinpoints the first coin or draw that differs from lesson 4's loop, with its step.
     ("write_the_loop.py", "the bonus token from p[k - 1], named", "token = rand.draw(p[k])",
      "token = rand.draw(p[k - 1])", "case 1 of 8 (temperature 0, k=2, the draft = the target, 8 tokens): token 3 of 8",
      ["step 1, every guess kept: the bonus token is drawn from p[k] = p[2], the target's distribution after the "
       "last guess, {12: 1}; you draw from {10: 1}, which is p[k - 1] = p[1]"]),
-    ("write_the_loop.py", "the correction drawn from p, pinpointed", "rand.draw(np.maximum(p[i] - qs[i], 0))",
-     "rand.draw(p[i])", "case 3 of 8",
+    ("write_the_loop.py", "the correction drawn from p, pinpointed", "return np.maximum(p - q, 0)",
+     "return p", "case 3 of 8",
      ["step 1, guess 1 rejected: the correction is drawn from the residual max(p[0] - q[0], 0) = {10: 0.229, "
       "12: 0.771}; you draw from {10: 0.767, 12: 0.233}, which is p[0]"]),
-    ("write_the_loop.py", "the target's cache cut one token short, pinpointed",
-     "t_cache.truncate(start + 1 + len(accepted))", "t_cache.truncate(start + len(accepted))", "case 1 of 8",
-     ["step 2, the test of guess 2 (token 7): generate tosses a coin of probability min(1, p/q) = 1; you toss a "
-      "coin of probability 0"]),
-    ("write_the_loop.py", "the residual the wrong way round, pinpointed", "np.maximum(p[i] - qs[i], 0)",
-     "np.maximum(qs[i] - p[i], 0)", "case 2 of 8",
+    ("write_the_loop.py", "the residual the wrong way round, pinpointed", "np.maximum(p - q, 0)",
+     "np.maximum(q - p, 0)", "case 2 of 8",
      ["step 2, guess 2 rejected: the correction is drawn from the residual max(p[1] - q[1], 0) = {12: 1}; you draw "
       "from {7: 1}, which is q[1]"]),
     # A cache cut past what it holds: one line naming the invariant, not truncate's own error.
@@ -153,7 +165,7 @@ MISTAKES = [
 def write_mistake(folder: Path, filename: str, right: str, wrong: str) -> None:
     source = (SOLUTIONS / filename).read_text()
     assert right in source
-    (folder / filename).write_text(source.replace(right, wrong))
+    (folder / filename).write_text(source.replace(right, wrong))  # every occurrence
 
 
 @pytest.mark.parametrize("filename, mistake, right, wrong, first, diagnosis", MISTAKES, ids=[m[1] for m in MISTAKES])
@@ -185,8 +197,38 @@ def test_a_missing_guard_for_q_running_out_is_harmless(grade, tmp_path):
     assert "runs out" not in (EXERCISES / "recursive_rejection.py").read_text()
 
 
+Q_OFF_BY_ONE = ("a[-1] * p[i - 1][x[i]] / q[i - 1][x[i]]", "a[-1] * p[i - 1][x[i]] / q[i][x[i]]")
+
+
+def test_lesson_3s_token_wise_rule_is_not_block_verification(grade, tmp_path):
+    """Lesson 3's rule is lossless too: exercise 1 asks for the step after it, and says so when given it."""
+    (tmp_path / "chain_rule.py").write_text(
+        "import numpy as np\n\n\ndef verify_block(tree, p, rand):\n    path = [0]\n"
+        "    for node in range(len(tree) - 1):\n        x, q = tree.tokens[node + 1], tree.draft_dists[node]\n"
+        "        if not rand.coin(min(1.0, p[node][x] / q[x])):\n"
+        "            return path, rand.draw(np.maximum(p[node] - q, 0))\n        path.append(node + 1)\n"
+        "    return path, rand.draw(p[path[-1]])\n")
+    status, line, lines = grade.grade(1, tmp_path)
+    assert status == "wrong" and line == ("wrong: case 2 of 7 (V=3, a chain of 2): lossless, but not verify_block: "
+                                          "your rule keeps 0.03492 guesses a step on average, verify_block 0.03771")
+    assert "at the first test: the library's verify_block tests node 2 (token 0) with a coin of probability " \
+           "0.0196; you toss a coin of probability 0.0176" in lines[0]
+
+
+def test_the_exercises_say_what_the_lessons_before_them_do_not_print():
+    """Exercise 1 is block verification (lesson 3 prints the token-wise rule), exercise 2 the cache after a tree
+    pass (lesson 5 prints the mask and positions); exercise 1 says a certain coin draws no random number."""
+    one, two = ((EXERCISES / name).read_text() for name in ("chain_rule.py", "tree_attention.py"))
+    assert "def verify_block(" in one and "A certain coin (prob >= 1) is True and draws no random number" in one
+    assert "def keep_path(" in two and "def attention_mask(" not in two
+    three, five = ((ROOT / "tutorials" / name).read_text() for name in ("03_speculative_sampling.py",
+                                                                       "05_token_trees.py"))
+    assert "verify.verify_block" not in three and "def verify_block" not in three
+    assert ".keep(" not in five and "keep_path" not in five
+
+
 def test_the_rerun_command_reruns_that_case_in_full(tmp_path):
-    write_mistake(tmp_path, "chain_rule.py", "np.maximum(p[node] - q, 0)", "np.maximum(q - p[node], 0)")
+    write_mistake(tmp_path, "chain_rule.py", *Q_OFF_BY_ONE)
     with open(tmp_path / "chain_rule.py", "a") as f:
         f.write("print('hello from the solution')\n")
     graded = run_grader(tmp_path)
@@ -196,7 +238,7 @@ def test_the_rerun_command_reruns_that_case_in_full(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert "hello from the solution" in out
-    assert "exercise 1, chain rule with its residual (chain_rule.py), case 1 of 7 (V=2, a chain of 1)" in out
+    assert "exercise 1, block verification of a chain (chain_rule.py), case 1 of 7 (V=2, a chain of 1)" in out
     assert "wrong: TV 0.0504 from the target's distribution\nfirst token: yours" in out
     assert "target P (row t: after token t)" in out and "node 1: token 1, parent 0" in out
 
@@ -204,8 +246,7 @@ def test_the_rerun_command_reruns_that_case_in_full(tmp_path):
 def test_a_solution_that_exits_or_raises_is_wrong_with_its_reason(tmp_path):
     (tmp_path / "chain_rule.py").write_text("import sys\nsys.exit(0)\n")
     (tmp_path / "tree_attention.py").write_text(
-        "import os\n\ndef attention_mask(tree):\n    print('bye', flush=True)\n    os._exit(0)\n\n"
-        "def positions(tree, prefix_len):\n    return None\n")
+        "import os\n\ndef keep_path(cache, start, path):\n    print('bye', flush=True)\n    os._exit(0)\n")
     (tmp_path / "recursive_rejection.py").write_text("def verify_recursive_wor(tree, p, rand):\n"
                                                      "    raise SystemExit(1)\n")
     (tmp_path / "write_the_loop.py").write_text("def speculative_decode(*args):\n    raise KeyboardInterrupt\n")
@@ -222,7 +263,7 @@ def test_a_solution_that_exits_or_raises_is_wrong_with_its_reason(tmp_path):
 
 
 def test_a_hang_is_wrong_after_the_time_limit(tmp_path):
-    (tmp_path / "chain_rule.py").write_text("def verify_chain(tree, p, rand):\n    while True:\n        pass\n")
+    (tmp_path / "chain_rule.py").write_text("def verify_block(tree, p, rand):\n    while True:\n        pass\n")
     start = time.monotonic()
     proc = run_grader(tmp_path, "--time-limit", "1", timeout=60)
     lines = proc.stdout.splitlines()
@@ -239,7 +280,7 @@ def test_an_interrupt_stops_the_grader_and_its_worker(tmp_path, sig, code, said)
     pid_file = tmp_path / "worker.pid"
     (tmp_path / "chain_rule.py").write_text(
         f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n\n"
-        "def verify_chain(tree, p, rand):\n    while True:\n        pass\n")
+        "def verify_block(tree, p, rand):\n    while True:\n        pass\n")
     proc = subprocess.Popen([sys.executable, str(EXERCISES / "grade.py"), str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     deadline = time.monotonic() + 30
@@ -289,7 +330,7 @@ def test_grading_survives_python_O(tmp_path):
 
     for path in EXERCISES.glob("*.py"):
         assert not any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(path.read_text()))), path
-    write_mistake(tmp_path, "chain_rule.py", "np.maximum(p[node] - q, 0)", "np.maximum(q - p[node], 0)")
+    write_mistake(tmp_path, "chain_rule.py", *Q_OFF_BY_ONE)
     proc = subprocess.run([sys.executable, "-O", str(EXERCISES / "grade.py"), str(tmp_path), "--case", "1:1"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 1 and "case 1 of 7 (V=2, a chain of 1)\nwrong: TV 0.0504 from the target's" in (

@@ -41,7 +41,7 @@ WRONG = {
                                 ("check_one_guess", "lambda rand: library_step(rand, k=2)"),
                                 ("check_rule", "np.array([0.5, 0.6, 0.0, 0.0]), q")],
     "04b_the_loop_answer": [("spec.check_same_tokens", "partial(speculative_decode, acceptance=lambda p, q, x: 1.0), 1"),
-                            ("check_always_keep", "ratio"), ("check_top_k", "spec.SETTINGS")],
+                            ("check_always_keep", "answer.ratio"), ("check_top_k", "spec.SETTINGS")],
     "05_token_trees": [("check_wide", "[2, 2, 1]"), ("check_unmasked", "attention_mask(tree)")],
     "06_verifying_trees": [("check_d_first", "B, D"),
                            ("check_still_exact", "[('swapped', P, 'without', verify.verify_recursive)], [3]"),
@@ -128,7 +128,7 @@ def loop_implementation(path: Path) -> list[str]:
         nb = json.loads(path.read_text(encoding="utf-8"))
         cells = [text(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     else:
-        cells = percent_cells(path)
+        cells = percent_cells(path) or [path.read_text(encoding="utf-8")]  # a plain module: one cell
     found = []
     for node in ast.walk(ast.parse("\n\n".join(cells))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
@@ -146,12 +146,15 @@ def loop_implementation(path: Path) -> list[str]:
 
 def test_lesson_4_holds_no_answer():
     """Lesson 4 specifies the loop and its checks and stops: no implementation in its code cells, no answer in its
-    prose (the answer is lesson 4b, where the same test finds one, so it can fail)."""
+    prose (the answer is exercise 4's solution, which lesson 4b loads and shows and where the same test finds one,
+    so it can fail)."""
     four, answer = (ROOT / "tutorials" / name for name in ("04_write_the_loop.py", "04b_the_loop_answer.py"))
     assert loop_implementation(four) == [], loop_implementation(four)
     assert "## An answer" not in four.read_text(encoding="utf-8")
     assert "04b_the_loop_answer.py" in four.read_text(encoding="utf-8")  # it says where the answer is
-    assert len(loop_implementation(answer)) >= 4, loop_implementation(answer)
+    solution = ROOT / "tutorials" / "exercises" / "solutions" / "write_the_loop.py"
+    assert len(loop_implementation(solution)) >= 4, loop_implementation(solution)
+    assert '"exercises" / "solutions" / "write_the_loop.py"' in answer.read_text(encoding="utf-8")
     notebook = NOTEBOOKS / "04_write_the_loop.ipynb"
     assert loop_implementation(notebook) == [], f"{notebook.name} holds the answer: run make notebooks"
 

@@ -3,26 +3,39 @@
 - The rules (exercises 1 and 3) by the library's exact one-step check (`specdec_np.proofs.exact`):
   over small p/q tables and tree shapes, smallest first, every tree drawn from q and every random
   choice of the rule enumerated, the emitted tokens (continued by the target where a step emitted
-  fewer) must be distributed as the target's: total variation < 1e-12, no sampling noise. Where they
-  are not, yours and the library's rule (`specdec_np.verify`) walk the same tree with the same coin
-  outcomes, and the first coin, draw or returned path that differs is named.
-- The mask and positions (exercise 2), on random trees, smallest first: a tiny random GPT-2 in
-  float64 scores the tree in one pass with your mask and positions, and each node's logits must
-  equal those of its root-to-node path fed alone as a chain (difference < 1e-9).
+  fewer) must be distributed as the target's: total variation < 1e-12, no sampling noise. Exercise 1
+  must also keep what block verification keeps (the same distribution of trees, paths and tokens as
+  `verify_block`'s: lesson 3's token-wise rule is lossless but keeps fewer). Where a rule fails, yours
+  and the library's (`specdec_np.verify`) walk the same tree with the same coin outcomes, and the first
+  coin, draw or returned path that differs is named.
+- The accepted path kept in the cache (exercise 2), on random trees, smallest first: a tiny random
+  GPT-2 in float64 scores the tree in one pass (the library's mask and positions), your keep_path
+  keeps a root-to-node path, and the cache's length, keys and values must be those of a plain prefill
+  of the prefix and the path (difference < 1e-9); the first slot that differs is named, with the node
+  whose rows it holds.
 - The loop (exercise 4), on a tiny random target and draft in float64: at temperature 0 it must emit
   the tokens of `generate(method="speculative")`; sampled, its first tokens must be distributed
   exactly as the target's (TV < 1e-12), and with a seed it must emit generate's very tokens (the same
-  random numbers, drawn in the same order). Where it fails, its calls of rand are replayed against
-  the loop lesson 4 specifies and the first coin or draw that differs is named with its step.
+  random numbers, drawn in the same order). After each step, when a cache is next used, it must hold
+  what lesson 4's loop's does (the target's every committed token but the last, the draft's at most
+  as many, each row the committed token's): the first step and cache that differ are named, before any
+  draw is compared. Where the draws differ, lesson 4's loop (the solution, its one home) is replayed
+  with your outcomes and the first coin or draw that differs is named with its step.
 
 A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
-code fails it. The checks test honest attempts and do not police cheating: a solution could call the
-library's rules (`specdec_np.verify.RULES`) or patch the tolerance in its own process.
+code fails it. The checks run in the grader's process, on what the learner's functions return from
+the worker (runner.py); `shared()` and `HARNESSES` are what the worker needs of this file. They test
+honest attempts and do not police cheating: a solution could call the library's rules
+(`specdec_np.verify.RULES`) or `KVCache.keep`.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from itertools import zip_longest
+from pathlib import Path
 
 import numpy as np
 
@@ -33,8 +46,8 @@ from specdec_np.kvcache import KVCache
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.sampling import Rand, process
-from specdec_np.tree import Tree, path_to
-from specdec_np.verify import verify_chain, verify_recursive_wor
+from specdec_np.tree import Tree, attention_mask, path_to, positions
+from specdec_np.verify import verify_block, verify_recursive_wor
 
 MAX_TV = 1e-12
 MAX_LOGIT_DIFF = 1e-9
@@ -206,8 +219,9 @@ def copy_tree(tree: Tree) -> Tree:
     return Tree(tree.tokens.copy(), tree.parents.copy(), tree.q.copy(), tree.kind, tree.draft_dists.copy())
 
 
-def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool):
-    """The check of one rule case: TV to the target and, if wrong, where the rule departs from the library's."""
+def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool, same_steps: bool = False):
+    """The check of one rule case: TV to the target and, if wrong, where the rule departs from the library's.
+    same_steps: the rule must also keep what `reference` keeps (the same (tree, path, token) distribution)."""
     P, Q = tables(V, seed)
     m = len(widths) + 1
     target, draft = (lambda ctx: P[ctx[-1]]), (lambda ctx: Q[ctx[-1]])
@@ -218,31 +232,44 @@ def rule_case(name: str, reference, V: int, widths, seed: int, replacement: bool
         trees[tuple(tree.tokens.tolist()), tuple(tree.parents.tolist())] = copy_tree(tree)
         return tree
 
-    def check(funcs):
-        steps = enumerate_outcomes(exact.step_outcomes, drawn, checked(funcs[name], V), draft, target, 0)
-        emitted = exact.emitted_distribution(steps, target, 0, m)
-        tv = exact.total_variation(emitted, exact.sequence_distribution(target, (0,), m))
-        if tv < MAX_TV:
-            return
-        diagnosis = [first_token(emitted, P[0])]
-        detail = [f"target P (row t: after token t):\n{np.round(P, 3)}", f"draft Q:\n{np.round(Q, 3)}"]
+    def parting(rule, steps, diagnosis: list, detail: list) -> None:
+        """The likeliest tree where `rule` and the reference part, and how, added to the diagnosis."""
         chance = exact.marginal(steps, lambda step: step[:2])  # {tree: its probability}
-        for key in sorted(chance, key=lambda key: -chance[key]):  # the likeliest tree where the rules part
-            line = first_difference(funcs[name], reference, trees[key], P, reference.__name__)
+        for key in sorted(chance, key=lambda key: -chance[key]):
+            line = first_difference(rule, reference, trees[key], P, reference.__name__)
             if line:
                 diagnosis.append(f"on the tree with tokens {list(key[0])} and parents {list(key[1])} (drawn with "
                                  f"probability {chance[key]:.3g}), {line}")
                 detail += [f"node {i}: token {t}, parent {parent}, p after it {show(P[t])}"
                            + (f", its children drawn from q = {show(Q[t])}" if i in key[1] else "")
                            for i, (t, parent) in enumerate(zip(*key))]
-                break
-        raise Wrong(f"TV {tv:.3g} from the target's distribution", diagnosis, detail)
+                return
+
+    def check(funcs):
+        steps = enumerate_outcomes(exact.step_outcomes, drawn, checked(funcs[name], V), draft, target, 0)
+        emitted = exact.emitted_distribution(steps, target, 0, m)
+        tv = exact.total_variation(emitted, exact.sequence_distribution(target, (0,), m))
+        detail = [f"target P (row t: after token t):\n{np.round(P, 3)}", f"draft Q:\n{np.round(Q, 3)}"]
+        if tv >= MAX_TV:
+            diagnosis = [first_token(emitted, P[0])]
+            parting(funcs[name], steps, diagnosis, detail)
+            raise Wrong(f"TV {tv:.3g} from the target's distribution", diagnosis, detail)
+        if not same_steps:
+            return
+        ours = exact.step_outcomes(drawn, reference, draft, target, 0)
+        if exact.total_variation(steps, ours) < MAX_TV:
+            return
+        kept = [sum(pr * (len(step[2]) - 1) for step, pr in dist.items()) for dist in (steps, ours)]
+        diagnosis = []
+        parting(funcs[name], steps, diagnosis, detail)
+        raise Wrong(f"lossless, but not {reference.__name__}: your rule keeps {kept[0]:.4g} guesses a step on "
+                    f"average, {reference.__name__} {kept[1]:.4g}", diagnosis, detail)
 
     return check
 
 
 def chain_cases():
-    return [(f"V={V}, a chain of {k}", rule_case("verify_chain", verify_chain, V, [1] * k, seed, True))
+    return [(f"V={V}, a chain of {k}", rule_case("verify_block", verify_block, V, [1] * k, seed, True, True))
             for V, k, seed in CHAIN_CASES]
 
 
@@ -268,42 +295,51 @@ def random_trees(count: int = 14, seed: int = 0) -> list[Tree]:
     return trees
 
 
-def mask_case(model, tree: Tree):
+def keep_case(model, tree: Tree, node: int):
+    """Your keep_path after a tree pass, for the path to `node`: the cache as a plain prefill of the path leaves it."""
+    path = [int(j) for j in path_to(tree, node)]
+
     def check(funcs):
-        mask = np.asarray(funcs["attention_mask"](tree))
-        pos = np.asarray(funcs["positions"](tree, len(CONTEXT)))
-        n = len(tree)
-        if mask.shape != (n, n):
-            raise Wrong(f"attention_mask returned shape {mask.shape} for a tree of {n} nodes, expected ({n}, {n})")
-        if pos.shape != (n,) or not np.issubdtype(pos.dtype, np.integer):
-            raise Wrong(f"positions returned {pos.dtype} shape {pos.shape} for a tree of {n} nodes, "
-                        f"expected ({n},) ints")
         cache = new_cache(model)
         forward(model, CONTEXT, cache)
-        logits = forward(model, tree.tokens, cache, positions=pos, mask=mask.astype(bool))  # [n, V]
-        diffs = []
-        for i in range(n):
-            chain = CONTEXT + [int(t) for t in tree.tokens[path_to(tree, i)]]
-            alone = forward(model, chain, new_cache(model))[-1]  # [V]
-            diffs.append(float(np.abs(logits[i] - alone).max()))
-        node = int(np.argmax(np.array(diffs) >= MAX_LOGIT_DIFF))
-        if diffs[node] < MAX_LOGIT_DIFF:
-            return
-        path = [int(j) for j in path_to(tree, node)]
-        raise Wrong(f"node {node}'s logits differ by {diffs[node]:.3g} from its path fed alone as a chain",
-                    [f"node {node}'s path is {' -> '.join(map(str, path))}; your mask lets it see nodes "
-                     f"{np.flatnonzero(mask[node]).tolist()}; your positions along its path: {pos[path].tolist()} "
-                     f"(the cache holds {len(CONTEXT)} tokens, positions 0 to {len(CONTEXT) - 1})"],
-                    [f"tokens {tree.tokens.tolist()}, parents {tree.parents.tolist()}",
-                     f"your mask:\n{mask.astype(int)}", f"your positions: {pos.tolist()}",
-                     "largest logit difference per node: " + ", ".join(f"{d:.3g}" for d in diffs)])
+        start = cache.length
+        forward(model, tree.tokens, cache, positions=positions(tree, start), mask=attention_mask(tree))
+        block = [cache.k[:, :, start:cache.length].copy(), cache.v[:, :, start:cache.length].copy()]  # node order
+        funcs["keep_path"](cache, start, list(path))
+        ref = new_cache(model)
+        forward(model, CONTEXT + [int(t) for t in tree.tokens[path]], ref)
+        detail = [f"tokens {tree.tokens.tolist()}, parents {tree.parents.tolist()}, the path {path}, the block "
+                  f"at slots {start} to {start + len(tree) - 1}"]
+        if not isinstance(cache.length, int) or cache.length != ref.length:
+            raise Wrong(f"after keep_path the cache's length is {cache.length}, expected {ref.length}: the "
+                        f"prefix ({start}) and the path's {len(path)} nodes", [], detail)
+        for name, mine, theirs, rows in (("keys", cache.k, ref.k, block[0]), ("values", cache.v, ref.v, block[1])):
+            mine, n = np.asarray(mine), ref.length
+            if mine.shape[:2] != theirs.shape[:2] or mine.shape[2] < n:
+                raise Wrong(f"after keep_path the cache's {name} have shape {mine.shape}, expected {theirs.shape}")
+            diff = np.abs(mine[:, :, :n] - theirs[:, :, :n]).max(axis=(0, 1, 3))  # [n]
+            if diff.max() < MAX_LOGIT_DIFF:
+                continue
+            slot = int(np.argmax(diff >= MAX_LOGIT_DIFF))
+            held = [i for i in range(len(tree)) if np.abs(mine[:, :, slot] - rows[:, :, i]).max() < MAX_LOGIT_DIFF]
+            holds = f"node {held[0]}'s" if held else "no node's"
+            where = (f"slot {slot} (the path's node {path[slot - start]}, position {slot}) holds {holds} {name}"
+                     if slot >= start else f"slot {slot} of the prefix changed")
+            raise Wrong(f"after keep_path {where}", [f"the path {path} of the tree with parents "
+                                                     f"{tree.parents.tolist()}: its rows belong at slots {start} to "
+                                                     f"{start + len(path) - 1}, in path order"], detail)
 
     return check
 
 
-def mask_cases():
-    model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
-    return [(f"the tree with parents {t.parents.tolist()}", mask_case(model, t)) for t in random_trees()]
+def keep_cases():
+    model = shared()["mask model"]
+    cases = []
+    for i, tree in enumerate(random_trees()):
+        node = len(tree) - 1 - i % 2  # the last node or the one before it ([0]: nothing kept, case 2)
+        cases.append((f"the path to node {node} of the tree with parents {tree.parents.tolist()}",
+                      keep_case(model, tree, node)))
+    return cases
 
 
 # -- exercise 4, the loop: a tiny target and draft, against generate and the target --------------
@@ -315,9 +351,18 @@ CACHE = "after a step the target's cache holds every committed token but the las
 def loop_models():  # -> target, draft
     """A tiny random target and a draft from the same random numbers at a smaller scale: the draft's
     guesses are often the target's, not always (rejections, and steps where all are accepted)."""
+    return shared()["loop target"], shared()["loop draft"]
+
+
+@functools.cache
+def shared() -> dict:
+    """The models the checks pass to the learner's code, made alike in the grader and its worker (they
+    travel by name)."""
     config = GPT2Config(**LOOP)
-    return (random_params(config, seed=1, dtype=np.float64, scale=1.0),
-            random_params(config, seed=1, dtype=np.float64, scale=0.7))
+    mask_model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
+    return {"loop target": random_params(config, seed=1, dtype=np.float64, scale=1.0),
+            "loop draft": random_params(config, seed=1, dtype=np.float64, scale=0.7),
+            "mask model": mask_model, "mask config": mask_model.config}
 
 
 class Calls:
@@ -339,9 +384,119 @@ class Calls:
         return token
 
 
-def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
+class Watch:
+    """In the worker: your loop's rand and caches, watched. After each step, when a cache is next used, it
+    must hold what lesson 4's loop keeps: the target's every committed token but the last, the draft's at
+    most as many, each row the committed token's keys and values (the committed tokens are read from your
+    calls of rand: a step's k guesses, its coins up to the first rejection, its last draw)."""
+
+    def __init__(self, target, draft, prompt, k: int, rand, settings):
+        self.models, self.prompt, self.k, self.rand, self.settings = (target, draft), list(prompt), k, rand, settings
+        self.log = []  # ("coin", probability, answer) or ("draw", [V], token)
+        self.p = []  # per step: the target's p rows of its verify pass
+        self.targets, self.checked = set(), {"target": 0, "draft": 0}  # the verify passes' caches; steps checked
+        self.reference = {}  # (model index, tokens) -> the keys of a plain prefill of them
+
+    def coin(self, prob) -> bool:
+        ok = self.rand.coin(prob)
+        self.log.append(("coin", float(prob), ok))
+        return ok
+
+    def draw(self, probs) -> int:
+        token = self.rand.draw(probs)
+        self.log.append(("draw", np.asarray(probs, dtype=np.float64), int(token)))
+        return token
+
+    def steps(self):
+        """([the committed tokens after each complete step], draws and coins of the step under way), or None
+        where your calls leave lesson 4's order (the draws check names that)."""
+        done, seq, i, k = [], list(self.prompt), 0, self.k
+        while True:
+            guesses = []
+            while len(guesses) < k and i < len(self.log) and self.log[i][0] == "draw":
+                guesses.append(self.log[i])
+                i += 1
+            if i == len(self.log):
+                return done, len(guesses), 0
+            if len(guesses) < k or len(self.p) <= len(done):
+                return None
+            p, accepted, coins = self.p[len(done)], [], 0
+            while i < len(self.log) and len(accepted) == coins < k:
+                (_, q, x), event = guesses[coins], self.log[i]
+                q = q / q.sum()
+                ratio = min(1.0, p[coins][x] / q[x]) if q[x] > 0 else None
+                if event[0] == "coin" and ratio is not None and abs(event[1] - ratio) <= 1e-9:
+                    accepted += [x] if event[2] else []
+                    i += 1
+                elif ratio == 1.0 and event[0] != "coin":  # a certain coin, not tossed: it draws no number
+                    accepted.append(x)
+                else:  # not lesson 4's coin: the committed tokens are unknown here
+                    return None
+                coins += 1
+            if i == len(self.log):
+                return done, k, coins
+            if self.log[i][0] != "draw":
+                return None
+            seq += accepted + [self.log[i][2]]
+            done.append(list(seq))
+            i += 1
+
+    def forward(self, model, tokens, cache, *args, **kwargs):
+        state = self.steps()
+        if state is not None:
+            done, draws, coins = state
+            if draws == self.k and coins == 0:  # the verify pass
+                self.targets.add(id(cache))
+            role = "target" if id(cache) in self.targets else "draft" if done or draws else None
+            if role and len(done) > self.checked[role]:
+                self.check(role, cache, done)
+                self.checked[role] = len(done)
+        logits = forward(model, tokens, cache, *args, **kwargs)
+        if state is not None and state[1:] == (self.k, 0) and len(self.p) == len(state[0]):
+            self.p.append(process(logits[-self.k - 1:], *self.settings))  # [k + 1, V]
+        return logits
+
+    def check(self, role: str, cache, done) -> None:
+        """Wrong if `cache` does not hold what lesson 4's loop's `role` cache holds after len(done) steps."""
+        s, committed = len(done), done[-1]
+        m = len(committed) - 1  # every committed token but the last
+        before = (done[-2] if s > 1 else self.prompt)
+        kept = len(before) - 1 + min(self.k, len(committed) - len(before))  # lesson 4's draft keeps this many
+        length = cache.length
+        if role == "target" and length != m:
+            how = "cut it back to the accepted guesses" if length > m else "it lost committed tokens"
+            raise Wrong(f"after step {s} your target's cache holds {length} tokens, lesson 4's loop's {m}: every "
+                        f"committed token but the last (the step committed {len(committed) - len(before)}): {how}")
+        if role == "draft" and length > m:
+            raise Wrong(f"after step {s} your draft's cache holds {length} tokens, more than the {m} committed "
+                        f"tokens but the last (lesson 4's loop keeps {kept}): cut it back to the accepted guesses")
+        model = self.models[role == "draft"]
+        key = (role == "draft", tuple(committed[:length]))
+        if key not in self.reference:
+            ref = new_cache(model)
+            forward(model, list(key[1]), ref)
+            self.reference[key] = ref.k[:, :, :length].copy()
+        diff = np.abs(np.asarray(cache.k[:, :, :length]) - self.reference[key]).max(axis=(0, 1, 3))  # [length]
+        if length and diff.max() > 1e-9:
+            j = int(np.argmax(diff > 1e-9))
+            raise Wrong(f"after step {s} row {j} of your {role}'s cache is not committed token {j + 1}'s (token "
+                        f"{committed[j]}): a cache keeps only the committed text, in order")
+
+
+def loop_harness(module, fn, args):
+    """In the worker: your speculative_decode(*args), its caches checked after each step (Watch), and a
+    cache cut beyond what it holds named as such."""
+    target, draft, prompt, n, k, rand, settings = args
+    watch = Watch(target, draft, prompt, k, rand, settings)
+    gpt2 = sys.modules["specdec_np.gpt2"]
+    patched = [m for m in (module, gpt2) if getattr(m, "forward", None) is forward]
+    for m in patched:
+        m.forward = watch.forward
+    import inspect
+
+    given = {"forward": watch.forward} if "forward" in inspect.signature(fn).parameters else {}  # (the solution's)
     try:
-        tokens = funcs["speculative_decode"](target, draft, list(PROMPT), n, k, rand, settings)
+        return fn(target, draft, prompt, n, k, watch, settings, **given)
     except ValueError as e:  # a cache cut beyond what it holds: name the invariant, not the traceback
         tb = e.__traceback__
         while tb.tb_next:
@@ -350,7 +505,18 @@ def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
         if tb.tb_frame.f_code.co_name == "truncate" and isinstance(cache, KVCache):
             raise Wrong(f"your loop cuts a cache to {length} tokens when it holds {cache.length}: {CACHE}") from None
         raise
-    tokens = [int(t) for t in tokens]
+    finally:
+        for m in patched:
+            m.forward = forward
+
+
+HARNESSES = {"loop": loop_harness}  # grade.py's worker runs exercise 4's calls through this
+
+
+def run_loop(funcs, target, draft, n: int, k: int, rand, settings) -> list[int]:
+    tokens = funcs["speculative_decode"](target, draft, list(PROMPT), n, k, rand, settings)
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise Wrong(f"speculative_decode returned {type(tokens).__name__}, expected a list of ints")
     if len(tokens) != n:
         raise Wrong(f"speculative_decode returned {len(tokens)} tokens, expected n_new = {n}")
     return tokens
@@ -360,46 +526,85 @@ class Departed(Exception):
     pass
 
 
-def departure(log, target, draft, n: int, k: int, settings):
-    """The first call in `log` (your loop's calls of rand, each with its outcome) that the loop of
-    lesson 4 does not make, following your outcomes: 'step 2, guess 1 rejected: ...', or None."""
-    calls, seq, step = iter(log), list(PROMPT), 0
+def the_answer():
+    """Exercise 4's solution, the one home of lesson 4's loop (lesson 4b shows it)."""
+    spec = importlib.util.spec_from_file_location("the_loop_answer", Path(__file__).parent / "solutions" /
+                                                  "write_the_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def expect(kind, value, does, rows=()):
-        mine = next(calls, None)
+
+ANSWER = the_answer()
+
+
+class Replay:
+    """The rand of lesson 4's loop (the_answer()) replayed against your loop's calls of rand: each of its
+    calls must be your next one and gets your outcome; the first that is not raises Departed. A certain coin
+    (probability 1) you did not toss is no departure: it draws no random number."""
+
+    def __init__(self, log, k: int, settings):
+        self.log, self.i, self.k, self.settings = log, 0, k, settings
+        self.step, self.qs, self.guesses, self.p, self.rejected, self.tested = 0, [], [], None, False, 0
+
+    def forward(self, model, tokens, cache):  # gpt2.forward, the verify pass's rows kept as p
+        logits = forward(model, tokens, cache)
+        if self.step and len(self.qs) == self.k and self.p is None:
+            self.p = process(logits, *self.settings)  # [k + 1, V]
+        return logits
+
+    def expect(self, kind, value, does, rows=()):
+        mine = self.log[self.i] if self.i < len(self.log) else None
         if close(mine, kind, value):
+            self.i += 1
             return mine[2]
+        if kind == "coin" and value >= 1:
+            return True
         you = "you make no more calls" if mine is None else f"you {describe(mine)}"
         known = [name for name, row in rows if close(mine, "draw", row / row.sum())]
         raise Departed(f"{does}; {you}" + (f", which is {known[0]}" if known else ""))
 
+    def coin(self, prob) -> bool:
+        j = self.tested
+        self.tested += 1
+        ok = self.expect("coin", prob, f"the test of guess {j + 1} (token {self.guesses[j]}): generate tosses a "
+                         f"coin of probability min(1, p/q) = {prob:.3g}")
+        self.rejected = not ok
+        return ok
+
+    def draw(self, weights) -> int:
+        w = np.asarray(weights, dtype=np.float64)
+        dist, k = w / w.sum(), self.k
+        if len(self.qs) < k:  # a guess
+            if not self.qs:
+                self.step, self.tested, self.rejected, self.p = self.step + 1, 0, False, None
+            j = len(self.qs)
+            self.qs.append(dist)
+            token = self.expect("draw", dist, f"guess {j + 1}: generate draws it from the draft's {show(dist)}")
+            self.guesses.append(token)
+            return token
+        p, qs = self.p, self.qs
+        rows = [(f"p[{j}]", p[j]) for j in range(k + 1)] + [(f"q[{j}]", q) for j, q in enumerate(qs)]
+        if self.rejected:
+            j = self.tested - 1
+            token = self.expect("draw", dist, f"guess {j + 1} rejected: the correction is drawn from the residual "
+                                f"max(p[{j}] - q[{j}], 0) = {show(dist)}", [rows[j], rows[k + 1 + j]] + rows)
+        else:
+            token = self.expect("draw", dist, f"every guess kept: the bonus token is drawn from p[k] = p[{k}], the "
+                                f"target's distribution after the last guess, {show(dist)}",
+                                [(f"p[k - 1] = p[{k - 1}]", p[k - 1])] + rows)
+        self.qs, self.guesses = [], []
+        return token
+
+
+def departure(log, target, draft, n: int, k: int, settings):
+    """The first call in `log` (your loop's calls of rand, each with its outcome) that the loop of
+    lesson 4 does not make, following your outcomes: 'step 2, guess 1 rejected: ...', or None."""
+    replay = Replay(log, k, settings)
     try:
-        while len(seq) < len(PROMPT) + n:
-            step += 1
-            guesses, qs = [], []
-            for j in range(k):
-                qs.append(process(forward(draft, seq + guesses, new_cache(draft))[-1], *settings))  # [V]
-                guesses.append(expect("draw", qs[j], f"guess {j + 1}: generate draws it from the draft's "
-                                      f"{show(qs[j])}"))
-            p = process(forward(target, seq + guesses, new_cache(target))[len(seq) - 1:], *settings)  # [k + 1, V]
-            rows = [(f"p[{j}]", p[j]) for j in range(k + 1)] + [(f"q[{j}]", q) for j, q in enumerate(qs)]
-            accepted = []
-            for j, x in enumerate(guesses):
-                ratio = min(1.0, p[j][x] / qs[j][x])
-                if not expect("coin", ratio, f"the test of guess {j + 1} (token {x}): generate tosses a coin of "
-                              f"probability min(1, p/q) = {ratio:.3g}"):
-                    residual = np.maximum(p[j] - qs[j], 0) / np.maximum(p[j] - qs[j], 0).sum()
-                    token = expect("draw", residual, f"guess {j + 1} rejected: the correction is drawn from the "
-                                   f"residual max(p[{j}] - q[{j}], 0) = {show(residual)}", [rows[j], rows[k + 1 + j]] + rows)
-                    break
-                accepted.append(x)
-            else:
-                token = expect("draw", p[k], f"every guess kept: the bonus token is drawn from p[k] = p[{k}], the "
-                               f"target's distribution after the last guess, {show(p[k])}",
-                               [(f"p[k - 1] = p[{k - 1}]", p[k - 1])] + rows)
-            seq += accepted + [token]
+        ANSWER.speculative_decode(target, draft, list(PROMPT), n, k, replay, settings, forward=replay.forward)
     except Departed as e:
-        return f"step {step}, {e}"
+        return f"step {replay.step}, {e}"
     return None
 
 
@@ -494,8 +699,9 @@ def quietly(check, funcs) -> None:
 
 
 def failure(e: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message."""
+    """An exception in one line: its type (the learner's, for one raised in the worker) and its message's first line."""
     text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+    name = e.name if type(e).__name__ == "Raised" else type(e).__name__
+    return f"{name}: {text}" if text else name
 
 

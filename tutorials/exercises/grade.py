@@ -6,19 +6,23 @@ token your code emits beside the target's, the node, coin or draw where it depar
 that reruns that case alone, printing it in full. Exit 0 when every exercise is correct, 1 otherwise.
 
 checks.py holds what each exercise is checked against (the rules by the library's exact one-step
-check, `specdec_np.proofs.exact`); runner.py runs each exercise in a process of its own with a time
-limit, so that an exit, an endless loop or an exception in your code makes that exercise wrong, with
-the reason, and leaves the others graded. DIR (default: this folder) holds the four files;
-`solutions/` holds reference solutions.
+check, `specdec_np.proofs.exact`). The checks run here; your file runs in a worker process of its own
+(runner.py says what that isolates and what not): it answers the checks' calls over a pipe, so the
+verdict is this process's comparison of what your code returned. An exit, an endless loop (past
+--time-limit, with --case too), an exception or a signal sent to the grader makes that exercise wrong,
+with the reason, and leaves the others graded; changes to the clone while it ran are named under its
+line. DIR (default: this folder) holds the four files; `solutions/` holds reference solutions.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import shlex
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -34,8 +38,8 @@ def module_at(path: Path, name: str):
     return module
 
 
-runner = module_at(HERE / "runner.py", "exercises_runner")
 try:
+    runner = module_at(HERE / "runner.py", "exercises_runner")
     checks = module_at(HERE / "checks.py", "exercises_checks")
     MISSING = None
 except ImportError as e:  # a Python without the venv's packages: main() says which Python to use
@@ -46,26 +50,44 @@ except KeyboardInterrupt:
 
 
 # -- the exercises, each graded apart ------------------------------------------------------------
-EXERCISES = [  # (title, file, the functions it defines, the checks' function that makes its cases)
-    ("chain rule with its residual", "chain_rule.py", ("verify_chain",), "chain_cases"),
-    ("tree attention mask and positions", "tree_attention.py", ("attention_mask", "positions"), "mask_cases"),
-    ("recursive rejection without replacement", "recursive_rejection.py", ("verify_recursive_wor",), "tree_cases"),
-    ("the speculative decoding loop", "write_the_loop.py", ("speculative_decode",), "loop_cases"),
+EXERCISES = [  # (title, file, the functions it defines, the checks' function that makes its cases, harness)
+    ("block verification of a chain", "chain_rule.py", ("verify_block",), "chain_cases", None),
+    ("the accepted path kept in the cache", "tree_attention.py", ("keep_path",), "keep_cases", None),
+    ("recursive rejection without replacement", "recursive_rejection.py", ("verify_recursive_wor",), "tree_cases",
+     None),
+    ("the speculative decoding loop", "write_the_loop.py", ("speculative_decode",), "loop_cases", "loop"),
 ]
+CLONE = HERE.parents[1]  # the clone: the graded code's changes to it are named
 
 
-def load(path: Path, names) -> dict:
-    """The named functions of the file at `path` (Wrong if it cannot be imported or lacks one)."""
-    if not path.is_file():
-        raise checks.Wrong(f"{path} is missing")
+def file_problem(path: Path) -> str:
+    """What is wrong with the exercise file at `path` in words ("" if it is a file)."""
     try:
-        module = module_at(path, f"exercise_{path.stem}")
-    except BaseException as e:  # SystemExit and KeyboardInterrupt too: importing a solution must not end the grading
-        raise checks.Wrong(f"importing {path.name} raised {checks.failure(e)}") from None
-    missing = [n for n in names if not callable(getattr(module, n, None))]
-    if missing:
-        raise checks.Wrong(f"{path.name} defines no function {missing[0]}")
-    return {n: getattr(module, n) for n in names}
+        mode = path.stat().st_mode  # through a symbolic link
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{path} is a symbolic link that loops (it never reaches a file)"
+        if path.is_symlink():
+            return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
+        return f"{path} is missing" if e.errno == errno.ENOENT else f"{path} cannot be read ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return f"{path} is a folder, not a file"
+    return "" if stat.S_ISREG(mode) else f"{path} is not a regular file"
+
+
+def start_worker(n: int, folder: Path, time_limit: float, signals, show_output: bool = False):
+    """The worker that grades exercise n's file in `folder`, and the proxies of the file's functions."""
+    title, filename, names, cases, harness = EXERCISES[n - 1]
+    path = Path(folder) / filename
+    if problem := file_problem(path):
+        raise checks.Wrong(problem)
+    command = [sys.executable, str(HERE / "grade.py"), "--worker"]
+    worker = runner.Worker(command, path.resolve(), names, time_limit, checks.shared(), signals, show_output)
+
+    def proxy(name):
+        return lambda *args: worker.call(name, args, harness)
+
+    return worker, {name: proxy(name) for name in names}
 
 
 def rerun_command(n: int, i: int, folder: Path) -> str:
@@ -78,47 +100,79 @@ def rerun_command(n: int, i: int, folder: Path) -> str:
     return shlex.join([short(sys.executable), short(HERE / "grade.py"), *where, "--case", f"{n}:{i}"])
 
 
-def grade(n: int, folder: Path) -> tuple[str, str, list]:
-    """(status, line, diagnosis lines) of exercise n on the files in `folder`, in this process:
-    status is "not yet written", "correct" or "wrong"; the learner's exceptions become "wrong"."""
-    title, filename, names, cases = EXERCISES[n - 1]
+def grade(n: int, folder: Path, time_limit: float = TIME_LIMIT, signals=None) -> tuple[str, str, list]:
+    """(status, line, diagnosis lines) of exercise n on the files in `folder`: status is "not yet written",
+    "correct" or "wrong". The file runs in a worker process (runner.py); the checks run here, on what it returns."""
+    signals = signals or runner.Signals(install=False)
+    before = runner.clone_files(CLONE)
+    status, line, diagnosis, signalled = judge(n, folder, time_limit, signals)
+    if signalled:  # noticed only after the verdict: it still counts
+        return "wrong", f"wrong: {signalled}", []
+    if changed := runner.changes(before, runner.clone_files(CLONE)):  # named, not judged: another program may
+        diagnosis = [f"note: the clone changed while your code ran ({changed}): your code runs in a scratch "
+                     "folder; if it wrote there, write in the folder it runs in"] + diagnosis  # have written them
+    return status, line, diagnosis
+
+
+def judge(n: int, folder: Path, time_limit: float, signals) -> tuple[str, str, list, str]:
+    """grade()'s verdict and, last, the line saying the graded code signalled the grader ("" if it did not)."""
+    worker = None
     try:
-        funcs = load(Path(folder) / filename, names)
-        cases = getattr(checks, cases)()
+        worker, funcs = start_worker(n, folder, time_limit, signals)
+        cases = getattr(checks, EXERCISES[n - 1][3])()
         for i, (name, check) in enumerate(cases, 1):
             where, again = f"case {i} of {len(cases)} ({name})", f"rerun: {rerun_command(n, i, folder)}"
             try:
                 checks.quietly(check, funcs)
-            except NotImplementedError:
+            except (NotImplementedError, runner.Failed) as e:
+                if isinstance(e, runner.Failed) and e.in_case:  # the worker's own diagnosis of this case
+                    raise checks.Wrong(f"{where}: {e.line}", e.diagnosis + [again]) from None
                 raise
             except checks.Wrong as e:
                 raise checks.Wrong(f"{where}: {e.line}", e.diagnosis + [again]) from None
-            except BaseException as e:  # anything the learner's code raised or ended with: one line, no traceback
-                raise checks.Wrong(f"{where}: {checks.failure(e)}", [again]) from None
-        return "correct", f"correct ({len(cases)} cases)", []
+            except Exception as e:  # what the learner's code raised (runner.Raised) or made the checks raise
+                raise checks.Wrong(f"{where}: {runner.failure(e)}", [again]) from None
+        verdict = "correct", f"correct ({len(cases)} cases)", []
     except NotImplementedError:
-        return "not yet written", "not yet written", []
-    except checks.Wrong as e:
-        return "wrong", f"wrong: {e.line}", e.diagnosis
+        verdict = "not yet written", "not yet written", []
+    except (checks.Wrong, runner.Failed) as e:
+        verdict = "wrong", f"wrong: {e.line}", e.diagnosis
+    finally:
+        if worker is not None:
+            worker.close()
+    return *verdict, worker.signalled() if worker is not None else ""
 
 
-def rerun(n: int, i: int, folder: Path) -> int:
-    """--case n:i: run one case in this process and print it in full (the learner's output and tracebacks show)."""
-    title, filename, names, cases = EXERCISES[n - 1]
+def rerun(n: int, i: int, folder: Path, time_limit: float, signals) -> int:
+    """--case n:i: run one case and print it in full (the learner's output and tracebacks show), in the time limit."""
+    title, filename, names, cases, _ = EXERCISES[n - 1]
     cases = getattr(checks, cases)()
     if not 1 <= i <= len(cases):
         print(f"grade.py: --case {n}:{i}: exercise {n} has cases 1 to {len(cases)}", file=sys.stderr)
         return 2
     name, check = cases[i - 1]
     print(f"exercise {n}, {title} ({filename}), case {i} of {len(cases)} ({name})", flush=True)
+    worker = None
     try:
-        check(load(Path(folder) / filename, names))
+        path = Path(folder) / filename
+        if problem := file_problem(path):
+            raise checks.Wrong(problem)
+        worker = runner.Worker([sys.executable, str(HERE / "grade.py"), "--worker"], path.resolve(), names,
+                               time_limit, checks.shared(), signals, show_output=True)
+        check({name: (lambda name: lambda *args: worker.call(name, args, EXERCISES[n - 1][4]))(name)
+               for name in names})
     except NotImplementedError:
         print("not yet written")
         return 1
-    except checks.Wrong as e:
-        print(f"wrong: {e.line}", *e.diagnosis, *e.detail, sep="\n")
+    except (checks.Wrong, runner.Failed) as e:
+        print(f"wrong: {e.line}", *e.diagnosis, *getattr(e, "detail", []), sep="\n")
         return 1
+    except Exception as e:  # what the learner's code raised (its traceback above)
+        print(f"wrong: {runner.failure(e)}")
+        return 1
+    finally:
+        if worker is not None:
+            worker.close()
     print("correct")
     return 0
 
@@ -173,7 +227,9 @@ def parse(argv) -> argparse.Namespace:
     return opts
 
 
-def main(argv=None) -> int:
+def main(argv=None, signals=None) -> int:
+    """The command line; `signals`: a runner.Signals, which the script installs (a signal from the graded code is
+    then named, not obeyed); a program calling main keeps its own signals as they are."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
         print(PARSER.format_help(), end="")
@@ -182,21 +238,20 @@ def main(argv=None) -> int:
         print(f"grade.py: this Python ({sys.executable}) cannot import {MISSING}: run `make exercises`, or "
               "`.venv/bin/python tutorials/exercises/grade.py` (`make venv` creates .venv)", file=sys.stderr)
         return 2
-    if argv[:1] == ["--worker"] and len(argv) == 5:  # run_apart's process: --worker N DIR RESULT SECONDS
-        runner.worker(lambda: grade(int(argv[1]), Path(argv[2])), Path(argv[3]), float(argv[4]))
+    if argv[:1] == ["--worker"] and len(argv) == 6:  # runner.Worker's process: --worker FILE NAMES RFD WFD SECONDS
+        runner.worker(argv[1], argv[2].split(","), int(argv[3]), int(argv[4]), checks.shared(), checks.HARNESSES,
+                      checks.Wrong, float(argv[5]))
     try:
         opts = parse(argv)
     except ValueError as e:
         print(f"grade.py: {e}", file=sys.stderr)
         return 2
+    signals = signals or runner.Signals(install=False)
     if opts.case:
-        return rerun(*opts.case, opts.folder)
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # killed politely: stop the worker on the way out (run_apart)
-        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
+        return rerun(*opts.case, opts.folder, opts.time_limit, signals)
     statuses = []
-    for n, (title, filename, _, _) in enumerate(EXERCISES, 1):
-        command = [sys.executable, str(HERE / "grade.py"), "--worker", str(n), str(opts.folder)]
-        status, line, diagnosis = runner.run_apart(command, opts.time_limit)
+    for n, (title, filename, _, _, _) in enumerate(EXERCISES, 1):
+        status, line, diagnosis = grade(n, opts.folder, opts.time_limit, signals)
         statuses.append(status)
         print(f"exercise {n}, {title} ({filename}): {line}", *(f"    {d}" for d in diagnosis), sep="\n", flush=True)
     return 0 if all(s == "correct" for s in statuses) else 1
@@ -204,7 +259,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     try:
-        code = main()
+        code = main(signals=None if MISSING or sys.argv[1:2] == ["--worker"] else runner.Signals())
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the goodbye
         print("grade.py: interrupted", file=sys.stderr)
