@@ -8,14 +8,9 @@ docs/results.md; the options in full: docs/reference.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
-import os
-import signal
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +19,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import atomic_file, terminated_as_exit
+from ..files import atomic_file, atomic_files, read_text
 from ..models import load_embedded, load_head
 from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
@@ -443,68 +438,16 @@ def main(argv=None) -> int:
 
 
 def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
-    """results.json and results.md, a pair: an interrupted run leaves the previous pair or this one, never one
-    of each (`write_together`); a full disk or a file-size limit is a ValueError naming `option` and the file."""
+    """results.json and results.md, a pair (`atomic_files`): an interrupted run leaves the previous pair or this one,
+    never one of each; a full disk or a file-size limit is a ValueError naming `option` and the file."""
     texts = {out_dir / "results.json": json.dumps(res, indent=1) + "\n", out_dir / "results.md": md + "\n"}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_together(texts)
-    except OSError as e:
-        where = e.filename or next(iter(texts))
-        raise ValueError(f"{option}: cannot write {where}: {e.strerror or e}") from None
-
-
-def write_together(texts: dict) -> None:
-    """Each {path: text} written whole to a temporary file beside its path, then all renamed into place with
-    Ctrl-C and SIGTERM held back until the last rename (`signals_held`): the files change together or not at
-    all. A failed write (a full disk, SIGTERM) removes the temporary files."""
-    tmps = []
-    try:
-        with terminated_as_exit():
-            for path, text in texts.items():
-                tmps.append((path, temporary_copy(path, text)))
-            with signals_held():
-                for path, tmp in tmps:
-                    os.replace(tmp, path)
-    finally:
-        for _, tmp in tmps:  # those not renamed: a failed write
-            Path(tmp).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def signals_held():
-    """While the block runs, Ctrl-C and SIGTERM are noted, not acted on; the first one that came is raised
-    again when it ends, so that its own handler acts then (in the main thread: elsewhere nothing is held)."""
-    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    held = [s for s in (signal.SIGINT, signal.SIGTERM) if main and signal.getsignal(s) is not None]
-    came = []
-    before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-        if came:
-            signal.raise_signal(came[0])
-
-
-def temporary_copy(path: Path, text: str) -> str:
-    """`text` in a new temporary file beside `path` (with the usual permissions); its name. An OSError (a full
-    disk, a file-size limit) names `path`, not the temporary file."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_files(texts, "w") as files:
+            for f, text in zip(files, texts.values()):
                 f.write(text)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
-        except BaseException:
-            os.unlink(tmp)
-            raise
     except OSError as e:
-        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
-    return tmp
+        raise ValueError(f"{option}: cannot write {e.filename or next(iter(texts))}: {e.strerror or e}") from None
 
 
 def blas_line(costs) -> str:
@@ -527,7 +470,7 @@ def curves_table(costs) -> str:
 
 def update_results(path: Path, heading: str, body: str) -> None:
     """Replace (or add) the `## heading` section of a markdown results file."""
-    parts = (path.read_text() if path.exists() else "# Results\n").split("\n## ")  # [text before, sections...]
+    parts = (read_text(path, limit=1 << 24) if path.exists() else "# Results\n").split("\n## ")  # [text before, sections...]
     at = next((i for i in range(1, len(parts)) if parts[i].split("\n", 1)[0].strip() == heading), len(parts))
     parts[at:at + 1] = [f"{heading}\n\n{body.strip()}\n"]  # that section replaced, or a new one at the end
     with atomic_file(path, "w") as f:
