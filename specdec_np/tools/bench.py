@@ -470,7 +470,8 @@ def curves_table(costs) -> str:
 
 def update_results(path: Path, heading: str, body: str) -> None:
     """Replace (or add) the `## heading` section of a markdown results file."""
-    parts = (read_text(path, limit=1 << 24) if path.exists() else "# Results\n").split("\n## ")  # [text before, sections...]
+    text = read_text(path, f"--results {path}", 1 << 24) if path.exists() else "# Results\n"
+    parts = text.split("\n## ")  # [text before, sections...]
     at = next((i for i in range(1, len(parts)) if parts[i].split("\n", 1)[0].strip() == heading), len(parts))
     parts[at:at + 1] = [f"{heading}\n\n{body.strip()}\n"]  # that section replaced, or a new one at the end
     with atomic_file(path, "w") as f:

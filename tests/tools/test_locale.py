@@ -29,8 +29,8 @@ def run_in_c_locale(*args, cwd):
 def test_the_c_locale_is_ascii_here(tmp_path):
     """The control the tests below rest on: under these variables Python's own text files are ASCII (open() with no
     encoding cannot write '«'), so a command that passes below does so by writing UTF-8 itself."""
-    r = run_in_c_locale("-c", "import locale; print(locale.getpreferredencoding(False)); open('x', 'w').write(chr(171))",
-                        cwd=tmp_path)
+    script = "import locale; print(locale.getpreferredencoding(False)); open('x', 'w').write(chr(171))"
+    r = run_in_c_locale("-c", script, cwd=tmp_path)
     assert r.returncode == 1 and b"UnicodeEncodeError" in r.stderr, r.stderr
     assert r.stdout.decode().strip() in ("ANSI_X3.4-1968", "ascii", "US-ASCII"), r.stdout
 
