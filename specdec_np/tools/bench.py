@@ -116,11 +116,11 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
-    padding = pads(costs["curves"])  # the padding tables the predictions price passes with
+    padding = pads(costs["curves"]) if costs else None  # the padding tables the predictions price passes with
     for i, prompt in enumerate(prompts):
         for sname, rows in plans.items():
             skw = SETTINGS[sname]
-            overheads = costs["overheads"][setting_name(skw["temperature"])]
+            overheads = costs and costs["overheads"][setting_name(skw["temperature"])]
             for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in rows.items():
                     t0 = time.perf_counter()
@@ -138,8 +138,8 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
     """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
-    curve (`calibration.head_curves`; None where the costs have none)."""
-    if method == "eagle" and "head" not in costs["curves"]:
+    curve (`calibration.head_curves`; None where the costs have none, or there are no costs)."""
+    if costs is None or method == "eagle" and "head" not in costs["curves"]:
         return None
     curves, padding = drafter_curves(method, costs["curves"], padding)
     return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
@@ -218,7 +218,8 @@ def interval(ratio, low, high, digits=2) -> str:
     return f"{ratio:.{digits}f}x ({low:.{digits}f}-{high:.{digits}f})"
 
 
-def markdown(summary, plans) -> str:
+def markdown(summary, plans, priced=True) -> str:
+    """The tables of `summary`; the predicted column "unmeasured" where nothing was `priced` (no costs)."""
     lines = []
     for sname, per in summary.items():
         rows = []
@@ -226,7 +227,8 @@ def markdown(summary, plans) -> str:
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
             rows.append([NAMES[m], f"{r['tokens_per_s']:.1f}", interval(*r["over_baseline"]),
                          f"{r['median_speedup']:.2f}x",
-                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-",
+                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else
+                         "-" if priced else "unmeasured",
                          f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
                          f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
                          f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}",
@@ -387,17 +389,20 @@ def main(argv=None) -> int:
         costs, how = calibration(target, draft, ngram, acceptance.calibration_prompts(enc),
                                  recalibrate=a.recalibrate or a.curves)
     except Busy as e:  # measured while busy: these rows' plans, not kept
-        if e.costs is None:
-            raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter") from None
-        costs, how = e.costs, f"measured now, for this run only: {e}"
-    if a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as what they are
+        if e.costs is None and (a.plan != "default" or a.recalibrate or a.curves):
+            raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter, or with "
+                             "--plan default (its predictions unmeasured)") from None
+        costs, how = e.costs, f"{'measured now, for this run only' if e.costs else 'unmeasured'}: {e}"
+    if costs and a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as they are
         costs = costs | {"curves": costs["curves"] | {"head": head_curves(target, eagle_head, costs["layout"])}}
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
-    print(curves_table(costs))
+    if costs:
+        print(curves_table(costs))
     if a.curves:
         return 0
-    target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
+    if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
+        target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}
@@ -411,7 +416,7 @@ def main(argv=None) -> int:
     if a.rows != "rules":
         records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head)
         summary = summarize(records, target)
-        md = markdown(summary, plans)
+        md = markdown(summary, plans, priced=costs is not None)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                                       "predicted_speedup": c.speedup} for m, c in rows.items()}
                                               for s, rows in plans.items()}}
@@ -431,7 +436,7 @@ def main(argv=None) -> int:
                        f"{head}.\n\n{blas_line(costs)}.\n{md}\n")
         print(f"wrote this machine's section of {a.results}")
     if a.plot and summary:
-        for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
+        for p in plot(summary, {m: c["warm"] for m, c in (costs or {"curves": {}})["curves"].items()}, out_dir):
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'} and {out_dir / 'results.md'}")
     return 0
@@ -451,9 +456,10 @@ def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
 
 
 def blas_line(costs) -> str:
-    """The BLAS in use and the layout of each model's products, in words."""
-    return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
-                                                       for m, k in costs["layout"].items())
+    """The BLAS in use and the layout of each model's products, in words (no `costs`: unmeasured)."""
+    return f"BLAS: {blas_name()}; layout: " + (", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
+                                                        for m, k in costs["layout"].items()) if costs else
+                                               "each model's own (unmeasured)")
 
 
 def curves_table(costs) -> str:
