@@ -161,44 +161,34 @@ def atomic_files(paths, mode="wb"):
     beside it, all renamed into place on success with Ctrl-C and SIGTERM held back until the last rename
     (`signals_held`): a reader never sees a half-written file, and several change together or not at all; a failed
     write (a full disk, SIGTERM) leaves the old ones and no temporary file. Text is UTF-8 whatever the locale. An
-    OSError of a write names the file it was for (the first one, when the block wrote to several)."""
+    OSError naming no file (a write's) or a temporary one names the file it was for (the block's: the first)."""
     paths, tmps, files = [Path(p) for p in paths], [], []
+    at = paths[0]
     with terminated_as_exit():
         try:
-            for path in paths:
-                with named(path):
-                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-                    tmps.append(tmp)
-                    files.append(os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8"))
-            with named(paths[0], tmps):
-                yield files
+            for at in paths:
+                fd, tmp = tempfile.mkstemp(dir=at.parent, prefix=at.name + ".", suffix=".tmp")
+                tmps.append(tmp)
+                files.append(os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8"))
+            at = paths[0]
+            yield files
             umask = os.umask(0)
             os.umask(umask)
-            for path, f, tmp in zip(paths, files, tmps):
-                with named(path, tmps):
-                    f.close()
-                    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+            for at, f, tmp in zip(paths, files, tmps):
+                f.close()
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
             with signals_held():
-                for path, tmp in zip(paths, tmps):
-                    os.replace(tmp, path)
-                tmps.clear()
+                for at, tmp in zip(paths, tmps):
+                    os.replace(tmp, at)
+        except OSError as e:
+            if e.filename is not None and not str(e.filename).endswith(".tmp"):
+                raise
+            raise OSError(e.errno, e.strerror or str(e), str(at)) from None
         finally:
-            for f, tmp in zip(files, tmps):  # those not renamed: a failed write
+            for f, tmp in zip(files, tmps):  # those not renamed (a failed write) are removed
                 with contextlib.suppress(OSError):
                     f.close()
                 Path(tmp).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def named(path, tmps=None):
-    """An OSError re-raised naming `path` when it names no file (a write's), one of the temporary files `tmps`, or
-    any file (`tmps` None: making the temporary file)."""
-    try:
-        yield
-    except OSError as e:
-        if tmps is not None and e.filename is not None and str(e.filename) not in tmps:
-            raise
-        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
 
 
 @contextlib.contextmanager

@@ -331,7 +331,8 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
         for ax in fig.axes:
             ax.legend()
         fig.tight_layout()
-        fig.savefig(path)
+        with atomic_file(path) as f:
+            fig.savefig(f, format="png")
     return list(paths)
 
 

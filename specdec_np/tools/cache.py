@@ -15,7 +15,7 @@ from pathlib import Path
 
 try:
     import fcntl
-except ImportError:  # not a POSIX system: nothing is locked
+except ImportError:  # not POSIX: nothing is locked (`try_lock`)
     fcntl = None
 
 from ..files import atomic_file, read_json as read_checked
@@ -72,17 +72,17 @@ def store(path: Path, data: dict) -> bool:
 @contextlib.contextmanager
 def locked(path: Path, wait: float, waiting=lambda: None):
     """An exclusive lock on the file `path` (`flock`: the system releases it when the holder ends, however it ends)
-    held while the block runs, so that processes starting together measure once: it yields whether another process
-    held it first (True: wait for it, calling `waiting()` once, then read what it cached), False if not (or if
-    no lock file can be made, a read-only cache: nothing to share then), None if it was still held after `wait` s."""
+    held while the block runs, so that processes starting together measure once. It yields True if another process
+    held it first (waited for, `waiting()` called once: read what it cached), False if not (or if no lock file can
+    be made: a read-only cache, nothing to share), None if it was still held after `wait` seconds."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO there cannot block
     except OSError:
         fd = None
+    waited, deadline = False, time.monotonic() + wait
     try:
-        waited, deadline = False, time.monotonic() + wait
-        while fd is not None and fcntl is not None and not try_lock(fd):
+        while fd is not None and not try_lock(fd):
             if time.monotonic() > deadline:
                 waited = None
                 break
@@ -101,6 +101,6 @@ def try_lock(fd: int) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # another holds it
         return False
-    except OSError:  # a file system without locks: measure alone
+    except (OSError, AttributeError):  # no locks on this file system (or no fcntl: not POSIX): measure alone
         pass
     return True

@@ -5,9 +5,10 @@ Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block si
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process and once per machine at a time: processes that start together on an empty cache take turns on
 a lock file beside it (`cache.locked`), one measures and the others read what it cached, or, past the time
-measuring may take, use the constant plan and say so. Valid cached costs serve whatever the load; none are measured while others use a quarter
-of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile. An EAGLE
-head's curve (`head_curves`) is measured apart, when a run needs it, and kept with them (`with_head`).
+measuring may take, use the constant plan and say so. Valid cached costs serve whatever the load; none are
+measured while others use a quarter of a core (`Busy`: they would not be kept), and none are kept if others took
+that much meanwhile. An EAGLE head's curve (`head_curves`) is measured apart, when a run needs it, and kept with
+them (`with_head`).
 """
 
 from __future__ import annotations
