@@ -293,7 +293,7 @@ def read_prompts(path) -> list[str]:
                 raise ValueError(f"{path} is over {PROMPTS_MAX_BYTES >> 20} MB gunzipped, more than specdec_np reads")
         text = utf8(data, f"{path}: the {'gunzipped ' * gzipped}file")
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise ValueError(f"{path}: not gzipped text ({e}): {form}") from None
+        raise ValueError(f"{path}: not gzipped UTF-8 text ({e}): {form}") from None
     except OSError as e:  # missing, a directory, unreadable
         raise ValueError(f"{path}: {e.strerror or e}") from None
     prompts = []
