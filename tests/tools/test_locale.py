@@ -95,3 +95,10 @@ def test_a_byte_order_mark_at_the_start_is_dropped_by_one_rule(tmp_path, capsys)
         acceptance.read_prompts(tmp_path / "q.jsonl")
     with pytest.raises(ValueError, match=r"it is not UTF-8 text: byte 4 is b'\\xff'"):  # counted in the file's bytes
         files.utf8(BOM + b"x\xff", "it")
+    # ngram fit reads its files by the same rule: with a BOM or without, the same counts.
+    (tmp_path / "plain.py").write_bytes(b"def f(x):\n")
+    for name in ("p.py", "plain.py"):
+        assert main(["ngram", "fit", str(tmp_path / name), "--out", str(tmp_path / f"{name}.npz"), "--n-vocab",
+                     "300"]) == 0
+    with_bom, plain = (ngram.load(tmp_path / f"{name}.npz").counts for name in ("p.py", "plain.py"))
+    assert all(np.array_equal(with_bom[k], plain[k]) for k in plain)
