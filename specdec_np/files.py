@@ -5,12 +5,15 @@ checkpoints (the package data `specdec_np/weights/`, SHIPPED_DIR, unless SPECDEC
 module reads it from here. The embedded pair's acceptance profile and calibration prompts are read from
 WEIGHTS_DIR when it holds them, else from SHIPPED_DIR (`weights_file`).
 
-Every reader goes through `check_regular` first (or `read_regular`, `read_json`): a directory, a device, a FIFO,
-a dangling link or a symlink loop is named as such, never read, never taken for a missing file.
+Every reader goes through `check_regular` first (or `read_regular`, `read_text`, `read_json`, each with a bound
+on the size): a directory, a device, a FIFO, a dangling link or a symlink loop is named as such, never read, never
+taken for a missing file. Text is read as UTF-8 (`utf8`: a byte-order mark at the start is dropped) and written as
+UTF-8 (`atomic_files`, the one writer), whatever the locale.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import json
@@ -84,6 +87,23 @@ def read_regular(path, name: str | None = None, limit: int | None = None, hint: 
     return data
 
 
+def utf8(data: bytes, what: str) -> str:
+    """`data` as UTF-8 text, or a ValueError naming `what` and the first byte that is not. A byte-order mark at the
+    start (what some Windows editors write) is dropped: the one rule for every text specdec_np reads (a prompt's
+    --file or standard input, bench's --prompts, the files `ngram fit` reads, JSON)."""
+    text = data.removeprefix(codecs.BOM_UTF8)
+    try:
+        return text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = e.start + len(data) - len(text)
+        raise ValueError(f"{what} is not UTF-8 text: byte {at} is {data[at:at + 1]!r}") from None
+
+
+def read_text(path, name: str | None = None, limit: int | None = None, hint: str = "") -> str:
+    """`utf8` of the regular file `path` (`read_regular`, at most `limit` bytes)."""
+    return utf8(read_regular(path, name, limit, hint), name or str(path))
+
+
 # A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
 # pipe that never ends is refused before memory runs out, a long file before it is tokenized.
 PROMPT_MAX_BYTES = 1 << 24
@@ -95,7 +115,7 @@ def parse_json(text, name: str):
     """JSON `text` (str or UTF-8 bytes) of the file `name`, or a one-line ValueError naming it and the line: not
     UTF-8, not JSON, nested deeper than JSON_MAX_DEPTH, a number that is not finite (NaN, 1e999), a repeated key."""
     try:
-        text = text.decode("utf-8") if isinstance(text, bytes) else text
+        text = utf8(text, "the file") if isinstance(text, bytes) else text
         lines = "\n" in text.rstrip("\n")  # a line of its own is named by its reader (a JSONL file's)
         bare = np.frombuffer(_JSON_STRING.sub('""', text).encode(), np.uint8)  # [bytes] strings hold no brackets
         depth = np.cumsum(np.isin(bare, (91, 123)).astype(np.int64) - np.isin(bare, (93, 125)))  # [bytes]
@@ -103,8 +123,6 @@ def parse_json(text, name: str):
             line = bare[:int(np.argmax(depth > JSON_MAX_DEPTH))].tobytes().count(b"\n") + 1
             raise ValueError(f"line {line}: " * lines + f"nested deeper than {JSON_MAX_DEPTH} levels")
         return json.loads(text, parse_constant=_not_finite, parse_float=_finite, object_pairs_hook=_no_repeats)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{name}: " + f"line {e.lineno}: " * lines + f"not JSON ({e.msg})") from None
     except ValueError as e:
@@ -132,21 +150,62 @@ def read_json(path, name: str | None = None, limit: int = 1 << 26):
 
 @contextlib.contextmanager
 def atomic_file(path, mode="wb"):
-    """`with atomic_file(path) as f:` writes a temporary file beside `path`, renamed on success: a reader
-    never sees a half-written file, a failed write (or SIGTERM) leaves the old one in place."""
-    path = Path(path)
+    """`with atomic_file(path) as f:` the one file of `atomic_files`."""
+    with atomic_files([path], mode) as (f,):
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_files(paths, mode="wb"):
+    """`with atomic_files([a, b], "w") as (fa, fb):` the one way specdec_np writes a file: each to a temporary file
+    beside it, all renamed into place on success with Ctrl-C and SIGTERM held back until the last rename
+    (`signals_held`): a reader never sees a half-written file, and several change together or not at all; a failed
+    write (a full disk, SIGTERM) leaves the old ones and no temporary file. Text is UTF-8 whatever the locale. An
+    OSError naming no file (a write's) or a temporary one names the file it was for (the block's: the first)."""
+    paths, tmps, files = [Path(p) for p in paths], [], []
+    at = paths[0]
     with terminated_as_exit():
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
         try:
-            with os.fdopen(fd, mode) as f:
-                yield f
+            for at in paths:
+                fd, tmp = tempfile.mkstemp(dir=at.parent, prefix=at.name + ".", suffix=".tmp")
+                tmps.append(tmp)
+                files.append(os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8"))
+            at = paths[0]
+            yield files
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+            for at, f, tmp in zip(paths, files, tmps):
+                f.close()
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+            with signals_held():
+                for at, tmp in zip(paths, tmps):
+                    os.replace(tmp, at)
+        except OSError as e:
+            if e.filename is not None and not str(e.filename).endswith(".tmp"):
+                raise
+            raise OSError(e.errno, e.strerror or str(e), str(at)) from None
+        finally:
+            for f, tmp in zip(files, tmps):  # those not renamed (a failed write) are removed
+                with contextlib.suppress(OSError):
+                    f.close()
+                Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """While the block runs, Ctrl-C and SIGTERM are noted, not acted on; the first one that came is raised
+    again when it ends, so that its own handler acts then (in the main thread: elsewhere nothing is held)."""
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if main and signal.getsignal(s) is not None]
+    came = []
+    before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 @contextlib.contextmanager

@@ -42,30 +42,14 @@ three short sorted lists (trigram-seen, bigram-seen, unigram) instead of sorting
 
 from __future__ import annotations
 
-import math
 import operator
-import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-from numpy.lib import format as npy
 
-from .files import atomic_file, check_regular
+from . import ngram_file
 
-FORMAT = "specdec_np.ngram"
-VERSION = 1
 FULL_MASS_TOL = 1e-12  # lower-order mass of seen tokens this close to 1 counts as "all of it" (fallback 3)
-
-# Arrays save() writes; everything else in the model is derived from them by _build().
-_SAVED = ("uni_count",
-          "bi_ctx", "bi_ctx_count", "bi_len", "bi_tok", "bi_count", "bi_discount", "bi_abs_discount",
-          "tri_ctx", "tri_ctx_count", "tri_len", "tri_tok", "tri_count", "tri_discount", "tri_abs_discount")
-
-# What load() accepts of the saved numbers: the least value of each integer scalar and count array
-# (a history was seen at least once, a token may never have been), and the float arrays' ranges.
-_META = {"n_vocab": 1, "katz_k": 1, "min_count": 1}
-_LEAST = {"uni_count": 0, "ctx": 0, "ctx_count": 1, "len": 1, "tok": 0, "count": 1}
 
 
 @dataclass
@@ -77,7 +61,7 @@ class Trigram:
     n_vocab: int
     katz_k: int
     min_count: int
-    counts: dict            # the _SAVED arrays
+    counts: dict            # the arrays saved (`ngram_file.SAVED`), all the rest derived from them
     p1: np.ndarray          # [V] unigram probabilities
     uni_order: np.ndarray   # [V] token ids by (p1 desc, id asc)
     uni_p: np.ndarray       # [V] p1[uni_order]
@@ -359,103 +343,14 @@ def greedy_continuation(model: Trigram, context, n: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- save / load
 def save(model: Trigram, path) -> None:
-    """Write the counts to one compressed .npz (format tag, version, n_vocab inside), atomically."""
-    meta = {"format": np.array(FORMAT), "version": np.array(VERSION), "n_vocab": np.array(model.n_vocab),
-            "katz_k": np.array(model.katz_k), "min_count": np.array(model.min_count)}
-    with atomic_file(path) as f:
-        np.savez_compressed(f, **meta, **model.counts)
+    """Write the counts to one compressed .npz (`ngram_file`), atomically."""
+    ngram_file.write(path, model.counts, n_vocab=model.n_vocab, katz_k=model.katz_k, min_count=model.min_count)
 
 
 def load(path) -> Trigram:
-    """Read a model written by save(); ValueError naming the file if it is not one."""
-    path = Path(path)
+    """Read a model written by save(); ValueError naming the file if it is not one (`ngram_file.read`)."""
+    meta, counts = ngram_file.read(path)
     try:
-        check_regular(path, f"n-gram model file {path}")
-    except IsADirectoryError:
-        raise FileNotFoundError(f"n-gram model file {path} is a directory") from None
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"n-gram model file {path} does not exist ({e.strerror})") from None
-    try:
-        arrays = read_arrays(path)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # not an .npz of plain arrays
-        raise ValueError(f"{path} is not a specdec_np n-gram model ({str(e)[:200]})") from None
-    tag = arrays.get("format", np.array(""))
-    if tag.shape != () or tag.item() != FORMAT:
-        raise ValueError(f"{path} is not a specdec_np n-gram model: no '{FORMAT}' format tag")
-    missing = [name for name in ("version", *_META, *_SAVED) if name not in arrays]
-    if missing:
-        raise ValueError(f"{path} is missing arrays {missing}")
-    version = arrays["version"]
-    if version.shape != () or version.dtype.kind not in "iu" or int(version) != VERSION:
-        raise ValueError(f"{path} is n-gram format version {version.tolist()!r}, this code reads {VERSION}")
-    try:
-        meta, counts = check_saved(arrays)
         return _build(counts, meta["n_vocab"], meta["katz_k"], meta["min_count"])
     except ValueError as e:
         raise ValueError(f"{path}: not a valid n-gram model: {e}") from None
-
-
-def read_arrays(path) -> dict:
-    """The arrays of an .npz that load() reads, each checked from its .npy header before it is decompressed: the
-    scalars and uni_count first, then no array longer than the uni_count's sum (a model of N tokens has fewer
-    n-grams): an .npz of a few MB whose member would inflate to GBs is refused unread."""
-    arrays = {}
-    with zipfile.ZipFile(path) as z:
-        members = {name.removesuffix(".npy"): name for name in z.namelist()}
-        if bad := [name for name in members.values() if not name.endswith(".npy")]:
-            raise ValueError(f"its member {bad[0]!r} is not a .npy array")
-        for name in ("format", "version", *_META, *_SAVED):
-            if name not in members:
-                continue
-            with z.open(members[name]) as f:
-                version = npy.read_magic(f)
-                shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(f)
-            tokens = int(arrays["uni_count"].sum(dtype=np.int64)) if "uni_count" in arrays else 0
-            most = 1 if name not in _SAVED else 2**20 if name == "uni_count" else max(tokens, 64)  # 64: discounts
-            if dtype.hasobject or math.prod(shape) > most or dtype.itemsize > 256:
-                raise ValueError(f"{name}'s header declares {math.prod(shape)} entries of {dtype}, more than such a "
-                                 f"model holds (at most {most})")
-            with z.open(members[name]) as f:
-                arrays[name] = npy.read_array(f, allow_pickle=False)
-    return arrays
-
-
-def check_saved(arrays: dict) -> tuple[dict, dict]:
-    """(n_vocab, katz_k, min_count) and the count arrays of a saved model, or a ValueError naming the array
-    that is not what fit() writes (integers of its shapes and ranges, histories sorted, discounts in [0, 1])."""
-    meta = {}
-    for name, least in _META.items():
-        a = arrays[name]
-        if a.shape != () or a.dtype.kind not in "iu" or int(a) < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {a.tolist()!r}")
-        meta[name] = int(a)
-    V, k = meta["n_vocab"], meta["katz_k"]
-    if V > 2**20:
-        raise ValueError(f"n_vocab={V} must be at most {2**20}")
-    counts = {name: arrays[name] for name in _SAVED}
-    for name, a in counts.items():
-        field = name.split("_", 1)[1] if name != "uni_count" else name
-        if field in ("discount", "abs_discount"):
-            shape = (k + 2,) if field == "discount" else ()
-            if a.shape != shape or a.dtype.kind != "f" or not np.all((a >= 0) & (a <= 1)):
-                raise ValueError(f"{name} must be {shape or 'one'} float(s) in [0, 1]")
-        elif a.ndim != 1 or a.dtype.kind not in "iu" or (a.size and int(a.min()) < _LEAST[field]):
-            raise ValueError(f"{name} must be a 1-D array of integers >= {_LEAST[field]}")
-    if counts["uni_count"].shape != (V,):
-        raise ValueError(f"uni_count has shape {counts['uni_count'].shape}, expected ({V},)")
-    if not counts["uni_count"].any():
-        raise ValueError("uni_count is all zeros: a model fitted on no tokens")
-    for order, histories in (("bi", V), ("tri", V * V)):
-        ctx, ctx_count, lens, tok, count = (counts[f"{order}_{x}"] for x in ("ctx", "ctx_count", "len", "tok", "count"))
-        if not len(ctx) == len(ctx_count) == len(lens):
-            raise ValueError(f"{order}_ctx, {order}_ctx_count and {order}_len must have one entry per history")
-        if len(tok) != len(count) or len(tok) != int(lens.sum(dtype=np.int64)):
-            raise ValueError(f"{order}_tok and {order}_count must have {order}_len's sum of entries")
-        if ctx.size and (int(ctx.max()) >= histories or np.any(np.diff(ctx.astype(np.int64)) <= 0)):
-            raise ValueError(f"{order}_ctx must be increasing history keys below {histories}")
-        if tok.size and int(tok.max()) >= V:
-            raise ValueError(f"{order}_tok holds token id {int(tok.max())}, outside the vocabulary 0..{V - 1}")
-        starts = np.cumsum(lens, dtype=np.int64) - lens.astype(np.int64)  # [C] each history's first entry
-        if ctx.size and np.any(ctx_count < np.add.reduceat(count.astype(np.int64), starts)):
-            raise ValueError(f"{order}_ctx_count must be at least the sum of its history's {order}_count")
-    return meta, counts

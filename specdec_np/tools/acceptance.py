@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import io
 import json
 import os
 import stat
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decode import generate
-from ..files import PROMPT_MAX_BYTES, check_regular, parse_json, read_json, weights_file
+from ..files import PROMPT_MAX_BYTES, parse_json, read_json, read_regular, utf8, weights_file
 from ..methods import METHODS
 from ..plan import Plan
 from ..tokenizer import encode
@@ -273,33 +274,42 @@ def shipped() -> dict | None:
     return _SHIPPED[key]
 
 
+PROMPTS_MAX_BYTES = 1 << 28  # a prompts file, gzipped or not (HumanEval's 164 prompts: 0.2 MB)
+
+
 def read_prompts(path) -> list[str]:
-    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz); a
-    ValueError naming the file (and line) if it is not one or a prompt is empty (generate would refuse it, later)."""
+    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz), UTF-8 (`utf8`:
+    a byte-order mark at the start dropped), at most PROMPTS_MAX_BYTES; a ValueError naming the file (and line) if
+    it is not one or a prompt is empty (generate would refuse it, later)."""
     path = Path(path)
     gzipped = path.suffix == ".gz"
     form = 'give a JSONL file, one {"prompt": "..."} object per line'
-    prompts = []
     try:
-        check_regular(path, str(path), form)
-        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                if len(line) > PROMPT_MAX_BYTES:  # as generate's: tokenizing it would take GBs to keep 1024 tokens
-                    raise ValueError(f"{path}: line {i}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than "
-                                     "specdec_np reads")
-                try:
-                    rec = parse_json(line, f"line {i}")
-                except ValueError as e:
-                    raise ValueError(f"{path}: {e}: {form}") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
-                    raise ValueError(f"{path}: line {i} needs a non-empty \"prompt\" field: {form}")
-                prompts.append(rec["prompt"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise ValueError(f"{path}: not {'gzipped ' * gzipped}UTF-8 text ({e}): {form}") from None
+        data = read_regular(path, str(path), PROMPTS_MAX_BYTES, form)
+        if gzipped:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+                data = f.read(PROMPTS_MAX_BYTES + 1)
+            if len(data) > PROMPTS_MAX_BYTES:
+                raise ValueError(f"{path} is over {PROMPTS_MAX_BYTES >> 20} MB gunzipped, more than specdec_np reads")
+        text = utf8(data, f"{path}: the {'gunzipped ' * gzipped}file")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
+        raise ValueError(f"{path}: not gzipped UTF-8 text ({e}): {form}") from None
     except OSError as e:  # missing, a directory, unreadable
         raise ValueError(f"{path}: {e.strerror or e}") from None
+    prompts = []
+    for i, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028 as it is
+        if not line.strip():
+            continue
+        if len(line) > PROMPT_MAX_BYTES:  # as generate's: tokenizing it would take GBs to keep 1024 tokens
+            raise ValueError(f"{path}: line {i}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than "
+                             "specdec_np reads")
+        try:
+            rec = parse_json(line, f"line {i}")
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}: {form}") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
+            raise ValueError(f"{path}: line {i} needs a non-empty \"prompt\" field: {form}")
+        prompts.append(rec["prompt"])
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts

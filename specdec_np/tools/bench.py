@@ -8,14 +8,9 @@ docs/results.md; the options in full: docs/reference.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
-import os
-import signal
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +19,7 @@ import numpy as np
 
 from .. import methods
 from ..decode import generate
-from ..files import atomic_file, terminated_as_exit
+from ..files import atomic_file, atomic_files, read_text
 from ..models import load_embedded, load_head
 from ..record import PARTS, tokens_by_part
 from ..tokenizer import encode
@@ -121,11 +116,11 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
-    padding = pads(costs["curves"])  # the padding tables the predictions price passes with
+    padding = pads(costs["curves"]) if costs else None  # the padding tables the predictions price passes with
     for i, prompt in enumerate(prompts):
         for sname, rows in plans.items():
             skw = SETTINGS[sname]
-            overheads = costs["overheads"][setting_name(skw["temperature"])]
+            overheads = costs and costs["overheads"][setting_name(skw["temperature"])]
             for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in rows.items():
                     t0 = time.perf_counter()
@@ -143,8 +138,8 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
     """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
-    curve (`calibration.head_curves`; None where the costs have none)."""
-    if method == "eagle" and "head" not in costs["curves"]:
+    curve (`calibration.head_curves`; None where the costs have none, or there are no costs)."""
+    if costs is None or method == "eagle" and "head" not in costs["curves"]:
         return None
     curves, padding = drafter_curves(method, costs["curves"], padding)
     return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
@@ -223,7 +218,8 @@ def interval(ratio, low, high, digits=2) -> str:
     return f"{ratio:.{digits}f}x ({low:.{digits}f}-{high:.{digits}f})"
 
 
-def markdown(summary, plans) -> str:
+def markdown(summary, plans, priced=True) -> str:
+    """The tables of `summary`; the predicted column "unmeasured" where nothing was `priced` (no costs)."""
     lines = []
     for sname, per in summary.items():
         rows = []
@@ -231,7 +227,8 @@ def markdown(summary, plans) -> str:
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
             rows.append([NAMES[m], f"{r['tokens_per_s']:.1f}", interval(*r["over_baseline"]),
                          f"{r['median_speedup']:.2f}x",
-                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-",
+                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else
+                         "-" if priced else "unmeasured",
                          f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
                          f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
                          f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}",
@@ -334,7 +331,8 @@ def plot(summary, curves, out_dir: Path) -> list[Path]:
         for ax in fig.axes:
             ax.legend()
         fig.tight_layout()
-        fig.savefig(path)
+        with atomic_file(path) as f:
+            fig.savefig(f, format="png")
     return list(paths)
 
 
@@ -392,17 +390,20 @@ def main(argv=None) -> int:
         costs, how = calibration(target, draft, ngram, acceptance.calibration_prompts(enc),
                                  recalibrate=a.recalibrate or a.curves)
     except Busy as e:  # measured while busy: these rows' plans, not kept
-        if e.costs is None:
-            raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter") from None
-        costs, how = e.costs, f"measured now, for this run only: {e}"
-    if a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as what they are
+        if e.costs is None and (a.plan != "default" or a.recalibrate or a.curves):
+            raise ValueError(f"bench needs this machine's costs: {e}: run it when the machine is quieter, or with "
+                             "--plan default (its predictions unmeasured)") from None
+        costs, how = e.costs, f"{'measured now, for this run only' if e.costs else 'unmeasured'}: {e}"
+    if costs and a.rows != "rules" and "head" not in costs["curves"]:  # the eagle row's passes, priced as they are
         costs = costs | {"curves": costs["curves"] | {"head": head_curves(target, eagle_head, costs["layout"])}}
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
-    print(curves_table(costs))
+    if costs:
+        print(curves_table(costs))
     if a.curves:
         return 0
-    target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
+    if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
+        target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}
@@ -416,7 +417,7 @@ def main(argv=None) -> int:
     if a.rows != "rules":
         records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head)
         summary = summarize(records, target)
-        md = markdown(summary, plans)
+        md = markdown(summary, plans, priced=costs is not None)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
                                                       "predicted_speedup": c.speedup} for m, c in rows.items()}
                                               for s, rows in plans.items()}}
@@ -436,81 +437,30 @@ def main(argv=None) -> int:
                        f"{head}.\n\n{blas_line(costs)}.\n{md}\n")
         print(f"wrote this machine's section of {a.results}")
     if a.plot and summary:
-        for p in plot(summary, {m: c["warm"] for m, c in costs["curves"].items()}, out_dir):
+        for p in plot(summary, {m: c["warm"] for m, c in (costs or {"curves": {}})["curves"].items()}, out_dir):
             print(f"wrote {p}")
     print(f"wrote {out_dir / 'results.json'} and {out_dir / 'results.md'}")
     return 0
 
 
 def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
-    """results.json and results.md, a pair: an interrupted run leaves the previous pair or this one, never one
-    of each (`write_together`); a full disk or a file-size limit is a ValueError naming `option` and the file."""
+    """results.json and results.md, a pair (`atomic_files`): an interrupted run leaves the previous pair or this one,
+    never one of each; a full disk or a file-size limit is a ValueError naming `option` and the file."""
     texts = {out_dir / "results.json": json.dumps(res, indent=1) + "\n", out_dir / "results.md": md + "\n"}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_together(texts)
-    except OSError as e:
-        where = e.filename or next(iter(texts))
-        raise ValueError(f"{option}: cannot write {where}: {e.strerror or e}") from None
-
-
-def write_together(texts: dict) -> None:
-    """Each {path: text} written whole to a temporary file beside its path, then all renamed into place with
-    Ctrl-C and SIGTERM held back until the last rename (`signals_held`): the files change together or not at
-    all. A failed write (a full disk, SIGTERM) removes the temporary files."""
-    tmps = []
-    try:
-        with terminated_as_exit():
-            for path, text in texts.items():
-                tmps.append((path, temporary_copy(path, text)))
-            with signals_held():
-                for path, tmp in tmps:
-                    os.replace(tmp, path)
-    finally:
-        for _, tmp in tmps:  # those not renamed: a failed write
-            Path(tmp).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def signals_held():
-    """While the block runs, Ctrl-C and SIGTERM are noted, not acted on; the first one that came is raised
-    again when it ends, so that its own handler acts then (in the main thread: elsewhere nothing is held)."""
-    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    held = [s for s in (signal.SIGINT, signal.SIGTERM) if main and signal.getsignal(s) is not None]
-    came = []
-    before = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-        if came:
-            signal.raise_signal(came[0])
-
-
-def temporary_copy(path: Path, text: str) -> str:
-    """`text` in a new temporary file beside `path` (with the usual permissions); its name. An OSError (a full
-    disk, a file-size limit) names `path`, not the temporary file."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_files(texts, "w") as files:
+            for f, text in zip(files, texts.values()):
                 f.write(text)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
-        except BaseException:
-            os.unlink(tmp)
-            raise
     except OSError as e:
-        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
-    return tmp
+        raise ValueError(f"{option}: cannot write {e.filename or next(iter(texts))}: {e.strerror or e}") from None
 
 
 def blas_line(costs) -> str:
-    """The BLAS in use and the layout of each model's products, in words."""
-    return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
-                                                       for m, k in costs["layout"].items())
+    """The BLAS in use and the layout of each model's products, in words (no `costs`: unmeasured)."""
+    return f"BLAS: {blas_name()}; layout: " + (", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
+                                                        for m, k in costs["layout"].items()) if costs else
+                                               "each model's own (unmeasured)")
 
 
 def curves_table(costs) -> str:
@@ -527,7 +477,8 @@ def curves_table(costs) -> str:
 
 def update_results(path: Path, heading: str, body: str) -> None:
     """Replace (or add) the `## heading` section of a markdown results file."""
-    parts = (path.read_text() if path.exists() else "# Results\n").split("\n## ")  # [text before, sections...]
+    text = read_text(path, f"--results {path}", 1 << 24) if path.exists() else "# Results\n"
+    parts = text.split("\n## ")  # [text before, sections...]
     at = next((i for i in range(1, len(parts)) if parts[i].split("\n", 1)[0].strip() == heading), len(parts))
     parts[at:at + 1] = [f"{heading}\n\n{body.strip()}\n"]  # that section replaced, or a new one at the end
     with atomic_file(path, "w") as f:

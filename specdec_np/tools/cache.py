@@ -5,11 +5,18 @@ whole (a temporary file renamed into place). One that cannot be written is said,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: nothing is locked (`try_lock`)
+    fcntl = None
 
 from ..files import atomic_file, read_json as read_checked
 from .writable import check_writable
@@ -59,4 +66,41 @@ def store(path: Path, data: dict) -> bool:
         sys.stderr.write(f"note: the cache file {path}: cannot write in {path.parent}: {e.strerror or e}: what is "
                          "measured now is used for this run only\n")
         return False
+    return True
+
+
+@contextlib.contextmanager
+def locked(path: Path, wait: float, waiting=lambda: None):
+    """An exclusive lock on the file `path` (`flock`: the system releases it when the holder ends, however it ends)
+    held while the block runs, so that processes starting together measure once. It yields True if another process
+    held it first (waited for, `waiting()` called once: read what it cached), False if not (or if no lock file can
+    be made: a read-only cache, nothing to share), None if it was still held after `wait` seconds."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO there cannot block
+    except OSError:
+        fd = None
+    waited, deadline = False, time.monotonic() + wait
+    try:
+        while fd is not None and not try_lock(fd):
+            if time.monotonic() > deadline:
+                waited = None
+                break
+            if not waited:
+                waiting()
+            waited = True
+            time.sleep(0.1)
+        yield waited
+    finally:
+        if fd is not None:
+            os.close(fd)  # the lock goes with it
+
+
+def try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another holds it
+        return False
+    except (OSError, AttributeError):  # no locks on this file system (or no fcntl: not POSIX): measure alone
+        pass
     return True

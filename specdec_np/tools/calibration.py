@@ -3,9 +3,12 @@
 Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block size, warm and cold
 (`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
-once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
-of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile. An EAGLE
-head's curve (`head_curves`) is measured apart, when a run needs it, and kept with them (`with_head`).
+once per process and once per machine at a time: processes that start together on an empty cache take turns on
+a lock file beside it (`cache.locked`), one measures and the others read what it cached, or, past the time
+measuring may take, use the constant plan and say so. Valid cached costs serve whatever the load; none are
+measured while others use a quarter of a core (`Busy`: they would not be kept), and none are kept if others took
+that much meanwhile. An EAGLE head's curve (`head_curves`) is measured apart, when a run needs it, and kept with
+them (`with_head`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from .. import staged
 from ..decode import generate
 from ..plan import Plan
 from . import acceptance
-from .cache import cache_path, read_json, store, writable
+from .cache import cache_path, locked, read_json, store, writable
 from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
 from .machine import busy, busy_since, cpu_times, machine
@@ -64,23 +67,32 @@ def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[
         if isinstance(got := MEASURED[path], Busy):
             raise got
         return got
-    if why := busy():
-        raise Busy(f"{invalid + ', and ' if invalid else ''}this machine is busy ({why}): not measuring")
-    if invalid:
-        sys.stderr.write(f"note: {invalid}: measuring them again\n")
-    cache = writable(path)
-    start = cpu_times()
-    progress = Progress("measuring this machine's costs " + ("(cached for later runs)" if cache else
-                                                             "(for this run only)"), unit=lambda n: f"{n} parts")
-    try:
-        costs = measure_costs(target, draft, ngram, prompts, progress)
-        if why := busy_since(start):
-            raise Busy(f"this machine was busy while measuring ({why}): its costs are not kept", costs)
-    except Busy as e:
-        MEASURED[path] = e
-        raise
-    if cache and store(path, costs):
-        return costs, "measured now, cached for later runs"
+    seconds = measuring_seconds(target)
+    lock = path.with_suffix(".lock")
+    note = f"note: another process is measuring this machine's costs: waiting for it (at most {seconds + 10:.0f} s)\n"
+    with locked(lock, seconds + 10, lambda: sys.stderr.write(note)) as waited:  # one measures, the others wait
+        if waited is None:
+            raise Busy(f"another process has been measuring this machine's costs for over {seconds + 10:.0f} s "
+                       f"(it holds {lock}): not measuring")
+        if waited and not recalibrate and not problem(cached := read_json(path), draft is not None):
+            return cached, ""  # what the other process measured and cached
+        if why := busy():
+            raise Busy(f"{invalid + ', and ' if invalid else ''}this machine is busy ({why}): not measuring")
+        if invalid:
+            sys.stderr.write(f"note: {invalid}: measuring them again\n")
+        cache = writable(path)
+        start = cpu_times()
+        progress = Progress("measuring this machine's costs " + ("(cached for later runs)" if cache else
+                                                                 "(for this run only)"), unit=lambda n: f"{n} parts")
+        try:
+            costs = measure_costs(target, draft, ngram, prompts, progress)
+            if why := busy_since(start):
+                raise Busy(f"this machine was busy while measuring ({why}): its costs are not kept", costs)
+        except Busy as e:
+            MEASURED[path] = e
+            raise
+        if cache and store(path, costs):
+            return costs, "measured now, cached for later runs"
     MEASURED[path] = (costs, "measured earlier in this run, not cached")
     return costs, "measured now, for this run only"
 
@@ -128,11 +140,15 @@ def problem(costs, has_draft: bool) -> str:
     return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)
 
 
+def measuring_seconds(target) -> float:
+    """How long measuring may take (`measure_costs`): CALIBRATION_SECONDS, more for a target over 64 MB."""
+    return CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
+
+
 def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) -> dict:
     """The models' layouts, cost curves scaled to what passes cost in the loop, and overheads per setting (ms);
     `Busy` past `seconds`. `progress(done, total)` counts the layouts, the curves' rounds, each setting's runs."""
-    if seconds is None:
-        seconds = CALIBRATION_SECONDS * min(4.0, max(1.0, target.weight_bytes / 64e6))
+    seconds = measuring_seconds(target) if seconds is None else seconds
     deadline = time.perf_counter() + seconds
     progress = progress or (lambda done, total: None)
     work = {"done": 0, "total": None}

@@ -22,7 +22,7 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_prompt
 from ..decode import generate
-from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
+from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_model, load_ngram
@@ -107,7 +107,8 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
 
 
 def read_prompt(a) -> str:
-    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
+    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8 (`utf8`:
+    a byte-order mark at the start dropped, as bench's --prompts drops it)."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.prompt not in (None, "-"):  # undecodable bytes of the argument arrive as lone surrogates (PEP 383)
@@ -127,13 +128,6 @@ def read_prompt(a) -> str:
         raise ValueError(f"{where}: the prompt is over {PROMPT_MAX_BYTES >> 20} MB, more than specdec_np reads (a "
                          "1024-token context holds at most 128 kB)")
     return utf8(data, f"the prompt ({where})")
-
-
-def utf8(data: bytes, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{what} is not UTF-8 text: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
 
 
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
@@ -293,6 +287,9 @@ def cmd_trace(a) -> int:
     return 0
 
 
+TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
+
+
 def cmd_ngram(argv) -> int:
     """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab N | --vocab-from CHECKPOINT]`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
@@ -324,10 +321,10 @@ def cmd_ngram(argv) -> int:
             check_regular(name, f"text file {name}")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
-            data = name.read_bytes()
+            text = read_text(name, f"text file {name}", TEXT_MAX_BYTES)
         if i:
             tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, utf8(data, f"text file {name}")))
+        tokens.extend(encode(enc, text))
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import ngram
-from ..files import check_regular
+from .. import ngram, ngram_file
+from ..files import check_regular, read_text
 from ..tokenizer import BPE_FILES, get_encoding
 from .cache import cache_path
 
 VERSION = 1  # of how the trigram is built: a change rebuilds every cached one
+SOURCE_MAX_BYTES = 1 << 24  # a larger source is skipped (Python 3.11's largest, pydoc_data/topics.py: 0.8 MB)
 # Files (os.pathsep-separated) to fit on instead of the standard library: tests build from a few.
 SOURCES_ENV = "SPECDEC_NP_NGRAM_SOURCES"
 SKIPPED_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
@@ -56,7 +57,7 @@ def cache_file(n_vocab: int, files) -> Path:
     """Where the trigram for this vocabulary fitted on `files` is cached, under a digest of what it depends
     on (a file's size and modification time stand for its text)."""
     stats = [(str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else ())) for f in files]
-    key = {"version": VERSION, "ngram_format": ngram.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
+    key = {"version": VERSION, "ngram_format": ngram_file.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
            "files": hashlib.sha256(json.dumps(stats).encode()).hexdigest()}
     return cache_path(f"trigram-{n_vocab}", key).with_suffix(".npz")
@@ -64,12 +65,13 @@ def cache_file(n_vocab: int, files) -> Path:
 
 def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigram:
     """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
-    joins files), skipping a file that is not UTF-8; progress(done, total) after each file and the fit."""
+    joins files), skipping a file that is not UTF-8 or over SOURCE_MAX_BYTES; progress(done, total) after each file
+    and the fit."""
     enc = get_encoding(n_vocab)
     tokens = []
     for i, path in enumerate(files):
-        with contextlib.suppress(OSError, UnicodeDecodeError):  # a literal "<|endoftext|>" in a source is text here
-            tokens += [enc.eot_token, *enc.encode_ordinary(path.read_bytes().decode("utf-8"))]
+        with contextlib.suppress(OSError, ValueError):  # a literal "<|endoftext|>" in a source is text here
+            tokens += [enc.eot_token, *enc.encode_ordinary(read_text(path, limit=SOURCE_MAX_BYTES))]
         progress(i + 1, len(files) + 1)
     if len(tokens) < 3:
         raise ValueError(f"no text to fit a trigram on: {YOUR_OWN}")

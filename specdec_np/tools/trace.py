@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
 from .. import verify
 from ..methods import METHODS
-from ..files import atomic_file
+from ..files import atomic_file, read_text
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
 from .costcurve import block_cost_ms
@@ -131,7 +131,7 @@ def record(result, enc, prompt, method: str, about: str = "", costs: dict | None
 
 def page_file(name: str) -> str:
     """One of the page's files (trace_page/page.html, page.css, page.js), shipped as package data."""
-    return resources.files(__package__).joinpath("trace_page", name).read_text(encoding="utf-8")
+    return read_text(Path(__file__).parent / "trace_page" / name, limit=1 << 20)
 
 
 def page(data: dict) -> str:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_np import ngram
+from specdec_np import ngram, ngram_file
 from specdec_np.ngram import dist, fit, greedy_continuation, katz_discounts, load, save, top_k
 from specdec_np.lookup import lookup_by_match, prompt_lookup
 
@@ -267,7 +267,7 @@ def test_save_load_round_trip_is_exact(tmp_path):
             for a, b in zip(top_k(m2, ctx, 4), top_k(m, ctx, 4)):
                 np.testing.assert_array_equal(a, b)
         with np.load(path) as z:                                        # counts stored as small ints
-            assert str(z["format"]) == ngram.FORMAT and int(z["n_vocab"]) == 9
+            assert str(z["format"]) == ngram_file.FORMAT and int(z["n_vocab"]) == 9
             assert z["tri_count"].dtype == np.uint8 and z["bi_tok"].dtype == np.uint8
 
 

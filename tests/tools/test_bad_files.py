@@ -462,3 +462,35 @@ def test_bench_prompts_over_generates_cap_are_refused_before_tokenizing(tmp_path
     path.write_text(json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": "x" * (1 << 20)}) + "\n")
     with pytest.raises(ValueError, match=f"{path}: line 2: the prompt is over 1 MB, more than specdec_np reads"):
         acceptance.read_prompts(path)
+
+
+def test_every_file_is_read_up_to_a_bound_on_its_size(tmp_path, monkeypatch, capsys):
+    """Each reader reads a regular file up to its bound (`files.read_regular`), here lowered to 1 MB to keep the test
+    small: a trigram, a prompts file (also once gunzipped: a small .gz that inflates past it), a text `ngram fit`
+    reads, each refused in one line naming it. The control: the same files just under the bound are read."""
+    import gzip
+
+    from specdec_np import ngram_file
+    from specdec_np.tools import cli
+
+    for module, name in ((ngram_file, "MAX_BYTES"), (acceptance, "PROMPTS_MAX_BYTES"), (cli, "TEXT_MAX_BYTES")):
+        monkeypatch.setattr(module, name, 1 << 20)
+    big, line = tmp_path / "big", json.dumps({"prompt": "x" * 1000}) + "\n"
+    (tmp_path / "big.jsonl").write_text(line * ((1 << 20) // len(line) + 1))
+    (tmp_path / "big.jsonl.gz").write_bytes(gzip.compress((tmp_path / "big.jsonl").read_bytes()))
+    big.write_bytes(b"x" * ((1 << 20) + 1))
+    with pytest.raises(ValueError, match=f"n-gram model file {big} is over 1 MB, more than specdec_np reads"):
+        ngram.load(big)
+    with pytest.raises(ValueError, match=f"{tmp_path / 'big.jsonl'} is over 1 MB, more than specdec_np reads"):
+        acceptance.read_prompts(tmp_path / "big.jsonl")
+    with pytest.raises(ValueError, match=f"{tmp_path / 'big.jsonl.gz'} is over 1 MB gunzipped"):
+        acceptance.read_prompts(tmp_path / "big.jsonl.gz")
+    err = one_error_line(capsys, main(["ngram", "fit", str(big), "--out", str(tmp_path / "t.npz")]))
+    assert err == f"error: text file {big} is over 1 MB, more than specdec_np reads of such a file"
+    # The control: a byte less is read (and found not to be a trigram, or fitted on).
+    big.write_bytes(b"x" * (1 << 20))
+    with pytest.raises(ValueError, match=f"{big} is not a specdec_np n-gram model"):
+        ngram.load(big)
+    (tmp_path / "ok.jsonl").write_text(line * ((1 << 20) // len(line) - 1))
+    assert len(acceptance.read_prompts(tmp_path / "ok.jsonl")) == (1 << 20) // len(line) - 1
+    assert main(["ngram", "fit", str(big), "--out", str(tmp_path / "t.npz"), "--n-vocab", "300"]) == 0

@@ -195,6 +195,7 @@ def test_results_json_and_md_change_together(tmp_path, monkeypatch, capsys):
     line naming --out and the file; a whole run replaces both."""
     import errno
 
+    from specdec_np import files
     from specdec_np.tools.cli import main
 
     made_up_costs(monkeypatch)
@@ -202,15 +203,15 @@ def test_results_json_and_md_change_together(tmp_path, monkeypatch, capsys):
     (tmp_path / "results.md").write_text("old table\n")
     args = ["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "4", "--settings",
             "greedy", "--plan", "default", "--out", str(tmp_path)]
-    real, stop = bench.temporary_copy, {}
+    real, stop = files.tempfile.mkstemp, {}
 
-    def stopped(path, text):  # the second file: SIGTERM, or `ulimit -f`
-        if path.name == "results.md" and stop:
+    def stopped(dir, prefix, suffix):  # the second file: SIGTERM, or `ulimit -f` (an error naming no file)
+        if prefix.startswith("results.md") and stop:
             raise stop["with"]
-        return real(path, text)
+        return real(dir=dir, prefix=prefix, suffix=suffix)
 
-    monkeypatch.setattr(bench, "temporary_copy", stopped)
-    for stop["with"] in (SystemExit(143), OSError(errno.EFBIG, "File too large", str(tmp_path / "results.md"))):
+    monkeypatch.setattr(files.tempfile, "mkstemp", stopped)
+    for stop["with"] in (SystemExit(143), OSError(errno.EFBIG, "File too large")):
         if isinstance(stop["with"], SystemExit):
             with pytest.raises(SystemExit):
                 bench.main(args)
@@ -235,6 +236,13 @@ def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, mon
     import os
     import signal
 
+    from specdec_np import files
+
+    def write_together(texts):
+        with files.atomic_files(texts, "w") as out:
+            for f, text in zip(out, texts.values()):
+                f.write(text)
+
     real = os.replace
 
     def interrupted(src, dst):
@@ -242,19 +250,19 @@ def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, mon
         if dst.name == "results.json":
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(bench.os, "replace", interrupted)
+    monkeypatch.setattr(files.os, "replace", interrupted)
     texts = {tmp_path / "results.json": "new json\n", tmp_path / "results.md": "new md\n"}
     for path in texts:
         path.write_text("old\n")
     with pytest.raises(KeyboardInterrupt):
-        bench.write_together(texts)
+        write_together(texts)
     assert [p.read_text() for p in texts] == ["new json\n", "new md\n"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
     for path in texts:
         path.write_text("old\n")
-    monkeypatch.setattr(bench, "signals_held", contextlib.nullcontext)  # nothing held
+    monkeypatch.setattr(files, "signals_held", contextlib.nullcontext)  # nothing held
     with pytest.raises(KeyboardInterrupt):
-        bench.write_together(texts)
+        write_together(texts)
     assert [p.read_text() for p in texts] == ["new json\n", "old\n"]
 
 
