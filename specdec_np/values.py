@@ -20,9 +20,8 @@ def real(value) -> bool:
 
 
 def value_is(value) -> str:
-    """A field's value as messages show it: "8", "2,2,1" (a tuple), "'pad'" (a string, quoted)."""
-    return ",".join(map(str, value)) if isinstance(value, tuple) else repr(value) if isinstance(value, str) else \
-        str(value)
+    """A field's value as messages show it: "8", "2,2,1" (a tuple)."""
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def field_is(name: str, *value) -> str:
