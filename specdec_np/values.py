@@ -1,5 +1,6 @@
 """What an argument's number may be: an integer (a bool is not one here, though Python counts it as one)
-or a finite real number; the one check of each, for the core and the tools."""
+or a finite real number; the one check of each, for the core and the tools. And a bad one's error, as data
+(`FieldError`: the field, its value and why), which each caller words its own way."""
 
 import math
 import numbers
