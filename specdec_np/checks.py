@@ -10,7 +10,7 @@ import numpy as np
 from . import verify
 from .ngram import Trigram
 from .plan import Plan
-from .values import integral, real, whole
+from .values import FieldError, integral, real, whole
 
 
 def check_forward(model, tokens, cache, positions, mask, logits_from: int):
@@ -42,14 +42,20 @@ def check_forward(model, tokens, cache, positions, mask, logits_from: int):
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
-    """The sampling settings (sampling.py trusts them): a ValueError starting `name=value` unless temperature >= 0
+    """The sampling settings (sampling.py trusts them): a FieldError starting `name=value` unless temperature >= 0
     finite, top_k an integer >= 1 or None, 0 < top_p <= 1 or None."""
     if not (real(temperature) and temperature >= 0):
-        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+        raise FieldError("temperature", temperature, " must be a finite number >= 0 (0 = greedy)", about="")
     if top_k is not None and not whole(top_k, 1):
-        raise ValueError(f"top_k={top_k!r} must be an integer >= 1")
+        raise FieldError("top_k", top_k, " must be an integer >= 1", about="")
     if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p={top_p!r} must be in (0, 1]")
+        raise FieldError("top_p", top_p, " must be in (0, 1]", about="")
+
+
+def needless(temperature, top_k=None, top_p=None) -> str | None:
+    """"top_k" or "top_p" if given at temperature 0, where it changes nothing (greedy decoding keeps the argmax,
+    which both always keep); else None."""
+    return next((name for name, v in (("top_k", top_k), ("top_p", top_p)) if v is not None and temperature == 0), None)
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
@@ -80,8 +86,7 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
             raise TypeError(f"{name} must be a loaded {kind} (e.g. {example}), got {type(value).__name__} "
                             f"{value!r:.60}")
     check_settings(temperature, top_k, top_p)
-    if temperature == 0 and (top_k is not None or top_p is not None):
-        name = "top_k" if top_k is not None else "top_p"
+    if name := needless(temperature, top_k, top_p):
         raise ValueError(f"{name} changes nothing at temperature 0 (greedy keeps the argmax, which top_k and top_p "
                          "always keep): leave it None, or sample with temperature > 0")
     # Rand's interface: coin(p) and draw(probs) (the exact enumerator's ScriptedRand has it too).
@@ -95,7 +100,8 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a plan.Plan, got {type(plan).__name__}")
     if plan.rule is not None and plan.rule not in verify.RULES:
-        raise ValueError(f"plan: unknown rule {plan.rule!r}: choose one of {', '.join(verify.RULES)}")
+        raise FieldError("rule", plan.rule, f" {plan.rule!r}: choose one of {', '.join(verify.RULES)}", "unknown ",
+                         valued=False)
     prompt = check_prompt(prompt, target, draft if (m := methods[method]).runs_draft else None, methods)
     if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")

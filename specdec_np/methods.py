@@ -16,7 +16,7 @@ and under a plan its sizes, the kind of its trees and the rules lossless on them
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .eagle import FeatureDrafter
 from .lookup import chain_tree, lookup_by_match
 from .record import NO_RECORD
 from .tree import DRAFT, NGRAM, Tree, path_key
+from .values import FieldError
 
 
 @dataclass
@@ -51,16 +52,6 @@ def depth_left(seq, n_ctx: int, depth: int) -> int:
     return min(depth, n_ctx - len(seq) - 1)
 
 
-def field_is(name: str, value) -> str:
-    """A plan field and its value as the core's messages word them, e.g. "widths=2,2,1"."""
-    return f"{name}={','.join(map(str, value)) if isinstance(value, tuple) else value}"
-
-
-def words(plan, fields, say=field_is) -> str:
-    """Plan fields as a message names them, e.g. "budget=8, widths=2,2,1" (`say` words one: the CLI's its option)."""
-    return ", ".join(say(name, getattr(plan, name)) for name in fields)
-
-
 class Method:
     """What every method is and holds (each subclass sets its `name` and facts): the plan, the target's context
     (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
@@ -70,6 +61,7 @@ class Method:
     needs_ngram = False  # reads the n-gram model
     proposes_chain = False  # its trees are chains (one child per node)
     reads_features = False  # its drafter reads the target's features (commit gets those of the kept tokens)
+    drafts_with = None  # the model its drafter runs: None, "draft" (the draft model) or "head" (an EAGLE head)
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
@@ -99,26 +91,37 @@ class Method:
             verify.check_pairing(cls.tree_kind(plan, temperature), plan.rule, temperature, cls.chains(plan))
 
     @classmethod
-    def check_size(cls, plan, n_ctx: int, say=field_is) -> None:
-        """A ValueError naming the plan fields at fault (`say` words each), before any allocation, when a step
-        outgrows a context of `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node lies
-        past the context); or the draft's scratch (draft_rows), at most n_ctx rows per position."""
+    def nearest_lossless(cls, plan, temperature: float, then=lambda plan: plan):
+        """The plan nearest `plan` whose rule verifies its trees losslessly: itself, else its trees drawn another
+        way (top tokens, drawn without or with replacement), else each of those as a chain (widths of 1); each as
+        `then` makes it (a caller's own changes, which win); None if none is."""
+        drawn = [replace(plan, sampled=s) for s in dict.fromkeys((plan.sampled, None, "without", "with"))]
+        plans = drawn + [replace(p, shape="fixed", widths=(1,) * len(plan.widths)) for p in drawn]
+        return next((p for p in map(then, plans) if cls.lossless(p, temperature)), None)
+
+    @classmethod
+    def check_size(cls, plan, n_ctx: int) -> None:
+        """A FieldError naming the plan fields at fault, before any allocation, when a step outgrows a context of
+        `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node lies past the context); or the
+        draft's scratch (draft_rows), at most n_ctx rows per position."""
+        def fields(names):  # (names, their values)
+            return tuple(names), tuple(getattr(plan, name) for name in names)
         block = cls.max_block(plan)
         if block > n_ctx:
-            raise ValueError(f"plan: up to {block} tokens per step ({words(plan, cls.size_fields(plan), say)}) "
-                             f"exceed the target's context (n_ctx={n_ctx})")
+            raise FieldError(*fields(cls.size_fields(plan)), f") exceed the target's context (n_ctx={n_ctx})",
+                             lead=f"up to {block} tokens per step (")
         # The other fields that set a depth (widths, chain, lookup_chains) size the block too.
         staged_guesses = plan.guess_len if cls.runs_draft and cls.needs_ngram else 0
         for name, depth in {"depth": cls.max_depth(plan), "guess_len": staged_guesses}.items():
             if depth > n_ctx:
-                raise ValueError(f"plan: {say(name, depth)} is deeper than the target's context (n_ctx={n_ctx}): "
-                                 "no node lies past it")
+                raise FieldError(name, depth, f" is deeper than the target's context (n_ctx={n_ctx}): no node lies "
+                                 "past it")
         rows = cls.draft_rows(plan)
         if rows > n_ctx * n_ctx:
             grown = ("budget", "depth") if plan.shape == "best_first" and not plan.sampled else ("widths",)
             grown += ("guess_len",) if cls.needs_ngram else ()
-            raise ValueError(f"plan: {words(plan, grown, say)} give the draft a scratch of {rows} rows per step, more "
-                             f"than the target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
+            raise FieldError(*fields(grown), f" give the draft a scratch of {rows} rows per step, more than the "
+                             f"target's context allows (n_ctx={n_ctx}: at most {n_ctx * n_ctx} rows)")
 
     def proposal(self, tree: Tree, copied: bool = False, **costs) -> Proposal:
         """`tree` with its rule: the plan's, or (nothing drafted, or stage 2's copy) its kind's own."""
@@ -180,7 +183,7 @@ class TreeMethod(Method):
     """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths;
     children are the draft's top tokens, or drawn from q (`plan.sampled`)."""
 
-    name, runs_draft = "tree", True
+    name, runs_draft, drafts_with = "tree", True, "draft"
 
     # Plan.widths children per level (a fixed or a drawn tree), or a best-first budget.
     fixed_widths = classmethod(lambda cls, plan: plan.shape == "fixed" or plan.sampled is not None)
@@ -278,7 +281,7 @@ class Eagle(TreeMethod):
     """EAGLE: the target's own features draft `tree`'s trees through a small head (eagle.py), passed
     as the draft; the first step, whose pass reads the prompt, drafts nothing."""
 
-    name, reads_features = "eagle", True
+    name, reads_features, drafts_with = "eagle", True, "head"
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0, draft=None, top_k=None, top_p=None,
                  recorder=NO_RECORD):

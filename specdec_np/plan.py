@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .values import whole
+from .values import FieldError, whole
 
 
 def whole_tuple(value, low: int) -> tuple | None:
@@ -49,27 +49,28 @@ class Plan:
     rule: str | None = None
 
     def __post_init__(self):
+        def bad(name, expected):  # the plan's message: "plan: budget must be an integer >= 1, got 0"
+            raise FieldError(name, getattr(self, name), f" must be {expected}, got {getattr(self, name)!r}", valued=False)
+
         def integer(name, low):
-            value = getattr(self, name)
-            if not whole(value, low):
-                raise ValueError(f"plan: {name} must be an integer >= {low}, got {value!r}")
-            object.__setattr__(self, name, int(value))
+            if not whole(getattr(self, name), low):
+                bad(name, f"an integer >= {low}")
+            object.__setattr__(self, name, int(getattr(self, name)))
 
         if self.shape not in ("best_first", "fixed"):
-            raise ValueError(f"plan: shape must be 'best_first' or 'fixed', got {self.shape!r}")
+            bad("shape", "'best_first' or 'fixed'")
         for name, low in (("budget", 1), ("depth", 1), ("chain", 1), ("guess_len", 0), ("copy_len", 0)):
             integer(name, low)
         widths = whole_tuple(self.widths, 1)
         if not widths:
-            raise ValueError(f"plan: widths must be a non-empty list of integers >= 1, got {self.widths!r}")
+            bad("widths", "a non-empty list of integers >= 1")
         object.__setattr__(self, "widths", widths)
         chains = whole_tuple(self.lookup_chains, 0)
         if chains is None or (chains and (len(chains) != 3 or not any(chains))):
-            raise ValueError("plan: lookup_chains must be () or 3 integers >= 0 (after matches of 3, 2, 1 tokens), "
-                             f"not all 0, got {self.lookup_chains!r}")
+            bad("lookup_chains", "() or 3 integers >= 0 (after matches of 3, 2, 1 tokens), not all 0")
         object.__setattr__(self, "lookup_chains", chains)
         if self.sampled not in (None, "with", "without"):
-            raise ValueError(f"plan: sampled must be None, 'with' or 'without', got {self.sampled!r}")
+            bad("sampled", "None, 'with' or 'without'")
         if self.guess_rows != "pad":
             integer("guess_rows", 0)
 

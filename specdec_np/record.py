@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .kvcache import KVCache
-from .sampling import SURE
+from .sampling import certain
 from .tree import DRAFT, NGRAM, SOURCES, TARGET, Tree, children
 from .verify import Check
 
@@ -189,11 +189,11 @@ class Recorder(NoRecord):
 
     def with_u(self, tests: list) -> list:
         """The rule's tests, each coin's with the uniform number u that decided it. Verifying is a step's
-        last use of randomness, and Rand draws one number per draw and one per coin strictly between
-        SURE and 1 - SURE: the step's last numbers are these, in order."""
+        last use of randomness, and Rand draws one number per draw and one per coin not `certain`: the
+        step's last numbers are these, in order."""
         if self.uniforms is None:
             return list(tests)
-        drew = [c.test == "draw" or SURE < c.value < 1.0 - SURE for c in tests]
+        drew = [c.test == "draw" or certain(c.value) is None for c in tests]
         numbers = iter(self.uniforms.given[len(self.uniforms.given) - sum(drew):])
         u = [next(numbers) if d else None for d in drew]
         return [c if c.test == "draw" else dataclasses.replace(c, u=x) for c, x in zip(tests, u)]

@@ -101,6 +101,14 @@ def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [.
 SURE = 1e-12
 
 
+def certain(p: float) -> bool | None:
+    """A coin's outcome where it is certain, and so draws no uniform number: True for p within SURE of 1 (or
+    above), False within SURE of 0 (or below); None where the coin must be tossed. NaN is an error."""
+    if p != p:
+        raise ValueError("coin: probability is NaN")
+    return True if p >= 1.0 - SURE else False if p <= SURE else None
+
+
 class Rand:
     """The engine's only source of randomness: a coin and a categorical draw over an explicit Generator."""
 
@@ -110,13 +118,8 @@ class Rand:
     def coin(self, p: float) -> bool:
         """True with probability p (p <= 0: never, p >= 1: always, no random number consumed; within
         SURE of 0 or 1 counts as 0 or 1)."""
-        if p != p:
-            raise ValueError("coin: probability is NaN")
-        if p >= 1.0 - SURE:
-            return True
-        if p <= SURE:
-            return False
-        return self.rng.random() < p
+        sure = certain(p)
+        return self.rng.random() < p if sure is None else sure
 
     def draw(self, probs) -> int:
         """A token id drawn with probability probs[i] / sum(probs) (zero-probability ids never come out)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sampling import SURE
+from ..sampling import certain
 
 
 class ScriptedRand:
@@ -35,14 +35,8 @@ class ScriptedRand:
         return options[k][0]
 
     def coin(self, p: float) -> bool:
-        p = float(p)
-        if p != p:
-            raise ValueError("coin: probability is NaN")
-        if p >= 1.0 - SURE:  # as Rand.coin: certain, one option
-            return self.choose([(True, 1.0)])
-        if p <= SURE:
-            return self.choose([(False, 1.0)])
-        return self.choose([(True, p), (False, 1.0 - p)])
+        p, sure = float(p), certain(p)  # as Rand.coin: a certain coin has one option
+        return self.choose([(True, p), (False, 1.0 - p)] if sure is None else [(sure, 1.0)])
 
     def draw(self, probs) -> int:
         probs = np.asarray(probs, dtype=np.float64)  # [V]

@@ -31,6 +31,7 @@ from ..plan import Plan
 from ..tokenizer import encode
 from ..values import whole
 from .cache import write_json
+from .costmodel import step_passes
 
 FORMAT = "specdec_np.profile"
 VERSION = 2
@@ -84,25 +85,24 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
 def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
     """The profiled methods a pair can run (methods.py says which need a draft or an n-gram; one that reads the
     target's features, eagle, drafts with an EAGLE head instead of the draft)."""
-    return {name for name in PROFILED if (has_head if METHODS[name].reads_features else
-                                          has_draft or not METHODS[name].runs_draft)
+    return {name for name in PROFILED if (has_head if METHODS[name].drafts_with == "head" else
+                                          has_draft or METHODS[name].drafts_with is None)
             and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def drafter(method: str, draft, head):
     """What drafts for `method`: the EAGLE head for one that reads the target's features, else the draft."""
-    return head if METHODS[method].reads_features else draft
+    return head if METHODS[method].drafts_with == "head" else draft
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
     """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram
-    queries, and each model's passes by block size, cold (right after the other model's) or warm."""
+    queries, and each model's passes by block size, cold or warm (`costmodel.step_passes`)."""
     steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
-        passes["target"]["cold" if s.draft_blocks else "warm"][s.target_block] += 1
-        for i, k in enumerate(s.draft_blocks):
-            passes["draft"]["cold" if i == 0 else "warm"][k] += 1
+        for model, state, k in step_passes(s.draft_blocks, s.target_block):
+            passes[model][state][k] += 1
     return {"tokens": sum(len(s.tokens) for s in steps), "steps": len(steps),
             "draft_dists": sum(s.draft_dists for s in steps), "ngram_queries": sum(s.ngram_queries for s in steps),
             **{model: {state: dict(c) for state, c in states.items()} for model, states in passes.items()}}

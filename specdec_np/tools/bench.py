@@ -1,6 +1,6 @@
 """`make bench`: the paper's Tables 1 and 2 on this CPU, with the embedded models. On every prompt (HumanEval's
 164 by default), greedy and at top-k 50 (T=1), plain decoding, this machine's plan and each method with its best
-plan run side by side (EAGLE's head beside the draft model's tree, on its own best plan, else the tree row's);
+plan run side by side (EAGLE's head beside the draft model's tree, on its own best plan, else tree's: `choose`);
 `--rows rules` compares the verification rules on the same drafts. What each row and column means:
 docs/results.md; the options in full: docs/reference.md.
 """
@@ -28,7 +28,7 @@ from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
 from .calibration import Busy, calibration, head_curves
-from .choice import CONSTANT_BECAUSE, Choice, choose, no_plans, setting_name
+from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import drafter_curves, pads, record_ms
 from .loops import repeat_line, repeat_share
@@ -45,10 +45,6 @@ BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row c
 NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "speculative", "tree": "tree",
          "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
          "eagle": "(ref.) EAGLE head"}
-# Why the eagle row runs the tree row's plan where it has none of its own measured (a profile without the head's eagle
-# plans, --plan default, a busy machine): the same tree shape and budget make its tokens per target pass and
-# first-token acceptance comparable with the draft model's.
-EAGLE_PLAN = "the tree row's plan, the head against the draft on the same tree"
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
 # staged decoding copies nothing to the target: its figures stand beside the row without copies.
@@ -80,27 +76,14 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
 
 
 def row_choices(target, draft, ngram, enc, costs, temperature, plan: str, head=None) -> dict:
-    """{row: Choice} for one setting: this machine's plan and each method's best (`choose`), or the constant plan;
-    eagle's best with `head` (the target's EAGLE head), else the tree row's plan (`eagle_choice`)."""
+    """{row: Choice} for one setting: this machine's plan and each method's best, as `choose` gives them (eagle's
+    with `head`, the target's EAGLE head)."""
     profiled = tuple(dict.fromkeys(METHODS.values()))
     chosen = choose(target, draft, ngram, enc, temperature, profiled, plan, costs=costs,
                     progress=Progress("profiling the pair"), head=head)
     drafts_only = choose(target, draft, ngram, enc, temperature, ("staged",), plan, {"copy_len": 0}, costs=costs,
                          keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]  # measured without copies
-    chosen["eagle"] = eagle_choice(chosen["tree"], chosen["eagle"])
     return {row: drafts_only if row == "staged_drafts" else chosen[m] for row, m in METHODS.items()}
-
-
-def eagle_choice(tree: Choice, eagle: Choice | None = None) -> Choice:
-    """The eagle row's Choice: `eagle`, its own measured plan (`choose`), if it has one; else the tree row's plan as
-    it is (its shape, budget and rule), unpriced (EAGLE_PLAN: why)."""
-    if eagle is not None and not eagle.constant:
-        return eagle
-    # Why eagle has no measured plan of its own: its choice's reason (no eagle plans, a busy machine, ...).
-    reason = eagle.constant if eagle is not None and eagle.constant else CONSTANT_BECAUSE + no_plans(["eagle"])
-    why = f"{EAGLE_PLAN} ({reason.removeprefix(CONSTANT_BECAUSE)})"
-    why += f"; the tree row's: {tree.constant}" if tree.constant else ""
-    return Choice("eagle", tree.plan, layout=tree.layout, constant=why, changed=tree.changed)
 
 
 def first_token_acceptance(stats) -> tuple[int, int]:
@@ -112,7 +95,7 @@ def first_token_acceptance(stats) -> tuple[int, int]:
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None) -> dict:
     """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds;
-    the method eagle drafts with `head` (the target's EAGLE head) where the others draft with `draft`."""
+    a method that drafts with a head drafts with `head` (the target's EAGLE head), the others with `draft`."""
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
@@ -125,7 +108,7 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
                 for m, choice in rows.items():
                     t0 = time.perf_counter()
                     res = generate(target, prompt, max_new_tokens, method=choice.method, ngram=ngram,
-                                   draft=head if choice.method == "eagle" else draft, plan=choice.plan, seed=seed,
+                                   draft=acceptance.drafter(choice.method, draft, head), plan=choice.plan, seed=seed,
                                    **skw)
                     records[sname][m].append({
                         "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
@@ -137,9 +120,9 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 
 
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
-    """The cost model's ms for a run: its passes priced on the cost curves; eagle's head passes on the head's
-    curve (`calibration.head_curves`; None where the costs have none, or there are no costs)."""
-    if costs is None or method == "eagle" and "head" not in costs["curves"]:
+    """The cost model's ms for a run: its passes priced on the cost curves; a head's passes on the head's curve
+    (`calibration.head_curves`; None where the costs have none, or there are no costs)."""
+    if costs is None or methods.METHODS[method].drafts_with == "head" and "head" not in costs["curves"]:
         return None
     curves, padding = drafter_curves(method, costs["curves"], padding)
     return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
@@ -407,9 +390,11 @@ def main(argv=None) -> int:
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}
-    for sname, rows in plans.items():
-        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(c.method, c.plan)} ({c.reason()})"
-                                        for m, c in rows.items() if m in ("plan", HEADLINE, "eagle")))
+    for sname, rows in plans.items():  # this machine's plan, the headline's and any a head drafts, and why
+        said = [m for m, c in rows.items()
+                if m in ("plan", HEADLINE) or methods.METHODS[c.method].drafts_with == "head"]
+        print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(rows[m].method, rows[m].plan)} ({rows[m].reason()})"
+                                        for m in said))
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,

@@ -23,7 +23,7 @@ from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, locked, read_json, store, writable
 from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
-from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
+from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled, step_passes
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
@@ -217,8 +217,8 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
                 timed += generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw).stats.steps[1:]
                 in_time()
     steps = [(s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])) for s in timed]
-    passes = [("cold" if s.draft_blocks else "warm", target.layout.rows(s.target_block), 1000 * s.seconds[1])
-              for s in timed]
+    passes = [(state, target.layout.rows(k), 1000 * s.seconds[1])
+              for s in timed for model, state, k in step_passes(s.draft_blocks, s.target_block) if model == "target"]
     return steps, passes
 
 

@@ -4,7 +4,7 @@ Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this mac
 candidate with the fewest predicted ms per token whose rule is lossless once the user's options change it; else the
 constant plan with them: asked for, no pair to price, a machine too busy to measure, no profile for the setting, or
 none of the method's plans lossless for the rule. eagle's plans are priced with its EAGLE head's cost curve in the
-draft's place; a profile holding none of that head's (`acceptance.head_key`) leaves it the constant plan.
+draft's place; a profile holding none of that head's (`acceptance.head_key`) leaves it tree's plan (`on_twins_tree`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ PROFILE_SIZES = ((12, 128), (6, 96), (4, 64), (3, 48), (2, 32))  # (prompts, new
 # Why a plan is the constant one, in the words every command prints (Choice.constant): CONSTANT_BECAUSE + why.
 CONSTANT_BECAUSE = "the constant plan: "
 NO_HEAD = "no EAGLE head to measure"
+SAME_TREE = "the head against the draft on the same tree"  # why a head runs its draft twin's plan (`on_twins_tree`)
 
 
 def no_plans(methods) -> str:
@@ -83,30 +84,55 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this machine's fastest
     plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set, `changed`), priced on
     `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why.
-    eagle, asked by name, is priced with `head` (the target's EAGLE head; its curve measured if `costs` lack it):
-    the fastest of all methods (None) is never eagle, as the command line's machine plan runs the draft model."""
+    A method that drafts with a head, asked by name, is priced with `head` (the target's EAGLE head; its curve measured
+    if `costs` lack it); none of its plans measured, it runs its draft twin's (`on_twins_tree`). The fastest of all
+    methods (None) drafts with no head, as the command line's machine plan runs the draft model."""
+    twins = {key: draft_twin(key) for key in asked if isinstance(key, str) and METHODS[key].drafts_with == "head"}
+    got = choose_each(target, draft, ngram, enc, temperature, tuple(dict.fromkeys((*asked, *twins.values()))), plan,
+                      changes, recalibrate, costs, keep, progress, head)
+    return {key: on_twins_tree(got[key], got[twins[key]]) if key in twins and got[key].constant else got[key]
+            for key in asked}
+
+
+def draft_twin(method: str) -> str:
+    """The method whose trees `method` drafts with a head, drafted with the draft model (eagle's: tree's; its class's
+    nearest base that drafts with the draft)."""
+    return next(c.name for c in METHODS[method].__mro__ if getattr(c, "drafts_with", None) == "draft")
+
+
+def on_twins_tree(own: Choice, twin: Choice) -> Choice:
+    """A head's Choice where none of its plans is measured (`own`, the constant plan, and why): its draft twin's plan
+    instead, the head against the draft on the same tree, unpriced, and why."""
+    why = f"{twin.method}'s plan, {SAME_TREE} ({own.constant})"
+    why += f"; {twin.method}'s: {twin.constant}" if twin.constant and twin.constant != own.constant else ""
+    return Choice(own.method, twin.plan, layout=twin.layout, constant=why, among=own.among, changed=twin.changed)
+
+
+def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, recalibrate, costs, keep, progress,
+                head) -> dict:
+    """`choose`'s choices, a head's unmeasured one the constant plan."""
     changes, among = changes or {}, {key: (key,) if isinstance(key, str) else key for key in asked}
 
     def unmeasured(methods) -> str:  # why these methods run the constant plan unmeasured ("": measure them)
-        eagle_only = bool(methods) and all(METHODS[m].reads_features for m in methods)
+        heads_only = bool(methods) and all(METHODS[m].drafts_with == "head" for m in methods)
         return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
                 "the constant plan, as --plan default asks" if plan == "default" else
-                CONSTANT_BECAUSE + NO_HEAD if eagle_only and head is None else
+                CONSTANT_BECAUSE + NO_HEAD if heads_only and head is None else
                 CONSTANT_BECAUSE + no_plans(methods) if methods and not set(methods) & set(acceptance.PROFILED) else
                 CONSTANT_BECAUSE + "no draft model, no pair to measure" if draft is None else
-                # Only the shipped profile holds eagle plans (a first-use profile has no head): none to measure.
-                CONSTANT_BECAUSE + no_plans(["eagle"]) if eagle_only and not shipped_pair()
+                # Only the shipped profile holds a head's plans (a first-use profile has no head): none to measure.
+                CONSTANT_BECAUSE + no_plans(methods) if heads_only and not shipped_pair()
                 else "")
 
     def shipped_pair() -> bool:  # the shipped profile is this pair's
         return (shipped := acceptance.shipped()) is not None and shipped["models"] == acceptance.pair_key(
             target, draft, ngram)
 
-    def const(methods, why):  # the first of `methods` whose constant plan, changed, is lossless (sampled as it needs)
+    def const(methods, why):  # the first of `methods` with a lossless plan nearest the constant plan, changed
         base = constant(temperature)
-        tried = [(m, changed(dataclasses.replace(base, sampled=s), m, changes)) for m in methods
-                 for s in dict.fromkeys((base.sampled, None, "without", "with"))]
-        m, p = next(((m, p) for m, p in tried if METHODS[m].lossless(p, temperature)), tried[0])
+        nearest = ((m, METHODS[m].nearest_lossless(base, temperature, lambda p, m=m: changed(p, m, changes)))
+                   for m in methods)
+        m, p = next(((m, p) for m, p in nearest if p), (methods[0], changed(base, methods[0], changes)))
         return Choice(m, p, constant=why, among=tuple(methods), changed=p != base)
 
     def fell_back(why: str) -> dict:  # the rest's constant plans, said in one line (None: lookup, greedy; else ar)
@@ -122,7 +148,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
-    heads = head if any(METHODS[m].reads_features for key in asked for m in among[key] or ()) else None
+    heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or ()) else None
     given = costs is not None
     try:
         costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
@@ -143,7 +169,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         except Busy as e:
             no_head = CONSTANT_BECAUSE + str(e)
     for key in asked:
-        if among[key] and all(METHODS[m].reads_features for m in among[key]) and no_head:
+        if among[key] and all(METHODS[m].drafts_with == "head" for m in among[key]) and no_head:
             out[key] = const(among[key], no_head)
             continue
         try:
@@ -167,10 +193,11 @@ def head_missing(profile: dict, setting: str, head) -> str:
     another head's (`acceptance.head_key`)."""
     if head is None:
         return CONSTANT_BECAUSE + NO_HEAD
-    if not any(METHODS[r["method"]].reads_features for r in profile["settings"].get(setting, ())):
-        return CONSTANT_BECAUSE + no_plans(["eagle"])
+    heads = [m for m in METHODS if METHODS[m].drafts_with == "head"]
+    if not any(r["method"] in heads for r in profile["settings"].get(setting, ())):
+        return CONSTANT_BECAUSE + no_plans(heads)
     if profile.get("head") != acceptance.head_key(head):
-        return CONSTANT_BECAUSE + no_plans(["eagle"]) + " of this EAGLE head"
+        return CONSTANT_BECAUSE + no_plans(heads) + " of this EAGLE head"
     return ""
 
 
@@ -248,14 +275,14 @@ def describe(method: str, plan: Plan) -> str:
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
     if m.proposes_chain:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
-    widths, drafter = ",".join(map(str, plan.widths)), "the head" if m.reads_features else "the draft"
-    if not (m.runs_draft and m.fixed_widths(plan)):
+    widths, drafter = ",".join(map(str, plan.widths)), f"the {m.drafts_with}"
+    if not (m.drafts_with and m.fixed_widths(plan)):
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
     elif plan.sampled:
         text = f"widths {widths} drawn from {drafter} ({plan.sampled} replacement)"
     else:
         text = f"{drafter}'s top tokens, widths {widths}"
-    if m.runs_draft and m.needs_ngram:
+    if m.drafts_with and m.needs_ngram:
         guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
                    else "no n-gram guesses")
         text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")

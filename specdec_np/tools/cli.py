@@ -100,7 +100,8 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = tuple(m for m in methods if profiled(m) and not METHODS[m].reads_features) or None if machine else a.method
+    asked = tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine \
+        else a.method
     c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
@@ -195,10 +196,10 @@ def setup(a) -> Setup:
                          f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = eagle_head = None
-    runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
+    runs_draft = a.method is None or METHODS[a.method].drafts_with  # with --method, or maybe the machine's choice
+    head = a.method is not None and METHODS[a.method].drafts_with == "head"  # its draft is the target's EAGLE head
     if reads("draft", a.method, a.plan):
         try:
-            head = a.method == "eagle"  # its draft is the target's EAGLE head
             draft_name = a.draft or (EMBEDDED_HEAD if head else default_draft(a.target))
             with naming("--draft" if a.draft else "--target", a.draft or a.target):
                 draft = load_head(draft_name, target) if head else load_model(draft_name)
@@ -209,7 +210,7 @@ def setup(a) -> Setup:
             raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
                              f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
                              "share a tokenizer")
-        if a.method == "eagle" and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
+        if head and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
             eagle_head, draft = draft, pair_draft(a.target)
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
@@ -342,7 +343,7 @@ def out_of_memory(cmd: str, args) -> str:
     its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
     if cmd in ("generate", "trace"):
         models = [("--target", args.target)]
-        if args.draft is not None or args.method is None or METHODS[args.method].runs_draft:
+        if args.draft is not None or args.method is None or METHODS[args.method].drafts_with:
             with contextlib.suppress(ValueError):
                 models.append(("--draft" if args.draft else "its draft", args.draft or default_draft(args.target)))
     elif cmd in ("demo", "bench"):

@@ -1,7 +1,7 @@
 """The cost model: what a decoding plan costs on this machine, from counted work and measured costs.
 
 A plan's ms per token = (its forward passes, each at this machine's cost for its padded block size,
-"cold" after the other model's pass, else "warm" (`costcurve.loop_curves`), plus OVERHEADS per step,
+"cold" after the other model's pass, else "warm" (`step_passes`, `costcurve.loop_curves`), plus OVERHEADS per step,
 per step that drafts, per draft distribution and per n-gram query) / the tokens it emits. The counts
 come from an acceptance profile or a run's statistics, the costs from this machine (`calibration.py`).
 """
@@ -62,6 +62,14 @@ def scaled(curve: dict, scale: dict) -> dict:
     return {k: v * scale.get(int(k), 1.0) for k, v in curve.items()}
 
 
+def step_passes(draft_blocks, target_block) -> list[tuple[str, str, int]]:
+    """A step's passes as the cost model prices them, [(model, state, rows)]: a pass right after the other model's
+    is "cold" (its weights may be out of the cache), else "warm": the draft's first pass follows the target's, its
+    others its own; the target's pass follows the draft's where the step drafted."""
+    return [("draft", "warm" if i else "cold", k) for i, k in enumerate(draft_blocks)] + [
+        ("target", "cold" if draft_blocks else "warm", target_block)]
+
+
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
     return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
@@ -70,7 +78,7 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
 def drafter_curves(method: str, curves: dict, pad: dict) -> tuple[dict, dict]:
     """(curves, padding tables) a record or run of `method` is priced on: a method that drafts with an EAGLE head
     (eagle) has its draft passes priced on the head's curve (curves["head"], `calibration.head_curves`), unpadded."""
-    if METHODS[method].reads_features:
+    if METHODS[method].drafts_with == "head":
         return curves | {"draft": curves["head"]}, pad | {"draft_pad": ()}
     return curves, pad
 
@@ -90,8 +98,8 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     """The overheads (ms) from timed steps (`calibration.timed_steps`): their time beyond the draft's passes and
     the queries (at `query_ms`), per step, per step that ran the draft and per distribution (least squares, each
     >= 0). Fitted step by step: in whole runs steps and draft passes rise together and cannot be told apart."""
-    def draft_ms(blocks):  # a step's draft passes: the first cold, the rest warm
-        return sum(pass_ms(curves, "draft", "cold" if i == 0 else "warm", k, draft_pad) for i, k in enumerate(blocks))
+    def draft_ms(blocks):  # a step's draft passes
+        return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
     features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])
     y = np.array([ms - draft_ms(blocks) - query_ms * queries for blocks, _, queries, ms in steps])
     free = [j for j in range(3) if features[:, j].any()]

@@ -4,8 +4,8 @@ Greedy first: every method's completion must be the autoregressive one (a float3
 token is reported with its logit gap), a table of speed and work (staged also without its copies, the paper's
 stage 2 alone; each row's tokens by where they came from), the plans, the completion coloured by
 stage (the paper's Fig. 3), one verification tree. The row eagle drafts with the target's EAGLE head
-instead of the draft model, on its own best plan (the tree row's where the profile holds none of the head's;
-bench does the same). Then one sampled run (top-k 50, T=1) against sampled AR.
+instead of the draft model, on its own best plan (tree's where the profile holds none of the head's, as
+`choose` gives it). Then one sampled run (top-k 50, T=1) against sampled AR.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import numpy as np
 
 from ..decode import generate
 from ..gpt2 import forward, iter_params, new_cache
+from ..methods import METHODS
 from ..models import load_embedded, load_head
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
-from .bench import eagle_choice
+from .acceptance import drafter
 from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
@@ -76,13 +77,13 @@ def logit_gap(target, prompt, tokens, i) -> float:
 
 
 def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, **kw) -> dict:
-    """{row: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it; the row
-    eagle drafts with `head` (the target's EAGLE head)."""
+    """{row: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it; a row whose
+    method drafts with a head drafts with `head` (the target's EAGLE head)."""
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=method_of(m), draft=head if m == "eagle" else draft, ngram=ngram,
-                       plan=plan, keep_trees=True, **kw)
+        res = generate(target, prompt, n_new, method=method_of(m), draft=drafter(method_of(m), draft, head),
+                       ngram=ngram, plan=plan, keep_trees=True, **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
 
@@ -111,8 +112,8 @@ def report(results: dict, chosen: dict, timed) -> None:
     print("Tokens: the draft's own; guessed: stage 2's guesses (the trigram's, or a repeat's) the draft kept, each "
           "saving it a pass (the paper's stage 2);\ncopied: a repeat's continuation sent to the target with no draft "
           "pass (prompt lookup's idea); target: the target's token ending each step."
-          + "\neagle: its draft is the target's EAGLE head (its drafted tokens and passes are the head's)."
-          * ("eagle" in results))
+          + "".join(f"\n{m}: its draft is the target's EAGLE head (its drafted tokens and passes are the head's)."
+                    for m in results if METHODS[method_of(m)].drafts_with == "head"))
     if busy := timing_note(timed):
         print(busy)
     print("\nPlans:")
@@ -133,9 +134,6 @@ def plans(a, target, draft, ngram, enc, temperature, methods, head=None) -> tupl
             staged = choose(target, draft, ngram, enc, temperature, ("staged",), a.plan, changes,
                             keep=lambda r: r["shape"].get("copy_len", 0) == 0)["staged"]
         chosen[NO_COPIES] = replace(staged, plan=replace(staged.plan, copy_len=0))
-    if "eagle" in methods and chosen["eagle"].constant:  # as bench's row: else the tree row's plan
-        tree = chosen.get("tree") or choose(target, draft, ngram, enc, temperature, ("tree",), a.plan, changes)["tree"]
-        chosen["eagle"] = eagle_choice(tree, chosen["eagle"])  # says why eagle has no plan of its own
     for m, c in chosen.items():
         check_fits(c.plan, method_of(m), target.config.n_ctx)
     return {m: (chosen[m].plan, chosen[m].reason()) for m in methods}, next((c.layout for c in chosen.values()

@@ -7,9 +7,10 @@ shapes follows from the methods (`shapes`); whether a rule is lossless, from `Me
 from __future__ import annotations
 
 from .. import verify
-from ..checks import check_settings
-from ..methods import METHODS, field_is
+from ..checks import check_settings, needless
+from ..methods import METHODS
 from ..plan import Plan
+from ..values import FieldError, field_is, value_is
 from .acceptance import PROFILED
 from .choice import changed, describe
 
@@ -26,18 +27,15 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
          "without_replacement": "trees whose children are drawn from the draft without replacement (--sampled without)"}
 
 
-def option_is(name: str, value) -> str:
-    """A field and its value as the command line words them: "--budget 8" (one no option sets: "guess_len=3")."""
-    return f"{OPTIONS[name]} {field_is(name, value).partition('=')[2]}" if name in OPTIONS else field_is(name, value)
+def option_is(name: str, *value) -> str:
+    """A field (and its value) as the command line words it: "--budget", "--budget 8" (one no option sets: "guess_len",
+    "guess_len=3")."""
+    return " ".join([OPTIONS[name], *map(value_is, value)]) if name in OPTIONS else field_is(name, *value)
 
 
-def as_option(error: ValueError) -> ValueError:
-    """A core check's error, which starts with the argument it names ("top_p must be ...", "top_p=2 ..."), naming
-    its option instead (OPTIONS; an error that names an option already is kept)."""
-    text = str(error).removeprefix("plan: ")
-    name = text.split(" ", 1)[0].split("=", 1)[0]
-    rest = text[len(name):]
-    return ValueError(OPTIONS.get(name, name) + (" " + rest[1:] if rest.startswith("=") else rest))
+def as_option(error: FieldError) -> ValueError:
+    """A core check's error (its field, value and why) naming the field by its option (`option_is`)."""
+    return ValueError(error.words(option_is))
 
 
 def shapes(field: str, name: str) -> bool:
@@ -45,9 +43,9 @@ def shapes(field: str, name: str) -> bool:
     has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
     m = METHODS[name]
     tree = m.drafts and not m.proposes_chain
-    draft_tree = tree and m.runs_draft
+    draft_tree = tree and m.drafts_with is not None
     return {"depth": m.drafts, "rule": m.drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
-            "copy_len": m.runs_draft and m.needs_ngram}[field]
+            "copy_len": m.drafts_with is not None and m.needs_ngram}[field]
 
 
 def candidate_methods(a) -> tuple:
@@ -73,15 +71,16 @@ def reads(model: str, method: str | None, plan: str) -> bool:
     """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
     ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
     m = METHODS.get(method)
-    return m is None or (m.runs_draft if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
+    runs = m is None or (m.drafts_with is not None if model == "draft" else m.needs_ngram)
+    return runs or plan == "machine" and profiled(method)
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
     """`Method.check_size` (a step's block within the target's context), its fields named by their options."""
     try:
-        METHODS[method].check_size(plan, n_ctx, say=option_is)
-    except ValueError as e:
-        raise ValueError(str(e).removeprefix("plan: ")) from None
+        METHODS[method].check_size(plan, n_ctx)
+    except FieldError as e:
+        raise as_option(e) from None
 
 
 def lossless_on(rule: str) -> str:
@@ -102,9 +101,9 @@ def check_rule(plan: Plan, method: str, temperature: float) -> None:
 def check_rule_options(a) -> None:
     """--rule against what the other options fix of the trees, before any plan is chosen: lossless on the trees of a
     method they allow under some plan (a chain or a tree; top tokens, or drawn with or without replacement)."""
-    if a.rule in (None, "greedy") or any(METHODS[m].lossless(changed(Plan(shape="fixed", widths=(1, 1, 1), sampled=s),
-                                                                    m, changes(a)), a.temperature)
-                                         for m in candidate_methods(a) for s in (None, "with", "without")):
+    if a.rule in (None, "greedy") or any(METHODS[m].nearest_lossless(Plan(), a.temperature,
+                                                                     lambda p, m=m: changed(p, m, changes(a)))
+                                         for m in candidate_methods(a)):
         return
     fixed = [f"--method {a.method}"] * (a.method is not None) + [option_is(f, v) for f, v in changes(a).items()
                                                                    if f != "rule"]
@@ -132,7 +131,7 @@ def check_options(a) -> None:
     try:  # the core's checks of the sampling settings and the plan's fields, named by their options
         check_settings(a.temperature, a.top_k, a.top_p)
         Plan(**changes(a))
-    except ValueError as e:
+    except FieldError as e:
         raise as_option(e) from None
     if a.top_p == 1:
         raise ValueError("--top-p 1 keeps every token, so it changes nothing: leave it off")
@@ -141,9 +140,12 @@ def check_options(a) -> None:
             raise ValueError(f"{option} is empty: give a {'file' if option == '--file' else 'file or model'} name")
     # Options that would change nothing are errors, whichever method the machine's plan picks later.
     if a.temperature == 0:
-        # Nothing is drawn at temperature 0 unless --sampled draws the trees (greedy plans never do).
-        for option, value in (("--top-k", a.top_k), ("--top-p", a.top_p), ("--seed", None if a.sampled else a.seed),
-                              ("--rule", None if a.rule == "greedy" else a.rule)):
+        # Nothing is drawn at temperature 0: --top-k and --top-p change nothing (`checks.needless`), nor --seed and
+        # --rule unless --sampled draws the trees (greedy plans never do).
+        given = {"--seed": None if a.sampled else a.seed, "--rule": None if a.rule == "greedy" else a.rule}
+        if sampling := needless(0, a.top_k, a.top_p):
+            given = {OPTIONS[sampling]: getattr(a, sampling)} | given
+        for option, value in given.items():
             if value is not None:
                 raise ValueError(f"{option} {value}: at temperature 0 decoding is greedy (the most likely token), so "
                                  "it changes nothing: give --temperature > 0 to sample")

@@ -3,7 +3,7 @@ and the rules the loop verifies them with, and the method objects' two verbs."""
 import numpy as np
 import pytest
 
-from specdec_np import eagle, methods, verify
+from specdec_np import build, eagle, methods, verify
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
 
@@ -15,15 +15,45 @@ PLANS = [Plan(), Plan(shape="fixed", widths=(2, 1)), Plan(widths=(1, 1, 1), samp
 SEQS = ([5, 9, 2, 7], [3, 1, 4, 8, 3, 1, 4])  # the second ends on a repeat: staged verifies its copy
 
 
-def documented_kind(method: str, plan: Plan, temperature: float) -> str:
-    """How plan.py's and methods.py's docs say a method's drafted trees are drawn, written apart from the
-    code: a draft tree's children drawn from q as `sampled` says, else its top tokens; speculative's chain
-    drawn from q when sampling or sampled; the n-gram's trees and lookup's copies deterministic."""
-    if method == "speculative":
-        return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
-    if method in ("tree", "staged", "eagle") and plan.sampled:
-        return f"{plan.sampled}_replacement"
-    return "deterministic"
+class ArgmaxRand:
+    """Rand's interface with no chance in it: a draw gives the most probable token, so that siblings drawn with
+    replacement from one q come out equal and siblings drawn without replacement never do; a coin comes up heads
+    when p >= 1/2. It counts the draws made while a method proposes (`proposing`)."""
+
+    def __init__(self):
+        self.proposing, self.draws = False, 0
+
+    def coin(self, p) -> bool:
+        return p >= 0.5
+
+    def draw(self, probs) -> int:
+        self.draws += self.proposing
+        return int(np.argmax(probs))
+
+
+def built_kinds(tree, drew: bool) -> set:
+    """The kinds a tree built with ArgmaxRand can be, from how it came out: nothing drawn, the draft's top tokens;
+    siblings repeated, drawn with replacement; every node's children distinct, without; a drawn chain, either."""
+    if not drew:
+        return {"deterministic"}
+    siblings = list(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))
+    if len(set(siblings)) < len(siblings):
+        return {"with_replacement"}
+    chain = np.bincount(tree.parents[1:], minlength=len(tree)).max(initial=0) <= 1
+    return {"with_replacement", "without_replacement"} if chain else {"without_replacement"}
+
+
+def test_built_kinds_tells_the_three_ways_of_drawing_apart():
+    """The control of the test below: the same q gives three trees, top tokens, drawn with and without replacement,
+    and `built_kinds` names each as what it is, and only that."""
+    q = np.array([0.1, 0.5, 0.3, 0.1])
+    dist_fn = lambda tokens, parents, nodes: np.tile(q, (len(nodes), 1))  # noqa: E731
+    for drawn, replacement, kind in ((False, True, "deterministic"), (True, True, "with_replacement"),
+                                     (True, False, "without_replacement")):
+        rand = ArgmaxRand()
+        rand.proposing = True
+        tree = build.build_fixed(0, dist_fn, (3, 2), rand=rand if drawn else None, replacement=replacement)
+        assert built_kinds(tree, drew=rand.draws > 0) == {kind}, kind
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -31,12 +61,14 @@ def documented_kind(method: str, plan: Plan, temperature: float) -> str:
                                                                 if v != getattr(Plan(), k)) or "Plan()")
 @pytest.mark.parametrize("method", methods.METHODS)
 def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossless_rule(method, plan, temperature,
-                                                                                       small):
-    """Real trees, decoded by `generate` with small random float64 models: each drafted tree's kind is
-    the one its method's `tree_kind` (the one home of it) says and the docs promise, a tree drawn without
-    replacement repeats no sibling, and the rule the loop ran on every tree (stage 2's copies and root-only
-    trees included) is one verify.lossless_rules lists for the kind of that tree. A plan whose rule is
-    not lossless for its method's trees is refused by check_rule, naming the rule, before any work."""
+                                                                                       small, monkeypatch):
+    """Real trees, decoded by `generate` with small random float64 models and a rand that draws the most probable
+    token: each drafted tree is of the kind its method's `tree_kind` (the one home of it) declares, seen in how it
+    was built (`built_kinds`: whether its method drew while proposing, whether siblings repeat), and labelled so; a
+    drafter's tree is drawn from q as plan.sampled says (with or without replacement), and its chain when sampling;
+    the rule the loop ran on every tree (stage 2's copies and root-only trees included) is one
+    verify.lossless_rules lists for the kind of that tree. A plan whose rule is not lossless for its method's
+    trees is refused by check_rule, naming the rule, before any work."""
     target, draft, trigram = small
     draft = eagle.random_head(target) if method == "eagle" else draft  # eagle drafts with a head of the target
     m = methods.METHODS[method]
@@ -44,20 +76,34 @@ def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossles
         with pytest.raises(ValueError, match=repr(plan.rule)):
             m.check_rule(plan, temperature)
         return
-    kinds = set()
-    for seed, seq in enumerate(SEQS):
-        res = generate(target, seq, 6, method, draft, trigram, plan, temperature, seed=seed, eos=None,
+    rand, drew, propose = ArgmaxRand(), [], m.propose
+
+    def proposing(self, seq, r):  # each step's proposal, and whether it drew
+        r.proposing, before = True, r.draws
+        try:
+            return propose(self, seq, r)
+        finally:
+            r.proposing = False
+            drew.append(r.draws > before)
+    monkeypatch.setattr(m, "propose", proposing)
+    declared, kinds = m.tree_kind(plan, temperature), set()
+    for seq in SEQS:
+        drew.clear()
+        res = generate(target, seq, 6, method, draft, trigram, plan, temperature, rand=rand, eos=None,
                        keep_trees=True)
-        for step in res.stats.steps:
+        assert len(drew) == len(res.stats.steps)
+        for step, drawn in zip(res.stats.steps, drew):
             tree, rule = step.trace.tree, step.trace.rule
             chain = np.bincount(tree.parents[1:], minlength=len(tree)).max(initial=0) <= 1
             assert rule in verify.lossless_rules(tree.kind, temperature, chain), (tree.kind, rule)
             if len(tree) > 1 and not step.trace.copied:
                 kinds.add(tree.kind)
-                siblings = list(zip(tree.parents[1:].tolist(), tree.tokens[1:].tolist()))
-                assert tree.kind != "without_replacement" or len(set(siblings)) == len(siblings)
+                built = built_kinds(tree, drawn)
+                assert declared in built, (declared, tree.tokens, tree.parents)
+                if m.drafts_with and (plan.sampled or m.proposes_chain and temperature > 0):  # drawn from q
+                    assert drawn and (plan.sampled is None or f"{plan.sampled}_replacement" in built), built
     assert m.drafts == bool(kinds)  # every method but plain decoding drafted trees here
-    assert kinds <= {m.tree_kind(plan, temperature)} and kinds <= {documented_kind(method, plan, temperature)}
+    assert kinds <= {declared}
 
 
 def test_sizes_in_the_plans_field_names():

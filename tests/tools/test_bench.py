@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from specdec_np.tools import bench
+from specdec_np.tools.choice import SAME_TREE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -279,7 +280,7 @@ def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch
     res = json.loads((tmp_path / "results.json").read_text())
     rows, plans = res["summary"]["greedy"], res["plans"]["greedy"]
     assert plans["eagle"]["method"] == "eagle" and plans["eagle"]["plan"] == plans["tree"]["plan"]
-    assert "(ref.) EAGLE head: " in out and bench.EAGLE_PLAN in out
+    assert "(ref.) EAGLE head: " in out and f"tree's plan, {SAME_TREE}" in out
     assert "| head, warm | 0.01 | 0.02 |" in out
     assert res["costs"]["curves"]["head"] == json.loads(json.dumps(head_curve))
     eagle, tree = rows["eagle"], rows["tree"]
@@ -322,9 +323,9 @@ def test_first_token_acceptance_counts_the_steps_that_drafted():
     assert bench.first_token_acceptance(S(steps=steps)) == (2, 3)
 
 
-def test_the_eagle_rows_plan_is_its_own_when_measured_else_the_tree_rows(monkeypatch):
-    """Issue 61: row_choices asks choose for eagle with the EAGLE head beside the other rows; a measured eagle plan
-    is the eagle row's; a constant one (no eagle plans in the profile) gives way to the tree row's plan, said."""
+def test_the_eagle_rows_plan_is_the_one_choose_gives(monkeypatch):
+    """Issue 61: row_choices asks choose for eagle with the EAGLE head beside the other rows; the eagle row runs what
+    choose gives, measured or not (choose itself gives a head with no measured plan its draft twin's, test_plan)."""
     from specdec_np.plan import Plan
     from specdec_np.tools.choice import Choice
 
@@ -341,7 +342,6 @@ def test_the_eagle_rows_plan_is_its_own_when_measured_else_the_tree_rows(monkeyp
     rows = bench.row_choices(None, None, None, None, FAKE_COSTS, 0.0, "machine", head)
     assert rows["eagle"].plan == eagle_plan and not rows["eagle"].constant and rows["eagle"].speedup == 2.0
     assert "eagle" in asked[0][0] and asked[0][1] is head
-    why["now"] = "the constant plan: the acceptance profile holds no eagle plans"
+    why["now"] = f"tree's plan, {SAME_TREE} (the constant plan: the acceptance profile holds no eagle plans)"
     rows = bench.row_choices(None, None, None, None, FAKE_COSTS, 0.0, "machine", head)
-    assert rows["eagle"].method == "eagle" and rows["eagle"].plan == tree_plan
-    assert bench.EAGLE_PLAN in rows["eagle"].reason()
+    assert rows["eagle"].method == "eagle" and rows["eagle"].plan == eagle_plan and rows["eagle"].reason() == why["now"]

@@ -391,38 +391,32 @@ def test_the_demos_row_without_copies_is_stageds_best_plan_without_copies(monkey
     assert got["staged"][0].copy_len > 0 and got[demo.NO_COPIES][0] == dataclasses.replace(got["staged"][0], copy_len=0)
 
 
-def test_the_demos_eagle_row_runs_its_own_plan_else_the_tree_rows(monkeypatch, embedded):
-    """Issue 61: the demo asks choose for eagle's plan with the EAGLE head, and runs it where it is measured; where it
-    is the constant plan (a profile with no eagle plans), the eagle row runs the tree row's plan (chosen for tree, or
-    for it alone when tree is not a row), and says so."""
+def test_the_demos_eagle_row_runs_the_plan_choose_gives(monkeypatch, embedded):
+    """Issue 61: the demo asks choose for eagle's plan with the EAGLE head, beside the other rows, and runs and says
+    what choose gives, measured or not (choose gives a head with no measured plan its draft twin's: test_plan)."""
     import argparse
 
     from specdec_np.plan import Plan
-    from specdec_np.tools import bench, choice
+    from specdec_np.tools import choice
 
-    tree_plan, eagle_plan, asked = Plan(shape="fixed", widths=(2, 1)), Plan(shape="fixed", widths=(1, 1, 1)), []
-    eagle_why = {"now": "the constant plan: the acceptance profile holds no eagle plans"}
+    eagle_plan, asked = Plan(shape="fixed", widths=(1, 1, 1)), []
+    eagle_why = {"now": f"tree's plan, {choice.SAME_TREE} (the constant plan: the acceptance profile holds no eagle "
+                        "plans)"}
 
     def fake(*args, **kwargs):
         asked.append((args[5], kwargs.get("head")))
         return {m: choice.Choice(m, eagle_plan, constant=eagle_why["now"]) if m == "eagle" else
-                choice.Choice(m, tree_plan if m == "tree" else Plan(), 2.0, 4.0) for m in args[5]}
+                choice.Choice(m, Plan(), 2.0, 4.0) for m in args[5]}
 
     monkeypatch.setattr(demo, "choose", fake)
     a, head = argparse.Namespace(plan="machine", budget=None, depth=None), object()
     for methods in (("ar", "tree", "eagle"), ("ar", "eagle")):
         asked.clear()
         got = demo.plans(a, *embedded, 0.0, methods, head)[0]
-        assert got["eagle"][0] == tree_plan and bench.EAGLE_PLAN in got["eagle"][1]
-        assert asked[0] == (tuple(methods), head) and "tree" in {m for ms, _ in asked for m in ms}
-        assert "holds no eagle plans" in got["eagle"][1]
-    eagle_why["now"] = "the constant plan, as --plan default asks"  # the reason said is eagle's own
-    got = demo.plans(a, *embedded, 0.0, ("ar", "tree", "eagle"), head)[0]
-    assert "--plan default asks" in got["eagle"][1] and "holds no eagle plans" not in got["eagle"][1]
+        assert got["eagle"] == (eagle_plan, eagle_why["now"]) and asked == [(tuple(methods), head)]
     eagle_why["now"] = ""  # measured: its own plan, said as the others are
     got = demo.plans(a, *embedded, 0.0, ("ar", "tree", "eagle"), head)[0]
     assert got["eagle"][0] == eagle_plan and "measured plan" in got["eagle"][1]
-    assert bench.EAGLE_PLAN not in got["eagle"][1]
 
 
 def test_the_demo_says_when_its_completions_stop_at_the_context(monkeypatch, capsys):
@@ -448,6 +442,8 @@ def test_help_has_examples():
 
 
 def test_demo_small(capsys):
+    from specdec_np.tools import choice
+
     assert demo.main(["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
     assert "All 7 rows produced the identical completion" in out and "differs" not in out
@@ -469,7 +465,7 @@ def test_demo_small(capsys):
     greedy = out.split("== sampled")[0]
     assert "| eagle             |" in greedy and "eagle: its draft is the target's EAGLE head" in greedy
     eagle_plan = next(line for line in greedy.splitlines() if line.startswith("  eagle: "))
-    assert "(this machine's measured plan" in eagle_plan or bench.EAGLE_PLAN in eagle_plan, eagle_plan
+    assert "(this machine's measured plan" in eagle_plan or f"tree's plan, {choice.SAME_TREE}" in eagle_plan, eagle_plan
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
 
 

@@ -739,9 +739,9 @@ def test_eagles_plan_is_priced_on_the_heads_curve():
 def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, monkeypatch):
     """choose prices eagle's records with the head's curve (measured with `with_head` where the costs lack it) when
     the profile's eagle records are that head's; a profile with none, or another head's, leaves eagle the constant
-    plan with the reason, which bench and the demo replace by the tree row's plan (`bench.eagle_choice`)."""
+    plan with the reason, for which it runs tree's plan (its draft twin's, `on_twins_tree`), said: what bench, the
+    demo and the command line show."""
     from specdec_np import eagle
-    from specdec_np.tools import bench
 
     target, draft, trigram = pair
     head = eagle.random_head(target)
@@ -772,18 +772,19 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
                           "the acceptance profile holds no eagle plans")):
         profiles["now"] = profile
         got = pick(head=head)
-        assert got["eagle"].constant.endswith(why) and got["eagle"].method == "eagle"
+        assert got["eagle"].constant.endswith(why + ")") and got["eagle"].method == "eagle"
         assert got["tree"].plan == tree_plan and not got["tree"].constant  # the others as before
-        row = bench.eagle_choice(got["tree"], got["eagle"])
-        assert row.plan == tree_plan and bench.EAGLE_PLAN in row.reason()
-    assert pick()["eagle"].constant == "the constant plan: no EAGLE head to measure"
+        assert got["eagle"].plan == tree_plan and f"tree's plan, {choice.SAME_TREE} (" in got["eagle"].reason()
+    assert pick()["eagle"].constant.endswith("(the constant plan: no EAGLE head to measure)")
     # Another pair than the shipped profile's: eagle is not measured (a first-use profile holds no eagle plans).
     monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": "another pair"})
-    monkeypatch.setattr(choice, "calibration", lambda *a, **k: pytest.fail("measured"))
-    got = choice.choose(target, draft, trigram, None, 0.0, ("eagle",), head=head)["eagle"]
-    assert got.constant == "the constant plan: the acceptance profile holds no eagle plans"
+    got = choice.choose(target, draft, trigram, None, 0.0, ("eagle",), costs=costs(0.01), head=head)["eagle"]
+    assert got.constant == f"tree's plan, {choice.SAME_TREE} (the constant plan: the acceptance profile holds no " \
+                           "eagle plans)" and got.plan == tree_plan
     profiles["now"] = eagle_profile()
-    assert pick(head=head, plan="default")["eagle"].constant == "the constant plan, as --plan default asks"
+    got = pick(head=head, plan="default")
+    assert got["eagle"].constant == f"tree's plan, {choice.SAME_TREE} (the constant plan, as --plan default asks)"
+    assert got["eagle"].plan == got["tree"].plan == choice.constant(0.0)
     # The fastest of all methods is never eagle (the command line's machine plan runs the draft model).
     cheapest = with_head_curve(1e-3)
     assert choice.fastest(profiles["now"], cheapest, 0.0, has_head=True).method == "eagle"  # were it among them
