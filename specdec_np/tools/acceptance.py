@@ -83,14 +83,14 @@ PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
 def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
     """The profiled methods a pair can run (methods.py says which need a draft or an n-gram; one that reads the
     target's features, eagle, drafts with an EAGLE head instead of the draft)."""
-    return {name for name in PROFILED if (has_head if METHODS[name].reads_features else
-                                          has_draft or not METHODS[name].runs_draft)
+    return {name for name in PROFILED if (has_head if METHODS[name].drafts_with == "head" else
+                                          has_draft or METHODS[name].drafts_with is None)
             and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def drafter(method: str, draft, head):
     """What drafts for `method`: the EAGLE head for one that reads the target's features, else the draft."""
-    return head if METHODS[method].reads_features else draft
+    return head if METHODS[method].drafts_with == "head" else draft
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
@@ -177,8 +177,8 @@ def pair_key(target, draft, ngram) -> str:
 def head_key(head) -> str:
     """A digest of an EAGLE head's own weights (its fusion and block): the head a profile's eagle records are of."""
     h = hashlib.sha256(repr(head.config).encode())
-    h.update(np.ascontiguousarray(head.params["fc"]["w"]).tobytes())
-    h.update(np.ascontiguousarray(head.params["blocks"][-1]["mlp"]["c_proj"]["w"]).tobytes())
+    h.update(np.ascontiguousarray(head.fc["w"]).tobytes())
+    h.update(np.ascontiguousarray(head.block["mlp"]["c_proj"]["w"]).tobytes())
     return h.hexdigest()[:16]
 
 

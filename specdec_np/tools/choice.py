@@ -88,7 +88,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     changes, among = changes or {}, {key: (key,) if isinstance(key, str) else key for key in asked}
 
     def unmeasured(methods) -> str:  # why these methods run the constant plan unmeasured ("": measure them)
-        eagle_only = bool(methods) and all(METHODS[m].reads_features for m in methods)
+        eagle_only = bool(methods) and all(METHODS[m].drafts_with == "head" for m in methods)
         return ("the baseline" if methods and not any(METHODS[m].drafts for m in methods) else
                 "the constant plan, as --plan default asks" if plan == "default" else
                 CONSTANT_BECAUSE + NO_HEAD if eagle_only and head is None else
@@ -122,7 +122,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
     threads = settle_threads()
     prompts = acceptance.calibration_prompts(enc)
     setting = setting_name(temperature)
-    heads = head if any(METHODS[m].reads_features for key in asked for m in among[key] or ()) else None
+    heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or ()) else None
     given = costs is not None
     try:
         costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
@@ -143,7 +143,7 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
         except Busy as e:
             no_head = CONSTANT_BECAUSE + str(e)
     for key in asked:
-        if among[key] and all(METHODS[m].reads_features for m in among[key]) and no_head:
+        if among[key] and all(METHODS[m].drafts_with == "head" for m in among[key]) and no_head:
             out[key] = const(among[key], no_head)
             continue
         try:
@@ -167,7 +167,7 @@ def head_missing(profile: dict, setting: str, head) -> str:
     another head's (`acceptance.head_key`)."""
     if head is None:
         return CONSTANT_BECAUSE + NO_HEAD
-    if not any(METHODS[r["method"]].reads_features for r in profile["settings"].get(setting, ())):
+    if not any(METHODS[r["method"]].drafts_with == "head" for r in profile["settings"].get(setting, ())):
         return CONSTANT_BECAUSE + no_plans(["eagle"])
     if profile.get("head") != acceptance.head_key(head):
         return CONSTANT_BECAUSE + no_plans(["eagle"]) + " of this EAGLE head"
@@ -248,14 +248,14 @@ def describe(method: str, plan: Plan) -> str:
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
     if m.proposes_chain:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
-    widths, drafter = ",".join(map(str, plan.widths)), "the head" if m.reads_features else "the draft"
-    if not (m.runs_draft and m.fixed_widths(plan)):
+    widths, drafter = ",".join(map(str, plan.widths)), "the head" if m.drafts_with == "head" else "the draft"
+    if not (m.drafts_with and m.fixed_widths(plan)):
         text = f"best-first, {plan.budget} nodes at most {plan.depth} deep"
     elif plan.sampled:
         text = f"widths {widths} drawn from {drafter} ({plan.sampled} replacement)"
     else:
         text = f"{drafter}'s top tokens, widths {widths}"
-    if m.runs_draft and m.needs_ngram:
+    if m.drafts_with and m.needs_ngram:
         guesses = (f"n-gram guesses {plan.guess_len} deep ({plan.guess_rows} rows)" if plan.guess_len
                    else "no n-gram guesses")
         text += f"; {guesses}; " + (f"copies of {plan.copy_len}" if plan.copy_len else "no copies")

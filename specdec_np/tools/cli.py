@@ -25,13 +25,14 @@ from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular
 from ..gpt2 import GPT2
 from ..methods import METHODS
-from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_model, load_ngram
+from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .choice import changed, choose, describe
 from .costcurve import apply_layout
+from .machine import load_model  # checkpoint.load, after a check of this machine's memory
 from .options import candidate_methods, changes, check_fits, check_options, check_rule, profiled, reads, shown
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
@@ -100,7 +101,7 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = tuple(m for m in methods if profiled(m) and not METHODS[m].reads_features) or None if machine else a.method
+    asked = tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine else a.method
     c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
@@ -201,7 +202,7 @@ def setup(a) -> Setup:
                          f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = eagle_head = None
-    runs_draft = a.method is None or METHODS[a.method].runs_draft  # with --method, or maybe the machine's choice
+    runs_draft = a.method is None or METHODS[a.method].drafts_with  # with --method, or maybe the machine's choice
     if reads("draft", a.method, a.plan):
         try:
             head = a.method == "eagle"  # its draft is the target's EAGLE head
@@ -345,7 +346,7 @@ def out_of_memory(cmd: str, args) -> str:
     its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
     if cmd in ("generate", "trace"):
         models = [("--target", args.target)]
-        if args.draft is not None or args.method is None or METHODS[args.method].runs_draft:
+        if args.draft is not None or args.method is None or METHODS[args.method].drafts_with:
             with contextlib.suppress(ValueError):
                 models.append(("--draft" if args.draft else "its draft", args.draft or default_draft(args.target)))
     elif cmd in ("demo", "bench"):

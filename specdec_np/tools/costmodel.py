@@ -70,7 +70,7 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
 def drafter_curves(method: str, curves: dict, pad: dict) -> tuple[dict, dict]:
     """(curves, padding tables) a record or run of `method` is priced on: a method that drafts with an EAGLE head
     (eagle) has its draft passes priced on the head's curve (curves["head"], `calibration.head_curves`), unpadded."""
-    if METHODS[method].reads_features:
+    if METHODS[method].drafts_with == "head":
         return curves | {"draft": curves["head"]}, pad | {"draft_pad": ()}
     return curves, pad
 

@@ -45,9 +45,9 @@ def shapes(field: str, name: str) -> bool:
     has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
     m = METHODS[name]
     tree = m.drafts and not m.proposes_chain
-    draft_tree = tree and m.runs_draft
+    draft_tree = tree and m.drafts_with is not None
     return {"depth": m.drafts, "rule": m.drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
-            "copy_len": m.runs_draft and m.needs_ngram}[field]
+            "copy_len": m.drafts_with is not None and m.needs_ngram}[field]
 
 
 def candidate_methods(a) -> tuple:
@@ -73,7 +73,7 @@ def reads(model: str, method: str | None, plan: str) -> bool:
     """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
     ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
     m = METHODS.get(method)
-    return m is None or (m.runs_draft if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
+    return m is None or (bool(m.drafts_with) if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:

@@ -18,10 +18,10 @@ from helpers import SMALL, TINY_PROMPT, always_accept, ar_greedy
 from specdec_np import eagle, verify
 from specdec_np.checkpoint import CheckpointError
 from specdec_np.decode import generate
-from specdec_np.gpt2 import forward, new_cache, random_params
+from specdec_np.gpt2 import forward, hidden, lm_head, new_cache, random_params
 from specdec_np.plan import Plan
 from specdec_np.sampling import process
-from specdec_np.tree import DRAFT
+from specdec_np.tree import DRAFT, path_key
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +56,14 @@ def test_drafts_are_really_accepted(small, head):
     assert res.stats.accepted[0] == 1  # the first step's pass reads the prompt: nothing drafted yet
 
 
-def test_forward_features_are_what_the_head_reads(small):
-    """forward(features=True): the same logits, and the features are what the tied head multiplies."""
+def test_the_features_are_what_the_head_reads(small):
+    """gpt2.hidden then gpt2.lm_head: forward's logits, and the features are what the tied head multiplies."""
     t = small.target
     plain = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2)
-    logits, feats = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2, features=True)
-    np.testing.assert_array_equal(logits, plain)
+    feats = hidden(t, [1, 2, 3, 4], new_cache(t))
+    np.testing.assert_array_equal(lm_head(t, feats[2:]), plain)
     assert feats.shape == (4, SMALL.n_embd)
-    np.testing.assert_allclose(feats[2:] @ t.params["wte"].T, logits, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(feats[2:] @ t.params["wte"].T, plain, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, top_k=10, seed=4),
@@ -90,7 +90,7 @@ def test_features_and_head_cache_equal_a_fresh_pass(small, head, kw):
         decode.make = saved
     seq = prompt + res.tokens
     d = seen["method"].drafter
-    _, fresh = forward(t, seq[:-1], new_cache(t), features=True)  # [len(seq) - 1, d]
+    fresh = hidden(t, seq[:-1], new_cache(t))  # [len(seq) - 1, d]
     assert d.n_features == len(seq) - 1
     np.testing.assert_allclose(d.features[:d.n_features], fresh, rtol=0, atol=1e-12)
     cache = res.draft_cache
@@ -125,9 +125,31 @@ def test_trace_records_the_heads_passes(small, head):
     assert first.trace.passes == [] and len(first.trace.tree) == 1  # the prompt's pass: no feature yet
     for step in rest:
         assert step.trace.passes and step.trace.passes[0].keys[0] == ()  # the root's guess comes first
-        assert set(step.trace.tree.source[1:].tolist()) <= {DRAFT}
+        fed, tree = [k for p in step.trace.passes for k in p.keys], step.trace.tree
+        expanded = {path_key(tree.tokens, tree.parents, int(i)) for i in tree.parents[1:]}
+        assert len(fed) == len(set(fed)) and expanded <= set(fed)  # each node it expanded fed once
         assert step.draft_blocks == [p.rows for p in step.trace.passes]
     assert rest[0].trace.passes[0].rows == 3  # the catch-up pairs of the prompt, then the root's
+
+
+@pytest.mark.parametrize("plan", [Plan(budget=10, depth=4), Plan(shape="fixed", widths=(2, 1))], ids=["best", "fixed"])
+def test_the_head_is_fed_only_the_pairs_it_lacks(small, head, plan):
+    """The head's cache keeps the pairs made of the target's features, up to the step's root's, so a step feeds
+    (root - 1) - (the last drafting step's root) catch-up pairs before its nodes (root - 1 at the first): counted
+    from the emitted text alone. Keeping one pair fewer (truncating to root - 1 after verification) feeds one more
+    per step, as keeping one more would feed a stale one."""
+    prompt = [1, 2, 3]
+    res = generate(small.target, prompt, 40, "eagle", head, plan=plan, eos=None, keep_trees=True)
+    root, last, checked = len(prompt) - 1, 0, 0
+    for step in res.stats.steps:
+        if step.trace.passes:
+            first = step.trace.passes[0]
+            assert first.rows - len(first.keys) == (root - 1) - last, f"at root {root}"
+            assert sum(p.rows for p in step.trace.passes) == (root - 1) - last + sum(len(p.keys) for p in
+                                                                                      step.trace.passes)
+            last, checked = root, checked + 1
+        root += len(step.tokens)
+    assert checked >= 5 and res.stats.steps[0].trace.passes == []
 
 
 def test_the_head_is_not_a_draft_model(small):
@@ -140,12 +162,12 @@ def test_the_head_is_not_a_draft_model(small):
 
 def test_checkpoint_round_trip(tmp_path, small, head):
     t32 = small.target.astype(np.float32)
-    h32 = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    h32 = eagle.bind(t32, head.fc, head.block)
     eagle.save_head(h32, tmp_path / "h")
     loaded = eagle.load_head(tmp_path / "h", t32)
-    assert loaded.params["wte"] is t32.params["wte"]  # the target's, not a copy
-    for key, (where, _) in eagle.head_shapes(loaded.config).items():
-        got, want = loaded.params, h32.params
+    assert loaded.wte is t32.params["wte"] and loaded.wpe is t32.params["wpe"]  # the target's, not copies
+    for key, (where, _) in eagle.head_places(loaded.config).items():
+        got, want = {"fc": loaded.fc, "blocks": [loaded.block]}, {"fc": h32.fc, "blocks": [h32.block]}
         for k in where:
             got, want = got[k], want[k]
         np.testing.assert_array_equal(got, want.astype(np.float16).astype(np.float32), err_msg=key)
@@ -234,7 +256,7 @@ def test_a_reduced_vocabulary_samples_the_target_exactly(tiny, rule, fields, set
 def test_a_reduced_vocabulary_drafts_only_its_tokens(small):
     """Greedy output is plain decoding's; every drafted token is in the head's vocabulary, and q is zero outside it."""
     head = eagle.random_head(small.target, seed=1, vocab_size=12)
-    allowed = set(np.flatnonzero(head.params["vocab"]).tolist())
+    allowed = set(np.flatnonzero(head.vocab).tolist())
     for temperature in (0.0, 1.0):
         res = generate(small.target, [1, 2, 3], 30, "eagle", head, plan=Plan(budget=8, depth=3), eos=None,
                        keep_trees=True, temperature=temperature, seed=3)
@@ -252,18 +274,18 @@ def test_a_reduced_vocabulary_round_trip(tmp_path, small):
     head = eagle.random_head(t32, seed=2, vocab_size=10)
     eagle.save_head(head, tmp_path / "h")
     loaded = eagle.load_head(tmp_path / "h", t32)
-    np.testing.assert_array_equal(loaded.params["vocab"], head.params["vocab"])
-    np.testing.assert_array_equal(loaded.params["vocab_head"]["w"], t32.params["wte"][head.params["vocab"] > 0].T)
-    without = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    np.testing.assert_array_equal(loaded.vocab, head.vocab)
+    np.testing.assert_array_equal(loaded.prepared["head"].w, t32.params["wte"][head.vocab > 0].T)
+    without = eagle.bind(t32, head.fc, head.block)
     eagle.save_head(without, tmp_path / "all")
-    assert "vocab" not in eagle.load_head(tmp_path / "all", t32).params  # the control: no row, every token
-    # What a pass reads: its 10 rows of wte instead of the whole table.
-    rows = loaded.params["vocab_head"]["w"].nbytes + loaded.params["vocab_head"]["b"].nbytes + loaded.params["vocab"].nbytes
+    assert eagle.load_head(tmp_path / "all", t32).vocab is None  # the control: no row, every token
+    # What a pass reads: its 10 rows of wte instead of the whole table (nor is wte.T prepared for it, a copy of
+    # the whole table; the head of every token has it).
+    rows = loaded.prepared["head"].w.nbytes + loaded.vocab.nbytes
     assert loaded.weight_bytes == without.weight_bytes - t32.params["wte"].nbytes + rows
-    # Nor is the tied head wte.T prepared for it (a copy of the whole table); the head of every token has it.
-    assert not loaded.tied_head and "head" not in loaded.prepared
-    assert without.tied_head and without.prepared["head"].w.shape == t32.params["wte"].T.shape
-    bad = eagle.bind(t32, head.params["fc"], head.params["blocks"][0], head.params["vocab"] * 2)
+    assert loaded.prepared["head"].w.shape == (SMALL.n_embd, 10)
+    assert without.prepared["head"].w.shape == t32.params["wte"].T.shape
+    bad = eagle.bind(t32, head.fc, head.block, head.vocab * 2)
     eagle.save_head(bad, tmp_path / "bad")
     with pytest.raises(CheckpointError, match="'vocab' must hold only 0 and 1"):
         eagle.load_head(tmp_path / "bad", t32)
@@ -277,7 +299,7 @@ def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
 
     target, _, _, enc = embedded
     shipped = models.load_head(models.EMBEDDED_HEAD, target)
-    assert shipped.params["wte"] is target.params["wte"]
+    assert shipped.wte is target.params["wte"]
     prompt = encode(enc, "def mean(values):\n    \"\"\"Return the mean.\"\"\"\n")
     res = generate(target, prompt, 20, "eagle", shipped, plan=Plan(budget=8, depth=6), eos=None)
     assert res.stats.tokens_per_pass > 1.8
