@@ -122,7 +122,7 @@ def inputs(model: GPT2, tokens, cache: KVCache, positions, mask, rows_from: int)
     `Layout.rows(n)` rows (`pad`), then 0 where a row may attend, -inf elsewhere (`attention_bias`)."""
     c, prefix = model.config, cache.length
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    n, rows = tokens.size, model.layout.rows(tokens.size)  # rows >= n: a layout pads a block, never cuts it
+    n = tokens.size
     if n == 0:
         raise ValueError("forward needs at least one new token")
     if tokens.min() < 0 or tokens.max() >= c.n_vocab:
@@ -138,6 +138,7 @@ def inputs(model: GPT2, tokens, cache: KVCache, positions, mask, rows_from: int)
     mask = None if mask is None else np.asarray(mask, dtype=bool)
     if mask is not None and mask.shape not in ((n, n), (n, prefix + n)):
         raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {prefix + n})")
+    rows = model.layout.rows(n)  # >= n: a layout pads a block, never cuts it
     if prefix + rows > cache.capacity:
         raise ValueError(f"KV cache overflow: {prefix} cached + {rows} {'padded' if rows > n else 'new'} > "
                          f"capacity {cache.capacity}")
