@@ -160,6 +160,54 @@ def test_the_head_is_not_a_draft_model(small):
         generate(small.target, [1, 2], 4, "eagle", eagle.random_head(other))
 
 
+@pytest.mark.parametrize("method", ["tree", "speculative", "staged"])
+def test_a_head_where_a_model_belongs_is_refused(small, head, method):
+    """An EAGLE head passed as the target, or as the draft of a method that drafts with a draft model: one line
+    naming the argument, before any work (a draft model there is accepted: the control)."""
+    t, ngram = small.target, small.trigram
+    with pytest.raises(TypeError, match=r"^target: an EAGLE head is not a model"):
+        generate(head, [1, 2], 4)
+    with pytest.raises(ValueError, match=rf"^draft: an EAGLE head drafts only with method 'eagle' \(method '{method}'"):
+        generate(t, [1, 2], 4, method, head, ngram)
+    assert len(generate(t, [1, 2], 4, method, small.draft, ngram, eos=None).tokens) == 4
+
+
+def test_random_head_vocabulary_sizes(small):
+    """vocab_size from 1 to the target's vocabulary; 0 or more than it is one line naming it."""
+    V = small.target.config.n_vocab
+    for bad in (0, V + 1, 10**9, 2.5):
+        with pytest.raises(ValueError, match=rf"^vocab_size={bad!r} must be an integer from 1 to the target's {V}"):
+            eagle.random_head(small.target, vocab_size=bad)
+    assert eagle.random_head(small.target, vocab_size=1).ids.size == 1
+    assert eagle.random_head(small.target, vocab_size=V).ids.size == V
+
+
+def test_a_head_checkpoint_that_disagrees_with_itself_is_refused(tmp_path, small, head):
+    """A head's config.json saying two blocks over one block's tensors, or another model_type: refused, naming
+    the file; the head as saved loads (the control)."""
+    import json
+
+    t32 = small.target.astype(np.float32)
+    eagle.save_head(eagle.bind(t32, head.fc, head.block), tmp_path / "h")
+    config = tmp_path / "h" / "config.json"
+    saved = json.loads(config.read_text())
+    assert eagle.load_head(tmp_path / "h", t32).n_params == head.n_params
+    config.write_text(json.dumps(saved | {"n_layer": 2}))
+    with pytest.raises(CheckpointError, match=r"config\.json: n_layer=2, but an EAGLE head has one block"):
+        eagle.load_head(tmp_path / "h", t32)
+    config.write_text(json.dumps(saved | {"model_type": "bert"}))
+    with pytest.raises(CheckpointError, match=r"not an EAGLE head \(its config\.json's model_type is 'bert'"):
+        eagle.load_head(tmp_path / "h", t32)
+
+
+def test_save_head_refuses_what_float16_cannot_hold(tmp_path, small, head):
+    """save_head writes through checkpoint.py's writer: a weight out of float16's range is refused, named."""
+    big = {**head.fc, "b": head.fc["b"] + 1e6}
+    with pytest.raises(ValueError, match=r"save: parameter fc\.bias is not finite in float16"):
+        eagle.save_head(eagle.bind(small.target, big, head.block), tmp_path / "h")
+    assert not (tmp_path / "h" / "model.safetensors").exists()
+
+
 def test_checkpoint_round_trip(tmp_path, small, head):
     t32 = small.target.astype(np.float32)
     h32 = eagle.bind(t32, head.fc, head.block)
