@@ -24,14 +24,10 @@ from .tree import DRAFT, block, path_key
 
 
 class Drafter:
-    """A drafter with a model and its own KV cache, answering `dist_fn` queries from the logits of the nodes its
-    passes fed (`draft_pass`, each subclass's own).
-
-    Per decoding step: `begin(seq, max_depth)`, the builder's `dist_fn` calls, `commit(...)`. The nodes fed this
-    step form a tree of their own in feed order (`tokens`, `parents`), each known by its path key. `rows`: their
-    scratch (Method.draft_rows). Each pass is reported to `recorder` (record.py); `costs()` and `source(key)` say
-    what the step cost and who proposed a node.
-    """
+    """A drafter with a model and its own KV cache: `dist_fn` answered from the logits of the nodes its passes fed
+    (`draft_pass`, each subclass's own), each pass reported to `recorder` (record.py). Per decoding step: `begin`,
+    the builder's `dist_fn` calls, `commit(...)`; the nodes fed form a tree of their own in feed order (`tokens`,
+    `parents`), each known by its path key, in `rows` of scratch (Method.draft_rows)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, rows: int = 256, recorder=NO_RECORD):
         self.model, self.recorder = model, recorder
@@ -40,12 +36,10 @@ class Drafter:
         self.settings = (1.0, None, None) if temperature == 0 else (temperature, top_k, top_p)
         self.cache = new_cache(model, rows)  # new_cache adds the padding rows
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
-        self.block_sizes, self.dists = [], 0  # this step's (see begin)
 
     def begin(self, seq, max_depth: int) -> None:
         """Start a step after the committed `seq`; the tree will be at most `max_depth` deep."""
-        self.seq = [int(t) for t in seq]
-        self.max_depth = max_depth
+        self.seq, self.max_depth = [int(t) for t in seq], max_depth
         self.root = len(self.seq) - 1  # the root (last emitted token) sits at this position
         self.tokens, self.parents, self.index = [], [], {}  # the nodes fed this step, in feed order; key -> node
         self.logits: dict[tuple, np.ndarray] = {}  # path key -> the drafter's logits after that node
@@ -83,23 +77,19 @@ class Drafter:
 
 
 class ModelDrafter(Drafter):
-    """The draft model (optionally staged with an n-gram): a Drafter whose pass is the draft's forward pass, node i
-    of the step's fed tree at cache slot root + i (see `tree.block`), and after verification keeps only the
-    accepted path, like the target. The nodes fed include stage 2's guesses: at most `guess_rows` per pass, "pad"
-    as many as fill the padded block's rows.
-    """
+    """The draft model (optionally staged with an n-gram): its pass is the draft's forward pass, node i of the step's
+    fed tree at cache slot root + i (`tree.block`); after verification it keeps only the accepted path, like the
+    target. The nodes fed include stage 2's guesses: at most `guess_rows` per pass ("pad": those the padding holds)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, ngram=None,
                  guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):
         super().__init__(model, temperature, top_k, top_p, rows, recorder)
         self.ngram, self.guess_rows = ngram, guess_rows
         self.guess_len = guess_len if ngram is not None else 0
-        self.ngram_queries, self.guessed = 0, {}  # this step's (see begin)
 
     def begin(self, seq, max_depth: int) -> None:
         super().begin(seq, max_depth)
-        self.guessed: dict[tuple, int] = {}  # key stage 2 proposed -> NGRAM or COPY (the paper's Fig. 3 credit)
-        self.ngram_queries = 0
+        self.guessed, self.ngram_queries = {}, 0  # key stage 2 proposed -> NGRAM or COPY (Fig. 3's credit); queries
         self.cache.truncate(min(self.cache.length, self.root))
 
     def costs(self) -> dict:

@@ -222,8 +222,8 @@ class TreeMethod(Method):
                                      replacement=kind == "with_replacement")
         return build.build_best_first(root, self.drafter.dist_fn, self.plan.budget, depth)
 
-    def commit(self, keys) -> None:
-        self.drafter.commit(keys)
+    def commit(self, keys, *kept) -> None:  # kept: the target's features of the kept tokens, to a head's drafter
+        self.drafter.commit(keys, *kept)
 
 
 class Speculative(TreeMethod):
@@ -288,9 +288,6 @@ class Eagle(TreeMethod):
         if not self.drafter.ready(seq):
             return self.proposal(root_only(seq))
         return super().propose(seq, rand)
-
-    def commit(self, keys, features=None, start: int = 0) -> None:
-        self.drafter.commit(keys, features, start)
 
 
 METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram, Lookup, Eagle)}
