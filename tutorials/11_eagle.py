@@ -38,10 +38,10 @@ prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols =
 #
 # The target's next-token distribution is a function of its feature alone: p = softmax(f @ wte.T).
 # `gpt2.hidden` returns the features (the side after the final layer norm, which EAGLE's code reads
-# too), and `gpt2.lm_head` turns them into logits: `forward` is the two in a row. A token is one choice among 8193; a feature is
-# `n_embd` numbers (the target's width, printed below) that vary smoothly from one position to the
-# next, and it already carries what the target computed in all its layers. Guessing it is a
-# regression a one-block head can learn.
+# too), and `gpt2.lm_head` turns them into logits: `forward` is the two in a row. A token is one
+# choice among 8193; a feature is `n_embd` numbers (the target's width, printed below) that vary
+# smoothly from one position to the next, and it already carries what the target computed in all its
+# layers. Guessing it is a regression a one-block head can learn.
 
 # %%
 text = prompt + generate(target, prompt, 96, eos=None).tokens  # the target's own greedy text

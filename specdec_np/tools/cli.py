@@ -101,7 +101,8 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine else a.method
+    asked = (tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine
+             else a.method)
     c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout

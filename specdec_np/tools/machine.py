@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..checkpoint import CheckpointError, load
+from .. import checkpoint
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
 
@@ -119,7 +119,7 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
 def load_model(path, dtype=np.float32):
     """A model by name or directory (`models.load_model`), refused before its parameters are allocated when they
     need more memory than this machine has (`check_memory`)."""
-    return load(path, dtype, check=check_memory)
+    return checkpoint.load(path, dtype, check=check_memory)
 
 
 def check_memory(file, config, itemsize: int) -> None:
@@ -127,9 +127,9 @@ def check_memory(file, config, itemsize: int) -> None:
     when its parameters need more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
     need = itemsize * config.n_params
     if need > (have := available_memory()):
-        raise CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) needs "
-                              f"{need / 1e9:.1f} GB for its parameters, more than the {have / 1e9:.1f} GB of "
-                              "memory available")
+        raise checkpoint.CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) "
+                                         f"needs {need / 1e9:.1f} GB for its parameters, more than the "
+                                         f"{have / 1e9:.1f} GB of memory available")
 
 
 def available_memory() -> float:

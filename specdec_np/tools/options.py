@@ -73,7 +73,8 @@ def reads(model: str, method: str | None, plan: str) -> bool:
     """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
     ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
     m = METHODS.get(method)
-    return m is None or (bool(m.drafts_with) if model == "draft" else m.needs_ngram) or plan == "machine" and profiled(method)
+    return m is None or (m.drafts_with is not None if model == "draft" else m.needs_ngram) or \
+        plan == "machine" and profiled(method)
 
 
 def check_fits(plan: Plan, method: str, n_ctx: int) -> None:
