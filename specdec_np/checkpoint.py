@@ -149,11 +149,6 @@ def write_safetensors(path, tensors: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- config
-def read_config(path) -> GPT2Config:
-    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names)."""
-    return parse_config(read_config_json(path), path)
-
-
 def read_config_json(path) -> dict:
     """A `config.json` as a dict (a JSON object, at most 1 MB), or an error naming the file."""
     path = Path(path)
@@ -168,8 +163,10 @@ def read_config_json(path) -> dict:
     return cfg
 
 
-def parse_config(cfg: dict, path) -> GPT2Config:
-    """GPT2Config from the `config.json` at `path` read as `cfg`, refusing what this forward pass does not compute."""
+def read_config(path, cfg: dict | None = None) -> GPT2Config:
+    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names), or from `cfg`, that file
+    already read (`read_config_json`); what this forward pass does not compute is refused."""
+    cfg = read_config_json(path) if cfg is None else cfg
     fields = {}
     try:  # each field from the first of its keys present, checked under the name the file uses
         for field, keys in CONFIG_KEYS.items():

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
-import numpy as np
-
 from . import verify
 from .eagle import Head
 from .gpt2 import GPT2

@@ -205,7 +205,7 @@ def load_head(path, target: GPT2) -> Head:
     if cfg.get("model_type") != MODEL_TYPE:
         raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json's model_type is "
                                          f"{str(cfg.get('model_type'))[:50]!r}, not \"{MODEL_TYPE}\")")
-    config = checkpoint.parse_config(cfg, path / checkpoint.CONFIG_FILE)
+    config = checkpoint.read_config(path / checkpoint.CONFIG_FILE, cfg)
     if config.n_layer != 1:
         raise checkpoint.CheckpointError(f"{path / checkpoint.CONFIG_FILE}: n_layer={config.n_layer}, but an EAGLE "
                                          "head has one block")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec_np import eagle, ngram
+from specdec_np import ngram
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.methods import METHODS
