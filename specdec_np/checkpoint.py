@@ -250,8 +250,12 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
 
 def read_tensors(file, header: dict, data_start: int, names: dict, places: dict, params: dict, dtype) -> dict:
     """`params` with the file's tensors put at their `places` {name: (where in params, shape)}, each from the key
-    `names[name]` of the file's `header` (shapes checked by the caller), widened to `dtype` and checked finite
+    `names[name]` of the file's `header`, its shape checked (None: any), widened to `dtype` and checked finite
     (`read_tensor`): the one path by which a model's and an EAGLE head's weights are read."""
+    for name, (_, shape) in places.items():
+        if shape is not None and header[names[name]]["shape"] != shape:
+            raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {header[names[name]]['shape']}, "
+                                  f"expected {shape}")
     with open(file, "rb") as f:
         for name, (where, _) in places.items():
             put(params, where, read_tensor(f, file, names[name], header[names[name]], data_start, dtype))

@@ -200,6 +200,21 @@ def test_a_head_checkpoint_that_disagrees_with_itself_is_refused(tmp_path, small
         eagle.load_head(tmp_path / "h", t32)
 
 
+def test_a_head_tensor_of_another_shape_is_refused(tmp_path, small, head):
+    """load_head reads through checkpoint.read_tensors, which checks each tensor's shape: named, with both shapes."""
+    from specdec_np import checkpoint
+
+    t32 = small.target.astype(np.float32)
+    eagle.save_head(eagle.bind(t32, head.fc, head.block), tmp_path / "h")
+    d = SMALL.n_embd
+    tensors = {name: ("F32", np.zeros((d, d) if name == "fc.weight" else shape, np.float32))
+               for name, (_, shape) in eagle.head_places(t32.config).items()}
+    checkpoint.write_safetensors(tmp_path / "h" / "model.safetensors", tensors)
+    with pytest.raises(CheckpointError, match=rf"model\.safetensors: tensor 'fc\.weight' has shape \({d}, {d}\), "
+                                              rf"expected \({2 * d}, {d}\)"):
+        eagle.load_head(tmp_path / "h", t32)
+
+
 def test_save_head_refuses_what_float16_cannot_hold(tmp_path, small, head):
     """save_head writes through checkpoint.py's writer: a weight out of float16's range is refused, named."""
     big = {**head.fc, "b": head.fc["b"] + 1e6}
