@@ -14,13 +14,12 @@ import math
 import operator
 import os
 import re
-import resource
 from pathlib import Path
 
 import numpy as np
 
 from .files import WEIGHTS_DIR, WEIGHTS_ENV, atomic_file, check_regular, check_weights_dir, parse_json, read_regular
-from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_shapes
+from .gpt2 import GPT2, GPT2Config, check_hyperparameter, empty_params, param_places, put
 from .values import whole
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
@@ -150,8 +149,8 @@ def write_safetensors(path, tensors: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- config
-def read_config(path) -> GPT2Config:
-    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names)."""
+def read_config_json(path) -> dict:
+    """A `config.json` as a dict (a JSON object, at most 1 MB), or an error naming the file."""
     path = Path(path)
     try:
         cfg = parse_json(read_regular(path, limit=1 << 20), f"{path}: not a valid config.json")
@@ -161,6 +160,13 @@ def read_config(path) -> GPT2Config:
         raise type(e)(f"{path}: {e.strerror or e} ({NEEDS})") from None
     except ValueError as e:
         raise CheckpointError(str(e)) from None
+    return cfg
+
+
+def read_config(path, cfg: dict | None = None) -> GPT2Config:
+    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names), or from `cfg`, that file
+    already read (`read_config_json`); what this forward pass does not compute is refused."""
+    cfg = read_config_json(path) if cfg is None else cfg
     fields = {}
     try:  # each field from the first of its keys present, checked under the name the file uses
         for field, keys in CONFIG_KEYS.items():
@@ -197,6 +203,17 @@ def hf_config(config: GPT2Config, dtype_name: str = "float32", extra: dict | Non
 
 
 # ----------------------------------------------------------------------------- load / save
+def param_shapes(config: GPT2Config) -> dict:
+    """HF tensor name (no `transformer.` prefix) -> (where in params, shape), in the order of the params
+    (`gpt2.param_places`): ("blocks", 0, "attn", "c_attn", "w") is "h.0.attn.c_attn.weight"."""
+    leaf = {"g": "weight", "w": "weight", "b": "bias"}
+
+    def hf_name(where):
+        *module, last = ["h" if k == "blocks" else str(k) for k in where]
+        return ".".join(module + [leaf[last]]) if last in leaf else f"{last}.weight"  # wte, wpe: "wte.weight"
+    return {hf_name(where): (where, shape) for where, shape in param_places(config).items()}
+
+
 def match_tensors(file, header: dict, config: GPT2Config) -> dict:
     """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes (reads no
     data): both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`), the mask
@@ -231,9 +248,24 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
     return names
 
 
-def load(path, dtype=np.float32) -> GPT2:
+def read_tensors(file, header: dict, data_start: int, names: dict, places: dict, params: dict, dtype) -> dict:
+    """`params` with the file's tensors put at their `places` {name: (where in params, shape)}, each from the key
+    `names[name]` of the file's `header`, its shape checked (None: any), widened to `dtype` and checked finite
+    (`read_tensor`): the one path by which a model's and an EAGLE head's weights are read."""
+    for name, (_, shape) in places.items():
+        if shape is not None and header[names[name]]["shape"] != shape:
+            raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {header[names[name]]['shape']}, "
+                                  f"expected {shape}")
+    with open(file, "rb") as f:
+        for name, (where, _) in places.items():
+            put(params, where, read_tensor(f, file, names[name], header[names[name]], data_start, dtype))
+    return params
+
+
+def load(path, dtype=np.float32, check=None) -> GPT2:
     """Load a HF GPT-2 checkpoint (fp32/fp16/bf16 storage; a directory or a name `resolve` knows) as a
-    GPT2 of `dtype`."""
+    GPT2 of `dtype`. `check(file, config, itemsize)`, if given, runs once the file is known to match its config,
+    before anything of the model's size is allocated (the tools check the machine's memory there)."""
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"load: dtype must be float32 or float64, not {np.dtype(dtype)}")
     path = resolve(path)
@@ -244,53 +276,35 @@ def load(path, dtype=np.float32) -> GPT2:
     except OSError as e:
         raise type(e)(f"{file}: {e.strerror or e} ({NEEDS})") from None
     names = match_tensors(file, header, config)
-    check_memory(file, config, np.dtype(dtype).itemsize)
-
-    params = empty_params(config)
-    with open(file, "rb") as f:
-        for name, (where, _) in param_shapes(config).items():
-            parent = functools.reduce(operator.getitem, where[:-1], params)  # the dict or list that holds it
-            parent[where[-1]] = read_tensor(f, file, names[name], header[names[name]], data_start, dtype)
-        if LM_HEAD in names:  # GPT-2 ties the head to wte: anything else is a different model
-            head = read_tensor(f, file, names[LM_HEAD], header[names[LM_HEAD]], data_start, dtype)
-            if not np.array_equal(head, params["wte"]):
-                raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
-                                      "an untied LM head is not supported")
+    if check is not None:
+        check(file, config, np.dtype(dtype).itemsize)
+    places = param_shapes(config)
+    params = read_tensors(file, header, data_start, names, places, empty_params(config), dtype)
+    if LM_HEAD in names:  # GPT-2 ties the head to wte: anything else is a different model
+        head = read_tensors(file, header, data_start, names, {LM_HEAD: (("head",), None)}, {}, dtype)["head"]
+        if not np.array_equal(head, params["wte"]):
+            raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
+                                  "an untied LM head is not supported")
     return GPT2(config, params)
-
-
-def check_memory(file, config: GPT2Config, itemsize: int) -> None:
-    """Before anything of the model's size is allocated: a CheckpointError naming both when its parameters need
-    more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
-    need = itemsize * config.n_params
-    if need > (have := available_memory()):
-        raise CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) needs "
-                              f"{need / 1e9:.1f} GB for its parameters, more than the {have / 1e9:.1f} GB of "
-                              "memory available")
-
-
-def available_memory() -> float:
-    """Bytes of memory this process may allocate as far as Linux says: MemAvailable or `ulimit -v` (inf if unknown)."""
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    limit = math.inf if limit == resource.RLIM_INFINITY else limit
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            return min(limit, next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")))
-    except (OSError, StopIteration, ValueError):
-        return limit
 
 
 def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = None) -> Path:
     """Write `model` as a HF GPT-2 checkpoint (keys `h.0.attn.c_attn.weight`, ..., like the gpt2 repo) of
     float16 (default), float32, float64 or "bfloat16" (round to nearest even), each file atomically."""
+    return write_checkpoint(path_dir, model.params, param_shapes(model.config), model.config, dtype, extra_config)
+
+
+def write_checkpoint(path_dir, params: dict, places: dict, config: GPT2Config, dtype, extra_config=None) -> Path:
+    """Write the tensors of `params` at `places` {name: (where, shape)} as model.safetensors, each checked finite
+    in `dtype`, and a config.json of `config` (plus `extra_config`): the one writer of models and EAGLE heads."""
     name = "bfloat16" if dtype in ("bfloat16", "bf16") else np.dtype(dtype).name
     if name not in SAVE_DTYPES:
         raise ValueError(f"save: dtype must be one of {', '.join(SAVE_DTYPES)}, not {dtype!r}")
     path_dir = Path(path_dir)
     path_dir.mkdir(parents=True, exist_ok=True)
     tensors = {}
-    for key, (where, shape) in param_shapes(model.config).items():
-        a = np.asarray(functools.reduce(operator.getitem, where, model.params))
+    for key, (where, shape) in places.items():
+        a = np.asarray(functools.reduce(operator.getitem, where, params))
         if a.shape != shape:
             raise ValueError(f"save: parameter {key} has shape {a.shape}, expected {shape}")
         with np.errstate(over="ignore"):  # out of range becomes inf, refused just below
@@ -301,7 +315,7 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
         tensors[key] = (SAVE_DTYPES[name], stored)
     write_safetensors(path_dir / MODEL_FILE, tensors)
     with atomic_file(path_dir / CONFIG_FILE, "w") as f:
-        json.dump(hf_config(model.config, name, extra_config), f, indent=2)
+        json.dump(hf_config(config, name, extra_config), f, indent=2)
         f.write("\n")
     return path_dir
 

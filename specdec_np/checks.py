@@ -1,44 +1,16 @@
-"""`decode.generate`'s and `gpt2.forward`'s arguments checked once, before any work: a bad one is a one-line error
-that starts with its name (a method's own needs: methods.py). Below gpt2.py: a model is known by its fields."""
+"""`decode.generate`'s arguments checked once, before any work: a bad one is a one-line error that starts with its
+name (a method's own needs: methods.py; `gpt2.forward`'s are checked where it builds its block, `gpt2.inputs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
-import numpy as np
-
 from . import verify
+from .eagle import Head
+from .gpt2 import GPT2
 from .ngram import Trigram
 from .plan import Plan
 from .values import FieldError, integral, real, whole
-
-
-def check_forward(model, tokens, cache, positions, mask, logits_from: int):
-    """forward's arguments checked (a ValueError names what is wrong) and as arrays: (tokens [n], positions [n],
-    mask [n, n] or [n, prefix + n] bool, or None); positions default to the chain's `prefix + arange(n)`."""
-    c = model.config
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    n, start = tokens.size, cache.length
-    if n == 0:
-        raise ValueError("forward needs at least one new token")
-    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
-        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
-        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
-    positions = start + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
-    if positions.size != n:
-        raise ValueError(f"{positions.size} positions for {n} tokens")
-    if positions.max() >= c.n_ctx:
-        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
-    if not 0 <= logits_from < n:
-        raise ValueError(f"logits_from={logits_from}: must be in 0..{n - 1} for {n} tokens")
-    mask = None if mask is None else np.asarray(mask, dtype=bool)
-    if mask is not None and mask.shape not in ((n, n), (n, start + n)):
-        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {start + n})")
-    rows = model.layout.rows(n)  # >= n: a layout pads a block, never cuts it
-    if start + rows > cache.capacity:
-        raise ValueError(f"KV cache overflow: {start} cached + {rows} {'padded' if rows > n else 'new'} > "
-                         f"capacity {cache.capacity}")
-    return tokens, positions, mask
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
@@ -58,31 +30,20 @@ def needless(temperature, top_k=None, top_p=None) -> str | None:
     return next((name for name, v in (("top_k", top_k), ("top_p", top_p)) if v is not None and temperature == 0), None)
 
 
-def check_hyperparameter(field: str, value, name: str | None = None) -> None:
-    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
-    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
-    not a bool, a string or 8193.7)."""
-    name = name or field
-    if field == "layer_norm_epsilon":
-        if not (real(value) and 0 < value <= 1):
-            raise ValueError(f"{name}={value!r} must be a small positive number, at most 1 (GPT-2's is 1e-05)")
-    elif not whole(value, 1):
-        raise ValueError(f"{name}={value!r} must be an integer >= 1")
-
-
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
                  seed, eos, rand=None, keep_trees=False) -> list:
     """generate's arguments checked (`methods`: methods.METHODS): the prompt as a list of ints, or a one-line
     ValueError/TypeError naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding
     keeps the argmax, which both always keep, so they would change nothing."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
-    for name, value, kind, example in (("target", target, "gpt2.GPT2", "models.load_model('tiny-target')"),
-                                       ("draft", draft, "gpt2.GPT2", "models.load_model('tiny-draft')"),
-                                       ("ngram", ngram, "ngram.Trigram", "models.load_ngram(path)")):
-        # A GPT2 is known by its fields: gpt2.py imports this module, which cannot import its class.
-        loaded = (isinstance(value, Trigram) if name == "ngram"
-                  else hasattr(value, "config") and hasattr(value, "params"))
-        if not loaded and (value is not None or name == "target"):
+    if isinstance(target, Head):
+        raise TypeError("target: an EAGLE head is not a model: pass the target model, and the head as draft with "
+                        "method 'eagle'")
+    for name, value, kind, example in (("target", target, GPT2, "models.load_model('tiny-target')"),
+                                       ("draft", draft, (GPT2, Head), "models.load_model('tiny-draft')"),
+                                       ("ngram", ngram, Trigram, "models.load_ngram(path)")):
+        if not isinstance(value, kind) and (value is not None or name == "target"):
+            kind = "ngram.Trigram" if name == "ngram" else "gpt2.GPT2"
             raise TypeError(f"{name} must be a loaded {kind} (e.g. {example}), got {type(value).__name__} "
                             f"{value!r:.60}")
     check_settings(temperature, top_k, top_p)
@@ -102,7 +63,7 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if plan.rule is not None and plan.rule not in verify.RULES:
         raise FieldError("rule", plan.rule, f" {plan.rule!r}: choose one of {', '.join(verify.RULES)}", "unknown ",
                          valued=False)
-    prompt = check_prompt(prompt, target, draft if (m := methods[method]).runs_draft else None, methods)
+    prompt = check_prompt(prompt, target, draft if (m := methods[method]).drafts_with else None, methods)
     if not whole(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not whole(seed, 0):
@@ -111,12 +72,17 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if eos is not None and not (integral(eos) and -V <= eos < V):
         raise ValueError(f"eos must be a token id in 0..{V - 1} (or -1 for the last, <|endoftext|>; a negative id "
                          f"counts from the vocabulary's end) or None (no end-of-text stop), got {eos!r}")
-    if m.runs_draft:
+    if m.drafts_with:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
+        if m.drafts_with == "head" and not isinstance(draft, Head):
+            raise ValueError("method 'eagle' drafts with an EAGLE head (models.load_head), not a draft model")
+        if m.drafts_with == "draft" and isinstance(draft, Head):
+            raise ValueError(f"draft: an EAGLE head drafts only with method 'eagle' (method {method!r} drafts with a "
+                             "draft model, models.load_model)")
         if draft.config.n_vocab != V:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {V} != {draft.config.n_vocab}")
-        if m.reads_features and draft.config.n_embd != target.config.n_embd:
+        if isinstance(draft, Head) and draft.config.n_embd != target.config.n_embd:
             raise ValueError(f"draft: an EAGLE head reads features of width {draft.config.n_embd}, the target's are "
                              f"{target.config.n_embd} wide (load the head with models.load_head(path, target))")
     m.check_rule(plan, temperature)
@@ -164,7 +130,7 @@ class ContextFilled(ValueError):
 
     def __init__(self, model: str, n_tokens: int, n_ctx: int, methods=None):
         self.model = model
-        other = ", ".join(name for name, m in (methods or {}).items() if not m.runs_draft)
+        other = ", ".join(name for name, m in (methods or {}).items() if not m.drafts_with)
         hint = f", or decode with a method that runs no draft ({other})" if other else ""
         super().__init__(f"the prompt has {n_tokens} tokens: the {model}'s context (n_ctx={n_ctx}) must hold more; "
                          f"shorten it{hint}")

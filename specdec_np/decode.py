@@ -15,14 +15,13 @@ accepted path is cut), or when the sequence fills the target's context (`stop_re
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import verify
 from .checks import check_inputs
-from .gpt2 import GPT2, forward, new_cache
+from .gpt2 import GPT2, hidden, lm_head, new_cache
 from .kvcache import KVCache
 from .methods import METHODS, make
 from .plan import Plan, constant
@@ -52,14 +51,15 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     prompt = check_inputs(METHODS, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k,
                           top_p, seed, eos, rand, keep_trees)
     eos = None if eos is None else eos % target.config.n_vocab
-    recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].runs_draft else 0, keep_trees)
+    recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].drafts_with else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
     proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
     cache = new_cache(target, proposer.max_block(plan) + 1)  # scratch for the root and a step's block
     seq, produced, stop = list(prompt), 0, None
     while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
-        proposal = proposer.propose(seq, rand)
-        scored = verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p, proposer.reads_features)
+        proposal = recorder.lap(proposer.propose(seq, rand))  # the recorder notes when each phase ends
+        scored = recorder.lap(verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p,
+                                          proposer.drafts_with == "head"))
         verdict = accept(proposal, scored.p, rand)
         compact(cache, scored, proposal.tree, verdict.path, proposer)
         tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
@@ -78,13 +78,12 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
 class Scored:
     """The target's pass over a step's tree: p [n, V], the processed distribution after each node; the
     cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `features`
-    [n_c + n, n_embd], each row's feature, when the method reads them (else None); `made`: when."""
+    [n_c + n, n_embd], each row's feature, when the method reads them (else None)."""
 
     p: np.ndarray
     start: int
     n_c: int
     features: np.ndarray | None = None
-    made: float = field(default_factory=time.perf_counter)
 
 
 def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, top_k=None, top_p=None,
@@ -93,9 +92,10 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
     one forward pass that also feeds the committed tokens its cache lacks (and every row's feature)."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
-    out = forward(target, tokens, cache, positions=positions, mask=mask, logits_from=n_c, features=features)
-    logits, feats = out if features else (out, None)  # [len(tree), V], [n_c + len(tree), n_embd]
-    return Scored(process(logits, temperature, top_k, top_p, whose="the target's"), start, n_c, feats)
+    x = hidden(target, tokens, cache, positions, mask, 0 if features else n_c)  # [(n_c +) len(tree), n_embd]
+    logits = lm_head(target, x[n_c:] if features else x)  # [len(tree), V]
+    return Scored(process(logits, temperature, top_k, top_p, whose="the target's"), start, n_c,
+                  x if features else None)
 
 
 def accept(proposal, p, rand) -> Verdict:

@@ -1,7 +1,8 @@
 """Drafters: who proposes the token tree, as `dist_fn` callbacks for the tree builders of `build.py`.
 
 A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?"
-(one call per tree level). Two drafters answer it, each counting what its last step cost:
+(one call per tree level). The drafters answer it, each counting what its last step cost; those with a model
+and a KV cache are a `Drafter` (the draft model's here, EAGLE's head's in eagle.py):
 
 - `ModelDrafter`: the draft model. It expands a whole frontier in one tree-masked forward pass over
   its own KV cache, and after verification keeps only the accepted path, like the target. With an
@@ -16,46 +17,34 @@ import numpy as np
 
 from . import ngram as ngram_lib
 from . import staged
-from .gpt2 import GPT2, forward, new_cache
+from .gpt2 import forward, new_cache
 from .record import NO_RECORD
 from .sampling import process
 from .tree import DRAFT, block, path_key
 
 
-class ModelDrafter:
-    """The draft model (optionally staged with an n-gram) answering `dist_fn` queries.
+class Drafter:
+    """A drafter with a model and its own KV cache: `dist_fn` answered from the logits of the nodes its passes fed
+    (`draft_pass`, each subclass's own), each pass reported to `recorder` (record.py). Per decoding step: `begin`,
+    the builder's `dist_fn` calls, `commit(...)`; the nodes fed form a tree of their own in feed order (`tokens`,
+    `parents`), each known by its path key, in `rows` of scratch (Method.draft_rows)."""
 
-    Per decoding step: `begin(seq, max_depth)`, the builder's `dist_fn` calls, `commit(accepted_keys)`.
-    The nodes fed this step (the builder's, and stage 2's guesses: at most `guess_rows` per pass, "pad"
-    as many as fill the padded block's rows) form a tree of their own in feed order (`tokens`,
-    `parents`; node i at cache slot root + i, see `tree.block`), each known by its path key. `rows`:
-    their scratch (Method.draft_rows). Each pass is reported to `recorder` (record.py).
-    """
-
-    def __init__(self, model: GPT2, temperature=0.0, top_k=None, top_p=None, ngram=None,
-                 guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):
+    def __init__(self, model, temperature=0.0, top_k=None, top_p=None, rows: int = 256, recorder=NO_RECORD):
         self.model, self.recorder = model, recorder
         # At temperature 0 the *verification* is greedy, but a one-hot q would collapse every tree to
-        # a chain: the draft ranks alternatives by softmax(logits).
+        # a chain: the drafter ranks alternatives by softmax(logits).
         self.settings = (1.0, None, None) if temperature == 0 else (temperature, top_k, top_p)
-        self.ngram, self.guess_rows = ngram, guess_rows
-        self.guess_len = guess_len if ngram is not None else 0
         self.cache = new_cache(model, rows)  # new_cache adds the padding rows
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
-        self.block_sizes, self.dists, self.ngram_queries, self.guessed = [], 0, 0, {}  # this step's (see begin)
 
     def begin(self, seq, max_depth: int) -> None:
         """Start a step after the committed `seq`; the tree will be at most `max_depth` deep."""
-        self.seq = [int(t) for t in seq]
-        self.max_depth = max_depth
+        self.seq, self.max_depth = [int(t) for t in seq], max_depth
         self.root = len(self.seq) - 1  # the root (last emitted token) sits at this position
         self.tokens, self.parents, self.index = [], [], {}  # the nodes fed this step, in feed order; key -> node
-        self.logits: dict[tuple, np.ndarray] = {}  # path key -> the draft's logits after that node
+        self.logits: dict[tuple, np.ndarray] = {}  # path key -> the drafter's logits after that node
         self.dist: dict[tuple, np.ndarray] = {}  # path key -> q (computed on demand)
-        self.guessed: dict[tuple, int] = {}  # key stage 2 proposed -> NGRAM or COPY (the paper's Fig. 3 credit)
-        # This step's costs: rows of each draft pass, rows processed into q, n-gram queries.
-        self.block_sizes, self.dists, self.ngram_queries = [], 0, 0
-        self.cache.truncate(min(self.cache.length, self.root))
+        self.block_sizes, self.dists = [], 0  # this step's costs: rows of each pass, rows processed into q
 
     def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
         keys = [path_key(tokens, parents, i) for i in nodes]
@@ -70,6 +59,45 @@ class ModelDrafter:
             for k, q in zip(todo, process(rows, *self.settings, whose="the draft's")):
                 self.dist[k] = q
         return np.stack([self.dist[k] for k in keys])
+
+    def feed(self, keys) -> None:
+        """Add the nodes `keys` (their parents fed already, or earlier in `keys`) to this step's fed tree."""
+        for k in keys:
+            self.index[k] = len(self.tokens)
+            self.tokens.append(k[-1] if k else self.seq[-1])
+            self.parents.append(self.index[k[:-1]] if k else -1)
+
+    def costs(self) -> dict:
+        """What this step's drafting cost, as a Proposal holds it."""
+        return {"draft_blocks": self.block_sizes, "draft_dists": self.dists}
+
+    def source(self, key) -> int:
+        """Who proposed the node `key` (tree.SOURCES): the drafter."""
+        return DRAFT
+
+
+class ModelDrafter(Drafter):
+    """The draft model (optionally staged with an n-gram): its pass is the draft's forward pass, node i of the step's
+    fed tree at cache slot root + i (`tree.block`); after verification it keeps only the accepted path, like the
+    target. The nodes fed include stage 2's guesses: at most `guess_rows` per pass ("pad": those the padding holds)."""
+
+    def __init__(self, model, temperature=0.0, top_k=None, top_p=None, ngram=None,
+                 guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):
+        super().__init__(model, temperature, top_k, top_p, rows, recorder)
+        self.ngram, self.guess_rows = ngram, guess_rows
+        self.guess_len = guess_len if ngram is not None else 0
+
+    def begin(self, seq, max_depth: int) -> None:
+        super().begin(seq, max_depth)
+        self.guessed, self.ngram_queries = {}, 0  # key stage 2 proposed -> NGRAM or COPY (Fig. 3's credit); queries
+        self.cache.truncate(min(self.cache.length, self.root))
+
+    def costs(self) -> dict:
+        return super().costs() | {"ngram_queries": self.ngram_queries}
+
+    def source(self, key) -> int:
+        """Stage 2 for a node it guessed (and the draft kept), else the draft."""
+        return self.guessed.get(key, DRAFT)
 
     def commit(self, accepted_keys) -> None:
         """Keep the root and the accepted nodes that were fed, in contiguous slots; drop the rest."""
@@ -97,10 +125,7 @@ class ModelDrafter:
             self.ngram_queries += queries
             self.guessed.update(guesses)
             keys = keys + list(guesses)
-        for k in keys:
-            self.index[k] = len(self.tokens)
-            self.tokens.append(k[-1] if k else self.seq[-1])
-            self.parents.append(self.index[k[:-1]] if k else -1)
+        self.feed(keys)
         tokens, positions, mask, n_c = block(self.seq, self.cache.length, self.tokens, self.parents, first)
         logits = forward(self.model, tokens, self.cache, positions, mask, logits_from=n_c)  # [len(keys), V]
         self.logits.update(zip(keys, logits))

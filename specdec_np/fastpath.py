@@ -6,7 +6,7 @@ rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` add
 each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
 where the BLAS has a small-matrix kernel); its product `x @ w` picks the layout by the block's row count,
 up to `Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
-(`Layout.padding`, `pad_block`). A model is given its `Layout` (the tools' choice for a machine); the
+(`Layout.padding`, `gpt2.pad`). A model is given its `Layout` (the tools' choice for a machine); the
 measurements behind each choice are in docs/performance.md.
 """
 
@@ -118,11 +118,11 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict, slab_rows: int, weight_bytes: int, tied_head: bool = True) -> dict:
+def prepare(params: dict, slab_rows: int, weight_bytes: int, head=None) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
     slabs serve blocks of up to `slab_rows` rows (0: none; the tools measure whether slabs pay with this
-    BLAS kernel), plus "head", the tied LM head wte.T as a `Weight` of its own (`x @ head`), if the model's
-    logits read it (`GPT2.tied_head`). The slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`,
+    BLAS kernel), plus "head", the LM head's matrix `head` [n_embd, n_out] (GPT-2's tied wte.T) as a `Weight` of
+    its own (`x @ head`), if given. The slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`,
     else views."""
     copy = weight_bytes <= SLAB_COPY_MAX
 
@@ -135,8 +135,8 @@ def prepare(params: dict, slab_rows: int, weight_bytes: int, tied_head: bool = T
             return {"w": Weight.of(tree["w"], slab_rows, copy=copy), "b": tree["b"]}
         return {k: walk(v) for k, v in tree.items()}
     prepared = walk(params)
-    if tied_head:
-        prepared["head"] = Weight.of(params["wte"].T, slab_rows, gemv=True, copy=copy)
+    if head is not None:
+        prepared["head"] = Weight.of(head, slab_rows, gemv=True, copy=copy)
     return prepared
 
 
@@ -162,17 +162,3 @@ def softmax_(x):  # [..., L] -> [..., L], in place
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x
-
-
-def pad_block(tokens, positions, mask, size: int):
-    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
-    every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
-    panels a few rows can cost more than a larger block (the tools set the sizes as `Layout.padding`)."""
-    n, width = mask.shape  # width = prefix + n
-    extra = size - n
-    padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]
-    padded[:n, :width] = mask
-    padded[np.arange(n, size), width + np.arange(extra)] = True
-    tokens = np.concatenate([tokens, np.zeros(extra, dtype=np.int64)])
-    positions = np.concatenate([positions, np.full(extra, positions[0], dtype=np.int64)])
-    return tokens, positions, padded

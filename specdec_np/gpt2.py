@@ -3,14 +3,16 @@
 What GPT-2 computes (Radford et al. 2019; OpenAI's gpt-2 code), written after picoGPT's small pure functions:
 learned positions, pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head. One addition for
 speculative decoding: `forward` takes each new token's position and which tokens it may attend to, so a
-whole token tree is scored in one pass (tree attention). Parameters are plain arrays in a nested dict
+whole token tree is scored in one pass (tree attention). `forward` is `hidden` (embeddings, blocks, the final layer
+norm: the features) then `lm_head` (the features -> logits). Parameters are plain arrays in a nested dict
 (picoGPT's layout; linear weights [n_in, n_out], GPT-2's Conv1D orientation, so `x @ w + b`):
 
     params = {"wte": [n_vocab, n_embd], "wpe": [n_ctx, n_embd], "ln_f": {"g", "b"},
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-The speed tricks (behind `x @ w`) live in `fastpath.py`, the KV cache in `kvcache.py`, the checks in `checks.py`.
+The speed tricks (behind `x @ w`) live in `fastpath.py`, the KV cache in `kvcache.py`; the HF names of the
+parameters in `checkpoint.py`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import check_forward, check_hyperparameter
-from .fastpath import Layout, pad_block, prepare, softmax_
+from .fastpath import Layout, prepare, softmax_
 from .kvcache import KVCache
+from .values import real, whole
 
 # ----------------------------------------------------------------------------- the math
 # Python floats, not NumPy float64 scalars: those would silently promote float32 arrays to float64.
@@ -82,7 +84,7 @@ def transformer_block(x, block, n_head, cache, layer, bias, eps):  # [n, n_embd]
     return x + mlp(layer_norm(x, **block["ln_2"], eps=eps), **block["mlp"])
 
 
-def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logits_from: int = 0, features=False):
+def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logits_from: int = 0):
     """Logits [n_new - logits_from, n_vocab] for a block of new tokens [n_new] appended after the cached
     prefix, whose K/V are written at slots `prefix..prefix+n_new-1` (`cache.length` advances).
 
@@ -91,34 +93,77 @@ def forward(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, logi
                Row i: what node i attends to (in a tree, its ancestors and itself).
     logits_from: the first `logits_from` tokens (fed only to catch a cache up) get no logits: the head
                is a large share of a small model's weights.
-    features:  also return every real row's feature [n_new, n_embd], what the head reads (an EAGLE head's input).
     """
-    tokens, positions, mask = check_forward(model, tokens, cache, positions, mask, logits_from)
-    c, p, n = model.config, model.prepared, tokens.size
-    tokens, positions, bias = build_block(model, tokens, positions, mask, cache.length)  # [n'], n' >= n if padded
+    return lm_head(model, hidden(model, tokens, cache, positions, mask, logits_from))
+
+
+def hidden(model: GPT2, tokens, cache: KVCache, positions=None, mask=None, rows_from: int = 0):
+    """The features [n_new - rows_from, n_embd] of a block of new tokens (forward's arguments): the top layer's
+    hidden states after the final layer norm, what the LM head reads (and an EAGLE head, eagle.py)."""
+    tokens, positions, bias, n = inputs(model, tokens, cache, positions, mask, rows_from)  # [n'], n' >= n if padded
+    c, p = model.config, model.prepared
     x = p["wte"][tokens] + p["wpe"][positions]  # [n'] -> [n', n_embd]
     for layer, block in enumerate(p["blocks"]):
         x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)  # [n', n_embd]
     cache.length += n  # padding rows' K/V stay in scratch slots past the end
-    x = layer_norm(x[0 if features else logits_from:n], **p["ln_f"], eps=c.layer_norm_epsilon)  # [rows, n_embd]
-    logits = (x[logits_from:] if features else x) @ p["head"]  # x @ wte.T (tied) -> [n - logits_from, n_vocab]
-    return (logits, x) if features else logits
+    return layer_norm(x[rows_from:n], **p["ln_f"], eps=c.layer_norm_epsilon)  # [n - rows_from, n_embd]
+
+
+def lm_head(model: GPT2, x):  # [n, n_embd] -> [n, n_vocab]
+    """GPT-2's tied LM head: x @ wte.T."""
+    return x @ model.prepared["head"]
 
 
 # ----------------------------------------------------------------------------- the block
-def build_block(model: GPT2, tokens, positions, mask, prefix: int):
-    """What forward's layers read: tokens [n'], positions [n'] and the attention bias [n', <= prefix + n'], the mask
-    completed (causal by default, the prefix seen by all), padded (`Layout.rows`, `fastpath.pad_block`), then 0 where
-    a row may attend, -inf elsewhere (`attention_bias`)."""
-    n, rows = tokens.size, model.layout.rows(tokens.size)
+def inputs(model: GPT2, tokens, cache: KVCache, positions, mask, rows_from: int):
+    """forward's arguments checked (a ValueError names what is wrong), once, and built into what its layers read:
+    tokens [n'], positions [n'] (default the chain's `prefix + arange(n)`), the attention bias [n', <= prefix + n']
+    and n, the real rows: the mask completed (causal by default, the prefix seen by all), padded to
+    `Layout.rows(n)` rows (`pad`), then 0 where a row may attend, -inf elsewhere (`attention_bias`)."""
+    c, prefix = model.config, cache.length
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    n = tokens.size
+    if n == 0:
+        raise ValueError("forward needs at least one new token")
+    if tokens.min() < 0 or tokens.max() >= c.n_vocab:
+        bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)][0]
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
+    positions = prefix + np.arange(n) if positions is None else np.asarray(positions, dtype=np.int64).reshape(-1)
+    if positions.size != n:
+        raise ValueError(f"{positions.size} positions for {n} tokens")
+    if positions.max() >= c.n_ctx:
+        raise ValueError(f"context overflow: position {positions.max()} >= n_ctx={c.n_ctx}")
+    if not 0 <= rows_from < n:
+        raise ValueError(f"logits_from={rows_from}: must be in 0..{n - 1} for {n} tokens")
+    mask = None if mask is None else np.asarray(mask, dtype=bool)
+    if mask is not None and mask.shape not in ((n, n), (n, prefix + n)):
+        raise ValueError(f"mask shape {mask.shape}: expected ({n}, {n}) or ({n}, {prefix + n})")
+    rows = model.layout.rows(n)  # >= n: a layout pads a block, never cuts it
+    if prefix + rows > cache.capacity:
+        raise ValueError(f"KV cache overflow: {prefix} cached + {rows} {'padded' if rows > n else 'new'} > "
+                         f"capacity {cache.capacity}")
     if mask is None and n == 1 and rows == 1:
-        return tokens, positions, None  # one token of a chain sees the whole prefix and itself: no mask to build
+        return tokens, positions, None, n  # one token of a chain sees the whole prefix and itself: no mask to build
     mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else mask
     if mask.shape == (n, n):
         mask = np.concatenate([np.ones((n, prefix), dtype=bool), mask], axis=1)  # [n, prefix + n]
     if rows > n:
-        tokens, positions, mask = pad_block(tokens, positions, mask, rows)  # [n', prefix + n']
-    return tokens, positions, attention_bias(mask, model.dtype)
+        tokens, positions, mask = pad(tokens, positions, mask, rows)  # [n', prefix + n']
+    return tokens, positions, attention_bias(mask, model.dtype), n
+
+
+def pad(tokens, positions, mask, size: int):
+    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
+    every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
+    panels a few rows can cost more than a larger block (the tools set the sizes as `Layout.padding`)."""
+    n, width = mask.shape  # width = prefix + n
+    extra = size - n
+    padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]
+    padded[:n, :width] = mask
+    padded[np.arange(n, size), width + np.arange(extra)] = True
+    tokens = np.concatenate([tokens, np.zeros(extra, dtype=np.int64)])
+    positions = np.concatenate([positions, np.full(extra, positions[0], dtype=np.int64)])
+    return tokens, positions, padded
 
 
 def attention_bias(mask, dtype):  # [n, L] bool -> [n, <= L] or None
@@ -155,8 +200,20 @@ class GPT2Config:
 
     @property
     def n_params(self) -> int:
-        """Parameters of a model of this shape (`param_shapes`; the tied head counted once), in Python's integers."""
-        return sum(math.prod(shape) for _, shape in param_shapes(self).values())
+        """Parameters of a model of this shape (`param_places`; the tied head counted once), in Python's integers."""
+        return sum(math.prod(shape) for shape in param_places(self).values())
+
+
+def check_hyperparameter(field: str, value, name: str | None = None) -> None:
+    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
+    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
+    not a bool, a string or 8193.7)."""
+    name = name or field
+    if field == "layer_norm_epsilon":
+        if not (real(value) and 0 < value <= 1):
+            raise ValueError(f"{name}={value!r} must be a small positive number, at most 1 (GPT-2's is 1e-05)")
+    elif not whole(value, 1):
+        raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
 # The real GPT-2 family's shapes (GPT-2 small is GPT2Config's default).
@@ -189,23 +246,16 @@ class GPT2:
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
-        return prepare(self.params, self.layout.slab_rows, self.weight_bytes, self.tied_head)
+        return prepare(self.params, self.layout.slab_rows, self.weight_bytes, head=self.params["wte"].T)
 
     @property
     def n_params(self) -> int:
         return sum(a.size for a in iter_params(self.params))
 
     @property
-    def tied_head(self) -> bool:
-        """Whether its logits are x @ wte.T (GPT-2's tied head): every model's but an EAGLE head's with a reduced
-        vocabulary, whose logits read its own copy of those rows of wte, "vocab_head" (eagle.py)."""
-        return "vocab_head" not in self.params
-
-    @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one forward pass reads: every tensor once, `wte` as the tied head that reads it whole
-        (without one, `wte` is read only for a few embedding rows, counted as none)."""
-        return sum(a.nbytes for k, v in self.params.items() if k != "wte" or self.tied_head for a in iter_params(v))
+        """Bytes of weights one forward pass reads: every tensor once (`wte` as the tied head, which reads it whole)."""
+        return sum(a.nbytes for a in iter_params(self.params))
 
 
 def new_cache(model: GPT2, max_block: int = 64) -> KVCache:
@@ -229,27 +279,28 @@ def iter_params(tree):
         yield from iter_params(v)
 
 
-def param_shapes(config: GPT2Config) -> dict:
-    """HF tensor name (no `transformer.` prefix) -> (where in params, shape), in the order of the params."""
+def param_places(config: GPT2Config) -> dict:
+    """Where each parameter sits in params (its keys and block index) -> its shape, in the params' order."""
     d = config.n_embd
-    per_block = {"ln_1": {"g": (d,), "b": (d,)}, "attn.c_attn": {"w": (d, 3 * d), "b": (3 * d,)},
-                 "attn.c_proj": {"w": (d, d), "b": (d,)}, "ln_2": {"g": (d,), "b": (d,)},
-                 "mlp.c_fc": {"w": (d, 4 * d), "b": (4 * d,)}, "mlp.c_proj": {"w": (4 * d, d), "b": (d,)}}
-    hf_leaf = {"g": "weight", "w": "weight", "b": "bias"}
-    shapes = {"wte.weight": (("wte",), (config.n_vocab, d)), "wpe.weight": (("wpe",), (config.n_ctx, d))}
-    for i in range(config.n_layer):
-        for module, leaves in per_block.items():
-            for leaf, shape in leaves.items():
-                shapes[f"h.{i}.{module}.{hf_leaf[leaf]}"] = (("blocks", i, *module.split("."), leaf), shape)
-    shapes.update({"ln_f.weight": (("ln_f", "g"), (d,)), "ln_f.bias": (("ln_f", "b"), (d,))})
-    return shapes
+    per_block = {("ln_1", "g"): (d,), ("ln_1", "b"): (d,), ("attn", "c_attn", "w"): (d, 3 * d),
+                 ("attn", "c_attn", "b"): (3 * d,), ("attn", "c_proj", "w"): (d, d), ("attn", "c_proj", "b"): (d,),
+                 ("ln_2", "g"): (d,), ("ln_2", "b"): (d,), ("mlp", "c_fc", "w"): (d, 4 * d),
+                 ("mlp", "c_fc", "b"): (4 * d,), ("mlp", "c_proj", "w"): (4 * d, d), ("mlp", "c_proj", "b"): (d,)}
+    places = {("wte",): (config.n_vocab, d), ("wpe",): (config.n_ctx, d)}
+    places.update({("blocks", i, *where): shape for i in range(config.n_layer) for where, shape in per_block.items()})
+    return places | {("ln_f", "g"): (d,), ("ln_f", "b"): (d,)}
 
 
 def empty_params(config: GPT2Config) -> dict:
-    """The nested dict of params with empty leaves, to fill at `param_shapes`' places."""
+    """The nested dict of params with empty leaves, to fill at `param_places`."""
     def block():
         return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
     return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
+
+
+def put(params: dict, where: tuple, a) -> None:
+    """Set the parameter at `where` (a key path, as `param_places` gives) to `a`."""
+    functools.reduce(operator.getitem, where[:-1], params)[where[-1]] = a
 
 
 def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: float = 0.02) -> GPT2:
@@ -257,9 +308,8 @@ def random_params(config: GPT2Config, seed: int = 0, dtype=np.float32, scale: fl
     rng = np.random.default_rng(seed)
     gen_dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64  # GPT-2-large: no 6 GB temp
     params = empty_params(config)
-    for where, shape in param_shapes(config).values():
+    for where, shape in param_places(config).items():
         in_layer_norm = any(str(k).startswith("ln_") for k in where)  # layer norms: g about 1, b about 0
         a = rng.standard_normal(shape, dtype=gen_dtype) * gen_dtype(0.1 if in_layer_norm else scale)
-        parent = functools.reduce(operator.getitem, where[:-1], params)  # the dict or list that holds it
-        parent[where[-1]] = np.ascontiguousarray(1 + a if where[-1] == "g" else a, dtype=dtype)
+        put(params, where, np.ascontiguousarray(1 + a if where[-1] == "g" else a, dtype=dtype))
     return GPT2(config, params)

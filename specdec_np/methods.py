@@ -9,13 +9,12 @@ sampling settings (`make`), in the spirit of Hugging Face's `CandidateGenerator`
   and what drafting cost;
 - `commit(keys)`: the accepted path's keys, so a drafter with a cache keeps only that path.
 
-What a method is needs no model: whether it runs the draft or reads the n-gram (class attributes),
+What a method is needs no model: which model it drafts with and whether it reads the n-gram (class attributes),
 and under a plan its sizes, the kind of its trees and the rules lossless on them (class methods).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -25,7 +24,7 @@ from .drafting import ModelDrafter, NgramDrafter
 from .eagle import FeatureDrafter
 from .lookup import chain_tree, lookup_by_match
 from .record import NO_RECORD
-from .tree import DRAFT, NGRAM, Tree, path_key
+from .tree import NGRAM, Tree, path_key
 from .values import FieldError
 
 
@@ -39,7 +38,6 @@ class Proposal:
     draft_blocks: list = field(default_factory=list)  # rows of each draft pass it took
     draft_dists: int = 0  # draft rows processed into q
     ngram_queries: int = 0
-    made: float = field(default_factory=time.perf_counter)  # when drafting ended (the recorder times phases)
 
 
 def root_only(seq) -> Tree:
@@ -57,11 +55,11 @@ class Method:
     (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
 
     drafts = True  # proposes tokens below the root (every plan of every method but plain decoding)
-    runs_draft = False  # runs the draft model
+    # The model `generate`'s draft argument holds for it: None (none), "draft" (a draft model, gpt2.GPT2) or "head"
+    # (the target's EAGLE head, eagle.Head, whose drafter reads the target's features: commit gets the kept tokens').
+    drafts_with = None
     needs_ngram = False  # reads the n-gram model
     proposes_chain = False  # its trees are chains (one child per node)
-    reads_features = False  # its drafter reads the target's features (commit gets those of the kept tokens)
-    drafts_with = None  # the model its drafter runs: None, "draft" (the draft model) or "head" (an EAGLE head)
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
@@ -111,7 +109,7 @@ class Method:
             raise FieldError(*fields(cls.size_fields(plan)), f") exceed the target's context (n_ctx={n_ctx})",
                              lead=f"up to {block} tokens per step (")
         # The other fields that set a depth (widths, chain, lookup_chains) size the block too.
-        staged_guesses = plan.guess_len if cls.runs_draft and cls.needs_ngram else 0
+        staged_guesses = plan.guess_len if cls.drafts_with and cls.needs_ngram else 0
         for name, depth in {"depth": cls.max_depth(plan), "guess_len": staged_guesses}.items():
             if depth > n_ctx:
                 raise FieldError(name, depth, f" is deeper than the target's context (n_ctx={n_ctx}): no node lies "
@@ -183,7 +181,7 @@ class TreeMethod(Method):
     """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths;
     children are the draft's top tokens, or drawn from q (`plan.sampled`)."""
 
-    name, runs_draft, drafts_with = "tree", True, "draft"
+    name, drafts_with = "tree", "draft"
 
     # Plan.widths children per level (a fixed or a drawn tree), or a best-first budget.
     fixed_widths = classmethod(lambda cls, plan: plan.shape == "fixed" or plan.sampled is not None)
@@ -215,9 +213,8 @@ class TreeMethod(Method):
         kind = self.tree_kind(self.plan, self.temperature)
         tree = self.build(seq[-1], depth, rand if kind != "deterministic" else None, kind)
         keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
-        # The paper's Fig. 3 credit: stage 2 for a node it guessed (and the draft kept), else the draft.
-        tree.source[1:] = [d.guessed.get(k, DRAFT) for k in keys[1:]]
-        return self.proposal(tree, draft_blocks=d.block_sizes, draft_dists=d.dists, ngram_queries=d.ngram_queries)
+        tree.source[1:] = [d.source(k) for k in keys[1:]]  # the paper's Fig. 3 credit
+        return self.proposal(tree, **d.costs())
 
     def build(self, root: int, depth: int, rand, kind: str) -> Tree:
         """The tree below `root` from the drafter's q, drawn as `kind` says (tree_kind): top tokens, or children
@@ -227,8 +224,8 @@ class TreeMethod(Method):
                                      replacement=kind == "with_replacement")
         return build.build_best_first(root, self.drafter.dist_fn, self.plan.budget, depth)
 
-    def commit(self, keys) -> None:
-        self.drafter.commit(keys)
+    def commit(self, keys, *kept) -> None:  # kept: the target's features of the kept tokens, to a head's drafter
+        self.drafter.commit(keys, *kept)
 
 
 class Speculative(TreeMethod):
@@ -281,13 +278,11 @@ class Eagle(TreeMethod):
     """EAGLE: the target's own features draft `tree`'s trees through a small head (eagle.py), passed
     as the draft; the first step, whose pass reads the prompt, drafts nothing."""
 
-    name, reads_features, drafts_with = "eagle", True, "head"
+    name, drafts_with = "eagle", "head"
 
     def __init__(self, plan, n_ctx: int, temperature: float = 0.0, draft=None, top_k=None, top_p=None,
                  recorder=NO_RECORD):
         Method.__init__(self, plan, n_ctx, temperature)
-        if draft is not None and "fc" not in draft.params:
-            raise ValueError("method 'eagle' drafts with an EAGLE head (models.load_head), not a draft model")
         self.drafter = FeatureDrafter(draft, temperature, top_k, top_p, rows=self.draft_rows(plan), recorder=recorder)
         self.cache = self.drafter.cache
 
@@ -295,9 +290,6 @@ class Eagle(TreeMethod):
         if not self.drafter.ready(seq):
             return self.proposal(root_only(seq))
         return super().propose(seq, rand)
-
-    def commit(self, keys, features=None, start: int = 0) -> None:
-        self.drafter.commit(keys, features, start)
 
 
 METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram, Lookup, Eagle)}
@@ -308,5 +300,5 @@ def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k
     """The method `name` under `plan`, with the models and sampling settings it uses, ready to propose;
     its drafter reports its passes to `recorder` (record.py)."""
     cls = METHODS[name]
-    models = dict(draft=draft, top_k=top_k, top_p=top_p, recorder=recorder) if cls.runs_draft else {}
+    models = dict(draft=draft, top_k=top_k, top_p=top_p, recorder=recorder) if cls.drafts_with else {}
     return cls(plan, target.config.n_ctx, temperature, **models, **({"ngram": ngram} if cls.needs_ngram else {}))

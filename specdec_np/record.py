@@ -142,15 +142,20 @@ class Uniforms:
 
 
 class Recorder(NoRecord):
-    """Builds each step's `Step`: its phases' times (from when it began, its Proposal was made and the
-    target's pass ended), what drafting cost, and with keep_trees what the drafter reported
-    (`draft_pass`) and the tests in the rule's Verdict; `record(...)` closes the step."""
+    """Builds each step's `Step`: its phases' times (from when it began, drafting ended and the target's pass
+    ended: `lap`), what drafting cost, and with keep_trees what the drafter reported (`draft_pass`) and the tests
+    in the rule's Verdict; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
         self.keep_trees = keep_trees
-        self.began = time.perf_counter()
+        self.times = [time.perf_counter()]  # when this step began, then when each of its phases ended
         self.passes, self.uniforms = [], None
+
+    def lap(self, done):
+        """`done` (what a phase made: the Proposal, the target's Scored pass), noting when the phase ended."""
+        self.times.append(time.perf_counter())
+        return done
 
     def watch(self, rand):
         """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each test shows
@@ -168,7 +173,7 @@ class Recorder(NoRecord):
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
         """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens
         it emitted and who proposed each, and the target cache's length after compacting."""
-        t = (self.began, proposal.made, scored.made, time.perf_counter())
+        t = (*self.times[:3], time.perf_counter())
         tree = proposal.tree
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
@@ -182,7 +187,7 @@ class Recorder(NoRecord):
                                (scored.start, scored.n_c, cache_length),
                                {node: scored.p[node].copy() for node in sorted(rejected)})
         self.stats.steps.append(step)
-        self.began = time.perf_counter()
+        self.times = [time.perf_counter()]
         self.passes = []
         if self.uniforms is not None:
             self.uniforms.given = []

@@ -428,7 +428,7 @@ assert abs(line(11) + 5 * line(1) - saved + added - (line(11) + draft_passes(5, 
 # %%
 from dataclasses import replace  # noqa: E402
 
-from specdec_np.gpt2 import GPT2_SHAPES, param_shapes, random_params  # noqa: E402
+from specdec_np.gpt2 import GPT2_SHAPES, param_places, random_params  # noqa: E402
 from lesson import last_level_cache, with_slabs  # noqa: E402
 
 
@@ -438,7 +438,7 @@ def full_depth_ms(name, ks):
     shape = GPT2_SHAPES[name]
     two = with_slabs(random_params(replace(shape, n_layer=2, n_vocab=64, n_ctx=128)), target.layout.slab_rows)
     timed = pass_ms(two, ks, prefix_len=64, repeats=5)
-    whole = 4 * sum(int(np.prod(dims)) for _, dims in param_shapes(shape).values())  # float32 bytes
+    whole = 4 * sum(int(np.prod(dims)) for dims in param_places(shape).values())  # float32 bytes
     return {k: ms * whole / two.weight_bytes for k, ms in timed.items()}, whole, two.weight_bytes
 
 

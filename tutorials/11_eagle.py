@@ -21,7 +21,7 @@ import numpy as np
 
 from specdec_np import build, eagle, models
 from specdec_np.decode import generate
-from specdec_np.gpt2 import GPT2Config, forward, gelu, layer_norm, new_cache, random_params
+from specdec_np.gpt2 import GPT2Config, forward, gelu, hidden, layer_norm, lm_head, new_cache, random_params
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.sampling import process
@@ -37,15 +37,16 @@ prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols =
 # ## Why a feature
 #
 # The target's next-token distribution is a function of its feature alone: p = softmax(f @ wte.T).
-# `forward(..., features=True)` returns the features beside the logits (the side after the final
-# layer norm, which EAGLE's code reads too). A token is one choice among 8193; a feature is
-# `n_embd` numbers (the target's width, printed below) that vary smoothly from one position to the
-# next, and it already carries what the target computed in all its layers. Guessing it is a
-# regression a one-block head can learn.
+# `gpt2.hidden` returns the features (the side after the final layer norm, which EAGLE's code reads
+# too), and `gpt2.lm_head` turns them into logits: `forward` is the two in a row. A token is one
+# choice among 8193; a feature is `n_embd` numbers (the target's width, printed below) that vary
+# smoothly from one position to the next, and it already carries what the target computed in all its
+# layers. Guessing it is a regression a one-block head can learn.
 
 # %%
 text = prompt + generate(target, prompt, 96, eos=None).tokens  # the target's own greedy text
-logits, feats = forward(target, text, new_cache(target), features=True)  # [n, V], [n, n_embd]
+feats = hidden(target, text, new_cache(target))  # [n, n_embd]
+logits = lm_head(target, feats)  # [n, V]
 assert np.allclose(feats @ target.params["wte"].T, logits, atol=1e-3)  # the tied head reads the feature
 print(f"a feature: {feats.shape[1]} numbers; the distribution it gives: {logits.shape[1]} probabilities")
 
@@ -67,10 +68,10 @@ print_rounding(f"first guess == the target's argmax: head {head_agree:.2f}, draf
 
 # %%
 def head_by_hand(head, feats, tokens, positions):  # [n, d], [n], [n] -> [n, d] the guessed features
-    P, b = head.params, head.params["blocks"][0]
+    b = head.block
     n, d, h = len(tokens), feats.shape[1], head.config.n_head
-    e = P["wte"][tokens] + P["wpe"][positions]  # the target's own embedding of each token
-    x = np.concatenate([e, feats], axis=1) @ P["fc"]["w"] + P["fc"]["b"]  # [n, 2d] -> [n, d]
+    e = head.wte[tokens] + head.wpe[positions]  # the target's own embedding of each token
+    x = np.concatenate([e, feats], axis=1) @ head.fc["w"] + head.fc["b"]  # [n, 2d] -> [n, d]
     qkv = layer_norm(x, **b["ln_1"]) @ b["attn"]["c_attn"]["w"] + b["attn"]["c_attn"]["b"]  # [n, 3d]
     q, k, v = (t.reshape(n, h, d // h).transpose(1, 0, 2) for t in np.split(qkv, 3, axis=1))  # [h, n, d/h]
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(d // h) + np.triu(np.full((n, n), -np.inf), 1)  # causal
@@ -95,7 +96,7 @@ assert np.allclose(mine, guess, atol=1e-3)
 
 # %%
 d = eagle.FeatureDrafter(head, rows=64)
-_, prompt_feats = forward(target, prompt[:-1], new_cache(target), features=True)
+prompt_feats = hidden(target, prompt[:-1], new_cache(target))
 d.commit([], prompt_feats, 0)  # what the loop does after the target's pass over the prompt
 d.begin(prompt, 4)
 
@@ -174,7 +175,7 @@ for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
 # (below: the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
 
 # %%
-vocab = head.params["vocab"]  # [V]: 1 for the tokens the head may draft
+vocab = head.vocab  # [V]: 1 for the tokens the head may draft
 out = text[len(prompt):]  # the target's greedy tokens of the first section
 print(f"the head may draft {int(vocab.sum())} of {len(vocab)} tokens; {vocab[out].mean():.0%} of the target's "
       f"{len(out)} greedy tokens above are among them")

@@ -59,14 +59,13 @@ def pair():
     import numpy as np
     import pair_figures  # weights/pair_figures.py: the loss of a sequence, as the model card's figures count it
 
-    from specdec_np.gpt2 import iter_params
     from specdec_np.models import load_embedded, load_head
     from specdec_np.tokenizer import encode
 
     target, draft, trigram, enc = load_embedded()
     head = load_head(target=target)
-    own = sum(a.size for k in ("fc", "blocks") for a in iter_params(head.params[k]))  # the head's, not the target's
-    for name, m, n in (("target", target, target.n_params), ("draft", draft, draft.n_params), ("EAGLE head", head, own)):
+    for name, m, n in (("target", target, target.n_params), ("draft", draft, draft.n_params),
+                       ("EAGLE head", head, head.n_params)):  # the head's own, not the target's it shares
         c = m.config
         print(f"  {name}: {c.n_layer}L/{c.n_embd}, {c.n_head} heads, n_ctx {c.n_ctx}, {n / 1e6:.2f}M parameters")
     files = [p for p in SHIPPED.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".npz", ".bpe", ".json"}]

@@ -115,7 +115,7 @@ def merged(old: dict, new: dict, methods) -> dict:
     for setting, records in new["settings"].items():
         out["settings"][setting] = [r for r in out["settings"].get(setting, []) if r["method"] not in methods] + [
             json.loads(json.dumps(r)) for r in records]
-    if "head" in new and any(METHODS[m].reads_features for m in methods):  # its eagle records are that head's now
+    if "head" in new and any(METHODS[m].drafts_with == "head" for m in methods):  # its eagle records: that head's
         out["head"] = new["head"]
     return out
 

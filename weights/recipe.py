@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 
 import train_eagle as E  # noqa: E402
 import train_tiny as T  # noqa: E402
+from train_tiny import read_corpus  # noqa: E402  (shared with train_eagle.py)
 
 SHARD_BYTES = (16 << 20) - (64 << 10)  # the 16 MiB a returned file may hold, less room for the .npz headers
 MAX_FILES, MAX_BYTES = 8, 64 << 20
@@ -77,14 +78,6 @@ def run_config(name: str, shape: str, smoke: bool, **kw) -> T.RunConfig:
     n_layer, n_head, n_embd = SHAPES[shape]
     ctx = {"n_ctx": 64, "seq_len": 32, "batch": 4} if smoke else {"n_ctx": 512, "seq_len": 512, "batch": 64}
     return T.RunConfig(name, n_layer=n_layer, n_head=n_head, n_embd=n_embd, **ctx, **kw)
-
-
-def read_corpus(corpus: Path) -> dict:
-    """{"train", "heldout", "packages_heldout"}: token arrays (train: the stdlib's and the packages' training files)."""
-    names = ("stdlib_train", "stdlib_heldout", "packages_train", "packages_heldout")
-    parts = {n: T.load_tokens(corpus / f"{n}.u16.xz") for n in names if (corpus / f"{n}.u16.xz").exists()}
-    train = np.concatenate([parts[n] for n in ("stdlib_train", "packages_train") if n in parts])
-    return {"train": train, "heldout": parts["stdlib_heldout"], "packages_heldout": parts.get("packages_heldout")}
 
 
 def fit(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, teacher=None, samples=None,
@@ -150,8 +143,8 @@ def train_head(target, t_cfg: T.RunConfig, draft, data: dict, seconds: float, ou
     config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=t_cfg.n_ctx, n_embd=t_cfg.n_embd, n_layer=t_cfg.n_layer,
                         n_head=t_cfg.n_head)
     np_target = GPT2(config, from_shards(out, "target"))  # the target as shipped: fp16 weights, read back
-    own = E.numpy_head(head, np_target).params
-    record["files"] = to_shards({"fc": own["fc"], "blocks": own["blocks"]}, "eagle", out)
+    own = E.numpy_head(head, np_target)
+    record["files"] = to_shards({"fc": own.fc, "blocks": [own.block]}, "eagle", out)
     held = data["heldout"]
     record["max_feature_diff_vs_torch"] = E.export_error(head, target, E.head_from_shards(out, np_target),
                                                          held[:min(65, t_cfg.n_ctx)])

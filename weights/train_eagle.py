@@ -326,8 +326,7 @@ def export_shards(src: Path, out: Path = OUT, np_target=None) -> None:
                          f"`python weights/export_tiny.py --from {src}` first")
     vocab = None
     if CFG["vocab"]:  # counted on the recipe's training split (build_corpus.py's), whose text the new pair learned
-        import recipe
-        vocab = draft_vocab(CFG["vocab"], recipe.read_corpus(WORK / "corpus")["train"])
+        vocab = draft_vocab(CFG["vocab"], train_tiny.read_corpus(WORK / "corpus")["train"])
     eagle.save_head(head_from_shards(src, np_target, vocab), out)
     size = (out / "model.safetensors").stat().st_size
     print(f"exported {out} ({size / 1e6:.2f} MB) from {src}")

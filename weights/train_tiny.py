@@ -125,6 +125,14 @@ def load_tokens(path: Path) -> np.ndarray:
     return np.load(path)
 
 
+def read_corpus(corpus: Path) -> dict:
+    """{"train", "heldout", "packages_heldout"}: token arrays (train: the stdlib's and the packages' training files)."""
+    names = ("stdlib_train", "stdlib_heldout", "packages_train", "packages_heldout")
+    parts = {n: load_tokens(corpus / f"{n}.u16.xz") for n in names if (corpus / f"{n}.u16.xz").exists()}
+    train = np.concatenate([parts[n] for n in ("stdlib_train", "packages_train") if n in parts])
+    return {"train": train, "heldout": parts["stdlib_heldout"], "packages_heldout": parts.get("packages_heldout")}
+
+
 # ----------------------------------------------------------------------------- model (torch)
 
 def make_model(cfg: RunConfig):

@@ -178,8 +178,8 @@ def pair_key(target, draft, ngram) -> str:
 def head_key(head) -> str:
     """A digest of an EAGLE head's own weights (its fusion and block): the head a profile's eagle records are of."""
     h = hashlib.sha256(repr(head.config).encode())
-    h.update(np.ascontiguousarray(head.params["fc"]["w"]).tobytes())
-    h.update(np.ascontiguousarray(head.params["blocks"][-1]["mlp"]["c_proj"]["w"]).tobytes())
+    h.update(np.ascontiguousarray(head.fc["w"]).tobytes())
+    h.update(np.ascontiguousarray(head.block["mlp"]["c_proj"]["w"]).tobytes())
     return h.hexdigest()[:16]
 
 

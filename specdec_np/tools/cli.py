@@ -25,13 +25,14 @@ from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
 from ..gpt2 import GPT2
 from ..methods import METHODS
-from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_model, load_ngram
+from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .choice import changed, choose, describe
 from .costcurve import apply_layout
+from .machine import load_model  # checkpoint.load, after a check of this machine's memory
 from .options import candidate_methods, changes, check_fits, check_options, check_rule, profiled, reads, shown
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
@@ -100,8 +101,8 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine \
-        else a.method
+    asked = (tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine
+             else a.method)
     c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout

@@ -62,10 +62,10 @@ def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
 
 
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
-    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (its params hold
-    "fc") its own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses
+    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (`eagle.Head`) its
+    own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses
     (the values do not change the time: the features are zeros)."""
-    if "fc" not in model.params:
+    if not isinstance(model, eagle.Head):
         return forward(model, tokens, cache)
     k, start = len(tokens), cache.length
     features = np.zeros((k, model.config.n_embd), dtype=model.dtype)  # [k, d]

@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..decode import generate
-from ..gpt2 import forward, iter_params, new_cache
+from ..gpt2 import forward, new_cache
 from ..methods import METHODS
 from ..models import load_embedded, load_head
 from ..tokenizer import decode, encode
@@ -90,7 +90,7 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, **kw) -> 
 
 def head_params(head) -> int:
     """The EAGLE head's own parameters: its fusion and block, not the target's wte, wpe and ln_f it shares."""
-    return sum(a.size for k in ("fc", "blocks") for a in iter_params(head.params[k]))
+    return head.n_params
 
 
 def report(results: dict, chosen: dict, timed) -> None:

@@ -7,12 +7,15 @@ is measured (`load`), and around what is timed (`busy_since`, `timing_note`).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
+import resource
 import time
 
 import numpy as np
 
+from .. import checkpoint
 from .blas import blas, use_threads
 from .costcurve import last_level_cache
 
@@ -112,3 +115,29 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
                 f"{': ' + contradicted if contradicted else ''}; rerun when it is idle")
     return f"note: {contradicted}: {why}" if contradicted else ""
 
+
+def load_model(path, dtype=np.float32):
+    """A model by name or directory (`models.load_model`), refused before its parameters are allocated when they
+    need more memory than this machine has (`check_memory`)."""
+    return checkpoint.load(path, dtype, check=check_memory)
+
+
+def check_memory(file, config, itemsize: int) -> None:
+    """`checkpoint.load`'s check, before anything of the model's size is allocated: a CheckpointError naming both
+    when its parameters need more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
+    need = itemsize * config.n_params
+    if need > (have := available_memory()):
+        raise checkpoint.CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) "
+                                         f"needs {need / 1e9:.1f} GB for its parameters, more than the "
+                                         f"{have / 1e9:.1f} GB of memory available")
+
+
+def available_memory() -> float:
+    """Bytes of memory this process may allocate as far as Linux says: MemAvailable or `ulimit -v` (inf if unknown)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = math.inf if limit == resource.RLIM_INFINITY else limit
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            return min(limit, next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")))
+    except (OSError, StopIteration, ValueError):
+        return limit

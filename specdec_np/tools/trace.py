@@ -118,7 +118,7 @@ def record(result, enc, prompt, method: str, about: str = "", costs: dict | None
         ids |= {t for r in step["residuals"] for t in r["tokens"]}
         ids |= {row["token"] for dp in step["passes"] for row in dp["fed"]}
     return {"method": method, "about": about, "sources": list(SOURCES),
-            "staged": bool(METHODS[method].drafts_with) and METHODS[method].needs_ngram,  # a drafter with stage 2?
+            "staged": METHODS[method].needs_ngram and METHODS[method].drafts_with == "draft",  # the draft, staged or not
             "proposer": METHODS[method].drafts_with or "draft",  # who drafts: EAGLE's head, or the draft
             "prompt": [int(t) for t in prompt], "prompt_text": decode(enc, prompt),
             "tokens": result.tokens, "stop": result.stop_reason,

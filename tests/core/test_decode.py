@@ -293,13 +293,13 @@ def runs_changed_by_rounding(small, monkeypatch) -> int:
     from specdec_np import decode
 
     target, draft, _ = small
-    exact_forward = decode.forward
+    exact_lm_head = decode.lm_head  # the target's logits, in the loop's verify pass
 
     def rounded(wobble):
-        def forward(*args, **kwargs):
-            logits = exact_forward(*args, **kwargs)
+        def lm_head(*args, **kwargs):
+            logits = exact_lm_head(*args, **kwargs)
             return logits * (1 + wobble * np.cos(np.arange(logits.size)).reshape(logits.shape))
-        return forward
+        return lm_head
 
     plans = (Plan(chain=4, rule="block"), Plan(shape="fixed", widths=(2, 1, 1), sampled="without", rule="traversal"))
     changed = 0
@@ -307,7 +307,7 @@ def runs_changed_by_rounding(small, monkeypatch) -> int:
         for method, shape in zip(("speculative", "tree"), plans):
             runs = []
             for wobble in (0.0, 1e-12):
-                monkeypatch.setattr(decode, "forward", rounded(wobble))
+                monkeypatch.setattr(decode, "lm_head", rounded(wobble))
                 runs.append(generate(target, [1, 2, 3], 30, method, draft, plan=shape, temperature=1.0, seed=seed,
                                      eos=None).tokens)
             changed += runs[0] != runs[1]

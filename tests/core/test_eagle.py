@@ -18,10 +18,10 @@ from helpers import SMALL, TINY_PROMPT, always_accept, ar_greedy
 from specdec_np import eagle, verify
 from specdec_np.checkpoint import CheckpointError
 from specdec_np.decode import generate
-from specdec_np.gpt2 import forward, new_cache, random_params
+from specdec_np.gpt2 import forward, hidden, lm_head, new_cache, random_params
 from specdec_np.plan import Plan
 from specdec_np.sampling import process
-from specdec_np.tree import DRAFT
+from specdec_np.tree import DRAFT, path_key
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +56,14 @@ def test_drafts_are_really_accepted(small, head):
     assert res.stats.accepted[0] == 1  # the first step's pass reads the prompt: nothing drafted yet
 
 
-def test_forward_features_are_what_the_head_reads(small):
-    """forward(features=True): the same logits, and the features are what the tied head multiplies."""
+def test_the_features_are_what_the_head_reads(small):
+    """gpt2.hidden then gpt2.lm_head: forward's logits, and the features are what the tied head multiplies."""
     t = small.target
     plain = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2)
-    logits, feats = forward(t, [1, 2, 3, 4], new_cache(t), logits_from=2, features=True)
-    np.testing.assert_array_equal(logits, plain)
+    feats = hidden(t, [1, 2, 3, 4], new_cache(t))
+    np.testing.assert_array_equal(lm_head(t, feats[2:]), plain)
     assert feats.shape == (4, SMALL.n_embd)
-    np.testing.assert_allclose(feats[2:] @ t.params["wte"].T, logits, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(feats[2:] @ t.params["wte"].T, plain, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, top_k=10, seed=4),
@@ -90,7 +90,7 @@ def test_features_and_head_cache_equal_a_fresh_pass(small, head, kw):
         decode.make = saved
     seq = prompt + res.tokens
     d = seen["method"].drafter
-    _, fresh = forward(t, seq[:-1], new_cache(t), features=True)  # [len(seq) - 1, d]
+    fresh = hidden(t, seq[:-1], new_cache(t))  # [len(seq) - 1, d]
     assert d.n_features == len(seq) - 1
     np.testing.assert_allclose(d.features[:d.n_features], fresh, rtol=0, atol=1e-12)
     cache = res.draft_cache
@@ -125,9 +125,31 @@ def test_trace_records_the_heads_passes(small, head):
     assert first.trace.passes == [] and len(first.trace.tree) == 1  # the prompt's pass: no feature yet
     for step in rest:
         assert step.trace.passes and step.trace.passes[0].keys[0] == ()  # the root's guess comes first
-        assert set(step.trace.tree.source[1:].tolist()) <= {DRAFT}
+        fed, tree = [k for p in step.trace.passes for k in p.keys], step.trace.tree
+        expanded = {path_key(tree.tokens, tree.parents, int(i)) for i in tree.parents[1:]}
+        assert len(fed) == len(set(fed)) and expanded <= set(fed)  # each node it expanded fed once
         assert step.draft_blocks == [p.rows for p in step.trace.passes]
     assert rest[0].trace.passes[0].rows == 3  # the catch-up pairs of the prompt, then the root's
+
+
+@pytest.mark.parametrize("plan", [Plan(budget=10, depth=4), Plan(shape="fixed", widths=(2, 1))], ids=["best", "fixed"])
+def test_the_head_is_fed_only_the_pairs_it_lacks(small, head, plan):
+    """The head's cache keeps the pairs made of the target's features, up to the step's root's, so a step feeds
+    (root - 1) - (the last drafting step's root) catch-up pairs before its nodes (root - 1 at the first): counted
+    from the emitted text alone. Keeping one pair fewer (truncating to root - 1 after verification) feeds one more
+    per step, as keeping one more would feed a stale one."""
+    prompt = [1, 2, 3]
+    res = generate(small.target, prompt, 40, "eagle", head, plan=plan, eos=None, keep_trees=True)
+    root, last, checked = len(prompt) - 1, 0, 0
+    for step in res.stats.steps:
+        if step.trace.passes:
+            first = step.trace.passes[0]
+            assert first.rows - len(first.keys) == (root - 1) - last, f"at root {root}"
+            assert sum(p.rows for p in step.trace.passes) == (root - 1) - last + sum(len(p.keys) for p in
+                                                                                      step.trace.passes)
+            last, checked = root, checked + 1
+        root += len(step.tokens)
+    assert checked >= 5 and res.stats.steps[0].trace.passes == []
 
 
 def test_the_head_is_not_a_draft_model(small):
@@ -138,14 +160,77 @@ def test_the_head_is_not_a_draft_model(small):
         generate(small.target, [1, 2], 4, "eagle", eagle.random_head(other))
 
 
+@pytest.mark.parametrize("method", ["tree", "speculative", "staged"])
+def test_a_head_where_a_model_belongs_is_refused(small, head, method):
+    """An EAGLE head passed as the target, or as the draft of a method that drafts with a draft model: one line
+    naming the argument, before any work (a draft model there is accepted: the control)."""
+    t, ngram = small.target, small.trigram
+    with pytest.raises(TypeError, match=r"^target: an EAGLE head is not a model"):
+        generate(head, [1, 2], 4)
+    with pytest.raises(ValueError, match=rf"^draft: an EAGLE head drafts only with method 'eagle' \(method '{method}'"):
+        generate(t, [1, 2], 4, method, head, ngram)
+    assert len(generate(t, [1, 2], 4, method, small.draft, ngram, eos=None).tokens) == 4
+
+
+def test_random_head_vocabulary_sizes(small):
+    """vocab_size from 1 to the target's vocabulary; 0 or more than it is one line naming it."""
+    V = small.target.config.n_vocab
+    for bad in (0, V + 1, 10**9, 2.5):
+        with pytest.raises(ValueError, match=rf"^vocab_size={bad!r} must be an integer from 1 to the target's {V}"):
+            eagle.random_head(small.target, vocab_size=bad)
+    assert eagle.random_head(small.target, vocab_size=1).ids.size == 1
+    assert eagle.random_head(small.target, vocab_size=V).ids.size == V
+
+
+def test_a_head_checkpoint_that_disagrees_with_itself_is_refused(tmp_path, small, head):
+    """A head's config.json saying two blocks over one block's tensors, or another model_type: refused, naming
+    the file; the head as saved loads (the control)."""
+    import json
+
+    t32 = small.target.astype(np.float32)
+    eagle.save_head(eagle.bind(t32, head.fc, head.block), tmp_path / "h")
+    config = tmp_path / "h" / "config.json"
+    saved = json.loads(config.read_text())
+    assert eagle.load_head(tmp_path / "h", t32).n_params == head.n_params
+    config.write_text(json.dumps(saved | {"n_layer": 2}))
+    with pytest.raises(CheckpointError, match=r"config\.json: n_layer=2, but an EAGLE head has one block"):
+        eagle.load_head(tmp_path / "h", t32)
+    config.write_text(json.dumps(saved | {"model_type": "bert"}))
+    with pytest.raises(CheckpointError, match=r"not an EAGLE head \(its config\.json's model_type is 'bert'"):
+        eagle.load_head(tmp_path / "h", t32)
+
+
+def test_a_head_tensor_of_another_shape_is_refused(tmp_path, small, head):
+    """load_head reads through checkpoint.read_tensors, which checks each tensor's shape: named, with both shapes."""
+    from specdec_np import checkpoint
+
+    t32 = small.target.astype(np.float32)
+    eagle.save_head(eagle.bind(t32, head.fc, head.block), tmp_path / "h")
+    d = SMALL.n_embd
+    tensors = {name: ("F32", np.zeros((d, d) if name == "fc.weight" else shape, np.float32))
+               for name, (_, shape) in eagle.head_places(t32.config).items()}
+    checkpoint.write_safetensors(tmp_path / "h" / "model.safetensors", tensors)
+    with pytest.raises(CheckpointError, match=rf"model\.safetensors: tensor 'fc\.weight' has shape \({d}, {d}\), "
+                                              rf"expected \({2 * d}, {d}\)"):
+        eagle.load_head(tmp_path / "h", t32)
+
+
+def test_save_head_refuses_what_float16_cannot_hold(tmp_path, small, head):
+    """save_head writes through checkpoint.py's writer: a weight out of float16's range is refused, named."""
+    big = {**head.fc, "b": head.fc["b"] + 1e6}
+    with pytest.raises(ValueError, match=r"save: parameter fc\.bias is not finite in float16"):
+        eagle.save_head(eagle.bind(small.target, big, head.block), tmp_path / "h")
+    assert not (tmp_path / "h" / "model.safetensors").exists()
+
+
 def test_checkpoint_round_trip(tmp_path, small, head):
     t32 = small.target.astype(np.float32)
-    h32 = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    h32 = eagle.bind(t32, head.fc, head.block)
     eagle.save_head(h32, tmp_path / "h")
     loaded = eagle.load_head(tmp_path / "h", t32)
-    assert loaded.params["wte"] is t32.params["wte"]  # the target's, not a copy
-    for key, (where, _) in eagle.head_shapes(loaded.config).items():
-        got, want = loaded.params, h32.params
+    assert loaded.wte is t32.params["wte"] and loaded.wpe is t32.params["wpe"]  # the target's, not copies
+    for key, (where, _) in eagle.head_places(loaded.config).items():
+        got, want = {"fc": loaded.fc, "blocks": [loaded.block]}, {"fc": h32.fc, "blocks": [h32.block]}
         for k in where:
             got, want = got[k], want[k]
         np.testing.assert_array_equal(got, want.astype(np.float16).astype(np.float32), err_msg=key)
@@ -234,7 +319,7 @@ def test_a_reduced_vocabulary_samples_the_target_exactly(tiny, rule, fields, set
 def test_a_reduced_vocabulary_drafts_only_its_tokens(small):
     """Greedy output is plain decoding's; every drafted token is in the head's vocabulary, and q is zero outside it."""
     head = eagle.random_head(small.target, seed=1, vocab_size=12)
-    allowed = set(np.flatnonzero(head.params["vocab"]).tolist())
+    allowed = set(np.flatnonzero(head.vocab).tolist())
     for temperature in (0.0, 1.0):
         res = generate(small.target, [1, 2, 3], 30, "eagle", head, plan=Plan(budget=8, depth=3), eos=None,
                        keep_trees=True, temperature=temperature, seed=3)
@@ -252,18 +337,18 @@ def test_a_reduced_vocabulary_round_trip(tmp_path, small):
     head = eagle.random_head(t32, seed=2, vocab_size=10)
     eagle.save_head(head, tmp_path / "h")
     loaded = eagle.load_head(tmp_path / "h", t32)
-    np.testing.assert_array_equal(loaded.params["vocab"], head.params["vocab"])
-    np.testing.assert_array_equal(loaded.params["vocab_head"]["w"], t32.params["wte"][head.params["vocab"] > 0].T)
-    without = eagle.bind(t32, head.params["fc"], head.params["blocks"][0])
+    np.testing.assert_array_equal(loaded.vocab, head.vocab)
+    np.testing.assert_array_equal(loaded.prepared["head"].w, t32.params["wte"][head.vocab > 0].T)
+    without = eagle.bind(t32, head.fc, head.block)
     eagle.save_head(without, tmp_path / "all")
-    assert "vocab" not in eagle.load_head(tmp_path / "all", t32).params  # the control: no row, every token
-    # What a pass reads: its 10 rows of wte instead of the whole table.
-    rows = loaded.params["vocab_head"]["w"].nbytes + loaded.params["vocab_head"]["b"].nbytes + loaded.params["vocab"].nbytes
+    assert eagle.load_head(tmp_path / "all", t32).vocab is None  # the control: no row, every token
+    # What a pass reads: its 10 rows of wte instead of the whole table (nor is wte.T prepared for it, a copy of
+    # the whole table; the head of every token has it).
+    rows = loaded.prepared["head"].w.nbytes + loaded.vocab.nbytes
     assert loaded.weight_bytes == without.weight_bytes - t32.params["wte"].nbytes + rows
-    # Nor is the tied head wte.T prepared for it (a copy of the whole table); the head of every token has it.
-    assert not loaded.tied_head and "head" not in loaded.prepared
-    assert without.tied_head and without.prepared["head"].w.shape == t32.params["wte"].T.shape
-    bad = eagle.bind(t32, head.params["fc"], head.params["blocks"][0], head.params["vocab"] * 2)
+    assert loaded.prepared["head"].w.shape == (SMALL.n_embd, 10)
+    assert without.prepared["head"].w.shape == t32.params["wte"].T.shape
+    bad = eagle.bind(t32, head.fc, head.block, head.vocab * 2)
     eagle.save_head(bad, tmp_path / "bad")
     with pytest.raises(CheckpointError, match="'vocab' must hold only 0 and 1"):
         eagle.load_head(tmp_path / "bad", t32)
@@ -277,7 +362,7 @@ def test_the_shipped_head_drafts_for_the_shipped_target(embedded):
 
     target, _, _, enc = embedded
     shipped = models.load_head(models.EMBEDDED_HEAD, target)
-    assert shipped.params["wte"] is target.params["wte"]
+    assert shipped.wte is target.params["wte"]
     prompt = encode(enc, "def mean(values):\n    \"\"\"Return the mean.\"\"\"\n")
     res = generate(target, prompt, 20, "eagle", shipped, plan=Plan(budget=8, depth=6), eos=None)
     assert res.stats.tokens_per_pass > 1.8

@@ -279,3 +279,40 @@ def test_config_refuses_impossible_hyperparameters(field, value):
     # B11: n_head=0 was a ZeroDivisionError; the others were accepted, then failed oddly.
     with pytest.raises(ValueError, match=f"^{field}="):
         GPT2Config(**{field: value})
+
+
+def entries_into_gpt2(target, run) -> tuple[list, list]:
+    """What `run()` does with `target` in gpt2.py: (the gpt2.py functions entered from another file with `target`
+    among their arguments, as (caller's file, function)), and the calls gpt2.py makes into checks.py."""
+    import sys
+
+    entries, checks = [], []
+
+    def tracer(frame, event, arg):
+        callee = frame.f_code.co_filename.rsplit("/", 1)[-1]
+        caller = frame.f_back.f_code.co_filename.rsplit("/", 1)[-1] if frame.f_back else ""
+        if callee == "gpt2.py" and caller != "gpt2.py" and any(v is target for v in frame.f_locals.values()):
+            entries.append((caller, frame.f_code.co_name))
+        if callee == "checks.py" and caller == "gpt2.py":
+            checks.append(frame.f_code.co_name)
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return entries, checks
+
+
+@pytest.mark.parametrize("method", ["tree", "eagle"])
+def test_the_target_enters_gpt2_to_build_its_cache_and_run_its_pass(small, method):
+    """Issue 67's walk: `target`, followed from `generate` through a step, enters gpt2.py only to build its cache
+    and to run its pass (`hidden`, then `lm_head`), besides the recorder's read of its `weight_bytes`; gpt2.py
+    leaves for checks.py never (forward's arguments are checked where its block is built, `gpt2.inputs`)."""
+    from specdec_np import eagle
+    from specdec_np.decode import generate
+
+    draft = eagle.random_head(small.target) if method == "eagle" else small.draft
+    generate(small.target, [1, 2, 3], 3, method, draft)  # the parameters prepared (made once per model)
+    entries, checks = entries_into_gpt2(small.target, lambda: generate(small.target, [1, 2, 3], 1, method, draft))
+    assert [name for _, name in entries] == ["weight_bytes", "new_cache", "hidden", "lm_head"], entries
+    assert {file for file, _ in entries} == {"decode.py"} and checks == []

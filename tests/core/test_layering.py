@@ -5,6 +5,8 @@ own imports form no cycle."""
 import ast
 from pathlib import Path
 
+import pytest
+
 import specdec_np
 
 PACKAGE = Path(specdec_np.__file__).resolve().parent
@@ -81,10 +83,72 @@ def test_the_core_imports_no_tool_and_reads_no_file():
         assert "cpuinfo" not in text and "XDG" not in text and "profile.json" not in text, path.name
 
 
+# What asks the operating system about the machine: a call, or a module of such calls.
+MACHINE_CALLS = ("cpu_count", "process_cpu_count", "sched_getaffinity", "getloadavg", "sysconf", "getrlimit", "uname")
+MACHINE_MODULES = ("resource", "platform", "psutil", "multiprocessing")
+
+
+def machine_reads(text: str) -> list[str]:
+    """What the source `text` reads of the machine: a /proc or /sys path, a call or module that asks the system
+    about it, or an environment variable other than the weights directory's (WEIGHTS_ENV, documented in files.py)."""
+    tree = ast.parse(text)
+
+    def environ(node):
+        return isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and \
+            getattr(node.value, "id", None) == "os"
+    allowed = set()  # os.environ in an expression that names WEIGHTS_ENV: the documented variable
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Subscript, ast.Compare, ast.Call)) and any(
+                isinstance(n, ast.Name) and n.id == "WEIGHTS_ENV" for n in ast.walk(node)):
+            allowed.update(id(n) for n in ast.walk(node) if environ(n))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(("/proc", "/sys")):
+            found.append(node.value)
+        elif isinstance(node, ast.Attribute) and node.attr in MACHINE_CALLS:
+            found.append(node.attr)
+        elif environ(node) and id(node) not in allowed:
+            found.append(f"os.{node.attr}")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [n for n in names if n.split(".")[0] in MACHINE_MODULES]
+    return found
+
+
+def test_the_core_reads_nothing_of_the_machine():
+    """The core is a function of its arguments: no module outside tools/ reads /proc or /sys, asks the system about
+    the machine (cores, memory limits, its name) or reads an environment variable but the weights directory's."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "tools" not in path.relative_to(PACKAGE).parts:
+            assert not machine_reads(path.read_text()), f"{path.relative_to(PACKAGE)} reads the machine"
+
+
+def test_the_machine_read_search_finds_them():
+    """The negative control: each kind of read is found, in the forms the core's own code would take."""
+    assert machine_reads('open("/proc/meminfo")') == ["/proc/meminfo"]
+    assert machine_reads("import os\nn = os.cpu_count()") == ["cpu_count"]
+    assert machine_reads("import resource") == ["resource"]
+    assert machine_reads('x = os.environ.get("HOME")') == ["os.environ"]
+    assert machine_reads("x = os.environ[WEIGHTS_ENV] if WEIGHTS_ENV in os.environ else None") == []
+    assert "checkpoint" in str([p for p in PACKAGE.glob("*.py") if "os.environ" in p.read_text()])  # it looks there
+
+
 def test_the_packages_imports_have_no_cycle():
     graph = internal_imports()
     assert "specdec_np.tools.options" in graph["specdec_np.tools.cli"]  # relative imports are read
     assert "specdec_np.sampling" in graph["specdec_np.proofs.exact"]  # and from a subpackage (from ..sampling)
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+def test_the_weights_scripts_imports_have_no_cycle():
+    """weights/'s scripts import each other by their file names (sys.path holds weights/): no cycle among them
+    (recipe.py and train_eagle.py share train_tiny.py's code instead of importing each other)."""
+    scripts = {p.stem: p for p in (PACKAGE.parent / "weights").glob("*.py")}
+    if not scripts:
+        pytest.skip("no weights/ scripts here (an installed package)")
+    graph = {name: {m.split(".")[0] for m in imported(path) if m.split(".")[0] in scripts} - {name}
+             for name, path in scripts.items()}
+    assert "train_tiny" in graph["recipe"]  # the graph is read
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 
 

@@ -273,7 +273,8 @@ def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch
     its passes are priced on the head's own cost curve (`calibration.head_curves`), shown with the others."""
     head_curve = {s: {k: 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
     made_up_costs(monkeypatch)
-    monkeypatch.setattr(bench, "head_curves", lambda target, head, layout: head_curve if "fc" in head.params else None)
+    from specdec_np.eagle import Head
+    monkeypatch.setattr(bench, "head_curves", lambda target, head, layout: head_curve if isinstance(head, Head) else None)
     assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "24",
                        "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -984,6 +984,8 @@ def test_method_eagles_machine_plan_is_priced_on_the_pairs_profile_with_the_head
     """Issue 61: --method eagle --plan machine asks choose for eagle with the embedded pair (its profile and costs:
     the draft model and the n-gram loaded for them) and the EAGLE head; it decodes with the head as its draft.
     With --plan default nothing but the head is loaded (no draft model, no n-gram), and the plan is the constant one."""
+    from specdec_np import eagle
+    from specdec_np.gpt2 import GPT2
     from specdec_np.plan import Plan
     from specdec_np.tools import choice, cli
 
@@ -993,13 +995,13 @@ def test_method_eagles_machine_plan_is_priced_on_the_pairs_profile_with_the_head
     s = cli.setup(namespace(prompt="def f(x):", method="eagle", temperature=0.0))
     (args, kw), = calls
     target, draft, ngram = args[:3]
-    assert "fc" not in draft.params and ngram is not None and "fc" in kw["head"].params  # the pair, and the head
+    assert isinstance(draft, GPT2) and ngram is not None and isinstance(kw["head"], eagle.Head)  # the pair, the head
     assert s.draft is kw["head"] and s.method == "eagle" and s.plan == plan and "measured plan" in s.about
     calls.clear()
     monkeypatch.setattr(cli, "choose", lambda *a, **k: calls.append((a, k)) or choice.choose(*a, **k))
     s = cli.setup(namespace(prompt="def f(x):", method="eagle", temperature=0.0, plan="default"))
     (args, kw), = calls
-    assert args[1] is s.draft and "fc" in s.draft.params and args[2] is None and kw["head"] is None  # no pair
+    assert args[1] is s.draft and isinstance(s.draft, eagle.Head) and args[2] is None and kw["head"] is None  # no pair
     assert s.plan == constant_plan() and "as --plan default asks" in s.about
 
 

@@ -750,7 +750,7 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
     monkeypatch.setattr(acceptance, "shipped", lambda: profiles["now"] | {"models": acceptance.pair_key(*pair)})
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
-    monkeypatch.setattr(acceptance, "head_key", lambda h: "H" if "fc" in h.params else pytest.fail("not a head"))
+    monkeypatch.setattr(acceptance, "head_key", lambda h: "H" if isinstance(h, eagle.Head) else pytest.fail("not a head"))
     measured = []
     monkeypatch.setattr(cal, "head_curves", lambda t, h, layout: measured.append(h) or {
         s: curve(0.0, per_pass["now"]) for s in ("warm", "cold")})
