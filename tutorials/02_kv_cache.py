@@ -23,7 +23,7 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
-from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
+from lesson import check, print_timed, try_this  # tutorials/lesson.py; print_timed marks a figure measured here
 
 model = load_model("tiny-target")
 cfg = model.config
@@ -112,31 +112,39 @@ n_new = 24
 
 def decode_both_ways(feed_cache):
     """Greedy decoding from the prompt, each step's token fed to the cache `feed_cache(cache)` returns and the whole
-    sequence recomputed; their logits must agree at every step. The sequence and the cache."""
+    sequence recomputed; their logits must agree at every step (the loop stops at the first that differs). The
+    sequence and the cache."""
     cache = new_cache(model)
     next_logits = forward(model, prompt, cache)[-1]  # prefill
     seq = list(prompt)
-    for _ in range(n_new):
+    for step in range(1, n_new + 1):
         tok = int(np.argmax(next_logits))
         seq.append(tok)
         cached = forward(model, [tok], feed_cache(cache))[-1]  # one new token: [1, n_vocab] -> [n_vocab]
         full = forward(model, seq, KVCache(cfg, capacity=len(seq)))[-1]  # the whole sequence again
-        assert np.allclose(cached, full, atol=1e-4, rtol=1e-4), "cached and recomputed logits differ"
+        if not check(np.allclose(cached, full, atol=1e-4, rtol=1e-4), f"step {step}: cached and recomputed logits differ"):
+            break
         next_logits = cached
     return seq, cache
 
 
-seq, cache = decode_both_ways(lambda cache: cache)  # each step feeds the cache of the steps before
+def feed(cache):  # the cache each step feeds its token to
+    return cache  # the cache of the steps before
+
+
+probe = new_cache(model)
+try_this("a new cache each step", feed(probe) is not probe)
+seq, cache = decode_both_ways(feed)
 print("completion:", repr(decode(enc, seq[len(prompt):])))
 
 # The cache now holds exactly the K/V a fresh prefill of the whole sequence would compute.
 fresh = new_cache(model)
 forward(model, seq, fresh)
 L = cache.length
-assert L == len(seq) == fresh.length
-assert np.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
-assert np.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5)
-print("OK: the cached and the recomputed logits agree at every step, and so do the stored K/V")
+if check(L == len(seq) == fresh.length and np.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
+         and np.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5),
+         f"the cache holds {L} tokens' K/V, not the {len(seq)} of the sequence"):
+    print("OK: the cached and the recomputed logits agree at every step, and so do the stored K/V")
 
 # %% [markdown]
 # Now the cost of one step, both ways, at the first step's length and at the last one's. Each
@@ -192,19 +200,20 @@ say_if_busy(start)
 # * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1` afterwards) and rerun:
 #   look at the note under each table and at how the ratios to one token move.
 # * Add 3, 5 and 16 to `KS`: where does a pass stop costing about the same per extra token?
-# * Forget the cache in the decoding loop: feed each step's token to a new cache
-#   (`decode_both_ways(lambda cache: new_cache(model))`). The model then sees only the new token,
-#   the logits no longer match the recomputed ones, and the assert stops the loop. Checked:
+# * Forget the cache in the decoding loop: feed each step's token to a new cache (in `feed`,
+#   `return new_cache(model)`). The model then sees only the new token, the logits no longer match
+#   the recomputed ones at the first step, and the check stops the loop there. Checked:
 
 # %%
 def check_forgetful(feed_cache):
-    """The third prediction, for the cache each step feeds (to hold: a new one): the loop's assert stops it; the
-    step's message."""
+    """The third prediction, for the cache each step feeds (to hold: a new one): the loop's check stops it at the
+    first step; the check's message."""
     try:
-        decode_both_ways(feed_cache)
+        seq, _ = decode_both_ways(feed_cache)  # under the edit, the check says so and the loop stops
     except AssertionError as stopped:
         return str(stopped)
-    raise AssertionError("the loop ran to the end: its logits agreed at every step")
+    assert len(seq) == len(prompt) + 1, f"the loop ran {len(seq) - len(prompt)} steps: its logits agreed"
+    return "step 1: cached and recomputed logits differ"
 
 
 print(f"a new cache each step: the loop stops with {check_forgetful(lambda cache: new_cache(model))!r}")

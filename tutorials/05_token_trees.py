@@ -21,6 +21,7 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import attention_mask, children, cumulative_q, depths, draw_mask, path_to, positions, render
+from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
 
 # %% [markdown]
 # ## A tree from a table
@@ -46,14 +47,20 @@ def table_fn(tokens, parents, nodes):  # the builder asks: the draft's distribut
     return Q[tokens[nodes]]  # [len(nodes), V]
 
 
-tree = build.build_fixed(0, table_fn, widths=[2, 2, 1])  # the top-2, top-2, top-1 tokens of q
+widths = [2, 2, 1]  # the top-2, top-2, top-1 tokens of q at depths 1, 2, 3
+try_this(f"widths={widths}", widths != [2, 2, 1])
+tree = build.build_fixed(0, table_fn, widths=widths)
 print(render(tree, decode_fn=WORDS.__getitem__))
 print("\nparents:  ", tree.parents.tolist())
 print("depths:   ", depths(tree).tolist())
 print("positions:", positions(tree, prefix_len=7).tolist(), " (root = last emitted token, at position 7)")
 print("\nattention mask (row i: the nodes node i may see; the cached prefix is always visible):")
 print(draw_mask(tree))
-assert len(tree) == 1 + 2 + 4 + 4
+level = np.cumprod(widths)  # nodes at each depth
+leaf = [i for i in range(len(tree)) if children(tree, i).size == 0][0]
+print(f"{len(tree)} nodes (1 + {' + '.join(map(str, level))}); a leaf's row of the mask shows "
+      f"{int(attention_mask(tree)[leaf].sum())} nodes: the root, its ancestors, itself")
+assert len(tree) == 1 + level.sum()
 mask = attention_mask(tree)  # [n, n]
 assert all(np.flatnonzero(mask[i]).tolist() == path_to(tree, i) for i in range(len(tree)))  # ancestors + itself
 
@@ -98,17 +105,19 @@ def paths_differing(logits):
     return differ, fed
 
 
-logits = tree_pass(attention_mask(tree))
+tree_mask = attention_mask(tree)  # [n_nodes, n_nodes]: ancestors and itself
+try_this("no tree mask (plain causal attention over the nodes)", tree_mask is None)
+logits = tree_pass(tree_mask)
 differ, fed = paths_differing(logits)
 leaves = [i for i in range(len(tree)) if children(tree, i).size == 0]
-assert differ == [], f"the paths to nodes {differ} differ"
-print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
+if check(differ == [], f"the paths to nodes {differ} differ from the tree pass"):
+    print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
 
 # Positions matter: numbering the nodes 0..n-1 instead of by depth gives different (wrong) logits.
 if (depths(tree) != np.arange(len(tree))).any():  # (unless the tree happens to be a single chain)
     wrong = forward(target, tree.tokens, prefix.copy(), positions=prefix.length + np.arange(len(tree)),
                     mask=attention_mask(tree))
-    assert not np.allclose(wrong, logits, atol=1e-4), "node-index positions should not match"
+    check(not np.allclose(wrong, logits, atol=1e-4), "node-index positions should not match")
     print("and numbering nodes by index instead of depth breaks it, as it should")
 
 # %% [markdown]
@@ -232,10 +241,10 @@ print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --m
 # %% [markdown]
 # ## Try this
 #
-# * Build the first tree with `widths=[2, 3]`: 1 + 2 + 6 = 9 nodes (" cat" and " dog" are each
+# * Build the first tree with `widths = [2, 3]`: 1 + 2 + 6 = 9 nodes (" cat" and " dog" are each
 #   followed by three words in the table), and each leaf's row of the mask shows 3 nodes (the
 #   root, its parent, itself).
-# * In the tree pass, drop the mask (`mask=None`: plain causal attention over the nodes in
+# * In the tree pass, drop the mask (`tree_mask = None`: plain causal attention over the nodes in
 #   index order): every node then also sees the siblings before it, and the logits no longer
 #   match the paths run alone.
 # * Raise `B` and watch the draft-pass column: the chain's grows with B, the tree's with its depth.

@@ -26,6 +26,7 @@ from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import encode
 from specdec_np.tree import children
+from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
 
 P = np.array([[0.45, 0.30, 0.15, 0.10],  # P[last token] = target's next-token distribution
               [0.10, 0.20, 0.30, 0.40],
@@ -122,29 +123,32 @@ assert np.allclose(p1, [0.25 / 0.35, 0, 0.10 / 0.35, 0]) and np.allclose(q1, [0.
 # %%
 hand = Tree(tokens=[A, B, D], parents=[-1, 0, 0], q=[1.0, q[B], q1[D]], kind="without_replacement",
             draft_dists=[q, np.zeros(4), np.zeros(4)])
+try_this("D first, B second", hand.tokens[1] == D)
 first = exact.outcomes(lambda rand: verify.emitted(hand, *verify.verify_recursive_wor(hand, P[hand.tokens], rand))[0])
 by_hand = {B: ratio1[B], A: (1 - ratio1[B]) * p2[A], C: (1 - ratio1[B]) * p2[C]}
 print("verify_recursive_wor, first token:", ", ".join(f"{NAMES[x]} {first.get(x, 0):.4f}" for x in range(4)),
       "  by hand:", ", ".join(f"{NAMES[x]} {by_hand.get(x, 0):.4f}" for x in range(4)))
-assert exact.total_variation(first, by_hand) < 1e-12
+check(exact.total_variation(first, by_hand) < 1e-12, "the library's first token is not the hand-worked (B first)")
 
 # %% [markdown]
 # ## Each rule, paired with the trees it assumes, is exact
 #
-# Trees with two children at depth 1 and one below each (`widths=[2, 1]`). For greedy the target
+# Trees with two children at depth 1 and one below each (`WIDTHS`: [2, 1]). For greedy the target
 # is temperature 0: its processed distribution is one-hot on the argmax, and the output must be
 # the target's greedy continuation with probability 1.
 
 # %%
+WIDTHS = [2, 1]
+try_this(f"trees of widths {WIDTHS}", WIDTHS != [2, 1])
 P_greedy = process(np.log(P), temperature=0)  # one-hot rows
 cases = [("greedy", P_greedy, None, verify.verify_greedy),
          ("point_mass", P, None, verify.verify_point_mass),
          ("recursive", P, "with", verify.verify_recursive),
          ("recursive_wor", P, "without", verify.verify_recursive_wor)]
 for name, target, sampled, rule in cases:
-    tv = tv_from_target(target, [2, 1], sampled, rule)
+    tv = tv_from_target(target, WIDTHS, sampled, rule)
     kind = {None: "deterministic", "with": "sampled with replacement", "without": "sampled without replacement"}[sampled]
-    print(f"{name:<14} on {kind:<28} children: TV from the target = {tv:.1e}")
+    print(f"{name:<14} on {kind:<28} children {WIDTHS}: TV from the target = {tv:.1e}")
     assert tv < 1e-12, f"{name} is not lossless"
 
 # %% [markdown]
@@ -351,7 +355,7 @@ show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; te
 # * In the hand-worked tree, put D first and B second (`tokens=[A, D, B]`, and `q=[1.0, q[D],
 #   verify.without(q, D)[B]]`): D is now accepted with probability min(1, 0.10/0.25) = 0.4, and B
 #   is never emitted, because after D's rejection the residual owes B nothing.
-# * In the exactness cell, give the recursive rules three siblings (`[3]` instead of `[2, 1]`):
+# * In the exactness cell, give the rules three siblings (`WIDTHS = [3]` instead of `[2, 1]`):
 #   still exact (TV < 1e-12).
 # * Set the sampled runs' `seed` to 1, 2, 3 and look at how each run's tokens per pass moves: a run
 #   of a few steps is a small sample. The exact comparison needs no luck: run it on the text each of

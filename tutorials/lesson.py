@@ -45,6 +45,33 @@ def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
     print_timed(*args, sep=sep, end=end, mark=ROUNDING)
 
 
+# ------------------------------------------------------------------ "Try this": an edit's effect shown, not a crash
+EDITS: list[str] = []  # the "Try this" edits in effect in this run, as the lesson noticed them
+
+
+def try_this(edit: str, applied) -> bool:
+    """Whether the "Try this" edit `edit` is `applied` (the lesson compares a value with the one it ships), said
+    once when it is. While an edit is in effect, `check` reports a failed check instead of stopping the lesson."""
+    if applied and edit not in EDITS:
+        EDITS.append(edit)
+        print(f"Try this: {edit}")
+    elif not applied and edit in EDITS:  # a notebook's cell run again with the edit undone
+        EDITS.remove(edit)
+    return bool(applied)
+
+
+def check(ok, what: str) -> bool:
+    """A lesson's check: silent when `ok`; otherwise an AssertionError saying `what`, or, while a "Try this" edit
+    is in effect, one line saying which check the edit broke, and the lesson goes on to show the edit's effect.
+    Whether it held."""
+    if ok:
+        return True
+    if not EDITS:
+        raise AssertionError(what)
+    print(f"check failed under your edit ({'; '.join(EDITS)}): {what}")
+    return False
+
+
 # ------------------------------------------------------------------ a run's lines against its notebook's
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a colour code
 CHART = "wrote out/tutorial_"  # a chart's line, printed only where matplotlib (an optional extra) is installed
