@@ -30,10 +30,11 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
-from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
+from lesson import demo_prompt, print_timed, try_this  # tutorials/lesson.py; print_timed marks a figure measured here
 
 target, draft, trigram, enc = load_embedded()
-prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols = len(matrix[0])\n")
+prompt = encode(enc, demo_prompt())  # the demo's (make demo): a docstring with a doctest, which stage 2 guesses well
+print(demo_prompt())
 
 # %% [markdown]
 # ## The trigram's guess
@@ -60,6 +61,7 @@ assert abs(ngram.dist(trigram, prompt).sum() - 1) < 1e-9  # a proper distributio
 target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
 kw = dict(draft=draft64, ngram=trigram, keep_trees=True)
 shape = dict(budget=16, depth=6)
+try_this(f"trees of {shape}", shape != dict(budget=16, depth=6))
 n_new = 48
 tree_run = generate(target64, prompt, n_new, method="tree", plan=Plan(**shape), **kw)
 staged_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=0, **shape), **kw)
@@ -71,7 +73,9 @@ for (t1, path1), (t2, path2) in zip(tree_run.stats.trees, staged_run.stats.trees
 # Identical trees mean identical questions to the drafter; staging only answers some of them early.
 assert staged_run.stats.draft_passes <= tree_run.stats.draft_passes
 
-print(f"{len(tree_run.stats.trees)} steps, identical trees and tokens.\n")
+saved = tree_run.stats.draft_passes - staged_run.stats.draft_passes
+print(f"{len(tree_run.stats.trees)} steps, identical trees and tokens; stage 2 saved {saved} of "
+      f"{tree_run.stats.draft_passes} draft passes.\n")
 print(f"{'':<7} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12} {'tokens/draft pass':>17} {'n-gram queries':>15}")
 for name, r in (("tree", tree_run), ("staged", staged_run)):
     s = r.stats
@@ -133,7 +137,9 @@ def copies_run(copy_len):
     return run, sum(step.trace.copied for step in run.stats.steps)  # steps whose tree is stage 2's copy
 
 
-copy_run, copied = copies_run(8)
+COPY_LEN = 8
+try_this(f"copy_len={COPY_LEN}", COPY_LEN != 8)
+copy_run, copied = copies_run(COPY_LEN)
 assert copy_run.tokens == staged_run.tokens, "copies must not change the output either"
 print(f"{copied} of {len(copy_run.stats.steps)} steps verified a copied chain\n")
 print(f"{'':<16} {'target passes':>13} {'tokens/pass':>11} {'draft passes':>12}")
@@ -141,6 +147,8 @@ for name, r in (("drafts only", staged_run), ("with copies", copy_run)):
     s = r.stats
     print(f"{name:<16} {s.target_passes:>13} {s.tokens_per_pass:>11.2f} {s.draft_passes:>12}")
 assert copy_run.stats.draft_passes <= staged_run.stats.draft_passes
+print(f"\nwith copies stage 2 saves {tree_run.stats.draft_passes - copy_run.stats.draft_passes} of the tree run's "
+      f"{tree_run.stats.draft_passes} draft passes")
 print(f"\nthe same completion, by who proposed each token ({LEGEND}):\n")
 print(by_stage(copy_run.tokens, copy_run.stats.source))
 
@@ -181,7 +189,6 @@ for _ in range(3):
         seconds[name].append(time.perf_counter() - t0)
         stats[name] = r
 ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}
-spread = {name: 1000 * (max(t) - min(t)) / len(stats[name].tokens) for name, t in seconds.items()}  # ms/token
 print(f"{'':<14} {'budget':>6} {'ms/token':>8} {'speedup':>7} {'target passes':>13} {'draft passes':>12}")
 for name, (method, plan) in runs.items():
     s = stats[name].stats
@@ -191,21 +198,24 @@ for name, (method, plan) in runs.items():
 say_if_busy(start)
 
 # %% [markdown]
-# The verdict of this run, computed from the table above. A difference smaller than the spread of
-# the three timings of the same run is not a difference: it can change sign from one run to the next.
+# The verdict of this run, computed from the table above, round by round: each figure is given with
+# its range over the three rounds, and where that range straddles the line (0 ms saved, a speedup
+# of 1x) the verdict is "within noise": another run could come out on either side.
 
 # %%
+from lesson import verdict  # noqa: E402
+
 busy = was_busy(start)
+per_token = {name: [1000 * t / len(stats[name].tokens) for t in ts] for name, ts in seconds.items()}  # ms, a round
 for tree, name in (("tree", "drafts only"), ("tree", "with copies"), ("tree 4", "drafts only 4"),
                    ("tree 4", "with copies 4")):
-    saved, noise = ms[tree] - ms[name], max(spread[tree], spread[name])
+    saved = [a - b for a, b in zip(per_token[tree], per_token[name])]  # ms/token, round by round
     fewer = stats[tree].stats.draft_passes - stats[name].stats.draft_passes
-    said = (f"{abs(saved):.2f} ms/token {'saved' if saved > 0 else 'lost'}" if abs(saved) > noise else
-            f"no difference measurable here ({saved:+.2f} ms/token, within the three runs' spread of {noise:.2f})")
-    print_timed(f"stage 2, {name}: {said} against the same trees without it ({fewer} fewer draft passes)")
+    print_timed(f"stage 2, {name} ({fewer} fewer draft passes), ms/token saved against the same trees without it: "
+                + verdict(saved, 0, "saved", "lost"))
 top = max((name for name in runs if name != "plain"), key=lambda name: ms["plain"] / ms[name])
-print_timed((f"here {top} beat plain decoding most: {ms['plain'] / ms[top]:.2f}x" if ms[top] < ms["plain"] else
-             f"here nothing beat plain decoding: best {ms['plain'] / ms[top]:.2f}x ({top})")
+print_timed(f"fastest here: {top}, speedup over plain decoding "
+            + verdict([a / b for a, b in zip(per_token["plain"], per_token[top])], 1, "faster", "slower", "x")
             + (f"; on a busy machine ({busy}) these figures move from run to run" if busy else ""))
 
 # %% [markdown]
@@ -213,7 +223,7 @@ print_timed((f"here {top} beat plain decoding most: {ms['plain'] / ms[top]:.2f}x
 #
 # * Give the trees a smaller budget (`shape = dict(budget=4, depth=6)`): look at how many draft
 #   passes stage 2 saves now, and at who is credited with the tokens.
-# * Change `copy_len=8` to `copy_len=0` in the copies run (`copies_run(0)`): no step verifies a copied
+# * Change `COPY_LEN = 8` to `COPY_LEN = 0` in the copies run: no step verifies a copied
 #   chain, and the run is the "drafts only" one, step for step. Checked below.
 # * Pick a prompt of your own (prose rather than code, say): look at how many steps copy and at
 #   the share of tokens each stage is credited with.

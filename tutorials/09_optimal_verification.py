@@ -24,10 +24,12 @@ import numpy as np
 
 from specdec_np import build, verify
 from specdec_np.proofs import exact, optimum
+from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
 
 NAMES = "ABCD"
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 6)
 q = np.array([0.20, 0.50, 0.05, 0.25])  # draft: too fond of B and D
+try_this("q = p: the draft is the target", np.array_equal(q, p))
 SCHEME_NAMES = {"with": "drawn from q with replacement", "without": "drawn from q without replacement",
                 "deterministic": "q's top k (deterministic)"}
 
@@ -44,9 +46,11 @@ def names(tokens):
 # subsets H. The smallest few:
 
 # %%
-drafts = optimum.draft_tuples(q, 2, "with")
+K = 2  # drafts
+try_this(f"{K} drafts", K != 2)
+drafts = optimum.draft_tuples(q, K, "with")
 cuts = optimum.cut_values(p, drafts)
-print(f"{len(drafts)} ordered pairs of drafts, e.g. (B, B) with probability {drafts[(1, 1)]:.4f}")
+print(f"{len(drafts)} ordered {'pairs' if K == 2 else f'{K}-tuples'} of drafts, e.g. ({', '.join('B' * K)}) with probability {drafts[(1,) * K]:.4f}")
 print("   H          p(H)  P(D not in H)  bound")
 for H in np.argsort(cuts, kind="stable")[:5]:
     tokens = [x for x in range(4) if H >> x & 1]
@@ -73,7 +77,7 @@ print("draft set  P(set)   accepted as A, B, C, D")
 for m, row in zip(masks, plan):
     tokens = [x for x in range(4) if m >> x & 1]
     print(f"  {names(tokens):<8} {optimum.draft_sets(drafts)[int(m)]:.4f}   " + " ".join(f"{v:.4f}" for v in row))
-out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, 2, "with")
+out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, K, "with")
 tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
 print(f"flow value {plan.sum():.4f}; the verifier built from it accepts {optimum.acceptance(out):.4f}, "
       f"TV from p = {tv:.1e}")
@@ -118,9 +122,10 @@ for scheme in optimum.SCHEMES:
 assert gaps["with", 1] < 1e-12 and gaps["without", 1] < 1e-12  # one draft: token-wise rejection is optimal
 # The text's one-draft figures: sum(min(p, q)) when drawn, p of q's argmax when deterministic.
 assert abs(optima["with", 1] - np.minimum(p, q).sum()) < 1e-12 and abs(optima["without", 1] - optima["with", 1]) < 1e-12
-assert abs(optima["deterministic", 1] - p[np.argmax(q)]) < 1e-12 and optima["deterministic", 1] < optima["with", 1]
+assert abs(optima["deterministic", 1] - p[np.argmax(q)]) < 1e-12
+check(optima["deterministic", 1] < optima["with", 1], "one deterministic draft accepts no less than one drawn")
 assert all(gaps["deterministic", k] < 1e-12 for k in (1, 2, 3))  # point-mass reaches p(drafts)
-assert gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05  # sampled siblings: a real gap
+check(gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05, "no gap between two sampled siblings' rule and the optimum")
 assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))  # distinct drafts cover more
 
 # %% [markdown]
@@ -158,7 +163,8 @@ out = optimum.single_position(verify.verify_recursive, p, q, 2, "without")
 tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
 print(f"recursive on without-replacement drafts: accepts {optimum.acceptance(out):.3f} "
       f"<= optimum {optimum.optimal_acceptance(p, drafts_wo):.3f}, yet TV from p = {tv:.4f}")
-assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo) and tv > 0.005
+assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo)
+check(tv > 0.005, "the mismatched pairing kept the output distribution")
 
 # %% [markdown]
 # ## Chains: token by token, or the whole block
@@ -235,12 +241,14 @@ assert kept["token-wise"] == {0: 0.5, 2: 0.5} and kept["block"] == {2: 1.0}
 
 # %%
 t2, d2 = (lambda ctx: np.array([1 / 3, 2 / 3])), (lambda ctx: np.array([2 / 3, 1 / 3]))
+try_this("d2 = t2: the draft is the target", d2 is t2)
 example = {name: optimum.expected(optimum.chain_accepted(rule, t2, d2, 0, 2)) for name, rule in chain_rules.items()}
 example["bound"] = optimum.chain_coupling_bound(t2, d2, 0, 2)
 print("  ".join(f"{name}: {v * 9:.2f}/9" for name, v in example.items()))
-assert abs(example["token-wise"] - 10 / 9) < 1e-12 and abs(example["bound"] - 12 / 9) < 1e-12
+check(abs(example["token-wise"] - 10 / 9) < 1e-12 and abs(example["bound"] - 12 / 9) < 1e-12,
+      "token-wise and the bound are not Sun et al.'s 10/9 and 12/9")
 if "block" in example:
-    assert abs(example["block"] - 11 / 9) < 1e-12
+    check(abs(example["block"] - 11 / 9) < 1e-12, "block verification is not Sun et al.'s 11/9")
 
 # %% [markdown]
 # ## Trees: traversal verification
@@ -333,7 +341,7 @@ except ImportError:
 #   other tokens, so when the target draws one of them no verifier can accept).
 # * In Sun et al.'s example, make the draft equal the target (`d2 = t2`): token-wise, block and
 #   the bound all become 2 (both drafts always kept).
-# * Give the subset formula three drafts (`optimum.draft_tuples(q, 3, "with")`) and find which H
+# * Give the subset formula three drafts (`K = 3`) and find which H
 #   is now the bottleneck.
 #
 # The first two predictions, checked:

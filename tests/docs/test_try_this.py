@@ -64,6 +64,22 @@ EDITS = {
          ["Try this: trees of widths [3]", "recursive_wor  on sampled without replacement  children [3]: TV from the "
           "target = "]),
     ],
+    "07_staged": [
+        ("no copies", [("COPY_LEN = 8", "COPY_LEN = 0")],
+         ["Try this: copy_len=0", "0 of 9 steps verified a copied chain"]),
+    ],
+    "09_optimal_verification": [
+        ("q = p", [("q = np.array([0.20, 0.50, 0.05, 0.25])", "q = p.copy()")],
+         ["Try this: q = p: the draft is the target", "alpha* = 1.0000, reached at H = {}",
+          "check failed under your edit (q = p: the draft is the target): no gap between two sampled siblings' rule "
+          "and the optimum"]),
+        ("d2 = t2", [("t2, d2 = (lambda ctx: np.array([1 / 3, 2 / 3])), (lambda ctx: np.array([2 / 3, 1 / 3]))",
+                      "t2 = d2 = (lambda ctx: np.array([1 / 3, 2 / 3]))")],
+         ["Try this: d2 = t2: the draft is the target", "token-wise: 18.00/9  block: 18.00/9  bound: 18.00/9"]),
+        ("three drafts", [("K = 2  # drafts", "K = 3  # drafts")],
+         ["Try this: 3 drafts", "64 ordered 3-tuples of drafts, e.g. (B, B, B) with probability 0.1250",
+          "alpha* = 0.9781, reached at H = {B,D}"]),
+    ],
 }
 CASES = [(lesson, name, replace, expected) for lesson, edits in EDITS.items() for name, replace, expected in edits]
 
