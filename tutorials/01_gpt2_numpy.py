@@ -21,7 +21,10 @@ from specdec_np.gpt2 import attention, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
-from lesson import check, print_rounding, try_this  # tutorials/lesson.py; print_rounding marks a float32 rounding error
+try:
+    from lesson import check, print_rounding, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/01_gpt2_numpy.py")
 
 model = load_model("tiny-target")  # the small GPT-2 shipped in specdec_np/weights/ (no network needed)
 cfg, params = model.config, model.params

@@ -23,7 +23,10 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
-from lesson import check, print_timed, try_this  # tutorials/lesson.py; print_timed marks a figure measured here
+try:
+    from lesson import check, print_timed, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/02_kv_cache.py")
 
 model = load_model("tiny-target")
 cfg = model.config

@@ -32,7 +32,10 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.tokenizer import decode, encode
-from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/03_speculative_sampling.py")
 
 NAMES = "ABCD"  # a 4-token vocabulary
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target

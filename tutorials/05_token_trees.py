@@ -21,7 +21,10 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import attention_mask, children, cumulative_q, depths, draw_mask, path_to, positions, render
-from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/05_token_trees.py")
 
 # %% [markdown]
 # ## A tree from a table

@@ -26,7 +26,10 @@ from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import encode
 from specdec_np.tree import children
-from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/06_verifying_trees.py")
 
 P = np.array([[0.45, 0.30, 0.15, 0.10],  # P[last token] = target's next-token distribution
               [0.10, 0.20, 0.30, 0.40],

@@ -30,7 +30,10 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import COPY, NGRAM, SOURCES
-from lesson import demo_prompt, print_timed, try_this  # tutorials/lesson.py; print_timed marks a figure measured here
+try:
+    from lesson import demo_prompt, print_timed, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/07_staged.py")
 
 target, draft, trigram, enc = load_embedded()
 prompt = encode(enc, demo_prompt())  # the demo's (make demo): a docstring with a doctest, which stage 2 guesses well

@@ -30,7 +30,10 @@ from specdec_np.decode import generate
 from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import encode
-from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
+try:
+    from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/08_roofline.py")
 from lesson import start_timing, was_busy
 
 one_blas_thread_if_busy()

@@ -24,7 +24,10 @@ import numpy as np
 
 from specdec_np import build, verify
 from specdec_np.proofs import exact, optimum
-from lesson import check, try_this  # tutorials/lesson.py: a "Try this" edit's broken checks said, not a crash
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/09_optimal_verification.py")
 
 NAMES = "ABCD"
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 6)

@@ -28,7 +28,10 @@ from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
-from lesson import print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+try:
+    from lesson import print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/10_appendix_blas.py")
 from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
 
 one_blas_thread_if_busy()

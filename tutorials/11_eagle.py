@@ -27,7 +27,10 @@ from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import render
-from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
+try:
+    from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/11_eagle.py")
 
 target, draft, _, enc = models.load_embedded()
 head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle (weights/recipe.py trains it)
