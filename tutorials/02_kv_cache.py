@@ -54,23 +54,29 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 
 # %%
 from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402
-from lesson import start_timing, with_slabs  # noqa: E402
+from lesson import bends, start_timing, verdict, with_slabs  # noqa: E402
 
 one_blas_thread_if_busy()
 KS = [1, 2, 4, 8]
 start = start_timing()
-layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9),
-           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9)}
+runs = {"one x @ w": {}, "slabs": {}}  # each size's 9 timings (ms), for the verdict's range
+layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9, runs=runs["one x @ w"]),
+           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9, runs=runs["slabs"])}
 from_memory, from_cache = memory_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
 print_timed(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
 print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)
       + f" {'k passes':>9}")
 for k in KS:
     print_timed(f"{k:>12} " + " ".join(f"{c[k]:>16.2f} {c[k] / c[1]:>6.2f}x" for c in layouts.values()) + f" {k:>8}x")
+for name, c in layouts.items():  # what a 1-token pass costs here, measured (the ratios above divide by it)
+    print_timed(f"{name}: a 1-token pass costs {c[1]:.2f} ms here, a 2-token one {c[2]:.2f} ms ({c[2] / c[1]:.2f}x)")
+    if line := bends(c):
+        print_timed(f"{name}: {line}")
 fastest = {k: min(c[k] for c in layouts.values()) for k in KS}  # ms, whichever layout was faster at k
-r8 = fastest[8] / fastest[1]
-print_timed(f"a pass over 8 new tokens costs {r8:.2f}x a pass over one (each at its faster layout): "
-      + (f"{8 / r8:.1f}x less per token than 8 passes" if r8 < 8 else "no less than 8 passes"))
+best = min(layouts, key=lambda name: layouts[name][8])  # the faster layout at 8
+r8 = [a / b for a, b in zip(runs[best][8], runs[best][1])]  # round by round: the sizes were timed in turns
+print_timed(f"a pass over 8 new tokens ({best}) against a pass over one: "
+            + verdict(r8, 8, "no less than 8 passes", "less per token than 8 passes", "x"))
 step_ms = fastest[1]
 W = model.weight_bytes
 rate = W / step_ms / 1e6  # GB/s

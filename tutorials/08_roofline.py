@@ -34,7 +34,7 @@ try:
     from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/08_roofline.py")
-from lesson import start_timing, was_busy
+from lesson import bends, start_timing, try_this, verdict, was_busy
 
 one_blas_thread_if_busy()
 target, draft, ngram, enc = load_embedded()
@@ -73,7 +73,10 @@ for name, curve in curves.items():
     print_timed(bar_chart(curve))
     cheap = [k for k in KS if curve[k] <= 2 * curve[1]]
     most = max(cheap)
-    print_timed(f"the largest block that cost at most twice a one-token pass: {most} token{'s' if most > 1 else ''}\n")
+    print_timed(f"a 1-token pass costs {curve[1]:.2f} ms here; the largest block that cost at most twice that: "
+                f"{most} token{'s' if most > 1 else ''}")
+    print_timed(bends(curve) or "the curve does not fall anywhere: more rows never cost less")
+    print()
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 say_if_busy(start)
 
@@ -122,13 +125,17 @@ n_new = 40
 
 
 def timed(method, plan=None, repeats=3):
-    """(the run, its median ms per token over `repeats` identical runs)."""
+    """(the run, its median ms per token over `repeats` identical runs); each run's ms per token in `per_run`."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         r = generate(target, prompt, n_new, method=method, draft=draft, plan=plan)
         times.append(1e3 * (time.perf_counter() - t0) / len(r.tokens))
+    per_run[method, plan] = times
     return r, float(np.median(times))
+
+
+per_run = {}
 
 
 start = start_timing()
@@ -136,9 +143,11 @@ generate(target, prompt, 4, method="tree", draft=draft, plan=Plan(budget=4))  # 
 ar, ar_ms = timed("ar")
 c_ar = cost(curves["target"], 1)
 
-rows, runs = [], {}
+rows, runs, plans = [], {}, {}
 for B in (2, 4, 8, 16):
-    r, ms = timed("tree", Plan(budget=B))
+    plans[B] = ("tree", Plan(budget=B))  # (method, plan)
+    try_this("a chain of B guesses instead of a tree of budget B", plans[B][0] == "speculative")
+    r, ms = timed(*plans[B])
     s = r.stats
     runs[B] = (s, ms * len(r.tokens))  # its statistics and measured ms
     dpp = s.draft_passes / s.target_passes  # draft passes per step
@@ -163,12 +172,13 @@ say_if_busy(start)
 # The verdict of this run, computed from the table above (so it changes when the numbers do):
 
 # %%
-def verdict(rows, busy: str) -> list[str]:
+def table_verdict(rows, busy: str) -> list[str]:
     """What the table says: did any budget beat plain decoding, and did the model's pick hold up."""
     pick = min(rows, key=lambda row: row[3])  # the least predicted ms per token
     top = max(rows, key=lambda row: row[5])  # the best measured speedup
-    lines = [f"here budget {top[0]} beat plain decoding most: {top[5]:.2f}x measured" if top[5] > 1 else
-             f"here no budget beat plain decoding: best {top[5]:.2f}x (budget {top[0]})"]
+    over_plain = [ar_ms / t for t in per_run[plans[top[0]]]]  # its speedup in each of its runs
+    lines = [f"the best budget here, {top[0]}, against plain decoding: "
+             + verdict(over_plain, 1, "faster", "slower", "x")]
     held = abs(np.log(pick[5] / pick[4])) < np.log(1.15)  # measured within 15% of predicted
     why = ("the prediction held (within 15%)" if held else
            f"on a busy machine the fit is loose ({busy})" if busy else
@@ -179,7 +189,7 @@ def verdict(rows, busy: str) -> list[str]:
     return lines
 
 
-for line in verdict(rows, was_busy(start)):
+for line in table_verdict(rows, was_busy(start)):
     print_timed(line)
 
 # %% [markdown]
@@ -436,24 +446,31 @@ from lesson import last_level_cache, with_slabs  # noqa: E402
 
 
 def full_depth_ms(name, ks):
-    """({k: ms of a pass of k tokens through the whole GPT2_SHAPES[name]}, its weight bytes, bytes timed): two of its
-    blocks timed (a 64-token vocabulary: no LM head to speak of), scaled by the whole model's weight bytes."""
+    """({k: ms of a pass of k tokens through the whole GPT2_SHAPES[name]}, its weight bytes, bytes timed, and the
+    same curve for each of the 5 timing rounds): two of its blocks timed (a 64-token vocabulary: no LM head to
+    speak of), scaled by the whole model's weight bytes."""
     shape = GPT2_SHAPES[name]
     two = with_slabs(random_params(replace(shape, n_layer=2, n_vocab=64, n_ctx=128)), target.layout.slab_rows)
-    timed = pass_ms(two, ks, prefix_len=64, repeats=5)
+    rounds = {}
+    timed = pass_ms(two, ks, prefix_len=64, repeats=5, runs=rounds)
     whole = 4 * sum(int(np.prod(dims)) for _, dims in param_shapes(shape).values())  # float32 bytes
-    return {k: ms * whole / two.weight_bytes for k, ms in timed.items()}, whole, two.weight_bytes
+    scale = whole / two.weight_bytes
+    each = [{k: rounds[k][i] * scale for k in ks} for i in range(5)]  # round i's curve
+    return {k: ms * scale for k, ms in timed.items()}, whole, two.weight_bytes, each
 
 
 start = start_timing()
-large, large_bytes, large_two = full_depth_ms("gpt2-large", [1, 2, 4, 8, 16, 32])
-small, small_bytes, small_two = full_depth_ms("gpt2", [1, 2, 4, 8])
+large, large_bytes, large_two, large_rounds = full_depth_ms("gpt2-large", [1, 2, 4, 8, 16, 32])
+small, small_bytes, small_two, small_rounds = full_depth_ms("gpt2", [1, 2, 4, 8])
 say_if_busy(start)
 paper_t, paper_d = padded(large), padded(small)
 print(f"GPT-2-large: {large_bytes / 1e9:.1f} GB of float32 weights, timed on 2 blocks ({large_two / 1e6:.0f} MB); "
       f"GPT-2: {small_bytes / 1e9:.2f} GB, on 2 blocks ({small_two / 1e6:.0f} MB)")
 print_timed("GPT-2-large shape, ms per pass: " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in large.items()))
 print_timed("GPT-2 shape, ms per pass:       " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in small.items()))
+for name, curve in (("GPT-2-large shape", large), ("GPT-2 shape", small)):
+    if line := bends(curve):  # priced below through `padded`, which never lets more rows cost less
+        print_timed(f"{name}: {line}")
 print_timed(f"a GPT-2 pass is {paper_d(1) / paper_t(1):.0%} of a GPT-2-large one; a GPT-2 pass of 2 and 5 rows "
             f"costs {paper_d(2) / paper_d(1):.2f}x and {paper_d(5) / paper_d(1):.2f}x one of 1")
 llc = last_level_cache()  # e.g. "32 MB"
@@ -499,6 +516,17 @@ for a, (found, share) in table.items():
                                       in zip(found.values(), (15, 15, 18)))
                 + f" {gain:>11.2f}x {share:>10.0%}" + (f"  <- {mark}" if mark else ""))
 gains = {a: found["staged"][0] / max(found["chain"][0], found["tree"][0]) for a, (found, _) in table.items()}
+
+
+def gain_in_round(i, a):
+    """Stage 2's gain at acceptance a, priced on timing round i's curves alone."""
+    found, _ = compare(padded(large_rounds[i]), padded(small_rounds[i]), a, b_here)
+    return found["staged"][0] / max(found["chain"][0], found["tree"][0])
+
+
+for a in ALPHAS:  # the table above prices the medians; each round's curves alone give this range
+    print_timed(f"  a = {a}: stage 2's gain over the 5 timing rounds "
+                + verdict([gain_in_round(i, a) for i in range(5)], 1, "wins", "loses", "x"))
 won = [a for a in ALPHAS if gains[a] > 1.005]
 top = max(ALPHAS, key=gains.get)
 _, w, d, g = table[top][0]["staged"]
@@ -545,7 +573,8 @@ print_timed(f"so here stage 2 {f'wins, {gain:.2f}x' if gain > 1.005 else f'does 
 # * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1`) and rerun: look at
 #   the notes, at how the curve's ratios move, and at whether the budget the model picks changes.
 # * Add budgets 1 and 32 to the loop over `B`: where does the predicted speedup peak?
-# * Replace `Plan(budget=B)` by `Plan(chain=B)`: each step then runs B draft passes (lesson 5), each of
+# * Replace `("tree", Plan(budget=B))` by `("speculative", Plan(chain=B))`: each step then runs B
+#   draft passes (lesson 5), each of
 #   one row after the step's first (which also feeds the draft what it has not seen yet: the prompt at
 #   the first step, the target's token after), and the draft-passes column says so. Checked below on a
 #   run of several steps.

@@ -10,7 +10,9 @@
 # * **Packing.** For a matrix-matrix product OpenBLAS first copies ("packs") blocks of `w` into a
 #   scratch buffer laid out for its kernel, on every call. For hundreds of rows that copy is paid
 #   back many times; for 2 to 16 rows it can cost more than the arithmetic, so a 2-row block can
-#   cost more than twice a 1-row one (a 1-row product is a matrix-vector product: no packing).
+#   cost more than twice a 1-row one. A 1-row product goes to a matrix-vector routine, which does
+#   not pack; whether that makes it cheaper than 2 rows depends on the kernel (on some CPUs it is
+#   slower): the table below measures it, and says so where the curve falls.
 # * **Kernels.** The innermost loop multiplies a small panel of rows by a panel of columns, 4 or
 #   8 wide depending on the CPU's vector registers (AVX2 "Haswell", AVX-512 "SkylakeX", ...).
 #   OpenBLAS picks the kernel for the CPU it finds (`OPENBLAS_CORETYPE` overrides it).
@@ -29,7 +31,7 @@ from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
 try:
-    from lesson import print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+    from lesson import bends, print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/10_appendix_blas.py")
 from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
@@ -53,6 +55,10 @@ by_layout = {"x @ w": pass_ms(with_slabs(target, 0), KS, prefix_len=len(prompt),
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+for name, c in by_layout.items():
+    print_timed(f"{name}: a 1-token pass costs {c[1]:.2f} ms here, a 2-token one {c[2]:.2f} ms ({c[2] / c[1]:.2f}x)")
+    if line := bends(c):
+        print_timed(f"{name}: {line}")
 faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
 print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS))
 # This table's choice, by the tools' rule: slabs for blocks of up to the largest size k at which slabs cost at

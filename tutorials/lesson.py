@@ -225,9 +225,10 @@ def bends(costs: dict) -> str:
     if not down:
         return ""
     where = "; ".join(f"{b} rows {costs[b]:.2f} ms < {a} rows {costs[a]:.2f} ms" for a, b in down)
-    return (f"not monotone here: {where}. Likely causes: the BLAS's kernel for that row count (a 1-row product "
-            "may take another path than a few rows), its threads waiting for each other, or a busy machine; "
-            "read the ratios at these sizes as this run measured them, not as a cost model")
+    one = " (a 1-row product goes to a matrix-vector routine: another path)" if down[0][0] == 1 else ""
+    return (f"not monotone here: {where}. Likely causes: the BLAS's kernel for that row count{one}, its threads "
+            "waiting for each other, or a busy machine; read the ratios at these sizes as this run measured them, "
+            "not as a cost model")
 
 
 # ------------------------------------------------------------------ files

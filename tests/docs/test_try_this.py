@@ -68,6 +68,10 @@ EDITS = {
         ("no copies", [("COPY_LEN = 8", "COPY_LEN = 0")],
          ["Try this: copy_len=0", "0 of 9 steps verified a copied chain"]),
     ],
+    "08_roofline": [
+        ("chain of B", [('plans[B] = ("tree", Plan(budget=B))', 'plans[B] = ("speculative", Plan(chain=B))')],
+         ["Try this: a chain of B guesses instead of a tree of budget B"]),
+    ],
     "09_optimal_verification": [
         ("q = p", [("q = np.array([0.20, 0.50, 0.05, 0.25])", "q = p.copy()")],
          ["Try this: q = p: the draft is the target", "alpha* = 1.0000, reached at H = {}",
