@@ -31,7 +31,7 @@ from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
 try:
-    from lesson import bends, print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+    from lesson import bends, print_rounding, print_timed, verdict  # tutorials/lesson.py; mark lines measured on this machine
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/10_appendix_blas.py")
 from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
@@ -50,8 +50,9 @@ print_timed(f"BLAS: {blas_name()}")
 # %%
 KS = [1, 2, 4, 8, 16]
 start = start_timing()
-by_layout = {"x @ w": pass_ms(with_slabs(target, 0), KS, prefix_len=len(prompt), repeats=9),
-             "slabs": pass_ms(with_slabs(target, 16), KS, prefix_len=len(prompt), repeats=9)}
+runs = {"x @ w": {}, "slabs": {}}  # {k: the 9 timings (ms)} of each layout
+by_layout = {name: pass_ms(with_slabs(target, rows), KS, prefix_len=len(prompt), repeats=9, runs=runs[name])
+             for name, rows in (("x @ w", 0), ("slabs", 16))}
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
@@ -60,7 +61,9 @@ for name, c in by_layout.items():
     if line := bends(c):
         print_timed(f"{name}: {line}")
 faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
-print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS))
+for k in KS:  # the two layouts were timed in turns: round by round, slabs' time over x @ w's
+    ratio = [a / b for a, b in zip(runs["slabs"][k], runs["x @ w"][k])]
+    print_timed(f"{k:>2} tokens, slabs' time over x @ w's: " + verdict(ratio, 1, "x @ w faster", "slabs faster", "x"))
 # This table's choice, by the tools' rule: slabs for blocks of up to the largest size k at which slabs cost at
 # most 5% more than one x @ w at every size from 2 to k (the fast path reads slabs up to a size, x @ w above it);
 # one x @ w if slabs lose at 2. The one-token row is not compared: the tools decide on blocks, which start at 2.

@@ -216,12 +216,13 @@ def verdict(samples, threshold: float, above: str, below: str, unit: str = "") -
     return f"{mid:.2f}{unit} (range {lo:.2f} to {hi:.2f} over {len(samples)} runs): {said}"
 
 
-def bends(costs: dict) -> str:
-    """"" when the cost curve {rows: ms} of a pass does not fall as the rows grow; otherwise one line naming where a
-    pass of more rows was measured cheaper than one of fewer, and the likely causes. Such a curve is not a price
-    list: a lesson says so on the spot rather than price a pass from it."""
+def bends(costs: dict, slack: float = 0.03) -> str:
+    """"" when the cost curve {rows: ms} of a pass does not fall as the rows grow (a dip of under `slack`, a few
+    percent, is timing noise); otherwise one line naming where a pass of more rows was measured cheaper than one of
+    fewer, and the likely causes. Such a curve is not a price list: a lesson says so on the spot rather than price
+    a pass from it."""
     ks = sorted(costs)
-    down = [(a, b) for a, b in zip(ks, ks[1:]) if costs[b] < costs[a]]
+    down = [(a, b) for a, b in zip(ks, ks[1:]) if costs[b] < (1 - slack) * costs[a]]
     if not down:
         return ""
     where = "; ".join(f"{b} rows {costs[b]:.2f} ms < {a} rows {costs[a]:.2f} ms" for a, b in down)
