@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 1: GPT-2 in NumPy
 #
+# You will build GPT-2's forward pass from three small NumPy functions and walk a short prompt
+# through the embedded tiny target, block by block. You will see the last token's attention weights
+# and the five most likely next tokens. Each step is checked against the library's `forward`, and
+# the "Try this" edits show what breaks without the mask or the positions.
+#
 # A GPT-2 forward pass is a handful of array operations: look up token and position embeddings,
 # run a stack of identical blocks (attention, then an MLP, each added back to a residual stream),
 # normalise, and multiply by the embedding table again to score every vocabulary token.

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 3: speculative sampling
 #
+# You will derive the speculative sampling rule by hand on a 4-token example and check it exactly,
+# by enumerating every random branch. You will see two classic mistakes caught by the same check,
+# and try your own p and q. Then you will run the rule on the embedded models and count the tokens
+# each target pass yields.
+#
 # A small **draft** model guesses the next few tokens, one at a time (cheap). The big **target**
 # model then scores all of them in **one** forward pass instead of one pass per guess (lesson 2
 # measures what a pass over several tokens costs on this machine against a pass over one).

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 5: token trees and tree attention
 #
+# You will build a token tree from a small table, print its positions and attention mask, and see
+# each node attend only to its ancestors. You will check that one tree pass of the target equals
+# every root-to-leaf path run alone. Then you will compare a chain and a tree of the same size on
+# the embedded models and watch a run step by step.
+#
 # A chain of guesses is fragile: guess 5 is only useful if guesses 1-4 were all right. The paper's
 # first idea is to spend the same batch on a **tree**: near the root, where being right is most
 # likely, also try the draft's 2nd and 3rd choices. The target still checks everything in one

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 6: verifying a tree without changing the output distribution
 #
+# You will verify a tree of two siblings by hand under sampling and see why recursive rejection
+# stays exact. You will check every rule exactly on small trees, and see what goes wrong when a rule
+# is paired with the wrong way of drawing. Then you will compare drawing siblings with and without
+# replacement on the embedded models.
+#
 # Lesson 3's rule checks one guess per position. A tree offers several siblings for the same
 # position, and the rule must pick among them so that the emitted tokens are still distributed
 # exactly as the target's own samples. The right rule depends on **how the siblings were chosen**:

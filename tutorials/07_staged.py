@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 7: staged speculative decoding
 #
+# You will see a trigram guess the draft's next tokens, and check that staged decoding builds
+# exactly the trees the tree method builds. You will count the draft passes stage 2 saves on the
+# demo's prompt and see who wrote each token. Then you will time the runs and read verdicts that say
+# when a difference is within noise.
+#
 # Big trees move the bottleneck: the target checks a whole tree in one pass, but the draft needs
 # one pass per round of expansion (a tree of depth 6 takes at least 6 draft passes). The paper's
 # second idea is to speculate the *draft* too, with something far cheaper: a Katz backoff trigram

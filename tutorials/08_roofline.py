@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 8: your machine's cost curve (its roofline), and the tree budget it implies
 #
+# You will measure this machine's cost curves for the target and the draft, and turn them into a
+# predicted speedup for each tree budget. You will set the predictions next to measured runs and see
+# what the passes leave out. Then you will price the paper's own setting here and see when stage 2
+# pays, each verdict with its range over repeated timings.
+#
 # Speculative decoding pays when checking B+1 tokens in one target pass costs much less than
 # B+1 passes. How much less depends on the hardware: on the paper's GPU dozens of tokens are
 # nearly free; on a laptop CPU only a few are. So the right tree size is not a constant from a

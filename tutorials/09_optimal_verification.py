@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 9: how close is each rule to the best possible?
 #
+# You will compute, for one position, the best acceptance any lossless verifier could reach, from a
+# small formula over subsets of the vocabulary. You will build the verifier that reaches it and set
+# each library rule next to it. Then you will do the same for chains: token by token against the
+# whole block.
+#
 # Lesson 6 proved each tree rule lossless. Lossless is the constraint; acceptance is the goal.
 # How many drafts could *any* lossless rule accept? For one position the question has an exact
 # answer, and it depends on **how the drafts were drawn** (with replacement, without, or the

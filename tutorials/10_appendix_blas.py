@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 10 (appendix): how the BLAS multiplies a block, and why the layout matters
 #
+# You will time the target's passes with two layouts of its matrix products and see which one this
+# machine's BLAS runs faster at each block size. You will see whether odd block sizes cost more than
+# the next multiple of 4 or 8 here. Then you will pad a block with dummy rows and check that the
+# real rows' logits do not change.
+#
 # Lesson 2's premise, a pass over k new tokens costing much less than k passes, holds only if
 # the matrix products of a k-row block read each weight once and hide the k rows of arithmetic
 # behind that read. Whether a CPU delivers it depends on how the BLAS library (OpenBLAS, under

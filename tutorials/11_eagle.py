@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 11: drafting from the target's features (EAGLE)
 #
+# You will see why the target's next feature is easier to guess than its next token, and write the
+# EAGLE head's pass by hand against the library's. You will watch EAGLE-2's tree grow pass by pass.
+# Then you will run the head against the draft model in the same loop and check that it is still
+# exactly lossless.
+#
 # After the paper, the drafters that production engines ship (vLLM, SGLang, TensorRT-LLM) stopped
 # being separate small models. EAGLE (Li et al. 2024) drafts with a *head* that reads the target's
 # own top-layer **feature**: the vector its language-model head multiplies by the embeddings to get
