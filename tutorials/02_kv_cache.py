@@ -51,11 +51,12 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
 # `[n_in, n_out]`. **"slabs"**: the weight matrix is also kept cut into column slabs of 64 columns
 # (`[n_out / 64, n_in, 64]`, `fastpath.Weight`), and the k rows are multiplied by every slab in one
-# batched call, the outputs put side by side. The BLAS library (OpenBLAS under NumPy) copies the
-# weights into a scratch layout before a matrix product of several rows; for a few rows that copy
-# can cost more than the arithmetic, and the small slab products skip it on some CPUs' kernels. So
-# which column is faster depends on the machine: lesson 10 looks inside, and the tools use whichever
-# wins on each machine.
+# batched call, the outputs put side by side.
+#
+# The BLAS library (OpenBLAS under NumPy) copies the weights into a scratch layout before a matrix
+# product of several rows; for a few rows that copy can cost more than the arithmetic, and the small
+# slab products skip it on some CPUs' kernels. So which column is faster depends on the machine:
+# lesson 10 looks inside, and the tools use whichever wins on each machine.
 
 # %%
 from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402

@@ -160,7 +160,9 @@ check_rule(my_p, my_q)
 # ## The library's `verify_chain` gives the same distribution
 #
 # In the library the draft's guesses form a chain: a `Tree` whose node 0 (the root) is the last
-# emitted token and whose node i+1 is the child of node i. `build.build_chain` asks a callback for
+# emitted token and whose node i+1 is the child of node i.
+#
+# `build.build_chain` asks a callback for
 # the draft's distribution after each node (here a table that depends on the previous token) and,
 # given a `rand`, samples the chain from it. `verify.verify_chain(tree, p_rows, rand)` returns the
 # accepted path and the target's extra token: a correction after a rejection, or a *bonus* token

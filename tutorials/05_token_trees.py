@@ -170,15 +170,16 @@ assert runs["chain"].tokens == runs["ar"].tokens == runs["tree"].tokens, "greedy
 assert runs["ar"].stats.target_passes == n_new
 
 # %% [markdown]
-# The draft-pass column differs a lot, for a reason in how trees are built. A chain is drafted
-# one token at a time (each guess needs the one before it), so a chain of B guesses costs B draft
-# passes every step. The best-first builder asks for the draft's distributions after *every*
-# node it selected in a round at once, and the drafter answers them in one tree-masked pass
-# (one row per node): a step costs one draft pass per round of expansion, one per level plus a
-# last round that expands the deepest nodes only to find that none of their children makes the
-# cut. A best-first tree of B nodes is bushier and shallower than a chain of B, so it needs fewer,
-# fuller passes. (A step's first draft pass also feeds the tokens the draft has not seen yet, the
-# last step's accepted ones: hence a little over one row per pass for the chain.)
+# The draft-pass column differs a lot, for a reason in how trees are built. A chain is drafted one
+# token at a time (each guess needs the one before it), so a chain of B guesses costs B draft passes
+# every step. The best-first builder asks for the draft's distributions after *every* node it
+# selected in a round at once, and the drafter answers them in one tree-masked pass (one row per
+# node): a step costs one draft pass per round of expansion, one per level plus a last round that
+# expands the deepest nodes only to find that none of their children makes the cut.
+#
+# A best-first tree of B nodes is bushier and shallower than a chain of B, so it needs fewer, fuller
+# passes. (A step's first draft pass also feeds the tokens the draft has not seen yet, the last
+# step's accepted ones: hence a little over one row per pass for the chain.)
 
 # %%
 for name in ("chain", "tree"):
@@ -211,10 +212,11 @@ print(f"measured above expected: {' and '.join(above) if above else 'neither'}; 
       f"{'more' if measured['tree'] > measured['chain'] else 'no more'} drafted tokens per pass than the chain")
 
 # %% [markdown]
-# Where measured comes out above expected (the line above says where it did), that is for a
-# reason, not by luck: this run is **greedy**. The target accepts a node when it is the target's
-# argmax, with probability 1, not with probability q; the draft's q (temperature 1) spreads mass
-# over alternatives the greedy target never picks, while its own top choice often is the target's.
+# Where measured comes out above expected (the line above says where it did), that is for a reason,
+# not by luck: this run is **greedy**. The target accepts a node when it is the target's argmax,
+# with probability 1, not with probability q; the draft's q (temperature 1) spreads mass over
+# alternatives the greedy target never picks, while its own top choice often is the target's.
+#
 # So cumulative q is a sampling-time estimate that tends to understate greedy acceptance. What
 # carries over is the comparison: from the same root the tree's expectation is never below the
 # chain's (asserted on the first step above), and whether the tree also accepted more per pass in

@@ -13,14 +13,14 @@
 # embedded one (8M tokens the embedded draft sampled; weights/README.md).
 #
 # How it works here (`drafting.ModelDrafter(..., ngram=...)`): whenever the draft runs a pass to
-# expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the
-# draft evaluates those guesses **in the same pass** (more rows, same weights read). The guess is
-# the trigram's, unless the last three tokens occurred earlier in the context: then it is what
-# followed them there (prompt lookup; code repeats its own names, which no corpus table knows).
-# When the tree builder later wants to expand a guessed node, its distribution is already there:
-# no extra pass.
-# The distributions are still the draft's own, so the tree is **identical** to the unstaged one.
-# Stage 2 changes the cost, never the result.
+# expand some tree nodes, stage 2 also guesses the next few tokens below each of them, and the draft
+# evaluates those guesses **in the same pass** (more rows, same weights read).
+#
+# The guess is the trigram's, unless the last three tokens occurred earlier in the context: then it
+# is what followed them there (prompt lookup; code repeats its own names, which no corpus table
+# knows). When the tree builder later wants to expand a guessed node, its distribution is already
+# there: no extra pass. The distributions are still the draft's own, so the tree is **identical** to
+# the unstaged one. Stage 2 changes the cost, never the result.
 #
 # One step further (the last section): when the context's last three tokens did occur earlier,
 # the copy is often right as it stands, so stage 2 may also propose it to the *target* directly,
@@ -126,17 +126,18 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 # %% [markdown]
 # ## Stage 2 proposing to the target
 #
-# A guess copied from the context is evaluated by the draft, which then (greedily) proposes
-# whatever it would have proposed anyway. When the copy is long and right, that draft pass buys
-# little: the target could check the copy itself. With `Plan(copy_len=N)` (0: never; the tools
-# pick this machine's best N), a step whose last three tokens occurred earlier in the
-# context skips the draft model: its tree is the chain of N tokens that followed them. If that
-# occurrence is recent, the copy runs into the tokens it proposes: the sequence is going round a
-# loop (a small model's greedy output often does), and the copy goes round it too.
-# Any chain is a valid tree for the verification rules (greedy, or the point-mass rule when
-# sampling), so this is as lossless as every other step; the tests check it by exact enumeration.
-# A small model repeats itself, and code repeats its names: the tables of the README and of
-# docs/results.md count, on HumanEval, how many of staged decoding's tokens came from such copies.
+# A guess copied from the context is evaluated by the draft, which then (greedily) proposes whatever
+# it would have proposed anyway. When the copy is long and right, that draft pass buys little: the
+# target could check the copy itself. With `Plan(copy_len=N)` (0: never; the tools pick this
+# machine's best N), a step whose last three tokens occurred earlier in the context skips the draft
+# model: its tree is the chain of N tokens that followed them.
+#
+# If that occurrence is recent, the copy runs into the tokens it proposes: the sequence is going
+# round a loop (a small model's greedy output often does), and the copy goes round it too. Any chain
+# is a valid tree for the verification rules (greedy, or the point-mass rule when sampling), so this
+# is as lossless as every other step; the tests check it by exact enumeration. A small model repeats
+# itself, and code repeats its names: the tables of the README and of docs/results.md count, on
+# HumanEval, how many of staged decoding's tokens came from such copies.
 
 # %%
 def copies_run(copy_len):
@@ -163,17 +164,18 @@ print(by_stage(copy_run.tokens, copy_run.stats.source))
 # %% [markdown]
 # ## What stage 2 saves in time
 #
-# Passes are not time: a staged draft pass carries more rows, and a copied chain is a longer
-# block for the target. The same runs in float32 (the precision the tools decode in; a near-tie
-# may flip a token against float64, the time is what we read here), each timed three times in
-# turns, the median kept, next to plain decoding, with the products laid out as this machine's
-# BLAS runs them fastest (lesson 10). The trees here are big (16 drafted nodes, so the target
-# checks blocks of 17 rows), chosen to show stage 2's passes; on a CPU such a block can cost
-# several times one token (lesson 8 measures it here), so these runs can be slower than plain
-# decoding: what to read is what stage 2 saves or loses against the same trees without it. So the
-# table also has trees of 4 drafted nodes (depth 4), closer to what the tools choose on a CPU (they
-# choose per machine: README, results), where a method can beat plain decoding; whether one does
-# here, on this run, the verdict below says.
+# Passes are not time: a staged draft pass carries more rows, and a copied chain is a longer block
+# for the target. The same runs in float32 (the precision the tools decode in; a near-tie may flip a
+# token against float64, the time is what we read here), each timed three times in turns, the median
+# kept, next to plain decoding, with the products laid out as this machine's BLAS runs them fastest
+# (lesson 10).
+#
+# The trees here are big (16 drafted nodes, so the target checks blocks of 17 rows), chosen to show
+# stage 2's passes; on a CPU such a block can cost several times one token (lesson 8 measures it
+# here), so these runs can be slower than plain decoding: what to read is what stage 2 saves or
+# loses against the same trees without it. So the table also has trees of 4 drafted nodes (depth 4),
+# closer to what the tools choose on a CPU (they choose per machine: README, results), where a
+# method can beat plain decoding; whether one does here, on this run, the verdict below says.
 
 # %%
 import time  # noqa: E402

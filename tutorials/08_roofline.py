@@ -118,11 +118,12 @@ except ImportError:
 #
 #     predicted ms per token = (C_target(B+1) + draft_passes * C_draft(draft block)) / tokens_per_pass
 #
-# The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
-# and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
+# The costs come from the curves above; the acceptance (tokens per pass, draft passes per step and
+# their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
+#
 # The predicted speedup is the ratio; we set it next to the measured one. (`tools/costmodel.py`
-# refines this model with padding, with curves measured "cold" (right after the other model ran,
-# as most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
+# refines this model with padding, with curves measured "cold" (right after the other model ran, as
+# most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
 # draft distribution and n-gram query; `tools/choice.py` prices every candidate of the pair's
 # acceptance profile that way and picks the cheapest for this machine.)
 
@@ -199,13 +200,14 @@ for line in table_verdict(rows, was_busy(start)):
     print_timed(line)
 
 # %% [markdown]
-# The prediction counts only forward passes. The measured time also includes what happens
-# between them in Python (building the tree, softmaxes of the draft's rows, verification), the
-# prompt's prefill, and the noise of a shared machine; where the measured speedup falls short of
-# the prediction, that gap is the overhead worth engineering away. When the draft predicts the
-# target poorly (tokens per pass near 1), every budget *loses* time: speculation only pays when
-# `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
-# `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
+# The prediction counts only forward passes. The measured time also includes what happens between
+# them in Python (building the tree, softmaxes of the draft's rows, verification), the prompt's
+# prefill, and the noise of a shared machine; where the measured speedup falls short of the
+# prediction, that gap is the overhead worth engineering away.
+#
+# When the draft predicts the target poorly (tokens per pass near 1), every budget *loses* time:
+# speculation only pays when `tokens_per_pass` outgrows the extra cost of the bigger pass and the
+# draft passes. `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
 # --curves` prints the full cost curves).
 #
 # ## What the passes leave out: a fixed cost per step
@@ -274,13 +276,14 @@ for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
 #
-# The curve times each pass back to back, with as much of the target's weights warm in the
-# caches as they hold. Inside speculative decoding the target waits while the draft runs,
-# and its weights may cool: the draft's passes push some of them out, and on a shared machine
-# the next block can pay even when the pause touched no memory at all. How much depends on the
-# machine's caches (on one whose cache holds both models, nothing), which is why the tools
-# measure it rather than assume it. Time the same 4-token block back to back, after a pause of
-# busy Python, and after a 4-token draft pass, in turns (median of 40 each):
+# The curve times each pass back to back, with as much of the target's weights warm in the caches as
+# they hold. Inside speculative decoding the target waits while the draft runs, and its weights may
+# cool: the draft's passes push some of them out, and on a shared machine the next block can pay
+# even when the pause touched no memory at all.
+#
+# How much depends on the machine's caches (on one whose cache holds both models, nothing), which is
+# why the tools measure it rather than assume it. Time the same 4-token block back to back, after a
+# pause of busy Python, and after a 4-token draft pass, in turns (median of 40 each):
 
 # %%
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
@@ -437,12 +440,13 @@ assert abs(line(11) + 5 * line(1) - saved + added - (line(11) + draft_passes(5, 
 # ### The paper's setting, on this machine
 #
 # The paper's pair: GPT-2-large as the target (774M parameters) with a 40M-parameter draft; here
-# GPT-2 small's shape (124M) stands in for the draft, the smallest GPT-2 shape. Building either
-# whole would take gigabytes, so we build random weights of their shapes (`gpt2.random_params`:
-# the cost of a pass does not depend on the values), two blocks of each with a 64-token vocabulary,
-# time them, and scale by weight bytes to the whole model: its blocks, and its LM head, one more
-# product of the same kind (the token embeddings, read once per pass). The products are laid out as
-# the embedded target's above (this machine's faster layout).
+# GPT-2 small's shape (124M) stands in for the draft, the smallest GPT-2 shape.
+#
+# Building either whole would take gigabytes, so we build random weights of their shapes
+# (`gpt2.random_params`: the cost of a pass does not depend on the values), two blocks of each with
+# a 64-token vocabulary, time them, and scale by weight bytes to the whole model: its blocks, and
+# its LM head, one more product of the same kind (the token embeddings, read once per pass). The
+# products are laid out as the embedded target's above (this machine's faster layout).
 
 # %%
 from dataclasses import replace  # noqa: E402
@@ -491,11 +495,12 @@ if large_two <= llc_bytes:
 # with top-k sampling (Spector & Re 2023, Table 1; the draft's own reads are a small part of that).
 # Read as tokens per target pass, about 1 / 0.31 and 1 / 0.48; a chain yields at most 1 / (1 - a)
 # tokens per pass, so those take a per-token acceptance of at least 1 - 0.31 and 1 - 0.48, marked in
-# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The
-# trigram's agreement b is this repository's: how often its embedded trigram's guess is its
+# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less).
+#
+# The trigram's agreement b is this repository's: how often its embedded trigram's guess is its
 # embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50). Both
-# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on
-# the pair: the lines under the table vary b.
+# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on the
+# pair: the lines under the table vary b.
 
 # %%
 from specdec_np.ngram import greedy_continuation  # noqa: E402

@@ -179,12 +179,13 @@ check(tv > 0.005, "the mismatched pairing kept the output distribution")
 #
 # A chain of L drafts drawn one after the other from the draft's table (lesson 3's P and Q, which
 # depend on the previous token). `verify_chain` tests token by token and stops at the first
-# rejection. Block verification (Sun et al., ICLR 2025) decides the accepted prefix jointly, and
-# no lossless verifier of one sampled chain keeps more in expectation. For comparison, a bound any
-# verifier obeys: accepting j drafts makes the output's first j tokens (distributed as p) equal the
-# drafts' (distributed as q), which a coupling achieves at most with probability
-# sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)). Summed over j, that bounds the expected
-# accepted length, but the prefixes are bounded one at a time, so it need not be reachable.
+# rejection. Block verification (Sun et al., ICLR 2025) decides the accepted prefix jointly, and no
+# lossless verifier of one sampled chain keeps more in expectation.
+#
+# For comparison, a bound any verifier obeys: accepting j drafts makes the output's first j tokens
+# (distributed as p) equal the drafts' (distributed as q), which a coupling achieves at most with
+# probability sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)). Summed over j, that bounds the
+# expected accepted length, but the prefixes are bounded one at a time, so it need not be reachable.
 
 # %%
 P = np.array([p, [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # P[last] = target
@@ -212,21 +213,24 @@ for L in (1, 2, 3, 4):
             assert abs(found["block"] - found["token-wise"]) < 1e-12
 
 # %% [markdown]
-# **How block verification works.** Token-wise rejection judges each draft on its own: x_i is
-# kept with probability min(1, p(x_i)/q(x_i)), and a draft the draft model over-proposes is at
-# risk even when the next draft would make up for it. Block verification judges prefixes. Going
-# forward it gives each prefix a weight, a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1: the
-# share of the prefix x_1..x_i the target still "wants", where a later token with p > q can win
-# back what an earlier one with p < q lost. Going backward, from the whole chain towards the
-# root, it keeps x_1..x_i with probability a_i at the end of the chain and with a stopping weight
-# (what is still owed there against what the draft over-proposed, `verify.stop_weight`) before
-# it, and after a stop draws the correction from norm(max(a_i p - q, 0)). On one draft it is the
-# classic rule. An example, with the two-token tables of the next cell (the target prefers the
-# second token, 1/3 : 2/3, the draft the first, 2/3 : 1/3): the chain drafted A then B. Token-wise,
-# A is kept with probability 1/2 (p/q = 1/2) and B then surely (p/q = 2); block verification has
-# a_1 = 1/2 and a_2 = min(1, 1/2 x 2) = 1, so it keeps both, always. Over every drafted chain
-# both rules are lossless (the tests enumerate them), and on average block verification never
-# keeps fewer (the bars above).
+# **How block verification works.** Token-wise rejection judges each draft on its own: x_i is kept
+# with probability min(1, p(x_i)/q(x_i)), and a draft the draft model over-proposes is at risk even
+# when the next draft would make up for it. Block verification judges prefixes. Going forward it
+# gives each prefix a weight, a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1: the share of the
+# prefix x_1..x_i the target still "wants", where a later token with p > q can win back what an
+# earlier one with p < q lost.
+#
+# Going backward, from the whole chain towards the root, it keeps x_1..x_i with probability a_i at
+# the end of the chain and with a stopping weight (what is still owed there against what the draft
+# over-proposed, `verify.stop_weight`) before it, and after a stop draws the correction from
+# norm(max(a_i p - q, 0)).
+#
+# On one draft it is the classic rule. An example, with the two-token tables of the next cell (the
+# target prefers the second token, 1/3 : 2/3, the draft the first, 2/3 : 1/3): the chain drafted A
+# then B. Token-wise, A is kept with probability 1/2 (p/q = 1/2) and B then surely (p/q = 2); block
+# verification has a_1 = 1/2 and a_2 = min(1, 1/2 x 2) = 1, so it keeps both, always. Over every
+# drafted chain both rules are lossless (the tests enumerate them), and on average block
+# verification never keeps fewer (the bars above).
 
 # %%
 from specdec_np.tree import Tree  # noqa: E402
@@ -262,18 +266,20 @@ if "block" in example:
 # ## Trees: traversal verification
 #
 # On a tree, recursive rejection sampling decides top-down: once a node is rejected its whole
-# subtree is gone, even if a token below it would have made up for it. Traversal verification
-# (Weng et al. 2025) carries block verification's prefix weights to trees. Each node gets a
-# weight when its parent first reaches it, a = min(1, a_parent p_owed(x)/q_left(x)), and the
-# tree is tested from the leaves towards the root (post-order): a node is tested only after all
-# of its children were rejected, and is kept with its current weight. When a child fails, its
-# parent's owed distribution becomes norm(max(a p_owed - q_left, 0)) and its weight a stopping
-# weight, as in block verification; without replacement the failed token also leaves q_left, as
-# in recursive rejection. On a chain it is block verification; on a tree of depth 1 it is
-# recursive rejection. An example on the two-token tables: the root's children A (with a child
-# B) and B. Recursive rejection tests A first, keeps it half the time (and then B below it), and
-# otherwise falls back to the sibling B; traversal weighs the path A, B as a whole (weight 1)
-# and keeps it always.
+# subtree is gone, even if a token below it would have made up for it. Traversal verification (Weng
+# et al. 2025) carries block verification's prefix weights to trees. Each node gets a weight when
+# its parent first reaches it, a = min(1, a_parent p_owed(x)/q_left(x)), and the tree is tested from
+# the leaves towards the root (post-order): a node is tested only after all of its children were
+# rejected, and is kept with its current weight.
+#
+# When a child fails, its parent's owed distribution becomes norm(max(a p_owed - q_left, 0)) and its
+# weight a stopping weight, as in block verification; without replacement the failed token also
+# leaves q_left, as in recursive rejection. On a chain it is block verification; on a tree of depth
+# 1 it is recursive rejection.
+#
+# An example on the two-token tables: the root's children A (with a child B) and B. Recursive
+# rejection tests A first, keeps it half the time (and then B below it), and otherwise falls back to
+# the sibling B; traversal weighs the path A, B as a whole (weight 1) and keeps it always.
 
 # %%
 a_b_and_b = Tree(tokens=[0, 0, 1, 1], parents=[-1, 0, 1, 0], q=[1.0, two_q[0], two_q[1], two_q[1]],

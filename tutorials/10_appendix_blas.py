@@ -88,13 +88,14 @@ say_if_busy(start)
 #
 # ## Odd sizes, and padding a block
 #
-# The kernels work on panels of 4 or 8 rows, so a block of 5-7 tokens can cost *more* than one of
-# 8 (and 13-15 more than 16): some kernels do, others do not, and on a busy machine the noise can
-# hide it. Look at the row below: it says what this machine did on this run. Where an odd size
-# does cost more, a verifier can exploit that for free:
-# compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
-# attends to (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone; the
-# decoder pads each block to the cheapest measured size at least as large (the tools' table of
+# The kernels work on panels of 4 or 8 rows, so a block of 5-7 tokens can cost *more* than one of 8
+# (and 13-15 more than 16): some kernels do, others do not, and on a busy machine the noise can hide
+# it. Look at the row below: it says what this machine did on this run.
+#
+# Where an odd size does cost more, a verifier can exploit that for free: compute a 5-token tree as
+# an 8-token block whose 3 extra rows are dummies that no real token attends to
+# (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone;
+# the decoder pads each block to the cheapest measured size at least as large (the tools' table of
 # these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout).
 
 # %%

@@ -145,13 +145,15 @@ print(f"verdict: the {better} reads fewer weights per emitted token here")
 assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths the next paragraph compares
 
 # %% [markdown]
-# The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model
-# of its own, saw 81M; weights/README.md). What decides the verdict above is this pair's sizes: the
-# head's one block is as wide as the target (384), wider than the whole draft model (128), so each
-# of its passes costs more than a draft pass, and only its higher acceptance can pay that back
-# (`make bench` times both passes, the cost curve's "head" and "draft" rows, and races the two
-# methods on your machine). On a large target the head is a small fraction of one target layer,
-# while a draft model good enough to match it is a model of its own.
+# The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model of
+# its own, saw 81M; weights/README.md).
+#
+# What decides the verdict above is this pair's sizes: the head's one block is as wide as the target
+# (384), wider than the whole draft model (128), so each of its passes costs more than a draft pass,
+# and only its higher acceptance can pay that back (`make bench` times both passes, the cost curve's
+# "head" and "draft" rows, and races the two methods on your machine). On a large target the head is
+# a small fraction of one target layer, while a draft model good enough to match it is a model of
+# its own.
 #
 # ## Still lossless
 #
@@ -176,15 +178,16 @@ for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
 # %% [markdown]
 # ## What EAGLE-3 changes
 #
-# EAGLE-3 (Li et al. 2025) keeps the loop and changes what the head reads and how it is trained.
-# It fuses features from a low, a middle and the top layer of the target instead of the top one
-# alone (the top layer is specialised in the next token; the others keep more of the context), and
-# it drops the feature-regression loss: trained by "training-time test", the head is run on its
-# own guesses during training, as it is when drafting deep in a tree, so it learns to recover from
-# them. It also drafts over a reduced vocabulary, as the head shipped here does: the 2048 tokens
-# most frequent in its training text (97% of it), so that q reads a quarter of the embedding. The
-# rules ask nothing of q, so a token the head can never draft costs acceptance, not correctness
-# (below: the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
+# EAGLE-3 (Li et al. 2025) keeps the loop and changes what the head reads and how it is trained. It
+# fuses features from a low, a middle and the top layer of the target instead of the top one alone
+# (the top layer is specialised in the next token; the others keep more of the context), and it
+# drops the feature-regression loss: trained by "training-time test", the head is run on its own
+# guesses during training, as it is when drafting deep in a tree, so it learns to recover from them.
+#
+# It also drafts over a reduced vocabulary, as the head shipped here does: the 2048 tokens most
+# frequent in its training text (97% of it), so that q reads a quarter of the embedding. The rules
+# ask nothing of q, so a token the head can never draft costs acceptance, not correctness (below:
+# the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
 
 # %%
 vocab = head.params["vocab"]  # [V]: 1 for the tokens the head may draft
