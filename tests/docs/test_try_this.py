@@ -36,6 +36,8 @@ EDITS = {
          ["Try this: a new cache each step",
           "check failed under your edit (a new cache each step): step 1: cached and recomputed logits differ",
           "check failed under your edit (a new cache each step): the cache holds"]),
+        ("KS with 3, 5 and 16", [("KS = [1, 2, 4, 8]", "KS = [1, 2, 3, 4, 5, 8, 16]")],
+         ["[timed]            3 ", "[timed]            5 ", "[timed]           16 "]),  # "look at": the rows are there
     ],
     "03_speculative_sampling": [
         ("draft is target", [("my_q = np.array([0.50, 0.10, 0.10, 0.30])", "my_q = my_p.copy()")],
@@ -54,6 +56,7 @@ EDITS = {
         ("no mask", [("tree_mask = attention_mask(tree)", "tree_mask = None")],
          ["Try this: no tree mask", "check failed under your edit (no tree mask (plain causal attention over the "
           "nodes)): the paths to nodes"]),
+        ("raise B", [("B = 8\n", "B = 12\n")], ["12 drafted nodes, first step only."]),
     ],
     "06_verifying_trees": [
         ("D first", [("tokens=[A, B, D], parents=[-1, 0, 0], q=[1.0, q[B], q1[D]]",
@@ -63,6 +66,9 @@ EDITS = {
         ("three siblings", [("WIDTHS = [2, 1]", "WIDTHS = [3]")],
          ["Try this: trees of widths [3]", "recursive_wor  on sampled without replacement  children [3]: TV from the "
           "target = "]),
+        ("seed 1", [("top_k=50, seed=0,\n                 keep_trees=True)",
+                     "top_k=50, seed=1,\n                 keep_trees=True)")],
+         []),  # "look at": it runs to its end with the other seed
     ],
     "07_staged": [
         ("no copies", [("COPY_LEN = 8", "COPY_LEN = 0")],
