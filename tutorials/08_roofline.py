@@ -82,7 +82,7 @@ for name, curve in curves.items():
     print_timed(f"a 1-token pass costs {curve[1]:.2f} ms here; the largest block that cost at most twice that: "
                 f"{most} token{'s' if most > 1 else ''}")
     print_timed(bends(curve) or "the curve does not fall anywhere: more rows never cost less")
-    print()
+    print_timed("")
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 say_if_busy(start)
 
