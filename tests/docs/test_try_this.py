@@ -71,7 +71,7 @@ EDITS = {
          []),  # "look at": it runs to its end with the other seed
     ],
     "07_staged": [
-        ("no copies", [("COPY_LEN = 8", "COPY_LEN = 0")],
+        ("no copies", [("COPY_LEN = 8\n", "COPY_LEN = 0\n")],
          ["Try this: copy_len=0", "0 of 9 steps verified a copied chain"]),
     ],
     "08_roofline": [
