@@ -127,3 +127,14 @@ def test_try_this_edit_runs_to_its_prediction(lesson, name, replace, expected):
     plain = run_lesson(ROOT / "tutorials" / f"{lesson}.py")  # the negative control: unedited, none of them
     assert plain.returncode == 0
     assert not [line for line in expected if line in plain.stdout], f"{lesson} prints the prediction unedited"
+
+
+@pytest.mark.parametrize("lesson", sorted(EDITS))
+def test_an_unedited_lesson_notices_no_edit_and_breaks_no_check(lesson):
+    """The lesson as shipped notices no "Try this" edit, so every check it makes stops it when it fails (a rule the
+    lesson lets you edit, such as lesson 3's `speculative_step`, counts as edited once its own check fails: this
+    is what keeps the shipped one honest)."""
+    plain = run_lesson(ROOT / "tutorials" / f"{lesson}.py")
+    assert plain.returncode == 0
+    noticed = [line for line in plain.stdout.splitlines() if line.startswith(("Try this: ", "check failed under"))]
+    assert not noticed, noticed
