@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 1: GPT-2 in NumPy
 #
+# You will build GPT-2's forward pass from three small NumPy functions and walk a short prompt
+# through the embedded tiny target, block by block. You will see the last token's attention weights
+# and the five most likely next tokens. Each step is checked against the library's `forward`, and
+# the "Try this" edits show what breaks without the mask or the positions.
+#
 # A GPT-2 forward pass is a handful of array operations: look up token and position embeddings,
 # run a stack of identical blocks (attention, then an MLP, each added back to a residual stream),
 # normalise, and multiply by the embedding table again to score every vocabulary token.
@@ -21,7 +26,10 @@ from specdec_np.gpt2 import attention, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode, get_encoding
-from lesson import print_rounding  # tutorials/lesson.py; marks a float32 rounding error (it varies with the BLAS)
+try:
+    from lesson import check, print_rounding, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/01_gpt2_numpy.py")
 
 model = load_model("tiny-target")  # the small GPT-2 shipped in specdec_np/weights/ (no network needed)
 cfg, params = model.config, model.params
@@ -79,6 +87,7 @@ print(f"{n} tokens:", [decode(enc, [t]) for t in tokens])
 
 x = params["wte"][tokens] + params["wpe"][np.arange(n)]  # [n] -> [n, n_embd]
 print("residual stream x:", x.shape)
+try_this("no position embeddings", not np.allclose(x, params["wte"][tokens] + params["wpe"][np.arange(n)]))
 
 # %% [markdown]
 # ## One transformer block, by hand
@@ -97,6 +106,7 @@ a_in = layer_norm(x, **block["ln_1"], eps=cfg.layer_norm_epsilon)  # [n, n_embd]
 qkv = linear(a_in, **block["attn"]["c_attn"])  # [n, n_embd] -> [n, 3*n_embd]
 q, k, v = qkv.reshape(n, 3, h, hd).transpose(1, 2, 0, 3)  # -> 3 x [n_head, n, head_dim]
 causal = np.tril(np.ones((n, n), dtype=bool))  # [n, n]: row i sees columns 0..i
+try_this("every token visible to every other", not np.array_equal(causal, np.tri(n, dtype=bool)))
 # The library takes the mask as an additive bias (0 = visible, -inf = hidden), built once per pass.
 bias = np.where(causal, 0.0, -np.inf).astype(np.float32)
 
@@ -110,17 +120,17 @@ def attention_by_hand(q, k, v, causal):  # 3 x [n_head, n, head_dim], [n, n] -> 
     return weights @ v, weights
 
 
-def check_attention(causal):
-    """Our attention with this mask equals the library's causal attention (forward's own mask, not `causal`)."""
+def attention_matches(causal):
+    """Whether our attention with this mask equals the library's causal attention (forward's own mask)."""
     causal_bias = np.where(np.tri(n, dtype=bool), 0.0, -np.inf).astype(np.float32)  # forward's own: 0 or -inf
     library = attention(q, k, v, causal_bias)  # [n_head, n, head_dim]
     mixed, _ = attention_by_hand(q, k, v, causal)
-    assert np.allclose(mixed, library, atol=1e-6), "inline attention != gpt2.attention"
+    return np.allclose(mixed, library, atol=1e-6)
 
 
 mixed, weights = attention_by_hand(q, k, v, causal)
-check_attention(causal)
-print("inline attention == gpt2.attention")
+if check(attention_matches(causal), "inline attention != gpt2.attention"):
+    print("inline attention == gpt2.attention")
 last = weights[0, -1]  # head 0: how much the last token attends to each token
 print("head 0, last token attends to:")
 for t, w in zip(tokens, last):
@@ -176,8 +186,8 @@ print("most likely next tokens:", ", ".join(f"{decode(enc, [t])!r} {probs[t]:.2f
 logits = forward(model, tokens, new_cache(model))  # [n, n_vocab]
 diff = np.abs(logits - logits_by_hand).max()
 print_rounding(f"largest difference from forward(): {diff:.2e}")  # float32 rounding: varies with the BLAS
-assert np.allclose(logits, logits_by_hand, atol=1e-4, rtol=1e-4), "the walk-through disagrees with forward()"
-print("OK: the walk-through reproduces gpt2.forward")
+if check(np.allclose(logits, logits_by_hand, atol=1e-4, rtol=1e-4), "the walk-through disagrees with forward()"):
+    print("OK: the walk-through reproduces gpt2.forward")
 
 # %% [markdown]
 # ## Try this
@@ -193,28 +203,27 @@ print("OK: the walk-through reproduces gpt2.forward")
 
 # %%
 def check_all_visible(causal):
-    """The first prediction, for the mask `causal` (to hold: all ones): `check_attention` fails on it, the last
-    token's weights do not move, the earlier rows' do."""
-    try:
-        check_attention(causal)
-    except AssertionError:
-        pass
-    else:
-        raise AssertionError("the check against gpt2.attention passed with this mask")
+    """The first prediction, for the mask `causal` (to hold: all ones): the check against gpt2.attention fails,
+    the last token's weights do not move from the causal mask's, the earlier rows' do."""
+    assert not attention_matches(causal), "the check against gpt2.attention passed with this mask"
+    _, shipped = attention_by_hand(q, k, v, np.tri(n, dtype=bool))
     _, edited = attention_by_hand(q, k, v, causal)
-    assert np.allclose(edited[:, -1], weights[:, -1]) and not np.allclose(edited[:, :-1], weights[:, :-1])
+    assert np.allclose(edited[:, -1], shipped[:, -1]) and not np.allclose(edited[:, :-1], shipped[:, :-1])
 
 
 def check_no_positions(x_edited):
-    """The second, for the residual stream `x_edited` (to hold: token embeddings only): the logits change."""
+    """The second, for the residual stream `x_edited` (to hold: token embeddings only): the most likely next
+    tokens differ from forward()'s (which adds the positions); the new five."""
     y = x_edited
     for blk in params["blocks"]:
         y = block_by_hand(y, blk)
     edited = layer_norm(y, **params["ln_f"], eps=cfg.layer_norm_epsilon) @ params["wte"].T  # [n, n_vocab]
-    assert not np.allclose(edited, logits_by_hand, atol=1e-2), "the logits did not change"
+    five = np.argsort(-edited[-1])[:5]
+    assert five.tolist() != np.argsort(-logits[-1])[:5].tolist(), "the five most likely next tokens did not change"
+    return five
 
 
 check_all_visible(np.ones((n, n), dtype=bool))
-check_no_positions(params["wte"][tokens])
+five = check_no_positions(params["wte"][tokens])
 print("every token visible: the check against gpt2.attention fails, the last row's weights stay; "
-      "without positions the logits change")
+      "without positions the most likely next tokens become " + ", ".join(repr(decode(enc, [t])) for t in five))

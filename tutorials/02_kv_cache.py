@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 2: the KV cache, and what a pass over several tokens costs
 #
+# You will time a forward pass over 1 to 8 new tokens on this machine and see what it costs against
+# a pass over one. You will look inside the KV cache and decode greedily with and without it,
+# checking that both give the same logits. Then you will time one step both ways, to see why the
+# cache makes a step cost one token.
+#
 # Generating text is a loop: run the model, pick the next token, append it, repeat. Three facts
 # about that loop motivate everything in the later lessons:
 #
@@ -23,7 +28,10 @@ import numpy as np
 from specdec_np.gpt2 import KVCache, forward, new_cache
 from specdec_np.models import load_model
 from specdec_np.tokenizer import decode, encode, get_encoding
-from lesson import print_timed  # tutorials/lesson.py; marks the lines measured on this machine
+try:
+    from lesson import check, print_timed, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/02_kv_cache.py")
 
 model = load_model("tiny-target")
 cfg = model.config
@@ -43,31 +51,38 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
 # `[n_in, n_out]`. **"slabs"**: the weight matrix is also kept cut into column slabs of 64 columns
 # (`[n_out / 64, n_in, 64]`, `fastpath.Weight`), and the k rows are multiplied by every slab in one
-# batched call, the outputs put side by side. The BLAS library (OpenBLAS under NumPy) copies the
-# weights into a scratch layout before a matrix product of several rows; for a few rows that copy
-# can cost more than the arithmetic, and the small slab products skip it on some CPUs' kernels. So
-# which column is faster depends on the machine: lesson 10 looks inside, and the tools use whichever
-# wins on each machine.
+# batched call, the outputs put side by side.
+#
+# The BLAS library (OpenBLAS under NumPy) copies the weights into a scratch layout before a matrix
+# product of several rows; for a few rows that copy can cost more than the arithmetic, and the small
+# slab products skip it on some CPUs' kernels. So which column is faster depends on the machine:
+# lesson 10 looks inside, and the tools use whichever wins on each machine.
 
 # %%
 from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402
-from lesson import start_timing, with_slabs  # noqa: E402
+from lesson import bends, start_timing, verdict, with_slabs  # noqa: E402
 
 one_blas_thread_if_busy()
 KS = [1, 2, 4, 8]
 start = start_timing()
-layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9),
-           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9)}
+runs = {"one x @ w": {}, "slabs": {}}  # each size's 9 timings (ms), for the verdict's range
+layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9, runs=runs["one x @ w"]),
+           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9, runs=runs["slabs"])}
 from_memory, from_cache = memory_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
 print_timed(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
 print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)
       + f" {'k passes':>9}")
 for k in KS:
     print_timed(f"{k:>12} " + " ".join(f"{c[k]:>16.2f} {c[k] / c[1]:>6.2f}x" for c in layouts.values()) + f" {k:>8}x")
+for name, c in layouts.items():  # what a 1-token pass costs here, measured (the ratios above divide by it)
+    print_timed(f"{name}: a 1-token pass costs {c[1]:.2f} ms here, a 2-token one {c[2]:.2f} ms ({c[2] / c[1]:.2f}x)")
+    if line := bends(c):
+        print_timed(f"{name}: {line}")
 fastest = {k: min(c[k] for c in layouts.values()) for k in KS}  # ms, whichever layout was faster at k
-r8 = fastest[8] / fastest[1]
-print_timed(f"a pass over 8 new tokens costs {r8:.2f}x a pass over one (each at its faster layout): "
-      + (f"{8 / r8:.1f}x less per token than 8 passes" if r8 < 8 else "no less than 8 passes"))
+best = min(layouts, key=lambda name: layouts[name][8])  # the faster layout at 8
+r8 = [a / b for a, b in zip(runs[best][8], runs[best][1])]  # round by round: the sizes were timed in turns
+print_timed(f"a pass over 8 new tokens ({best}) against a pass over one: "
+            + verdict(r8, 8, "no less than 8 passes", "less per token than 8 passes", "x"))
 step_ms = fastest[1]
 W = model.weight_bytes
 rate = W / step_ms / 1e6  # GB/s
@@ -112,31 +127,39 @@ n_new = 24
 
 def decode_both_ways(feed_cache):
     """Greedy decoding from the prompt, each step's token fed to the cache `feed_cache(cache)` returns and the whole
-    sequence recomputed; their logits must agree at every step. The sequence and the cache."""
+    sequence recomputed; their logits must agree at every step (the loop stops at the first that differs). The
+    sequence and the cache."""
     cache = new_cache(model)
     next_logits = forward(model, prompt, cache)[-1]  # prefill
     seq = list(prompt)
-    for _ in range(n_new):
+    for step in range(1, n_new + 1):
         tok = int(np.argmax(next_logits))
         seq.append(tok)
         cached = forward(model, [tok], feed_cache(cache))[-1]  # one new token: [1, n_vocab] -> [n_vocab]
         full = forward(model, seq, KVCache(cfg, capacity=len(seq)))[-1]  # the whole sequence again
-        assert np.allclose(cached, full, atol=1e-4, rtol=1e-4), "cached and recomputed logits differ"
+        if not check(np.allclose(cached, full, atol=1e-4, rtol=1e-4), f"step {step}: cached and recomputed logits differ"):
+            break
         next_logits = cached
     return seq, cache
 
 
-seq, cache = decode_both_ways(lambda cache: cache)  # each step feeds the cache of the steps before
+def feed(cache):  # the cache each step feeds its token to
+    return cache  # the cache of the steps before
+
+
+probe = new_cache(model)
+try_this("a new cache each step", feed(probe) is not probe)
+seq, cache = decode_both_ways(feed)
 print("completion:", repr(decode(enc, seq[len(prompt):])))
 
 # The cache now holds exactly the K/V a fresh prefill of the whole sequence would compute.
 fresh = new_cache(model)
 forward(model, seq, fresh)
 L = cache.length
-assert L == len(seq) == fresh.length
-assert np.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
-assert np.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5)
-print("OK: the cached and the recomputed logits agree at every step, and so do the stored K/V")
+if check(L == len(seq) == fresh.length and np.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
+         and np.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5),
+         f"the cache holds {L} tokens' K/V, not the {len(seq)} of the sequence"):
+    print("OK: the cached and the recomputed logits agree at every step, and so do the stored K/V")
 
 # %% [markdown]
 # Now the cost of one step, both ways, at the first step's length and at the last one's. Each
@@ -192,19 +215,20 @@ say_if_busy(start)
 # * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1` afterwards) and rerun:
 #   look at the note under each table and at how the ratios to one token move.
 # * Add 3, 5 and 16 to `KS`: where does a pass stop costing about the same per extra token?
-# * Forget the cache in the decoding loop: feed each step's token to a new cache
-#   (`decode_both_ways(lambda cache: new_cache(model))`). The model then sees only the new token,
-#   the logits no longer match the recomputed ones, and the assert stops the loop. Checked:
+# * Forget the cache in the decoding loop: feed each step's token to a new cache (in `feed`,
+#   `return new_cache(model)`). The model then sees only the new token, the logits no longer match
+#   the recomputed ones at the first step, and the check stops the loop there. Checked:
 
 # %%
 def check_forgetful(feed_cache):
-    """The third prediction, for the cache each step feeds (to hold: a new one): the loop's assert stops it; the
-    step's message."""
+    """The third prediction, for the cache each step feeds (to hold: a new one): the loop's check stops it at the
+    first step; the check's message."""
     try:
-        decode_both_ways(feed_cache)
+        seq, _ = decode_both_ways(feed_cache)  # under the edit, the check says so and the loop stops
     except AssertionError as stopped:
         return str(stopped)
-    raise AssertionError("the loop ran to the end: its logits agreed at every step")
+    assert len(seq) == len(prompt) + 1, f"the loop ran {len(seq) - len(prompt)} steps: its logits agreed"
+    return "step 1: cached and recomputed logits differ"
 
 
 print(f"a new cache each step: the loop stops with {check_forgetful(lambda cache: new_cache(model))!r}")

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 3: speculative sampling
 #
+# You will derive the speculative sampling rule by hand on a 4-token example and check it exactly,
+# by enumerating every random branch. You will see two classic mistakes caught by the same check,
+# and try your own p and q. Then you will run the rule on the embedded models and count the tokens
+# each target pass yields.
+#
 # A small **draft** model guesses the next few tokens, one at a time (cheap). The big **target**
 # model then scores all of them in **one** forward pass instead of one pass per guess (lesson 2
 # measures what a pass over several tokens costs on this machine against a pass over one).
@@ -32,6 +37,10 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.tokenizer import decode, encode
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/03_speculative_sampling.py")
 
 NAMES = "ABCD"  # a 4-token vocabulary
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target
@@ -90,8 +99,9 @@ for fn in (speculative_step, always_accept, resample_from_p):
     tv = exact.total_variation(dist, target)
     print(f"{fn.__name__:<17} output " + " ".join(f"{NAMES[y]}={dist.get(y, 0):.3f}" for y in range(4))
           + f"   TV from p = {tv:.3g}")
-    if fn is speculative_step:
-        assert tv < 1e-12, "the rule must reproduce p exactly"
+    if fn is speculative_step:  # the rule you may edit (Try this): a wrong one is caught, said, and the lesson goes on
+        try_this("speculative_step changed: it no longer reproduces p", tv > 1e-12)
+        check(tv < 1e-12, "the rule must reproduce p exactly")
     else:
         assert tv > 0.01, f"{fn.__name__} should be caught"
 
@@ -123,6 +133,7 @@ def check_rule(p, q):
 
 my_p = np.array([0.10, 0.60, 0.30, 0.00])  # edit me
 my_q = np.array([0.50, 0.10, 0.10, 0.30])  # edit me
+try_this("my_q = my_p: the draft is the target, so every guess is kept", np.array_equal(my_p, my_q))
 check_rule(my_p, my_q)
 
 # %% [markdown]
@@ -149,7 +160,9 @@ check_rule(my_p, my_q)
 # ## The library's `verify_chain` gives the same distribution
 #
 # In the library the draft's guesses form a chain: a `Tree` whose node 0 (the root) is the last
-# emitted token and whose node i+1 is the child of node i. `build.build_chain` asks a callback for
+# emitted token and whose node i+1 is the child of node i.
+#
+# `build.build_chain` asks a callback for
 # the draft's distribution after each node (here a table that depends on the previous token) and,
 # given a `rand`, samples the chain from it. `verify.verify_chain(tree, p_rows, rand)` returns the
 # accepted path and the target's extra token: a correction after a rejection, or a *bonus* token
@@ -175,7 +188,7 @@ def library_step(rand, k):
 first = exact.outcomes(lambda rand: library_step(rand, k=1)[0])
 tv = exact.total_variation(first, exact.outcomes(speculative_step))
 print("verify_chain, first token:", " ".join(f"{NAMES[y]}={first[y]:.3f}" for y in range(4)), f"  TV from ours = {tv:.1e}")
-assert tv < 1e-12
+check(tv < 1e-12, "verify_chain's first token is not distributed as speculative_step's")
 
 # %% [markdown]
 # One step with k = 3 guesses emits 1 to 4 tokens. Lossless means the *sequence* is distributed
@@ -184,7 +197,11 @@ assert tv < 1e-12
 # number of tokens one target pass yields.
 
 # %%
-def first_m(rand, k=3, m=3):
+K = 3  # guesses per step
+try_this(f"{K} guess(es) per step", K != 3)
+
+
+def first_m(rand, k=K, m=3):
     out = library_step(rand, k)
     while len(out) < m:  # a short step: the target samples the rest itself
         out.append(rand.draw(P[out[-1]]))
@@ -194,7 +211,7 @@ def first_m(rand, k=3, m=3):
 spec = exact.outcomes(first_m)
 ref = exact.sequence_distribution(lambda ctx: P[ctx[-1]], (ROOT,), 3)
 tv = exact.total_variation(spec, ref)
-per_pass = exact.outcomes(lambda rand: len(library_step(rand, k=3)))
+per_pass = exact.outcomes(lambda rand: len(library_step(rand, k=K)))
 expected = sum(n * pr for n, pr in per_pass.items())
 print(f"{len(ref)} possible 3-token sequences, TV between speculative and target: {tv:.1e}")
 print("tokens per target pass: " + ", ".join(f"{n}: {per_pass[n]:.3f}" for n in sorted(per_pass))
@@ -239,7 +256,7 @@ assert sum(s.accepted) >= len(res.tokens) and ar.stats.target_passes == len(ar.t
 #   is exact too (TV 0): when the draft is the target, every guess is kept.
 # * In `speculative_step`, draw the replacement from `np.maximum(q - p, 0)` (the residual the
 #   wrong way round): the enumeration catches it (TV well above 0).
-# * Ask `library_step` for one guess (`k=1`): a pass then yields 1 token with probability 0.35
+# * Ask `library_step` for one guess (`K = 1`): a pass then yields 1 token with probability 0.35
 #   (a rejection) and 2 with 0.65, the acceptance rate sum(min(p, q)) derived at the top.
 #
 # The three predictions, checked:

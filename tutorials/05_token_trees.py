@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 5: token trees and tree attention
 #
+# You will build a token tree from a small table, print its positions and attention mask, and see
+# each node attend only to its ancestors. You will check that one tree pass of the target equals
+# every root-to-leaf path run alone. Then you will compare a chain and a tree of the same size on
+# the embedded models and watch a run step by step.
+#
 # A chain of guesses is fragile: guess 5 is only useful if guesses 1-4 were all right. The paper's
 # first idea is to spend the same batch on a **tree**: near the root, where being right is most
 # likely, also try the draft's 2nd and 3rd choices. The target still checks everything in one
@@ -21,6 +26,10 @@ from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import attention_mask, children, cumulative_q, depths, draw_mask, path_to, positions, render
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/05_token_trees.py")
 
 # %% [markdown]
 # ## A tree from a table
@@ -46,14 +55,20 @@ def table_fn(tokens, parents, nodes):  # the builder asks: the draft's distribut
     return Q[tokens[nodes]]  # [len(nodes), V]
 
 
-tree = build.build_fixed(0, table_fn, widths=[2, 2, 1])  # the top-2, top-2, top-1 tokens of q
+widths = [2, 2, 1]  # the top-2, top-2, top-1 tokens of q at depths 1, 2, 3
+try_this(f"widths={widths}", widths != [2, 2, 1])
+tree = build.build_fixed(0, table_fn, widths=widths)
 print(render(tree, decode_fn=WORDS.__getitem__))
 print("\nparents:  ", tree.parents.tolist())
 print("depths:   ", depths(tree).tolist())
 print("positions:", positions(tree, prefix_len=7).tolist(), " (root = last emitted token, at position 7)")
 print("\nattention mask (row i: the nodes node i may see; the cached prefix is always visible):")
 print(draw_mask(tree))
-assert len(tree) == 1 + 2 + 4 + 4
+level = np.cumprod(widths)  # nodes at each depth
+leaf = [i for i in range(len(tree)) if children(tree, i).size == 0][0]
+print(f"{len(tree)} nodes (1 + {' + '.join(map(str, level))}); a leaf's row of the mask shows "
+      f"{int(attention_mask(tree)[leaf].sum())} nodes: the root, its ancestors, itself")
+assert len(tree) == 1 + level.sum()
 mask = attention_mask(tree)  # [n, n]
 assert all(np.flatnonzero(mask[i]).tolist() == path_to(tree, i) for i in range(len(tree)))  # ancestors + itself
 
@@ -98,17 +113,19 @@ def paths_differing(logits):
     return differ, fed
 
 
-logits = tree_pass(attention_mask(tree))
+tree_mask = attention_mask(tree)  # [n_nodes, n_nodes]: ancestors and itself
+try_this("no tree mask (plain causal attention over the nodes)", tree_mask is None)
+logits = tree_pass(tree_mask)
 differ, fed = paths_differing(logits)
 leaves = [i for i in range(len(tree)) if children(tree, i).size == 0]
-assert differ == [], f"the paths to nodes {differ} differ"
-print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
+if check(differ == [], f"the paths to nodes {differ} differ from the tree pass"):
+    print(f"\nOK: the tree pass ({len(tree)} tokens) matches {len(leaves)} separate path passes ({fed} tokens)")
 
 # Positions matter: numbering the nodes 0..n-1 instead of by depth gives different (wrong) logits.
 if (depths(tree) != np.arange(len(tree))).any():  # (unless the tree happens to be a single chain)
     wrong = forward(target, tree.tokens, prefix.copy(), positions=prefix.length + np.arange(len(tree)),
                     mask=attention_mask(tree))
-    assert not np.allclose(wrong, logits, atol=1e-4), "node-index positions should not match"
+    check(not np.allclose(wrong, logits, atol=1e-4), "node-index positions should not match")
     print("and numbering nodes by index instead of depth breaks it, as it should")
 
 # %% [markdown]
@@ -153,15 +170,16 @@ assert runs["chain"].tokens == runs["ar"].tokens == runs["tree"].tokens, "greedy
 assert runs["ar"].stats.target_passes == n_new
 
 # %% [markdown]
-# The draft-pass column differs a lot, for a reason in how trees are built. A chain is drafted
-# one token at a time (each guess needs the one before it), so a chain of B guesses costs B draft
-# passes every step. The best-first builder asks for the draft's distributions after *every*
-# node it selected in a round at once, and the drafter answers them in one tree-masked pass
-# (one row per node): a step costs one draft pass per round of expansion, one per level plus a
-# last round that expands the deepest nodes only to find that none of their children makes the
-# cut. A best-first tree of B nodes is bushier and shallower than a chain of B, so it needs fewer,
-# fuller passes. (A step's first draft pass also feeds the tokens the draft has not seen yet, the
-# last step's accepted ones: hence a little over one row per pass for the chain.)
+# The draft-pass column differs a lot, for a reason in how trees are built. A chain is drafted one
+# token at a time (each guess needs the one before it), so a chain of B guesses costs B draft passes
+# every step. The best-first builder asks for the draft's distributions after *every* node it
+# selected in a round at once, and the drafter answers them in one tree-masked pass (one row per
+# node): a step costs one draft pass per round of expansion, one per level plus a last round that
+# expands the deepest nodes only to find that none of their children makes the cut.
+#
+# A best-first tree of B nodes is bushier and shallower than a chain of B, so it needs fewer, fuller
+# passes. (A step's first draft pass also feeds the tokens the draft has not seen yet, the last
+# step's accepted ones: hence a little over one row per pass for the chain.)
 
 # %%
 for name in ("chain", "tree"):
@@ -194,10 +212,11 @@ print(f"measured above expected: {' and '.join(above) if above else 'neither'}; 
       f"{'more' if measured['tree'] > measured['chain'] else 'no more'} drafted tokens per pass than the chain")
 
 # %% [markdown]
-# Where measured comes out above expected (the line above says where it did), that is for a
-# reason, not by luck: this run is **greedy**. The target accepts a node when it is the target's
-# argmax, with probability 1, not with probability q; the draft's q (temperature 1) spreads mass
-# over alternatives the greedy target never picks, while its own top choice often is the target's.
+# Where measured comes out above expected (the line above says where it did), that is for a reason,
+# not by luck: this run is **greedy**. The target accepts a node when it is the target's argmax,
+# with probability 1, not with probability q; the draft's q (temperature 1) spreads mass over
+# alternatives the greedy target never picks, while its own top choice often is the target's.
+#
 # So cumulative q is a sampling-time estimate that tends to understate greedy acceptance. What
 # carries over is the comparison: from the same root the tree's expectation is never below the
 # chain's (asserted on the first step above), and whether the tree also accepted more per pass in
@@ -232,10 +251,10 @@ print('your own staged run: .venv/bin/python -m specdec_np trace "def f(x):" --m
 # %% [markdown]
 # ## Try this
 #
-# * Build the first tree with `widths=[2, 3]`: 1 + 2 + 6 = 9 nodes (" cat" and " dog" are each
+# * Build the first tree with `widths = [2, 3]`: 1 + 2 + 6 = 9 nodes (" cat" and " dog" are each
 #   followed by three words in the table), and each leaf's row of the mask shows 3 nodes (the
 #   root, its parent, itself).
-# * In the tree pass, drop the mask (`mask=None`: plain causal attention over the nodes in
+# * In the tree pass, drop the mask (`tree_mask = None`: plain causal attention over the nodes in
 #   index order): every node then also sees the siblings before it, and the logits no longer
 #   match the paths run alone.
 # * Raise `B` and watch the draft-pass column: the chain's grows with B, the tree's with its depth.

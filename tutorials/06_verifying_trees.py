@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 6: verifying a tree without changing the output distribution
 #
+# You will verify a tree of two siblings by hand under sampling and see why recursive rejection
+# stays exact. You will check every rule exactly on small trees, and see what goes wrong when a rule
+# is paired with the wrong way of drawing. Then you will compare drawing siblings with and without
+# replacement on the embedded models.
+#
 # Lesson 3's rule checks one guess per position. A tree offers several siblings for the same
 # position, and the rule must pick among them so that the emitted tokens are still distributed
 # exactly as the target's own samples. The right rule depends on **how the siblings were chosen**:
@@ -26,6 +31,10 @@ from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import encode
 from specdec_np.tree import children
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/06_verifying_trees.py")
 
 P = np.array([[0.45, 0.30, 0.15, 0.10],  # P[last token] = target's next-token distribution
               [0.10, 0.20, 0.30, 0.40],
@@ -98,23 +107,24 @@ assert abs(ratio1[B] - 0.6) < 1e-12 and ratio2[D] == 0.0 and ratio2[A] == 1.0  #
 assert np.allclose(p1, [0.25 / 0.35, 0, 0.10 / 0.35, 0]) and np.allclose(q1, [0.4, 0, 0.1, 0.5])
 
 # %% [markdown]
-# Read it row by row. B is tested with min(1, 0.30/0.50) = 0.6: the draft proposes B more often
-# than the target wants it, so B is accepted 6 times in 10, which pays p(B) = q(B) x 0.6 = 0.30 in
-# full. After a rejection the rule owes p' = norm(max(p - q, 0)): nothing to B and D (the draft
-# already over-supplied them), the rest to A and C in proportion to what they still lack
-# (0.25 : 0.10). Why exactly p', whichever sibling was rejected: over the draw of the first
-# sibling, y comes out accepted with probability min(p(y), q(y)) (lesson 3), so the rejections,
-# of total probability 1 - sum min(p, q), must supply the rest, p - min(p, q) = max(p - q, 0):
-# normalised, that is p'.
+# Read it row by row. B is tested with min(1, 0.30/0.50) = 0.6: the draft proposes B more often than
+# the target wants it, so B is accepted 6 times in 10, which pays p(B) = q(B) x 0.6 = 0.30 in full.
+# After a rejection the rule owes p' = norm(max(p - q, 0)): nothing to B and D (the draft already
+# over-supplied them), the rest to A and C in proportion to what they still lack (0.25 : 0.10).
 #
-# The second sibling faces the same problem with p' as the target and q' as the draft: the
-# one-token rule is lossless for *any* pair (target, distribution the token was really drawn
-# from). That is why the rule must use q' = q without B here: D was drawn from q', not from q.
-# D's ratio is p'(D)/q'(D) = 0: the residual owes D nothing, so D is rejected for certain (as A
-# would have been accepted for certain: p'(A) = 0.714 > q'(A) = 0.4). After the last sibling,
-# the correction is drawn from the last residual p''. By induction over the siblings, the token
-# the root emits is distributed as p; once a child is accepted, the same argument runs at the
-# child, with the target's p there (lesson 3's induction for chains).
+# Why exactly p', whichever sibling was rejected: over the draw of the first sibling, y comes out
+# accepted with probability min(p(y), q(y)) (lesson 3), so the rejections, of total probability 1 -
+# sum min(p, q), must supply the rest, p - min(p, q) = max(p - q, 0): normalised, that is p'.
+#
+# The second sibling faces the same problem with p' as the target and q' as the draft: the one-token
+# rule is lossless for *any* pair (target, distribution the token was really drawn from). That is
+# why the rule must use q' = q without B here: D was drawn from q', not from q. D's ratio is
+# p'(D)/q'(D) = 0: the residual owes D nothing, so D is rejected for certain (as A would have been
+# accepted for certain: p'(A) = 0.714 > q'(A) = 0.4).
+#
+# After the last sibling, the correction is drawn from the last residual p''. By induction over the
+# siblings, the token the root emits is distributed as p; once a child is accepted, the same
+# argument runs at the child, with the target's p there (lesson 3's induction for chains).
 #
 # The library's `verify_recursive_wor` on this very tree (B and D under the root): the first
 # emitted token is B with probability 0.6, D never, and otherwise A or C in p'' 's proportions.
@@ -122,29 +132,32 @@ assert np.allclose(p1, [0.25 / 0.35, 0, 0.10 / 0.35, 0]) and np.allclose(q1, [0.
 # %%
 hand = Tree(tokens=[A, B, D], parents=[-1, 0, 0], q=[1.0, q[B], q1[D]], kind="without_replacement",
             draft_dists=[q, np.zeros(4), np.zeros(4)])
+try_this("D first, B second", hand.tokens[1] == D)
 first = exact.outcomes(lambda rand: verify.emitted(hand, *verify.verify_recursive_wor(hand, P[hand.tokens], rand))[0])
 by_hand = {B: ratio1[B], A: (1 - ratio1[B]) * p2[A], C: (1 - ratio1[B]) * p2[C]}
 print("verify_recursive_wor, first token:", ", ".join(f"{NAMES[x]} {first.get(x, 0):.4f}" for x in range(4)),
       "  by hand:", ", ".join(f"{NAMES[x]} {by_hand.get(x, 0):.4f}" for x in range(4)))
-assert exact.total_variation(first, by_hand) < 1e-12
+check(exact.total_variation(first, by_hand) < 1e-12, "the library's first token is not the hand-worked (B first)")
 
 # %% [markdown]
 # ## Each rule, paired with the trees it assumes, is exact
 #
-# Trees with two children at depth 1 and one below each (`widths=[2, 1]`). For greedy the target
+# Trees with two children at depth 1 and one below each (`WIDTHS`: [2, 1]). For greedy the target
 # is temperature 0: its processed distribution is one-hot on the argmax, and the output must be
 # the target's greedy continuation with probability 1.
 
 # %%
+WIDTHS = [2, 1]
+try_this(f"trees of widths {WIDTHS}", WIDTHS != [2, 1])
 P_greedy = process(np.log(P), temperature=0)  # one-hot rows
 cases = [("greedy", P_greedy, None, verify.verify_greedy),
          ("point_mass", P, None, verify.verify_point_mass),
          ("recursive", P, "with", verify.verify_recursive),
          ("recursive_wor", P, "without", verify.verify_recursive_wor)]
 for name, target, sampled, rule in cases:
-    tv = tv_from_target(target, [2, 1], sampled, rule)
+    tv = tv_from_target(target, WIDTHS, sampled, rule)
     kind = {None: "deterministic", "with": "sampled with replacement", "without": "sampled without replacement"}[sampled]
-    print(f"{name:<14} on {kind:<28} children: TV from the target = {tv:.1e}")
+    print(f"{name:<14} on {kind:<28} children {WIDTHS}: TV from the target = {tv:.1e}")
     assert tv < 1e-12, f"{name} is not lossless"
 
 # %% [markdown]
@@ -208,16 +221,20 @@ assert expected["without"] > expected["with"] + 0.1
 # ## Acceptance on the embedded models (top-k 50, temperature 1)
 #
 # The same tree shape (2, 2, 1, 1 children per depth: 14 drafted tokens) built three ways, plus the
-# best-first tree of 14 nodes and a chain of 4 guesses for reference. What we compare is
-# **tokens per target pass**: how much each target pass yields. Seeds are fixed, so the numbers
-# are reproducible on one machine, but a run of a few steps is a small sample: differences of a
-# few tenths are noise. The point-mass rule accepts a deterministic child with the target's
-# probability of it (the section above): a lot where the target is confident (indentation, a
-# closing bracket), little where its p is spread; drawn children are accepted as often as p and q
-# overlap. Which wins on a short run depends on the text, as the table shows. The last column counts the nodes each run spent on a token its sibling already had
-# (only drawing with replacement can). A wasted node costs tokens only at the steps where the
-# duplicated token is rejected, so a short run can tie; the section after the table compares the
-# two ways of drawing exactly, on the real models' distributions.
+# best-first tree of 14 nodes and a chain of 4 guesses for reference. What we compare is **tokens
+# per target pass**: how much each target pass yields. Seeds are fixed, so the numbers are
+# reproducible on one machine, but a run of a few steps is a small sample: differences of a few
+# tenths are noise.
+#
+# The point-mass rule accepts a deterministic child with the target's probability of it (the section
+# above): a lot where the target is confident (indentation, a closing bracket), little where its p
+# is spread; drawn children are accepted as often as p and q overlap.
+#
+# Which wins on a short run depends on the text, as the table shows. The last column counts the
+# nodes each run spent on a token its sibling already had (only drawing with replacement can). A
+# wasted node costs tokens only at the steps where the duplicated token is rejected, so a short run
+# can tie; the section after the table compares the two ways of drawing exactly, on the real models'
+# distributions.
 
 # %%
 target_model, draft_model, _, enc = load_embedded()
@@ -257,10 +274,11 @@ for name, (method, plan) in configs.items():
 # %% [markdown]
 # ## With or without replacement, exactly, on the real models
 #
-# For one position, the chance that recursive rejection accepts one of k siblings has a short
-# exact form, the rule's own recursion: a first sibling x is accepted with probability
-# sum min(p, q); otherwise (x drawn and rejected, probability q(x) - min(p(x), q(x))) the next
-# siblings face p' = norm(max(p - q, 0)) and q (with replacement) or q without x (without).
+# For one position, the chance that recursive rejection accepts one of k siblings has a short exact
+# form, the rule's own recursion: a first sibling x is accepted with probability sum min(p, q);
+# otherwise (x drawn and rejected, probability q(x) - min(p(x), q(x))) the next siblings face p' =
+# norm(max(p - q, 0)) and q (with replacement) or q without x (without).
+#
 # Checked against the enumeration of the library's rules on lesson 3's p and q, then evaluated on
 # the target's and the draft's distributions (top-k 50, temperature 1) at every position of a
 # sampled text: no sampling noise, so the two ways of drawing compare position by position.
@@ -351,7 +369,7 @@ show_trace(r, enc, prompt, method, "widths 2,2,1,1 drawn without replacement; te
 # * In the hand-worked tree, put D first and B second (`tokens=[A, D, B]`, and `q=[1.0, q[D],
 #   verify.without(q, D)[B]]`): D is now accepted with probability min(1, 0.10/0.25) = 0.4, and B
 #   is never emitted, because after D's rejection the residual owes B nothing.
-# * In the exactness cell, give the recursive rules three siblings (`[3]` instead of `[2, 1]`):
+# * In the exactness cell, give the rules three siblings (`WIDTHS = [3]` instead of `[2, 1]`):
 #   still exact (TV < 1e-12).
 # * Set the sampled runs' `seed` to 1, 2, 3 and look at how each run's tokens per pass moves: a run
 #   of a few steps is a small sample. The exact comparison needs no luck: run it on the text each of

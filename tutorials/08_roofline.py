@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 8: your machine's cost curve (its roofline), and the tree budget it implies
 #
+# You will measure this machine's cost curves for the target and the draft, and turn them into a
+# predicted speedup for each tree budget. You will set the predictions next to measured runs and see
+# what the passes leave out. Then you will price the paper's own setting here and see when stage 2
+# pays, each verdict with its range over repeated timings.
+#
 # Speculative decoding pays when checking B+1 tokens in one target pass costs much less than
 # B+1 passes. How much less depends on the hardware: on the paper's GPU dozens of tokens are
 # nearly free; on a laptop CPU only a few are. So the right tree size is not a constant from a
@@ -30,8 +35,11 @@ from specdec_np.decode import generate
 from specdec_np.models import load_embedded
 from specdec_np.plan import Plan
 from specdec_np.tokenizer import encode
-from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
-from lesson import start_timing, was_busy
+try:
+    from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/08_roofline.py")
+from lesson import bends, start_timing, try_this, verdict, was_busy
 
 one_blas_thread_if_busy()
 target, draft, ngram, enc = load_embedded()
@@ -49,8 +57,9 @@ prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n
 # %%
 KS = [1, 2, 4, 8, 12, 16, 24, 32]
 start = start_timing()
-curves = {"target": pass_ms(target, KS, prefix_len=len(prompt), repeats=7),
-          "draft": pass_ms(draft, KS, prefix_len=len(prompt), repeats=7)}
+curve_runs = {"target": {}, "draft": {}}  # {k: the 7 timings (ms)} of each model, for verdicts' ranges
+curves = {name: pass_ms(model, KS, prefix_len=len(prompt), repeats=7, runs=curve_runs[name])
+          for name, model in (("target", target), ("draft", draft))}
 
 
 def cost(curve, k):
@@ -70,7 +79,10 @@ for name, curve in curves.items():
     print_timed(bar_chart(curve))
     cheap = [k for k in KS if curve[k] <= 2 * curve[1]]
     most = max(cheap)
-    print_timed(f"the largest block that cost at most twice a one-token pass: {most} token{'s' if most > 1 else ''}\n")
+    print_timed(f"a 1-token pass costs {curve[1]:.2f} ms here; the largest block that cost at most twice that: "
+                f"{most} token{'s' if most > 1 else ''}")
+    print_timed(bends(curve) or "the curve does not fall anywhere: more rows never cost less")
+    print_timed("")
 assert list(curves["target"]) == KS and all(ms > 0 for c in curves.values() for ms in c.values())
 say_if_busy(start)
 
@@ -106,11 +118,12 @@ except ImportError:
 #
 #     predicted ms per token = (C_target(B+1) + draft_passes * C_draft(draft block)) / tokens_per_pass
 #
-# The costs come from the curves above; the acceptance (tokens per pass, draft passes per step
-# and their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
+# The costs come from the curves above; the acceptance (tokens per pass, draft passes per step and
+# their size) from a short greedy run per budget. Plain decoding costs C_target(1) per token.
+#
 # The predicted speedup is the ratio; we set it next to the measured one. (`tools/costmodel.py`
-# refines this model with padding, with curves measured "cold" (right after the other model ran,
-# as most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
+# refines this model with padding, with curves measured "cold" (right after the other model ran, as
+# most passes inside the loop are) and "warm", and with fixed overheads per step, drafting step,
 # draft distribution and n-gram query; `tools/choice.py` prices every candidate of the pair's
 # acceptance profile that way and picks the cheapest for this machine.)
 
@@ -119,13 +132,17 @@ n_new = 40
 
 
 def timed(method, plan=None, repeats=3):
-    """(the run, its median ms per token over `repeats` identical runs)."""
+    """(the run, its median ms per token over `repeats` identical runs); each run's ms per token in `per_run`."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         r = generate(target, prompt, n_new, method=method, draft=draft, plan=plan)
         times.append(1e3 * (time.perf_counter() - t0) / len(r.tokens))
+    per_run[method, plan] = times
     return r, float(np.median(times))
+
+
+per_run = {}
 
 
 start = start_timing()
@@ -133,9 +150,11 @@ generate(target, prompt, 4, method="tree", draft=draft, plan=Plan(budget=4))  # 
 ar, ar_ms = timed("ar")
 c_ar = cost(curves["target"], 1)
 
-rows, runs = [], {}
+rows, runs, plans = [], {}, {}
 for B in (2, 4, 8, 16):
-    r, ms = timed("tree", Plan(budget=B))
+    plans[B] = ("tree", Plan(budget=B))  # (method, plan)
+    try_this("a chain of B guesses instead of a tree of budget B", plans[B][0] == "speculative")
+    r, ms = timed(*plans[B])
     s = r.stats
     runs[B] = (s, ms * len(r.tokens))  # its statistics and measured ms
     dpp = s.draft_passes / s.target_passes  # draft passes per step
@@ -160,12 +179,13 @@ say_if_busy(start)
 # The verdict of this run, computed from the table above (so it changes when the numbers do):
 
 # %%
-def verdict(rows, busy: str) -> list[str]:
+def table_verdict(rows, busy: str) -> list[str]:
     """What the table says: did any budget beat plain decoding, and did the model's pick hold up."""
     pick = min(rows, key=lambda row: row[3])  # the least predicted ms per token
     top = max(rows, key=lambda row: row[5])  # the best measured speedup
-    lines = [f"here budget {top[0]} beat plain decoding most: {top[5]:.2f}x measured" if top[5] > 1 else
-             f"here no budget beat plain decoding: best {top[5]:.2f}x (budget {top[0]})"]
+    over_plain = [ar_ms / t for t in per_run[plans[top[0]]]]  # its speedup in each of its runs
+    lines = [f"the best budget here, {top[0]}, against plain decoding: "
+             + verdict(over_plain, 1, "faster", "slower", "x")]
     held = abs(np.log(pick[5] / pick[4])) < np.log(1.15)  # measured within 15% of predicted
     why = ("the prediction held (within 15%)" if held else
            f"on a busy machine the fit is loose ({busy})" if busy else
@@ -176,17 +196,18 @@ def verdict(rows, busy: str) -> list[str]:
     return lines
 
 
-for line in verdict(rows, was_busy(start)):
+for line in table_verdict(rows, was_busy(start)):
     print_timed(line)
 
 # %% [markdown]
-# The prediction counts only forward passes. The measured time also includes what happens
-# between them in Python (building the tree, softmaxes of the draft's rows, verification), the
-# prompt's prefill, and the noise of a shared machine; where the measured speedup falls short of
-# the prediction, that gap is the overhead worth engineering away. When the draft predicts the
-# target poorly (tokens per pass near 1), every budget *loses* time: speculation only pays when
-# `tokens_per_pass` outgrows the extra cost of the bigger pass and the draft passes.
-# `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
+# The prediction counts only forward passes. The measured time also includes what happens between
+# them in Python (building the tree, softmaxes of the draft's rows, verification), the prompt's
+# prefill, and the noise of a shared machine; where the measured speedup falls short of the
+# prediction, that gap is the overhead worth engineering away.
+#
+# When the draft predicts the target poorly (tokens per pass near 1), every budget *loses* time:
+# speculation only pays when `tokens_per_pass` outgrows the extra cost of the bigger pass and the
+# draft passes. `make bench` runs this comparison over many prompts (and `python -m specdec_np bench
 # --curves` prints the full cost curves).
 #
 # ## What the passes leave out: a fixed cost per step
@@ -255,13 +276,14 @@ for B, tpp, dpp, pred, sp_pred, sp_meas in rows:
 # %% [markdown]
 # ## Why a pass costs more inside the loop than on the curve
 #
-# The curve times each pass back to back, with as much of the target's weights warm in the
-# caches as they hold. Inside speculative decoding the target waits while the draft runs,
-# and its weights may cool: the draft's passes push some of them out, and on a shared machine
-# the next block can pay even when the pause touched no memory at all. How much depends on the
-# machine's caches (on one whose cache holds both models, nothing), which is why the tools
-# measure it rather than assume it. Time the same 4-token block back to back, after a pause of
-# busy Python, and after a 4-token draft pass, in turns (median of 40 each):
+# The curve times each pass back to back, with as much of the target's weights warm in the caches as
+# they hold. Inside speculative decoding the target waits while the draft runs, and its weights may
+# cool: the draft's passes push some of them out, and on a shared machine the next block can pay
+# even when the pause touched no memory at all.
+#
+# How much depends on the machine's caches (on one whose cache holds both models, nothing), which is
+# why the tools measure it rather than assume it. Time the same 4-token block back to back, after a
+# pause of busy Python, and after a 4-token draft pass, in turns (median of 40 each):
 
 # %%
 from specdec_np.gpt2 import forward, new_cache  # noqa: E402
@@ -418,12 +440,13 @@ assert abs(line(11) + 5 * line(1) - saved + added - (line(11) + draft_passes(5, 
 # ### The paper's setting, on this machine
 #
 # The paper's pair: GPT-2-large as the target (774M parameters) with a 40M-parameter draft; here
-# GPT-2 small's shape (124M) stands in for the draft, the smallest GPT-2 shape. Building either
-# whole would take gigabytes, so we build random weights of their shapes (`gpt2.random_params`:
-# the cost of a pass does not depend on the values), two blocks of each with a 64-token vocabulary,
-# time them, and scale by weight bytes to the whole model: its blocks, and its LM head, one more
-# product of the same kind (the token embeddings, read once per pass). The products are laid out as
-# the embedded target's above (this machine's faster layout).
+# GPT-2 small's shape (124M) stands in for the draft, the smallest GPT-2 shape.
+#
+# Building either whole would take gigabytes, so we build random weights of their shapes
+# (`gpt2.random_params`: the cost of a pass does not depend on the values), two blocks of each with
+# a 64-token vocabulary, time them, and scale by weight bytes to the whole model: its blocks, and
+# its LM head, one more product of the same kind (the token embeddings, read once per pass). The
+# products are laid out as the embedded target's above (this machine's faster layout).
 
 # %%
 from dataclasses import replace  # noqa: E402
@@ -433,24 +456,31 @@ from lesson import last_level_cache, with_slabs  # noqa: E402
 
 
 def full_depth_ms(name, ks):
-    """({k: ms of a pass of k tokens through the whole GPT2_SHAPES[name]}, its weight bytes, bytes timed): two of its
-    blocks timed (a 64-token vocabulary: no LM head to speak of), scaled by the whole model's weight bytes."""
+    """({k: ms of a pass of k tokens through the whole GPT2_SHAPES[name]}, its weight bytes, bytes timed, and the
+    same curve for each of the 5 timing rounds): two of its blocks timed (a 64-token vocabulary: no LM head to
+    speak of), scaled by the whole model's weight bytes."""
     shape = GPT2_SHAPES[name]
     two = with_slabs(random_params(replace(shape, n_layer=2, n_vocab=64, n_ctx=128)), target.layout.slab_rows)
-    timed = pass_ms(two, ks, prefix_len=64, repeats=5)
+    rounds = {}
+    timed = pass_ms(two, ks, prefix_len=64, repeats=5, runs=rounds)
     whole = 4 * sum(int(np.prod(dims)) for dims in param_places(shape).values())  # float32 bytes
-    return {k: ms * whole / two.weight_bytes for k, ms in timed.items()}, whole, two.weight_bytes
+    scale = whole / two.weight_bytes
+    each = [{k: rounds[k][i] * scale for k in ks} for i in range(5)]  # round i's curve
+    return {k: ms * scale for k, ms in timed.items()}, whole, two.weight_bytes, each
 
 
 start = start_timing()
-large, large_bytes, large_two = full_depth_ms("gpt2-large", [1, 2, 4, 8, 16, 32])
-small, small_bytes, small_two = full_depth_ms("gpt2", [1, 2, 4, 8])
+large, large_bytes, large_two, large_rounds = full_depth_ms("gpt2-large", [1, 2, 4, 8, 16, 32])
+small, small_bytes, small_two, small_rounds = full_depth_ms("gpt2", [1, 2, 4, 8])
 say_if_busy(start)
 paper_t, paper_d = padded(large), padded(small)
 print(f"GPT-2-large: {large_bytes / 1e9:.1f} GB of float32 weights, timed on 2 blocks ({large_two / 1e6:.0f} MB); "
       f"GPT-2: {small_bytes / 1e9:.2f} GB, on 2 blocks ({small_two / 1e6:.0f} MB)")
 print_timed("GPT-2-large shape, ms per pass: " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in large.items()))
 print_timed("GPT-2 shape, ms per pass:       " + ", ".join(f"{k} tokens {ms:.1f}" for k, ms in small.items()))
+for name, curve in (("GPT-2-large shape", large), ("GPT-2 shape", small)):
+    if line := bends(curve):  # priced below through `padded`, which never lets more rows cost less
+        print_timed(f"{name}: {line}")
 print_timed(f"a GPT-2 pass is {paper_d(1) / paper_t(1):.0%} of a GPT-2-large one; a GPT-2 pass of 2 and 5 rows "
             f"costs {paper_d(2) / paper_d(1):.2f}x and {paper_d(5) / paper_d(1):.2f}x one of 1")
 llc = last_level_cache()  # e.g. "32 MB"
@@ -465,11 +495,12 @@ if large_two <= llc_bytes:
 # with top-k sampling (Spector & Re 2023, Table 1; the draft's own reads are a small part of that).
 # Read as tokens per target pass, about 1 / 0.31 and 1 / 0.48; a chain yields at most 1 / (1 - a)
 # tokens per pass, so those take a per-token acceptance of at least 1 - 0.31 and 1 - 0.48, marked in
-# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less). The
-# trigram's agreement b is this repository's: how often its embedded trigram's guess is its
+# the table (a reading for chains: the paper's trees reach as many tokens with somewhat less).
+#
+# The trigram's agreement b is this repository's: how often its embedded trigram's guess is its
 # embedded draft's top choice, along a text the draft sampled (temperature 1, top-k 50). Both
-# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on
-# the pair: the lines under the table vary b.
+# trigrams were fitted on text their draft sampled, but how often such a table agrees depends on the
+# pair: the lines under the table vary b.
 
 # %%
 from specdec_np.ngram import greedy_continuation  # noqa: E402
@@ -496,13 +527,25 @@ for a, (found, share) in table.items():
                                       in zip(found.values(), (15, 15, 18)))
                 + f" {gain:>11.2f}x {share:>10.0%}" + (f"  <- {mark}" if mark else ""))
 gains = {a: found["staged"][0] / max(found["chain"][0], found["tree"][0]) for a, (found, _) in table.items()}
-won = [a for a in ALPHAS if gains[a] > 1.005]
+
+
+def gain_in_round(i, a):
+    """Stage 2's gain at acceptance a, priced on timing round i's curves alone."""
+    found, _ = compare(padded(large_rounds[i]), padded(small_rounds[i]), a, b_here)
+    return found["staged"][0] / max(found["chain"][0], found["tree"][0])
+
+
+rounds = {a: [gain_in_round(i, a) for i in range(5)] for a in ALPHAS}
+for a in ALPHAS:  # the table above prices the medians; each round's curves alone give this range
+    print_timed(f"  a = {a}: stage 2's gain over the 5 timing rounds " + verdict(rounds[a], 1, "wins", "loses", "x"))
+won = [a for a in ALPHAS if min(rounds[a]) > 1]  # in every round
+noisy = [a for a in ALPHAS if min(rounds[a]) <= 1 <= max(rounds[a])]
 top = max(ALPHAS, key=gains.get)
 _, w, d, g = table[top][0]["staged"]
 saved, added, part = ledger(paper_t, paper_d, w, d, g, b_here)
-print_timed((f"here stage 2 wins at a = {', '.join(map(str, won))}, most at a = {top}: {gains[top]:.2f}x the best "
-             "without it" if won else f"here stage 2 wins at no acceptance swept (closest at a = {top}: "
-                                          f"{gains[top]:.2f}x)")
+print_timed((f"here stage 2 wins in every round at a = {', '.join(map(str, won))}" if won else
+             "here stage 2 wins in every round at no acceptance swept")
+            + (f"; within noise at a = {', '.join(map(str, noisy))}" if noisy else "")
             + f"; at a = {top} its shape ({shape_name(w, d, g)}) saves {saved:.1f} ms of draft passes a step and "
               f"adds {added:.1f} ms of wider rows, the draft's passes being {part:.0%} of that tree's step unstaged")
 for b in (0.3, 0.5, 0.7, 0.9):
@@ -531,8 +574,14 @@ print_timed(f"a draft pass here is {here_d(1) / here_t(1):.0%} of a target pass 
             f"{here_d(2) / here_d(1):.2f}x one of 1 (there: {paper_d(2) / paper_d(1):.2f}x)")
 _, w, d, g = found["staged"]
 saved, added, part = ledger(here_t, here_d, w, d, g, b_here)
-print_timed(f"so here stage 2 {f'wins, {gain:.2f}x' if gain > 1.005 else f'does not win ({gain:.2f}x)'} against the "
-            f"best shape without it: its best shape ({shape_name(w, d, g)}) saves {saved:.2f} ms of draft passes a "
+here_rounds = []  # stage 2's gain priced on each timing round's curves alone
+for i in range(7):
+    t_i, d_i = ({k: curve_runs[name][k][i] for k in KS} for name in ("target", "draft"))
+    f_i, _ = compare(padded(t_i), padded(d_i), a_here, b_here)
+    here_rounds.append(f_i["staged"][0] / max(f_i["chain"][0], f_i["tree"][0]))
+print_timed("stage 2's gain here against the best shape without it: " + verdict(here_rounds, 1, "wins", "loses", "x"))
+print_timed(f"on the median curves: {f'wins, {gain:.2f}x' if gain > 1.005 else f'does not win ({gain:.2f}x)'}: "
+            f"its best shape ({shape_name(w, d, g)}) saves {saved:.2f} ms of draft passes a "
             f"step and adds {added:.2f} ms of wider rows, the draft's passes being {part:.0%} of that tree's step")
 
 
@@ -542,7 +591,8 @@ print_timed(f"so here stage 2 {f'wins, {gain:.2f}x' if gain > 1.005 else f'does 
 # * Take one core away (`python3 -c 'while True: pass' &`, then `kill %1`) and rerun: look at
 #   the notes, at how the curve's ratios move, and at whether the budget the model picks changes.
 # * Add budgets 1 and 32 to the loop over `B`: where does the predicted speedup peak?
-# * Replace `Plan(budget=B)` by `Plan(chain=B)`: each step then runs B draft passes (lesson 5), each of
+# * Replace `("tree", Plan(budget=B))` by `("speculative", Plan(chain=B))`: each step then runs B
+#   draft passes (lesson 5), each of
 #   one row after the step's first (which also feeds the draft what it has not seen yet: the prompt at
 #   the first step, the target's token after), and the draft-passes column says so. Checked below on a
 #   run of several steps.

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 9: how close is each rule to the best possible?
 #
+# You will compute, for one position, the best acceptance any lossless verifier could reach, from a
+# small formula over subsets of the vocabulary. You will build the verifier that reaches it and set
+# each library rule next to it. Then you will do the same for chains: token by token against the
+# whole block.
+#
 # Lesson 6 proved each tree rule lossless. Lossless is the constraint; acceptance is the goal.
 # How many drafts could *any* lossless rule accept? For one position the question has an exact
 # answer, and it depends on **how the drafts were drawn** (with replacement, without, or the
@@ -24,10 +29,15 @@ import numpy as np
 
 from specdec_np import build, verify
 from specdec_np.proofs import exact, optimum
+try:
+    from lesson import check, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/09_optimal_verification.py")
 
 NAMES = "ABCD"
 p = np.array([0.45, 0.30, 0.15, 0.10])  # target (lessons 3 and 6)
 q = np.array([0.20, 0.50, 0.05, 0.25])  # draft: too fond of B and D
+try_this("q = p: the draft is the target", np.array_equal(q, p))
 SCHEME_NAMES = {"with": "drawn from q with replacement", "without": "drawn from q without replacement",
                 "deterministic": "q's top k (deterministic)"}
 
@@ -44,9 +54,11 @@ def names(tokens):
 # subsets H. The smallest few:
 
 # %%
-drafts = optimum.draft_tuples(q, 2, "with")
+K = 2  # drafts
+try_this(f"{K} drafts", K != 2)
+drafts = optimum.draft_tuples(q, K, "with")
 cuts = optimum.cut_values(p, drafts)
-print(f"{len(drafts)} ordered pairs of drafts, e.g. (B, B) with probability {drafts[(1, 1)]:.4f}")
+print(f"{len(drafts)} ordered {'pairs' if K == 2 else f'{K}-tuples'} of drafts, e.g. ({', '.join('B' * K)}) with probability {drafts[(1,) * K]:.4f}")
 print("   H          p(H)  P(D not in H)  bound")
 for H in np.argsort(cuts, kind="stable")[:5]:
     tokens = [x for x in range(4) if H >> x & 1]
@@ -73,7 +85,7 @@ print("draft set  P(set)   accepted as A, B, C, D")
 for m, row in zip(masks, plan):
     tokens = [x for x in range(4) if m >> x & 1]
     print(f"  {names(tokens):<8} {optimum.draft_sets(drafts)[int(m)]:.4f}   " + " ".join(f"{v:.4f}" for v in row))
-out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, 2, "with")
+out = optimum.single_position(optimum.optimal_rule(p, drafts), p, q, K, "with")
 tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
 print(f"flow value {plan.sum():.4f}; the verifier built from it accepts {optimum.acceptance(out):.4f}, "
       f"TV from p = {tv:.1e}")
@@ -118,9 +130,10 @@ for scheme in optimum.SCHEMES:
 assert gaps["with", 1] < 1e-12 and gaps["without", 1] < 1e-12  # one draft: token-wise rejection is optimal
 # The text's one-draft figures: sum(min(p, q)) when drawn, p of q's argmax when deterministic.
 assert abs(optima["with", 1] - np.minimum(p, q).sum()) < 1e-12 and abs(optima["without", 1] - optima["with", 1]) < 1e-12
-assert abs(optima["deterministic", 1] - p[np.argmax(q)]) < 1e-12 and optima["deterministic", 1] < optima["with", 1]
+assert abs(optima["deterministic", 1] - p[np.argmax(q)]) < 1e-12
+check(optima["deterministic", 1] < optima["with", 1], "one deterministic draft accepts no less than one drawn")
 assert all(gaps["deterministic", k] < 1e-12 for k in (1, 2, 3))  # point-mass reaches p(drafts)
-assert gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05  # sampled siblings: a real gap
+check(gaps["with", 2] > 0.05 and gaps["without", 2] > 0.05, "no gap between two sampled siblings' rule and the optimum")
 assert all(optima["without", k] >= optima["with", k] - 1e-12 for k in (1, 2, 3))  # distinct drafts cover more
 
 # %% [markdown]
@@ -158,19 +171,21 @@ out = optimum.single_position(verify.verify_recursive, p, q, 2, "without")
 tv = exact.total_variation(optimum.output_distribution(out), dict(enumerate(p)))
 print(f"recursive on without-replacement drafts: accepts {optimum.acceptance(out):.3f} "
       f"<= optimum {optimum.optimal_acceptance(p, drafts_wo):.3f}, yet TV from p = {tv:.4f}")
-assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo) and tv > 0.005
+assert optimum.acceptance(out) <= optimum.optimal_acceptance(p, drafts_wo)
+check(tv > 0.005, "the mismatched pairing kept the output distribution")
 
 # %% [markdown]
 # ## Chains: token by token, or the whole block
 #
 # A chain of L drafts drawn one after the other from the draft's table (lesson 3's P and Q, which
 # depend on the previous token). `verify_chain` tests token by token and stops at the first
-# rejection. Block verification (Sun et al., ICLR 2025) decides the accepted prefix jointly, and
-# no lossless verifier of one sampled chain keeps more in expectation. For comparison, a bound any
-# verifier obeys: accepting j drafts makes the output's first j tokens (distributed as p) equal the
-# drafts' (distributed as q), which a coupling achieves at most with probability
-# sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)). Summed over j, that bounds the expected
-# accepted length, but the prefixes are bounded one at a time, so it need not be reachable.
+# rejection. Block verification (Sun et al., ICLR 2025) decides the accepted prefix jointly, and no
+# lossless verifier of one sampled chain keeps more in expectation.
+#
+# For comparison, a bound any verifier obeys: accepting j drafts makes the output's first j tokens
+# (distributed as p) equal the drafts' (distributed as q), which a coupling achieves at most with
+# probability sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)). Summed over j, that bounds the
+# expected accepted length, but the prefixes are bounded one at a time, so it need not be reachable.
 
 # %%
 P = np.array([p, [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # P[last] = target
@@ -198,21 +213,24 @@ for L in (1, 2, 3, 4):
             assert abs(found["block"] - found["token-wise"]) < 1e-12
 
 # %% [markdown]
-# **How block verification works.** Token-wise rejection judges each draft on its own: x_i is
-# kept with probability min(1, p(x_i)/q(x_i)), and a draft the draft model over-proposes is at
-# risk even when the next draft would make up for it. Block verification judges prefixes. Going
-# forward it gives each prefix a weight, a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1: the
-# share of the prefix x_1..x_i the target still "wants", where a later token with p > q can win
-# back what an earlier one with p < q lost. Going backward, from the whole chain towards the
-# root, it keeps x_1..x_i with probability a_i at the end of the chain and with a stopping weight
-# (what is still owed there against what the draft over-proposed, `verify.stop_weight`) before
-# it, and after a stop draws the correction from norm(max(a_i p - q, 0)). On one draft it is the
-# classic rule. An example, with the two-token tables of the next cell (the target prefers the
-# second token, 1/3 : 2/3, the draft the first, 2/3 : 1/3): the chain drafted A then B. Token-wise,
-# A is kept with probability 1/2 (p/q = 1/2) and B then surely (p/q = 2); block verification has
-# a_1 = 1/2 and a_2 = min(1, 1/2 x 2) = 1, so it keeps both, always. Over every drafted chain
-# both rules are lossless (the tests enumerate them), and on average block verification never
-# keeps fewer (the bars above).
+# **How block verification works.** Token-wise rejection judges each draft on its own: x_i is kept
+# with probability min(1, p(x_i)/q(x_i)), and a draft the draft model over-proposes is at risk even
+# when the next draft would make up for it. Block verification judges prefixes. Going forward it
+# gives each prefix a weight, a_i = min(1, a_(i-1) p(x_i)/q(x_i)) with a_0 = 1: the share of the
+# prefix x_1..x_i the target still "wants", where a later token with p > q can win back what an
+# earlier one with p < q lost.
+#
+# Going backward, from the whole chain towards the root, it keeps x_1..x_i with probability a_i at
+# the end of the chain and with a stopping weight (what is still owed there against what the draft
+# over-proposed, `verify.stop_weight`) before it, and after a stop draws the correction from
+# norm(max(a_i p - q, 0)).
+#
+# On one draft it is the classic rule. An example, with the two-token tables of the next cell (the
+# target prefers the second token, 1/3 : 2/3, the draft the first, 2/3 : 1/3): the chain drafted A
+# then B. Token-wise, A is kept with probability 1/2 (p/q = 1/2) and B then surely (p/q = 2); block
+# verification has a_1 = 1/2 and a_2 = min(1, 1/2 x 2) = 1, so it keeps both, always. Over every
+# drafted chain both rules are lossless (the tests enumerate them), and on average block
+# verification never keeps fewer (the bars above).
 
 # %%
 from specdec_np.tree import Tree  # noqa: E402
@@ -235,29 +253,33 @@ assert kept["token-wise"] == {0: 0.5, 2: 0.5} and kept["block"] == {2: 1.0}
 
 # %%
 t2, d2 = (lambda ctx: np.array([1 / 3, 2 / 3])), (lambda ctx: np.array([2 / 3, 1 / 3]))
+try_this("d2 = t2: the draft is the target", d2 is t2)
 example = {name: optimum.expected(optimum.chain_accepted(rule, t2, d2, 0, 2)) for name, rule in chain_rules.items()}
 example["bound"] = optimum.chain_coupling_bound(t2, d2, 0, 2)
 print("  ".join(f"{name}: {v * 9:.2f}/9" for name, v in example.items()))
-assert abs(example["token-wise"] - 10 / 9) < 1e-12 and abs(example["bound"] - 12 / 9) < 1e-12
+check(abs(example["token-wise"] - 10 / 9) < 1e-12 and abs(example["bound"] - 12 / 9) < 1e-12,
+      "token-wise and the bound are not Sun et al.'s 10/9 and 12/9")
 if "block" in example:
-    assert abs(example["block"] - 11 / 9) < 1e-12
+    check(abs(example["block"] - 11 / 9) < 1e-12, "block verification is not Sun et al.'s 11/9")
 
 # %% [markdown]
 # ## Trees: traversal verification
 #
 # On a tree, recursive rejection sampling decides top-down: once a node is rejected its whole
-# subtree is gone, even if a token below it would have made up for it. Traversal verification
-# (Weng et al. 2025) carries block verification's prefix weights to trees. Each node gets a
-# weight when its parent first reaches it, a = min(1, a_parent p_owed(x)/q_left(x)), and the
-# tree is tested from the leaves towards the root (post-order): a node is tested only after all
-# of its children were rejected, and is kept with its current weight. When a child fails, its
-# parent's owed distribution becomes norm(max(a p_owed - q_left, 0)) and its weight a stopping
-# weight, as in block verification; without replacement the failed token also leaves q_left, as
-# in recursive rejection. On a chain it is block verification; on a tree of depth 1 it is
-# recursive rejection. An example on the two-token tables: the root's children A (with a child
-# B) and B. Recursive rejection tests A first, keeps it half the time (and then B below it), and
-# otherwise falls back to the sibling B; traversal weighs the path A, B as a whole (weight 1)
-# and keeps it always.
+# subtree is gone, even if a token below it would have made up for it. Traversal verification (Weng
+# et al. 2025) carries block verification's prefix weights to trees. Each node gets a weight when
+# its parent first reaches it, a = min(1, a_parent p_owed(x)/q_left(x)), and the tree is tested from
+# the leaves towards the root (post-order): a node is tested only after all of its children were
+# rejected, and is kept with its current weight.
+#
+# When a child fails, its parent's owed distribution becomes norm(max(a p_owed - q_left, 0)) and its
+# weight a stopping weight, as in block verification; without replacement the failed token also
+# leaves q_left, as in recursive rejection. On a chain it is block verification; on a tree of depth
+# 1 it is recursive rejection.
+#
+# An example on the two-token tables: the root's children A (with a child B) and B. Recursive
+# rejection tests A first, keeps it half the time (and then B below it), and otherwise falls back to
+# the sibling B; traversal weighs the path A, B as a whole (weight 1) and keeps it always.
 
 # %%
 a_b_and_b = Tree(tokens=[0, 0, 1, 1], parents=[-1, 0, 1, 0], q=[1.0, two_q[0], two_q[1], two_q[1]],
@@ -333,7 +355,7 @@ except ImportError:
 #   other tokens, so when the target draws one of them no verifier can accept).
 # * In Sun et al.'s example, make the draft equal the target (`d2 = t2`): token-wise, block and
 #   the bound all become 2 (both drafts always kept).
-# * Give the subset formula three drafts (`optimum.draft_tuples(q, 3, "with")`) and find which H
+# * Give the subset formula three drafts (`K = 3`) and find which H
 #   is now the bottleneck.
 #
 # The first two predictions, checked:

@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 10 (appendix): how the BLAS multiplies a block, and why the layout matters
 #
+# You will time the target's passes with two layouts of its matrix products and see which one this
+# machine's BLAS runs faster at each block size. You will see whether odd block sizes cost more than
+# the next multiple of 4 or 8 here. Then you will pad a block with dummy rows and check that the
+# real rows' logits do not change.
+#
 # Lesson 2's premise, a pass over k new tokens costing much less than k passes, holds only if
 # the matrix products of a k-row block read each weight once and hide the k rows of arithmetic
 # behind that read. Whether a CPU delivers it depends on how the BLAS library (OpenBLAS, under
@@ -10,7 +15,9 @@
 # * **Packing.** For a matrix-matrix product OpenBLAS first copies ("packs") blocks of `w` into a
 #   scratch buffer laid out for its kernel, on every call. For hundreds of rows that copy is paid
 #   back many times; for 2 to 16 rows it can cost more than the arithmetic, so a 2-row block can
-#   cost more than twice a 1-row one (a 1-row product is a matrix-vector product: no packing).
+#   cost more than twice a 1-row one. A 1-row product goes to a matrix-vector routine, which does
+#   not pack; whether that makes it cheaper than 2 rows depends on the kernel (on some CPUs it is
+#   slower): the table below measures it, and says so where the curve falls.
 # * **Kernels.** The innermost loop multiplies a small panel of rows by a panel of columns, 4 or
 #   8 wide depending on the CPU's vector registers (AVX2 "Haswell", AVX-512 "SkylakeX", ...).
 #   OpenBLAS picks the kernel for the CPU it finds (`OPENBLAS_CORETYPE` overrides it).
@@ -28,7 +35,10 @@ from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
-from lesson import print_rounding, print_timed  # tutorials/lesson.py; mark lines measured on this machine
+try:
+    from lesson import bends, print_rounding, print_timed, verdict  # tutorials/lesson.py; mark lines measured on this machine
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/10_appendix_blas.py")
 from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
 
 one_blas_thread_if_busy()
@@ -45,13 +55,20 @@ print_timed(f"BLAS: {blas_name()}")
 # %%
 KS = [1, 2, 4, 8, 16]
 start = start_timing()
-by_layout = {"x @ w": pass_ms(with_slabs(target, 0), KS, prefix_len=len(prompt), repeats=9),
-             "slabs": pass_ms(with_slabs(target, 16), KS, prefix_len=len(prompt), repeats=9)}
+runs = {"x @ w": {}, "slabs": {}}  # {k: the 9 timings (ms)} of each layout
+by_layout = {name: pass_ms(with_slabs(target, rows), KS, prefix_len=len(prompt), repeats=9, runs=runs[name])
+             for name, rows in (("x @ w", 0), ("slabs", 16))}
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
+for name, c in by_layout.items():
+    print_timed(f"{name}: a 1-token pass costs {c[1]:.2f} ms here, a 2-token one {c[2]:.2f} ms ({c[2] / c[1]:.2f}x)")
+    if line := bends(c):
+        print_timed(f"{name}: {line}")
 faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
-print_timed("the faster layout at each block size: " + ", ".join(f"{k} tokens: {faster[k]}" for k in KS))
+for k in KS:  # the two layouts were timed in turns: round by round, slabs' time over x @ w's
+    ratio = [a / b for a, b in zip(runs["slabs"][k], runs["x @ w"][k])]
+    print_timed(f"{k:>2} tokens, slabs' time over x @ w's: " + verdict(ratio, 1, "x @ w faster", "slabs faster", "x"))
 # This table's choice, by the tools' rule: slabs for blocks of up to the largest size k at which slabs cost at
 # most 5% more than one x @ w at every size from 2 to k (the fast path reads slabs up to a size, x @ w above it);
 # one x @ w if slabs lose at 2. The one-token row is not compared: the tools decide on blocks, which start at 2.
@@ -71,13 +88,14 @@ say_if_busy(start)
 #
 # ## Odd sizes, and padding a block
 #
-# The kernels work on panels of 4 or 8 rows, so a block of 5-7 tokens can cost *more* than one of
-# 8 (and 13-15 more than 16): some kernels do, others do not, and on a busy machine the noise can
-# hide it. Look at the row below: it says what this machine did on this run. Where an odd size
-# does cost more, a verifier can exploit that for free:
-# compute a 5-token tree as an 8-token block whose 3 extra rows are dummies that no real token
-# attends to (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone; the
-# decoder pads each block to the cheapest measured size at least as large (the tools' table of
+# The kernels work on panels of 4 or 8 rows, so a block of 5-7 tokens can cost *more* than one of 8
+# (and 13-15 more than 16): some kernels do, others do not, and on a busy machine the noise can hide
+# it. Look at the row below: it says what this machine did on this run.
+#
+# Where an odd size does cost more, a verifier can exploit that for free: compute a 5-token tree as
+# an 8-token block whose 3 extra rows are dummies that no real token attends to
+# (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone;
+# the decoder pads each block to the cheapest measured size at least as large (the tools' table of
 # these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout).
 
 # %%

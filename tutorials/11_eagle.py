@@ -1,6 +1,11 @@
 # %% [markdown]
 # # Lesson 11: drafting from the target's features (EAGLE)
 #
+# You will see why the target's next feature is easier to guess than its next token, and write the
+# EAGLE head's pass by hand against the library's. You will watch EAGLE-2's tree grow pass by pass.
+# Then you will run the head against the draft model in the same loop and check that it is still
+# exactly lossless.
+#
 # After the paper, the drafters that production engines ship (vLLM, SGLang, TensorRT-LLM) stopped
 # being separate small models. EAGLE (Li et al. 2024) drafts with a *head* that reads the target's
 # own top-layer **feature**: the vector its language-model head multiplies by the embeddings to get
@@ -27,7 +32,10 @@ from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import render
-from lesson import print_rounding  # tutorials/lesson.py; marks a line that float32 rounding may change
+try:
+    from lesson import check, print_rounding, try_this  # tutorials/lesson.py
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/11_eagle.py")
 
 target, draft, _, enc = models.load_embedded()
 head = models.load_head("tiny-eagle", target)  # specdec_np/weights/tiny-eagle (weights/recipe.py trains it)
@@ -84,7 +92,12 @@ def head_by_hand(head, feats, tokens, positions):  # [n, d], [n], [n] -> [n, d] 
 
 mine = head_by_hand(head, feats[:-1], np.array(text[1:]), np.arange(1, n))
 print_rounding(f"by hand against eagle.head_pass: largest difference {np.abs(mine - guess).max():.1e}")
-assert np.allclose(mine, guess, atol=1e-3)
+same = np.allclose(mine, guess, atol=1e-3)
+try_this("head_by_hand changed: it no longer computes eagle.head_pass", not same)
+check(same, "head_by_hand != eagle.head_pass")
+mine_agree = np.sum(np.argmax(eagle.head_logits(head, mine), -1) == np.argmax(logits[1:], -1))
+print_rounding(f"first guess == the target's argmax: by hand at {mine_agree} of {n - 1} positions, "
+               f"eagle.head_pass at {round(head_agree * (n - 1))}")
 
 # %% [markdown]
 # ## The dynamic tree, growing
@@ -133,13 +146,15 @@ print(f"verdict: the {better} reads fewer weights per emitted token here")
 assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths the next paragraph compares
 
 # %% [markdown]
-# The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model
-# of its own, saw 81M; weights/README.md). What decides the verdict above is this pair's sizes: the
-# head's one block is as wide as the target (384), wider than the whole draft model (128), so each
-# of its passes costs more than a draft pass, and only its higher acceptance can pay that back
-# (`make bench` times both passes, the cost curve's "head" and "draft" rows, and races the two
-# methods on your machine). On a large target the head is a small fraction of one target layer,
-# while a draft model good enough to match it is a model of its own.
+# The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model of
+# its own, saw 81M; weights/README.md).
+#
+# What decides the verdict above is this pair's sizes: the head's one block is as wide as the target
+# (384), wider than the whole draft model (128), so each of its passes costs more than a draft pass,
+# and only its higher acceptance can pay that back (`make bench` times both passes, the cost curve's
+# "head" and "draft" rows, and races the two methods on your machine). On a large target the head is
+# a small fraction of one target layer, while a draft model good enough to match it is a model of
+# its own.
 #
 # ## Still lossless
 #
@@ -164,15 +179,16 @@ for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
 # %% [markdown]
 # ## What EAGLE-3 changes
 #
-# EAGLE-3 (Li et al. 2025) keeps the loop and changes what the head reads and how it is trained.
-# It fuses features from a low, a middle and the top layer of the target instead of the top one
-# alone (the top layer is specialised in the next token; the others keep more of the context), and
-# it drops the feature-regression loss: trained by "training-time test", the head is run on its
-# own guesses during training, as it is when drafting deep in a tree, so it learns to recover from
-# them. It also drafts over a reduced vocabulary, as the head shipped here does: the 2048 tokens
-# most frequent in its training text (97% of it), so that q reads a quarter of the embedding. The
-# rules ask nothing of q, so a token the head can never draft costs acceptance, not correctness
-# (below: the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
+# EAGLE-3 (Li et al. 2025) keeps the loop and changes what the head reads and how it is trained. It
+# fuses features from a low, a middle and the top layer of the target instead of the top one alone
+# (the top layer is specialised in the next token; the others keep more of the context), and it
+# drops the feature-regression loss: trained by "training-time test", the head is run on its own
+# guesses during training, as it is when drafting deep in a tree, so it learns to recover from them.
+#
+# It also drafts over a reduced vocabulary, as the head shipped here does: the 2048 tokens most
+# frequent in its training text (97% of it), so that q reads a quarter of the embedding. The rules
+# ask nothing of q, so a token the head can never draft costs acceptance, not correctness (below:
+# the 4-token target above, with a head that can draft only 3 of its tokens, still sampled exactly).
 
 # %%
 vocab = head.vocab  # [V]: 1 for the tokens the head may draft
@@ -195,8 +211,10 @@ assert exact.total_variation(got, want) < 1e-12
 #   below on that run).
 # * Sample (`temperature=1.0, top_k=50`) with the tree drawn from q (`Plan(widths=(1, 1, 1),
 #   sampled="without")`) for both drafters: compare tokens per pass with the greedy runs.
-# * In the by-hand pass, drop the position embedding (`e = P["wte"][tokens]`): the check fails, and
-#   the head, trained with positions, guesses worse.
+# * In the by-hand pass, drop the position embedding (`e = P["wte"][tokens]`): the check against
+#   `eagle.head_pass` fails (the library's head adds them), and the lesson says so and goes on. How
+#   many first guesses still match the target's argmax, the line under it counts: a one-block head
+#   over features that already carry the positions may lose few or none.
 
 # %%
 def check_one_guess(run):

@@ -45,6 +45,33 @@ def print_rounding(*args, sep: str = " ", end: str = "\n") -> None:
     print_timed(*args, sep=sep, end=end, mark=ROUNDING)
 
 
+# ------------------------------------------------------------------ "Try this": an edit's effect shown, not a crash
+EDITS: list[str] = []  # the "Try this" edits in effect in this run, as the lesson noticed them
+
+
+def try_this(edit: str, applied) -> bool:
+    """Whether the "Try this" edit `edit` is `applied` (the lesson compares a value with the one it ships), said
+    once when it is. While an edit is in effect, `check` reports a failed check instead of stopping the lesson."""
+    if applied and edit not in EDITS:
+        EDITS.append(edit)
+        print(f"Try this: {edit}")
+    elif not applied and edit in EDITS:  # a notebook's cell run again with the edit undone
+        EDITS.remove(edit)
+    return bool(applied)
+
+
+def check(ok, what: str) -> bool:
+    """A lesson's check: silent when `ok`; otherwise an AssertionError saying `what`, or, while a "Try this" edit
+    is in effect, one line saying which check the edit broke, and the lesson goes on to show the edit's effect.
+    Whether it held."""
+    if ok:
+        return True
+    if not EDITS:
+        raise AssertionError(what)
+    print(f"check failed under your edit ({'; '.join(EDITS)}): {what}")
+    return False
+
+
 # ------------------------------------------------------------------ a run's lines against its notebook's
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a colour code
 CHART = "wrote out/tutorial_"  # a chart's line, printed only where matplotlib (an optional extra) is installed
@@ -108,12 +135,24 @@ def say_if_busy(start, contradicted: str = "", why: str = "") -> None:
         print_timed(line)
 
 
-def pass_ms(model, ks, prefix_len: int, repeats: int = 7) -> dict:
+def pass_ms(model, ks, prefix_len: int, repeats: int = 7, runs: dict | None = None) -> dict:
     """{k: median ms of one forward pass of k new tokens after a cached prefix of `prefix_len` tokens}, the
-    sizes timed in turns so that a burst of noise lands on all of them a little."""
+    sizes timed in turns so that a burst of noise lands on all of them a little; each size's `repeats` timings
+    (ms) put in `runs` when given (for `verdict`)."""
+    import numpy as np
+
     from specdec_np.tools.costcurve import block_cost_ms
 
-    return block_cost_ms(model, ks, prefix_len=prefix_len, repeats=repeats)
+    kept = []
+
+    def median(seconds):  # block_cost_ms's summary, called once per size in the order of `ks`
+        kept.append([1000 * t for t in seconds])
+        return np.median(seconds)
+
+    ms = block_cost_ms(model, ks, prefix_len=prefix_len, repeats=repeats, summary=median)
+    if runs is not None:
+        runs.update(zip(ms, kept))
+    return ms
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
@@ -137,6 +176,14 @@ def fastest_layout(model):
     return with_slabs(model, choose_slab_rows(model))
 
 
+def demo_prompt() -> str:
+    """The prompt `make demo` decodes (specdec_np/tools/demo.py): a docstring and a doctest, which stage 2 guesses
+    well."""
+    from specdec_np.tools.demo import PROMPT
+
+    return PROMPT
+
+
 def blas_name() -> str:
     """The BLAS library, its kernel and threads, in words."""
     from specdec_np.tools.blas import blas_name as name
@@ -156,6 +203,33 @@ def memory_gbps() -> tuple[float, float]:
     from specdec_np.tools.costcurve import streaming_gbps
 
     return streaming_gbps()
+
+
+# ------------------------------------------------------------------ verdicts on timed figures
+def verdict(samples, threshold: float, above: str, below: str, unit: str = "") -> str:
+    """A verdict on repeated measurements `samples` of one figure against `threshold`: their median and range, then
+    `above` when the whole range lies above the threshold, `below` when it lies below, and "within noise" when it
+    straddles it (another repeat could fall on either side: no verdict)."""
+    lo, mid, hi = min(samples), float(sorted(samples)[len(samples) // 2]), max(samples)
+    said = (above if lo > threshold else below if hi < threshold else
+            f"within noise: the range straddles {threshold:g}{unit}")
+    return f"{mid:.2f}{unit} (range {lo:.2f} to {hi:.2f} over {len(samples)} runs): {said}"
+
+
+def bends(costs: dict, slack: float = 0.03) -> str:
+    """"" when the cost curve {rows: ms} of a pass does not fall as the rows grow (a dip of under `slack`, a few
+    percent, is timing noise); otherwise one line naming where a pass of more rows was measured cheaper than one of
+    fewer, and the likely causes. Such a curve is not a price list: a lesson says so on the spot rather than price
+    a pass from it."""
+    ks = sorted(costs)
+    down = [(a, b) for a, b in zip(ks, ks[1:]) if costs[b] < (1 - slack) * costs[a]]
+    if not down:
+        return ""
+    where = "; ".join(f"{b} rows {costs[b]:.2f} ms < {a} rows {costs[a]:.2f} ms" for a, b in down)
+    one = " (a 1-row product goes to a matrix-vector routine: another path)" if down[0][0] == 1 else ""
+    return (f"not monotone here: {where}. Likely causes: the BLAS's kernel for that row count{one}, its threads "
+            "waiting for each other, or a busy machine; read the ratios at these sizes as this run measured them, "
+            "not as a cost model")
 
 
 # ------------------------------------------------------------------ files

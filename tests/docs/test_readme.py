@@ -49,3 +49,26 @@ def test_the_readmes_python_blocks_run(monkeypatch, capsys):
     # The control: a block that no longer matches the API fails here.
     with pytest.raises(TypeError, match="max_tokens"):
         exec(compile(blocks[0].replace("max_new_tokens=", "max_tokens="), str(README), "exec"), {})
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_is_short_and_its_details_are_found_where_it_says():
+    """The README stays a front page (at most 15,000 bytes: the quick start, the demo, the results in brief,
+    where to go next); what it moved to docs/ is found there: every docs/X.md#anchor it links is a heading of
+    that file. Negative control: an anchor no heading has is told apart."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) <= 15_000, f"README.md is {len(text.encode('utf-8'))} bytes"
+    docs = README.parent / "docs"
+    links = re.findall(r"\]\(docs/([\w.-]+\.md)#([\w-]+)\)", text)
+    assert ("usage.md", "the-first-run-measures-this-machine") in links
+
+    def anchors(name):
+        return {slug(h) for h in re.findall(r"^#+ (.+)$", (docs / name).read_text(encoding="utf-8"), flags=re.M)}
+
+    missing = [(name, anchor) for name, anchor in links if anchor not in anchors(name)]
+    assert not missing, missing
+    assert "no-such-heading" not in anchors("usage.md")
