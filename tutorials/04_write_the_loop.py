@@ -182,7 +182,10 @@ def check_lossless(loop, settings=SETTINGS):
 import importlib.util
 from pathlib import Path
 
-import lesson  # tutorials/lesson.py: its folder holds exercises/
+try:
+    import lesson  # tutorials/lesson.py: its folder holds exercises/
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/04_write_the_loop.py")
 
 EXERCISE = Path(lesson.__file__).resolve().parent / "exercises" / "write_the_loop.py"
 

@@ -16,7 +16,10 @@ from functools import partial
 from importlib import import_module
 from pathlib import Path
 
-import lesson  # tutorials/lesson.py: its folder holds lesson 4 (from tutorials/notebooks/ too)
+try:
+    import lesson  # tutorials/lesson.py: its folder holds lesson 4 (from tutorials/notebooks/ too)
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/04b_the_loop_answer.py")
 
 sys.path.insert(0, str(Path(lesson.__file__).resolve().parent))
 spec = import_module("04_write_the_loop")  # lesson 4: the models, the prompts and the checks
