@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .checkpoint import CONFIG_FILE, MODEL_FILE, CheckpointError
 from .drafting import Drafter
 from .fastpath import Layout, prepare
 from .gpt2 import (GPT2, GPT2Config, attention_bias, empty_params, iter_params, linear, map_params, random_params,
@@ -183,31 +184,29 @@ def load_head(path, target: GPT2) -> Head:
     """The head saved at `path` (a directory, or a name in the weights directory such as "tiny-eagle"), bound to
     `target`."""
     path = checkpoint.resolve(path)
-    cfg = checkpoint.read_config_json(path / checkpoint.CONFIG_FILE)
+    cfg = checkpoint.read_config_json(path / CONFIG_FILE)
     if cfg.get("specdec_np") != HEAD_KIND:
-        raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json lacks \"specdec_np\": "
-                                         f"\"{HEAD_KIND}\")")
+        raise CheckpointError(f"{path}: not an EAGLE head (its config.json lacks \"specdec_np\": \"{HEAD_KIND}\")")
     if cfg.get("model_type") != MODEL_TYPE:
-        raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json's model_type is "
-                                         f"{str(cfg.get('model_type'))[:50]!r}, not \"{MODEL_TYPE}\")")
-    config = checkpoint.read_config(path / checkpoint.CONFIG_FILE, cfg)
+        raise CheckpointError(f"{path}: not an EAGLE head (its config.json's model_type is "
+                              f"{str(cfg.get('model_type'))[:50]!r}, not \"{MODEL_TYPE}\")")
+    config = checkpoint.read_config(path / CONFIG_FILE, cfg)
     if config.n_layer != 1:
-        raise checkpoint.CheckpointError(f"{path / checkpoint.CONFIG_FILE}: n_layer={config.n_layer}, but an EAGLE "
-                                         "head has one block")
+        raise CheckpointError(f"{path / CONFIG_FILE}: n_layer={config.n_layer}, but an EAGLE head has one block")
     for field in ("n_vocab", "n_ctx", "n_embd", "n_head"):
         if getattr(config, field) != getattr(target.config, field):
-            raise checkpoint.CheckpointError(f"{path}: the head of a target with {field}={getattr(config, field)}, "
-                                             f"not {getattr(target.config, field)}")
-    file = path / checkpoint.MODEL_FILE
+            raise CheckpointError(f"{path}: the head of a target with {field}={getattr(config, field)}, "
+                                  f"not {getattr(target.config, field)}")
+    file = path / MODEL_FILE
     header, data_start = checkpoint.read_header(file)
     places = head_places(config)
     if set(header) - {"vocab"} != set(places):
-        raise checkpoint.CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(places)} (and "
-                                         f"optionally vocab); this file holds {', '.join(header)}")
+        raise CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(places)} (and optionally vocab); "
+                              f"this file holds {', '.join(header)}")
     places.update({"vocab": (("vocab",), (config.n_vocab,))} if "vocab" in header else {})
     own = {"fc": {}, "blocks": empty_params(config)["blocks"]}  # to fill at `places`
     checkpoint.read_tensors(file, header, data_start, {key: key for key in places}, places, own, target.dtype)
     vocab = own.get("vocab")
     if vocab is not None and not (np.isin(vocab, (0, 1)).all() and vocab.any()):
-        raise checkpoint.CheckpointError(f"{file}: tensor 'vocab' must hold only 0 and 1, and at least one 1")
+        raise CheckpointError(f"{file}: tensor 'vocab' must hold only 0 and 1, and at least one 1")
     return bind(target, own["fc"], own["blocks"][0], vocab)
