@@ -1,9 +1,8 @@
 """GPT-2 checkpoints in Hugging Face's layout: a directory with `model.safetensors` + `config.json`.
 
-We read the safetensors format ourselves (an 8-byte little-endian header length, a JSON header giving each
-tensor's dtype, shape and byte range, then the raw little-endian bytes): NumPy has no bfloat16, and a
-truncated or corrupt file fails with a message naming the tensor and the file. HF's GPT-2 stores linear
-weights as Conv1D, [n_in, n_out], specdec_np's orientation (see gpt2.py), so no tensor is transposed.
+We read safetensors ourselves (an 8-byte little-endian header length, a JSON header of each tensor's dtype, shape
+and byte range, then the raw bytes): NumPy has no bfloat16, and a corrupt file fails naming the tensor and the
+file. HF's GPT-2 stores linear weights as Conv1D, [n_in, n_out], gpt2.py's orientation: nothing is transposed.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from .values import whole
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 NEEDS = f"a checkpoint directory needs {CONFIG_FILE} and {MODEL_FILE}"
 
-# The real checkpoints we know by name, and the Hugging Face hub repository each comes from.
 HUB_REPOS = {"distilgpt2": "distilbert/distilgpt2", "gpt2": "openai-community/gpt2",
              "gpt2-medium": "openai-community/gpt2-medium", "gpt2-large": "openai-community/gpt2-large",
              "gpt2-xl": "openai-community/gpt2-xl"}
@@ -40,8 +38,7 @@ SAVE_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16":
 CONFIG_KEYS = {"n_vocab": ("vocab_size", "n_vocab"), "n_ctx": ("n_positions", "n_ctx"), "n_embd": ("n_embd",),
                "n_layer": ("n_layer",), "n_head": ("n_head",), "layer_norm_epsilon": ("layer_norm_epsilon",)}
 
-# Tensors of HF files that are not parameters: the causal-mask buffers of old transformers
-# versions, and the LM head, tied to `wte` in GPT-2 (checked against it, then dropped).
+# Not parameters: old transformers' causal-mask buffers, and the LM head, tied to `wte` (checked, then dropped).
 BUFFER_RE = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 BLOCK_RE = re.compile(r"h\.(\d+)\.")  # a tensor of block i
 LM_HEAD = "lm_head.weight"
@@ -69,9 +66,9 @@ def f32_to_bf16(x):  # float32 [...] -> uint16 [...]
 
 # ----------------------------------------------------------------------------- safetensors
 def read_header(path) -> tuple[dict, int]:
-    """The JSON header of a safetensors file (tensor name -> entry) and where its data begins, every entry
-    checked against the file (a known dtype, whole numbers, a byte range inside the data and of its shape's size,
-    counted without overflow; no name twice): a truncated download is caught without reading the data."""
+    """The JSON header of a safetensors file (tensor name -> entry) and where its data begins, every entry checked
+    against the file (dtype, whole numbers, a byte range of its shape's size tiling the data): a truncated download
+    is caught without reading the data."""
     path = check_regular(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -164,8 +161,8 @@ def read_config_json(path) -> dict:
 
 
 def read_config(path, cfg: dict | None = None) -> GPT2Config:
-    """GPT2Config from a HF `config.json` (also accepts OpenAI's `hparams.json` names), or from `cfg`, that file
-    already read (`read_config_json`); what this forward pass does not compute is refused."""
+    """GPT2Config from a HF `config.json` (or OpenAI's `hparams.json` names; `cfg`: the file already read); what this
+    forward pass does not compute is refused."""
     cfg = read_config_json(path) if cfg is None else cfg
     fields = {}
     try:  # each field from the first of its keys present, checked under the name the file uses
@@ -215,9 +212,8 @@ def param_shapes(config: GPT2Config) -> dict:
 
 
 def match_tensors(file, header: dict, config: GPT2Config) -> dict:
-    """HF name (no `transformer.` prefix) -> key in the file, after checking names and shapes (reads no
-    data): both key layouts (GPT2LMHeadModel's `transformer.h.0...`, GPT2Model's `h.0...`), the mask
-    buffers ignored, a `lm_head.weight` of wte's shape allowed."""
+    """HF name -> key in the file (GPT2LMHeadModel's `transformer.h.0...` or GPT2Model's `h.0...`), names and
+    shapes checked, the mask buffers ignored, a `lm_head.weight` of wte's shape allowed (reads no data)."""
     names = {}
     for key in header:
         name = key.removeprefix("transformer.")
@@ -231,12 +227,10 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
         raise CheckpointError(f"{Path(file).parent / CONFIG_FILE}: n_layer={config.n_layer}, but {file} holds "
                               f"{len(blocks)} blocks")
     expected = param_shapes(config)
-    missing = [n for n in expected if n not in names]
-    if missing:
+    if missing := [n for n in expected if n not in names]:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CheckpointError(f"{file}: missing tensor '{missing[0]}'{more}")
-    unexpected = [k for n, k in names.items() if n not in expected and n != LM_HEAD and not BUFFER_RE.fullmatch(n)]
-    if unexpected:
+    if unexpected := [k for n, k in names.items() if n not in expected and n != LM_HEAD and not BUFFER_RE.fullmatch(n)]:
         raise CheckpointError(f"{file}: unexpected tensor '{unexpected[0]}' for a GPT-2 with n_layer={config.n_layer}")
     wte_shape = expected["wte.weight"][1]
     for name, (_, shape) in [*expected.items(), *([(LM_HEAD, (None, wte_shape))] if LM_HEAD in names else [])]:
@@ -249,9 +243,8 @@ def match_tensors(file, header: dict, config: GPT2Config) -> dict:
 
 
 def read_tensors(file, header: dict, data_start: int, names: dict, places: dict, params: dict, dtype) -> dict:
-    """`params` with the file's tensors put at their `places` {name: (where in params, shape)}, each from the key
-    `names[name]` of the file's `header`, its shape checked (None: any), widened to `dtype` and checked finite
-    (`read_tensor`): the one path by which a model's and an EAGLE head's weights are read."""
+    """`params` with the tensors `names[name]` put at their `places` {name: (where, shape)}, shapes checked (None:
+    any), widened to `dtype` and finite (`read_tensor`): how a model's and an EAGLE head's weights are read."""
     for name, (_, shape) in places.items():
         if shape is not None and header[names[name]]["shape"] != shape:
             raise CheckpointError(f"{file}: tensor '{names[name]}' has shape {header[names[name]]['shape']}, "
@@ -263,9 +256,9 @@ def read_tensors(file, header: dict, data_start: int, names: dict, places: dict,
 
 
 def load(path, dtype=np.float32, check=None) -> GPT2:
-    """Load a HF GPT-2 checkpoint (fp32/fp16/bf16 storage; a directory or a name `resolve` knows) as a
-    GPT2 of `dtype`. `check(file, config, itemsize)`, if given, runs once the file is known to match its config,
-    before anything of the model's size is allocated (the tools check the machine's memory there)."""
+    """A HF GPT-2 checkpoint (fp32/fp16/bf16; a directory or a name `resolve` knows) as a GPT2 of `dtype`.
+    `check(file, config, itemsize)` runs once the file matches its config, before the model is allocated (the
+    tools check the machine's memory there)."""
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"load: dtype must be float32 or float64, not {np.dtype(dtype)}")
     path = resolve(path)
@@ -278,13 +271,11 @@ def load(path, dtype=np.float32, check=None) -> GPT2:
     names = match_tensors(file, header, config)
     if check is not None:
         check(file, config, np.dtype(dtype).itemsize)
-    places = param_shapes(config)
+    places = param_shapes(config) | ({LM_HEAD: (("lm_head",), None)} if LM_HEAD in names else {})
     params = read_tensors(file, header, data_start, names, places, empty_params(config), dtype)
-    if LM_HEAD in names:  # GPT-2 ties the head to wte: anything else is a different model
-        head = read_tensors(file, header, data_start, names, {LM_HEAD: (("head",), None)}, {}, dtype)["head"]
-        if not np.array_equal(head, params["wte"]):
-            raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: "
-                                  "an untied LM head is not supported")
+    head = params.pop("lm_head", None)
+    if head is not None and not np.array_equal(head, params["wte"]):  # GPT-2 ties the head to wte
+        raise CheckpointError(f"{file}: tensor '{names[LM_HEAD]}' differs from wte: an untied LM head is not supported")
     return GPT2(config, params)
 
 
@@ -295,8 +286,8 @@ def save(model: GPT2, path_dir, dtype=np.float16, extra_config: dict | None = No
 
 
 def write_checkpoint(path_dir, params: dict, places: dict, config: GPT2Config, dtype, extra_config=None) -> Path:
-    """Write the tensors of `params` at `places` {name: (where, shape)} as model.safetensors, each checked finite
-    in `dtype`, and a config.json of `config` (plus `extra_config`): the one writer of models and EAGLE heads."""
+    """model.safetensors of `params` at `places` {name: (where, shape)}, each finite in `dtype`, and config.json of
+    `config` (plus `extra_config`): the one writer of models and EAGLE heads."""
     name = "bfloat16" if dtype in ("bfloat16", "bf16") else np.dtype(dtype).name
     if name not in SAVE_DTYPES:
         raise ValueError(f"save: dtype must be one of {', '.join(SAVE_DTYPES)}, not {dtype!r}")

@@ -1,14 +1,10 @@
 """Drafters: who proposes the token tree, as `dist_fn` callbacks for the tree builders of `build.py`.
 
-A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?"
-(one call per tree level). The drafters answer it, each counting what its last step cost; those with a model
-and a KV cache are a `Drafter` (the draft model's here, EAGLE's head's in eagle.py):
-
-- `ModelDrafter`: the draft model. It expands a whole frontier in one tree-masked forward pass over
-  its own KV cache, and after verification keeps only the accepted path, like the target. With an
-  n-gram model it is the **staged** drafter: every pass also evaluates stage 2's guesses below
-  the nodes it expands (`staged.speculate`), so later levels often need no pass of their own.
-- `NgramDrafter`: the Katz trigram drafts the tree directly (no draft model).
+A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?" (one call per
+tree level); a drafter answers, counting what its step cost. Those with a model and a KV cache are a `Drafter`:
+`ModelDrafter` (the draft model: a whole frontier in one tree-masked forward pass; with an n-gram model the
+**staged** drafter, whose passes also evaluate stage 2's guesses below the nodes they expand, `staged.speculate`,
+so later levels often need no pass of their own) and eagle.FeatureDrafter. `NgramDrafter`: the Katz trigram.
 """
 
 from __future__ import annotations
@@ -24,10 +20,9 @@ from .tree import DRAFT, block, path_key
 
 
 class Drafter:
-    """A drafter with a model and its own KV cache: `dist_fn` answered from the logits of the nodes its passes fed
-    (`draft_pass`, each subclass's own), each pass reported to `recorder` (record.py). Per decoding step: `begin`,
-    the builder's `dist_fn` calls, `commit(...)`; the nodes fed form a tree of their own in feed order (`tokens`,
-    `parents`), each known by its path key, in `rows` of scratch (Method.draft_rows)."""
+    """A drafter with a model and its own KV cache (`rows` of scratch, Method.draft_rows): `dist_fn` answered from
+    the logits of the nodes its passes fed (`draft_pass`, each subclass's own, reported to `recorder`). Per step:
+    `begin`, `dist_fn` calls, `commit(...)`; the nodes fed form a tree in feed order (`tokens`, `parents`)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, rows: int = 256, recorder=NO_RECORD):
         self.model, self.recorder = model, recorder
@@ -56,8 +51,7 @@ class Drafter:
         if todo:
             self.dists += len(todo)
             rows = np.stack([self.logits[k] for k in todo])
-            for k, q in zip(todo, process(rows, *self.settings, whose="the draft's")):
-                self.dist[k] = q
+            self.dist.update(zip(todo, process(rows, *self.settings, whose="the draft's")))
         return np.stack([self.dist[k] for k in keys])
 
     def feed(self, keys) -> None:
@@ -77,9 +71,9 @@ class Drafter:
 
 
 class ModelDrafter(Drafter):
-    """The draft model (optionally staged with an n-gram): its pass is the draft's forward pass, node i of the step's
-    fed tree at cache slot root + i (`tree.block`); after verification it keeps only the accepted path, like the
-    target. The nodes fed include stage 2's guesses: at most `guess_rows` per pass ("pad": those the padding holds)."""
+    """The draft model (optionally staged): node i of the step's fed tree at cache slot root + i (`tree.block`);
+    after verification it keeps only the accepted path. Stage 2 adds at most `guess_rows` guesses per pass ("pad":
+    those the padding holds)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, ngram=None,
                  guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):

@@ -1,26 +1,19 @@
 """Feature-level drafting (EAGLE, Li et al. 2024, arXiv 2401.15077; EAGLE-2's dynamic tree, 2406.16858):
 a small head that drafts from the target's own features instead of a separate draft model.
 
-The feature is the target's top-layer hidden state *after* its final layer norm: exactly what its
-tied language-model head reads (`gpt2.hidden`; `gpt2.lm_head` turns it into logits). EAGLE's code does the
-same: the feature is its LLaMA targets' `model.model(...)` output, already normed, and its head's output goes
-straight into the target's `lm_head`, with no norm of its own. A normed feature is also on a fixed
-scale, which the regression loss that trains the head needs.
+The feature is the target's top-layer hidden state *after* its final layer norm (`gpt2.hidden`), exactly what
+its tied LM head reads (`gpt2.lm_head`). EAGLE's code does the same (its head's output goes straight into the
+target's `lm_head`, with no norm of its own), and a normed feature is on the fixed scale its regression loss needs.
 
-The head, at the position of token t_j, reads the feature f_(j-1) (computed by the target at the token
-before) and the embedding of t_j (the target's own wte + wpe: GPT-2 has no rotary positions), fuses
-them with one linear layer [2d -> d] and runs one GPT-2 block (its ln_1 kept, which EAGLE's first
-layer drops) with its own KV cache over the pairs. Its output is its guess of f_j, which the target's
-tied head turns into q for the token after t_j. Deeper in a tree there is no target feature yet: a
-node reads its parent's guess. A head (`Head`) holds its fusion "fc" and its block, and the target's wte and
-wpe arrays (shared, not copied); q costs it a product by wte.T, as the target's own head costs the target (the
-tools time a head's passes as `head_pass` and `head_logits`).
+At the position of token t_j the head fuses the feature f_(j-1) with the embedding of t_j (the target's own
+wte + wpe: GPT-2 has no rotary positions) by one linear layer "fc" [2d -> d], then runs one GPT-2 block (its
+ln_1 kept, which EAGLE's first layer drops) with its own KV cache over the pairs: its guess of f_j, which the
+target's head turns into q for the token after t_j. Deeper in a tree a node reads its parent's guess.
 
-Its checkpoint holds only fc and the block (`save_head`, `load_head`: safetensors + config.json, fp16,
-through checkpoint.py's writer and reader), and optionally EAGLE-3's reduced draft vocabulary (arXiv
-2503.01840): a 0/1 row "vocab" [V] of the tokens the head may draft. q is then the target's head on those N
-rows only (-inf elsewhere), so its product reads N rows of wte instead of V: the rules never need q > 0 where
-p > 0, so any q is lossless.
+Its checkpoint holds only fc and the block (`save_head`, `load_head`, through checkpoint.py), and optionally
+EAGLE-3's reduced draft vocabulary (arXiv 2503.01840): a 0/1 row "vocab" [V] of the tokens the head may draft.
+q is then the target's head on those N rows only (-inf elsewhere), reading N rows of wte instead of V: the
+rules never need q > 0 where p > 0, so any q is lossless.
 """
 
 from __future__ import annotations
@@ -33,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .checkpoint import CONFIG_FILE, MODEL_FILE, CheckpointError
 from .drafting import Drafter
 from .fastpath import Layout, prepare
 from .gpt2 import (GPT2, GPT2Config, attention_bias, empty_params, iter_params, linear, map_params, random_params,
@@ -63,8 +57,7 @@ class Head:
 
     @functools.cached_property
     def prepared(self) -> dict:
-        """Its layers as `head_pass` reads them (`fastpath.prepare`), "head" the target's LM head over the tokens it
-        may draft (wte.T, or those N rows of it)."""
+        """Its layers as `head_pass` reads them (`fastpath.prepare`); "head": wte.T, or its N rows' (vocab)."""
         rows = self.wte if self.vocab is None else self.wte[self.ids]  # [V or N, d]
         return prepare({"fc": self.fc, "block": self.block}, self.layout.slab_rows, self.weight_bytes, head=rows.T)
 
@@ -75,8 +68,7 @@ class Head:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights a pass and its q read: the fusion, the block, wpe, and the LM head's rows (wte whole,
-        or its N rows and the vocabulary row)."""
+        """Bytes a pass and its q read: fc, the block, wpe and the LM head's rows (wte, or N rows and vocab)."""
         head = self.wte.nbytes if self.vocab is None else self.ids.size * self.wte[0].nbytes + self.vocab.nbytes
         return sum(a.nbytes for a in iter_params([self.fc, self.block])) + self.wpe.nbytes + head
 
@@ -126,15 +118,10 @@ def head_logits(head: Head, features):  # [n, d] -> [n, V]
 
 
 class FeatureDrafter(Drafter):
-    """The EAGLE head answering the tree builders' `dist_fn` queries (a drafting.Drafter).
-
-    It keeps the target's feature of every committed token (`commit` hands over those the target's
-    cache kept) and its own KV cache over the pairs (f_(j-1), t_j), slot j - 1. A step's first pass
-    feeds the pairs its cache lacks, the root's last (the step's first guess, from the last accepted
-    feature and the target's token); later passes feed tree nodes on their parents' guessed features.
-    After verification only the pairs made of the target's features stay: the accepted nodes are fed
-    again next step with their true features, as EAGLE does.
-    """
+    """The EAGLE head as a drafting.Drafter. It keeps the target's feature of every committed token (`commit`)
+    and its own KV cache over the pairs (f_(j-1), t_j), slot j - 1. A step's first pass feeds the pairs its cache
+    lacks, the root's last; later passes feed tree nodes on their parents' guessed features. After verification
+    only the pairs of target features stay: accepted nodes are fed again with their true features, as in EAGLE."""
 
     def __init__(self, head: Head, temperature=0.0, top_k=None, top_p=None, rows: int = 256, recorder=NO_RECORD):
         super().__init__(head, temperature, top_k, top_p, rows, recorder)
@@ -152,9 +139,8 @@ class FeatureDrafter(Drafter):
         self.guess = {}  # path key -> guessed feature
 
     def draft_pass(self, keys) -> None:
-        """One head pass over the nodes `keys` (their parents fed already), after the catch-up pairs on
-        the step's first pass. The head's sequence is seq[1:] (pair j - 1 holds token j), so `tree.block`
-        lays out slots and masks; a pair's position is its token's."""
+        """One head pass over the nodes `keys` (after the catch-up pairs on the step's first pass). Pair j - 1 holds
+        token j: `tree.block` lays out seq[1:]'s slots and masks; a pair's position is its token's."""
         first, start = len(self.tokens), self.cache.length
         self.feed(keys)
         tokens, positions, mask, n_c = block(self.seq[1:], start, self.tokens, self.parents, first)
@@ -198,31 +184,29 @@ def load_head(path, target: GPT2) -> Head:
     """The head saved at `path` (a directory, or a name in the weights directory such as "tiny-eagle"), bound to
     `target`."""
     path = checkpoint.resolve(path)
-    cfg = checkpoint.read_config_json(path / checkpoint.CONFIG_FILE)
+    cfg = checkpoint.read_config_json(path / CONFIG_FILE)
     if cfg.get("specdec_np") != HEAD_KIND:
-        raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json lacks \"specdec_np\": "
-                                         f"\"{HEAD_KIND}\")")
+        raise CheckpointError(f"{path}: not an EAGLE head (its config.json lacks \"specdec_np\": \"{HEAD_KIND}\")")
     if cfg.get("model_type") != MODEL_TYPE:
-        raise checkpoint.CheckpointError(f"{path}: not an EAGLE head (its config.json's model_type is "
-                                         f"{str(cfg.get('model_type'))[:50]!r}, not \"{MODEL_TYPE}\")")
-    config = checkpoint.read_config(path / checkpoint.CONFIG_FILE, cfg)
+        raise CheckpointError(f"{path}: not an EAGLE head (its config.json's model_type is "
+                              f"{str(cfg.get('model_type'))[:50]!r}, not \"{MODEL_TYPE}\")")
+    config = checkpoint.read_config(path / CONFIG_FILE, cfg)
     if config.n_layer != 1:
-        raise checkpoint.CheckpointError(f"{path / checkpoint.CONFIG_FILE}: n_layer={config.n_layer}, but an EAGLE "
-                                         "head has one block")
+        raise CheckpointError(f"{path / CONFIG_FILE}: n_layer={config.n_layer}, but an EAGLE head has one block")
     for field in ("n_vocab", "n_ctx", "n_embd", "n_head"):
         if getattr(config, field) != getattr(target.config, field):
-            raise checkpoint.CheckpointError(f"{path}: the head of a target with {field}={getattr(config, field)}, "
-                                             f"not {getattr(target.config, field)}")
-    file = path / checkpoint.MODEL_FILE
+            raise CheckpointError(f"{path}: the head of a target with {field}={getattr(config, field)}, "
+                                  f"not {getattr(target.config, field)}")
+    file = path / MODEL_FILE
     header, data_start = checkpoint.read_header(file)
     places = head_places(config)
     if set(header) - {"vocab"} != set(places):
-        raise checkpoint.CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(places)} (and "
-                                         f"optionally vocab); this file holds {', '.join(header)}")
+        raise CheckpointError(f"{file}: an EAGLE head holds the tensors {', '.join(places)} (and optionally vocab); "
+                              f"this file holds {', '.join(header)}")
     places.update({"vocab": (("vocab",), (config.n_vocab,))} if "vocab" in header else {})
     own = {"fc": {}, "blocks": empty_params(config)["blocks"]}  # to fill at `places`
     checkpoint.read_tensors(file, header, data_start, {key: key for key in places}, places, own, target.dtype)
     vocab = own.get("vocab")
     if vocab is not None and not (np.isin(vocab, (0, 1)).all() and vocab.any()):
-        raise checkpoint.CheckpointError(f"{file}: tensor 'vocab' must hold only 0 and 1, and at least one 1")
+        raise CheckpointError(f"{file}: tensor 'vocab' must hold only 0 and 1, and at least one 1")
     return bind(target, own["fc"], own["blocks"][0], vocab)

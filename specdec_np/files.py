@@ -1,14 +1,11 @@
 """Where the shipped files live, how files are written, and how every file is read: `check_regular`.
 
-WEIGHTS_DIR: the directory of the embedded models, the n-gram, the tokenizer's BPE files and downloaded
-checkpoints (the package data `specdec_np/weights/`, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another); every
-module reads it from here. The embedded pair's acceptance profile and calibration prompts are read from
-WEIGHTS_DIR when it holds them, else from SHIPPED_DIR (`weights_file`).
+WEIGHTS_DIR: the embedded models, the n-gram, the tokenizer's BPE files and downloaded checkpoints (the package
+data `specdec_np/weights/`, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another directory).
 
-Every reader goes through `check_regular` first (or `read_regular`, `read_text`, `read_json`, each with a bound
-on the size): a directory, a device, a FIFO, a dangling link or a symlink loop is named as such, never read, never
-taken for a missing file. Text is read as UTF-8 (`utf8`: a byte-order mark at the start is dropped) and written as
-UTF-8 (`atomic_files`, the one writer), whatever the locale.
+Every reader goes through `check_regular` first (or `read_regular`, `read_text`, `read_json`, each with a size
+bound): a directory, a device, a FIFO, a dangling link or a symlink loop is named as such, never read, never taken
+for a missing file. Text is UTF-8 whatever the locale, read by `utf8` and written by `atomic_files`, the one writer.
 """
 
 from __future__ import annotations
@@ -54,10 +51,9 @@ def weights_file(name: str) -> Path:
 
 
 def check_regular(path, name: str | None = None, hint: str = "") -> Path:
-    """`path` if it is a regular file (through links). Else, before anything opens it: what open() would raise
-    for a missing file (FileNotFoundError, "a dangling symlink to X" when a link names nothing) or a directory
-    (IsADirectoryError), so each reader words them as it does; a ValueError `name is not a regular file (a
-    FIFO)` for a FIFO (open() would block), a device (it may never end), a socket or a symlink loop."""
+    """`path` if it is a regular file (through links). Else, before anything opens it: what open() would raise for
+    a missing file ("a dangling symlink to X" when a link names nothing) or a directory, so each reader words them
+    as it does; a ValueError for a FIFO (open() would block), a device (it may never end), a socket or a loop."""
     path = Path(path)
     try:
         mode = os.stat(path).st_mode
@@ -88,9 +84,8 @@ def read_regular(path, name: str | None = None, limit: int | None = None, hint: 
 
 
 def utf8(data: bytes, what: str) -> str:
-    """`data` as UTF-8 text, or a ValueError naming `what` and the first byte that is not. A byte-order mark at the
-    start (what some Windows editors write) is dropped: the one rule for every text specdec_np reads (a prompt's
-    --file or standard input, bench's --prompts, the files `ngram fit` reads, JSON)."""
+    """`data` as UTF-8 text, or a ValueError naming `what` and the first byte that is not; a byte-order mark at the
+    start (some Windows editors write one) is dropped: the one rule for every text specdec_np reads."""
     text = data.removeprefix(codecs.BOM_UTF8)
     try:
         return text.decode("utf-8")
@@ -158,10 +153,9 @@ def atomic_file(path, mode="wb"):
 @contextlib.contextmanager
 def atomic_files(paths, mode="wb"):
     """`with atomic_files([a, b], "w") as (fa, fb):` the one way specdec_np writes a file: each to a temporary file
-    beside it, all renamed into place on success with Ctrl-C and SIGTERM held back until the last rename
-    (`signals_held`): a reader never sees a half-written file, and several change together or not at all; a failed
-    write (a full disk, SIGTERM) leaves the old ones and no temporary file. Text is UTF-8 whatever the locale. An
-    OSError naming no file (a write's) or a temporary one names the file it was for (the block's: the first)."""
+    beside it, all renamed into place on success with Ctrl-C and SIGTERM held until the last rename: a reader never
+    sees a half-written file, several change together or not at all, and a failed write (a full disk, SIGTERM)
+    leaves the old ones and no temporary file. An OSError names the file it was for (the block's: the first)."""
     paths, tmps, files = [Path(p) for p in paths], [], []
     at = paths[0]
     with terminated_as_exit():

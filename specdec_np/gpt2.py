@@ -1,18 +1,17 @@
 """GPT-2 in NumPy: the forward pass over a block of new tokens (a chain or a token tree) with a KV cache.
 
-What GPT-2 computes (Radford et al. 2019; OpenAI's gpt-2 code), written after picoGPT's small pure functions:
-learned positions, pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head. One addition for
-speculative decoding: `forward` takes each new token's position and which tokens it may attend to, so a
-whole token tree is scored in one pass (tree attention). `forward` is `hidden` (embeddings, blocks, the final layer
-norm: the features) then `lm_head` (the features -> logits). Parameters are plain arrays in a nested dict
-(picoGPT's layout; linear weights [n_in, n_out], GPT-2's Conv1D orientation, so `x @ w + b`):
+What GPT-2 computes (Radford et al. 2019), written after picoGPT's small pure functions: learned positions,
+pre-LayerNorm blocks, GELU (tanh approximation), a tied LM head. One addition for speculative decoding: `forward`
+takes each new token's position and which tokens it may attend to, so a whole token tree is scored in one pass
+(tree attention). `forward` is `hidden` (embeddings, blocks, final layer norm: the features) then `lm_head`
+(features -> logits). Parameters are plain arrays in a nested dict (picoGPT's layout; linear weights
+[n_in, n_out], GPT-2's Conv1D orientation, so `x @ w + b`):
 
     params = {"wte": [n_vocab, n_embd], "wpe": [n_ctx, n_embd], "ln_f": {"g", "b"},
               "blocks": [{"ln_1": {"g", "b"}, "attn": {"c_attn": {"w", "b"}, "c_proj": {"w", "b"}},
                           "ln_2": {"g", "b"}, "mlp": {"c_fc": {"w", "b"}, "c_proj": {"w", "b"}}}, ...]}
 
-The speed tricks (behind `x @ w`) live in `fastpath.py`, the KV cache in `kvcache.py`; the HF names of the
-parameters in `checkpoint.py`.
+The speed tricks (behind `x @ w`) live in `fastpath.py`, the KV cache in `kvcache.py`, HF's names in `checkpoint.py`.
 """
 
 from __future__ import annotations
@@ -116,10 +115,9 @@ def lm_head(model: GPT2, x):  # [n, n_embd] -> [n, n_vocab]
 
 # ----------------------------------------------------------------------------- the block
 def inputs(model: GPT2, tokens, cache: KVCache, positions, mask, rows_from: int):
-    """forward's arguments checked (a ValueError names what is wrong), once, and built into what its layers read:
-    tokens [n'], positions [n'] (default the chain's `prefix + arange(n)`), the attention bias [n', <= prefix + n']
-    and n, the real rows: the mask completed (causal by default, the prefix seen by all), padded to
-    `Layout.rows(n)` rows (`pad`), then 0 where a row may attend, -inf elsewhere (`attention_bias`)."""
+    """forward's arguments checked once (a ValueError names what is wrong) and built into what its layers read:
+    tokens [n'], positions [n'], the attention bias [n', <= prefix + n'] (the mask completed, causal by default,
+    padded to `Layout.rows(n)` rows by `pad`, `attention_bias`) and n, the real rows."""
     c, prefix = model.config, cache.length
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     n = tokens.size
@@ -153,9 +151,9 @@ def inputs(model: GPT2, tokens, cache: KVCache, positions, mask, rows_from: int)
 
 
 def pad(tokens, positions, mask, size: int):
-    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by
-    every real row, so real rows compute exactly what they would alone. Where a BLAS kernel works in
-    panels a few rows can cost more than a larger block (the tools set the sizes as `Layout.padding`)."""
+    """Append dummy rows up to `size`: token 0 at the first position, seeing only itself and unseen by every real
+    row, so real rows compute exactly what they would alone (a BLAS kernel that works in panels can make a few rows
+    cost more than a larger block: the tools set the sizes as `Layout.padding`)."""
     n, width = mask.shape  # width = prefix + n
     extra = size - n
     padded = np.zeros((size, width + extra), dtype=bool)  # [size, prefix + size]
@@ -205,9 +203,8 @@ class GPT2Config:
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
-    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1]
-    for layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else a count (an integer >= 1,
-    not a bool, a string or 8193.7)."""
+    """A ValueError naming `name` (default: the field) unless `value` suits `field`: a number in (0, 1] for
+    layer_norm_epsilon (added to a variance: 1e308 is inf in float32), else an integer >= 1 (not a bool)."""
     name = name or field
     if field == "layer_norm_epsilon":
         if not (real(value) and 0 < value <= 1):
@@ -225,8 +222,8 @@ GPT2_SHAPES = {"distilgpt2": GPT2Config(n_layer=6), "gpt2": GPT2Config(),
 
 @dataclass(frozen=True, eq=False)
 class GPT2:
-    """A model: its config, its parameters (plain arrays of one dtype) and how its passes are computed,
-    only their speed (`fastpath.Layout`: the tools' choice for a machine; `fastpath.laid_out` changes it)."""
+    """A model: its config, its parameters (plain arrays of one dtype) and how fast its passes are computed
+    (`fastpath.Layout`: the tools' choice for a machine; `fastpath.laid_out` changes it)."""
 
     config: GPT2Config
     params: dict

@@ -1,16 +1,12 @@
 """The decoding methods: what a step proposes to the target, and who proposed it.
 
-A method is its class (`METHODS`, by the name `generate` takes), built once with its models and
-sampling settings (`make`), in the spirit of Hugging Face's `CandidateGenerator` and Medusa's
-`generate_candidates`; the decoding loop (`decode.generate`) asks it two things:
-
-- `propose(seq, rand) -> Proposal`: a token tree rooted at seq[-1] (each node's proposer in
-  `tree.source`), the lossless rule that verifies it (it follows from how the tree was drawn)
-  and what drafting cost;
-- `commit(keys)`: the accepted path's keys, so a drafter with a cache keeps only that path.
-
-What a method is needs no model: which model it drafts with and whether it reads the n-gram (class attributes),
-and under a plan its sizes, the kind of its trees and the rules lossless on them (class methods).
+A method is its class (`METHODS`, by the name `generate` takes), built once with its models and sampling
+settings (`make`), like Hugging Face's `CandidateGenerator` and Medusa's `generate_candidates`. The decoding
+loop (`decode.generate`) asks it `propose(seq, rand) -> Proposal` (a token tree rooted at seq[-1], each node's
+proposer in `tree.source`, the lossless rule that verifies it, what drafting cost) and `commit(keys)` (the
+accepted path, so a drafter with a cache keeps only that path). What a method is needs no model: what it drafts
+with and whether it reads the n-gram (class attributes); under a plan its sizes, the kind of its trees and the
+rules lossless on them (class methods).
 """
 
 from __future__ import annotations
@@ -54,9 +50,8 @@ class Method:
     """What every method is and holds (each subclass sets its `name` and facts): the plan, the target's context
     (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
 
-    drafts = True  # proposes tokens below the root (every plan of every method but plain decoding)
-    # The model `generate`'s draft argument holds for it: None (none), "draft" (a draft model, gpt2.GPT2) or "head"
-    # (the target's EAGLE head, eagle.Head, whose drafter reads the target's features: commit gets the kept tokens').
+    drafts = True  # proposes tokens below the root (every method but plain decoding)
+    # `generate`'s draft argument: None, "draft" (gpt2.GPT2) or "head" (eagle.Head: commit gets the target's features).
     drafts_with = None
     needs_ngram = False  # reads the n-gram model
     proposes_chain = False  # its trees are chains (one child per node)
@@ -70,8 +65,8 @@ class Method:
     max_nodes = classmethod(lambda cls, plan: cls.max_depth(plan))  # a step's tree's drafted nodes, at most
     max_block = classmethod(lambda cls, plan: cls.max_nodes(plan))  # ... and tokens proposed (a tree, or a copy)
     size_fields = classmethod(lambda cls, plan: ("budget",))  # the plan fields that set those, the tree's first
-    # How its drafted trees' children are chosen (tree.KINDS; its builders draw as this says, the one home of it),
-    # and whether they are chains: the rules lossless on them (verify.lossless_rules).
+    # How its trees' children are chosen (tree.KINDS, the one home of it) and whether they are chains: which rules
+    # are lossless on them (verify.lossless_rules).
     tree_kind = classmethod(lambda cls, plan, temperature: "deterministic")
     chains = classmethod(lambda cls, plan: cls.proposes_chain)
     draft_rows = classmethod(lambda cls, plan: 0)  # the draft's scratch for one step, in KV cache rows
@@ -90,18 +85,16 @@ class Method:
 
     @classmethod
     def nearest_lossless(cls, plan, temperature: float, then=lambda plan: plan):
-        """The plan nearest `plan` whose rule verifies its trees losslessly: itself, else its trees drawn another
-        way (top tokens, drawn without or with replacement), else each of those as a chain (widths of 1); each as
-        `then` makes it (a caller's own changes, which win); None if none is."""
+        """The plan nearest `plan` whose rule is lossless on its trees: itself, else its trees drawn another way, else
+        each of those as a chain; each as `then` makes it (a caller's changes, which win); None if none is."""
         drawn = [replace(plan, sampled=s) for s in dict.fromkeys((plan.sampled, None, "without", "with"))]
         plans = drawn + [replace(p, shape="fixed", widths=(1,) * len(plan.widths)) for p in drawn]
         return next((p for p in map(then, plans) if cls.lossless(p, temperature)), None)
 
     @classmethod
     def check_size(cls, plan, n_ctx: int) -> None:
-        """A FieldError naming the plan fields at fault, before any allocation, when a step outgrows a context of
-        `n_ctx`: the target's block (its tree, or stage 2's copy); a depth (no node lies past the context); or the
-        draft's scratch (draft_rows), at most n_ctx rows per position."""
+        """A FieldError naming the plan fields at fault, before any allocation, when a step outgrows `n_ctx`: the
+        target's block (tree or copy), a depth, or the draft's scratch (draft_rows, at most n_ctx rows per position)."""
         def fields(names):  # (names, their values)
             return tuple(names), tuple(getattr(plan, name) for name in names)
         block = cls.max_block(plan)
@@ -217,8 +210,7 @@ class TreeMethod(Method):
         return self.proposal(tree, **d.costs())
 
     def build(self, root: int, depth: int, rand, kind: str) -> Tree:
-        """The tree below `root` from the drafter's q, drawn as `kind` says (tree_kind): top tokens, or children
-        drawn with `rand`, with or without replacement."""
+        """The tree below `root` from the drafter's q: top tokens, or drawn with `rand` as `kind` (tree_kind) says."""
         if self.fixed_widths(self.plan):
             return build.build_fixed(root, self.drafter.dist_fn, self.plan.widths[:depth], rand=rand,
                                      replacement=kind == "with_replacement")
@@ -275,8 +267,8 @@ class Staged(TreeMethod):
 
 
 class Eagle(TreeMethod):
-    """EAGLE: the target's own features draft `tree`'s trees through a small head (eagle.py), passed
-    as the draft; the first step, whose pass reads the prompt, drafts nothing."""
+    """EAGLE: a small head (eagle.py, passed as the draft) drafts `tree`'s trees from the target's features; the
+    first step, whose pass reads the prompt, drafts nothing."""
 
     name, drafts_with = "eagle", "head"
 
