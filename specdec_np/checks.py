@@ -9,7 +9,8 @@ import numpy as np
 
 from . import verify
 from .ngram import Trigram
-from .plan import Plan
+from .plan import Plan, check_temperature
+from .tokenizer import GPT2_N_VOCAB, decode, get_encoding
 from .values import integral, real, whole
 
 
@@ -44,12 +45,22 @@ def check_forward(model, tokens, cache, positions, mask, logits_from: int):
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """The sampling settings (sampling.py trusts them): a ValueError starting `name=value` unless temperature >= 0
     finite, top_k an integer >= 1 or None, 0 < top_p <= 1 or None."""
-    if not (real(temperature) and temperature >= 0):
-        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+    check_temperature(temperature)
     if top_k is not None and not whole(top_k, 1):
         raise ValueError(f"top_k={top_k!r} must be an integer >= 1")
     if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p={top_p!r} must be in (0, 1]")
+
+
+def check_cuts(top_k, top_p, n_vocab: int | None = None) -> None:
+    """A ValueError starting `name=value` for a top_k or top_p that keeps every token, so changes nothing: top_k at
+    or above the vocabulary's `n_vocab` tokens (None: not known yet), top_p = 1. generate refuses them, and the
+    command line in the same words, naming its option (options.as_option)."""
+    if top_k is not None and n_vocab is not None and top_k >= n_vocab:
+        raise ValueError(f"top_k={top_k}: the target has {n_vocab} tokens, so it keeps them all and changes "
+                         f"nothing: give fewer than {n_vocab}, or leave it off")
+    if top_p is not None and top_p == 1:
+        raise ValueError("top_p=1 keeps every token, so it changes nothing: leave it off")
 
 
 def check_hyperparameter(field: str, value, name: str | None = None) -> None:
@@ -84,6 +95,7 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
         name = "top_k" if top_k is not None else "top_p"
         raise ValueError(f"{name} changes nothing at temperature 0 (greedy keeps the argmax, which top_k and top_p "
                          "always keep): leave it None, or sample with temperature > 0")
+    check_cuts(top_k, top_p, target.config.n_vocab)
     # Rand's interface: coin(p) and draw(probs) (the exact enumerator's ScriptedRand has it too).
     if rand is not None and not (callable(getattr(rand, "coin", None)) and callable(getattr(rand, "draw", None))):
         raise TypeError(f"rand must be a sampling.Rand (e.g. sampling.Rand(seed), or sampling.Rand(generator) for a "
@@ -105,6 +117,11 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if eos is not None and not (integral(eos) and -V <= eos < V):
         raise ValueError(f"eos must be a token id in 0..{V - 1} (or -1 for the last, <|endoftext|>; a negative id "
                          f"counts from the vocabulary's end) or None (no end-of-text stop), got {eos!r}")
+    for name, model, reads in (("draft", draft, m.runs_draft), ("ngram", ngram, m.needs_ngram)):
+        if model is not None and not reads:  # as the command line's --draft and --ngram
+            users = ", ".join(k for k, c in methods.items() if (c.runs_draft if name == "draft" else c.needs_ngram))
+            raise ValueError(f"{name} does nothing with method {method!r}: it applies to method {users} (leave it "
+                             "None)")
     if m.runs_draft:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
@@ -121,6 +138,24 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
             raise ValueError(f"ngram: the trigram's vocabulary ({ngram.n_vocab} tokens) is not the target's ({V})")
     m.check_size(plan, target.config.n_ctx)
     return prompt
+
+
+def check_stop(stop, decode_fn, n_vocab: int) -> tuple:
+    """generate's stop strings as a tuple (one string is one stop string) and the function that decodes tokens for
+    them (default: GPT-2's BPE for `n_vocab` tokens), or a one-line error naming the argument."""
+    stop = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise TypeError(f"stop must be a list of non-empty strings (e.g. ['\\ndef']), got {stop!r:.60}")
+    if decode_fn is not None and not callable(decode_fn):
+        raise TypeError(f"decode_fn must be a function of token ids returning their text, got "
+                        f"{type(decode_fn).__name__}")
+    if not stop or decode_fn is not None:
+        return tuple(stop), decode_fn
+    if not 257 <= n_vocab <= GPT2_N_VOCAB:
+        raise ValueError(f"stop: the target's {n_vocab} tokens have no GPT-2 tokenizer to decode them with: give "
+                         "decode_fn, a function of token ids returning their text")
+    enc = get_encoding(n_vocab)
+    return tuple(stop), lambda tokens: decode(enc, tokens)
 
 
 def check_prompt(prompt, target, draft=None, methods=None) -> list:

@@ -3,6 +3,7 @@ and the rules the loop verifies them with, and the method objects' two verbs."""
 import numpy as np
 import pytest
 
+from helpers import models_for
 from specdec_np import eagle, methods, verify
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
@@ -46,8 +47,8 @@ def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossles
         return
     kinds = set()
     for seed, seq in enumerate(SEQS):
-        res = generate(target, seq, 6, method, draft, trigram, plan, temperature, seed=seed, eos=None,
-                       keep_trees=True)
+        res = generate(target, seq, 6, method, plan=plan, temperature=temperature, seed=seed, eos=None,
+                       keep_trees=True, **models_for(method, draft, trigram))
         for step in res.stats.steps:
             tree, rule = step.trace.tree, step.trace.rule
             chain = np.bincount(tree.parents[1:], minlength=len(tree)).max(initial=0) <= 1

@@ -950,7 +950,7 @@ def test_top_k_that_keeps_every_token_is_an_error(capsys, top_k, ok):
     if ok:
         assert rc == 0, err
     else:
-        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so top-k keeps them all and "
+        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so it keeps them all and "
                                    "changes nothing: give fewer than 8193, or leave it off"]
 
 
