@@ -471,6 +471,9 @@ def test_demo_small(capsys):
     eagle_plan = next(line for line in greedy.splitlines() if line.startswith("  eagle: "))
     assert "(this machine's measured plan" in eagle_plan or bench.EAGLE_PLAN in eagle_plan, eagle_plan
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
+    # Issue 70: the completion shown ends at HumanEval's stop sequences by default (the tables decode all 24).
+    assert "The staged completion, ended by --stop at the first of HumanEval's stop sequences" in out
+    assert "(the tables decode all 24)" in out
 
 
 def test_the_demo_shows_a_tree_with_the_constant_plan(capsys):
