@@ -78,8 +78,9 @@ def check_hyperparameter(field: str, value, name: str | None = None) -> None:
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
                  seed, eos, rand=None, keep_trees=False) -> list:
     """generate's arguments checked (`methods`: methods.METHODS): the prompt as a list of ints, or a one-line
-    ValueError/TypeError naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding
-    keeps the argmax, which both always keep, so they would change nothing."""
+    ValueError/TypeError naming the bad argument. What would change nothing is an error, as on the command line: top_k
+    and top_p at temperature 0 (greedy keeps the argmax, which both always keep), ones that keep every token
+    (check_cuts), a draft or an n-gram the method never reads."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
     for name, value, kind, example in (("target", target, "gpt2.GPT2", "models.load_model('tiny-target')"),
                                        ("draft", draft, "gpt2.GPT2", "models.load_model('tiny-draft')"),
