@@ -117,7 +117,7 @@ def namespace(**options):
     return argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
                                         widths=None, sampled=None, copy_len=None, rule=None, temperature=1.0,
                                         top_k=None, top_p=None, max_new_tokens=8, seed=None, file=None,
-                                        target="tiny-target", draft=None, ngram=None), **options})
+                                        target="tiny-target", draft=None, ngram=None, stop=None), **options})
 
 
 def measured_machine(monkeypatch, shapes):
@@ -849,6 +849,7 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     from specdec_np.models import load_head
     from specdec_np.plan import Plan
     from specdec_np.tokenizer import encode
+    from specdec_np.tools import acceptance
 
     target, draft, ngram, enc = embedded
     head = load_head(target=target)  # the eagle row's draft, here on the tree row's tree
@@ -864,8 +865,8 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     prompt = encode(enc, demo.PROMPT)
     stats = {}
     for name, (method, plan) in rows.items():
-        s = stats[name] = generate(target, prompt, 128, method=method, draft=head if name == "eagle" else draft,
-                                   ngram=ngram, plan=plan).stats
+        s = stats[name] = generate(target, prompt, 128, method=method, plan=plan,
+                                   **acceptance.models_for(method, draft, ngram, head)).stats
         p = s.parts
         assert table[name] == [str(s.target_passes), f"{s.tokens_per_pass:.2f}", str(s.draft_passes),
                                f"{s.weight_traffic:.2f}", str(p["draft"]), str(p["ngram_guess"] + p["copy_guess"]),
