@@ -262,9 +262,8 @@ def run(a, keep_trees=False) -> tuple:
     t0 = time.perf_counter()
     m = METHODS[s.method]  # the models it reads (the machine's plan may have read the others to price it)
     res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft if m.runs_draft else None,
-                   ngram=s.ngram if m.needs_ngram else None, plan=s.plan,
-                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees,
-                   stop=s.stop, decode_fn=lambda tokens: decode(s.enc, tokens))
+                   ngram=s.ngram if m.needs_ngram else None, plan=s.plan, temperature=a.temperature, top_k=a.top_k,
+                   top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees, stop=s.stop)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
