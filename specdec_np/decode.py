@@ -148,8 +148,6 @@ def stop_finder(stop, decode_fn, seq: list, n_prompt: int):
         text = decode_fn(seq[n_prompt:] + tokens)
         return any(s in text for s in stop)
 
-    def ends(tokens):
-        if not holds(tokens):
-            return None
-        return next(n for n in range(1, len(tokens) + 1) if holds(tokens[:n]))
+    def ends(tokens):  # the first prefix that holds one (the tokens before this step's hold none)
+        return next(n for n in range(1, len(tokens) + 1) if holds(tokens[:n])) if holds(tokens) else None
     return ends
