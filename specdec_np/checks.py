@@ -9,15 +9,15 @@ from . import verify
 from .eagle import Head
 from .gpt2 import GPT2
 from .ngram import Trigram
-from .plan import Plan
+from .plan import Plan, check_temperature
+from .tokenizer import GPT2_N_VOCAB, decode, get_encoding
 from .values import FieldError, integral, real, whole
 
 
 def check_settings(temperature=1.0, top_k=None, top_p=None) -> None:
     """The sampling settings (sampling.py trusts them): a FieldError starting `name=value` unless temperature >= 0
     finite, top_k an integer >= 1 or None, 0 < top_p <= 1 or None."""
-    if not (real(temperature) and temperature >= 0):
-        raise FieldError("temperature", temperature, " must be a finite number >= 0 (0 = greedy)", about="")
+    check_temperature(temperature)
     if top_k is not None and not whole(top_k, 1):
         raise FieldError("top_k", top_k, " must be an integer >= 1", about="")
     if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
@@ -30,11 +30,23 @@ def needless(temperature, top_k=None, top_p=None) -> str | None:
     return next((name for name, v in (("top_k", top_k), ("top_p", top_p)) if v is not None and temperature == 0), None)
 
 
+def check_cuts(top_k, top_p, n_vocab: int | None = None) -> None:
+    """A ValueError starting `name=value` for a top_k or top_p that keeps every token, so changes nothing: top_k at
+    or above the vocabulary's `n_vocab` tokens (None: not known yet), top_p = 1. generate refuses them, and the
+    command line in the same words, naming its option (options.as_option)."""
+    if top_k is not None and n_vocab is not None and top_k >= n_vocab:
+        raise ValueError(f"top_k={top_k}: the target has {n_vocab} tokens, so it keeps them all and changes "
+                         f"nothing: give fewer than {n_vocab}, or leave it off")
+    if top_p is not None and top_p == 1:
+        raise ValueError("top_p=1 keeps every token, so it changes nothing: leave it off")
+
+
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
                  seed, eos, rand=None, keep_trees=False) -> list:
     """generate's arguments checked (`methods`: methods.METHODS): the prompt as a list of ints, or a one-line
-    ValueError/TypeError naming the bad argument. top_k and top_p at temperature 0 are errors: greedy decoding
-    keeps the argmax, which both always keep, so they would change nothing."""
+    ValueError/TypeError naming the bad argument. What would change nothing is an error, as on the command line: top_k
+    and top_p at temperature 0 (greedy keeps the argmax, which both always keep), ones that keep every token
+    (check_cuts), a draft or an n-gram the method never reads."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
     if isinstance(target, Head):
         raise TypeError("target: an EAGLE head is not a model: pass the target model, and the head as draft with "
@@ -50,6 +62,7 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if name := needless(temperature, top_k, top_p):
         raise ValueError(f"{name} changes nothing at temperature 0 (greedy keeps the argmax, which top_k and top_p "
                          "always keep): leave it None, or sample with temperature > 0")
+    check_cuts(top_k, top_p, target.config.n_vocab)
     # Rand's interface: coin(p) and draw(probs) (the exact enumerator's ScriptedRand has it too).
     if rand is not None and not (callable(getattr(rand, "coin", None)) and callable(getattr(rand, "draw", None))):
         raise TypeError(f"rand must be a sampling.Rand (e.g. sampling.Rand(seed), or sampling.Rand(generator) for a "
@@ -72,6 +85,11 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
     if eos is not None and not (integral(eos) and -V <= eos < V):
         raise ValueError(f"eos must be a token id in 0..{V - 1} (or -1 for the last, <|endoftext|>; a negative id "
                          f"counts from the vocabulary's end) or None (no end-of-text stop), got {eos!r}")
+    for name, model, reads in (("draft", draft, m.drafts_with), ("ngram", ngram, m.needs_ngram)):
+        if model is not None and not reads:  # as the command line's --draft and --ngram
+            users = ", ".join(k for k, c in methods.items() if (c.drafts_with if name == "draft" else c.needs_ngram))
+            raise ValueError(f"{name} does nothing with method {method!r}: it applies to method {users} (leave it "
+                             "None)")
     if m.drafts_with:
         if draft is None:
             raise ValueError(f"method {method!r} needs a draft model")
@@ -93,6 +111,24 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
             raise ValueError(f"ngram: the trigram's vocabulary ({ngram.n_vocab} tokens) is not the target's ({V})")
     m.check_size(plan, target.config.n_ctx)
     return prompt
+
+
+def check_stop(stop, decode_fn, n_vocab: int) -> tuple:
+    """generate's stop strings as a tuple (one string is one stop string) and the function that decodes tokens for
+    them (default: GPT-2's BPE for `n_vocab` tokens), or a one-line error naming the argument."""
+    stop = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise TypeError(f"stop must be a list of non-empty strings (e.g. ['\\ndef']), got {stop!r:.60}")
+    if decode_fn is not None and not callable(decode_fn):
+        raise TypeError(f"decode_fn must be a function of token ids returning their text, got "
+                        f"{type(decode_fn).__name__}")
+    if not stop or decode_fn is not None:
+        return tuple(stop), decode_fn
+    if not 257 <= n_vocab <= GPT2_N_VOCAB:
+        raise ValueError(f"stop: the target's {n_vocab} tokens have no GPT-2 tokenizer to decode them with: give "
+                         "decode_fn, a function of token ids returning their text")
+    enc = get_encoding(n_vocab)
+    return tuple(stop), lambda tokens: decode(enc, tokens)
 
 
 def check_prompt(prompt, target, draft=None, methods=None) -> list:

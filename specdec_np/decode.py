@@ -10,7 +10,8 @@ Autoregressive decoding is the same loop with a root-only tree. The tree's shape
 rule travel in one `Plan` (plan.py); checks.py checks the arguments.
 
 Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer
-accepted path is cut), or when the sequence fills the target's context (`stop_reason == "context"`).
+accepted path is cut), at a stop string (emitted through the token that completes it, the rest of the path cut;
+`stop_reason == "stop"`), or when the sequence fills the target's context (`stop_reason == "context"`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import verify
-from .checks import check_inputs
+from .checks import check_inputs, check_stop
 from .gpt2 import GPT2, hidden, lm_head, new_cache
 from .kvcache import KVCache
 from .methods import METHODS, make
@@ -35,7 +36,8 @@ END_OF_TEXT = -1  # eos's default: the last vocabulary id, GPT-2's <|endoftext|>
 
 def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar", draft: GPT2 | None = None,
              ngram=None, plan: Plan | None = None, temperature: float = 0.0, top_k=None, top_p=None,
-             seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False) -> Result:
+             seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False, stop=(),
+             decode_fn=None) -> Result:
     """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
 
     method: a name in methods.METHODS (each a class: what it drafts); plan: the tree's shape, stage 2 and the rule
@@ -46,32 +48,40 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
     eos: the end-of-text id, negative counting from the vocabulary's end (default END_OF_TEXT, the
       last id: GPT-2's `<|endoftext|>`); None: no end-of-text stop.
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
+    stop: strings that end the completion (as Hugging Face's stop_strings, vLLM's stop): decoding stops after the
+      first token whose addition makes the completion's text (the prompt's is not searched) hold one of them. That
+      token is the last emitted, so the tokens hold the stop string (as they hold `eos`): the completion's text is
+      theirs cut before its first stop string, `tokenizer.cut_at_stop(text, stop)` (a token that begins before the
+      stop string and ends inside it is kept whole in the tokens; the text keeps only its part before the stop).
+    decode_fn: token ids -> text, for `stop` (default: GPT-2's BPE for the target's vocabulary, tokenizer.py).
     """
     plan = constant(temperature) if plan is None else plan
     prompt = check_inputs(METHODS, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k,
                           top_p, seed, eos, rand, keep_trees)
+    stop, decode_fn = check_stop(stop, decode_fn, target.config.n_vocab)
     eos = None if eos is None else eos % target.config.n_vocab
     recorder = Recorder(target.weight_bytes, draft.weight_bytes if METHODS[method].drafts_with else 0, keep_trees)
     rand = recorder.watch(Rand(seed) if rand is None else rand)
     proposer = make(method, plan, target, draft, ngram, temperature, top_k, top_p, recorder)
     cache = new_cache(target, proposer.max_block(plan) + 1)  # scratch for the root and a step's block
-    seq, produced, stop = list(prompt), 0, None
-    while stop is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
+    seq, produced, reason = list(prompt), 0, None
+    ends = stop_finder(stop, decode_fn, seq, len(prompt)) if stop else None
+    while reason is None and produced < max_new_tokens and len(seq) < target.config.n_ctx:
         proposal = recorder.lap(proposer.propose(seq, rand))  # the recorder notes when each phase ends
         scored = recorder.lap(verify_pass(target, cache, seq, proposal.tree, temperature, top_k, top_p,
                                           proposer.drafts_with == "head"))
         verdict = accept(proposal, scored.p, rand)
         compact(cache, scored, proposal.tree, verdict.path, proposer)
-        tokens, source, stop = emit(proposal.tree, verdict, max_new_tokens - produced, eos)
+        tokens, source, reason = emit(proposal.tree, verdict, max_new_tokens - produced, eos, ends)
         seq += tokens
         produced += len(tokens)
         recorder.record(proposal, scored, verdict, tokens, source, cache.length)
-    stop = stop or ("max_new_tokens" if produced >= max_new_tokens else "context")
-    # A path cut by max_new_tokens/eos may have left unemitted tokens in the caches: drop them.
+    reason = reason or ("max_new_tokens" if produced >= max_new_tokens else "context")
+    # A path cut by max_new_tokens/eos/a stop string may have left unemitted tokens in the caches: drop them.
     for kv in (cache, proposer.cache):
         if kv is not None:
             kv.truncate(min(kv.length, len(seq) - 1))
-    return Result(seq[len(prompt):], recorder.stats, stop, cache, proposer.cache)
+    return Result(seq[len(prompt):], recorder.stats, reason, cache, proposer.cache)
 
 
 @dataclass(frozen=True)
@@ -117,13 +127,27 @@ def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
         proposer.commit(keys, scored.features[kept], scored.start)
 
 
-def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None):
-    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None), who
-    proposed each (the accepted nodes' sources, then the target), and "eos" if it emitted an
-    end-of-text, else None."""
+def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None, ends=None):
+    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None, up to the
+    token that completes a stop string, `ends`: stop_finder's), who proposed each (the accepted nodes'
+    sources, then the target), and "eos" or "stop" if it emitted an end-of-text or a stop string, else None."""
     tokens = verify.emitted(tree, verdict.path, verdict.token)
     source = [int(tree.source[i]) for i in verdict.path[1:]] + [TARGET]
     stop = None
     if eos is not None and eos in tokens[:left]:
         left, stop = tokens.index(eos) + 1, "eos"
+    if ends is not None and (n := ends(tokens[:left - (stop == "eos")])) is not None:  # eos's text is no stop's
+        left, stop = n, "stop"
     return tokens[:left], source[:left], stop
+
+
+def stop_finder(stop, decode_fn, seq: list, n_prompt: int):
+    """A step's tokens -> how many of them to emit, through the first after which the completion's text (that of
+    `seq[n_prompt:]`, the sequence the loop extends, and them) holds one of the `stop` strings; None if none."""
+    def holds(tokens) -> bool:
+        text = decode_fn(seq[n_prompt:] + tokens)
+        return any(s in text for s in stop)
+
+    def ends(tokens):  # the first prefix that holds one (the tokens before this step's hold none)
+        return next(n for n in range(1, len(tokens) + 1) if holds(tokens[:n])) if holds(tokens) else None
+    return ends

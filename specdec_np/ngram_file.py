@@ -81,6 +81,8 @@ def read_arrays(file) -> dict:
                                      f"a model holds (at most {most})")
                 with z.open(members[name]) as f:
                     arrays[name] = npy.read_array(f, allow_pickle=False)
+                if name == "uni_count" and not arrays[name].any():  # said here: every later member would be "too long"
+                    raise ValueError("uni_count is all zeros: a model fitted on no tokens")
     return arrays
 
 
@@ -106,8 +108,6 @@ def check(arrays: dict) -> tuple[dict, dict]:
             raise ValueError(f"{name} must be a 1-D array of integers >= {LEAST[field]}")
     if counts["uni_count"].shape != (V,):
         raise ValueError(f"uni_count has shape {counts['uni_count'].shape}, expected ({V},)")
-    if not counts["uni_count"].any():
-        raise ValueError("uni_count is all zeros: a model fitted on no tokens")
     for order, histories in (("bi", V), ("tri", V * V)):
         ctx, ctx_count, lens, tok, count = (counts[f"{order}_{x}"] for x in ("ctx", "ctx_count", "len", "tok", "count"))
         if not len(ctx) == len(ctx_count) == len(lens):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .values import FieldError, whole
+from .values import FieldError, real, whole
 
 
 def whole_tuple(value, low: int) -> tuple | None:
@@ -81,7 +81,15 @@ def constant(temperature: float = 0.0) -> Plan:
     far more often than a top token, and each level costs a draft pass), chains of 3, prompt lookup
     after matches of 2 or more tokens, copies of 3 and no stage-2 guesses. Chosen from the shipped
     acceptance profile priced by the cost model (docs/reference.md, "The constant plan")."""
+    check_temperature(temperature)
     if temperature == 0:
         return Plan()
     return Plan(shape="fixed", widths=(1, 1, 1), sampled="without", chain=3, lookup_chains=(7, 3, 0), guess_len=0,
                 guess_rows=0, copy_len=3)
+
+
+def check_temperature(temperature) -> None:
+    """The one check of a temperature (here, below checks.py, for `constant`): a ValueError naming it unless it is
+    a finite number >= 0."""
+    if not (real(temperature) and temperature >= 0):
+        raise FieldError("temperature", temperature, " must be a finite number >= 0 (0 = greedy)", about="")

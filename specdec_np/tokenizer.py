@@ -14,6 +14,7 @@ from pathlib import Path
 import tiktoken
 
 from .files import WEIGHTS_DIR, check_weights_dir, read_regular
+from .values import integral
 
 # The digests tiktoken itself pins for these files. We check them on the bytes we read and build the ranks
 # from those bytes (`bpe_ranks`): tiktoken's own loader would read a copy from its cache in $TMPDIR, unchecked.
@@ -86,9 +87,25 @@ def encode(enc: tiktoken.Encoding, text: str) -> list[int]:
 
 
 def decode(enc: tiktoken.Encoding, tokens) -> str:
-    """Text of `tokens`; raises ValueError naming the first id outside the vocabulary."""
+    """Text of `tokens` (integer ids); a TypeError for text or ids that are not integers (1.5 is not token 1), a
+    ValueError naming the first id outside the vocabulary."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(f"tokens must be token ids, not text: got {type(tokens).__name__} {tokens!r:.60}")
+    try:
+        tokens = list(tokens)
+    except TypeError:
+        raise TypeError(f"tokens must be a list of token ids, got {type(tokens).__name__} {tokens!r:.60}") from None
+    if bad := [t for t in tokens if not integral(t)]:
+        raise TypeError(f"tokens must be integer token ids: {len(bad)} of {len(tokens)} are not, the first "
+                        f"{bad[0]!r:.60}")
     tokens = [int(t) for t in tokens]
     for t in tokens:
         if not 0 <= t < enc.n_vocab:
             raise ValueError(f"token id {t} is outside the vocabulary (0..{enc.n_vocab - 1}) of {enc.name}")
     return enc.decode(tokens)
+
+
+def cut_at_stop(text: str, stop) -> str:
+    """`text` up to the first of the `stop` strings in it (all of it if none is): a completion's text when
+    `decode.generate` stopped at one (its tokens end with the token that completes it)."""
+    return text[:min((i for s in stop if (i := text.find(s)) >= 0), default=len(text))]

@@ -26,6 +26,7 @@ from specdec_np import verify
 from specdec_np.build import build_fixed
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2, GPT2Config, forward, new_cache
+from specdec_np.methods import METHODS
 from specdec_np.ngram import Trigram
 from specdec_np.proofs import exact
 from specdec_np.proofs.exact import context, target_rows  # noqa: F401  (the tests' names)
@@ -44,6 +45,12 @@ class Models(NamedTuple):
     target: GPT2
     draft: GPT2
     trigram: Trigram
+
+
+def models_for(method, draft=None, ngram=None) -> dict:
+    """generate's draft and ngram for `method`: those it reads (generate refuses a model a method never reads)."""
+    m = METHODS[method]
+    return dict(draft=draft if m.drafts_with else None, ngram=ngram if m.needs_ngram else None)
 
 
 def ar_greedy(model, prompt, n):

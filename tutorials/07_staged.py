@@ -67,12 +67,12 @@ assert abs(ngram.dist(trigram, prompt).sum() - 1) < 1e-9  # a proper distributio
 
 # %%
 target64, draft64 = target.astype(np.float64), draft.astype(np.float64)
-kw = dict(draft=draft64, ngram=trigram, keep_trees=True)
+kw = dict(draft=draft64, keep_trees=True)  # and the trigram for staged (generate refuses a model a method never reads)
 shape = dict(budget=16, depth=6)
 try_this(f"trees of {shape}", shape != dict(budget=16, depth=6))
 n_new = 48
 tree_run = generate(target64, prompt, n_new, method="tree", plan=Plan(**shape), **kw)
-staged_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=0, **shape), **kw)
+staged_run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=0, **shape), ngram=trigram, **kw)
 
 assert staged_run.tokens == tree_run.tokens, "staging must not change the output"
 assert len(staged_run.stats.trees) == len(tree_run.stats.trees)
@@ -142,7 +142,8 @@ assert not {NGRAM, COPY} & set(tree_run.stats.source)  # without stage 2 no toke
 # %%
 def copies_run(copy_len):
     """The staged run with copies of up to `copy_len` tokens sent to the target, and its steps that verified one."""
-    run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=copy_len, **shape), **kw)
+    run = generate(target64, prompt, n_new, method="staged", plan=Plan(copy_len=copy_len, **shape), ngram=trigram,
+                   **kw)
     return run, sum(step.trace.copied for step in run.stats.steps)  # steps whose tree is stage 2's copy
 
 
@@ -195,7 +196,8 @@ start = start_timing()
 for _ in range(3):
     for name, (method, plan) in runs.items():
         t0 = time.perf_counter()
-        r = generate(target32, prompt, n_new, method=method, plan=plan, draft=draft32, ngram=trigram)
+        models = {"ar": {}, "tree": dict(draft=draft32)}.get(method, dict(draft=draft32, ngram=trigram))
+        r = generate(target32, prompt, n_new, method=method, plan=plan, **models)
         seconds[name].append(time.perf_counter() - t0)
         stats[name] = r
 ms = {name: 1000 * float(np.median(t)) / len(stats[name].tokens) for name, t in seconds.items()}

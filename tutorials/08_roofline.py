@@ -136,7 +136,8 @@ def timed(method, plan=None, repeats=3):
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        r = generate(target, prompt, n_new, method=method, draft=draft, plan=plan)
+        models = {} if method in ("ar", "lookup") else dict(draft=draft)  # the draft for the methods that run it
+        r = generate(target, prompt, n_new, method=method, plan=plan, **models)
         times.append(1e3 * (time.perf_counter() - t0) / len(r.tokens))
     per_run[method, plan] = times
     return r, float(np.median(times))

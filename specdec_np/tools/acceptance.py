@@ -90,9 +90,12 @@ def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
             and (has_ngram or not METHODS[name].needs_ngram)}
 
 
-def drafter(method: str, draft, head):
-    """What drafts for `method`: the EAGLE head for one that reads the target's features, else the draft."""
-    return head if METHODS[method].drafts_with == "head" else draft
+def models_for(method: str, draft, ngram, head=None) -> dict:
+    """generate's draft and ngram for `method`, those it reads (it refuses one it never reads): its draft is the
+    EAGLE head for a method that drafts with one, else the draft model."""
+    m = METHODS[method]
+    return dict(draft=(head if m.drafts_with == "head" else draft) if m.drafts_with else None,
+                ngram=ngram if m.needs_ngram else None)
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
@@ -150,7 +153,8 @@ def counted(job, item) -> tuple:
     setting, method, shape = item
     target, draft, ngram, prompts, max_new_tokens, seeds, head = job
     kw = SETTINGS[setting]
-    runs = [generate(target, prompt, max_new_tokens, method, drafter(method, draft, head), ngram, Plan(**shape),
+    models = models_for(method, draft, ngram, head)
+    runs = [generate(target, prompt, max_new_tokens, method, models["draft"], models["ngram"], Plan(**shape),
                      seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
     return setting, method, shape, counts(*runs)

@@ -61,6 +61,34 @@ def humaneval_file() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
 
 
+HUMANEVAL_STOP = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")  # the HumanEval harness's stop sequences
+
+
+def stop_strings(values) -> tuple:
+    """--stop's values (repeatable) as generate's stop strings: backslash escapes understood (--stop '\\ndef' is a
+    newline and "def"), `humaneval` for HumanEval's stop sequences, `none` for none; () when none is given."""
+    stops = []
+    for value in values or ():
+        if value in ("humaneval", "none"):
+            stops += HUMANEVAL_STOP if value == "humaneval" else ()
+            continue
+        try:  # characters beyond Latin-1 pass through as their own escapes
+            text = value.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--stop {value!r}: {e.reason} (a backslash starts an escape such as \\n: write \\\\ "
+                             "for a backslash)") from None
+        if not text:
+            raise ValueError("--stop is empty: give the text that ends the completion, e.g. --stop '\\ndef'")
+        stops.append(text)
+    return tuple(dict.fromkeys(stops))
+
+
+def stops_said(stops) -> str:
+    """The stop strings in words, as a run reports them."""
+    named = "HumanEval's stop sequences " if set(HUMANEVAL_STOP) <= set(stops) else ""
+    return f"{named}({', '.join(repr(s)[1:-1] for s in stops)})" if stops else "none"
+
+
 def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[int]]:
     """The prompts' tokens, checked before any measuring: --max-new-tokens must leave room for a
     prompt in the context, and a longer prompt keeps its last tokens (said once)."""
@@ -93,9 +121,10 @@ def first_token_acceptance(stats) -> tuple[int, int]:
     return sum(len(s.tokens) >= 2 for s in drafted), len(drafted)
 
 
-def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None) -> dict:
-    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds;
-    a method that drafts with a head drafts with `head` (the target's EAGLE head), the others with `draft`."""
+def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None, stop=()) -> dict:
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds,
+    each run ended at the `stop` strings; a method that drafts with a head drafts with `head` (the target's EAGLE
+    head), the others with `draft`."""
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
@@ -107,9 +136,8 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
             for seed in acceptance.run_seeds(i, skw["temperature"], seeds):
                 for m, choice in rows.items():
                     t0 = time.perf_counter()
-                    res = generate(target, prompt, max_new_tokens, method=choice.method, ngram=ngram,
-                                   draft=acceptance.drafter(choice.method, draft, head), plan=choice.plan, seed=seed,
-                                   **skw)
+                    res = generate(target, prompt, max_new_tokens, method=choice.method, plan=choice.plan, seed=seed,
+                                   stop=stop, **acceptance.models_for(choice.method, draft, ngram, head), **skw)
                     records[sname][m].append({
                         "prompt": i, "tokens": len(res.tokens), "seconds": time.perf_counter() - t0, "ids": res.tokens,
                         "target_passes": res.stats.target_passes, "stats": res.stats,
@@ -331,15 +359,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default="methods", choices=("methods", "rules", "all"),
                     help="the methods, the verification rules side by side (top-k only), or both (default: methods)")
     ap.add_argument("--seeds", type=int, default=1, help="top-k: runs per prompt, each with its own seed")
+    ap.add_argument("--stop", action="append", metavar="TEXT", help="end each run at this text (repeatable; backslash "
+                    "escapes understood, e.g. '\\ndef'; humaneval: HumanEval's stop sequences; default: none, every "
+                    "run decodes --max-new-tokens)")
     ap.add_argument("--out", default="out/bench", help="directory for results.json and results.md (and plots)")
     ap.add_argument("--results", help="also write the tables into this machine's section of this markdown file")
     ap.add_argument("--recalibrate", action="store_true", help="measure this machine's costs again first")
     ap.add_argument("--plot", action="store_true", help="PNG charts (needs matplotlib)")
     ap.add_argument("--curves", action="store_true", help="only measure and print this machine's cost curves")
     a = ap.parse_args(argv)
-    runs = ("prompts", "limit", "max_new_tokens", "plan", "settings", "rows", "seeds", "out", "results", "plot")
+    runs = ("prompts", "limit", "max_new_tokens", "plan", "settings", "rows", "seeds", "stop", "out", "results", "plot")
     if a.curves and (ignored := [f"--{o.replace('_', '-')}" for o in runs if getattr(a, o) != ap.get_default(o)]):
         raise ValueError(f"--curves only measures and prints the cost curves: {', '.join(ignored)} would change nothing")
+    stops = stop_strings(a.stop)
     settings = {s: SETTINGS.get(s) for s in a.settings.split(",")}
     if None in settings.values() or len(settings) < a.settings.count(",") + 1:
         raise ValueError(f"--settings {a.settings}: choose from {', '.join(SETTINGS)}, each once")
@@ -398,9 +430,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     summary, md = {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
-           "costs": costs}
+           "stop": list(stops), "costs": costs}
+    print(f"stop strings: {stops_said(stops)}")
     if a.rows != "rules":
-        records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head)
+        records = run(prompts, target, draft, ngram, plans, costs, a.max_new_tokens, a.seeds, eagle_head, stops)
         summary = summarize(records, target)
         md = markdown(summary, plans, priced=costs is not None)
         res |= {"summary": summary, "plans": {s: {m: {"method": c.method, "plan": describe(c.method, c.plan),
@@ -409,11 +442,12 @@ def main(argv=None) -> int:
     if a.rows != "methods":
         pairs = rule_pairs(plans)
         rows = {f"{name} | {c.plan.rule}": c for name, pair in pairs.items() for c in pair}
-        records = run(prompts, target, draft, ngram, {"top-k": rows}, costs, a.max_new_tokens, a.seeds)
+        records = run(prompts, target, draft, ngram, {"top-k": rows}, costs, a.max_new_tokens, a.seeds, stop=stops)
         res["rules"] = summarize_rules(records["top-k"], pairs, target)
         md += "\n" + rules_markdown(res["rules"])
     seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""  # --seeds applies to top-k only
-    head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{seeds}; {time.time() - t0:.0f} s"
+    stopped = f", ended at {stops_said(stops)}" if stops else ""
+    head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{stopped}{seeds}; {time.time() - t0:.0f} s"
     print(f"\n{head}\n{md}")
     write_results(out_dir, res, md, f"--out {a.out}")
     if a.results:

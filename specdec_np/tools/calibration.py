@@ -214,7 +214,8 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
         timed = []  # the runs' steps past each prefill
         for i, prompt in enumerate(prompts):
             for method, plan in shapes:
-                timed += generate(target, prompt, new_tokens, method, draft, ngram, plan, seed=i, **kw).stats.steps[1:]
+                timed += generate(target, prompt, new_tokens, method, plan=plan, seed=i,
+                                  **acceptance.models_for(method, draft, ngram), **kw).stats.steps[1:]
                 in_time()
     steps = [(s.draft_blocks, s.draft_dists, s.ngram_queries, 1000 * (s.seconds[0] + s.seconds[2])) for s in timed]
     passes = [(state, target.layout.rows(k), 1000 * s.seconds[1])

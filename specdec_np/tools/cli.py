@@ -20,20 +20,21 @@ import numpy as np
 
 from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
-from ..checks import ContextFilled, check_prompt
+from ..checks import ContextFilled, check_cuts, check_prompt
 from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
 from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
-from ..tokenizer import GPT2_N_VOCAB, decode, encode, get_encoding
+from ..tokenizer import GPT2_N_VOCAB, cut_at_stop, decode, encode, get_encoding
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .choice import changed, choose, describe
 from .costcurve import apply_layout
 from .machine import load_model  # checkpoint.load, after a check of this machine's memory
-from .options import candidate_methods, changes, check_fits, check_options, check_rule, profiled, reads, shown
+from .options import (as_option, candidate_methods, changes, check_fits, check_options, check_rule, profiled, reads,
+                      shown)
 from .progress import Progress
 from .stdlib_ngram import stdlib_trigram
 from .writable import check_writable
@@ -89,6 +90,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
                    "traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
     p.add_argument("--copy-len", type=int, help="staged: when the last three tokens occurred earlier, verify the N "
                    "tokens that followed them with no draft pass; 0 = always draft")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="end the completion before this text (repeatable: "
+                   "at the first of them; backslash escapes understood, e.g. '\\ndef'; humaneval: HumanEval's stop "
+                   "sequences, " + ", ".join(repr(s)[1:-1] for s in bench.HUMANEVAL_STOP) + ")")
     p.add_argument("--stats", action="store_true", help="print the plan and decoding statistics to stderr")
 
 
@@ -182,19 +186,22 @@ class Setup(NamedTuple):
     method: str
     plan: Plan
     about: str  # the plan in words, and where it came from
+    stop: tuple  # the stop strings (--stop)
 
 
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
+    stop = bench.stop_strings(a.stop)
     text = read_prompt(a)
     if getattr(a, "out", None) is not None:  # trace's page: checked after the options' own checks, before any work
         a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):
         target = load_model(a.target)
-    if a.top_k is not None and a.top_k >= target.config.n_vocab:  # keeps every token: changes nothing
-        raise ValueError(f"--top-k {a.top_k}: the target has {target.config.n_vocab} tokens, so top-k keeps them all "
-                         f"and changes nothing: give fewer than {target.config.n_vocab}, or leave it off")
+    try:
+        check_cuts(a.top_k, None, target.config.n_vocab)  # a top-k that keeps every token changes nothing
+    except ValueError as e:
+        raise as_option(e) from None
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = eagle_head = None
     runs_draft = a.method is None or METHODS[a.method].drafts_with  # with --method, or maybe the machine's choice
@@ -233,7 +240,7 @@ def setup(a) -> Setup:
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
     target, draft = apply_layout(layout, target, draft)
-    return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about)
+    return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about, stop)
 
 
 def pair_draft(target_arg: str) -> GPT2 | None:
@@ -249,8 +256,10 @@ def run(a, keep_trees=False) -> tuple:
     """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
     s = setup(a)
     t0 = time.perf_counter()
-    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
-                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees)
+    m = METHODS[s.method]  # the models it reads (the machine's plan may have read the others to price it)
+    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft if m.drafts_with else None,
+                   ngram=s.ngram if m.needs_ngram else None, plan=s.plan, temperature=a.temperature, top_k=a.top_k,
+                   top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees, stop=s.stop)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "
@@ -259,7 +268,8 @@ def run(a, keep_trees=False) -> tuple:
     if a.stats:
         about = s.about + (f"; seed {a.seed or 0}" if a.temperature else "")  # a seed repeats with its plan only
         print(f"method {s.method}: {about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
-              f"tokens/s), stop: {res.stop_reason}\ntarget passes {st.target_passes}, tokens per target pass "
+              f"tokens/s), stop: {res.stop_reason}{f' (--stop: {bench.stops_said(s.stop)})' * bool(s.stop)}"
+              f"\ntarget passes {st.target_passes}, tokens per target pass "
               f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
               f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
@@ -269,9 +279,9 @@ def run(a, keep_trees=False) -> tuple:
 
 def cmd_generate(a) -> int:
     s, res = run(a)
-    # The end-of-text token ends the text; it is not part of it (--stats says "stop: eos").
+    # The end-of-text token ends the text, and a stop string: neither is part of it (--stats says "stop: eos").
     tokens = res.tokens[:-1] if res.stop_reason == "eos" else res.tokens
-    sys.stdout.write(s.text + decode(s.enc, tokens) + "\n")
+    sys.stdout.write(s.text + cut_at_stop(decode(s.enc, tokens), s.stop) + "\n")
     return 0
 
 

@@ -22,9 +22,10 @@ from ..decode import generate
 from ..gpt2 import forward, new_cache
 from ..methods import METHODS
 from ..models import load_embedded, load_head
-from ..tokenizer import decode, encode
+from ..tokenizer import cut_at_stop, decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
-from .acceptance import drafter
+from .acceptance import models_for
+from .bench import stop_strings, stops_said
 from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
@@ -60,10 +61,15 @@ def marked(name: str, text: str, color: bool) -> str:
     return f"{start}{text}{end}"
 
 
-def colour_by_stage(enc, result, color: bool) -> str:
-    """The prompt and the completion, each token marked by the stage that produced it (paper's Fig. 3)."""
-    return PROMPT + "".join(marked(SOURCES[src], decode(enc, [tok]), color)
-                            for tok, src in zip(result.tokens, result.stats.source))
+def colour_by_stage(enc, result, color: bool, stop=()) -> str:
+    """The prompt and the completion up to its first `stop` string, each token marked by the stage that produced it
+    (paper's Fig. 3)."""
+    pieces = [decode(enc, [tok]) for tok in result.tokens]
+    end, at, out = len(cut_at_stop("".join(pieces), stop)), 0, []
+    for piece, src in zip(pieces, result.stats.source):
+        piece, at = piece[:max(0, end - at)], at + len(piece)  # the token that holds the stop string's start: cut
+        out.append(marked(SOURCES[src], piece, color) if piece else "")
+    return PROMPT + "".join(out)
 
 
 def first_difference(a, b):
@@ -82,8 +88,8 @@ def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, **kw) -> 
     results = {}
     for m, (plan, _) in plans.items():
         t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=method_of(m), draft=drafter(method_of(m), draft, head),
-                       ngram=ngram, plan=plan, keep_trees=True, **kw)
+        res = generate(target, prompt, n_new, method=method_of(m), plan=plan, keep_trees=True,
+                       **models_for(method_of(m), draft, ngram, head), **kw)
         results[m] = (res, time.perf_counter() - t0)
     return results
 
@@ -151,7 +157,12 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, help="the best-first tree's maximum depth (the chain's length for "
                     "speculative and lookup)")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled run")
+    ap.add_argument("--stop", action="append", metavar="TEXT", help="end the completion shown at this text "
+                    "(repeatable; backslash escapes understood, e.g. '\\ndef'; default: humaneval, HumanEval's stop "
+                    "sequences, so it ends where the function ends; none: all of it); the tables' runs decode all "
+                    "--max-new-tokens")
     a = ap.parse_args(argv)
+    stops = stop_strings(a.stop or ["humaneval"])
     for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
@@ -191,9 +202,16 @@ def main(argv=None) -> int:
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
     staged = results["staged"][0]
     legend = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target")) + " (unmarked)" * (not color)
-    print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
-    print(colour_by_stage(enc, staged, color))
-    print(f"\ntokens by stage: {staged.stats.tally}")
+    shown = staged
+    if stops:  # decoded again, ended at the stop strings: the same text up to them (the table's runs go on)
+        shown = generate(target, prompt, a.max_new_tokens, "staged", draft, ngram, chosen["staged"][0], stop=stops)
+        print(f"\nThe staged completion, ended by --stop at the first of {stops_said(stops)}: decoding stopped "
+              f"after {len(shown.tokens)} tokens (the tables decode all {len(staged.tokens)}), coloured by the stage "
+              f"that produced each token ({legend}):\n")
+    else:
+        print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
+    print(colour_by_stage(enc, shown, color, stops))
+    print(f"\ntokens by stage: {shown.stats.tally}")
     # A tree of the draft's alone where there is one; else (stage 2 guessed in every step, as the constant plan's
     # guesses often do) one of any proposer's, each node marked by who proposed it.
     alone = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]
@@ -210,5 +228,6 @@ def main(argv=None) -> int:
         sampled = run_methods(target, draft, ngram, prompt, a.max_new_tokens, splans, temperature=1.0, top_k=50, seed=1)
         print()
         report(sampled, splans, timed)
-        print("\n" + colour_by_stage(enc, sampled["staged"][0], color))
+        print(f"\nIts staged completion{f' up to the first stop string (--stop)' * bool(stops)}:\n"
+              + colour_by_stage(enc, sampled["staged"][0], color, stops))
     return 0

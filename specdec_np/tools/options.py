@@ -7,7 +7,7 @@ shapes follows from the methods (`shapes`); whether a rule is lossless, from `Me
 from __future__ import annotations
 
 from .. import verify
-from ..checks import check_settings, needless
+from ..checks import check_cuts, check_settings, needless
 from ..methods import METHODS
 from ..plan import Plan
 from ..values import FieldError, field_is, value_is
@@ -130,11 +130,10 @@ def check_options(a) -> None:
             raise ValueError(f"{option} must be >= 0, got {value}")
     try:  # the core's checks of the sampling settings and the plan's fields, named by their options
         check_settings(a.temperature, a.top_k, a.top_p)
+        check_cuts(a.top_k, a.top_p)  # top_k against the vocabulary once the target is loaded (cli.setup)
         Plan(**changes(a))
     except FieldError as e:
         raise as_option(e) from None
-    if a.top_p == 1:
-        raise ValueError("--top-p 1 keeps every token, so it changes nothing: leave it off")
     for option, value in (("--file", a.file), ("--target", a.target), ("--draft", a.draft), ("--ngram", a.ngram)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'file' if option == '--file' else 'file or model'} name")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from helpers import SMALL as CFG
 from helpers import TINY_PROMPT as PROMPT
-from helpers import always_accept, ar_greedy, exact_target_distribution
+from helpers import always_accept, ar_greedy, exact_target_distribution, models_for
 from specdec_np import checks, ngram, verify
 from specdec_np.decode import generate
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
@@ -49,8 +49,9 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
     target, draft, trigram = small
     ref = ar_greedy(target, prompt, 24)
     kw = dict(kw)
-    res = generate(target, prompt, 24, kw.pop("method"), draft, trigram, plan(budget=budget, depth=depth, **kw),
-                   eos=None)
+    method = kw.pop("method")
+    res = generate(target, prompt, 24, method, plan=plan(budget=budget, depth=depth, **kw), eos=None,
+                   **models_for(method, draft, trigram))
     assert res.tokens == ref
     assert sum(res.stats.accepted) == len(res.tokens)
 
@@ -59,7 +60,8 @@ def test_greedy_equals_autoregressive(small, kw, prompt, budget, depth):
 def test_drafts_are_really_accepted(small, kw):
     """The equivalence above is not vacuous: multi-token acceptance and compaction happen."""
     target, draft, trigram = small
-    res = generate(target, [1, 2, 3], 40, kw["method"], draft, trigram, plan(budget=10, depth=4), eos=None)
+    res = generate(target, [1, 2, 3], 40, kw["method"], plan=plan(budget=10, depth=4), eos=None,
+                   **models_for(kw["method"], draft, trigram))
     assert res.tokens == ar_greedy(target, [1, 2, 3], 40)
     assert res.stats.tokens_per_pass > 1.5
     assert res.stats.target_passes < 40
@@ -69,10 +71,10 @@ def test_staged_builds_the_identical_tree_with_fewer_draft_passes(small):
     target, draft, trigram = small
     # copy_len=0: stage 2 only speculates the draft (the paper's staged decoding), so every
     # step's tree is the draft's own.
-    kw = dict(draft=draft, ngram=trigram, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=None)
+    kw = dict(draft=draft, plan=plan(budget=10, depth=5, copy_len=0), keep_trees=True, eos=None)
     for prompt in ([1, 2, 3], [5, 9], [20, 21, 22, 23]):
         tree = generate(target, prompt, 30, method="tree", **kw)
-        staged = generate(target, prompt, 30, method="staged", **kw)
+        staged = generate(target, prompt, 30, method="staged", ngram=trigram, **kw)
         assert staged.tokens == tree.tokens
         for (a, pa), (b, pb) in zip(tree.stats.trees, staged.stats.trees):
             np.testing.assert_array_equal(a.tokens, b.tokens)
@@ -87,11 +89,12 @@ def test_staged_with_no_guesses_drafts_as_the_tree_decoder_does(small):
     target, draft, trigram = small
     # guess_len=0: the draft gets no guessed rows, so with copies off too staged makes exactly the
     # tree decoder's draft passes; the same run with guesses does not.
-    kw = dict(draft=draft, ngram=trigram, temperature=1.0, seed=5, eos=None)
+    kw = dict(draft=draft, temperature=1.0, seed=5, eos=None)
     shape = dict(widths=(2, 1, 1), sampled="without", copy_len=0)
     tree = generate(target, [1, 2, 3], 30, method="tree", plan=plan(**shape), **kw)
-    bare = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), **kw)
-    guessing = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=2, guess_rows=2, **shape), **kw)
+    bare = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=0, **shape), ngram=trigram, **kw)
+    guessing = generate(target, [1, 2, 3], 30, method="staged", plan=plan(guess_len=2, guess_rows=2, **shape),
+                        ngram=trigram, **kw)
     assert bare.tokens == tree.tokens == guessing.tokens  # the draft's trees, the same random draws
     assert bare.stats.draft_blocks == tree.stats.draft_blocks and bare.stats.ngram_queries == 0
     assert guessing.stats.draft_blocks != tree.stats.draft_blocks and guessing.stats.ngram_queries > 0
@@ -152,7 +155,8 @@ def test_staged_copies_a_repeat_straight_to_the_target(small):
                                 dict(method="speculative", temperature=0.8, seed=5)])
 def test_caches_equal_a_fresh_prefill(small, kw):
     target, draft, trigram = small
-    res = generate(target, [4, 5, 6], 30, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4), eos=None, **kw)
+    models = models_for(kw["method"], draft, trigram)
+    res = generate(target, [4, 5, 6], 30, plan=plan(budget=8, depth=4), eos=None, **models, **kw)
     seq = [4, 5, 6] + res.tokens
     for model, cache in ((target, res.target_cache), (draft, res.draft_cache)):
         fresh = new_cache(model)
@@ -190,8 +194,8 @@ def test_context_limit_stops_cleanly(small):
     target, draft, trigram = small
     prompt = [i % (CFG.n_vocab - 1) for i in range(CFG.n_ctx - 5)]
     for method in ("ar", "tree", "staged"):
-        res = generate(target, prompt, 50, method=method, draft=draft, ngram=trigram, plan=plan(budget=8, depth=4),
-                       eos=None)
+        res = generate(target, prompt, 50, method=method, plan=plan(budget=8, depth=4), eos=None,
+                       **models_for(method, draft, trigram))
         assert res.stop_reason == "context"
         assert len(prompt) + len(res.tokens) == CFG.n_ctx
         assert res.tokens == ar_greedy(target, prompt, 50)[:5]
@@ -272,7 +276,7 @@ def test_plan_defaults_are_constants():
     ("tree", 0.0, "with", "with_replacement")])
 def test_tree_construction_per_setting(small, method, temperature, sampled, kind):
     target, draft, trigram = small
-    res = generate(target, [1, 2, 3], 12, method=method, draft=draft, ngram=trigram, temperature=temperature,
+    res = generate(target, [1, 2, 3], 12, method=method, **models_for(method, draft, trigram), temperature=temperature,
                    plan=plan(sampled=sampled, copy_len=0), eos=None, keep_trees=True)
     assert {t.kind for t, _ in res.stats.trees} == {kind}
     if sampled is not None:
@@ -368,8 +372,8 @@ def exact_output(tiny, method, fields, settings, prompt, n=2):
     rules = set()
 
     def fn(rand):
-        res = generate(tiny.target, prompt, n, method, tiny.draft, tiny.trigram, Plan(**fields), temperature=1.0,
-                       rand=rand, eos=None, keep_trees=True, **settings)
+        res = generate(tiny.target, prompt, n, method, plan=Plan(**fields), temperature=1.0, rand=rand, eos=None,
+                       keep_trees=True, **models_for(method, tiny.draft, tiny.trigram), **settings)
         rules.update(step.trace.rule for step in res.stats.steps)
         return tuple(res.tokens)
 

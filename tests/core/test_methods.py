@@ -3,6 +3,7 @@ and the rules the loop verifies them with, and the method objects' two verbs."""
 import numpy as np
 import pytest
 
+from helpers import models_for
 from specdec_np import build, eagle, methods, verify
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
@@ -89,8 +90,8 @@ def test_the_trees_built_are_of_the_kind_the_plan_says_and_verified_by_a_lossles
     declared, kinds = m.tree_kind(plan, temperature), set()
     for seq in SEQS:
         drew.clear()
-        res = generate(target, seq, 6, method, draft, trigram, plan, temperature, rand=rand, eos=None,
-                       keep_trees=True)
+        res = generate(target, seq, 6, method, plan=plan, temperature=temperature, rand=rand, eos=None,
+                       keep_trees=True, **models_for(method, draft, trigram))
         assert len(drew) == len(res.stats.steps)
         for step, drawn in zip(res.stats.steps, drew):
             tree, rule = step.trace.tree, step.trace.rule

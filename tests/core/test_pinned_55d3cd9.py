@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import models_for
 from pinned_cases import CASES_ALL, N_NEW, PROMPTS, SEED, SETTINGS
 from specdec_np.decode import generate
 from specdec_np.plan import Plan
@@ -32,8 +33,8 @@ LETTER = "tdnc"  # a source's letter in the fixture: SOURCES order (target, draf
 def run(models, method, fields, setting, prompt) -> dict:
     """What one case records, as the fixture writes it."""
     target, draft, trigram, enc = models
-    res = generate(target, encode(enc, PROMPTS[prompt]), N_NEW, method, draft, trigram, Plan(**fields), seed=SEED,
-                   **SETTINGS[setting])
+    res = generate(target, encode(enc, PROMPTS[prompt]), N_NEW, method, plan=Plan(**fields), seed=SEED,
+                   **models_for(method, draft, trigram), **SETTINGS[setting])
     steps = res.stats.steps
     return dict(tokens=res.tokens, stop=res.stop_reason, sources="".join(LETTER[s] for s in res.stats.source),
                 target_blocks=[s.target_block for s in steps], draft_blocks=[s.draft_blocks for s in steps],

@@ -346,3 +346,25 @@ def test_the_eagle_rows_plan_is_the_one_choose_gives(monkeypatch):
     why["now"] = f"tree's plan, {SAME_TREE} (the constant plan: the acceptance profile holds no eagle plans)"
     rows = bench.row_choices(None, None, None, None, FAKE_COSTS, 0.0, "machine", head)
     assert rows["eagle"].method == "eagle" and rows["eagle"].plan == eagle_plan and rows["eagle"].reason() == why["now"]
+
+
+STOP_PROMPT = 'def is_prime(n):\n    """Return True if n is prime."""\n'  # the embedded target ends it in 16 tokens
+
+
+def test_bench_ends_each_run_at_the_stop_strings_and_says_which(tmp_path, monkeypatch, capsys):
+    made_up_costs(monkeypatch)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": STOP_PROMPT}) + "\n")
+    args = ["--prompts", str(prompts), "--max-new-tokens", "48", "--settings", "greedy", "--plan", "default", "--out",
+            str(tmp_path)]
+    assert bench.main(args + ["--stop", "humaneval"]) == 0
+    out = capsys.readouterr().out
+    assert "stop strings: HumanEval's stop sequences (\\ndef, \\nclass, \\nif, \\nprint, \\n#)" in out
+    assert "1 prompts x 48 new tokens, ended at HumanEval's stop sequences" in out
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["stop"] == list(bench.HUMANEVAL_STOP)
+    stopped = {m: r["tokens"] for m, r in res["summary"]["greedy"].items()}
+    assert bench.main(args) == 0  # the control: without --stop every run decodes all 48 tokens
+    assert "stop strings: none" in capsys.readouterr().out
+    full = {m: r["tokens"] for m, r in json.loads((tmp_path / "results.json").read_text())["summary"]["greedy"].items()}
+    assert set(full.values()) == {48} and len(set(stopped.values())) == 1 and stopped["ar"] < 48

@@ -117,7 +117,7 @@ def namespace(**options):
     return argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
                                         widths=None, sampled=None, copy_len=None, rule=None, temperature=1.0,
                                         top_k=None, top_p=None, max_new_tokens=8, seed=None, file=None,
-                                        target="tiny-target", draft=None, ngram=None), **options})
+                                        target="tiny-target", draft=None, ngram=None, stop=None), **options})
 
 
 def measured_machine(monkeypatch, shapes):
@@ -467,6 +467,9 @@ def test_demo_small(capsys):
     eagle_plan = next(line for line in greedy.splitlines() if line.startswith("  eagle: "))
     assert "(this machine's measured plan" in eagle_plan or f"tree's plan, {choice.SAME_TREE}" in eagle_plan, eagle_plan
     assert "4-gram repeats: " in out and " of the 24 emitted tokens" in out
+    # Issue 70: the completion shown ends at HumanEval's stop sequences by default (the tables decode all 24).
+    assert "The staged completion, ended by --stop at the first of HumanEval's stop sequences" in out
+    assert "(the tables decode all 24)" in out
 
 
 def test_the_demo_shows_a_tree_with_the_constant_plan(capsys):
@@ -842,6 +845,7 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     from specdec_np.models import load_head
     from specdec_np.plan import Plan
     from specdec_np.tokenizer import encode
+    from specdec_np.tools import acceptance
 
     target, draft, ngram, enc = embedded
     head = load_head(target=target)  # the eagle row's draft, here on the tree row's tree
@@ -857,8 +861,8 @@ def test_the_readmes_demo_table_counts_are_a_runs(embedded):
     prompt = encode(enc, demo.PROMPT)
     stats = {}
     for name, (method, plan) in rows.items():
-        s = stats[name] = generate(target, prompt, 128, method=method, draft=head if name == "eagle" else draft,
-                                   ngram=ngram, plan=plan).stats
+        s = stats[name] = generate(target, prompt, 128, method=method, plan=plan,
+                                   **acceptance.models_for(method, draft, ngram, head)).stats
         p = s.parts
         assert table[name] == [str(s.target_passes), f"{s.tokens_per_pass:.2f}", str(s.draft_passes),
                                f"{s.weight_traffic:.2f}", str(p["draft"]), str(p["ngram_guess"] + p["copy_guess"]),
@@ -946,7 +950,7 @@ def test_top_k_that_keeps_every_token_is_an_error(capsys, top_k, ok):
     if ok:
         assert rc == 0, err
     else:
-        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so top-k keeps them all and "
+        assert rc == 2 and err == [f"error: --top-k {top_k}: the target has 8193 tokens, so it keeps them all and "
                                    "changes nothing: give fewer than 8193, or leave it off"]
 
 

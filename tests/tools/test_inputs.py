@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import models_for
 from specdec_np import eagle, ngram
 from specdec_np.decode import generate
 from specdec_np.fastpath import laid_out
@@ -137,7 +138,7 @@ def test_the_embedded_target_by_path_gets_the_embedded_draft_and_the_context_end
 ])
 def test_api_rejects_bad_arguments_naming_them(models, kw, error, needle):
     target, draft, trigram = models
-    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", draft=draft, ngram=trigram) | kw
+    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", **models_for(kw.get("method", "ar"), draft, trigram)) | kw
     with pytest.raises(error, match=needle):
         generate(target, **args)
 
@@ -165,7 +166,7 @@ def test_api_rejects_bad_arguments_naming_them(models, kw, error, needle):
 def test_api_refuses_sizes_rand_and_silent_arguments_before_any_work(models, kw, error, needle, monkeypatch):
     target, draft, trigram = models
     monkeypatch.setattr("specdec_np.decode.new_cache", lambda *a, **k: pytest.fail("allocated before the check"))
-    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", draft=draft, ngram=trigram) | kw
+    args = dict(prompt=[1, 2], max_new_tokens=4, method="ar", **models_for(kw.get("method", "ar"), draft, trigram)) | kw
     with pytest.raises(error, match=needle) as e:
         generate(target, **args)
     assert "\n" not in str(e.value)
@@ -214,11 +215,11 @@ def test_a_draft_whose_context_the_prompt_fills_is_named_before_any_work(models)
     for method in ("speculative", "tree", "staged"):
         with pytest.raises(ValueError, match=r"the prompt has 8 tokens: the draft's context \(n_ctx=8\) must hold "
                                              "more"):
-            generate(target, list(range(8)), 4, method, short, trigram)
+            generate(target, list(range(8)), 4, method, **models_for(method, short, trigram))
     # A prompt that fits, decoding past the end of the draft's context: the draft stops drafting
     # (one-token trees) and the target goes on, with the same tokens as plain decoding.
     for method in ("speculative", "tree", "staged"):
-        res = generate(target, list(range(6)), 12, method, short, trigram, eos=None)
+        res = generate(target, list(range(6)), 12, method, eos=None, **models_for(method, short, trigram))
         assert res.tokens == generate(target, list(range(6)), 12, eos=None).tokens
         assert res.stats.steps[-1].draft_blocks == []
 
@@ -229,7 +230,7 @@ def test_a_trigram_for_another_vocabulary_is_refused_before_any_work(models):
     for method in ("staged", "ngram"):
         with pytest.raises(ValueError,
                            match=r"ngram: the trigram's vocabulary \(30 tokens\) is not the target's \(24\)"):
-            generate(target, [1, 2], 4, method, draft, other)
+            generate(target, [1, 2], 4, method, **models_for(method, draft, other))
 
 
 def test_a_failed_download_leaves_nothing_and_names_every_model(tmp_path, capsys):
@@ -250,8 +251,8 @@ def test_statistics_follow_from_the_emitted_tokens(models, method, temperature, 
     max_new_tokens or at end-of-text."""
     target, draft, trigram = models
     draft = eagle.random_head(target) if method == "eagle" else draft  # eagle drafts with a head of the target
-    res = generate(target, prompt, n, method, draft, trigram, Plan(budget=5, depth=3, chain=3, copy_len=copy_len),
-                   temperature=temperature, seed=seed, eos=eos)
+    res = generate(target, prompt, n, method, plan=Plan(budget=5, depth=3, chain=3, copy_len=copy_len),
+                   temperature=temperature, seed=seed, eos=eos, **models_for(method, draft, trigram))
     s = res.stats
     assert sum(s.accepted) == len(res.tokens) == len(s.source)
     assert s.tokens_per_pass * s.target_passes == pytest.approx(len(res.tokens))

@@ -26,7 +26,7 @@ from specdec_np.tools.progress import Progress
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "weights"))
 import make_profile  # noqa: E402  (weights/make_profile.py: the shipped profile's journal and worker processes)
 
-CFG = GPT2Config(n_vocab=30, n_ctx=64, n_embd=16, n_layer=1, n_head=2)
+CFG = GPT2Config(n_vocab=64, n_ctx=64, n_embd=16, n_layer=1, n_head=2)  # more than the top-k setting's 50
 PROMPTS = [[1, 2, 3, 1, 2], [4, 5, 6, 7], [3, 3, 9, 1, 2, 3]]
 GRID = [("ar", {}), ("lookup", {"chain": 3}), ("speculative", {"chain": 2}),
         ("staged", {"shape": "fixed", "widths": (2, 1), "guess_len": 1, "guess_rows": 2, "copy_len": 3})]
@@ -36,7 +36,7 @@ GRID = [("ar", {}), ("lookup", {"chain": 3}), ("speculative", {"chain": 2}),
 def pair():
     target = random_params(CFG, seed=1, dtype=np.float64, scale=0.5)
     draft = random_params(CFG, seed=1, dtype=np.float64, scale=0.5)  # the same model: drafts are accepted
-    return target, draft, ngram.fit(np.random.default_rng(0).integers(0, 30, 500), 30)
+    return target, draft, ngram.fit(np.random.default_rng(0).integers(0, CFG.n_vocab, 500), CFG.n_vocab)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import (TOL, ar_greedy, assert_lossless, callback, dense_tables, processed, sampled, tables,
-                     target_rows)
+                     models_for, target_rows)
 from specdec_np import verify
 from specdec_np.build import build_chain, build_fixed
 from specdec_np.decode import generate
@@ -289,7 +289,7 @@ def test_generate_at_top_k(embedded, name):
     target, draft, ngram, enc = embedded
     method, plan = E2E[name]
     prompt = list(range(100, 120))
-    kw = dict(method=method, draft=draft, ngram=ngram, plan=plan, temperature=1.0, top_k=50, seed=3, eos=None)
+    kw = dict(method=method, plan=plan, temperature=1.0, top_k=50, seed=3, eos=None, **models_for(method, draft, ngram))
     res = generate(target, prompt, 40, keep_trees=True, **kw)
     assert len(res.tokens) == 40 and res.stop_reason == "max_new_tokens"
     assert generate(target, prompt, 40, **kw).tokens == res.tokens
