@@ -112,26 +112,21 @@ def build_best_first(root_token: int, dist_fn, budget: int, max_depth: int) -> T
     work_tokens, work_parents = [int(root_token)], [-1]
     work_index = {(): 0}  # path (tokens after the root) -> index in the partial tree
     cand = {}  # path -> (cumulative q, q); the children of expanded nodes
-
-    def add_children(paths, rows):
-        for path, dist in zip(paths, rows):
+    todo = [()]  # the selected paths to expand next, already in the partial tree
+    while todo:
+        rows = expand(dist_fn, work_tokens, work_parents, [work_index[p] for p in todo])  # [len(todo), V]
+        for path, dist in zip(todo, rows):
             cum = (cand[path][0] if path else 1.0) * dist  # [V] the children's cumulative q
             # Only the node's `budget` best children can ever make the top set: each of the
             # others is beaten by `budget` siblings (same depth and parent, higher or tied cum).
             for x in top_tokens(cum, budget):
                 cand[path + (int(x),)] = (float(cum[x]), float(dist[x]))
-
-    add_children([()], expand(dist_fn, work_tokens, work_parents, [0]))
-    while True:
         top = sorted(cand, key=lambda p: (-cand[p][0], len(p), p))[:budget]
         todo = sorted((p for p in top if len(p) < max_depth and p not in work_index), key=lambda p: (len(p), p))
-        if not todo:
-            break
         for path in todo:  # parents are expanded already, so parents[i] < i holds
             work_index[path] = len(work_tokens)
             work_tokens.append(path[-1])
             work_parents.append(work_index[path[:-1]])
-        add_children(todo, expand(dist_fn, work_tokens, work_parents, [work_index[p] for p in todo]))
     # Final order: by depth, then parent, then token id == by (depth, path tokens).
     chosen = [()] + sorted(top, key=lambda p: (len(p), p))
     index = {path: i for i, path in enumerate(chosen)}

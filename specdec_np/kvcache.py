@@ -23,10 +23,9 @@ class KVCache:
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
         self.config = config
         self.capacity = capacity if capacity is not None else config.n_ctx + max_block
-        shape = (config.n_layer, config.n_head, self.capacity, config.head_dim)
-        k_shape = (config.n_layer, config.n_head, config.head_dim, self.capacity)
-        self.k = np.zeros(k_shape, dtype=dtype).transpose(0, 1, 3, 2)
-        self.v = np.zeros(shape, dtype=dtype)
+        L, H, D = config.n_layer, config.n_head, config.head_dim
+        self.k = np.zeros((L, H, D, self.capacity), dtype=dtype).transpose(0, 1, 3, 2)  # [L, H, capacity, D]
+        self.v = np.zeros((L, H, self.capacity, D), dtype=dtype)
         self.length = 0
 
     def keep(self, start: int, offsets) -> None:

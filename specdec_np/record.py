@@ -1,9 +1,7 @@
 """What a decoding run did: one `Step` per target pass, built in one place (`Recorder`), and the
 statistics derived from the steps (`Stats`); the tools and the trace page (tools/trace.py) read them.
-
 With keep_trees a step also keeps what a trace shows (`Trace`): the tree, the rule's tests
-(verify.Check, from the rule's Verdict, which the loop hands over) and the draft's passes
-(`DraftPass`, reported by the drafter one call each; by default to `NO_RECORD`, which does nothing).
+(verify.Check) and the draft's passes (`DraftPass`, which the drafter reports, by default to `NO_RECORD`).
 """
 
 from __future__ import annotations
@@ -100,9 +98,8 @@ PARTS = ("draft", "ngram_guess", "copy_guess", "copied", "target")
 
 
 def tokens_by_part(steps) -> dict:
-    """Emitted tokens by `PARTS`. A copy (COPY) is copied in a step that ran no draft pass (the chain went to
-    the target as it was), a guess in one that did (the draft evaluated it and kept it). The method `ngram`
-    (the trigram drafting alone) counts its tokens as ngram_guess."""
+    """Emitted tokens by `PARTS`: a COPY token is copied in a step that ran no draft pass, a guess in one
+    that did. The method `ngram` (the trigram drafting alone) counts its tokens as ngram_guess."""
     out = dict.fromkeys(PARTS, 0)
     for s in steps:
         for src in s.source:

@@ -51,6 +51,16 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
+def tempered_softmax_(z, temperature: float):  # [..., k] -> [..., k], in place
+    """softmax(z / T) in float64 of logits z shifted to a maximum of 0 (which 1/T keeps at 0, so
+    softmax_'s own shift changes nothing). A tiny temperature (down to the subnormal 5e-324) sends
+    every logit below the maximum to -inf, whose exp is 0: the exact limit, greedy over the maxima."""
+    if temperature != 1:
+        with np.errstate(over="ignore"):
+            z /= temperature
+    return softmax_(z)
+
+
 def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [..., V] -> [..., V] float64
     """The processed next-token distribution of a row [V] or a batch [n, V] (settings trusted): temperature, top-k,
     top-p, renormalised; in float64 so that draft and target compare exactly (near-ties flip in float32). `whose`
@@ -67,7 +77,6 @@ def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [.
         out = np.zeros(logits.shape, dtype=np.float64)
         np.put_along_axis(out, logits.argmax(axis=-1)[..., None], 1.0, axis=-1)
         return out
-    # softmax((logits - max) / T) in float64; the shifted maximum is 0, so softmax_'s own shift changes nothing.
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
         # Top-k of the logits is top-k of the probabilities (exp and 1/T are monotone): only the k
@@ -75,20 +84,11 @@ def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [.
         z = np.zeros(logits.shape, dtype=np.float64)  # [..., V]
         for row, m, out in zip(logits.reshape(-1, V), row_max.reshape(-1), z.reshape(-1, V)):
             ids = np.sort(top_ids(row, top_k))  # [k] ascending
-            kept = row[ids].astype(np.float64) - m  # [k]
-            if temperature != 1:
-                with np.errstate(over="ignore"):  # see below: a tiny temperature
-                    kept /= temperature
-            out[ids] = softmax_(kept)
+            out[ids] = tempered_softmax_(row[ids].astype(np.float64) - m, temperature)
     else:
         z = logits.astype(np.float64)  # [..., V], in place from here
         z -= row_max
-        if temperature != 1:
-            # A tiny temperature (down to the subnormal 5e-324) sends every logit below the maximum to
-            # -inf, whose exp is 0: the exact limit, greedy over the maxima. The maximum stays 0.
-            with np.errstate(over="ignore"):
-                z /= temperature
-        softmax_(z)
+        tempered_softmax_(z, temperature)
     if top_p is not None:
         z = keep_top_p(z, top_p)
     return z

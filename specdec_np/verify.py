@@ -6,8 +6,7 @@ target's correction (at the first rejection) or bonus token (after a leaf). For 
 with the trees it assumes, the emitted tree.tokens[path[1:]] + [token] is distributed exactly as if
 the target had sampled it token by token (the tests enumerate every random branch to prove it: all
 randomness goes through rand.coin / rand.draw). The verdict also holds the tests the rule made
-(`Check`), which the loop hands to its recorder so a trace can show why each token was kept
-(greedy's follow from p and the path: the recorder derives them).
+(`Check`), which the loop hands to its recorder for the trace.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sampling import certain
+from ..tree import path_key
 
 
 class ScriptedRand:
@@ -50,9 +51,7 @@ class ScriptedRand:
 
 def outcomes(fn, max_runs: int = 1_000_000) -> dict:
     """{fn(rand)'s return value: its exact total probability} over every random branch (prob > 0)."""
-    dist = {}
-    todo = [()]
-    runs = 0
+    dist, todo, runs = {}, [()], 0
     while todo:
         script = todo.pop()
         rand = ScriptedRand(script)
@@ -62,11 +61,10 @@ def outcomes(fn, max_runs: int = 1_000_000) -> dict:
             raise RuntimeError(f"outcomes: more than {max_runs} branches; make the example smaller")
         if len(rand.n_options) < len(script):
             raise RuntimeError("outcomes: fn is not deterministic given its random choices")
-        taken = list(script) + [0] * (len(rand.n_options) - len(script))
-        # Queue the untaken options of every choice point met beyond the replayed prefix.
+        # Queue the untaken options of every choice point met beyond the replayed prefix (where option 0 was taken).
         for i in range(len(script), len(rand.n_options)):
             for k in range(1, rand.n_options[i]):
-                todo.append(tuple(taken[:i]) + (k,))
+                todo.append(tuple(script) + (0,) * (i - len(script)) + (k,))
         dist[value] = dist.get(value, 0.0) + rand.prob
     return dist
 
@@ -103,11 +101,7 @@ def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
 
 def context(tokens, parents, node) -> tuple:
     """The tokens from the root down to `node` of a (partial) tree, as a tuple: a table's key."""
-    out = []
-    while node != -1:
-        out.append(int(tokens[node]))
-        node = parents[node]
-    return tuple(out[::-1])
+    return (int(tokens[0]),) + path_key(tokens, parents, node)
 
 
 def callback(next_dist):

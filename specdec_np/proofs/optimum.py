@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import build, verify
 from . import exact
-from ..tree import Tree, children, path_key
+from ..tree import Tree, children
 
 SCHEMES = ("with", "without", "deterministic")  # how the k drafts are drawn from q
 KIND = {"with": "with_replacement", "without": "without_replacement", "deterministic": "deterministic"}  # tree.KINDS
@@ -218,11 +218,8 @@ def chain_accepted(rule, target, draft, root: int, length: int) -> dict:
     """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts,
     drawn by build.build_chain as decoding draws them; target, draft: context tuple (from `root`) -> [V]."""
     def step(rand):
-        dist_fn = lambda tokens, parents, nodes: np.array(  # noqa: E731
-            [draft((root,) + path_key(tokens, parents, i)) for i in nodes])
-        tree = build.build_chain(root, dist_fn, length, rand=rand)
-        rows = np.array([target((root,) + path_key(tree.tokens, tree.parents, i)) for i in range(len(tree))])
-        path, _ = rule(tree, rows, rand)
+        tree = build.build_chain(root, exact.callback(draft), length, rand=rand)
+        path, _ = rule(tree, exact.target_rows(tree, target), rand)
         return len(path) - 1
 
     return exact.outcomes(step)
