@@ -164,7 +164,7 @@ def test_the_head_is_not_a_draft_model(small):
 def test_a_head_where_a_model_belongs_is_refused(small, head, method):
     """An EAGLE head passed as the target, or as the draft of a method that drafts with a draft model: one line
     naming the argument, before any work (a draft model there is accepted: the control)."""
-    t, ngram = small.target, small.trigram
+    t, ngram = small.target, small.trigram if method == "staged" else None  # generate refuses a model never read
     with pytest.raises(TypeError, match=r"^target: an EAGLE head is not a model"):
         generate(head, [1, 2], 4)
     with pytest.raises(ValueError, match=rf"^draft: an EAGLE head drafts only with method 'eagle' \(method '{method}'"):
