@@ -5,7 +5,9 @@ one costs: the premise of speculative decoding. A plain `x @ w` does not deliver
 rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
 each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
 where the BLAS has a small-matrix kernel); its product `x @ w` picks the layout by the block's row count,
-up to `Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
+up to `Layout.slab_rows`, which the tools measure; one row is one matrix-vector product over `w`, the
+fastest one-row product on every kernel measured (slab by slab it is one threaded call per slab); a
+block of a few rows may also be computed as a larger one
 (`Layout.padding`, `pad_block`). A model is given its `Layout` (the tools' choice for a machine); the
 measurements behind each choice are in docs/performance.md.
 """
@@ -65,9 +67,9 @@ class Weight:
     """A weight matrix in the two layouts its products read.
 
     w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`
-           (a matrix-vector product, which OpenBLAS runs on every thread: the wide tied head wte.T).
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of up to `slab_rows`
-           rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy would not
+           (a matrix-vector product: one call, where slab by slab it is one call per slab, each on every thread).
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 unless `gemv`)
+           to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy would not
            fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
            None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
@@ -75,10 +77,10 @@ class Weight:
     w: np.ndarray
     slabs: np.ndarray | None
     slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
-    gemv: bool = False  # one row is a matrix-vector product over `w`, not a product by slabs
+    gemv: bool = True  # one row is a matrix-vector product over `w`, not a product by slabs
 
     @classmethod
-    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None,
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = True, slab_min: int | None = None,
            copy: bool = True) -> "Weight":
         """[n_in, n_out] -> Weight (no slabs for at most `slab_min` numbers, default SLAB_MIN); `copy`:
         slabs (and a row-major w) as copies, else views of `w` where they can be."""

@@ -32,7 +32,7 @@ from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
-from .calibration import Busy, calibration, head_curves
+from .calibration import Busy, calibration, head_curves, roofline
 from .choice import CONSTANT_BECAUSE, Choice, choose, no_plans, setting_name
 from .costcurve import apply_layout
 from .costmodel import drafter_curves, pads, record_ms
@@ -400,6 +400,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     print(curves_table(costs))
+    print(roofline(costs, target))
     if a.curves:
         return 0
     target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
@@ -428,6 +429,8 @@ def main(argv=None) -> int:
         md += "\n" + rules_markdown(res["rules"])
     seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""  # --seeds applies to top-k only
     head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{seeds}; {time.time() - t0:.0f} s"
+    res["roofline"] = roofline(costs, target)  # plain decoding's pass against the read rate, atop the tables
+    md = f"{res['roofline']}.\n{md}"
     print(f"\n{head}\n{md}")
     write_results(out_dir, res, md, f"--out {a.out}")
     if a.results:

@@ -19,12 +19,12 @@ from ..decode import generate
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
-from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
+from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves, read_gbps
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
-CALIBRATION_VERSION = 7
+CALIBRATION_VERSION = 8
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 # What a cached cost may be (ms): a pass takes from a microsecond to minutes, an overhead less than a minute;
 # a curve measures at least two block sizes, each at most MOST_ROWS (GPT-2's context is 1024 tokens).
@@ -122,7 +122,8 @@ def problem(costs, has_draft: bool) -> str:
                                for m in models + ("head",) * ("head" in costs["curves"])
                                for c in (costs["curves"][m][s] for s in states)),
                  "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], OVERHEAD_MS)
-                                  for s in acceptance.SETTINGS)}
+                                  for s in acceptance.SETTINGS),
+                 "read rate": type(gbps := costs.get("read_gbps", 1.0)) in (int, float) and 0 < gbps < 1e6}
     except (KeyError, TypeError, AttributeError):
         return "a part is missing or of the wrong kind"
     return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)
@@ -168,7 +169,18 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     overheads = {setting: fit_overheads(steps, curves, query_ms, padding["draft_pad"])
                  for setting, (steps, _) in runs.items()}
     return {"version": CALIBRATION_VERSION, "machine": machine(), "layout": layout, "curves": curves,
-            "target_scale": scale, "overheads": overheads}
+            "target_scale": scale, "overheads": overheads, "read_gbps": read_gbps(target.weight_bytes)}
+
+
+def roofline(costs: dict, target) -> str:
+    """Plain decoding's pass against the physical limit, in words: the target's weight bytes over its one-token pass
+    (the costs' curve, padded as it runs) as GB/s, and its share of what NumPy reads per second (`read_gbps`)."""
+    ms = pass_ms(costs["curves"], "target", "warm", 1, pads(costs["curves"])["target_pad"])
+    gbps = costs.get("read_gbps")
+    rate = target.weight_bytes / ms / 1e6  # GB/s
+    limit = f", {rate / gbps:.0%} of the {gbps:.1f} GB/s NumPy reads here" if gbps else " (no read rate measured)"
+    return (f"roofline: plain decoding's one-token pass reads the target's {target.weight_bytes / 1e6:.1f} MB of "
+            f"weights in {ms:.2f} ms, {rate:.1f} GB/s{limit}")
 
 
 def head_curves(target, head, layout: dict, progress=None) -> dict:

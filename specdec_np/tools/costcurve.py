@@ -61,6 +61,17 @@ def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
     return matvec_gbps(big_rows, 4096), matvec_gbps(small_rows, 2048)
 
 
+def read_gbps(nbytes: int, repeats: int = 7) -> float:
+    """GB/s NumPy reads a float32 array of `nbytes` (the weights a pass reads: the roofline of a one-token pass), the
+    faster of two readers timed round-robin: its own sum (np.add.reduce, one core) and a BLAS matrix-vector product
+    over it (the threads BLAS has now), whichever streams faster with this NumPy and kernel."""
+    a = np.ones(max(1 << 10, nbytes // 4 >> 10 << 10), dtype=np.float32)
+    w, x = a.reshape(1 << 10, -1), np.ones(1 << 10, dtype=np.float32)  # [1024, n] @ [1024] -> [n]
+    ms = round_robin({"sum": lambda: timeit.timeit(lambda: np.add.reduce(a), number=1),
+                      "gemv": lambda: timeit.timeit(lambda: x @ w, number=1)}, repeats)
+    return a.nbytes / (min(ms.values()) / 1000) / 1e9
+
+
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
     """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (its params hold
     "fc") its own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses

@@ -23,7 +23,9 @@ from ..gpt2 import forward, iter_params, new_cache
 from ..models import load_embedded, load_head
 from ..tokenizer import decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
+from . import acceptance
 from .bench import eagle_choice
+from .calibration import calibration, roofline
 from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
@@ -165,6 +167,8 @@ def main(argv=None) -> int:
     methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
     # First: a bad --budget fails before any output.
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
+    if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
+        print(roofline(calibration(target, draft, ngram, acceptance.calibration_prompts(enc))[0], target))
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "
