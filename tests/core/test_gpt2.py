@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from specdec_np import fastpath
 from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
-from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
+from specdec_np.gpt2 import GPT2Config, KVCache, forward, iter_params, map_params, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
 
@@ -185,12 +185,13 @@ def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
     w = rng.standard_normal((37, n_out)).astype(dtype)
     weight = Weight.of(w, slab_min=0)  # slabs however small w is
     plain = Weight.of(w, slab_rows=0, slab_min=0)
+    one_by_slabs = Weight.of(w, slab_min=0, gemv=False)  # one row slab by slab too
     assert plain.slabs is None
     assert weight.slabs is not None and Weight.of(w).slabs is None
     tol = 1e-12 if dtype == np.float64 else 1e-4
     for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
         x = rng.standard_normal((n, 37)).astype(dtype)
-        for wt in (weight, plain):
+        for wt in (weight, plain, one_by_slabs):
             got = x @ wt
             assert got.shape == (n, n_out) and got.dtype == dtype
             np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
@@ -246,6 +247,25 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
         cache = new_cache(m)
         got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+
+
+def test_one_row_is_a_matrix_vector_product_with_the_slabs_numbers(model, monkeypatch):
+    # Every matrix's one-row product is one gemv over w (docs/performance.md: the fastest one-row path measured);
+    # decoding one token at a time gives the logits of one-row products slab by slab, within float64 rounding.
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
+    fresh = dataclasses.replace(model)  # prepared anew, with slabs
+    weights = [v for v in iter_params(fresh.prepared) if isinstance(v, Weight)]
+    assert weights and all(w.gemv and w.slabs is not None for w in weights)
+    by_slabs = dataclasses.replace(model)
+    by_slabs.__dict__["prepared"] = map_params(
+        lambda v: dataclasses.replace(v, gemv=False) if isinstance(v, Weight) else v, fresh.prepared)
+    toks = list(range(3, 15))
+    logits = {}
+    for m in (fresh, by_slabs):
+        cache = new_cache(m)
+        logits[m] = np.concatenate([forward(m, [t], cache) for t in toks])
+    np.testing.assert_allclose(logits[fresh], logits[by_slabs], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(logits[fresh], full_logits(model, toks), rtol=0, atol=1e-10)
 
 
 def test_a_large_model_reads_its_slabs_from_views(monkeypatch):

@@ -139,6 +139,8 @@ def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     # The target's curve is scaled to what its passes cost in the decoding loop, at every size.
     assert set(got["target_scale"]) == {int(k) for k in got["curves"]["target"]["warm"]}
     assert all(v > 0 for v in got["target_scale"].values())
+    # The read-rate probe measured with them: a positive, finite rate (GB/s) that the cache check accepts.
+    assert 0 < got["read_gbps"] < float("inf") and cal.problem(got, True) == ""
 
 
 def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, tmp_path, monkeypatch):
@@ -499,7 +501,8 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
              "no sampled overheads": GOOD | {"overheads": {"greedy": GOOD["overheads"]["greedy"]}},
              **{f"curve {v}": GOOD | {"curves": GOOD["curves"] | {"draft": {"warm": curve(0.01, 0.1) | {4: v},
                                                                            "cold": curve(0.01, 0.1)}}}
-                for v in (float("nan"), 0.0, -1.0)}}
+                for v in (float("nan"), 0.0, -1.0)},
+             **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")}}
 
 
 @pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
