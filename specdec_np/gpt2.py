@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import check_forward, check_hyperparameter
-from .fastpath import Layout, pad_block, prepare, softmax_
+from .fastpath import Layout, by_one_row, pad_block, prepare, softmax_
 from .kvcache import KVCache
 
 # ----------------------------------------------------------------------------- the math
@@ -189,7 +189,8 @@ class GPT2:
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
-        return prepare(self.params, self.layout.slab_rows, self.weight_bytes, self.tied_head)
+        return by_one_row(prepare(self.params, self.layout.slab_rows, self.weight_bytes, self.tied_head),
+                          self.layout.one_row)
 
     @property
     def n_params(self) -> int:

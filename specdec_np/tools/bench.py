@@ -512,8 +512,11 @@ def temporary_copy(path: Path, text: str) -> str:
 
 def blas_line(costs) -> str:
     """The BLAS in use and the layout of each model's products, in words."""
+    one_row = {"gemv": "one matrix-vector product", "slabs": "slab by slab"}[
+        costs["layout"].get("target_one_row", "gemv")]
     return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
-                                                       for m, k in costs["layout"].items())
+                                                       for m, k in costs["layout"].items() if m in ("target", "draft")
+                                                       ) + f"; the target's one row: {one_row}"
 
 
 def curves_table(costs) -> str:

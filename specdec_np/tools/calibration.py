@@ -1,6 +1,6 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block size, warm and cold
+Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward pass by block size, warm and cold
 (`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
@@ -16,10 +16,11 @@ import time
 from .. import ngram as ngram_lib
 from .. import staged
 from ..decode import generate
+from ..fastpath import ONE_ROW
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
-from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves, read_gbps
+from .costcurve import SLAB_SIZES, apply_layout, choose_one_row, choose_slab_rows, loop_curves, read_gbps
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
@@ -116,7 +117,7 @@ def problem(costs, has_draft: bool) -> str:
         return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
-                               for m in models),
+                               for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW,
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
                                for m in models + ("head",) * ("head" in costs["curves"])
@@ -149,6 +150,8 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
 
     progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
+    target, draft = apply_layout(layout, target, draft)
+    layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
     did()
     target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(acceptance.SETTINGS)))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import eagle
-from ..fastpath import laid_out
+from ..fastpath import ONE_ROW, laid_out
 from ..gpt2 import GPT2, forward, new_cache
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
@@ -126,9 +126,11 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
-    padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
-    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
+    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`), one-row products
+    ({"target_one_row": "gemv", ...}: `choose_one_row`) and padding tables ({"target_pad": table, ...}:
+    `costmodel.pads`); a model it does not name is left as it is."""
+    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
+                                                     layout.get(name + "_one_row"))
                  for model, name in ((target, "target"), (draft, "draft")))
 
 
@@ -145,6 +147,18 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
                       for i, m in enumerate(layouts)}, repeats)
     wins = [k for k in sizes if ms[1, k] <= tie * ms[0, k]]
     return max(wins) if sizes[0] in wins else 0
+
+
+def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
+    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the
+    median of `repeats` rounds, fewer past about `seconds`, timed round-robin). With one BLAS thread one
+    matrix-vector product per matrix is; with more, OpenBLAS runs it on all threads, slab by slab on one."""
+    layouts = {how: laid_out(model, one_row=how) for how in ONE_ROW}
+    caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
+    one = timed_pass(layouts["gemv"], caches["gemv"], 1)
+    repeats = max(3, min(repeats, int(seconds / (2 * one))))
+    ms = round_robin({how: functools.partial(timed_pass, m, caches[how], 1) for how, m in layouts.items()}, repeats)
+    return min(ONE_ROW, key=ms.get)
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import fastpath
-from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
-from specdec_np.gpt2 import GPT2Config, KVCache, forward, iter_params, map_params, new_cache, random_params
+from specdec_np.fastpath import ONE_ROW, SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
+from specdec_np.gpt2 import GPT2Config, KVCache, forward, iter_params, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
 
@@ -249,23 +249,24 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
 
 
-def test_one_row_is_a_matrix_vector_product_with_the_slabs_numbers(model, monkeypatch):
-    # Every matrix's one-row product is one gemv over w (docs/performance.md: the fastest one-row path measured);
-    # decoding one token at a time gives the logits of one-row products slab by slab, within float64 rounding.
+def test_one_row_by_gemv_or_by_slabs_gives_the_same_logits(model, monkeypatch):
+    # `Layout.one_row`, the tools' choice for a machine: the layer matrices multiply one row by one matrix-vector
+    # product or slab by slab (the head by one either way); decoding one token at a time gives the same logits.
     monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
-    fresh = dataclasses.replace(model)  # prepared anew, with slabs
-    weights = [v for v in iter_params(fresh.prepared) if isinstance(v, Weight)]
-    assert weights and all(w.gemv and w.slabs is not None for w in weights)
-    by_slabs = dataclasses.replace(model)
-    by_slabs.__dict__["prepared"] = map_params(
-        lambda v: dataclasses.replace(v, gemv=False) if isinstance(v, Weight) else v, fresh.prepared)
     toks = list(range(3, 15))
     logits = {}
-    for m in (fresh, by_slabs):
-        cache = new_cache(m)
-        logits[m] = np.concatenate([forward(m, [t], cache) for t in toks])
-    np.testing.assert_allclose(logits[fresh], logits[by_slabs], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(logits[fresh], full_logits(model, toks), rtol=0, atol=1e-10)
+    for how in ONE_ROW:
+        m = dataclasses.replace(model, layout=Layout(one_row=how))  # prepared anew
+        layers = [w for k, v in m.prepared.items() if k != "head" for w in iter_params(v) if isinstance(w, Weight)]
+        assert layers and all(w.gemv == (how == "gemv") and w.slabs is not None for w in layers)
+        assert m.prepared["head"].gemv and laid_out(model, one_row=how).prepared["head"].gemv
+        for m in (m, laid_out(laid_out(model, one_row="slabs" if how == "gemv" else "gemv"), one_row=how)):
+            cache = new_cache(m)
+            logits[how] = np.concatenate([forward(m, [t], cache) for t in toks])
+            np.testing.assert_allclose(logits[how], full_logits(model, toks), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(logits["gemv"], logits["slabs"], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="^one_row: one of gemv, slabs, got 'blas'$"):
+        dataclasses.replace(model, layout=Layout(one_row="blas"))
 
 
 def test_a_large_model_reads_its_slabs_from_views(monkeypatch):

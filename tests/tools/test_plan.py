@@ -474,6 +474,14 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
+    # The one-row product: one of the core's ways, applied as the costs' layout names it (the other: the control).
+    from specdec_np.fastpath import ONE_ROW
+    from specdec_np.tools.costcurve import apply_layout, choose_one_row
+
+    assert choose_one_row(target, repeats=3) in ONE_ROW
+    for how in ONE_ROW:
+        laid, _ = apply_layout({"target": 4, "target_one_row": how}, target, None)
+        assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how)
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
@@ -502,7 +510,8 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
              **{f"curve {v}": GOOD | {"curves": GOOD["curves"] | {"draft": {"warm": curve(0.01, 0.1) | {4: v},
                                                                            "cold": curve(0.01, 0.1)}}}
                 for v in (float("nan"), 0.0, -1.0)},
-             **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")}}
+             **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")},
+             **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)}}
 
 
 @pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
