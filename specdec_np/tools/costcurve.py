@@ -20,6 +20,7 @@ import numpy as np
 from .. import eagle
 from ..fastpath import ONE_ROW, laid_out
 from ..gpt2 import GPT2, forward, new_cache
+from .blas import blas
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
@@ -128,9 +129,11 @@ def fitting(sizes, n_ctx: int) -> tuple:
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`), one-row products
     ({"target_one_row": "gemv", ...}: `choose_one_row`) and padding tables ({"target_pad": table, ...}:
-    `costmodel.pads`); a model it does not name is left as it is."""
+    `costmodel.pads`); a model it does not name is left as it is. With one BLAS thread (a busy machine's run with a
+    quiet one's costs) one row is one matrix-vector product: the faster on one thread with every kernel measured."""
+    one_thread = blas()["threads"] == 1
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
-                                                     layout.get(name + "_one_row"))
+                                                     "gemv" if one_thread else layout.get(name + "_one_row"))
                  for model, name in ((target, "target"), (draft, "draft")))
 
 

@@ -468,20 +468,23 @@ def test_the_busy_band_measures_nothing_and_says_what_it_does(pair, profile, tmp
         "costs-*.json")).read_text()), True) == ""
 
 
-def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
+def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
+    from specdec_np.tools import costcurve
     from specdec_np.tools.costcurve import choose_slab_rows, laid_out
 
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
-    # The one-row product: one of the core's ways, applied as the costs' layout names it (the other: the control).
+    # The one-row product: one of the core's ways, applied as the costs' layout names it (each the other's control),
+    # except with one BLAS thread (a busy machine's run), where it is one matrix-vector product.
     from specdec_np.fastpath import ONE_ROW
-    from specdec_np.tools.costcurve import apply_layout, choose_one_row
 
-    assert choose_one_row(target, repeats=3) in ONE_ROW
-    for how in ONE_ROW:
-        laid, _ = apply_layout({"target": 4, "target_one_row": how}, target, None)
-        assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how)
+    assert costcurve.choose_one_row(target, repeats=3) in ONE_ROW
+    for threads in (2, 1):
+        monkeypatch.setattr(costcurve, "blas", lambda threads=threads: {"threads": threads})
+        for how in ONE_ROW:
+            laid, _ = costcurve.apply_layout({"target": 4, "target_one_row": how}, target, None)
+            assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how if threads > 1 else "gemv")
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
