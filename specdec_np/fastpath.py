@@ -26,7 +26,7 @@ SLAB = 64  # columns per slab: small enough that a slab's product needs no packi
 SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a copy of its matrices (`Weight`)
-ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.one_row`, `one_row`)
+ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.one_row`, `by_one_row`)
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,10 @@ class Weight:
     """A weight matrix in the two layouts its products read.
 
     w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`
-           (a matrix-vector product: one call, where slab by slab it is one call per slab, each on every thread).
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 unless `gemv`)
-           to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy would not
-           fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
+           (one matrix-vector product, which OpenBLAS runs on all its threads where w is large: `Layout.one_row`).
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 if not `gemv`)
+           to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy
+           would not fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
            None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 

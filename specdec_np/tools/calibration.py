@@ -1,7 +1,8 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward pass by block size, warm and cold
-(`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
+Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward
+pass by block size, warm and cold (`costcurve.loop_curves`), how fast NumPy reads the target's weight bytes
+(`read_gbps`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process. Valid cached costs serve whatever the load; none are measured while others use a quarter
 of a core (`Busy`: they would not be kept), and none are kept if others took that much meanwhile. An EAGLE
