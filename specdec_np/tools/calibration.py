@@ -117,7 +117,7 @@ def problem(costs, has_draft: bool) -> str:
     def ms(values, bounds):  # all numbers of ms within bounds (NaN is not)
         return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
-        parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
+        parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
                                for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW,
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
@@ -153,6 +153,8 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     target, draft = apply_layout(layout, target, draft)
     layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
+    if layout["target_one_row"] == "slabs":  # slabs at least for one row
+        layout["target"] = max(1, layout["target"])
     did()
     target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(acceptance.SETTINGS)))

@@ -154,9 +154,10 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
 
 def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
     """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the
-    median of `repeats` rounds, fewer past about `seconds`, timed round-robin). With one BLAS thread one
-    matrix-vector product per matrix is; with more, OpenBLAS runs it on all threads, slab by slab on one."""
-    layouts = {how: laid_out(model, one_row=how) for how in ONE_ROW}
+    median of `repeats` rounds, fewer past about `seconds`, timed round-robin; slabs at least for one row). With
+    one BLAS thread one matrix-vector product per matrix is; with more, OpenBLAS runs it on all threads, a slab's
+    product on one."""
+    layouts = {how: laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW}
     caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
     one = timed_pass(layouts["gemv"], caches["gemv"], 1)
     repeats = max(3, min(repeats, int(seconds / (2 * one))))

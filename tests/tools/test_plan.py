@@ -628,8 +628,12 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     assert choose_slab_rows(short, repeats=2) in (0, 2, 4, 8, 12, 16)
     tiny = random_params(dataclasses.replace(CFG, n_ctx=8), seed=1, dtype=np.float64, scale=0.5)
     assert set(loop_curves(tiny, None, repeats=1)["target"]["warm"]) == {1, 2, 3, 4, 5, 6}
+    monkeypatch.setattr(cal, "choose_slab_rows", lambda model: 0)
+    monkeypatch.setattr(cal, "choose_one_row", lambda model: "slabs")
     got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
     assert cal.problem(json.loads(json.dumps(got)), True) == ""
+    # One row slab by slab where slabs lose from 2 rows on: the target keeps slabs for one row.
+    assert got["layout"] == {"target": 1, "draft": 0, "target_one_row": "slabs"}
     # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
     from specdec_np import eagle
 
