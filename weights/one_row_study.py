@@ -73,11 +73,11 @@ def main() -> None:
             with threadpool_limits(threads, user_api="blas"):
                 for key, fn in cases.items():
                     times.setdefault((threads, *key), []).append(timed(fn))
-    print(f"{machine_name()}; {rounds} rounds; ms (read: GB/s of the CPU-time median)")
+    print(f"{machine_name()}; {rounds} rounds; ms (read: GB/s of the fastest round's wall time)")
     for (threads, group, way), v in times.items():
         v = np.array(v[2:])
         wall, cpu = v[:, 0], v[:, 1]
-        rate = f"  {a.nbytes / np.median(cpu) / 1e6:.1f} GB/s" if group == "read" else ""
+        rate = f"  {a.nbytes / wall.min() / 1e6:.1f} GB/s" if group == "read" else ""
         print(f"{threads} thread{'s' * (threads > 1)} | {group:14s} | {way:22s} | wall median {np.median(wall):7.2f} "
               f"(p10-p90 {np.percentile(wall, 10):.2f}-{np.percentile(wall, 90):.2f}) | "
               f"CPU median {np.median(cpu):6.2f} (min {cpu.min():.2f}){rate}")
