@@ -72,7 +72,7 @@ def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | N
 def by_one_row(prepared: dict, how: str) -> dict:
     """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `how` says (`Layout.one_row`):
     "gemv", one matrix-vector product over w; "slabs", one per slab. The tied head's is one over w either way
-    (wte.T: over 8193 or 50257 columns, slab by slab it is slower on every kernel measured)."""
+    (wte.T, 8193 or 50257 columns: slab by slab it is slower, docs/performance.md)."""
     def walk(tree):
         if isinstance(tree, list):
             return [walk(v) for v in tree]
