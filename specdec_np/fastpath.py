@@ -5,7 +5,10 @@ one costs: the premise of speculative decoding. A plain `x @ w` does not deliver
 rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
 each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
 where the BLAS has a small-matrix kernel); its product `x @ w` picks the layout by the block's row count,
-up to `Layout.slab_rows`, which the tools measure; a block of a few rows may also be computed as a larger one
+up to `Layout.slab_rows`, which the tools measure, and one row as `Layout.one_row` says: one matrix-vector
+product over `w` (one BLAS call, which OpenBLAS runs on all its threads for a large matrix) or slab by slab
+(one call per slab, each small enough for one thread), whichever the tools measure faster; a
+block of a few rows may also be computed as a larger one
 (`Layout.padding`, `gpt2.pad`). A model is given its `Layout` (the tools' choice for a machine); the
 measurements behind each choice are in docs/performance.md.
 """
@@ -23,16 +26,19 @@ SLAB = 64  # columns per slab: small enough that a slab's product needs no packi
 SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a copy of its matrices (`Weight`)
+ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.one_row`, `by_one_row`)
 
 
 @dataclass(frozen=True)
 class Layout:
     """How a model's passes are computed (only the speed, the tools' choice for a machine): the largest block
-    its products read from column slabs (`prepare`; 0: none) and `padding`, the sizes to compute blocks of
-    1, 2, ... rows as (padding[k - 1] >= k; () = unpadded; see `rows`)."""
+    its products read from column slabs (`prepare`; 0: none), `padding`, the sizes to compute blocks of
+    1, 2, ... rows as (padding[k - 1] >= k; () = unpadded; see `rows`), and how its layer matrices multiply
+    one row (`one_row`, one of ONE_ROW)."""
 
     slab_rows: int = SLAB_ROWS
     padding: tuple = ()
+    one_row: str = "gemv"
 
     def check(self, n_ctx: int) -> "Layout":
         """The layout, padding as a tuple of ints, or a ValueError unless each size fits a context of n_ctx."""
@@ -40,24 +46,40 @@ class Layout:
         if not (isinstance(pad, (list, tuple)) and all(integral(n) and k <= n <= n_ctx for k, n in enumerate(pad, 1))):
             raise ValueError(f"padding: padding[k - 1] must be an integer from k to n_ctx={n_ctx} "
                              f"(a block is padded, never cut, and fits the context), got {pad!r}")
-        return Layout(self.slab_rows, tuple(int(n) for n in pad))
+        if self.one_row not in ONE_ROW:
+            raise ValueError(f"one_row: one of {', '.join(ONE_ROW)}, got {self.one_row!r}")
+        return Layout(self.slab_rows, tuple(int(n) for n in pad), self.one_row)
 
     def rows(self, n: int) -> int:
         """The rows to compute a block of n tokens as: padding[n - 1] where the table covers n, else n."""
         return self.padding[n - 1] if n <= len(self.padding) else n
 
 
-def laid_out(model, slab_rows: int | None = None, padding=None):
-    """`model` (a gpt2.GPT2) with other slab rows or another padding table (None: unchanged): the same numbers,
-    another speed; a new padding alone shares the prepared products."""
-    layout = Layout(model.layout.slab_rows if slab_rows is None else slab_rows,
-                    model.layout.padding if padding is None else padding)
-    if layout == model.layout:
+def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | None = None):
+    """`model` (a gpt2.GPT2) with other slab rows, padding table or one-row product (None: unchanged): the same
+    numbers, another speed; the same slab rows share the prepared products."""
+    old = model.layout
+    layout = Layout(old.slab_rows if slab_rows is None else slab_rows, old.padding if padding is None else padding,
+                    old.one_row if one_row is None else one_row)
+    if layout == old:
         return model
     laid = dataclasses.replace(model, layout=layout)
-    if layout.slab_rows == model.layout.slab_rows and "prepared" in model.__dict__:
-        laid.__dict__["prepared"] = model.__dict__["prepared"]  # the same slabs: only the padding differs
+    if layout.slab_rows == old.slab_rows and "prepared" in model.__dict__:  # the same slabs
+        laid.__dict__["prepared"] = by_one_row(model.__dict__["prepared"], layout.one_row)
     return laid
+
+
+def by_one_row(prepared: dict, how: str) -> dict:
+    """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `how` says (`Layout.one_row`):
+    "gemv", one matrix-vector product over w; "slabs", one per slab. The tied head's is one over w either way
+    (wte.T, 8193 or 50257 columns: slab by slab it is slower, docs/performance.md)."""
+    def walk(tree):
+        if isinstance(tree, list):
+            return [walk(v) for v in tree]
+        if isinstance(tree, dict):
+            return {k: walk(v) for k, v in tree.items()}
+        return dataclasses.replace(tree, gemv=how == "gemv") if isinstance(tree, Weight) else tree
+    return {k: walk(v) if k != "head" else v for k, v in prepared.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,20 +87,20 @@ class Weight:
     """A weight matrix in the two layouts its products read.
 
     w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`
-           (a matrix-vector product, which OpenBLAS runs on every thread: the wide tied head wte.T).
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of up to `slab_rows`
-           rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy would not
-           fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
+           (one matrix-vector product, which OpenBLAS runs on all its threads where w is large: `Layout.one_row`).
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 if not `gemv`)
+           to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy
+           would not fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
            None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
 
     w: np.ndarray
     slabs: np.ndarray | None
     slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
-    gemv: bool = False  # one row is a matrix-vector product over `w`, not a product by slabs
+    gemv: bool = True  # one row is a matrix-vector product over `w`, not a product by slabs
 
     @classmethod
-    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = False, slab_min: int | None = None,
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = True, slab_min: int | None = None,
            copy: bool = True) -> "Weight":
         """[n_in, n_out] -> Weight (no slabs for at most `slab_min` numbers, default SLAB_MIN); `copy`:
         slabs (and a row-major w) as copies, else views of `w` where they can be."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpath import Layout, prepare, softmax_
+from .fastpath import Layout, by_one_row, prepare, softmax_
 from .kvcache import KVCache
 from .values import real, whole
 
@@ -243,7 +243,8 @@ class GPT2:
     @functools.cached_property
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
-        return prepare(self.params, self.layout.slab_rows, self.weight_bytes, head=self.params["wte"].T)
+        return by_one_row(prepare(self.params, self.layout.slab_rows, self.weight_bytes, head=self.params["wte"].T),
+                          self.layout.one_row)
 
     @property
     def n_params(self) -> int:

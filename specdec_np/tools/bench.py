@@ -27,7 +27,7 @@ from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
 from .blas import blas_name
-from .calibration import Busy, calibration, head_curves
+from .calibration import Busy, calibration, head_curves, roofline
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import drafter_curves, pads, record_ms
@@ -415,6 +415,7 @@ def main(argv=None) -> int:
     print(blas_line(costs))
     if costs:
         print(curves_table(costs))
+        print(roofline(costs, target))
     if a.curves:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
@@ -448,6 +449,9 @@ def main(argv=None) -> int:
     seeds = f", top-k with {a.seeds} seeds per prompt" if a.seeds > 1 else ""  # --seeds applies to top-k only
     stopped = f", ended at {stops_said(stops)}" if stops else ""
     head = f"{len(prompts)} prompts x {a.max_new_tokens} new tokens{stopped}{seeds}; {time.time() - t0:.0f} s"
+    if costs:  # plain decoding's pass against the read rate, atop the tables
+        res["roofline"] = roofline(costs, target)
+        md = f"{res['roofline']}.\n{md}"
     print(f"\n{head}\n{md}")
     write_results(out_dir, res, md, f"--out {a.out}")
     if a.results:
@@ -477,9 +481,13 @@ def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
 
 def blas_line(costs) -> str:
     """The BLAS in use and the layout of each model's products, in words (no `costs`: unmeasured)."""
-    return f"BLAS: {blas_name()}; layout: " + (", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
-                                                        for m, k in costs["layout"].items()) if costs else
-                                               "each model's own (unmeasured)")
+    if not costs:
+        return f"BLAS: {blas_name()}; layout: each model's own (unmeasured)"
+    one_row = {"gemv": "one matrix-vector product", "slabs": "slab by slab"}[
+        costs["layout"].get("target_one_row", "gemv")]
+    return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
+                                                       for m, k in costs["layout"].items() if m in ("target", "draft")
+                                                       ) + f"; the target's one row: {one_row}"
 
 
 def curves_table(costs) -> str:

@@ -1,7 +1,8 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Each model's layout (`costcurve.choose_slab_rows`), its forward pass by block size, warm and cold
-(`costcurve.loop_curves`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
+Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward
+pass by block size, warm and cold (`costcurve.loop_curves`), how fast NumPy reads the target's weight bytes
+(`read_gbps`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
 seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
 once per process and once per machine at a time: processes that start together on an empty cache take turns on
 a lock file beside it (`cache.locked`), one measures and the others read what it cached, or, past the time
@@ -19,15 +20,16 @@ import time
 from .. import ngram as ngram_lib
 from .. import staged
 from ..decode import generate
+from ..fastpath import ONE_ROW
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, locked, read_json, store, writable
-from .costcurve import SLAB_SIZES, apply_layout, choose_slab_rows, loop_curves
+from .costcurve import SLAB_SIZES, apply_layout, choose_one_row, choose_slab_rows, loop_curves, read_gbps
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled, step_passes
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
-CALIBRATION_VERSION = 7
+CALIBRATION_VERSION = 8
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 # What a cached cost may be (ms): a pass takes from a microsecond to minutes, an overhead less than a minute;
 # a curve measures at least two block sizes, each at most MOST_ROWS (GPT-2's context is 1024 tokens).
@@ -127,14 +129,15 @@ def problem(costs, has_draft: bool) -> str:
     def ms(values, bounds):  # all numbers of ms within bounds (NaN is not)
         return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
-        parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, *SLAB_SIZES)
-                               for m in models),
+        parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
+                               for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW,
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
                                for m in models + ("head",) * ("head" in costs["curves"])
                                for c in (costs["curves"][m][s] for s in states)),
                  "overheads": all(ms([costs["overheads"][s][n] for n in OVERHEADS], OVERHEAD_MS)
-                                  for s in acceptance.SETTINGS)}
+                                  for s in acceptance.SETTINGS),
+                 "read rate": type(gbps := costs.get("read_gbps", 1.0)) in (int, float) and 0 < gbps < 1e6}
     except (KeyError, TypeError, AttributeError):
         return "a part is missing or of the wrong kind"
     return ", ".join(f"its {part} out of range" for part, ok in parts.items() if not ok)
@@ -164,6 +167,10 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
 
     progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
+    target, draft = apply_layout(layout, target, draft)
+    layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
+    if layout["target_one_row"] == "slabs":  # slabs at least for one row
+        layout["target"] = max(1, layout["target"])
     did()
     target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(acceptance.SETTINGS)))
@@ -184,7 +191,18 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     overheads = {setting: fit_overheads(steps, curves, query_ms, padding["draft_pad"])
                  for setting, (steps, _) in runs.items()}
     return {"version": CALIBRATION_VERSION, "machine": machine(), "layout": layout, "curves": curves,
-            "target_scale": scale, "overheads": overheads}
+            "target_scale": scale, "overheads": overheads, "read_gbps": read_gbps(target.weight_bytes)}
+
+
+def roofline(costs: dict, target) -> str:
+    """Plain decoding's pass against the physical limit, in words: the target's weight bytes over its one-token pass
+    (the costs' curve, padded as it runs) as GB/s, and its share of what NumPy reads per second (`read_gbps`)."""
+    ms = pass_ms(costs["curves"], "target", "warm", 1, pads(costs["curves"])["target_pad"])
+    gbps = costs.get("read_gbps")
+    rate = target.weight_bytes / ms / 1e6  # GB/s
+    limit = f", {rate / gbps:.0%} of the {gbps:.1f} GB/s NumPy reads here" if gbps else " (no read rate measured)"
+    return (f"roofline: plain decoding's one-token pass reads the target's {target.weight_bytes / 1e6:.1f} MB of "
+            f"weights in {ms:.2f} ms, {rate:.1f} GB/s{limit}")
 
 
 def head_curves(target, head, layout: dict, progress=None) -> dict:

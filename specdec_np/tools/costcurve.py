@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import eagle
-from ..fastpath import laid_out
+from ..fastpath import ONE_ROW, laid_out
 from ..gpt2 import GPT2, forward, new_cache
+from .blas import blas
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
@@ -59,6 +60,17 @@ def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
     big_rows = max(1 << 14, 2 * (llc or 0) // (4 * 4096))
     small_rows = max(1, (llc or 32 << 20) // 2 // (4 * 2048))
     return matvec_gbps(big_rows, 4096), matvec_gbps(small_rows, 2048)
+
+
+def read_gbps(nbytes: int, repeats: int = 7) -> float:
+    """GB/s NumPy reads a float32 array of `nbytes` (the weights a pass reads: the roofline of a one-token pass), the
+    faster of two readers timed round-robin: its own sum (np.add.reduce, one core) and a BLAS matrix-vector product
+    over it (the threads BLAS has now), whichever streams faster with this NumPy and kernel."""
+    a = np.ones(max(1 << 10, nbytes // 4 >> 10 << 10), dtype=np.float32)
+    w, x = a.reshape(1 << 10, -1), np.ones(1 << 10, dtype=np.float32)  # [1024, n] @ [1024] -> [n]
+    ms = round_robin({"sum": lambda: timeit.timeit(lambda: np.add.reduce(a), number=1),
+                      "gemv": lambda: timeit.timeit(lambda: x @ w, number=1)}, repeats)
+    return a.nbytes / (min(ms.values()) / 1000) / 1e9
 
 
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
@@ -115,9 +127,13 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`) and
-    padding tables ({"target_pad": table, ...}: `costmodel.pads`); a model it does not name is left as it is."""
-    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"))
+    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`), one-row products
+    ({"target_one_row": "gemv", ...}: `choose_one_row`) and padding tables ({"target_pad": table, ...}:
+    `costmodel.pads`); a model it does not name is left as it is. With one BLAS thread (a busy machine's run with a
+    quiet one's costs) one row is one matrix-vector product: the faster on one thread with every kernel measured."""
+    one_thread = blas()["threads"] == 1
+    return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
+                                                     "gemv" if one_thread else layout.get(name + "_one_row"))
                  for model, name in ((target, "target"), (draft, "draft")))
 
 
@@ -134,6 +150,19 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
                       for i, m in enumerate(layouts)}, repeats)
     wins = [k for k in sizes if ms[1, k] <= tie * ms[0, k]]
     return max(wins) if sizes[0] in wins else 0
+
+
+def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
+    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the
+    median of `repeats` rounds, fewer past about `seconds`, timed round-robin; slabs at least for one row). With
+    one BLAS thread one matrix-vector product per matrix is; with more, OpenBLAS runs it on all threads, a slab's
+    product on one."""
+    layouts = {how: laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW}
+    caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
+    one = timed_pass(layouts["gemv"], caches["gemv"], 1)
+    repeats = max(3, min(repeats, int(seconds / (2 * one))))
+    ms = round_robin({how: functools.partial(timed_pass, m, caches[how], 1) for how, m in layouts.items()}, repeats)
+    return min(ONE_ROW, key=ms.get)
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,

@@ -24,8 +24,9 @@ from ..methods import METHODS
 from ..models import load_embedded, load_head
 from ..tokenizer import cut_at_stop, decode, encode
 from ..tree import COPY, NGRAM, SOURCES, render
-from .acceptance import models_for
+from .acceptance import calibration_prompts, models_for
 from .bench import stop_strings, stops_said
+from .calibration import calibration, roofline
 from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
@@ -174,6 +175,8 @@ def main(argv=None) -> int:
     methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
     # First: a bad --budget fails before any output.
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
+    if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
+        print(roofline(calibration(target, draft, ngram, calibration_prompts(enc))[0], target))
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
           f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "

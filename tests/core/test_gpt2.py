@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np import fastpath
-from specdec_np.fastpath import SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
-from specdec_np.gpt2 import GPT2Config, KVCache, forward, new_cache, random_params
+from specdec_np.fastpath import ONE_ROW, SLAB, SLAB_MIN, SLAB_ROWS, Layout, Weight, laid_out
+from specdec_np.gpt2 import GPT2Config, KVCache, forward, iter_params, new_cache, random_params
 
 CFG = GPT2Config(n_vocab=61, n_ctx=48, n_embd=24, n_layer=2, n_head=3)
 
@@ -185,12 +185,13 @@ def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
     w = rng.standard_normal((37, n_out)).astype(dtype)
     weight = Weight.of(w, slab_min=0)  # slabs however small w is
     plain = Weight.of(w, slab_rows=0, slab_min=0)
+    one_by_slabs = Weight.of(w, slab_min=0, gemv=False)  # one row slab by slab too
     assert plain.slabs is None
     assert weight.slabs is not None and Weight.of(w).slabs is None
     tol = 1e-12 if dtype == np.float64 else 1e-4
     for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
         x = rng.standard_normal((n, 37)).astype(dtype)
-        for wt in (weight, plain):
+        for wt in (weight, plain, one_by_slabs):
             got = x @ wt
             assert got.shape == (n, n_out) and got.dtype == dtype
             np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
@@ -246,6 +247,26 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
         cache = new_cache(m)
         got = np.concatenate([forward(m, toks[:9], cache), forward(m, toks[9:12], cache), forward(m, toks[12:], cache)])
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+
+
+def test_one_row_by_gemv_or_by_slabs_gives_the_same_logits(model, monkeypatch):
+    # `Layout.one_row`, the tools' choice for a machine: the layer matrices multiply one row by one matrix-vector
+    # product or slab by slab (the head by one either way); decoding one token at a time gives the same logits.
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
+    toks = list(range(3, 15))
+    logits = {}
+    for how in ONE_ROW:
+        m = dataclasses.replace(model, layout=Layout(one_row=how))  # prepared anew
+        layers = [w for k, v in m.prepared.items() if k != "head" for w in iter_params(v) if isinstance(w, Weight)]
+        assert layers and all(w.gemv == (how == "gemv") and w.slabs is not None for w in layers)
+        assert m.prepared["head"].gemv and laid_out(model, one_row=how).prepared["head"].gemv
+        for m in (m, laid_out(laid_out(model, one_row="slabs" if how == "gemv" else "gemv"), one_row=how)):
+            cache = new_cache(m)
+            logits[how] = np.concatenate([forward(m, [t], cache) for t in toks])
+            np.testing.assert_allclose(logits[how], full_logits(model, toks), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(logits["gemv"], logits["slabs"], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="^one_row: one of gemv, slabs, got 'blas'$"):
+        dataclasses.replace(model, layout=Layout(one_row="blas"))
 
 
 def test_a_large_model_reads_its_slabs_from_views(monkeypatch):

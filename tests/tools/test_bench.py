@@ -125,7 +125,7 @@ def test_in_a_clone_that_cannot_be_written_the_options_are_checked_first(capsys,
 FAKE_COSTS = {"curves": {m: {s: {k: 0.1 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
                          for m in ("target", "draft")},
               "overheads": {s: {"step": 0.1, "draft_step": 0.1, "draft_dist": 0.01, "ngram_query": 0.01}
-                            for s in ("greedy", "sampled")}, "layout": {"target": 0, "draft": 0}}
+                            for s in ("greedy", "sampled")}, "layout": {"target": 0, "draft": 0}, "read_gbps": 20.0}
 
 
 def made_up_costs(monkeypatch):
@@ -148,7 +148,11 @@ def test_bench_says_whether_its_costs_were_cached(tmp_path, capsys, monkeypatch)
     for cache, says in (("FILE", "measured now, for this run only"), ("cache", "measured now, cached for later runs")):
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / cache))
         assert bench.main(["--curves"]) == 0
-        assert f"(costs {says})\n" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"(costs {says})\n" in out
+        # Plain decoding's roofline: the target's weights over its 0.1 ms one-token pass, against the probe.
+        assert "\nroofline: plain decoding's one-token pass reads the target's 70.2 MB of weights in 0.10 ms, " \
+               "701.6 GB/s, 3508% of the 20.0 GB/s NumPy reads here\n" in out
     monkeypatch.setattr(calibration, "busy_since", lambda start: "other processes used 0.5 of its 2 cores")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "FILE"))
     assert bench.main(["--curves"]) == 0
@@ -228,6 +232,8 @@ def test_results_json_and_md_change_together(tmp_path, monkeypatch, capsys):
     assert bench.main(args) == 0
     assert "summary" in json.loads((tmp_path / "results.json").read_text())
     assert "| staged |" in (tmp_path / "results.md").read_text()
+    roofline = json.loads((tmp_path / "results.json").read_text())["roofline"]
+    assert roofline.startswith("roofline: ") and (tmp_path / "results.md").read_text().startswith(roofline + ".\n")
 
 
 def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, monkeypatch):

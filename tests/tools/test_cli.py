@@ -472,6 +472,25 @@ def test_demo_small(capsys):
     assert "(the tables decode all 24)" in out
 
 
+def test_the_demos_header_says_plain_decodings_roofline(tmp_path, monkeypatch, capsys):
+    """With this machine's costs (made up here, as on a quiet machine), the demo's first line is plain decoding's
+    roofline: the target's weight bytes over its one-token pass, against the read-rate probe."""
+    from specdec_np.tools import calibration
+
+    curve = {s: {k: 0.1 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
+    costs = {"curves": {"target": curve, "draft": curve}, "layout": {"target": 0, "draft": 0}, "read_gbps": 20.0,
+             "overheads": {s: dict.fromkeys(("step", "draft_step", "draft_dist", "ngram_query"), 0.01)
+                           for s in ("greedy", "sampled")}}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for quiet in ("busy", "busy_since"):
+        monkeypatch.setattr(calibration, quiet, lambda *a: "")
+    monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: costs)
+    monkeypatch.setattr(calibration, "head_curves", lambda *a, **k: curve)
+    assert demo.main(["--max-new-tokens", "4", "--no-sampled"]) == 0
+    assert capsys.readouterr().out.startswith("roofline: plain decoding's one-token pass reads the target's 70.2 MB "
+                                              "of weights in 0.10 ms, 701.6 GB/s, 3508% of the 20.0 GB/s")
+
+
 def test_the_demo_shows_a_tree_with_the_constant_plan(capsys):
     """The constant plan (`--plan default`, and a busy machine's with no cached costs) has stage 2 guess in most
     steps: the demo still shows a verification tree, its nodes marked by who proposed them."""

@@ -102,3 +102,19 @@ def test_loop_scale_is_the_median_ratio_of_in_loop_passes_to_the_curve():
     # A pass between measured sizes counts for the nearest one (7 -> 8), priced at its own size.
     assert loop_scale([("warm", 7, 8.0)] * 3, curves)[8] == 2.0
     assert loop_scale([], curves) == {int(k): 1.0 for k in CURVE}  # nothing timed: the curve as it is
+
+
+def test_the_read_rate_probe_and_plain_decodings_roofline():
+    """`read_gbps` is a positive, finite rate whatever the size; the roofline line divides the target's weight bytes
+    by its padded one-token pass and says the share of the probe (or that no probe was measured)."""
+    from specdec_np.tools.calibration import roofline
+    from specdec_np.tools.costcurve import read_gbps
+    assert all(0 < read_gbps(n, repeats=2) < float("inf") for n in (1, 3 << 20))
+
+    class Target:
+        weight_bytes = 70_000_000
+    curves = {"target": {"warm": {"1": 5.0, "2": 3.5, "4": 7.0}}}  # JSON's keys; padded, one token runs as two
+    line = roofline({"curves": curves, "read_gbps": 40.0}, Target())
+    assert line == ("roofline: plain decoding's one-token pass reads the target's 70.0 MB of weights in 3.50 ms, "
+                    "20.0 GB/s, 50% of the 40.0 GB/s NumPy reads here")
+    assert roofline({"curves": curves}, Target()).endswith("20.0 GB/s (no read rate measured)")

@@ -139,6 +139,8 @@ def test_measured_costs_have_every_curve_and_overhead(pair, tmp_path):
     # The target's curve is scaled to what its passes cost in the decoding loop, at every size.
     assert set(got["target_scale"]) == {int(k) for k in got["curves"]["target"]["warm"]}
     assert all(v > 0 for v in got["target_scale"].values())
+    # The read-rate probe measured with them: a positive, finite rate (GB/s) that the cache check accepts.
+    assert 0 < got["read_gbps"] < float("inf") and cal.problem(got, True) == ""
 
 
 def test_the_core_ignores_cached_costs_and_the_machine_identity(pair, profile, tmp_path, monkeypatch):
@@ -466,12 +468,23 @@ def test_the_busy_band_measures_nothing_and_says_what_it_does(pair, profile, tmp
         "costs-*.json")).read_text()), True) == ""
 
 
-def test_the_layout_choice_is_one_of_the_measured_sizes(pair):
+def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
+    from specdec_np.tools import costcurve
     from specdec_np.tools.costcurve import choose_slab_rows, laid_out
 
     target, _, _ = pair
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
+    # The one-row product: one of the core's ways, applied as the costs' layout names it (each the other's control),
+    # except with one BLAS thread (a busy machine's run), where it is one matrix-vector product.
+    from specdec_np.fastpath import ONE_ROW
+
+    assert costcurve.choose_one_row(target, repeats=3) in ONE_ROW
+    for threads in (2, 1):
+        monkeypatch.setattr(costcurve, "blas", lambda threads=threads: {"threads": threads})
+        for how in ONE_ROW:
+            laid, _ = costcurve.apply_layout({"target": 4, "target_one_row": how}, target, None)
+            assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how if threads > 1 else "gemv")
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
@@ -499,7 +512,9 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
              "no sampled overheads": GOOD | {"overheads": {"greedy": GOOD["overheads"]["greedy"]}},
              **{f"curve {v}": GOOD | {"curves": GOOD["curves"] | {"draft": {"warm": curve(0.01, 0.1) | {4: v},
                                                                            "cold": curve(0.01, 0.1)}}}
-                for v in (float("nan"), 0.0, -1.0)}}
+                for v in (float("nan"), 0.0, -1.0)},
+             **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")},
+             **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)}}
 
 
 @pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
@@ -613,8 +628,12 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     assert choose_slab_rows(short, repeats=2) in (0, 2, 4, 8, 12, 16)
     tiny = random_params(dataclasses.replace(CFG, n_ctx=8), seed=1, dtype=np.float64, scale=0.5)
     assert set(loop_curves(tiny, None, repeats=1)["target"]["warm"]) == {1, 2, 3, 4, 5, 6}
+    monkeypatch.setattr(cal, "choose_slab_rows", lambda model: 0)
+    monkeypatch.setattr(cal, "choose_one_row", lambda model: "slabs")
     got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
     assert cal.problem(json.loads(json.dumps(got)), True) == ""
+    # One row slab by slab where slabs lose from 2 rows on: the target keeps slabs for one row.
+    assert got["layout"] == {"target": 1, "draft": 0, "target_one_row": "slabs"}
     # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
     from specdec_np import eagle
 
