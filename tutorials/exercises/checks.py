@@ -709,8 +709,9 @@ HEAD_MISTAKES = [  # (what the diagnosis says, how `replay` makes the mistake)
      "(ln_f); the feature is the state after ln_f, the one the target's LM head reads", dict(normed=False)),
     ("the feature one position off: your q is the head's when token t_j is fed with f_j, its own feature; at t_j "
      "the head reads f_(j-1), the feature of the token before it", dict(pairs="own")),
-    ("the feature one position off: your q is the head's when token t_j (at position j) is fed with f_(j-1) but "
-     "t_(j-1)'s embedding; the pair of position j is t_j's embedding and f_(j-1)", dict(pairs="own at j")),
+    ("the feature one position off: your q is the head's when the pair at position j holds t_(j-1)'s embedding "
+     "beside f_(j-1), each token with its own feature; the pair at position j is t_j's embedding beside f_(j-1), "
+     "the feature of the token before it", dict(pairs="own at j")),
     ("the feature one position off: your q is the head's when token t_j is fed with f_(j-2); at t_j the head reads "
      "f_(j-1), the feature of the token before it", dict(pairs="two before")),
     ("every node read the root's guessed feature: node i reads its parent's guess (node i - 1's), the feature the "
