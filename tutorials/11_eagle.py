@@ -106,13 +106,14 @@ print(f"{len(d.index)} nodes expanded in {len(d.block_sizes)} passes; {len(in_tr
       f"the final tree, the other {len(set(d.index) - in_tree)} were expanded and dropped")
 
 # %% [markdown]
-# Why expand nodes it later drops? Each pass expands every node of the current top 8 that is not
-# expanded yet, all in one pass. At pass 2 the only candidates known are the root's children, so
-# the top 8 are all of them. Their children show that one branch is nearly certain: its
-# descendants outrank the other children, which drop out of the final tree, with what was grown
-# below them. Expanding one node a pass would waste no rows but cost a pass per node; a pass over
-# 8 rows costs about as much as a pass over one (lesson 2), so best-first buys fewer passes with
-# rows it may throw away (`build.build_best_first`'s docstring has the argument).
+# Why expand nodes it later drops? Each pass expands, in one pass, every node of the current top 8
+# not expanded yet. At pass 2 the only candidates known are the root's children: the top 8 are all
+# of them. Their children show one branch nearly certain; its descendants outrank the other
+# children, which drop out of the final tree with what grew below them.
+#
+# Expanding one node a pass would waste no rows but cost a pass per node. A pass over 8 rows costs
+# far less than 8 passes over one (lesson 2), so best-first buys fewer passes with rows it may throw
+# away (`build.build_best_first`'s docstring has the argument).
 
 # %% [markdown]
 # ## Against the draft model, in the same loop
