@@ -21,6 +21,13 @@
   as many, each row the committed token's): the first step and cache that differ are named, before any
   draw is compared. Where the draws differ, lesson 4's loop (the solution, its one home) is replayed
   with your outcomes and the first coin or draw that differs is named with its step.
+- The EAGLE head's step (exercise 5), on the embedded target and head in float64, over a few greedy
+  chain steps after a prompt: each step your q after the root and each node must be the library's
+  drafter's (`eagle.FeatureDrafter`, as generate drives it; difference < 1e-9), you must feed the head
+  as many rows as it does, and after your head_keep the head's cache must hold its pairs. Where q
+  differs, the step is replayed by the library's head with each named mistake made (the feature before
+  ln_f, one position off, every node on the root's guess) and the one your q matches is named; a cache
+  of the wrong length is named by what it kept (the chain, or the accepted nodes' guessed pairs).
 
 A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
 code fails it. The checks run in the grader's process, on what the learner's functions return from
@@ -766,7 +773,11 @@ def head_case(prompt, k: int, steps: int):
             length = cache.length
             q = funcs["head_step"](head, target, top[:root].copy(), list(seq), cache, list(chain))
             where = f"step {s} (the root at position {root}, the chain {chain})"
-            check_q(head, np.asarray(q, dtype=np.float64), ref, where, lambda normed=True, **mistake: replay(
+            try:
+                q = np.asarray(q, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise Wrong(f"{where}: head_step returned {type(q).__name__}, expected q, an array [k + 1, V]") from None
+            check_q(head, q, ref, where, lambda normed=True, **mistake: replay(
                 head, (feats if normed else top)[:root], seq, before, chain, **mistake))
             if cache.length - length != rows:
                 raise Wrong(f"{where}: you fed the head {cache.length - length} rows, the library {rows}: the "
