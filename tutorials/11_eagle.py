@@ -134,7 +134,7 @@ for name, run in runs.items():
 print_rounding(f"same tokens: {runs['draft model'].tokens == runs['EAGLE head'].tokens}")
 better = min(runs, key=lambda name: runs[name].stats.weight_traffic)
 print(f"verdict: the {better} reads fewer weights per emitted token here")
-assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths the next paragraph compares
+assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths compared below
 
 # %% [markdown]
 # What one drafting pass costs each, timed on the same prompt: a pass over one new row (a chain's
@@ -161,10 +161,10 @@ say_if_busy(start)
 #
 # What decides the verdicts above is this pair's sizes: the head's one block is as wide as the target
 # (384), wider than the whole draft model (128), so each of its passes reads more weights than a
-# draft pass, and only its higher acceptance can pay that back (`make bench` times both passes, the cost curve's
-# "head" and "draft" rows, and races the two methods on your machine). On a large target the head is
-# a small fraction of one target layer, while a draft model good enough to match it is a model of
-# its own.
+# draft pass, and only its higher acceptance can pay that back (`make bench` times both passes, the
+# cost curve's "head" and "draft" rows, and races the two methods on your machine). On a large target
+# the head is a small fraction of one target layer, while a draft model good enough to match it is a
+# model of its own.
 #
 # ## Still lossless
 #
