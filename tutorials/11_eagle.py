@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Lesson 11: drafting from the target's features (EAGLE)
 #
-# You will see why the target's next feature is easier to guess than its next token, and write the
-# EAGLE head's pass by hand against the library's. You will watch EAGLE-2's tree grow pass by pass.
-# Then you will run the head against the draft model in the same loop and check that it is still
+# You will see why the target's next feature is easier to guess than its next token, then write the
+# EAGLE head's step yourself (exercise 5). You will watch EAGLE-2's tree grow pass by pass. Then you
+# will run and time the head against the draft model in the same loop and check that it is still
 # exactly lossless.
 #
 # After the paper, the drafters that production engines ship (vLLM, SGLang, TensorRT-LLM) stopped
@@ -26,14 +26,14 @@ import numpy as np
 
 from specdec_np import build, eagle, models
 from specdec_np.decode import generate
-from specdec_np.gpt2 import GPT2Config, forward, gelu, hidden, layer_norm, lm_head, new_cache, random_params
+from specdec_np.gpt2 import GPT2Config, forward, hidden, lm_head, new_cache, random_params
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
 from specdec_np.sampling import process
 from specdec_np.tokenizer import decode, encode
-from specdec_np.tree import render
+from specdec_np.tree import path_key, render
 try:
-    from lesson import check, print_rounding, try_this  # tutorials/lesson.py
+    from lesson import one_blas_thread_if_busy, pass_ms, print_rounding, print_timed, say_if_busy, start_timing, verdict
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/11_eagle.py")
 
@@ -69,35 +69,13 @@ print_rounding(f"first guess == the target's argmax: head {head_agree:.2f}, draf
                f"({n - 1} positions)")
 
 # %% [markdown]
-# ## The head's pass, by hand
+# ## Your turn: the head's step (exercise 5)
 #
-# The library's `eagle.head_pass` is the fusion and one GPT-2 block (lesson 1's block) over the
-# (feature, token) pairs. Written out with NumPy alone, causal over a chain of pairs:
-
-# %%
-def head_by_hand(head, feats, tokens, positions):  # [n, d], [n], [n] -> [n, d] the guessed features
-    b = head.block
-    n, d, h = len(tokens), feats.shape[1], head.config.n_head
-    e = head.wte[tokens] + head.wpe[positions]  # the target's own embedding of each token
-    x = np.concatenate([e, feats], axis=1) @ head.fc["w"] + head.fc["b"]  # [n, 2d] -> [n, d]
-    qkv = layer_norm(x, **b["ln_1"]) @ b["attn"]["c_attn"]["w"] + b["attn"]["c_attn"]["b"]  # [n, 3d]
-    q, k, v = (t.reshape(n, h, d // h).transpose(1, 0, 2) for t in np.split(qkv, 3, axis=1))  # [h, n, d/h]
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(d // h) + np.triu(np.full((n, n), -np.inf), 1)  # causal
-    w = np.exp(scores - scores.max(-1, keepdims=True))
-    attn = (w / w.sum(-1, keepdims=True)) @ v  # [h, n, d/h]
-    x = x + attn.transpose(1, 0, 2).reshape(n, d) @ b["attn"]["c_proj"]["w"] + b["attn"]["c_proj"]["b"]
-    m = gelu(layer_norm(x, **b["ln_2"]) @ b["mlp"]["c_fc"]["w"] + b["mlp"]["c_fc"]["b"])
-    return x + m @ b["mlp"]["c_proj"]["w"] + b["mlp"]["c_proj"]["b"]
-
-
-mine = head_by_hand(head, feats[:-1], np.array(text[1:]), np.arange(1, n))
-print_rounding(f"by hand against eagle.head_pass: largest difference {np.abs(mine - guess).max():.1e}")
-same = np.allclose(mine, guess, atol=1e-3)
-try_this("head_by_hand changed: it no longer computes eagle.head_pass", not same)
-check(same, "head_by_hand != eagle.head_pass")
-mine_agree = np.sum(np.argmax(eagle.head_logits(head, mine), -1) == np.argmax(logits[1:], -1))
-print_rounding(f"first guess == the target's argmax: by hand at {mine_agree} of {n - 1} positions, "
-               f"eagle.head_pass at {round(head_agree * (n - 1))}")
+# Write the head's step in `tutorials/exercises/eagle_head.py`, then run `make exercises`. Each step
+# it feeds the pairs its cache lacks (t_j with f_(j-1), at position j), the root's last, then each
+# node of a chain on its parent's guess, and returns q after each. After verification it keeps only
+# the pairs made of the target's features. Exercise 5 grades it against the library's head, step by
+# step; lesson 11b (`tutorials/11b_the_head_answer.py`) is an answer, for once yours passes.
 
 # %% [markdown]
 # ## The dynamic tree, growing
@@ -123,6 +101,19 @@ def logged(tokens, parents, nodes):
 
 tree = build.build_best_first(prompt[-1], logged, 8, 4)
 print(render(tree, lambda t: decode(enc, [t])))
+in_tree = {path_key(tree.tokens, tree.parents, i) for i in range(len(tree))}
+print(f"{len(d.index)} nodes expanded in {len(d.block_sizes)} passes; {len(in_tree & set(d.index))} of them are in "
+      f"the final tree, the other {len(set(d.index) - in_tree)} were expanded and dropped")
+
+# %% [markdown]
+# Why expand nodes it later drops? Each pass expands, in one pass, every node of the current top 8
+# not expanded yet. At pass 2 the only candidates known are the root's children: the top 8 are all
+# of them. Their children show one branch nearly certain; its descendants outrank the other
+# children, which drop out of the final tree with what grew below them.
+#
+# Expanding one node a pass would waste no rows but cost a pass per node. A pass over 8 rows costs
+# far less than 8 passes over one (lesson 2), so best-first buys fewer passes with rows it may throw
+# away (`build.build_best_first`'s docstring has the argument).
 
 # %% [markdown]
 # ## Against the draft model, in the same loop
@@ -143,18 +134,37 @@ for name, run in runs.items():
 print_rounding(f"same tokens: {runs['draft model'].tokens == runs['EAGLE head'].tokens}")
 better = min(runs, key=lambda name: runs[name].stats.weight_traffic)
 print(f"verdict: the {better} reads fewer weights per emitted token here")
-assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths the next paragraph compares
+assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the widths compared below
+
+# %% [markdown]
+# What one drafting pass costs each, timed on the same prompt: a pass over one new row (a chain's
+# step) and over 8 (a level of the tree above), the head's pass with its q, the draft model's with
+# its logits. The two are timed in turns, five rounds, and the verdict gives the range of the ratio.
+
+# %%
+one_blas_thread_if_busy()
+start = start_timing()
+ratio = {1: [], 8: []}  # the head's ms over the draft's, round by round
+for _ in range(5):
+    ms = {name: pass_ms(model, list(ratio), prefix_len=len(prompt), repeats=5) for name, model in
+          (("head", head), ("draft", draft))}
+    for k in ratio:
+        ratio[k].append(ms["head"][k] / ms["draft"][k])
+for k, r in ratio.items():
+    print_timed(f"a drafting pass of {k} row(s) after the prompt, the head's time over the draft model's: "
+                + verdict(r, 1, "the head's pass costs more", "the head's pass costs less", "x"))
+say_if_busy(start)
 
 # %% [markdown]
 # The head shipped here was trained with the pair, briefly: 21M tokens (the draft model, a model of
 # its own, saw 81M; weights/README.md).
 #
-# What decides the verdict above is this pair's sizes: the head's one block is as wide as the target
-# (384), wider than the whole draft model (128), so each of its passes costs more than a draft pass,
-# and only its higher acceptance can pay that back (`make bench` times both passes, the cost curve's
-# "head" and "draft" rows, and races the two methods on your machine). On a large target the head is
-# a small fraction of one target layer, while a draft model good enough to match it is a model of
-# its own.
+# What decides the verdicts above is this pair's sizes: the head's one block is as wide as the target
+# (384), wider than the whole draft model (128), so each of its passes reads more weights than a
+# draft pass, and only its higher acceptance can pay that back (`make bench` times both passes, the
+# cost curve's "head" and "draft" rows, and races the two methods on your machine). On a large target
+# the head is a small fraction of one target layer, while a draft model good enough to match it is a
+# model of its own.
 #
 # ## Still lossless
 #

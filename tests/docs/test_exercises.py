@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "tutorials" / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
-FILES = ["chain_rule.py", "tree_attention.py", "recursive_rejection.py", "write_the_loop.py"]
+FILES = ["chain_rule.py", "tree_attention.py", "recursive_rejection.py", "write_the_loop.py", "eagle_head.py"]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,8 @@ def test_untouched_stubs_are_not_yet_written():
     assert proc.returncode == 1
     assert [line.split(" (")[0] for line in lines] == [f"exercise {n}, {t}" for n, t in enumerate(
         ["block verification of a chain", "the accepted path kept in the cache",
-         "recursive rejection without replacement", "the speculative decoding loop"], 1)], proc.stdout
+         "recursive rejection without replacement", "the speculative decoding loop", "the EAGLE head's step"],
+        1)], proc.stdout
     assert all(line.endswith(": not yet written") for line in lines), proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
@@ -52,10 +53,11 @@ def test_reference_solutions_are_correct():
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(lines) == 4 and all(": correct (" in line for line in lines), proc.stdout
+    assert len(lines) == 5 and all(": correct (" in line for line in lines), proc.stdout
     assert proc.stderr == ""  # under -X dev -W error: no warning (the worker's pipe is closed)
 
 
+HEAD_CASE = "case 1 of 2 ('def add(a, b):\\n    return', chains of 2, 3 steps):"
 # (file, mistake, text in the solution, the mistake's text, how the wrong line starts, diagnosis fragments)
 MISTAKES = [
     ("chain_rule.py", "the stopping weight left out (h_i = a_i)", "        if rand.coin(h):",
@@ -154,6 +156,30 @@ MISTAKES = [
      "8 tokens): your loop cuts a cache to 6 tokens when it holds 5: after a step the target's cache holds every "
      "committed token but the last", []),
     # The residual must use the q the rejected child was drawn from, before its token is removed.
+    # Exercise 5 names the mistake: the q it matches (replayed by the library's head with that mistake), or the cache
+    # after head_keep (its length against the library's).
+    ("eagle_head.py", "each token fed with its own feature", "np.asarray(seq)[js], js, cache",
+     "np.asarray(seq)[js - 1], js, cache", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your "
+     "q after the root differs from the library's head's by 0.994",
+     ["the feature one position off: your q is the head's when the pair at position j holds t_(j-1)'s embedding"]),
+    ("eagle_head.py", "the feature two positions back", "feats[js - 1]", "feats[js - 2]", f"{HEAD_CASE} step 1",
+     ["the feature one position off: your q is the head's when token t_j is fed with f_(j-2)"]),
+    ("eagle_head.py", "the feature before ln_f", 'layer_norm(top, **target.params["ln_f"], eps=target.config.'
+     'layer_norm_epsilon)', "top", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your q after "
+     "the root differs", ["the unnormed feature: your q is the head's fed the target's top-layer states before its "
+                          "final layer norm (ln_f)"]),
+    ("eagle_head.py", "the head's cache not cut", "    cache.truncate(root)  #", "    pass  #",
+     f"{HEAD_CASE} after step 1 your head's cache holds 13 pairs, the library's 11: the cache not cut after "
+     "verification", []),
+    ("eagle_head.py", "the accepted nodes' pairs kept", "    cache.truncate(root)  #",
+     "    cache.truncate(root + accepted)  #", f"{HEAD_CASE} after step 1 your head's cache holds 12 pairs, the "
+     "library's 11: you kept the 1 accepted node(s) of the chain, each fed on its parent's guessed feature where the "
+     "target's exists now", []),
+    ("eagle_head.py", "every node fed the root's guess", "fused_pass(head, guess[None]",
+     "fused_pass(head, guesses[0][None]", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your q "
+     "after node 2 differs", ["every node read the root's guessed feature: node i reads its parent's guess"]),
+    ("eagle_head.py", "q over every token", "    if head.vocab is not None:", "    if False:", f"{HEAD_CASE} step 1",
+     ["your q gives up to 0.0472 of its mass to tokens outside head.vocab"]),
     ("recursive_rejection.py", "the residual computed with q after the rejected token is removed",
      "            r = np.maximum(p_res - q_res, 0)", "            q_res = q_res.copy()\n            q_res[x] = 0\n"
      "            r = np.maximum(p_res - q_res, 0)", "case 1 of 7 (V=2, widths 1): TV 0.129",
@@ -252,7 +278,7 @@ def test_a_solution_that_exits_or_raises_is_wrong_with_its_reason(tmp_path):
     (tmp_path / "write_the_loop.py").write_text("def speculative_decode(*args):\n    raise KeyboardInterrupt\n")
     proc = run_grader(tmp_path)
     lines = [line for line in proc.stdout.splitlines() if not line.startswith("    ")]
-    assert proc.returncode == 1 and len(lines) == 4, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and len(lines) == 5, proc.stdout + proc.stderr
     assert lines[0].endswith("(chain_rule.py): wrong: importing chain_rule.py raised SystemExit: 0")
     assert lines[1].endswith("(tree_attention.py): wrong: the grading process ended (exit status 0) before a verdict: "
                              "does your code end the process (os._exit, a crash)?; its last output: bye")
@@ -267,7 +293,7 @@ def test_a_hang_is_wrong_after_the_time_limit(tmp_path):
     start = time.monotonic()
     proc = run_grader(tmp_path, "--time-limit", "1", timeout=60)
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 1 and len(lines) == 4, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and len(lines) == 5, proc.stdout + proc.stderr
     assert lines[0].endswith("(chain_rule.py): wrong: no verdict within 1 s: an endless loop? (--time-limit SECONDS "
                              "allows more)")
     assert all(line.endswith(f"{name} is missing") for line, name in zip(lines[1:], FILES[1:]))
@@ -300,7 +326,7 @@ LIMIT = "--time-limit wants a number of seconds above 0 (at most 86400)"
     (["--help"], 0, "usage: grade.py [DIR] [--case E:N] [--time-limit SECONDS]"),
     (["a", "b"], 2, "grade.py: give one folder of exercises, got two: a and b"),
     (["no-such-folder"], 2, "grade.py: no-such-folder is not a folder (give the folder that holds the exercise files)"),
-    (["--case", "5:1"], 2, "grade.py: --case wants EXERCISE:CASE with EXERCISE 1 to 4, e.g. --case 1:2, got '5:1'"),
+    (["--case", "6:1"], 2, "grade.py: --case wants EXERCISE:CASE with EXERCISE 1 to 5, e.g. --case 1:2, got '6:1'"),
     (["--case", "1:99"], 2, "grade.py: --case 1:99: exercise 1 has cases 1 to 7"),
     (["--time-limit", "soon"], 2, f"grade.py: {LIMIT}, got 'soon'"),
     (["--time-limit=inf"], 2, f"grade.py: {LIMIT}, got 'inf'"),
@@ -384,3 +410,16 @@ def test_tables_are_distributions(grade):
     for V, _, seed in grade.checks.CHAIN_CASES + grade.checks.TREE_CASES:
         for M in grade.checks.tables(V, seed):
             assert np.allclose(M.sum(axis=1), 1) and (M >= 0).all()
+
+
+def test_the_head_exercise_hands_over_the_states_before_ln_f(grade):
+    """Exercise 5's `top` is the target's top block's output before its final layer norm: ln_f of it is
+    gpt2.hidden's feature (what the library's head reads), and it is not that feature itself."""
+    from specdec_np.gpt2 import hidden, layer_norm
+
+    target = grade.checks.shared()["eagle target"]
+    tokens = grade.checks.HEAD_CASES[0][0]
+    top = grade.checks.top_states(target, tokens)
+    feats = hidden(target, tokens, grade.checks.new_cache(target))
+    assert np.abs(layer_norm(top, **target.params["ln_f"], eps=target.config.layer_norm_epsilon) - feats).max() < 1e-12
+    assert np.abs(top - feats).max() > 1.0

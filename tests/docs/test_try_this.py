@@ -90,11 +90,11 @@ EDITS = {
          ["Try this: 3 drafts", "64 ordered 3-tuples of drafts, e.g. (B, B, B) with probability 0.1250",
           "alpha* = 0.9781, reached at H = {B,D}"]),
     ],
-    "11_eagle": [
-        ("no positions", [('    e = P["wte"][tokens] + P["wpe"][positions]', '    e = P["wte"][tokens]')],
-         ["Try this: head_by_hand changed: it no longer computes eagle.head_pass",
-          "check failed under your edit (head_by_hand changed: it no longer computes eagle.head_pass): "
-          "head_by_hand != eagle.head_pass"]),
+    "11b_the_head_answer": [
+        ("no positions", [("by_hand_head = head  #", "by_hand_head = dataclasses.replace(head, wpe=0 * head.wpe)  #")],
+         ["Try this: the answer runs a head without position embeddings",
+          "check failed under your edit (the answer runs a head without position embeddings): the answer's "
+          "fused_pass != eagle.head_pass"]),
     ],
 }
 CASES = [(lesson, name, replace, expected) for lesson, edits in EDITS.items() for name, replace, expected in edits]

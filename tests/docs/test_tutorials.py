@@ -25,11 +25,12 @@ try:
     from lesson import deterministic, notebook_lines, stdout_lines, text
 finally:
     sys.path.remove(str(ROOT / "tutorials"))
-TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]*_*.py"))  # 04b, the answer to lesson 4, after 04
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]*_*.py"))  # 04b (11b), the answer to lesson 4 (11), after it
 
 
 def test_all_lessons_present():
-    assert [t.name.split("_")[0] for t in TUTORIALS] == ["01", "02", "03", "04", "04b"] + [f"{i:02d}" for i in range(5, 12)]
+    numbers = ["01", "02", "03", "04", "04b"] + [f"{i:02d}" for i in range(5, 12)] + ["11b"]
+    assert [t.name.split("_")[0] for t in TUTORIALS] == numbers
 
 
 # Each "Try this" check is a function the lesson calls on the changed input; here each is called again, after the
@@ -158,6 +159,19 @@ def test_lesson_4_holds_no_answer():
     notebook = NOTEBOOKS / "04_write_the_loop.ipynb"
     assert loop_implementation(notebook) == [], f"{notebook.name} holds the answer: run make notebooks"
 
+
+def test_lesson_11_holds_no_answer_to_exercise_5():
+    """Lesson 11 points to exercise 5 and does not write the head's step: no fusion (head.fc), no block, no cut of the
+    head's cache in its code; lesson 11b loads the exercise's solution, which holds all three."""
+    eleven, answer = (ROOT / "tutorials" / name for name in ("11_eagle.py", "11b_the_head_answer.py"))
+    code = "\n".join(percent_cells(eleven))
+    for part in ('fc["w"]', "transformer_block", ".truncate("):
+        assert part not in code, part
+    assert "exercises/eagle_head.py" in eleven.read_text(encoding="utf-8")
+    assert "11b_the_head_answer.py" in eleven.read_text(encoding="utf-8")
+    solution = (ROOT / "tutorials" / "exercises" / "solutions" / "eagle_head.py").read_text(encoding="utf-8")
+    assert all(part in solution for part in ('fc["w"]', "transformer_block", ".truncate("))
+    assert '"exercises" / "solutions" / "eagle_head.py"' in answer.read_text(encoding="utf-8")
 
 def test_the_prose_quotes_the_embedded_pairs_shapes():
     """The shapes lesson 11's prose and docs/performance.md state of the embedded pair are the shipped models'

@@ -21,6 +21,13 @@
   as many, each row the committed token's): the first step and cache that differ are named, before any
   draw is compared. Where the draws differ, lesson 4's loop (the solution, its one home) is replayed
   with your outcomes and the first coin or draw that differs is named with its step.
+- The EAGLE head's step (exercise 5), on the embedded target and head in float64, over a few greedy
+  chain steps after a prompt: each step your q after the root and each node must be the library's
+  drafter's (`eagle.FeatureDrafter`, as generate drives it; difference < 1e-9), you must feed the head
+  as many rows as it does, and after your head_keep the head's cache must hold its pairs. Where q
+  differs, the step is replayed by the library's head with each named mistake made (the feature before
+  ln_f, one position off, every node on the root's guess) and the one your q matches is named; a cache
+  of the wrong length is named by what it kept (the chain, or the accepted nodes' guessed pairs).
 
 A check raises Wrong (a verdict, its diagnosis lines, and more detail for --case) when the learner's
 code fails it. The checks run in the grader's process, on what the learner's functions return from
@@ -40,8 +47,11 @@ from pathlib import Path
 import numpy as np
 
 from specdec_np import build
+from specdec_np.checkpoint import load as load_model
 from specdec_np.decode import generate
-from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
+from specdec_np.eagle import FeatureDrafter, head_logits, head_pass, load_head
+from specdec_np.gpt2 import (GPT2Config, attention_bias, forward, layer_norm, new_cache, random_params,
+                             transformer_block)
 from specdec_np.kvcache import KVCache
 from specdec_np.plan import Plan
 from specdec_np.proofs import exact
@@ -360,9 +370,12 @@ def shared() -> dict:
     travel by name)."""
     config = GPT2Config(**LOOP)
     mask_model = random_params(GPT2Config(**TINY), seed=0, dtype=np.float64, scale=0.3)
+    eagle_target = load_model("tiny-target", np.float64)
+    head = load_head("tiny-eagle", eagle_target)  # bound to the float64 target: float64 too
     return {"loop target": random_params(config, seed=1, dtype=np.float64, scale=1.0),
             "loop draft": random_params(config, seed=1, dtype=np.float64, scale=0.7),
-            "mask model": mask_model, "mask config": mask_model.config}
+            "mask model": mask_model, "mask config": mask_model.config,
+            "eagle target": eagle_target, "eagle head": head, "eagle head config": head.config}
 
 
 class Calls:
@@ -690,6 +703,142 @@ def loop_cases():
         ("seed 2, temperature 0.8 top-p 0.9, k=4, 24 tokens",
          tokens_case(target, draft, 24, 4, 2, (0.8, None, 0.9), True)),
     ]
+
+
+# -- exercise 5, the EAGLE head's step: the embedded target and head, against eagle.FeatureDrafter -------
+# (the prompt's tokens, its text, k, steps): the prompt then the target's greedy tokens, drafted in greedy
+# chains of k. The first case's first step keeps one node of its two, so that a cache not cut and one cut to
+# the accepted path differ from the library's there; the second's steps keep all three, then none.
+HEAD_CASES = [([4299, 751, 7, 64, 11, 275, 2599, 198, 220, 220, 220, 1441], "def add(a, b):\n    return", 2, 3),
+              ([320, 634, 299, 931, 88, 355, 299, 79, 628], "import numpy as np\n\n", 3, 4)]
+HEAD_MISTAKES = [  # (what the diagnosis says, how `replay` makes the mistake)
+    ("the unnormed feature: your q is the head's fed the target's top-layer states before its final layer norm "
+     "(ln_f); the feature is the state after ln_f, the one the target's LM head reads", dict(normed=False)),
+    ("the feature one position off: your q is the head's when token t_j is fed with f_j, its own feature; at t_j "
+     "the head reads f_(j-1), the feature of the token before it", dict(pairs="own")),
+    ("the feature one position off: your q is the head's when the pair at position j holds t_(j-1)'s embedding "
+     "beside f_(j-1), each token with its own feature; the pair at position j is t_j's embedding beside f_(j-1), "
+     "the feature of the token before it", dict(pairs="own at j")),
+    ("the feature one position off: your q is the head's when token t_j is fed with f_(j-2); at t_j the head reads "
+     "f_(j-1), the feature of the token before it", dict(pairs="two before")),
+    ("every node read the root's guessed feature: node i reads its parent's guess (node i - 1's), the feature the "
+     "head guessed for the token before it", dict(nodes="root")),
+]
+
+
+def top_states(target, tokens):  # [n] -> [n, d]
+    """The target's top block's output at each token (one causal pass), before its final layer norm."""
+    c, p, n = target.config, target.params, len(tokens)
+    cache, bias = new_cache(target, n), attention_bias(np.tri(n, dtype=bool), target.dtype)
+    x = p["wte"][tokens] + p["wpe"][np.arange(n)]
+    for layer, block in enumerate(p["blocks"]):
+        x = transformer_block(x, block, c.n_head, cache, layer, bias, c.layer_norm_epsilon)
+    return x
+
+
+def replay(head, feats, seq, cache, chain, pairs="right", nodes="parent"):  # -> [k + 1, V]
+    """The step's q by the library's head_pass from a copy of `cache`, with a mistake made (HEAD_MISTAKES)."""
+    cache, root = cache.copy(), len(seq) - 1
+    js = np.arange(cache.length + 1, root + 1)  # the catch-up pairs' positions
+    tok, feat, pos = {"right": (js, js - 1, js), "own": (js - 1, js - 1, js - 1), "own at j": (js - 1, js - 1, js),
+                      "two before": (js, js - 2, js)}[pairs]
+    mask = np.tri(len(js), cache.length + len(js), cache.length, dtype=bool)
+    guesses = [head_pass(head, feats[feat], np.asarray(seq)[tok], pos, cache, mask)[-1]]
+    for i, x in enumerate(chain, 1):
+        fed = guesses[0 if nodes == "root" else -1]
+        guesses.append(head_pass(head, fed[None], [x], [root + i], cache, np.ones((1, cache.length + 1), bool))[0])
+    return process(head_logits(head, np.stack(guesses)), 1.0)
+
+
+def head_case(prompt, k: int, steps: int):
+    """Your head_step and head_keep over `steps` greedy chain steps of k after `prompt`, each against the
+    library's FeatureDrafter, as generate's eagle method drives it."""
+    def check(funcs):
+        target, head = shared()["eagle target"], shared()["eagle head"]
+        text = list(prompt) + generate(target, list(prompt), steps * (k + 1) + 1, eos=None).tokens
+        top = top_states(target, text)  # [N, d]
+        feats = layer_norm(top, **target.params["ln_f"], eps=target.config.layer_norm_epsilon)  # what hidden gives
+        lib = FeatureDrafter(head, rows=64)
+        lib.commit([], feats[:len(prompt) - 1], 0)  # the target scored the prompt but its last token
+        cache = KVCache(head.config, capacity=len(text) + 2 * k + 8, dtype=head.dtype)
+        seq = list(prompt)
+        for s in range(1, steps + 1):
+            root, before = len(seq) - 1, lib.cache.copy()
+            lib.begin(seq, k)
+            tokens, parents, ref = [seq[-1]], [-1], []
+            for i in range(k + 1):  # the library's greedy chain, one head pass a node
+                ref.append(lib.dist_fn(tokens, parents, [i])[0])
+                tokens, parents = tokens + [int(np.argmax(ref[-1]))], parents + [i]
+            chain, ref, rows = tokens[1:k + 1], np.stack(ref), sum(lib.block_sizes)
+            length = cache.length
+            q = funcs["head_step"](head, target, top[:root].copy(), list(seq), cache, list(chain))
+            where = f"step {s} (the root at position {root}, the chain {chain})"
+            try:
+                q = np.asarray(q, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise Wrong(f"{where}: head_step returned {type(q).__name__}, expected q, an array [k + 1, V]") from None
+            check_q(head, q, ref, where, lambda normed=True, **mistake: replay(
+                head, (feats if normed else top)[:root], seq, before, chain, **mistake))
+            if cache.length - length != rows:
+                raise Wrong(f"{where}: you fed the head {cache.length - length} rows, the library {rows}: the "
+                            f"{rows - k - 1} pairs its cache lacked, the root's, and the chain's {k} nodes")
+            accepted = next((i for i, x in enumerate(chain) if x != text[root + 1 + i]), k)  # greedy verification
+            lib.commit([tuple(chain[:i + 1]) for i in range(accepted)], feats[root:root + accepted + 1], root)
+            funcs["head_keep"](cache, root, accepted)
+            check_head_cache(cache, lib.cache, s, k, accepted)
+            seq = text[:root + accepted + 2]
+
+    return check
+
+
+def check_q(head, q, ref, where: str, mistaken) -> None:
+    """Wrong unless q [k + 1, V] is the library's `ref`; the diagnosis names the mistake it matches."""
+    if q.shape != ref.shape:
+        raise Wrong(f"{where}: head_step returned q of shape {q.shape}, expected {ref.shape}: a row after the root "
+                    f"and after each of the chain's {len(ref) - 1} nodes, over the {ref.shape[1]} tokens")
+    diff = np.abs(q - ref).max(axis=1)  # [k + 1]
+    if not (diff > MAX_LOGIT_DIFF).any() and np.isfinite(q).all():
+        return
+    r = int(np.argmax(~(diff <= MAX_LOGIT_DIFF)))
+    node = "the root" if r == 0 else f"node {r}"
+    diagnosis = [line for line, mistake in HEAD_MISTAKES if np.abs(mistaken(**mistake) - q).max() <= MAX_LOGIT_DIFF]
+    outside = float(q[:, head.vocab == 0].sum(axis=1).max()) if head.vocab is not None else 0.0
+    if outside > MAX_LOGIT_DIFF:
+        diagnosis.append(f"your q gives up to {outside:.3g} of its mass to tokens outside head.vocab: the head "
+                         f"drafts only its {int(head.vocab.sum())} tokens (q is 0 elsewhere)")
+    raise Wrong(f"{where}: your q after {node} differs from the library's head's by {diff[r]:.3g}", diagnosis,
+                [f"yours:     {show_top(q[r])}", f"library's: {show_top(ref[r])}"])
+
+
+def show_top(q, n: int = 4) -> str:
+    return ", ".join(f"{int(t)}: {q[t]:.3g}" for t in np.argsort(-q)[:n])
+
+
+def check_head_cache(mine, lib, s: int, k: int, accepted: int) -> None:
+    """Wrong unless after head_keep the head's cache holds the library's pairs (length, keys and values)."""
+    n = lib.length
+    if mine.length != n:
+        line = f"after step {s} your head's cache holds {mine.length} pairs, the library's {n}"
+        if mine.length == n + k:
+            raise Wrong(f"{line}: the cache not cut after verification: keep only the pairs made of the target's "
+                        f"features, through the root's; the chain's {k} were fed on guessed features"
+                        + (f" ({k - accepted} of them rejected)" if accepted < k else ""))
+        if mine.length == n + accepted and accepted:
+            raise Wrong(f"{line}: you kept the {accepted} accepted node(s) of the chain, each fed on its parent's "
+                        "guessed feature where the target's exists now (its verify pass computed it): keep only "
+                        "the pairs made of the target's features; the next step feeds them again with those")
+        raise Wrong(f"{line}: keep only the pairs made of the target's features, through the root's")
+    diff = np.maximum(np.abs(mine.k[:, :, :n] - lib.k[:, :, :n]), np.abs(mine.v[:, :, :n] - lib.v[:, :, :n]))
+    diff = diff.max(axis=(0, 1, 3)) if n else np.zeros(0)  # [n]
+    if (diff > MAX_LOGIT_DIFF).any():
+        j = int(np.argmax(diff > MAX_LOGIT_DIFF))
+        raise Wrong(f"after step {s} slot {j} of your head's cache is not the library's: it holds the pair of "
+                    f"token {j + 1} (its embedding and the target's feature f_{j})")
+
+
+def head_cases():
+    return [(f"{text!r}, chains of {k}, {steps} steps", head_case(prompt, k, steps))
+            for prompt, text, k, steps in HEAD_CASES]
 
 
 def quietly(check, funcs) -> None:

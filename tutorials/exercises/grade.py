@@ -11,7 +11,7 @@ check, `specdec_np.proofs.exact`). The checks run here; your file runs in a work
 verdict is this process's comparison of what your code returned. An exit, an endless loop (past
 --time-limit, with --case too), an exception or a signal sent to the grader makes that exercise wrong,
 with the reason, and leaves the others graded; changes to the clone while it ran are named under its
-line. DIR (default: this folder) holds the four files; `solutions/` holds reference solutions.
+line. DIR (default: this folder) holds the five files; `solutions/` holds reference solutions.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ EXERCISES = [  # (title, file, the functions it defines, the checks' function th
     ("recursive rejection without replacement", "recursive_rejection.py", ("verify_recursive_wor",), "tree_cases",
      None),
     ("the speculative decoding loop", "write_the_loop.py", ("speculative_decode",), "loop_cases", "loop"),
+    ("the EAGLE head's step", "eagle_head.py", ("head_step", "head_keep"), "head_cases", None),
 ]
 CLONE = HERE.parents[1]  # the clone: the graded code's changes to it are named
 
@@ -190,8 +191,8 @@ PARSER = Parser(prog="grade.py", usage="%(prog)s [DIR] [--case E:N] [--time-limi
                 epilog="Exit status: 0 when every exercise is correct, 1 otherwise, 2 for a usage error, 130 on "
                 "Ctrl-C.")
 PARSER.add_argument("folder", nargs="*", metavar="DIR", help="a folder with chain_rule.py, tree_attention.py, "
-                    "recursive_rejection.py and write_the_loop.py (tutorials/exercises/solutions/ holds reference "
-                    "solutions)")
+                    "recursive_rejection.py, write_the_loop.py and eagle_head.py (tutorials/exercises/solutions/ "
+                    "holds reference solutions)")
 PARSER.add_argument("--case", metavar="E:N", help="rerun case N of exercise E alone and print it in full; your "
                     "code's output and tracebacks show (grading hides them)")
 PARSER.add_argument("--time-limit", metavar="SECONDS", default=str(TIME_LIMIT), help="how long each exercise may "
