@@ -102,17 +102,15 @@ def within_noise(speedups: dict) -> str:
     """The prose under the table: rows whose speedup ranges overlap are within noise of each other (another round
     could order them either way), said so and never ranked; a row is named fastest only when its range lies above
     every other row's."""
-    rows = sorted(speedups, key=lambda m: -spread(speedups[m])[1])
-    groups = []  # runs of rows (by median) whose ranges overlap the next one's
-    for m in rows:
-        if groups and spread(speedups[m])[2] >= min(spread(speedups[g])[0] for g in groups[-1]):
+    groups = []  # the rows by median speedup, in runs whose ranges overlap the next one's
+    for m in sorted(speedups, key=lambda m: -np.median(speedups[m])):
+        if groups and max(speedups[m]) >= min(min(speedups[g]) for g in groups[-1]):
             groups[-1].append(m)
         else:
             groups.append([m])
-    best = rows[0]
-    said = (f"Fastest here beyond the noise: {best} (its speedup range lies above every other row's)."
-            if len(groups[0]) == 1 else
-            f"No row is fastest beyond the noise: {best}'s speedup range overlaps {', '.join(groups[0][1:])}'s.")
+    best, *close = groups[0]
+    said = (f"No row is fastest beyond the noise: {best}'s speedup range overlaps {', '.join(close)}'s." if close else
+            f"Fastest here beyond the noise: {best} (its speedup range lies above every other row's).")
     tied = "; ".join(" ~ ".join(g) for g in groups if len(g) > 1)
     return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." if tied else "")
 
