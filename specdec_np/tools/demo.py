@@ -112,7 +112,7 @@ def within_noise(speedups: dict) -> str:
     said = (f"No row is fastest beyond the noise: {best}'s speedup range overlaps {', '.join(close)}'s." if close else
             f"Fastest here beyond the noise: {best} (its speedup range lies above every other row's).")
     tied = "; ".join(" ~ ".join(g) for g in groups if len(g) > 1)
-    return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." if tied else "")
+    return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." * bool(tied))
 
 
 def head_params(head) -> int:

@@ -91,8 +91,8 @@ __SCRIPT__
 const opened = current;  // the step the page opened on
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule-head", "rule", "checks", "residual", "cache", "totals",
-                             "text", "legend", "passes-head", "marks-key"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule-head", "rule", "checks", "residual", "cache",
+                             "totals", "text", "legend", "passes-head", "marks-key"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -742,7 +742,7 @@ def test_eagles_steps_name_the_rule_their_proposal_ran(embedded, tmp_path):
 def test_a_bent_cost_curve_is_named_and_its_prices_are_no_savings(run, tmp_path):
     """Issue 69: a cost curve on which more rows were measured cheaper than fewer (costcurve.bends; the trace priced
     2- and 4-row draft passes at 0.2x a one-token pass) is said to be bent, with the likely cause, and each price from
-    it says so; a monotone curve (the control) is priced plainly. The recorded bends are those of the measured ratios."""
+    it says so; a monotone curve (the control) is priced plainly. The recorded bends are the measured ratios'."""
     from specdec_np.tools.costcurve import bends
 
     assert bends({1: 10.75, 2: 6.04, 4: 12.0}) == [(1, 2)] and bends({1: 1.0, 2: 0.99, 4: 1.5}) == []
