@@ -114,6 +114,15 @@ def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) ->
     return {key: 1000 * float(summary(ts[1:])) for key, ts in times.items()}
 
 
+def bends(ms: dict, slack: float = 0.03) -> list:
+    """[(fewer, more)]: the neighbouring row counts of a cost curve {rows: ms} where the pass of more rows was measured
+    cheaper than the one of fewer (by more than `slack`, timing noise). More rows are never less work: such a curve was
+    bent by the machine (the BLAS's kernel for that row count, a 1-row product taking the matrix-vector path; its
+    threads; a busy machine), and its ratios are no price list."""
+    ks = sorted(ms)
+    return [(a, b) for a, b in zip(ks, ks[1:]) if ms[b] < (1 - slack) * ms[a]]
+
+
 def block_cost_ms(model: GPT2, block_sizes, prefix_len: int = 128, repeats: int = 7, summary=np.median) -> dict:
     """{k: ms of one forward pass of k new tokens after a cached prefix}, the sizes timed round-robin."""
     cache = primed(model, prefix_len, max(block_sizes))

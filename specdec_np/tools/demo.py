@@ -83,16 +83,43 @@ def logit_gap(target, prompt, tokens, i) -> float:
     return float(top2[1] - top2[0])
 
 
-def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, **kw) -> dict:
-    """{row: (its Result, seconds)}; every run keeps its trees (the demo draws one's), so all pay for it; a row whose
-    method drafts with a head drafts with `head` (the target's EAGLE head)."""
+ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a round of every row, not one row
+
+
+def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, rounds=ROUNDS, **kw) -> dict:
+    """{row: (its Result, [seconds of each round])}: each row decoded `rounds` times, the rows in turn within a round;
+    every run keeps its trees (the demo draws one's), so all pay for it; a row whose method drafts with a head drafts
+    with `head` (the target's EAGLE head). The rounds decode the same tokens (greedy, or the same seed)."""
     results = {}
-    for m, (plan, _) in plans.items():
-        t0 = time.perf_counter()
-        res = generate(target, prompt, n_new, method=method_of(m), plan=plan, keep_trees=True,
-                       **models_for(method_of(m), draft, ngram, head), **kw)
-        results[m] = (res, time.perf_counter() - t0)
+    for _ in range(rounds):
+        for m, (plan, _) in plans.items():
+            t0 = time.perf_counter()
+            res = generate(target, prompt, n_new, method=method_of(m), plan=plan, keep_trees=True,
+                           **models_for(method_of(m), draft, ngram, head), **kw)
+            results.setdefault(m, (res, []))[1].append(time.perf_counter() - t0)
     return results
+
+
+def spread(samples) -> tuple:
+    """(lowest, median, highest) of repeated measurements of one figure."""
+    return min(samples), float(np.median(samples)), max(samples)
+
+
+def within_noise(speedups: dict) -> str:
+    """The prose under the table: rows whose speedup ranges overlap are within noise of each other (another round
+    could order them either way), said so and never ranked; a row is named fastest only when its range lies above
+    every other row's."""
+    groups = []  # the rows by median speedup, in runs whose ranges overlap the next one's
+    for m in sorted(speedups, key=lambda m: -np.median(speedups[m])):
+        if groups and max(speedups[m]) >= min(min(speedups[g]) for g in groups[-1]):
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    best, *close = groups[0]
+    said = (f"No row is fastest beyond the noise: {best}'s speedup range overlaps {', '.join(close)}'s." if close else
+            f"Fastest here beyond the noise: {best} (its speedup range lies above every other row's).")
+    tied = "; ".join(" ~ ".join(g) for g in groups if len(g) > 1)
+    return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." * bool(tied))
 
 
 def head_params(head) -> int:
@@ -103,19 +130,23 @@ def head_params(head) -> int:
 def report(results: dict, chosen: dict, timed) -> None:
     """The runs' table, where each row's tokens came from (stage 2's guesses apart from its copies), a note if
     the machine was busy since `timed`, which plan each row used and why."""
-    t_base = len(results["ar"][0].tokens) / results["ar"][1]
-    head = (f"{'method':<17}", "tokens/s", "speedup", "target passes", "tokens/pass", "draft passes", "weight traffic",
-            "tokens: draft", "guessed", "copied", "target")
+    speeds = {m: [len(res.tokens) / dt for dt in dts] for m, (res, dts) in results.items()}
+    speedups = {m: [x / base for x, base in zip(speeds[m], speeds["ar"])] for m in speeds}  # each round's own
+    head = (f"{'method':<17}", "tokens/s", f"speedup (range over {len(speeds['ar'])} runs)", "target passes",
+            "tokens/pass", "draft passes", "weight traffic", "tokens: draft", "guessed", "copied", "target")
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
-    for m, (res, dt) in results.items():
+    for m, (res, _) in results.items():
         s = res.stats
-        tps = len(res.tokens) / dt
+        lo, mid, hi = spread(speedups[m])
         parts = s.parts
-        rows.append(f"| {m:<17} | {tps:>8.1f} | {tps / t_base:>6.2f}x | {s.target_passes:>13} | "
+        rows.append(f"| {m:<17} | {spread(speeds[m])[1]:>8.1f} | {f'{mid:.2f}x ({lo:.2f}-{hi:.2f})':>{len(head[2])}} | "
+                    f"{s.target_passes:>13} | "
                     f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {s.weight_traffic:>14.2f} | "
                     f"{parts['draft']:>13} | {parts['ngram_guess'] + parts['copy_guess']:>7} | {parts['copied']:>6} | "
                     f"{parts['target']:>6} |")
     print("\n".join(rows))
+    print(f"tokens/s and speedup: the median of {len(speeds['ar'])} runs of each row, in turn (each run's speedup "
+          "over that round's ar).\n" + within_noise({m: x for m, x in speedups.items() if m != "ar"}))
     print("Tokens: the draft's own; guessed: stage 2's guesses (the trigram's, or a repeat's) the draft kept, each "
           "saving it a pass (the paper's stage 2);\ncopied: a repeat's continuation sent to the target with no draft "
           "pass (prompt lookup's idea); target: the target's token ending each step."

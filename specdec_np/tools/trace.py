@@ -22,7 +22,7 @@ from ..methods import METHODS
 from ..files import atomic_file, read_text
 from ..tokenizer import decode
 from ..tree import COPY, DRAFT, NGRAM, SOURCES, path_key
-from .costcurve import block_cost_ms
+from .costcurve import bends, block_cost_ms
 from .machine import busy, machine_name
 
 # Why a draft pass fed a row (record.DraftPass): a tree node; stage 2's trigram guess; its copy of a repeat.
@@ -94,14 +94,15 @@ def step_record(step) -> dict:
 
 def pass_costs(target, draft, result, prompt) -> dict:
     """What each pass of `result` costs on this machine now (the fastest of each size's rounds: a busy machine only
-    adds), in one-token passes of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy": words}."""
-    costs = {"machine": machine_name(), "busy": busy(0.1)}
+    adds), in one-token passes of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy": words,
+    "bent": {"target": [(fewer, more) rows where more cost less (costcurve.bends)], "draft": ...}}."""
+    costs = {"machine": machine_name(), "busy": busy(0.1), "bent": {}}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
         largest = min(MAX_COSTED, model.config.n_ctx - len(prompt)) if model is not None else 0  # not the prefill
         sizes = sorted({1} | {k for k in blocks if k <= largest}) if model is not None and blocks else []
         ms = block_cost_ms(model, sizes, len(prompt), COST_ROUNDS, summary=np.min) if sizes else {}
-        costs[name] = {k: ms[k] / ms[1] for k in sizes}
+        costs[name], costs["bent"][name] = {k: ms[k] / ms[1] for k in sizes}, bends(ms)
     return costs
 
 

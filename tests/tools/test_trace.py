@@ -88,10 +88,11 @@ globalThis.location = {hash: ""};
 globalThis.history = {replaceState() {}};
 el("trace-data").textContent = require("fs").readFileSync(process.argv[2], "utf8");
 __SCRIPT__
+const opened = current;  // the step the page opened on
 const shown = D.steps.map((_, k) => {
   show(k);
-  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule", "checks", "residual", "cache", "totals",
-                             "text", "legend", "passes-head", "marks-key"].map(id =>
+  return Object.fromEntries(["summary", "tree", "passes", "mask", "rule-head", "rule", "checks", "residual", "cache",
+                             "totals", "text", "legend", "passes-head", "marks-key"].map(id =>
     [id, el(id).innerHTML || el(id).textContent]));
 });
 console.log(JSON.stringify(shown));
@@ -505,7 +506,8 @@ def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp
         ratio = data["costs"]["target"].get(str(step["target_block"]))  # none for a prefill of over MAX_COSTED rows
         assert (ratio is None) == (step["target_block"] > trace.MAX_COSTED) and "one-token draft" not in s["summary"]
         said = f"target pass: {step['target_block']} row{'s' * (step['target_block'] != 1)}"
-        cost = "" if ratio is None else f" (\u2248 {ratio:.1f}\u00d7 a one-token target pass)"
+        bent = " (from a bent curve: not a saving)" if data["costs"]["bent"]["target"] else ""
+        cost = "" if ratio is None else f" (\u2248 {ratio:.1f}\u00d7 a one-token target pass{bent})"
         assert f"{said}{cost}." in s["summary"]
         for p in step["passes"]:
             if p["rows"] > trace.MAX_COSTED:
@@ -518,8 +520,8 @@ def test_each_step_shows_its_emitted_text_and_each_pass_its_cost(run, shown, tmp
         assert any(not p["built"] for step in data["steps"] for p in step["passes"]), "a pass that built nothing"
     assert any(r != 1.0 for r in data["costs"]["target"].values())
     without = rendered(trace.page(dict(data, costs=None)), tmp_path)  # a page without costs (a lesson's) says none
-    assert [s["summary"] for s in without] == [re.sub(r" \(\u2248 [0-9.]+\u00d7 a one-token target pass\)", "",
-                                                      s["summary"]) for s in shown]
+    assert [s["summary"] for s in without] == [re.sub(r" \(\u2248 [0-9.]+\u00d7 a one-token target pass( \(from a bent "
+                                                      r"curve: not a saving\))?\)", "", s["summary"]) for s in shown]
     assert not any("one-token" in s["passes"] for s in without)
 
 
@@ -686,3 +688,109 @@ def test_a_heads_passes_are_timed_as_the_head_runs_them(embedded, monkeypatch):
     before = dict(calls)
     trace.pass_costs(None, draft, generate(target, prompt, 6, "tree", draft, keep_trees=True), prompt)
     assert calls["forward"] > before["forward"] and calls["head_pass"] == before["head_pass"]
+
+
+def test_the_page_opens_on_the_first_step_with_a_random_draw(run, tmp_path):
+    """Issue 69: the page opens on the first step whose rule drew a uniform u (not on one accepted without a draw);
+    with none (greedy), on step 1; an address's #step=N still wins. The control: with that step's u taken away, the
+    page opens on the next step that drew one."""
+    _, data, html = run
+    drew = [k for k, step in enumerate(data["steps"]) if any(c["u"] is not None for c in step["checks"])]
+    opened, asked = page_calls(run, tmp_path, '[opened, (location.hash = "#step=2", start(), current)]')
+    assert opened == (drew[0] if drew else 0) and asked == 1
+    if drew:
+        steps = json.loads(json.dumps(data["steps"]))
+        for c in steps[drew[0]]["checks"]:
+            c["u"] = None
+        later = page_calls((None, dict(data, steps=steps), html), tmp_path, "opened")
+        assert later == (drew[1] if len(drew) > 1 else 0) != opened
+
+
+def named_rules(shown) -> list:
+    """The rule each step's section 4 names in its heading."""
+    return [s["rule-head"].removeprefix("4. The verification rule: ") for s in shown]
+
+
+def test_eagles_steps_name_the_rule_their_proposal_ran(embedded, tmp_path):
+    """Issue 69: each step of an EAGLE run drawn without replacement names the rule its proposal ran (the loop's
+    record, record.Trace.rule); its first step, which drafts nothing (the head needs the prompt's features), tests
+    nothing and names no rule but the run's, where it named point_mass with the draft's "top tokens". The control:
+    a page whose steps all carry the first step's rule fails the same check."""
+    from specdec_np.models import load_head
+
+    target, draft, ngram, enc = embedded
+    prompt = encode(enc, PROMPT)
+    plan = Plan(shape="fixed", widths=(2, 2, 1), sampled="without")
+    res = generate(target, prompt, 12, "eagle", load_head(target=target), keep_trees=True, temperature=1.0, top_k=50,
+                   seed=1, plan=plan)
+    ran = [s.trace.rule for s in res.stats.steps]
+    data = trace.record(res, enc, prompt, "eagle")
+    drafted = [len(s.trace.tree) > 1 for s in res.stats.steps]
+    assert not drafted[0] and ran[0] == "point_mass" and set(r for r, d in zip(ran, drafted) if d) == {"recursive_wor"}
+
+    def names_each_proposals_rule(shown):
+        return all(name == (rule if d else "none (nothing drafted)")
+                   for name, rule, d in zip(named_rules(shown), ran, drafted))
+    shown = rendered(trace.page(data), tmp_path)
+    assert names_each_proposals_rule(shown)
+    assert "point_mass" not in shown[0]["rule"] and "top tokens" not in shown[0]["rule"]
+    assert "The run's drafted steps are verified by recursive_wor." in shown[0]["rule"]
+    wrong = dict(data, steps=[dict(step, rule=ran[0]) for step in data["steps"]])
+    assert not names_each_proposals_rule(rendered(trace.page(wrong), tmp_path))
+
+
+def test_a_bent_cost_curve_is_named_and_its_prices_are_no_savings(run, tmp_path):
+    """Issue 69: a cost curve on which more rows were measured cheaper than fewer (costcurve.bends; the trace priced
+    2- and 4-row draft passes at 0.2x a one-token pass) is said to be bent, with the likely cause, and each price from
+    it says so; a monotone curve (the control) is priced plainly. The recorded bends are the measured ratios'."""
+    from specdec_np.tools.costcurve import bends
+
+    assert bends({1: 10.75, 2: 6.04, 4: 12.0}) == [(1, 2)] and bends({1: 1.0, 2: 0.99, 4: 1.5}) == []
+    _, data, html = run
+    for model in ("target", "draft"):
+        assert data["costs"]["bent"][model] == [list(b) for b in bends({int(k): v for k, v in
+                                                                         data["costs"][model].items()})]
+    sizes = sorted({p["rows"] for step in data["steps"] for p in step["passes"]})
+    for curve, bent in (({k: 0.2 if k > 1 else 1.0 for k in sizes}, [[1, sizes[1]]]), ({k: k for k in sizes}, [])):
+        costs = dict(data["costs"], draft={str(k): v for k, v in curve.items()}, bent={"target": [], "draft": bent})
+        shown = rendered(trace.page(dict(data, costs=costs)), tmp_path)
+        prices = [s["passes"] for s in shown if "one-token draft pass" in s["passes"]]
+        assert prices and all(("from a bent curve: not a saving" in p) == bool(bent) for p in prices)
+        said = f"The draft's curve is bent: {sizes[1]} rows measured cheaper than 1 row"
+        assert (said in shown[0]["totals"] and "Likely causes" in shown[0]["totals"]) == bool(bent)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+MEASURE = """<script>
+document.body.setAttribute("data-measured", JSON.stringify([...document.querySelectorAll("#residual .scroll")]
+  .map(box => [box.scrollWidth, box.clientWidth])));
+</script></body>"""
+
+
+def residual_widths(html, tmp_path, step: int, css: str = "") -> list:
+    """[(the table's width, its box's)] of each residual table of `step` as Chromium lays the page out at 1280 px."""
+    page = tmp_path / "measured.html"
+    page.write_text(html.replace("</style>", css + "</style>").replace("</body>", MEASURE), encoding="utf-8")
+    r = subprocess.run([CHROMIUM, "--headless", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1500",
+                        "--virtual-time-budget=2000", *(["--no-sandbox"] if os.geteuid() == 0 else []), "--dump-dom",
+                        f"{page.as_uri()}#step={step}"], capture_output=True, text=True, timeout=120)
+    m = re.search(r'data-measured="([^"]*)"', r.stdout)
+    assert m, r.stderr[-2000:]
+    return json.loads(m[1].replace("&quot;", '"'))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium to lay the page out")
+def test_the_residual_tables_fit_a_1280_pixel_window(run, tmp_path):
+    """Issue 69: the residual tables (p, q and one p', q' per rejection) fit their column at 1280 px, as Chromium
+    lays them out, where they were clipped; the control: a table forced wider is measured wider than its box."""
+    res, data, html = run
+    steps = sorted(((len(r["stages"]), k + 1) for k, step in enumerate(data["steps"]) for r in step["residuals"]),
+                   reverse=True)[:2]  # the widest tables: the most rejections
+    if res.stats.steps[0].trace.rule == "greedy":
+        assert not steps
+        return
+    for _, k in steps:
+        widths = residual_widths(html, tmp_path, k)
+        assert widths and all(table <= box for table, box in widths), (k, widths)
+    assert all(table > box for table, box in residual_widths(html, tmp_path, steps[0][1],
+                                                             "#residual table { width: 700px; }"))

@@ -27,11 +27,22 @@ const RULES = {
 
 // Point mass is the rule for children that were not drawn from a distribution: the draft's top
 // tokens, or stage 2's copy of a repeat (which has no q at all).
+// A step that drafted nothing (EAGLE's first: the head needs the prompt's features) tests nothing: every rule
+// draws the target's token from p there, so the page names no rule for it but the ones the run's trees ran.
+function drafted(step) { return step.tree.tokens.length > 1; }
+function ruleName(step) { return drafted(step) ? step.rule : "none (nothing drafted)"; }
 function ruleText(step) {
+  if (!drafted(step)) {
+    const run = [...new Set(D.steps.filter(drafted).map(s => s.rule))];
+    return "Nothing was drafted this step" + (DRAFTER === "head" && step === D.steps[0] ?
+      " (EAGLE's head drafts from the target's features, which this step's pass over the prompt computes)" : "") +
+      ", so no rule tests anything: the target's token is " + (step.rule === "greedy" ? "its argmax" : "drawn from p") +
+      ", as every rule does after a leaf." + (run.length ? ` The run's drafted steps are verified by ${run.join(", ")}.` : "");
+  }
   const base = RULES[step.rule] || `rule ${step.rule}`;
   if (step.rule === "point_mass") return (step.copied
     ? "point mass (the children are stage 2's copy of a repeat, one token per node, not drawn from any distribution, so there is no q): "
-    : "point mass (the children are the draft's top tokens, chosen, not drawn): ") + base.slice("point mass: ".length);
+    : `point mass (the children are the ${WHO.draft.label}'s top tokens, chosen, not drawn): `) + base.slice("point mass: ".length);
   return base + (step.rule === "greedy" ? " (At temperature 0 the target's p is 1 at its argmax, 0 elsewhere.)" : "");
 }
 // Why a step's path was cut (only the run's last step can be): the tokens after the cut are not emitted.
@@ -234,7 +245,7 @@ function checksTable(step) {
 // After a rejection, the distributions the rule went on with, on the few tokens that matter: the
 // target's p, the draft's q, and after each rejected child the residual p' (and q').
 function residualView(step) {
-  const bar = (x, cls) => x === null ? "\u2014" : `<span class="bar ${cls}" style="width:${Math.round(40 * x)}px"></span>${num(x)}`;
+  const bar = (x, cls) => x === null ? "\u2014" : `${num(x)}<span class="bar ${cls}" style="width:${Math.round(36 * x)}px"></span>`;
   return step.residuals.map(r => {
     const tested = r.tested.map(i => step.tree.tokens[i]);
     const cols = [];  // [stage, "p" or "q", heading]
@@ -319,10 +330,20 @@ const ORIGIN = {
   copy: {who: "copy", label: "stage 2's guess copied from a repeat"},
 };
 // What a pass of `rows` rows cost, as a multiple of a one-token pass of the same model (measured when the page was
-// written, on the machine D.costs names), or "" where the page holds no costs.
+// written, on the machine D.costs names), or "" where the page holds no costs. A curve on which more rows cost less
+// (bent(model)) is no price list: its figures are said to come from it, never shown as a saving.
+function bent(model) { return (D.costs && D.costs.bent && D.costs.bent[model]) || []; }
 function cost(model, rows) {
   const c = D.costs && D.costs[model] && D.costs[model][String(rows)];
-  return c == null ? "" : `\u2248 ${c.toFixed(1)}\u00d7 a one-token ${model} pass`;
+  return c == null ? "" : `\u2248 ${c.toFixed(1)}\u00d7 a one-token ${model} pass` +
+    (bent(model).length ? " (from a bent curve: not a saving)" : "");
+}
+function bentNote(model) {  // why a curve's prices are not savings, or ""
+  const b = bent(model);
+  return !b.length ? "" : ` The ${model === "draft" ? DRAFTER : model}'s curve is bent: ` +
+    b.map(([few, more]) => `${plural(more, "row")} measured cheaper than ${plural(few, "row")}`).join("; ") +
+    ", yet more rows are never less work. Likely causes: the BLAS's kernel for that row count (a 1-row product takes " +
+    "the matrix-vector path), its threads, or a busy machine; its prices are this run's timings, not savings.";
 }
 function builtNothing(step, pass) {  // why a pass built no node of the tree, and what it cost
   const fed = pass.fed.filter(r => r.origin !== "root");
@@ -422,6 +443,10 @@ function completion(k) {  // the prompt, then every emitted token by who propose
   return parts.join("");
 }
 
+// The step the page opens on (unless the address names one, #step=N): the first whose rule drew a uniform u, the
+// draw the page exists to show; the first step where none did (greedy, or every test certain).
+function firstDraw() { return Math.max(0, D.steps.findIndex(s => s.checks.some(c => c.u !== null))); }
+
 let current = 0;
 function show(k) {
   current = Math.max(0, Math.min(D.steps.length - 1, k));
@@ -436,7 +461,7 @@ function show(k) {
   $("tree").innerHTML = treeSvg(step);
   $("passes").innerHTML = passesView(step);
   $("mask").innerHTML = maskView(step);
-  $("rule-head").textContent = `4. The verification rule: ${step.rule}`;
+  $("rule-head").textContent = `4. The verification rule: ${ruleName(step)}`;
   $("rule").textContent = ruleText(step);
   $("checks").innerHTML = checksTable(step);
   $("residual").innerHTML = residualView(step);
@@ -463,7 +488,8 @@ function start() {
   $("totals").textContent = `${T.tokens} tokens in ${T.target_passes} target passes (${T.tokens_per_pass.toFixed(2)} tokens per pass), ` +
     `${T.draft_passes} ${DRAFTER} passes, ${T.ngram_queries} n-gram queries; stopped at ${D.stop}. ` + parts(T.parts) +
     (D.costs ? ` Pass costs (\u2248 N\u00d7 a one-token pass of the same model) measured on ${D.costs.machine} when ` +
-               `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` : "");
+               `the page was written${D.costs.busy ? ` (busy: ${D.costs.busy})` : ""}.` +
+               bentNote("target") + bentNote("draft") : "");
   if (DRAFTER === "head") {  // the head's passes and q where the draft's would be
     $("marks-key").textContent = "\u00abcopy\u00bb [ngram] {{head}} target (unmarked)";
     $("passes-head").textContent = "2. The EAGLE head's passes: what each fed, what it built";
@@ -482,6 +508,6 @@ function start() {
     if (go !== undefined) { e.preventDefault(); show(go); }
   });
   const m = /step=(\d+)/.exec(location.hash);
-  show(m ? Number(m[1]) - 1 : 0);
+  show(m ? Number(m[1]) - 1 : firstDraw());
 }
 start();
