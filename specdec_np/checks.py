@@ -31,14 +31,14 @@ def needless(temperature, top_k=None, top_p=None) -> str | None:
 
 
 def check_cuts(top_k, top_p, n_vocab: int | None = None) -> None:
-    """A ValueError starting `name=value` for a top_k or top_p that keeps every token, so changes nothing: top_k at
+    """A FieldError starting `name=value` for a top_k or top_p that keeps every token, so changes nothing: top_k at
     or above the vocabulary's `n_vocab` tokens (None: not known yet), top_p = 1. generate refuses them, and the
     command line in the same words, naming its option (options.as_option)."""
     if top_k is not None and n_vocab is not None and top_k >= n_vocab:
-        raise ValueError(f"top_k={top_k}: the target has {n_vocab} tokens, so it keeps them all and changes "
-                         f"nothing: give fewer than {n_vocab}, or leave it off")
+        raise FieldError("top_k", top_k, f": the target has {n_vocab} tokens, so it keeps them all and changes "
+                         f"nothing: give fewer than {n_vocab}, or leave it off", about="")
     if top_p is not None and top_p == 1:
-        raise ValueError("top_p=1 keeps every token, so it changes nothing: leave it off")
+        raise FieldError("top_p", 1, " keeps every token, so it changes nothing: leave it off", about="")  # 1.0 too
 
 
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,

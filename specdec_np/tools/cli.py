@@ -28,6 +28,7 @@ from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, cut_at_stop, decode, encode, get_encoding
+from ..values import FieldError
 from ..verify import RULES
 from . import bench, demo, download, trace
 from .choice import changed, choose, describe
@@ -200,7 +201,7 @@ def setup(a) -> Setup:
         target = load_model(a.target)
     try:
         check_cuts(a.top_k, None, target.config.n_vocab)  # a top-k that keeps every token changes nothing
-    except ValueError as e:
+    except FieldError as e:
         raise as_option(e) from None
     enc = get_encoding(target.config.n_vocab)
     draft = ngram = eagle_head = None
