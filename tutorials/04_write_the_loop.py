@@ -31,6 +31,11 @@ from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.sampling import Rand, process
 from specdec_np.tokenizer import decode, encode
+try:
+    import lesson  # tutorials/lesson.py (it refuses python -O); its folder holds exercises/
+except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
+    raise SystemExit("tutorials/ is off sys.path (python -I): "
+                     "run python tutorials/lesson.py tutorials/04_write_the_loop.py")
 
 target, draft, _, enc = load_embedded(dtype=np.float64)  # float64: token-exact comparisons below
 
@@ -181,11 +186,6 @@ def check_lossless(loop, settings=SETTINGS):
 # %%
 import importlib.util
 from pathlib import Path
-
-try:
-    import lesson  # tutorials/lesson.py: its folder holds exercises/
-except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
-    raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/04_write_the_loop.py")
 
 EXERCISE = Path(lesson.__file__).resolve().parent / "exercises" / "write_the_loop.py"
 
