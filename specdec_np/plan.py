@@ -89,8 +89,7 @@ def constant(temperature: float = 0.0) -> Plan:
 
 
 def check_temperature(temperature) -> None:
-    """The one check of a temperature (here, below checks.py, for `constant`): a ValueError naming it unless it is
+    """The one check of a temperature (here, below checks.py, for `constant`): a FieldError naming it unless it is
     a finite number >= 0."""
     if not (real(temperature) and temperature >= 0):
-        shown = repr(temperature) if isinstance(temperature, str) else temperature  # temperature='1': not a number
-        raise FieldError("temperature", shown, " must be a finite number >= 0 (0 = greedy)", about="")
+        raise FieldError("temperature", temperature, " must be a finite number >= 0 (0 = greedy)", about="")

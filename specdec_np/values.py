@@ -26,8 +26,9 @@ def value_is(value) -> str:
 
 
 def field_is(name: str, *value) -> str:
-    """A field as the core's messages name it, "budget", or with its value, "widths=2,2,1"."""
-    return name + "".join("=" + value_is(v) for v in value)
+    """A field as the core's messages name it, "budget", or with its value, "widths=2,2,1" (a string quoted:
+    "top_k='5'" is not the number 5)."""
+    return name + "".join("=" + (repr(v) if isinstance(v, str) else value_is(v)) for v in value)
 
 
 class FieldError(ValueError):
