@@ -221,8 +221,9 @@ def bends(costs: dict, slack: float = 0.03) -> str:
     percent, is timing noise); otherwise one line naming where a pass of more rows was measured cheaper than one of
     fewer, and the likely causes. Such a curve is not a price list: a lesson says so on the spot rather than price
     a pass from it."""
-    ks = sorted(costs)
-    down = [(a, b) for a, b in zip(ks, ks[1:]) if costs[b] < (1 - slack) * costs[a]]
+    from specdec_np.tools.costcurve import bends as bent  # the neighbouring sizes where more rows cost less
+
+    down = bent(costs, slack)
     if not down:
         return ""
     where = "; ".join(f"{b} rows {costs[b]:.2f} ms < {a} rows {costs[a]:.2f} ms" for a, b in down)
