@@ -16,6 +16,7 @@ import itertools
 import shutil
 import subprocess
 import sys
+import time
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import NamedTuple
@@ -224,3 +225,15 @@ def build_wheel(tmp: Path) -> Path:
     assert r.returncode == 0, r.stderr
     (wheel,) = (tmp / "dist").glob("specdec_np-*.whl")
     return wheel
+
+
+def grader_with_its_worker_started(folder, pid_file, timeout: float):
+    """tutorials/exercises/grade.py started on `folder` (a Popen, text pipes), once the learner's file there has
+    written its worker's pid to `pid_file` (or `timeout` seconds have passed): ready for a signal."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, str(root / "tutorials" / "exercises" / "grade.py"), str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    deadline = time.monotonic() + timeout
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import grader_with_its_worker_started
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "tutorials" / "exercises"
@@ -307,11 +308,7 @@ def test_an_interrupt_stops_the_grader_and_its_worker(tmp_path, sig, code, said)
     (tmp_path / "chain_rule.py").write_text(
         f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n\n"
         "def verify_block(tree, p, rand):\n    while True:\n        pass\n")
-    proc = subprocess.Popen([sys.executable, str(EXERCISES / "grade.py"), str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = grader_with_its_worker_started(tmp_path, pid_file, timeout=30)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == code and err == said and out == "", (out, err)

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import grader_with_its_worker_started
+
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "tutorials" / "exercises"
 STUB = "def verify_block(tree, p, rand):\n"
@@ -135,7 +137,7 @@ def test_a_folder_or_a_symlink_loop_is_named_as_such(tmp_path):
     assert line_of(proc, "chain_rule.py").endswith(f": wrong: {tmp_path / 'chain_rule.py'} is a folder, not a file")
     assert line_of(proc, "tree_attention.py").endswith("tree_attention.py is a symbolic link that loops (it never "
                                                        "reaches a file)")
-    assert line_of(proc, "recursive_rejection.py").endswith(f"which does not exist")
+    assert line_of(proc, "recursive_rejection.py").endswith("which does not exist")
     assert line_of(proc, "write_the_loop.py").endswith("write_the_loop.py is missing")
 
 
@@ -164,11 +166,7 @@ def test_an_outside_sigterm_still_ends_the_grader(tmp_path):
     pid_file = tmp_path / "worker.pid"
     (tmp_path / "chain_rule.py").write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
                                             "time.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, str(EXERCISES / "grade.py"), str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = grader_with_its_worker_started(tmp_path, pid_file, timeout=60)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143 and out == "" and err == "", (out, err)
