@@ -135,15 +135,13 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict, slab_rows: int, weight_bytes: int, head=None) -> dict:
+def prepare(params: dict, slab_rows: int, weight_bytes: int, head) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
     slabs serve blocks of up to `slab_rows` rows (0: none), plus "head", the LM head's matrix `head` [n_embd, n_out]
-    (GPT-2's tied wte.T) as a `Weight` of its own, if given; slabs copied up to SLAB_COPY_MAX `weight_bytes`."""
+    (GPT-2's tied wte.T) as a `Weight` of its own; the slabs are copies up to SLAB_COPY_MAX `weight_bytes`."""
     copy = weight_bytes <= SLAB_COPY_MAX
     prepared = linear_layers(lambda layer: {**layer, "w": Weight.of(layer["w"], slab_rows, copy=copy)}, params)
-    if head is not None:
-        prepared["head"] = Weight.of(head, slab_rows, gemv=True, copy=copy)
-    return prepared
+    return prepared | {"head": Weight.of(head, slab_rows, copy=copy)}
 
 
 def kth_largest(values, k: int, subset: int = 1024):  # [..., V] -> [..., 1]

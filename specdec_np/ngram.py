@@ -35,9 +35,8 @@ With these every next-token distribution sums to one over the vocabulary and is 
 `fit(..., min_count=m)` drops trigrams seen fewer than m times (default 1: keep all) to shrink the model;
 their mass goes to the backoff (c(u,v) keeps counting them), as Katz's count cutoffs do.
 
-Queries use the last two tokens of the context. Each history's continuations are stored sorted by
-(probability desc, token id asc) in flat CSR-like arrays, as is the unigram order, so `top_k` merges
-three short sorted lists (trigram-seen, bigram-seen, unigram) instead of sorting the full [V] distribution.
+Queries use the last two tokens of the context; `top_k` merges three short sorted lists (trigram-seen,
+bigram-seen, unigram: `Trigram`) instead of sorting the full [V] distribution.
 """
 
 from __future__ import annotations
@@ -151,11 +150,10 @@ def fit(tokens, n_vocab: int, *, katz_k: int = KATZ_K, min_count: int = 1) -> Tr
     if operator.index(min_count) < 1:
         raise ValueError(f"min_count={min_count} must be >= 1")
     V = n_vocab
-    bi = _count_level(t[:-1] * V + t[1:], V, 1, katz_k)
-    tri = _count_level((t[:-2] * V + t[1:-1]) * V + t[2:], V, min_count, katz_k)
+    levels = {"bi": _count_level(t[:-1] * V + t[1:], V, 1, katz_k),
+              "tri": _count_level((t[:-2] * V + t[1:-1]) * V + t[2:], V, min_count, katz_k)}
     counts = {"uni_count": _small_uint(np.bincount(t, minlength=V))}
-    counts.update({f"bi_{name}": a for name, a in bi.items()})
-    counts.update({f"tri_{name}": a for name, a in tri.items()})
+    counts |= {f"{order}_{name}": a for order, level in levels.items() for name, a in level.items()}
     return _build(counts, V, katz_k, min_count)
 
 
