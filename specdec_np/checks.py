@@ -142,15 +142,13 @@ def check_prompt(prompt, target, draft=None, methods=None) -> list:
         prompt = list(prompt)
     except TypeError:
         raise TypeError(f"prompt must be a list of token ids, got {type(prompt).__name__} {prompt!r:.60}") from None
-    bad = [t for t in prompt if not integral(t)]
-    if bad:
+    if bad := [t for t in prompt if not integral(t)]:
         raise TypeError(f"prompt must be integer token ids, got {bad[0]!r}")
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
     V = target.config.n_vocab
-    bad = [t for t in prompt if not 0 <= t < V]
-    if bad:
+    if bad := [t for t in prompt if not 0 <= t < V]:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{V - 1})")
     for name, model in (("target", target), ("draft", draft)):  # each feeds the whole prompt, then decodes below it
         if model is not None and len(prompt) >= model.config.n_ctx:

@@ -233,9 +233,8 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
 def _history(model: Trigram, context) -> tuple[int, int]:
     """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
     ids = [operator.index(x) for x in context[-2:]]
-    for t in ids:
-        if not 0 <= t < model.n_vocab:
-            raise ValueError(f"context token id {t} is outside the vocabulary 0..{model.n_vocab - 1}")
+    if bad := [t for t in ids if not 0 <= t < model.n_vocab]:
+        raise ValueError(f"context token id {bad[0]} is outside the vocabulary 0..{model.n_vocab - 1}")
     if not ids:
         return -1, -1
     i2 = int(model.bi_index[ids[-1]])
