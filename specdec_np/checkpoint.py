@@ -123,8 +123,7 @@ def read_tensor(f, path, name, entry, data_start, dtype):
     begin, end = entry["data_offsets"]
     f.seek(data_start + begin)
     raw = np.frombuffer(f.read(end - begin), dtype=ST_DTYPES[entry["dtype"]])
-    a = bf16_to_f32(raw) if entry["dtype"] == "BF16" else raw
-    a = a.astype(dtype).reshape(entry["shape"])
+    a = (bf16_to_f32(raw) if entry["dtype"] == "BF16" else raw).astype(dtype).reshape(entry["shape"])
     if not np.isfinite(a).all():
         raise CheckpointError(f"{path}: tensor '{name}' has non-finite values (nan or inf)")
     return a

@@ -44,9 +44,8 @@ def check_cuts(top_k, top_p, n_vocab: int | None = None) -> None:
 def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, plan, temperature, top_k, top_p,
                  seed, eos, rand=None, keep_trees=False) -> list:
     """generate's arguments checked (`methods`: methods.METHODS): the prompt as a list of ints, or a one-line
-    ValueError/TypeError naming the bad argument. What would change nothing is an error, as on the command line: top_k
-    and top_p at temperature 0 (greedy keeps the argmax, which both always keep), ones that keep every token
-    (check_cuts), a draft or an n-gram the method never reads."""
+    ValueError/TypeError naming the bad argument. What would change nothing is an error, as on the command line
+    (`needless`, `check_cuts`, a draft or an n-gram the method never reads)."""
     # A name or a path where a model belongs would fail deep inside the loop: say what to pass.
     if isinstance(target, Head):
         raise TypeError("target: an EAGLE head is not a model: pass the target model, and the head as draft with "
@@ -77,10 +76,9 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
         raise FieldError("rule", plan.rule, f" {plan.rule!r}: choose one of {', '.join(verify.RULES)}", "unknown ",
                          valued=False)
     prompt = check_prompt(prompt, target, draft if (m := methods[method]).drafts_with else None, methods)
-    if not whole(max_new_tokens, 0):
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not whole(seed, 0):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    for name, value in (("max_new_tokens", max_new_tokens), ("seed", seed)):
+        if not whole(value, 0):
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     V = target.config.n_vocab
     if eos is not None and not (integral(eos) and -V <= eos < V):
         raise ValueError(f"eos must be a token id in 0..{V - 1} (or -1 for the last, <|endoftext|>; a negative id "
@@ -144,15 +142,13 @@ def check_prompt(prompt, target, draft=None, methods=None) -> list:
         prompt = list(prompt)
     except TypeError:
         raise TypeError(f"prompt must be a list of token ids, got {type(prompt).__name__} {prompt!r:.60}") from None
-    bad = [t for t in prompt if not integral(t)]
-    if bad:
+    if bad := [t for t in prompt if not integral(t)]:
         raise TypeError(f"prompt must be integer token ids, got {bad[0]!r}")
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
     V = target.config.n_vocab
-    bad = [t for t in prompt if not 0 <= t < V]
-    if bad:
+    if bad := [t for t in prompt if not 0 <= t < V]:
         raise ValueError(f"prompt token id {bad[0]} is outside the target's vocabulary (0..{V - 1})")
     for name, model in (("target", target), ("draft", draft)):  # each feeds the whole prompt, then decodes below it
         if model is not None and len(prompt) >= model.config.n_ctx:

@@ -1,16 +1,10 @@
 """Speed tricks for `gpt2.py`, apart from the math they speed up: none changes a number beyond float rounding.
 
-At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about what
-one costs: the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few
-rows OpenBLAS packs all of `w` into a scratch buffer on every call. `Weight` adds a second layout of
-each matrix, column slabs, whose product by a few rows is one small matrix product per slab (no packing
-where the BLAS has a small-matrix kernel); its product `x @ w` picks the layout by the block's row count,
-up to `Layout.slab_rows`, which the tools measure, and one row as `Layout.one_row` says: one matrix-vector
-product over `w` (one BLAS call, which OpenBLAS runs on all its threads for a large matrix) or slab by slab
-(one call per slab, each small enough for one thread), whichever the tools measure faster; a
-block of a few rows may also be computed as a larger one
-(`Layout.padding`, `gpt2.pad`). A model is given its `Layout` (the tools' choice for a machine); the
-measurements behind each choice are in docs/performance.md.
+At batch 1 a step is bound by reading the weights, so a block of a few tokens should cost about what one costs:
+the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few rows OpenBLAS packs
+all of `w` into a scratch buffer on every call. `Weight` adds a second layout of each matrix, column slabs, whose
+product by a few rows is one small matrix product per slab (no packing where the BLAS has a small-matrix kernel).
+A model is given its `Layout` (the tools' choice for a machine; the measurements are in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -31,10 +25,10 @@ ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.
 
 @dataclass(frozen=True)
 class Layout:
-    """How a model's passes are computed (only the speed, the tools' choice for a machine): the largest block
-    its products read from column slabs (`prepare`; 0: none), `padding`, the sizes to compute blocks of
-    1, 2, ... rows as (padding[k - 1] >= k; () = unpadded; see `rows`), and how its layer matrices multiply
-    one row (`one_row`, one of ONE_ROW)."""
+    """How a model's passes are computed (only the speed): the largest block its products read from column slabs
+    (`prepare`; 0: none), `padding`, the sizes to compute blocks of 1, 2, ... rows as (padding[k - 1] >= k; () =
+    unpadded; `gpt2.pad`), and how its layer matrices multiply one row (`one_row`: one matrix-vector product over
+    w, one BLAS call that OpenBLAS runs on all its threads for a large matrix, or slab by slab, one thread each)."""
 
     slab_rows: int = SLAB_ROWS
     padding: tuple = ()
@@ -70,24 +64,25 @@ def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | N
 
 
 def by_one_row(prepared: dict, how: str) -> dict:
-    """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `how` says (`Layout.one_row`):
-    "gemv", one matrix-vector product over w; "slabs", one per slab. The tied head's is one over w either way
-    (wte.T, 8193 or 50257 columns: slab by slab it is slower, docs/performance.md)."""
-    def walk(tree):
-        if isinstance(tree, list):
-            return [walk(v) for v in tree]
-        if isinstance(tree, dict):
-            return {k: walk(v) for k, v in tree.items()}
-        return dataclasses.replace(tree, gemv=how == "gemv") if isinstance(tree, Weight) else tree
-    return {k: walk(v) if k != "head" else v for k, v in prepared.items()}
+    """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `how` says (`Layout.one_row`). The
+    tied head's is one over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower)."""
+    return linear_layers(lambda layer: {**layer, "w": dataclasses.replace(layer["w"], gemv=how == "gemv")}, prepared)
+
+
+def linear_layers(fn, tree):
+    """`tree` (a model's parameters, or `prepare`'s) with every linear layer, a dict {"w", "b"}, as fn(layer)."""
+    if isinstance(tree, list):
+        return [linear_layers(fn, v) for v in tree]
+    if not isinstance(tree, dict):
+        return tree
+    return fn(tree) if tree.keys() == {"w", "b"} else {k: linear_layers(fn, v) for k, v in tree.items()}
 
 
 @dataclass(frozen=True, eq=False)
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`
-           (one matrix-vector product, which OpenBLAS runs on all its threads where w is large: `Layout.one_row`).
+    w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`.
     slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 if not `gemv`)
            to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy
            would not fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
@@ -140,26 +135,13 @@ def unslab(y, n_out: int):  # [n_slabs, n, SLAB] -> [n, n_out], row-major
     return out
 
 
-def prepare(params: dict, slab_rows: int, weight_bytes: int, head=None) -> dict:
+def prepare(params: dict, slab_rows: int, weight_bytes: int, head) -> dict:
     """The parameters as `gpt2.forward` reads them: the same tree, every linear layer's "w" a `Weight` whose
-    slabs serve blocks of up to `slab_rows` rows (0: none; the tools measure whether slabs pay with this
-    BLAS kernel), plus "head", the LM head's matrix `head` [n_embd, n_out] (GPT-2's tied wte.T) as a `Weight` of
-    its own (`x @ head`), if given. The slabs are copies in a model of at most SLAB_COPY_MAX `weight_bytes`,
-    else views."""
+    slabs serve blocks of up to `slab_rows` rows (0: none), plus "head", the LM head's matrix `head` [n_embd, n_out]
+    (GPT-2's tied wte.T) as a `Weight` of its own; the slabs are copies up to SLAB_COPY_MAX `weight_bytes`."""
     copy = weight_bytes <= SLAB_COPY_MAX
-
-    def walk(tree):
-        if isinstance(tree, list):
-            return [walk(v) for v in tree]
-        if not isinstance(tree, dict):
-            return tree
-        if tree.keys() == {"w", "b"}:
-            return {"w": Weight.of(tree["w"], slab_rows, copy=copy), "b": tree["b"]}
-        return {k: walk(v) for k, v in tree.items()}
-    prepared = walk(params)
-    if head is not None:
-        prepared["head"] = Weight.of(head, slab_rows, gemv=True, copy=copy)
-    return prepared
+    prepared = linear_layers(lambda layer: {**layer, "w": Weight.of(layer["w"], slab_rows, copy=copy)}, params)
+    return prepared | {"head": Weight.of(head, slab_rows, copy=copy)}
 
 
 def kth_largest(values, k: int, subset: int = 1024):  # [..., V] -> [..., 1]

@@ -1,11 +1,7 @@
-"""Where the shipped files live, how files are written, and how every file is read: `check_regular`.
-
-WEIGHTS_DIR: the embedded models, the n-gram, the tokenizer's BPE files and downloaded checkpoints (the package
-data `specdec_np/weights/`, SHIPPED_DIR, unless SPECDEC_NP_WEIGHTS names another directory).
-
-Every reader goes through `check_regular` first (or `read_regular`, `read_text`, `read_json`, each with a size
-bound): a directory, a device, a FIFO, a dangling link or a symlink loop is named as such, never read, never taken
-for a missing file. Text is UTF-8 whatever the locale, read by `utf8` and written by `atomic_files`, the one writer.
+"""Where the shipped files live (WEIGHTS_DIR: the embedded models, the n-gram, the BPE files and downloaded
+checkpoints), how every file is read (`check_regular` first, or `read_regular`, `read_text`, `read_json` with a size
+bound: a directory, a device, a FIFO, a dangling link or a symlink loop is named as such, never read) and written
+(`atomic_files`, the one writer). Text is UTF-8 whatever the locale.
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ def check_weights_dir(directory: Path) -> Path:
 
 
 def weights_file(name: str) -> Path:
-    """WEIGHTS_DIR / name if there is one (any kind of file: a broken one is named when read), else the shipped
-    SHIPPED_DIR / name."""
+    """WEIGHTS_DIR / name if there is one (any kind of file: a broken one is named when read), else SHIPPED_DIR's."""
     here = WEIGHTS_DIR / name
     return here if WEIGHTS_DIR != SHIPPED_DIR and os.path.lexists(here) else SHIPPED_DIR / name
 
@@ -94,9 +89,9 @@ def utf8(data: bytes, what: str) -> str:
         raise ValueError(f"{what} is not UTF-8 text: byte {at} is {data[at:at + 1]!r}") from None
 
 
-def read_text(path, name: str | None = None, limit: int | None = None, hint: str = "") -> str:
+def read_text(path, name: str | None = None, limit: int | None = None) -> str:
     """`utf8` of the regular file `path` (`read_regular`, at most `limit` bytes)."""
-    return utf8(read_regular(path, name, limit, hint), name or str(path))
+    return utf8(read_regular(path, name, limit), name or str(path))
 
 
 # A prompt is read up to this size (GPT-2's longest context, 1024 tokens, holds at most 128 kB): a device or a
@@ -117,19 +112,17 @@ def parse_json(text, name: str):
         if depth.size and depth.max() > JSON_MAX_DEPTH:
             line = bare[:int(np.argmax(depth > JSON_MAX_DEPTH))].tobytes().count(b"\n") + 1
             raise ValueError(f"line {line}: " * lines + f"nested deeper than {JSON_MAX_DEPTH} levels")
-        return json.loads(text, parse_constant=_not_finite, parse_float=_finite, object_pairs_hook=_no_repeats)
+        return json.loads(text, parse_constant=_finite, parse_float=_finite, object_pairs_hook=_no_repeats)
     except json.JSONDecodeError as e:
         raise ValueError(f"{name}: " + f"line {e.lineno}: " * lines + f"not JSON ({e.msg})") from None
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
 
 
-def _not_finite(word):
-    raise ValueError(f"{word} is not a finite number")
-
-
-def _finite(text):
-    return float(text) if math.isfinite(float(text)) else _not_finite(text)
+def _finite(text):  # a JSON number, or NaN, Infinity, -Infinity
+    if not math.isfinite(x := float(text)):
+        raise ValueError(f"{text} is not a finite number")
+    return x
 
 
 def _no_repeats(pairs):

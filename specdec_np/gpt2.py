@@ -269,12 +269,10 @@ def map_params(fn, tree):
     return fn(tree)
 
 
-def iter_params(tree):
-    if not isinstance(tree, (dict, list)):
-        yield tree
-        return
-    for v in tree.values() if isinstance(tree, dict) else tree:
-        yield from iter_params(v)
+def iter_params(tree) -> list:  # the leaves, in order
+    leaves = []
+    map_params(leaves.append, tree)
+    return leaves
 
 
 def param_places(config: GPT2Config) -> dict:
@@ -291,9 +289,9 @@ def param_places(config: GPT2Config) -> dict:
 
 def empty_params(config: GPT2Config) -> dict:
     """The nested dict of params with empty leaves, to fill at `param_places`."""
-    def block():
-        return {"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
-    return {"wte": None, "wpe": None, "blocks": [block() for _ in range(config.n_layer)], "ln_f": {}}
+    blocks = [{"ln_1": {}, "attn": {"c_attn": {}, "c_proj": {}}, "ln_2": {}, "mlp": {"c_fc": {}, "c_proj": {}}}
+              for _ in range(config.n_layer)]
+    return {"wte": None, "wpe": None, "blocks": blocks, "ln_f": {}}
 
 
 def put(params: dict, where: tuple, a) -> None:

@@ -35,9 +35,8 @@ With these every next-token distribution sums to one over the vocabulary and is 
 `fit(..., min_count=m)` drops trigrams seen fewer than m times (default 1: keep all) to shrink the model;
 their mass goes to the backoff (c(u,v) keeps counting them), as Katz's count cutoffs do.
 
-Queries use the last two tokens of the context. Each history's continuations are stored sorted by
-(probability desc, token id asc) in flat CSR-like arrays, as is the unigram order, so `top_k` merges
-three short sorted lists (trigram-seen, bigram-seen, unigram) instead of sorting the full [V] distribution.
+Queries use the last two tokens of the context; `top_k` merges three short sorted lists (trigram-seen,
+bigram-seen, unigram: `Trigram`) instead of sorting the full [V] distribution.
 """
 
 from __future__ import annotations
@@ -151,11 +150,10 @@ def fit(tokens, n_vocab: int, *, katz_k: int = KATZ_K, min_count: int = 1) -> Tr
     if operator.index(min_count) < 1:
         raise ValueError(f"min_count={min_count} must be >= 1")
     V = n_vocab
-    bi = _count_level(t[:-1] * V + t[1:], V, 1, katz_k)
-    tri = _count_level((t[:-2] * V + t[1:-1]) * V + t[2:], V, min_count, katz_k)
+    levels = {"bi": _count_level(t[:-1] * V + t[1:], V, 1, katz_k),
+              "tri": _count_level((t[:-2] * V + t[1:-1]) * V + t[2:], V, min_count, katz_k)}
     counts = {"uni_count": _small_uint(np.bincount(t, minlength=V))}
-    counts.update({f"bi_{name}": a for name, a in bi.items()})
-    counts.update({f"tri_{name}": a for name, a in tri.items()})
+    counts |= {f"{order}_{name}": a for order, level in levels.items() for name, a in level.items()}
     return _build(counts, V, katz_k, min_count)
 
 
@@ -164,7 +162,7 @@ def _katz_level(ctx_count, lens, count, d, D, k, lower_p, denom, V):
     lower_p [E], each entry's lower-order probability, and denom [C], the lower-order mass of each
     history's unseen tokens (1 - sum of lower_p over its entries)."""
     C = len(lens)
-    start = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)  # [C]
+    start = np.cumsum(lens) - lens                               # [C] each history's first entry
     ctx_of = np.repeat(np.arange(C), lens)                       # [E]
     count = count.astype(np.int64)
     dc = d[np.minimum(count, k + 1)] * count                     # [E] discounted counts
@@ -201,28 +199,22 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
 
     # Bigram level: the unseen lower-order mass is exact in integers, sum over unseen w of (c(w) + 1).
     b_ctx, b_len, b_tok = (counts[f"bi_{x}"].astype(np.int64) for x in ("ctx", "len", "tok"))
-    if len(b_ctx):
-        unseen = (N + V) - np.add.reduceat(uni[b_tok] + 1, np.cumsum(b_len) - b_len)  # [C2]
-        b_p, b_bow, b_of = _katz_level(counts["bi_ctx_count"], b_len, counts["bi_count"], counts["bi_discount"],
-                                       float(counts["bi_abs_discount"]), k, p1[b_tok], unseen / (N + V), V)
-    else:
-        b_p, b_bow, b_of = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+    unseen = (N + V) - np.add.reduceat(uni[b_tok] + 1, np.cumsum(b_len) - b_len)  # [C2]
+    b_p, b_bow, b_of = _katz_level(counts["bi_ctx_count"], b_len, counts["bi_count"], counts["bi_discount"],
+                                   float(counts["bi_abs_discount"]), k, p1[b_tok], unseen / (N + V), V)
 
     # Trigram level: the lower order of (u,v,w) is the bigram entry (v,w), which exists since u,v,w occurred.
     t_ctx, t_len, t_tok = (counts[f"tri_{x}"].astype(np.int64) for x in ("ctx", "len", "tok"))
-    if len(t_ctx):
-        t_of = np.repeat(np.arange(len(t_ctx)), t_len)           # [E3]
-        b_key = b_ctx[b_of] * V + b_tok                          # [E2] sorted
-        want = (t_ctx[t_of] % V) * V + t_tok                     # [E3] key of (v, w)
-        at = np.minimum(np.searchsorted(b_key, want), max(len(b_key) - 1, 0))
-        if len(b_key) == 0 or np.any(b_key[at] != want):
-            raise ValueError("n-gram counts are inconsistent: a trigram (u,v,w) has no bigram (v,w)")
-        lower = b_p[at]                                          # [E3] P2(w|v)
-        denom = 1.0 - np.add.reduceat(lower, np.cumsum(t_len) - t_len)  # [C3]
-        t_p, t_bow, t_of = _katz_level(counts["tri_ctx_count"], t_len, counts["tri_count"], counts["tri_discount"],
-                                       float(counts["tri_abs_discount"]), k, lower, denom, V)
-    else:
-        t_p, t_bow, t_of = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+    t_of = np.repeat(np.arange(len(t_ctx)), t_len)               # [E3]
+    b_key = b_ctx[b_of] * V + b_tok                              # [E2] sorted
+    want = (t_ctx[t_of] % V) * V + t_tok                         # [E3] key of (v, w)
+    at = np.minimum(np.searchsorted(b_key, want), max(len(b_key) - 1, 0))
+    if want.size and (len(b_key) == 0 or np.any(b_key[at] != want)):
+        raise ValueError("n-gram counts are inconsistent: a trigram (u,v,w) has no bigram (v,w)")
+    lower = b_p[at]                                              # [E3] P2(w|v)
+    denom = 1.0 - np.add.reduceat(lower, np.cumsum(t_len) - t_len)  # [C3]
+    t_p, t_bow, t_of = _katz_level(counts["tri_ctx_count"], t_len, counts["tri_count"], counts["tri_discount"],
+                                   float(counts["tri_abs_discount"]), k, lower, denom, V)
 
     # Sort each history's entries by (p desc, token asc): the order top_k relies on.
     b_order = _by_p_then_token(b_of, b_p, b_tok)
@@ -241,9 +233,8 @@ def _build(counts: dict, V: int, k: int, min_count: int) -> Trigram:
 def _history(model: Trigram, context) -> tuple[int, int]:
     """Ids of the bigram history (last token) and trigram history (last two) of `context`; -1 if unseen."""
     ids = [operator.index(x) for x in context[-2:]]
-    for t in ids:
-        if not 0 <= t < model.n_vocab:
-            raise ValueError(f"context token id {t} is outside the vocabulary 0..{model.n_vocab - 1}")
+    if bad := [t for t in ids if not 0 <= t < model.n_vocab]:
+        raise ValueError(f"context token id {bad[0]} is outside the vocabulary 0..{model.n_vocab - 1}")
     if not ids:
         return -1, -1
     i2 = int(model.bi_index[ids[-1]])
@@ -254,20 +245,20 @@ def _history(model: Trigram, context) -> tuple[int, int]:
     return i2, (i3 if i3 < len(model.tri_key) and model.tri_key[i3] == key else -1)
 
 
+def _levels(model: Trigram, i2: int, i3: int) -> tuple:
+    """(history id, ptr, tok, p, bow) of the trigram order, then the bigram order (`Trigram`'s arrays)."""
+    return ((i3, model.tri_ptr, model.tri_tok, model.tri_p, model.tri_bow),
+            (i2, model.bi_ptr, model.bi_tok, model.bi_p, model.bi_bow))
+
+
 def dist(model: Trigram, context) -> np.ndarray:
     """P(. | last two tokens of `context`) as a [V] float64 vector (shorter contexts back off)."""
-    i2, i3 = _history(model, context)
     p = model.p1.copy()                                          # [V]
-    if i2 < 0:
-        return p
-    a, b = model.bi_ptr[i2], model.bi_ptr[i2 + 1]
-    p *= model.bi_bow[i2]
-    p[model.bi_tok[a:b]] = model.bi_p[a:b]
-    if i3 < 0:
-        return p
-    a, b = model.tri_ptr[i3], model.tri_ptr[i3 + 1]
-    p *= model.tri_bow[i3]
-    p[model.tri_tok[a:b]] = model.tri_p[a:b]
+    for i, ptr, tok, prob, bow in reversed(_levels(model, *_history(model, context))):
+        if i < 0:  # an unseen bigram history has no trigram history either
+            break
+        p *= bow[i]
+        p[tok[ptr[i]:ptr[i + 1]]] = prob[ptr[i]:ptr[i + 1]]
     return p
 
 
@@ -306,21 +297,15 @@ def _top_k(model: Trigram, i2: int, i3: int, k: int):
     skip = np.zeros(model.n_vocab, bool)                         # [V] tokens already in a higher group
     n_skip = 0
     toks, probs, scales = [], [], []
-    if i3 >= 0:
-        a, b = model.tri_ptr[i3], model.tri_ptr[i3 + 1]
-        toks.append(model.tri_tok[a:min(a + k, b)])
-        probs.append(model.tri_p[a:min(a + k, b)])
-        skip[model.tri_tok[a:b]] = True
-        n_skip = b - a
-        scales.append(model.tri_bow[i3])
-    if i2 >= 0:
-        a, b = model.bi_ptr[i2], model.bi_ptr[i2 + 1]
-        t, p = _group_top(model.bi_tok[a:b], model.bi_p[a:b], scales, skip, n_skip, k)
-        toks.append(t)
-        probs.append(p)
-        skip[model.bi_tok[a:b]] = True
-        n_skip = b - a                                           # seen after (u,v) implies seen after v
-        scales.insert(0, model.bi_bow[i2])                       # unigram probs: bow3 * (bow2 * p1)
+    for i, ptr, tok, prob, bow in _levels(model, i2, i3):
+        if i >= 0:
+            a, b = ptr[i], ptr[i + 1]
+            t, p = _group_top(tok[a:b], prob[a:b], scales, skip, n_skip, k)
+            toks.append(t)
+            probs.append(p)
+            skip[tok[a:b]] = True
+            n_skip = b - a                                       # seen after (u,v) implies seen after v
+            scales.insert(0, bow[i])                             # unigram probs: bow3 * (bow2 * p1)
     # Unigram values (c + 1) / (N + V) of different counts are far more than rounding apart: no near ties.
     t, p = _group_top(model.uni_order, model.uni_p, scales, skip, n_skip, k, near_ties=False)
     toks.append(t)

@@ -76,11 +76,9 @@ class Plan:
 
 
 def constant(temperature: float = 0.0) -> Plan:
-    """The constant plan, the same on every machine: `Plan()` at temperature 0; when sampling, trees
-    drawn from the draft without replacement, one child three deep (a child drawn from q is accepted
-    far more often than a top token, and each level costs a draft pass), chains of 3, prompt lookup
-    after matches of 2 or more tokens, copies of 3 and no stage-2 guesses. Chosen from the shipped
-    acceptance profile priced by the cost model (docs/reference.md, "The constant plan")."""
+    """The constant plan, the same on every machine: `Plan()` at temperature 0; when sampling, one child drawn
+    from q per level (accepted far more often than a top token, and each level costs a draft pass), and short
+    chains and copies. Chosen from the shipped acceptance profile priced by the cost model (docs/reference.md)."""
     check_temperature(temperature)
     if temperature == 0:
         return Plan()

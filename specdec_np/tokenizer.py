@@ -99,9 +99,8 @@ def decode(enc: tiktoken.Encoding, tokens) -> str:
         raise TypeError(f"tokens must be integer token ids: {len(bad)} of {len(tokens)} are not, the first "
                         f"{bad[0]!r:.60}")
     tokens = [int(t) for t in tokens]
-    for t in tokens:
-        if not 0 <= t < enc.n_vocab:
-            raise ValueError(f"token id {t} is outside the vocabulary (0..{enc.n_vocab - 1}) of {enc.name}")
+    if bad := [t for t in tokens if not 0 <= t < enc.n_vocab]:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{enc.n_vocab - 1}) of {enc.name}")
     return enc.decode(tokens)
 
 
