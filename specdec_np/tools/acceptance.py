@@ -5,12 +5,12 @@ tree shape gets accepted) from what belongs to the hardware (what a pass of k to
 the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
 50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
 so the embedded pair's profile ships in `specdec_np/weights/`; `costmodel.py` prices it, `choice.py` picks.
-Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding). eagle's candidates
-are tree's, drafted by the target's EAGLE head (its passes counted as the draft's), which the profile names.
+eagle's candidates are tree's, drafted by the target's EAGLE head (its passes counted as the draft's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -77,22 +77,19 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
-# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them). eagle's trees are
-# tree's, drafted by the target's EAGLE head in the draft's place (its passes are counted as the draft's).
+# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them).
 PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
 
 
 def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
-    """The profiled methods a pair can run (methods.py says which need a draft or an n-gram; one that reads the
-    target's features, eagle, drafts with an EAGLE head instead of the draft)."""
+    """The profiled methods a pair (and an EAGLE head) can run: those whose drafter and n-gram it has."""
     return {name for name in PROFILED if (has_head if METHODS[name].drafts_with == "head" else
                                           has_draft or METHODS[name].drafts_with is None)
             and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def models_for(method: str, draft, ngram, head=None) -> dict:
-    """generate's draft and ngram for `method`, those it reads (it refuses one it never reads): its draft is the
-    EAGLE head for a method that drafts with one, else the draft model."""
+    """generate's draft (the EAGLE head for a method that drafts with one) and ngram, those `method` reads."""
     m = METHODS[method]
     return dict(draft=(head if m.drafts_with == "head" else draft) if m.drafts_with else None,
                 ngram=ngram if m.needs_ngram else None)
@@ -117,11 +114,10 @@ MOST = 10**12  # more than any count a profile can hold: a larger one is not a c
 
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
             count_all=None, head=None) -> dict:
-    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s) the models run
-    (eagle's with `head`, the target's EAGLE head, as its draft; none without one), sampled settings with `seeds`
-    seeds per prompt. `count_all(job, todo)` yields each candidate's (setting, method, shape, counts) as it is
-    counted (default `count_each`: in turn, here; weights/make_profile.py journals them and counts in several
-    processes). With a head, the profile names it (`head_key`): its eagle records are that head's."""
+    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s) the models run (eagle's
+    drafted by `head`, which the profile names, `head_key`), `seeds` seeds per prompt when sampling.
+    `count_all(job, todo)` yields each candidate's (setting, method, shape, counts) (default `count_each`, in turn;
+    weights/make_profile.py journals them and counts in several processes)."""
     grid = grid or {s: candidates(s) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None, head is not None)
     todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
@@ -261,21 +257,17 @@ _SHIPPED: dict = {}  # (path, inode, mtime, size) of the regular file read last 
 def shipped() -> dict | None:
     """The shipped profile (PROFILE_FILE), None where there is none; a file there that cannot be read (a link to a
     device, a loop, a FIFO, not a profile) is an error naming it, not a reason to profile again. A process reads
-    the same unchanged regular file once (the tools ask for it several times per run; callers never modify it)."""
+    the same unchanged regular file once (callers never modify it)."""
     if not os.path.lexists(PROFILE_FILE):
         return None
-    try:
-        st = os.stat(PROFILE_FILE)
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        return load(PROFILE_FILE)  # an error naming the file and why
-    key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
-    if key not in _SHIPPED:
-        profile = load(PROFILE_FILE)
-        _SHIPPED.clear()
-        _SHIPPED[key] = profile
-    return _SHIPPED[key]
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG((st := os.stat(PROFILE_FILE)).st_mode):
+            key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
+            if key not in _SHIPPED:
+                _SHIPPED.clear()
+                _SHIPPED[key] = load(PROFILE_FILE)
+            return _SHIPPED[key]
+    return load(PROFILE_FILE)  # an error naming the file and why
 
 
 PROMPTS_MAX_BYTES = 1 << 28  # a prompts file, gzipped or not (HumanEval's 164 prompts: 0.2 MB)

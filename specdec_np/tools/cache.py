@@ -71,10 +71,10 @@ def store(path: Path, data: dict) -> bool:
 
 @contextlib.contextmanager
 def locked(path: Path, wait: float, waiting=lambda: None):
-    """An exclusive lock on the file `path` (`flock`: the system releases it when the holder ends, however it ends)
-    held while the block runs, so that processes starting together measure once. It yields True if another process
-    held it first (waited for, `waiting()` called once: read what it cached), False if not (or if no lock file can
-    be made: a read-only cache, nothing to share), None if it was still held after `wait` seconds."""
+    """An exclusive lock on the file `path` (`flock`: released when the holder ends, however it ends) held while the
+    block runs, so that processes starting together measure once. It yields True if another process held it first
+    (waited for, `waiting()` called once), False if not (or no lock file can be made), None if still held after
+    `wait` seconds."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO there cannot block

@@ -1,15 +1,11 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward
-pass by block size, warm and cold (`costcurve.loop_curves`), how fast NumPy reads the target's weight bytes
-(`read_gbps`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
-seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
-once per process and once per machine at a time: processes that start together on an empty cache take turns on
-a lock file beside it (`cache.locked`), one measures and the others read what it cached, or, past the time
-measuring may take, use the constant plan and say so. Valid cached costs serve whatever the load; none are
-measured while others use a quarter of a core (`Busy`: they would not be kept), and none are kept if others took
-that much meanwhile. An EAGLE head's curve (`head_curves`) is measured apart, when a run needs it, and kept with
-them (`with_head`).
+Each model's layout (`costcurve.choose_slab_rows`, `choose_one_row`), its forward pass by block size, warm and cold
+(`costcurve.loop_curves`), how fast NumPy reads the target's weight bytes (`read_gbps`), the overheads
+(`costmodel.OVERHEADS`, fitted on short timed runs): about ten seconds for the embedded pair, cached (`cache.py`),
+measured at most once per process and once per machine at a time (a lock file, `cache.locked`: the others read what
+one cached). None are measured while others use a quarter of a core (`Busy`), and none kept if others took that
+much meanwhile. An EAGLE head's curve (`head_curves`) is measured when a run needs it and kept with them.
 """
 
 from __future__ import annotations
@@ -45,9 +41,9 @@ class Busy(Exception):
 
 
 def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> tuple[dict, str]:
-    """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else
-    (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept. With
-    `head` (an EAGLE head), its curve too (`with_head`), cached with them (`Busy` if it cannot be measured now)."""
+    """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else (or
+    `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept. With `head`
+    (an EAGLE head), its curve too (`with_head`), cached with them."""
     costs, how = pair_calibration(target, draft, ngram, prompts, recalibrate)
     if head is None or "head" in costs["curves"]:
         return costs, how
@@ -109,9 +105,8 @@ def costs_path(target, draft, ngram):
 
 
 def with_head(costs: dict, target, head) -> dict:
-    """`costs` with an EAGLE head's curve (curves["head"], `head_curves`: its cost depends on its shape alone, the
-    target's), measured once per process; kept in the costs' cache file when they are the ones cached there. `Busy`
-    while others use the machine (a curve measured then would mislead every later run)."""
+    """`costs` with an EAGLE head's curve (curves["head"], `head_curves`), measured once per process; `Busy` while
+    others use the machine (a curve measured then would mislead every later run)."""
     key = ("head", repr(head.config), str(head.dtype), repr(costs["layout"]), repr(costs["curves"]["target"]))
     if key not in MEASURED:
         if why := busy():
@@ -196,7 +191,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
 
 def roofline(costs: dict, target) -> str:
     """Plain decoding's pass against the physical limit, in words: the target's weight bytes over its one-token pass
-    (the costs' curve, padded as it runs) as GB/s, and its share of what NumPy reads per second (`read_gbps`)."""
+    as GB/s, and its share of what NumPy reads per second (`read_gbps`)."""
     ms = pass_ms(costs["curves"], "target", "warm", 1, pads(costs["curves"])["target_pad"])
     gbps = costs.get("read_gbps")
     rate = target.weight_bytes / ms / 1e6  # GB/s
@@ -205,12 +200,11 @@ def roofline(costs: dict, target) -> str:
             f"weights in {ms:.2f} ms, {rate:.1f} GB/s{limit}")
 
 
-def head_curves(target, head, layout: dict, progress=None) -> dict:
-    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}: its own pass (`costcurve.model_pass`: the
-    fusion, its block and the target's tied head) right after one of its own (warm) or of the target's (cold),
-    the target laid out as `layout` says (`calibration`'s). Priced as a draft's passes are (`record_ms`)."""
+def head_curves(target, head, layout: dict) -> dict:
+    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}: its own pass (`costcurve.model_pass`) right after
+    one of its own (warm) or of the target's (cold), the target laid out as `layout` says. Priced as a draft's."""
     target, _ = apply_layout(layout, target, None)
-    return loop_curves(target, head, progress=progress)["draft"]
+    return loop_curves(target, head)["draft"]
 
 
 def timed_run_size(target_ms: float) -> tuple[int, int]:
@@ -241,7 +235,7 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
     return steps, passes
 
 
-def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
+def ngram_query_ms(ngram, context, repeats=200) -> float:
     """ms per n-gram query, timed directly (in decoding runs it is nearly collinear with the draft's passes)."""
     context = list(context)
     t0 = time.perf_counter()

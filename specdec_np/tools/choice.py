@@ -2,9 +2,7 @@
 
 Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs (`calibration.py`): the
 candidate with the fewest predicted ms per token whose rule is lossless once the user's options change it; else the
-constant plan with them: asked for, no pair to price, a machine too busy to measure, no profile for the setting, or
-none of the method's plans lossless for the rule. eagle's plans are priced with its EAGLE head's cost curve in the
-draft's place; a profile holding none of that head's (`acceptance.head_key`) leaves it tree's plan (`on_twins_tree`).
+constant plan with them, and why. eagle's plans are priced with its EAGLE head's cost curve in the draft's place.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration, with_head
 from .costcurve import apply_layout
-from .costmodel import drafter_curves, pads, pass_ms, record_ms
+from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -81,12 +79,10 @@ def changed(plan: Plan, method: str, changes: dict) -> Plan:
 
 def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
            costs=None, keep=None, progress=None, head=None) -> dict:
-    """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this machine's fastest
-    plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set, `changed`), priced on
-    `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why.
-    A method that drafts with a head, asked by name, is priced with `head` (the target's EAGLE head; its curve measured
-    if `costs` lack it); none of its plans measured, it runs its draft twin's (`on_twins_tree`). The fastest of all
-    methods (None) drafts with no head, as the command line's machine plan runs the draft model."""
+    """{each asked (a method; methods: the fastest of them; None: of all but a head's): the Choice that runs}: this
+    machine's fastest plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set,
+    `changed`), priced on `costs` (default: `calibration`'s); else the constant plan with them; and why. A method
+    that drafts with a head is priced with `head`; none of its plans measured, it runs its draft twin's."""
     twins = {key: draft_twin(key) for key in asked if isinstance(key, str) and METHODS[key].drafts_with == "head"}
     got = choose_each(target, draft, ngram, enc, temperature, tuple(dict.fromkeys((*asked, *twins.values()))), plan,
                       changes, recalibrate, costs, keep, progress, head)
@@ -95,14 +91,12 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
 
 
 def draft_twin(method: str) -> str:
-    """The method whose trees `method` drafts with a head, drafted with the draft model (eagle's: tree's; its class's
-    nearest base that drafts with the draft)."""
+    """The method whose trees `method` drafts with a head: its class's nearest base that drafts with the draft."""
     return next(c.name for c in METHODS[method].__mro__ if getattr(c, "drafts_with", None) == "draft")
 
 
 def on_twins_tree(own: Choice, twin: Choice) -> Choice:
-    """A head's Choice where none of its plans is measured (`own`, the constant plan, and why): its draft twin's plan
-    instead, the head against the draft on the same tree, unpriced, and why."""
+    """A head's Choice where none of its plans is measured (`own`): its draft twin's plan instead, and why."""
     why = f"{twin.method}'s plan, {SAME_TREE} ({own.constant})"
     why += f"; {twin.method}'s: {twin.constant}" if twin.constant and twin.constant != own.constant else ""
     return Choice(own.method, twin.plan, layout=twin.layout, constant=why, among=own.among, changed=twin.changed)
@@ -189,8 +183,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
 
 
 def head_missing(profile: dict, setting: str, head) -> str:
-    """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can): none there, or
-    another head's (`acceptance.head_key`)."""
+    """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can)."""
     if head is None:
         return CONSTANT_BECAUSE + NO_HEAD
     heads = [m for m in METHODS if METHODS[m].drafts_with == "head"]
@@ -204,17 +197,14 @@ def head_missing(profile: dict, setting: str, head) -> str:
 def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draft=True, has_ngram=True,
             keep=None, has_head=False) -> Choice:
     """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN);
-    eagle's with `has_head`, priced with the head's curve (costs["curves"]["head"]) in the draft's place."""
+    a head's with `has_head`, on costs["curves"]["head"]."""
     setting, among = setting_name(temperature), (among,) if isinstance(among, str) else among
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
     usable = acceptance.runnable(has_draft, has_ngram, has_head and "head" in curves)
 
-    def ms(r):  # a record's predicted ms, eagle's head passes on the head's curve
-        c, p = drafter_curves(r["method"], curves, pad)
-        return record_ms(r, c, overheads, **p)
-    priced = [(ms(r) / r["tokens"], r["method"], r["shape"])
+    priced = [(record_ms(r, curves, overheads, method=r["method"], **pad) / r["tokens"], r["method"], r["shape"])
               for r in profile["settings"][setting] if r["method"] in usable
               and (among is None or r["method"] in among) and r["tokens"] and (keep is None or keep(r))]
     if not priced:

@@ -1,8 +1,5 @@
-"""Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
-
-`generate` decodes with this machine's plan (`choice.choose`, measured on first use) or, with
-`--plan default`, the core's constant one; the options change either (`options.py`).
-"""
+"""Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help). `generate` decodes
+with this machine's plan (`choice.choose`) or, with `--plan default`, the constant one; options change either."""
 
 from __future__ import annotations
 
@@ -98,10 +95,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, head=None):
-    """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
-    of the fastest of the methods the options allow, with the options' changes; --method eagle's priced with `head`
-    (its draft, the target's EAGLE head) on the pair's profile. The machine's own choice runs the draft model: never
-    eagle."""
+    """(method, plan, the plan and why in words, the models' layout ({}: their own)): `choice.choose` of the fastest of
+    the methods the options allow (a head's with `head`; the machine's own choice never drafts with one), changed."""
     methods, changed_by = candidate_methods(a), changes(a)
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
@@ -114,8 +109,7 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
 
 
 def read_prompt(a) -> str:
-    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8 (`utf8`:
-    a byte-order mark at the start dropped, as bench's --prompts drops it)."""
+    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.prompt not in (None, "-"):  # undecodable bytes of the argument arrive as lone surrogates (PEP 383)
@@ -219,8 +213,10 @@ def setup(a) -> Setup:
             raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
                              f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
                              "share a tokenizer")
-        if head and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
-            eagle_head, draft = draft, pair_draft(a.target)
+        if head and a.plan == "machine":  # its plan is priced on the pair's profile: with the default draft model
+            eagle_head, draft = draft, None
+            with contextlib.suppress(ValueError, FileNotFoundError):  # none to load: the constant plan, said
+                draft = load_model(default_draft(a.target))
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -242,15 +238,6 @@ def setup(a) -> Setup:
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
     target, draft = apply_layout(layout, target, draft)
     return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about, stop)
-
-
-def pair_draft(target_arg: str) -> GPT2 | None:
-    """The target's default draft model, whose pair's acceptance profile prices --method eagle's plans (None where
-    there is none to load: eagle then runs the constant plan, said)."""
-    try:
-        return load_model(default_draft(target_arg))
-    except (ValueError, FileNotFoundError):
-        return None
 
 
 def run(a, keep_trees=False) -> tuple:

@@ -75,17 +75,12 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
 
 
-def drafter_curves(method: str, curves: dict, pad: dict) -> tuple[dict, dict]:
-    """(curves, padding tables) a record or run of `method` is priced on: a method that drafts with an EAGLE head
-    (eagle) has its draft passes priced on the head's curve (curves["head"], `calibration.head_curves`), unpadded."""
-    if METHODS[method].drafts_with == "head":
-        return curves | {"draft": curves["head"]}, pad | {"draft_pad": ()}
-    return curves, pad
-
-
-def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
+def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=(), method=None) -> float:
     """Predicted ms of a count record (`acceptance.counts`): its passes, padded, and OVERHEADS times its steps,
-    steps that ran the draft, rows the draft processed into distributions (not stage 2's guesses) and queries."""
+    steps that ran the draft, rows the draft processed into distributions (not stage 2's guesses) and queries. A
+    `method` that drafts with an EAGLE head has its draft passes priced on the head's curve (curves["head"]), unpadded."""
+    if method is not None and METHODS[method].drafts_with == "head":
+        curves, draft_pad = curves | {"draft": curves["head"]}, ()
     passes = sum(n * pass_ms(curves, model, state, k, pad)
                  for model, pad in (("target", target_pad), ("draft", draft_pad))
                  for state, blocks in record[model].items() for k, n in blocks.items())
@@ -95,9 +90,9 @@ def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_
 
 
 def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
-    """The overheads (ms) from timed steps (`calibration.timed_steps`): their time beyond the draft's passes and
-    the queries (at `query_ms`), per step, per step that ran the draft and per distribution (least squares, each
-    >= 0). Fitted step by step: in whole runs steps and draft passes rise together and cannot be told apart."""
+    """The overheads (ms) from timed steps (`calibration.timed_steps`): their time beyond the draft's passes and the
+    queries (at `query_ms`), per step, per drafting step and per distribution (least squares, each >= 0). Fitted
+    step by step: in whole runs steps and draft passes rise together and cannot be told apart."""
     def draft_ms(blocks):  # a step's draft passes
         return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
     features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])

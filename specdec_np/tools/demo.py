@@ -31,7 +31,7 @@ from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
 from .machine import cpu_times, timing_note
-from .options import check_fits, describe
+from .options import at_least, check_fits, describe
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -49,8 +49,7 @@ def method_of(row: str) -> str:
     return "staged" if row == NO_COPIES else row
 
 
-# red, blue, green, yellow
-# "head": EAGLE's head, which drafts in the draft's place (method eagle; the trace page marks its tokens so).
+# red, blue, green, yellow; "head": EAGLE's head, which drafts in the draft's place (method eagle)
 COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
 MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
 RESET = "\033[0m"
@@ -87,9 +86,8 @@ ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a
 
 
 def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, rounds=ROUNDS, **kw) -> dict:
-    """{row: (its Result, [seconds of each round])}: each row decoded `rounds` times, the rows in turn within a round;
-    every run keeps its trees (the demo draws one's), so all pay for it; a row whose method drafts with a head drafts
-    with `head` (the target's EAGLE head). The rounds decode the same tokens (greedy, or the same seed)."""
+    """{row: (its Result, [seconds of each round])}: each row decoded `rounds` times, the rows in turn within a round
+    (the same tokens each round), all keeping their trees (the demo draws one's); a head drafts where one does."""
     results = {}
     for _ in range(rounds):
         for m, (plan, _) in plans.items():
@@ -106,9 +104,8 @@ def spread(samples) -> tuple:
 
 
 def within_noise(speedups: dict) -> str:
-    """The prose under the table: rows whose speedup ranges overlap are within noise of each other (another round
-    could order them either way), said so and never ranked; a row is named fastest only when its range lies above
-    every other row's."""
+    """The prose under the table: rows whose speedup ranges overlap are within noise of each other, never ranked; a
+    row is named fastest only when its range lies above every other row's."""
     groups = []  # the rows by median speedup, in runs whose ranges overlap the next one's
     for m in sorted(speedups, key=lambda m: -np.median(speedups[m])):
         if groups and max(speedups[m]) >= min(min(speedups[g]) for g in groups[-1]):
@@ -122,11 +119,6 @@ def within_noise(speedups: dict) -> str:
     return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." * bool(tied))
 
 
-def head_params(head) -> int:
-    """The EAGLE head's own parameters: its fusion and block, not the target's wte, wpe and ln_f it shares."""
-    return head.n_params
-
-
 def report(results: dict, chosen: dict, timed) -> None:
     """The runs' table, where each row's tokens came from (stage 2's guesses apart from its copies), a note if
     the machine was busy since `timed`, which plan each row used and why."""
@@ -136,14 +128,11 @@ def report(results: dict, chosen: dict, timed) -> None:
             "tokens/pass", "draft passes", "weight traffic", "tokens: draft", "guessed", "copied", "target")
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for m, (res, _) in results.items():
-        s = res.stats
-        lo, mid, hi = spread(speedups[m])
-        parts = s.parts
-        rows.append(f"| {m:<17} | {spread(speeds[m])[1]:>8.1f} | {f'{mid:.2f}x ({lo:.2f}-{hi:.2f})':>{len(head[2])}} | "
-                    f"{s.target_passes:>13} | "
-                    f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {s.weight_traffic:>14.2f} | "
-                    f"{parts['draft']:>13} | {parts['ngram_guess'] + parts['copy_guess']:>7} | {parts['copied']:>6} | "
-                    f"{parts['target']:>6} |")
+        s, (lo, mid, hi) = res.stats, spread(speedups[m])
+        cells = [f"{spread(speeds[m])[1]:.1f}", f"{mid:.2f}x ({lo:.2f}-{hi:.2f})", s.target_passes,
+                 f"{s.tokens_per_pass:.2f}", s.draft_passes, f"{s.weight_traffic:.2f}", s.parts["draft"],
+                 s.parts["ngram_guess"] + s.parts["copy_guess"], s.parts["copied"], s.parts["target"]]
+        rows.append(f"| {m:<{len(head[0])}} | " + " | ".join(f"{c:>{len(h)}}" for c, h in zip(cells, head[1:])) + " |")
     print("\n".join(rows))
     print(f"tokens/s and speedup: the median of {len(speeds['ar'])} runs of each row, in turn (each run's speedup "
           "over that round's ar).\n" + within_noise({m: x for m, x in speedups.items() if m != "ar"}))
@@ -160,9 +149,8 @@ def report(results: dict, chosen: dict, timed) -> None:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods, head=None) -> tuple[dict, dict]:
-    """({row: (plan, which plan and why, in words)}, the machine's layout of the models' products): each
-    method's plan with --budget/--depth (`choice.choose`, as the CLI's), checked against the target's context;
-    the row NO_COPIES gets staged's fastest plan without copies, as bench's does; eagle's is priced with `head`."""
+    """({row: (plan, which plan and why, in words)}, the models' layout): each method's plan with --budget/--depth
+    (`choice.choose`, as the CLI's), checked against the target's context; NO_COPIES: staged's fastest without."""
     changes = {name: getattr(a, name) for name in ("budget", "depth") if getattr(a, name) is not None}
     chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m != NO_COPIES),
                     a.plan, changes, head=head)
@@ -195,9 +183,7 @@ def main(argv=None) -> int:
                     "--max-new-tokens")
     a = ap.parse_args(argv)
     stops = stop_strings(a.stop or ["humaneval"])
-    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
-        if value is not None and value < 1:
-            raise ValueError(f"{option} must be >= 1, got {value}")
+    at_least(1, budget=a.budget, depth=a.depth, max_new_tokens=a.max_new_tokens)
     target, draft, ngram, enc = load_embedded()
     head = load_head(target=target)  # the row eagle's draft
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -210,7 +196,7 @@ def main(argv=None) -> int:
         print(roofline(calibration(target, draft, ngram, calibration_prompts(enc))[0], target))
     target, draft = apply_layout(layout, target, draft)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
-          f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "
+          f"stage 2: Katz trigram, EAGLE head: {head.n_params / 1e6:.2f}M of its own. "
           f"Prompt ({len(prompt)} tokens):\n")
     print(PROMPT)
     if a.max_new_tokens > target.config.n_ctx - len(prompt):

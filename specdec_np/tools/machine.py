@@ -1,7 +1,6 @@
-"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other
-processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's
-threads stall while another process holds a core). The load is checked once per process before anything
-is measured (`load`), and around what is timed (`busy_since`, `timing_note`).
+"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other processes keep
+it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's threads stall while another
+process holds a core). Checked once per process before measuring (`load`), and around what is timed (`busy_since`).
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ def own_threads() -> int:
 
 
 def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS (with
-    the threads it starts with: a quiet machine's costs serve a busy run that uses one thread)."""
+    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS (with the
+    threads it starts with: a quiet machine's costs serve a busy run that uses one thread)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
@@ -117,8 +116,8 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
 
 
 def load_model(path, dtype=np.float32):
-    """A model by name or directory (`models.load_model`), refused before its parameters are allocated when they
-    need more memory than this machine has (`check_memory`)."""
+    """A model by name or directory, refused before its parameters are allocated when they need more memory than this
+    machine has (`check_memory`)."""
     return checkpoint.load(path, dtype, check=check_memory)
 
 

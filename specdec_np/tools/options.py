@@ -118,6 +118,13 @@ def parse_widths(text) -> list | None:
     return widths
 
 
+def at_least(low: int, **options) -> None:
+    """Each option given (`max_new_tokens=...` for --max-new-tokens) at least `low`, else an error naming it."""
+    for name, value in options.items():
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+
+
 def shown(value: str) -> str:
     """An option's value as an error shows it: a very long one cut short."""
     return value if len(value) <= 100 else f"{value[:60]}... ({len(value)} characters)"
@@ -125,9 +132,7 @@ def shown(value: str) -> str:
 
 def check_options(a) -> None:
     """One-line errors naming the option, before any model is loaded."""
-    for option, value in (("--max-new-tokens", a.max_new_tokens), ("--seed", a.seed)):
-        if value is not None and value < 0:
-            raise ValueError(f"{option} must be >= 0, got {value}")
+    at_least(0, max_new_tokens=a.max_new_tokens, seed=a.seed)
     try:  # the core's checks of the sampling settings and the plan's fields, named by their options
         check_settings(a.temperature, a.top_k, a.top_p)
         check_cuts(a.top_k, a.top_p)  # top_k against the vocabulary once the target is loaded (cli.setup)

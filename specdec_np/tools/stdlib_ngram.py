@@ -64,9 +64,8 @@ def cache_file(n_vocab: int, files) -> Path:
 
 
 def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigram:
-    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
-    joins files), skipping a file that is not UTF-8 or over SOURCE_MAX_BYTES; progress(done, total) after each file
-    and the fit."""
+    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit` joins files),
+    skipping a file that is not UTF-8 or over SOURCE_MAX_BYTES; progress(done, total) after each file and the fit."""
     enc = get_encoding(n_vocab)
     tokens = []
     for i, path in enumerate(files):
