@@ -96,8 +96,8 @@ def models_for(method: str, draft, ngram, head=None) -> dict:
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
-    """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram
-    queries, and each model's passes by block size, cold or warm (`costmodel.step_passes`)."""
+    """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram queries,
+    and each model's passes by block size, cold or warm (`costmodel.step_passes`)."""
     steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
@@ -122,12 +122,11 @@ def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int
     usable = runnable(draft is not None, ngram is not None, head is not None)
     todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds, head)
-    done = {}
+    done, settings = {}, {}
     for n, (setting, method, shape, total) in enumerate((count_all or count_each)(job, todo)):
         done[candidate_key(setting, method, shape)] = total
         if progress:
             progress(n + 1, len(todo))
-    settings = {}
     for s, method, shape in todo:
         settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, method, shape)]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
@@ -148,10 +147,8 @@ def counted(job, item) -> tuple:
     """(setting, method, shape, its counts summed over `job`'s prompts and seeds)."""
     setting, method, shape = item
     target, draft, ngram, prompts, max_new_tokens, seeds, head = job
-    kw = SETTINGS[setting]
-    models = models_for(method, draft, ngram, head)
-    runs = [generate(target, prompt, max_new_tokens, method, models["draft"], models["ngram"], Plan(**shape),
-                     seed=seed, **kw).stats
+    kw = SETTINGS[setting] | models_for(method, draft, ngram, head)
+    runs = [generate(target, prompt, max_new_tokens, method, plan=Plan(**shape), seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
     return setting, method, shape, counts(*runs)
 

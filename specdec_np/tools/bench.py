@@ -26,13 +26,12 @@ from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
-from .blas import blas_name
 from .calibration import Busy, calibration, head_curves, roofline
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import pads, record_ms
 from .loops import repeat_line, repeat_share
-from .machine import machine, machine_name, settle_threads
+from .machine import blas_name, machine, machine_name, settle_threads
 from .options import at_least, describe
 from .progress import Progress
 from .writable import check_writable
@@ -45,6 +44,10 @@ NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "specul
          "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
          "eagle": "(ref.) EAGLE head"}
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
+# Where a row's tokens came from (record.PARTS): stage 2's guesses the draft kept (the paper's stage 2) apart from its
+# copies sent to the target (prompt lookup's idea).
+PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
+              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged_drafts": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged_drafts": (298, 0.35)}}
@@ -170,7 +173,8 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 def totals(recs, target) -> dict:
     """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms per target pass."""
-    tok, passes, stats = sum(r["tokens"] for r in recs), sum(r["target_passes"] for r in recs), [r["stats"] for r in recs]
+    stats = [r["stats"] for r in recs]
+    tok, passes = sum(r["tokens"] for r in recs), sum(r["target_passes"] for r in recs)
     drafted = sum(s.draft_passes for s in stats)
     firsts = np.sum([first_token_acceptance(s) for s in stats], axis=0)  # [accepted, drafting steps]
     predicted = [r["predicted_ms"] for r in recs]
@@ -226,12 +230,11 @@ def markdown(summary, plans, priced=True) -> str:
         rows = []
         for m, r in per.items():
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
+            predicted = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-" if priced else "unmeasured"
+            paper = f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-"
             rows.append([NAMES[m], f"{r['tokens_per_s']:.1f}", interval(*r["over_baseline"]),
-                         f"{r['median_speedup']:.2f}x",
-                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else
-                         "-" if priced else "unmeasured",
-                         f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
-                         f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
+                         f"{r['median_speedup']:.2f}x", predicted, f"{r['relative_weight_traffic']:.2f}",
+                         p_traffic or "-", paper,
                          f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}",
                          "-" if r["first_token_acceptance"] is None else f"{r['first_token_acceptance']:.2f}"])
         lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
@@ -242,7 +245,9 @@ def markdown(summary, plans, priced=True) -> str:
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
                              [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
                               for m, r in per.items()])]
-        lines += ["", *parts_table(per)]
+        lines += ["", *table("method | % of tokens from: " + " | ".join(PART_NAMES[k] for k in PARTS),
+                             [[NAMES[m], *(f"{100 * r['tokens_by_part'][k] / max(1, r['tokens']):.0f}" for k in PARTS)]
+                              for m, r in per.items()])]
         lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
             f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
         if sname == "greedy":
@@ -252,18 +257,6 @@ def markdown(summary, plans, priced=True) -> str:
             shares = per[BASELINE]["repeat_share"]
             lines.append(f"\n{repeat_line(shares)}; per prompt: " + ", ".join(f"{x:.2f}" for x in shares) + ".")
     return "\n".join(lines)
-
-
-PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
-              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
-
-
-def parts_table(per) -> list[str]:
-    """Where each row's tokens came from (record.PARTS in words, % of its tokens): stage 2's guesses the draft
-    kept (the paper's stage 2) apart from its copies sent to the target (prompt lookup's idea)."""
-    rows = [[NAMES[m], *(f"{100 * r['tokens_by_part'][k] / max(1, r['tokens']):.0f}" for k in PARTS)]
-            for m, r in per.items()]
-    return table("method | % of tokens from: " + " | ".join(PART_NAMES[k] for k in PARTS), rows)
 
 
 # ----------------------------------------------------------------------------- the rules side by side

@@ -196,8 +196,7 @@ def head_missing(profile: dict, setting: str, head) -> str:
 
 def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draft=True, has_ngram=True,
             keep=None, has_head=False) -> Choice:
-    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN);
-    a head's with `has_head`, on costs["curves"]["head"]."""
+    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN)."""
     setting, among = setting_name(temperature), (among,) if isinstance(among, str) else among
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")

@@ -10,8 +10,8 @@ import math
 import os
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_cuts, check_prompt
 from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
-from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
@@ -170,18 +169,9 @@ def default_draft(target_arg: str) -> str:
     raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft (defaults: {defaults})")
 
 
-class Setup(NamedTuple):
-    """What a decoding command decodes: the prompt's text, the models, the method and plan."""
-    text: str
-    prompt: list  # its token ids
-    target: GPT2
-    draft: GPT2 | None
-    ngram: object  # ngram.Trigram or None
-    enc: object  # tiktoken.Encoding
-    method: str
-    plan: Plan
-    about: str  # the plan in words, and where it came from
-    stop: tuple  # the stop strings (--stop)
+# What a decoding command decodes: the prompt's text and token ids, the models and tokenizer, the method and plan, the
+# plan in words and where it came from, the stop strings (--stop).
+Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
 
 
 def setup(a) -> Setup:
@@ -257,8 +247,8 @@ def run(a, keep_trees=False) -> tuple:
         about = s.about + (f"; seed {a.seed or 0}" if a.temperature else "")  # a seed repeats with its plan only
         print(f"method {s.method}: {about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
               f"tokens/s), stop: {res.stop_reason}{f' (--stop: {bench.stops_said(s.stop)})' * bool(s.stop)}"
-              f"\ntarget passes {st.target_passes}, tokens per target pass "
-              f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
+              f"\ntarget passes {st.target_passes}, tokens per target pass {st.tokens_per_pass:.2f}, draft passes "
+              f"{st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
               f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
               + ", ".join(f"{n} {count}" for n, count in st.tally.items()), file=sys.stderr)
@@ -356,10 +346,9 @@ def out_of_memory(cmd: str, args) -> str:
         except (ValueError, OSError, MemoryError):
             needs.append(f"{option} {shown(name)}")
             continue
-        weights = 4 * config.n_params
-        cache = 4 * 2 * config.n_layer * config.n_ctx * config.n_embd
-        needs.append(f"{option} {shown(name)} needs {weights / 1e6:,.1f} MB of float32 weights and "
-                     f"{cache / 1e6:,.1f} MB of KV cache")
+        cache = 2 * config.n_layer * config.n_ctx * config.n_embd  # K and V
+        needs.append(f"{option} {shown(name)} needs {4 * config.n_params / 1e6:,.1f} MB of float32 weights and "
+                     f"{4 * cache / 1e6:,.1f} MB of KV cache")
     return f"out of memory in {cmd}: {'; '.join(needs)} (free some memory, or use smaller models)"
 
 

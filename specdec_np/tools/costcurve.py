@@ -8,18 +8,16 @@ a burst of noise on a shared machine lands on every size a little, not on a few 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 import timeit
-from pathlib import Path
 
 import numpy as np
 
 from .. import eagle
 from ..fastpath import ONE_ROW, laid_out
 from ..gpt2 import GPT2, forward, new_cache
-from .blas import blas
+from .machine import blas, last_level_cache_bytes
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
@@ -32,25 +30,8 @@ def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
     return 1000 * float(np.median(timeit.repeat(fn, repeat=repeats, number=1)))
 
 
-def last_level_cache_bytes() -> int | None:
-    """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
-    kib = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        with contextlib.suppress(OSError, ValueError):
-            text = (index / "size").read_text().strip()  # e.g. "32768K"
-            kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
-    return max(kib) * 1024 if kib else None
-
-
-def last_level_cache() -> str:
-    """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
-    size = last_level_cache_bytes() or 0
-    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB" if size else ""
-
-
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
-    """GB/s a float32 matrix-vector product streams its matrix (from memory, from the last-level cache): a matrix
-    twice that cache (>= 256 MB) and half of it."""
+    """GB/s a float32 matrix-vector product streams its matrix from memory and from the last-level cache."""
     def matvec_gbps(rows: int, cols: int) -> float:
         w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
         x = np.full(rows, 0.5, dtype=np.float32)

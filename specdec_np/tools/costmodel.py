@@ -76,9 +76,9 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=(), method=None) -> float:
-    """Predicted ms of a count record (`acceptance.counts`): its passes, padded, and OVERHEADS times its steps,
-    steps that ran the draft, rows the draft processed into distributions (not stage 2's guesses) and queries. A
-    `method` that drafts with an EAGLE head has its draft passes priced on the head's curve (curves["head"]), unpadded."""
+    """Predicted ms of a count record (`acceptance.counts`) of `method`: its passes, padded (an EAGLE head's on
+    curves["head"], unpadded), and OVERHEADS times its steps, steps that ran the draft, rows the draft processed into
+    distributions (not stage 2's guesses) and queries."""
     if method is not None and METHODS[method].drafts_with == "head":
         curves, draft_pad = curves | {"draft": curves["head"]}, ()
     passes = sum(n * pass_ms(curves, model, state, k, pad)

@@ -62,8 +62,7 @@ def marked(name: str, text: str, color: bool) -> str:
 
 
 def colour_by_stage(enc, result, color: bool, stop=()) -> str:
-    """The prompt and the completion up to its first `stop` string, each token marked by the stage that produced it
-    (paper's Fig. 3)."""
+    """The prompt and the completion up to its first `stop`, each token marked by the stage that made it (Fig. 3)."""
     pieces = [decode(enc, [tok]) for tok in result.tokens]
     end, at, out = len(cut_at_stop("".join(pieces), stop)), 0, []
     for piece, src in zip(pieces, result.stats.source):
@@ -188,17 +187,13 @@ def main(argv=None) -> int:
     head = load_head(target=target)  # the row eagle's draft
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     prompt = encode(enc, PROMPT)
-    # lookup and eagle: references outside the paper
-    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
-    # First: a bad --budget fails before any output.
-    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
+    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]  # the last two: outside the paper
+    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)  # a bad --budget fails before any output
     if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
         print(roofline(calibration(target, draft, ngram, calibration_prompts(enc))[0], target))
     target, draft = apply_layout(layout, target, draft)
-    print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
-          f"stage 2: Katz trigram, EAGLE head: {head.n_params / 1e6:.2f}M of its own. "
-          f"Prompt ({len(prompt)} tokens):\n")
-    print(PROMPT)
+    print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, stage 2: Katz "
+          f"trigram, EAGLE head: {head.n_params / 1e6:.2f}M of its own. Prompt ({len(prompt)} tokens):\n\n{PROMPT}")
     if a.max_new_tokens > target.config.n_ctx - len(prompt):
         print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
               f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
@@ -212,24 +207,21 @@ def main(argv=None) -> int:
         print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
               f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
     if not differ:
-        print(f"All {len(methods)} rows produced the identical completion ({len(ref)} tokens), "
-              "as lossless decoding must.\n")
+        print(f"All {len(methods)} rows produced the identical completion ({len(ref)} tokens), as lossless decoding "
+              "must.\n")
     report(results, chosen, timed)
     print(f"4-gram repeats: {repeat_share(ref):.2f} of the {len(ref)} emitted tokens end a 4-gram already in the "
           "output (near 1: a loop, which copies verify cheaply; docs/results.md)")
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
-    staged = results["staged"][0]
+    shown = staged = results["staged"][0]
     legend = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target")) + " (unmarked)" * (not color)
-    shown = staged
     if stops:  # decoded again, ended at the stop strings: the same text up to them (the table's runs go on)
         shown = generate(target, prompt, a.max_new_tokens, "staged", draft, ngram, chosen["staged"][0], stop=stops)
-        print(f"\nThe staged completion, ended by --stop at the first of {stops_said(stops)}: decoding stopped "
-              f"after {len(shown.tokens)} tokens (the tables decode all {len(staged.tokens)}), coloured by the stage "
-              f"that produced each token ({legend}):\n")
-    else:
-        print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
+    ended = (f", ended by --stop at the first of {stops_said(stops)}: decoding stopped after {len(shown.tokens)} "
+             f"tokens (the tables decode all {len(staged.tokens)})") if stops else ""
+    print(f"\nThe staged completion{ended}, coloured by the stage that produced each token ({legend}):\n")
     print(colour_by_stage(enc, shown, color, stops))
     print(f"\ntokens by stage: {shown.stats.tally}")
     # A tree of the draft's alone where there is one; else (stage 2 guessed in every step, as the constant plan's

@@ -126,8 +126,7 @@ def check_size(url: str, total: int | None, most: int) -> None:
 
 def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,
                   progress: bool | None = None) -> None:
-    """Download `url` to `dest` via `dest.part` (at most `most` bytes): resumed, size and sha256 checked, parsed,
-    renamed."""
+    """Download `url` to `dest` via `dest.part` (at most `most` bytes): resumed, size and sha256 checked, renamed."""
     sha, size = file_info(url, timeout)
     part = dest.with_name(dest.name + ".part")
     show = Progress(f"{dest.parent.name}/{dest.name}", tty=progress,
@@ -167,8 +166,8 @@ def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: fl
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
              timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download the checkpoint `name` into `dest_root/name/` from base_url ($SPECDEC_NP_HUB_URL, else the hub),
-    keeping files already complete; then check the safetensors header against config.json."""
+    """Download the checkpoint `name` into `dest_root/name/` from base_url ($SPECDEC_NP_HUB_URL, else the hub), keeping
+    files already complete; then check the safetensors header against config.json."""
     if name not in HUB_REPOS:
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")

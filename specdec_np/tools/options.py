@@ -28,8 +28,7 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
 
 
 def option_is(name: str, *value) -> str:
-    """A field (and its value) as the command line words it: "--budget", "--budget 8" (one no option sets: "guess_len",
-    "guess_len=3")."""
+    """A field (and its value) as the command line words it: "--budget 8" (one no option sets: "guess_len=3")."""
     return " ".join([OPTIONS[name], *map(value_is, value)]) if name in OPTIONS else field_is(name, *value)
 
 

@@ -10,8 +10,7 @@ import time
 
 
 class Progress:
-    """progress(done, total, note="") for one task; `unit` formats a count (e.g. bytes as MB);
-    `tty` overrides whether stderr is a terminal."""
+    """progress(done, total, note="") for one task; `unit` formats a count; `tty`: whether stderr is a terminal."""
 
     def __init__(self, label: str, unit=str, tty: bool | None = None):
         self.label, self.unit = label, unit
