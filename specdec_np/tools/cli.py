@@ -50,6 +50,15 @@ EXAMPLES = r'''examples:
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
 '''
 
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
+EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
+# A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
+DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
+                  "gpt2": "distilgpt2"}
+# What a decoding command decodes; `about`: the plan in words and where it came from; `stop`: --stop's strings.
+Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
+TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
+
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="prompt text, or - to read standard input")
@@ -130,13 +139,9 @@ def read_prompt(a) -> str:
     return utf8(data, f"the prompt ({where})")
 
 
-FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
-
-
 @contextlib.contextmanager
 def naming(option: str, value: str | Path | None, writing: Path | None = None):
-    """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
-    (None: not given), or one met `writing` in that directory."""
+    """An OSError of the system (a name too long, a full disk `writing` there) as one line naming the option."""
     try:
         yield
     except OSError as e:
@@ -151,13 +156,6 @@ def naming(option: str, value: str | Path | None, writing: Path | None = None):
         raise ValueError(f"{option} {shown(value)}: {e.strerror or e}{where}") from None
 
 
-EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
-
-# A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
-DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
-                  "gpt2": "distilgpt2"}
-
-
 def default_draft(target_arg: str) -> str:
     name = Path(target_arg).name if Path(target_arg).parent == WEIGHTS_DIR else target_arg
     with contextlib.suppress(FileNotFoundError):  # the embedded target, by any path
@@ -167,11 +165,6 @@ def default_draft(target_arg: str) -> str:
         return DEFAULT_DRAFTS[name]
     defaults = ", ".join(f"{t} -> {d}" for t, d in DEFAULT_DRAFTS.items())
     raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft (defaults: {defaults})")
-
-
-# What a decoding command decodes: the prompt's text and token ids, the models and tokenizer, the method and plan, the
-# plan in words and where it came from, the stop strings (--stop).
-Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
 
 
 def setup(a) -> Setup:
@@ -232,8 +225,7 @@ def setup(a) -> Setup:
 
 def run(a, keep_trees=False) -> tuple:
     """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
-    s = setup(a)
-    t0 = time.perf_counter()
+    s, t0 = setup(a), time.perf_counter()
     m = METHODS[s.method]  # the models it reads (the machine's plan may have read the others to price it)
     res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft if m.drafts_with else None,
                    ngram=s.ngram if m.needs_ngram else None, plan=s.plan, temperature=a.temperature, top_k=a.top_k,
@@ -277,9 +269,6 @@ def cmd_trace(a) -> int:
     return 0
 
 
-TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
-
-
 def cmd_ngram(argv) -> int:
     """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab N | --vocab-from CHECKPOINT]`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
@@ -304,17 +293,14 @@ def cmd_ngram(argv) -> int:
                          f"vocabulary), got {args.n_vocab}")
     out = check_writable(args.out, f"--out {args.out}", example="trigram.npz")
     n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab
-    enc = get_encoding(n_vocab)
-    tokens = []
+    enc, tokens = get_encoding(n_vocab), []
     for i, name in enumerate(args.files):
         with naming("text file", str(name)):  # missing, a directory, a name too long: the system's reason
             check_regular(name, f"text file {name}")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             text = read_text(name, f"text file {name}", TEXT_MAX_BYTES)
-        if i:
-            tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, text))
+        tokens += [enc.eot_token] * (i > 0) + encode(enc, text)  # the files joined by <|endoftext|>
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
@@ -328,8 +314,7 @@ def cmd_ngram(argv) -> int:
 
 
 def out_of_memory(cmd: str, args) -> str:
-    """A MemoryError of `cmd` in words: the models it runs and the memory each needs in float32, its weights and
-    its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
+    """A MemoryError of `cmd` in words: the models it runs, each one's float32 weights and KV cache of n_ctx tokens."""
     if cmd in ("generate", "trace"):
         models = [("--target", args.target)]
         if args.draft is not None or args.method is None or METHODS[args.method].drafts_with:
@@ -366,13 +351,10 @@ def main(argv=None) -> int:
     own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
            "weights": "download real GPT-2 checkpoints into specdec_np/weights/",
            "ngram": "fit a Katz trigram on text files"}
-    for name, text in own.items():  # these parse their own arguments
+    for name, text in own.items():
         sub.add_parser(name, help=text, add_help=False)
-    if argv and argv[0] in own:
-        cmd, args = argv[0], argv[1:]
-    else:
-        args = ap.parse_args(argv)
-        cmd = args.cmd
+    args = argv[1:] if argv and argv[0] in own else ap.parse_args(argv)  # those parse their own
+    cmd = argv[0] if argv and argv[0] in own else args.cmd
     if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None and cmd in ("generate", "demo"):  # `>&-`: said before any work, not a traceback after it
@@ -386,11 +368,8 @@ def main(argv=None) -> int:
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
         return code
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print(f"error: {out_of_memory(cmd, args)}", file=sys.stderr)
+    except (ValueError, OSError, MemoryError) as e:
+        print(f"error: {out_of_memory(cmd, args) if isinstance(e, MemoryError) else e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -403,8 +382,7 @@ def main(argv=None) -> int:
 
 
 class Stdout:
-    """Standard output for a command: characters its encoding cannot show (PYTHONIOENCODING=ascii) are
-    written as '?' (said once, at the end), and a write that fails (`> /dev/full`) is an error naming it."""
+    """Standard output for a command: characters it cannot encode written as '?' (said once); a failed write: error."""
 
     def __init__(self, stream):
         self.stream, self.replaced = stream, False

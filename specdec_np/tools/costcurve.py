@@ -1,9 +1,8 @@
 """This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
 
-At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by
-memory bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many
-tokens are "free" decides how big a verification tree pays off. Passes are timed round-robin, so that
-a burst of noise on a shared machine lands on every size a little, not on a few a lot (bending the curve).
+At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by memory
+bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many tokens are "free" decides
+how big a verification tree pays off. Passes are timed round-robin, so that noise lands on every size a little.
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ def read_gbps(nbytes: int, repeats: int = 7) -> float:
 
 
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
-    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or an EAGLE head's own pass over (feature,
-    token) pairs and the target's tied head (the values do not change the time: the features are zeros)."""
+    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or an EAGLE head's own (zero features)."""
     if not isinstance(model, eagle.Head):
         return forward(model, tokens, cache)
     k, start = len(tokens), cache.length
@@ -72,8 +70,7 @@ def primed(model: GPT2, prefix_len: int, max_block: int):
 
 def timed_pass(model: GPT2, cache, k: int) -> float:
     """Seconds of one forward pass of k new tokens after the cache's prefix, which is kept as it was."""
-    length = cache.length
-    t = time.perf_counter()
+    length, t = cache.length, time.perf_counter()
     model_pass(model, np.arange(k) % model.config.n_vocab, cache)
     seconds = time.perf_counter() - t
     cache.truncate(length)
@@ -94,8 +91,7 @@ def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) ->
 
 def bends(ms: dict, slack: float = 0.03) -> list:
     """[(fewer, more)]: the neighbouring row counts of a cost curve {rows: ms} where more rows were measured cheaper
-    (by more than `slack`, timing noise). More rows are never less work: the machine bent such a curve (the BLAS's
-    kernel for that row count, its threads, a busy machine), and its ratios are no price list."""
+    (by more than `slack`). More rows are never less work: the machine bent such a curve, no price list."""
     ks = sorted(ms)
     return [(a, b) for a, b in zip(ks, ks[1:]) if ms[b] < (1 - slack) * ms[a]]
 
@@ -113,9 +109,8 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}), one-row products ({"target_one_row":
-    "gemv", ...}) and padding tables ({"target_pad": table, ...}); a model it does not name is left as it is. With one
-    BLAS thread (a busy run with a quiet one's costs) one row is one matrix-vector product, the faster there."""
+    """(target, draft) with a measured layout's slab rows, one-row products and padding tables ({"target": rows,
+    "target_one_row": ..., "target_pad": ...}); with one BLAS thread, one row is one matrix-vector product."""
     one_thread = blas()["threads"] == 1
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
                                                      "gemv" if one_thread else layout.get(name + "_one_row"))
@@ -139,8 +134,7 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
 
 def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
     """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the median
-    of `repeats` rounds, fewer past about `seconds`, round-robin). With one BLAS thread one matrix-vector product per
-    matrix is; with more, OpenBLAS runs it on all threads, a slab's product on one."""
+    of `repeats` rounds, fewer past about `seconds`, round-robin; OpenBLAS runs a slab's product on one thread)."""
     layouts = {how: laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW}
     caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
     one = timed_pass(layouts["gemv"], caches["gemv"], 1)

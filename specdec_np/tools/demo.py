@@ -43,16 +43,15 @@ PROMPT = '''def count_words(text: str) -> dict:
 
 # A row that is not a method of its own: staged without copies (copy_len 0), the paper's stage 2 alone.
 NO_COPIES = "staged, no copies"
-
-
-def method_of(row: str) -> str:
-    return "staged" if row == NO_COPIES else row
-
-
 # red, blue, green, yellow; "head": EAGLE's head, which drafts in the draft's place (method eagle)
 COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
 MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
 RESET = "\033[0m"
+ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a round of every row, not one row
+
+
+def method_of(row: str) -> str:
+    return "staged" if row == NO_COPIES else row
 
 
 def marked(name: str, text: str, color: bool) -> str:
@@ -81,12 +80,8 @@ def logit_gap(target, prompt, tokens, i) -> float:
     return float(top2[1] - top2[0])
 
 
-ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a round of every row, not one row
-
-
 def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, rounds=ROUNDS, **kw) -> dict:
-    """{row: (its Result, [seconds of each round])}: each row decoded `rounds` times, the rows in turn within a round
-    (the same tokens each round), all keeping their trees (the demo draws one's); a head drafts where one does."""
+    """{row: (its Result, [seconds of each round])}: the rows decoded in turn, `rounds` times (the same tokens)."""
     results = {}
     for _ in range(rounds):
         for m, (plan, _) in plans.items():
@@ -103,8 +98,7 @@ def spread(samples) -> tuple:
 
 
 def within_noise(speedups: dict) -> str:
-    """The prose under the table: rows whose speedup ranges overlap are within noise of each other, never ranked; a
-    row is named fastest only when its range lies above every other row's."""
+    """The prose under the table: no order among rows whose speedup ranges overlap (within noise of each other)."""
     groups = []  # the rows by median speedup, in runs whose ranges overlap the next one's
     for m in sorted(speedups, key=lambda m: -np.median(speedups[m])):
         if groups and max(speedups[m]) >= min(min(speedups[g]) for g in groups[-1]):
@@ -119,8 +113,7 @@ def within_noise(speedups: dict) -> str:
 
 
 def report(results: dict, chosen: dict, timed) -> None:
-    """The runs' table, where each row's tokens came from (stage 2's guesses apart from its copies), a note if
-    the machine was busy since `timed`, which plan each row used and why."""
+    """The runs' table, where each row's tokens came from, a note if the machine was busy since `timed`, the plans."""
     speeds = {m: [len(res.tokens) / dt for dt in dts] for m, (res, dts) in results.items()}
     speedups = {m: [x / base for x, base in zip(speeds[m], speeds["ar"])] for m in speeds}  # each round's own
     head = (f"{'method':<17}", "tokens/s", f"speedup (range over {len(speeds['ar'])} runs)", "target passes",
@@ -185,8 +178,7 @@ def main(argv=None) -> int:
     at_least(1, budget=a.budget, depth=a.depth, max_new_tokens=a.max_new_tokens)
     target, draft, ngram, enc = load_embedded()
     head = load_head(target=target)  # the row eagle's draft
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    prompt = encode(enc, PROMPT)
+    color, prompt = sys.stdout.isatty() and "NO_COLOR" not in os.environ, encode(enc, PROMPT)
     methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]  # the last two: outside the paper
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)  # a bad --budget fails before any output
     if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
@@ -224,8 +216,7 @@ def main(argv=None) -> int:
     print(f"\nThe staged completion{ended}, coloured by the stage that produced each token ({legend}):\n")
     print(colour_by_stage(enc, shown, color, stops))
     print(f"\ntokens by stage: {shown.stats.tally}")
-    # A tree of the draft's alone where there is one; else (stage 2 guessed in every step, as the constant plan's
-    # guesses often do) one of any proposer's, each node marked by who proposed it.
+    # A tree of the draft's alone where there is one; else (stage 2 guessed in every step) one of any proposer's.
     alone = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]
     trees = alone or [tp for tp in staged.stats.trees if len(tp[0].tokens) > 1]
     if trees:

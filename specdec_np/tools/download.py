@@ -1,7 +1,6 @@
 """`python -m specdec_np weights gpt2 distilgpt2`: real GPT-2 checkpoints from the Hugging Face hub into
-`specdec_np/weights/NAME/` (standard library only). Each file streams into `FILE.part`; an interrupted transfer
-resumes from there with an HTTP Range request (also on the next run). Only a file whose sha256 matches
-what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
+`specdec_np/weights/NAME/`. Each file streams into `FILE.part`, resumed with an HTTP Range request; only a file whose
+sha256 matches what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
 
 
 def most_bytes(name: str, file: str) -> int:
-    """The most bytes `file` of checkpoint `name` may have: a config.json is small; a model file holds the float32
-    parameters and a few buffers, less than twice the parameters."""
+    """The most bytes `file` of checkpoint `name` may have: a model file, less than twice its float32 parameters."""
     return 2 * 4 * GPT2_SHAPES[name].n_params if file == MODEL_FILE else 1 << 20
 
 
@@ -102,8 +100,7 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
             total = int(m[3]) if m[3] != "*" else total
         else:
             length = resp.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else total
-            offset = 0
+            total, offset = int(length) if length and length.isdigit() else total, 0
         check_size(url, total, most)
         end = most if total is None else total  # never more: a server that sends on for ever fills no disk
         with open(part, "ab" if offset else "wb") as f:
@@ -166,8 +163,7 @@ def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: fl
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
              timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download the checkpoint `name` into `dest_root/name/` from base_url ($SPECDEC_NP_HUB_URL, else the hub), keeping
-    files already complete; then check the safetensors header against config.json."""
+    """Download checkpoint `name` into `dest_root/name/` (files already complete kept), checked against its config."""
     if name not in HUB_REPOS:
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")

@@ -66,8 +66,7 @@ def own_threads() -> int:
 
 
 def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS (with the
-    threads it starts with: a quiet machine's costs serve a busy run that uses one thread)."""
+    """What a cost measurement depends on besides the models: CPU, cache, cores, BLAS (with its starting threads)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
@@ -90,9 +89,7 @@ def cpu_times() -> tuple | None:
             ticks = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
     except (OSError, ValueError):
         return None
-    own = os.times()
-    # Not "steal" (a hypervisor's other guests): a VM always losing some to them would never count as quiet.
-    busy = sum(ticks) - ticks[3] - ticks[4]
+    own, busy = os.times(), sum(ticks) - ticks[3] - ticks[4]  # not idle, iowait nor steal (a VM always loses some)
     return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
@@ -157,8 +154,7 @@ def load_model(path, dtype=np.float32):
 
 
 def check_memory(file, config, itemsize: int) -> None:
-    """`checkpoint.load`'s check, before anything of the model's size is allocated: a CheckpointError naming both
-    when its parameters need more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
+    """`checkpoint.load`'s check before allocating: a CheckpointError if the parameters need more than is available."""
     need = itemsize * config.n_params
     if need > (have := available_memory()):
         raise checkpoint.CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) "

@@ -1,6 +1,5 @@
-"""The tools' one progress indicator on stderr: `show = Progress(label); show(done, total)` redraws one
-line on a terminal (a bar, the counts, the time left); elsewhere (a log, CI) it writes a line when it
-starts and one when it ends, at `done == total` or `show.end()`.
+"""The tools' one progress indicator on stderr: `show = Progress(label); show(done, total)` redraws one line on a
+terminal (a bar, the counts, the time left); elsewhere (a log, CI) it writes a line when it starts and one at the end.
 """
 
 from __future__ import annotations
