@@ -398,8 +398,7 @@ def main(argv=None) -> int:
                 if m in ("plan", HEADLINE) or methods.METHODS[c.method].drafts_with == "head"]
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(rows[m].method, rows[m].plan)} ({rows[m].reason()})"
                                         for m in said))
-    t0 = time.time()
-    summary, md = {}, ""
+    t0, summary, md = time.time(), {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "stop": list(stops), "costs": costs}
     print(f"stop strings: {stops_said(stops)}")

@@ -190,8 +190,7 @@ def main(argv=None) -> int:
         print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
               f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
-    timed = cpu_times()
-    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen, head)
+    timed, results = cpu_times(), run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen, head)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
     differ = {m: i for m in methods[1:] if (i := first_difference(ref, results[m][0].tokens)) is not None}
