@@ -254,9 +254,8 @@ def shipped() -> dict | None:
 
 
 def read_prompts(path) -> list[str]:
-    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz), UTF-8 (`utf8`:
-    a byte-order mark at the start dropped), at most PROMPTS_MAX_BYTES; a ValueError naming the file (and line) if
-    it is not one or a prompt is empty (generate would refuse it, later)."""
+    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz), UTF-8, at most
+    PROMPTS_MAX_BYTES; a ValueError naming the file (and line) if it is not one or a prompt is empty."""
     path, form = Path(path), 'give a JSONL file, one {"prompt": "..."} object per line'
     try:
         data = read_regular(path, str(path), PROMPTS_MAX_BYTES, form)

@@ -170,8 +170,7 @@ def default_draft(target_arg: str) -> str:
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
-    stop = bench.stop_strings(a.stop)
-    text = read_prompt(a)
+    stop, text = bench.stop_strings(a.stop), read_prompt(a)
     if getattr(a, "out", None) is not None:  # trace's page: checked after the options' own checks, before any work
         a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):

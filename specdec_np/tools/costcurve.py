@@ -78,8 +78,7 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
 
 
 def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) -> dict:
-    """{key: ms of `passes[key]()` (seconds) over `repeats` rounds, summed up by `summary` (the median; np.min where
-    a busy machine should move it little)}, each called once a round: a warm-up, then `repeats`."""
+    """{key: `summary` (median, or min) of the ms of `passes[key]()` (seconds)}: a warm-up, then `repeats` rounds."""
     times = {key: [] for key in passes}
     for r in range(repeats + 1):
         for key, timed in passes.items():

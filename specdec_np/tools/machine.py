@@ -1,8 +1,7 @@
-"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other processes keep
-it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's threads stall while another
-process holds a core). Checked once per process before measuring (`load`), and around what is timed (`busy_since`).
-A pass's cost depends on the BLAS's kernel (OpenBLAS picks one per CPU; OPENBLAS_CORETYPE overrides it) and threads:
-measurements name them (threadpoolctl), and on a busy machine the tools use one thread.
+"""This machine: what it is (CPU, cache, cores, BLAS kernel and threads; costs are keyed by `machine()`) and how busy
+other processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's threads
+stall while another process holds a core; on a busy machine the tools use one). Checked once per process before
+measuring (`load`), and around what is timed (`busy_since`).
 """
 
 from __future__ import annotations

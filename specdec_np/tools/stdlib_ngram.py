@@ -60,8 +60,7 @@ def cache_file(n_vocab: int, files) -> Path:
 
 
 def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigram:
-    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit` joins files),
-    skipping a file that is not UTF-8 or over SOURCE_MAX_BYTES; progress(done, total) after each file and the fit."""
+    """A Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (unreadable files skipped)."""
     enc, tokens = get_encoding(n_vocab), []
     for i, path in enumerate(files):
         with contextlib.suppress(OSError, ValueError):  # a literal "<|endoftext|>" in a source is text here
