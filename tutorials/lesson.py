@@ -186,14 +186,14 @@ def demo_prompt() -> str:
 
 def blas_name() -> str:
     """The BLAS library, its kernel and threads, in words."""
-    from specdec_np.tools.blas import blas_name as name
+    from specdec_np.tools.machine import blas_name as name
 
     return name()
 
 
 def last_level_cache() -> str:
     """The CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
-    from specdec_np.tools.costcurve import last_level_cache as llc
+    from specdec_np.tools.machine import last_level_cache as llc
 
     return llc()
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specdec_np.fastpath import Weight  # noqa: E402
 from specdec_np.gpt2 import GPT2_SHAPES, random_params  # noqa: E402
 from specdec_np.models import load_embedded  # noqa: E402
-from specdec_np.tools.blas import blas_name  # noqa: E402
+from specdec_np.tools.machine import blas_name  # noqa: E402
 from specdec_np.tools.costcurve import block_cost_ms, median_ms, streaming_gbps  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 

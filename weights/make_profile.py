@@ -32,7 +32,7 @@ from specdec_np.methods import METHODS  # noqa: E402
 from specdec_np.models import load_embedded, load_head  # noqa: E402
 from specdec_np.tools import acceptance  # noqa: E402
 from specdec_np.tools.cache import write_json  # noqa: E402
-from specdec_np.tools.blas import use_threads  # noqa: E402
+from specdec_np.tools.machine import use_threads  # noqa: E402
 from specdec_np.tools.progress import Progress  # noqa: E402
 from specdec_np.tools.writable import check_writable  # noqa: E402
 

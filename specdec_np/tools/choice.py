@@ -2,9 +2,7 @@
 
 Sequoia-style, from the pair's acceptance profile (`acceptance.py`) and this machine's costs (`calibration.py`): the
 candidate with the fewest predicted ms per token whose rule is lossless once the user's options change it; else the
-constant plan with them: asked for, no pair to price, a machine too busy to measure, no profile for the setting, or
-none of the method's plans lossless for the rule. eagle's plans are priced with its EAGLE head's cost curve in the
-draft's place; a profile holding none of that head's (`acceptance.head_key`) leaves it tree's plan (`on_twins_tree`).
+constant plan with them, and why. eagle's plans are priced with its EAGLE head's cost curve in the draft's place.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration, with_head
 from .costcurve import apply_layout
-from .costmodel import drafter_curves, pads, pass_ms, record_ms
+from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -81,12 +79,9 @@ def changed(plan: Plan, method: str, changes: dict) -> Plan:
 
 def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
            costs=None, keep=None, progress=None, head=None) -> dict:
-    """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this machine's fastest
-    plan that `keep(profile record)` keeps, lossless with `changes` (the fields the user set, `changed`), priced on
-    `costs` (default: this machine's, measured once, `calibration`); else the constant plan, with them; and why.
-    A method that drafts with a head, asked by name, is priced with `head` (the target's EAGLE head; its curve measured
-    if `costs` lack it); none of its plans measured, it runs its draft twin's (`on_twins_tree`). The fastest of all
-    methods (None) drafts with no head, as the command line's machine plan runs the draft model."""
+    """{each asked (a method; methods: the fastest of them; None: of all but a head's): the Choice that runs}: this
+    machine's fastest plan `keep(profile record)` keeps, lossless with the user's `changes`, priced on `costs`
+    (default: `calibration`'s), else the constant plan with them. A head's unmeasured plan is its draft twin's."""
     twins = {key: draft_twin(key) for key in asked if isinstance(key, str) and METHODS[key].drafts_with == "head"}
     got = choose_each(target, draft, ngram, enc, temperature, tuple(dict.fromkeys((*asked, *twins.values()))), plan,
                       changes, recalibrate, costs, keep, progress, head)
@@ -95,14 +90,12 @@ def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="mach
 
 
 def draft_twin(method: str) -> str:
-    """The method whose trees `method` drafts with a head, drafted with the draft model (eagle's: tree's; its class's
-    nearest base that drafts with the draft)."""
+    """The method whose trees `method` drafts with a head: its class's nearest base that drafts with the draft."""
     return next(c.name for c in METHODS[method].__mro__ if getattr(c, "drafts_with", None) == "draft")
 
 
 def on_twins_tree(own: Choice, twin: Choice) -> Choice:
-    """A head's Choice where none of its plans is measured (`own`, the constant plan, and why): its draft twin's plan
-    instead, the head against the draft on the same tree, unpriced, and why."""
+    """A head's Choice where none of its plans is measured (`own`): its draft twin's plan instead, and why."""
     why = f"{twin.method}'s plan, {SAME_TREE} ({own.constant})"
     why += f"; {twin.method}'s: {twin.constant}" if twin.constant and twin.constant != own.constant else ""
     return Choice(own.method, twin.plan, layout=twin.layout, constant=why, among=own.among, changed=twin.changed)
@@ -121,12 +114,8 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
                 CONSTANT_BECAUSE + no_plans(methods) if methods and not set(methods) & set(acceptance.PROFILED) else
                 CONSTANT_BECAUSE + "no draft model, no pair to measure" if draft is None else
                 # Only the shipped profile holds a head's plans (a first-use profile has no head): none to measure.
-                CONSTANT_BECAUSE + no_plans(methods) if heads_only and not shipped_pair()
-                else "")
-
-    def shipped_pair() -> bool:  # the shipped profile is this pair's
-        return (shipped := acceptance.shipped()) is not None and shipped["models"] == acceptance.pair_key(
-            target, draft, ngram)
+                CONSTANT_BECAUSE + no_plans(methods) if heads_only and (acceptance.shipped() or {}).get("models")
+                != acceptance.pair_key(target, draft, ngram) else "")
 
     def const(methods, why):  # the first of `methods` with a lossless plan nearest the constant plan, changed
         base = constant(temperature)
@@ -145,9 +134,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     out = {key: const(among[key] or ("staged",), why) for key in asked if (why := unmeasured(among[key]))}
     if not (asked := [key for key in asked if key not in out]):
         return out
-    threads = settle_threads()
-    prompts = acceptance.calibration_prompts(enc)
-    setting = setting_name(temperature)
+    threads, prompts, setting = settle_threads(), acceptance.calibration_prompts(enc), setting_name(temperature)
     heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or ()) else None
     given = costs is not None
     try:
@@ -189,8 +176,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
 
 
 def head_missing(profile: dict, setting: str, head) -> str:
-    """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can): none there, or
-    another head's (`acceptance.head_key`)."""
+    """Why `profile`'s eagle records cannot price `head`'s plans in `setting` ("" if they can)."""
     if head is None:
         return CONSTANT_BECAUSE + NO_HEAD
     heads = [m for m in METHODS if METHODS[m].drafts_with == "head"]
@@ -203,18 +189,14 @@ def head_missing(profile: dict, setting: str, head) -> str:
 
 def fastest(profile: dict, costs: dict, temperature: float, among=None, has_draft=True, has_ngram=True,
             keep=None, has_head=False) -> Choice:
-    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN);
-    eagle's with `has_head`, priced with the head's curve (costs["curves"]["head"]) in the draft's place."""
+    """The fastest candidate `keep(record)` keeps of the methods `among` (None: all; drafting beats plain by MARGIN)."""
     setting, among = setting_name(temperature), (among,) if isinstance(among, str) else among
     if setting not in profile["settings"]:
         raise ValueError(f"the profile has no {setting} setting")
     curves, overheads, pad = costs["curves"], costs["overheads"][setting], pads(costs["curves"])
     usable = acceptance.runnable(has_draft, has_ngram, has_head and "head" in curves)
 
-    def ms(r):  # a record's predicted ms, eagle's head passes on the head's curve
-        c, p = drafter_curves(r["method"], curves, pad)
-        return record_ms(r, c, overheads, **p)
-    priced = [(ms(r) / r["tokens"], r["method"], r["shape"])
+    priced = [(record_ms(r, curves, overheads, method=r["method"], **pad) / r["tokens"], r["method"], r["shape"])
               for r in profile["settings"][setting] if r["method"] in usable
               and (among is None or r["method"] in among) and r["tokens"] and (keep is None or keep(r))]
     if not priced:
@@ -261,8 +243,6 @@ def profile_size(n_runs: int, ms_per_token: float) -> tuple[int, int, float]:
     sizes = [(prompts, tokens, n_runs * prompts * tokens * ms_per_token / 1000) for prompts, tokens in PROFILE_SIZES]
     return next((size for size in sizes if size[2] <= PROFILE_SECONDS), sizes[-1])
 
-
-# ----------------------------------------------------------------------------- a plan in words
 
 def describe(method: str, plan: Plan) -> str:
     """`plan` in words, as `method` uses it."""

@@ -1,8 +1,5 @@
-"""Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help).
-
-`generate` decodes with this machine's plan (`choice.choose`, measured on first use) or, with
-`--plan default`, the core's constant one; the options change either (`options.py`).
-"""
+"""Command line: `python -m specdec_np {generate,trace,demo,bench,weights,ngram} ...` (see --help). `generate` decodes
+with this machine's plan (`choice.choose`) or, with `--plan default`, the constant one; options change either."""
 
 from __future__ import annotations
 
@@ -13,8 +10,8 @@ import math
 import os
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -23,7 +20,6 @@ from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_cuts, check_prompt
 from ..decode import generate
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
-from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
@@ -53,6 +49,15 @@ EXAMPLES = r'''examples:
   python -m specdec_np weights gpt2 gpt2-large
   python -m specdec_np ngram fit my_code/*.py --out my-trigram.npz --n-vocab 50257
 '''
+
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
+EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
+# A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
+DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
+                  "gpt2": "distilgpt2"}
+# What a decoding command decodes; `about`: the plan in words and where it came from; `stop`: --stop's strings.
+Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
+TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -98,10 +103,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def choose_plan(a, target, draft, ngram, enc, head=None):
-    """(method, plan, the plan and why in words, layout of the models' products ({}: their own)): `choice.choose`
-    of the fastest of the methods the options allow, with the options' changes; --method eagle's priced with `head`
-    (its draft, the target's EAGLE head) on the pair's profile. The machine's own choice runs the draft model: never
-    eagle."""
+    """(method, plan, the plan and why in words, the models' layout ({}: their own)): `choice.choose` of the fastest of
+    the methods the options allow (a head's with `head`; the machine's own choice never drafts with one), changed."""
     methods, changed_by = candidate_methods(a), changes(a)
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
@@ -114,8 +117,7 @@ def choose_plan(a, target, draft, ngram, enc, head=None):
 
 
 def read_prompt(a) -> str:
-    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8 (`utf8`:
-    a byte-order mark at the start dropped, as bench's --prompts drops it)."""
+    """The prompt: the argument, else --file's or standard input's bytes (at most PROMPT_MAX_BYTES) as UTF-8."""
     if a.file is not None and a.prompt is not None:
         raise ValueError("give the prompt either as an argument or with --file, not both")
     if a.prompt not in (None, "-"):  # undecodable bytes of the argument arrive as lone surrogates (PEP 383)
@@ -137,13 +139,9 @@ def read_prompt(a) -> str:
     return utf8(data, f"the prompt ({where})")
 
 
-FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the file-size limit (ulimit -f), a quota
-
-
 @contextlib.contextmanager
 def naming(option: str, value: str | Path | None, writing: Path | None = None):
-    """An OSError of the system (e.g. a name too long for the file system) as a one-line error naming the option
-    (None: not given), or one met `writing` in that directory."""
+    """An OSError of the system (a name too long, a full disk `writing` there) as one line naming the option."""
     try:
         yield
     except OSError as e:
@@ -158,13 +156,6 @@ def naming(option: str, value: str | Path | None, writing: Path | None = None):
         raise ValueError(f"{option} {shown(value)}: {e.strerror or e}{where}") from None
 
 
-EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram's
-
-# A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
-DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
-                  "gpt2": "distilgpt2"}
-
-
 def default_draft(target_arg: str) -> str:
     name = Path(target_arg).name if Path(target_arg).parent == WEIGHTS_DIR else target_arg
     with contextlib.suppress(FileNotFoundError):  # the embedded target, by any path
@@ -176,25 +167,10 @@ def default_draft(target_arg: str) -> str:
     raise ValueError(f"no default draft model for --target {target_arg}: name one with --draft (defaults: {defaults})")
 
 
-class Setup(NamedTuple):
-    """What a decoding command decodes: the prompt's text, the models, the method and plan."""
-    text: str
-    prompt: list  # its token ids
-    target: GPT2
-    draft: GPT2 | None
-    ngram: object  # ngram.Trigram or None
-    enc: object  # tiktoken.Encoding
-    method: str
-    plan: Plan
-    about: str  # the plan in words, and where it came from
-    stop: tuple  # the stop strings (--stop)
-
-
 def setup(a) -> Setup:
     """Check the options of `generate` (and `trace`), read the prompt, load the models, choose the plan."""
     check_options(a)
-    stop = bench.stop_strings(a.stop)
-    text = read_prompt(a)
+    stop, text = bench.stop_strings(a.stop), read_prompt(a)
     if getattr(a, "out", None) is not None:  # trace's page: checked after the options' own checks, before any work
         a.page = check_writable(a.out, f"--out {a.out}", example="trace.html")
     with naming("--target", a.target):
@@ -219,8 +195,10 @@ def setup(a) -> Setup:
             raise ValueError(f"--draft {shown(draft_name)}: its vocabulary ({draft.config.n_vocab} tokens) is not "
                              f"the target's ({target.config.n_vocab}, --target {shown(a.target)}): the two must "
                              "share a tokenizer")
-        if head and a.plan == "machine":  # its plan is priced on the pair's profile: the draft model's
-            eagle_head, draft = draft, pair_draft(a.target)
+        if head and a.plan == "machine":  # its plan is priced on the pair's profile: with the default draft model
+            eagle_head, draft = draft, None
+            with contextlib.suppress(ValueError, FileNotFoundError):  # none to load: the constant plan, said
+                draft = load_model(default_draft(a.target))
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -244,19 +222,9 @@ def setup(a) -> Setup:
     return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about, stop)
 
 
-def pair_draft(target_arg: str) -> GPT2 | None:
-    """The target's default draft model, whose pair's acceptance profile prices --method eagle's plans (None where
-    there is none to load: eagle then runs the constant plan, said)."""
-    try:
-        return load_model(default_draft(target_arg))
-    except (ValueError, FileNotFoundError):
-        return None
-
-
 def run(a, keep_trees=False) -> tuple:
     """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
-    s = setup(a)
-    t0 = time.perf_counter()
+    s, t0 = setup(a), time.perf_counter()
     m = METHODS[s.method]  # the models it reads (the machine's plan may have read the others to price it)
     res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft if m.drafts_with else None,
                    ngram=s.ngram if m.needs_ngram else None, plan=s.plan, temperature=a.temperature, top_k=a.top_k,
@@ -270,8 +238,8 @@ def run(a, keep_trees=False) -> tuple:
         about = s.about + (f"; seed {a.seed or 0}" if a.temperature else "")  # a seed repeats with its plan only
         print(f"method {s.method}: {about}\n{len(res.tokens)} tokens in {dt:.2f} s ({len(res.tokens) / dt:.1f} "
               f"tokens/s), stop: {res.stop_reason}{f' (--stop: {bench.stops_said(s.stop)})' * bool(s.stop)}"
-              f"\ntarget passes {st.target_passes}, tokens per target pass "
-              f"{st.tokens_per_pass:.2f}, draft passes {st.draft_passes}, n-gram queries {st.ngram_queries}\n"
+              f"\ntarget passes {st.target_passes}, tokens per target pass {st.tokens_per_pass:.2f}, draft passes "
+              f"{st.draft_passes}, n-gram queries {st.ngram_queries}\n"
               f"weight traffic {st.weight_traffic:.2f} x autoregressive; time: draft {st.time_draft:.2f} s, target "
               f"{st.time_target:.2f} s, verify {st.time_verify:.2f} s\ntokens by stage: "
               + ", ".join(f"{n} {count}" for n, count in st.tally.items()), file=sys.stderr)
@@ -300,9 +268,6 @@ def cmd_trace(a) -> int:
     return 0
 
 
-TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
-
-
 def cmd_ngram(argv) -> int:
     """`python -m specdec_np ngram fit FILES... --out PATH [--n-vocab N | --vocab-from CHECKPOINT]`."""
     ap = argparse.ArgumentParser(prog="python -m specdec_np ngram",
@@ -327,17 +292,14 @@ def cmd_ngram(argv) -> int:
                          f"vocabulary), got {args.n_vocab}")
     out = check_writable(args.out, f"--out {args.out}", example="trigram.npz")
     n_vocab = read_config(resolve(args.vocab_from) / CONFIG_FILE).n_vocab if args.vocab_from else args.n_vocab
-    enc = get_encoding(n_vocab)
-    tokens = []
+    enc, tokens = get_encoding(n_vocab), []
     for i, name in enumerate(args.files):
         with naming("text file", str(name)):  # missing, a directory, a name too long: the system's reason
             check_regular(name, f"text file {name}")
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             text = read_text(name, f"text file {name}", TEXT_MAX_BYTES)
-        if i:
-            tokens.append(enc.eot_token)
-        tokens.extend(encode(enc, text))
+        tokens += [enc.eot_token] * (i > 0) + encode(enc, text)  # the files joined by <|endoftext|>
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
@@ -351,8 +313,7 @@ def cmd_ngram(argv) -> int:
 
 
 def out_of_memory(cmd: str, args) -> str:
-    """A MemoryError of `cmd` in words: the models it runs and the memory each needs in float32, its weights and
-    its KV cache (a cache of n_ctx tokens, as decoding allocates)."""
+    """A MemoryError of `cmd` in words: the models it runs, each one's float32 weights and KV cache of n_ctx tokens."""
     if cmd in ("generate", "trace"):
         models = [("--target", args.target)]
         if args.draft is not None or args.method is None or METHODS[args.method].drafts_with:
@@ -369,10 +330,9 @@ def out_of_memory(cmd: str, args) -> str:
         except (ValueError, OSError, MemoryError):
             needs.append(f"{option} {shown(name)}")
             continue
-        weights = 4 * config.n_params
-        cache = 4 * 2 * config.n_layer * config.n_ctx * config.n_embd
-        needs.append(f"{option} {shown(name)} needs {weights / 1e6:,.1f} MB of float32 weights and "
-                     f"{cache / 1e6:,.1f} MB of KV cache")
+        cache = 2 * config.n_layer * config.n_ctx * config.n_embd  # K and V
+        needs.append(f"{option} {shown(name)} needs {4 * config.n_params / 1e6:,.1f} MB of float32 weights and "
+                     f"{4 * cache / 1e6:,.1f} MB of KV cache")
     return f"out of memory in {cmd}: {'; '.join(needs)} (free some memory, or use smaller models)"
 
 
@@ -390,13 +350,10 @@ def main(argv=None) -> int:
     own = {"demo": "the offline demo on the embedded models", "bench": "benchmark: the paper's tables on this CPU",
            "weights": "download real GPT-2 checkpoints into specdec_np/weights/",
            "ngram": "fit a Katz trigram on text files"}
-    for name, text in own.items():  # these parse their own arguments
+    for name, text in own.items():
         sub.add_parser(name, help=text, add_help=False)
-    if argv and argv[0] in own:
-        cmd, args = argv[0], argv[1:]
-    else:
-        args = ap.parse_args(argv)
-        cmd = args.cmd
+    args = argv[1:] if argv and argv[0] in own else ap.parse_args(argv)  # those parse their own
+    cmd = argv[0] if argv and argv[0] in own else args.cmd
     if sys.stderr is None:  # started with standard error closed (`2>&-`): print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None and cmd in ("generate", "demo"):  # `>&-`: said before any work, not a traceback after it
@@ -410,11 +367,8 @@ def main(argv=None) -> int:
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk is said here, in one line, not by Python as it exits
         return code
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print(f"error: {out_of_memory(cmd, args)}", file=sys.stderr)
+    except (ValueError, OSError, MemoryError) as e:
+        print(f"error: {out_of_memory(cmd, args) if isinstance(e, MemoryError) else e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -427,8 +381,7 @@ def main(argv=None) -> int:
 
 
 class Stdout:
-    """Standard output for a command: characters its encoding cannot show (PYTHONIOENCODING=ascii) are
-    written as '?' (said once, at the end), and a write that fails (`> /dev/full`) is an error naming it."""
+    """Standard output for a command: characters it cannot encode written as '?' (said once); a failed write: error."""
 
     def __init__(self, stream):
         self.stream, self.replaced = stream, False

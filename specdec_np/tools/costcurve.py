@@ -1,26 +1,22 @@
 """This machine's cost curve: milliseconds of one forward pass against the number of tokens in the block.
 
-At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by
-memory bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many
-tokens are "free" decides how big a verification tree pays off. Passes are timed round-robin, so that
-a burst of noise on a shared machine lands on every size a little, not on a few a lot (bending the curve).
-A draft's pass is `gpt2.forward`; an EAGLE head's is its own (`model_pass`).
+At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by memory
+bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many tokens are "free" decides
+how big a verification tree pays off. Passes are timed round-robin, so that noise lands on every size a little.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 import timeit
-from pathlib import Path
 
 import numpy as np
 
 from .. import eagle
 from ..fastpath import ONE_ROW, laid_out
 from ..gpt2 import GPT2, forward, new_cache
-from .blas import blas
+from .machine import blas, last_level_cache_bytes
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
@@ -33,25 +29,8 @@ def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
     return 1000 * float(np.median(timeit.repeat(fn, repeat=repeats, number=1)))
 
 
-def last_level_cache_bytes() -> int | None:
-    """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
-    kib = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        with contextlib.suppress(OSError, ValueError):
-            text = (index / "size").read_text().strip()  # e.g. "32768K"
-            kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
-    return max(kib) * 1024 if kib else None
-
-
-def last_level_cache() -> str:
-    """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
-    size = last_level_cache_bytes() or 0
-    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB" if size else ""
-
-
 def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
-    """GB/s a float32 matrix-vector product streams its matrix (from memory, from the last-level cache): a matrix
-    twice that cache (>= 256 MB) and half of it."""
+    """GB/s a float32 matrix-vector product streams its matrix from memory and from the last-level cache."""
     def matvec_gbps(rows: int, cols: int) -> float:
         w = np.full((rows, cols), 0.5, dtype=np.float32)  # the values do not change the time
         x = np.full(rows, 0.5, dtype=np.float32)
@@ -63,9 +42,8 @@ def streaming_gbps(repeats: int = 5) -> tuple[float, float]:
 
 
 def read_gbps(nbytes: int, repeats: int = 7) -> float:
-    """GB/s NumPy reads a float32 array of `nbytes` (the weights a pass reads: the roofline of a one-token pass), the
-    faster of two readers timed round-robin: its own sum (np.add.reduce, one core) and a BLAS matrix-vector product
-    over it (the threads BLAS has now), whichever streams faster with this NumPy and kernel."""
+    """GB/s NumPy reads a float32 array of `nbytes` (the roofline of a one-token pass): the faster of its own sum
+    (np.add.reduce, one core) and a BLAS matrix-vector product over it (BLAS's threads), timed round-robin."""
     a = np.ones(max(1 << 10, nbytes // 4 >> 10 << 10), dtype=np.float32)
     w, x = a.reshape(1 << 10, -1), np.ones(1 << 10, dtype=np.float32)  # [1024, n] @ [1024] -> [n]
     ms = round_robin({"sum": lambda: timeit.timeit(lambda: np.add.reduce(a), number=1),
@@ -74,9 +52,7 @@ def read_gbps(nbytes: int, repeats: int = 7) -> float:
 
 
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
-    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (`eagle.Head`) its
-    own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses
-    (the values do not change the time: the features are zeros)."""
+    """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or an EAGLE head's own (zero features)."""
     if not isinstance(model, eagle.Head):
         return forward(model, tokens, cache)
     k, start = len(tokens), cache.length
@@ -94,8 +70,7 @@ def primed(model: GPT2, prefix_len: int, max_block: int):
 
 def timed_pass(model: GPT2, cache, k: int) -> float:
     """Seconds of one forward pass of k new tokens after the cache's prefix, which is kept as it was."""
-    length = cache.length
-    t = time.perf_counter()
+    length, t = cache.length, time.perf_counter()
     model_pass(model, np.arange(k) % model.config.n_vocab, cache)
     seconds = time.perf_counter() - t
     cache.truncate(length)
@@ -103,8 +78,7 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
 
 
 def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) -> dict:
-    """{key: ms of `passes[key]()` (seconds) over `repeats` rounds, summed up by `summary` (the median; np.min where
-    a busy machine should move it little)}, each called once a round: a warm-up, then `repeats`."""
+    """{key: `summary` (median, or min) of the ms of `passes[key]()` (seconds)}: a warm-up, then `repeats` rounds."""
     times = {key: [] for key in passes}
     for r in range(repeats + 1):
         for key, timed in passes.items():
@@ -115,10 +89,8 @@ def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) ->
 
 
 def bends(ms: dict, slack: float = 0.03) -> list:
-    """[(fewer, more)]: the neighbouring row counts of a cost curve {rows: ms} where the pass of more rows was measured
-    cheaper than the one of fewer (by more than `slack`, timing noise). More rows are never less work: such a curve was
-    bent by the machine (the BLAS's kernel for that row count, a 1-row product taking the matrix-vector path; its
-    threads; a busy machine), and its ratios are no price list."""
+    """[(fewer, more)]: the neighbouring row counts of a cost curve {rows: ms} where more rows were measured cheaper
+    (by more than `slack`). More rows are never less work: the machine bent such a curve, no price list."""
     ks = sorted(ms)
     return [(a, b) for a, b in zip(ks, ks[1:]) if ms[b] < (1 - slack) * ms[a]]
 
@@ -136,10 +108,8 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows ({"target": rows, ...}: `laid_out`), one-row products
-    ({"target_one_row": "gemv", ...}: `choose_one_row`) and padding tables ({"target_pad": table, ...}:
-    `costmodel.pads`); a model it does not name is left as it is. With one BLAS thread (a busy machine's run with a
-    quiet one's costs) one row is one matrix-vector product: the faster on one thread with every kernel measured."""
+    """(target, draft) with a measured layout's slab rows, one-row products and padding tables ({"target": rows,
+    "target_one_row": ..., "target_pad": ...}); with one BLAS thread, one row is one matrix-vector product."""
     one_thread = blas()["threads"] == 1
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
                                                      "gemv" if one_thread else layout.get(name + "_one_row"))
@@ -162,10 +132,8 @@ def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repea
 
 
 def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
-    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the
-    median of `repeats` rounds, fewer past about `seconds`, timed round-robin; slabs at least for one row). With
-    one BLAS thread one matrix-vector product per matrix is; with more, OpenBLAS runs it on all threads, a slab's
-    product on one."""
+    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the median
+    of `repeats` rounds, fewer past about `seconds`, round-robin; OpenBLAS runs a slab's product on one thread)."""
     layouts = {how: laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW}
     caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
     one = timed_pass(layouts["gemv"], caches["gemv"], 1)

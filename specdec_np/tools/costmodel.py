@@ -1,9 +1,8 @@
 """The cost model: what a decoding plan costs on this machine, from counted work and measured costs.
 
-A plan's ms per token = (its forward passes, each at this machine's cost for its padded block size,
-"cold" after the other model's pass, else "warm" (`step_passes`, `costcurve.loop_curves`), plus OVERHEADS per step,
-per step that drafts, per draft distribution and per n-gram query) / the tokens it emits. The counts
-come from an acceptance profile or a run's statistics, the costs from this machine (`calibration.py`).
+A plan's ms per token = (its forward passes, each at this machine's cost for its padded block size, "cold" after the
+other model's pass, else "warm" (`step_passes`), plus OVERHEADS per step, per step that drafts, per draft
+distribution and per n-gram query) / the tokens it emits; the counts from an acceptance profile or a run's statistics.
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ def pads(curves: dict) -> dict:
 
 
 def loop_scale(passes, curves: dict) -> dict:
-    """{k: in-loop ms / curve ms} at each size k of the curve, from timed target passes [(state, k, ms)]: the
-    median over those nearest to k (if three), interpolated between, flat beyond. In the loop, Python work
-    between passes idles the BLAS threads, and a VM drifts."""
+    """{k: in-loop ms / curve ms} at each size k of the curve, from timed target passes [(state, k, ms)]: the median
+    over those nearest to k (if three), interpolated between (Python work between passes idles the BLAS threads)."""
     sizes = sorted(int(k) for k in curves["warm"])
     ratios = {k: [] for k in sizes}
     for state, k, ms in passes:
@@ -63,9 +61,7 @@ def scaled(curve: dict, scale: dict) -> dict:
 
 
 def step_passes(draft_blocks, target_block) -> list[tuple[str, str, int]]:
-    """A step's passes as the cost model prices them, [(model, state, rows)]: a pass right after the other model's
-    is "cold" (its weights may be out of the cache), else "warm": the draft's first pass follows the target's, its
-    others its own; the target's pass follows the draft's where the step drafted."""
+    """A step's passes, [(model, state, rows)]: "cold" right after the other model's (its weights out of cache)."""
     return [("draft", "warm" if i else "cold", k) for i, k in enumerate(draft_blocks)] + [
         ("target", "cold" if draft_blocks else "warm", target_block)]
 
@@ -75,17 +71,12 @@ def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
 
 
-def drafter_curves(method: str, curves: dict, pad: dict) -> tuple[dict, dict]:
-    """(curves, padding tables) a record or run of `method` is priced on: a method that drafts with an EAGLE head
-    (eagle) has its draft passes priced on the head's curve (curves["head"], `calibration.head_curves`), unpadded."""
-    if METHODS[method].drafts_with == "head":
-        return curves | {"draft": curves["head"]}, pad | {"draft_pad": ()}
-    return curves, pad
-
-
-def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=()) -> float:
-    """Predicted ms of a count record (`acceptance.counts`): its passes, padded, and OVERHEADS times its steps,
-    steps that ran the draft, rows the draft processed into distributions (not stage 2's guesses) and queries."""
+def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=(), method=None) -> float:
+    """Predicted ms of a count record (`acceptance.counts`) of `method`: its passes, padded (an EAGLE head's on
+    curves["head"], unpadded), and OVERHEADS times its steps, steps that ran the draft, rows the draft processed into
+    distributions (not stage 2's guesses) and queries."""
+    if method is not None and METHODS[method].drafts_with == "head":
+        curves, draft_pad = curves | {"draft": curves["head"]}, ()
     passes = sum(n * pass_ms(curves, model, state, k, pad)
                  for model, pad in (("target", target_pad), ("draft", draft_pad))
                  for state, blocks in record[model].items() for k, n in blocks.items())
@@ -95,9 +86,8 @@ def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_
 
 
 def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
-    """The overheads (ms) from timed steps (`calibration.timed_steps`): their time beyond the draft's passes and
-    the queries (at `query_ms`), per step, per step that ran the draft and per distribution (least squares, each
-    >= 0). Fitted step by step: in whole runs steps and draft passes rise together and cannot be told apart."""
+    """The overheads (ms) per step, drafting step and distribution: least squares (each >= 0) on timed steps' time
+    beyond their draft passes and queries, step by step (in whole runs steps and draft passes rise together)."""
     def draft_ms(blocks):  # a step's draft passes
         return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
     features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])

@@ -31,7 +31,7 @@ from .choice import choose
 from .costcurve import apply_layout
 from .loops import repeat_share
 from .machine import cpu_times, timing_note
-from .options import check_fits, describe
+from .options import at_least, check_fits, describe
 
 PROMPT = '''def count_words(text: str) -> dict:
     """Return a dictionary mapping each word in text to the number of times it occurs.
@@ -43,17 +43,15 @@ PROMPT = '''def count_words(text: str) -> dict:
 
 # A row that is not a method of its own: staged without copies (copy_len 0), the paper's stage 2 alone.
 NO_COPIES = "staged, no copies"
+# red, blue, green, yellow; "head": EAGLE's head, which drafts in the draft's place (method eagle)
+COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
+MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
+RESET = "\033[0m"
+ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a round of every row, not one row
 
 
 def method_of(row: str) -> str:
     return "staged" if row == NO_COPIES else row
-
-
-# red, blue, green, yellow
-# "head": EAGLE's head, which drafts in the draft's place (method eagle; the trace page marks its tokens so).
-COLORS = {"target": "\033[31m", "draft": "\033[34m", "ngram": "\033[32m", "copy": "\033[33m", "head": "\033[34m"}
-MARKS = {"target": ("", ""), "draft": ("{", "}"), "ngram": ("[", "]"), "copy": ("«", "»"), "head": ("{{", "}}")}
-RESET = "\033[0m"
 
 
 def marked(name: str, text: str, color: bool) -> str:
@@ -63,8 +61,7 @@ def marked(name: str, text: str, color: bool) -> str:
 
 
 def colour_by_stage(enc, result, color: bool, stop=()) -> str:
-    """The prompt and the completion up to its first `stop` string, each token marked by the stage that produced it
-    (paper's Fig. 3)."""
+    """The prompt and the completion up to its first `stop`, each token marked by the stage that made it (Fig. 3)."""
     pieces = [decode(enc, [tok]) for tok in result.tokens]
     end, at, out = len(cut_at_stop("".join(pieces), stop)), 0, []
     for piece, src in zip(pieces, result.stats.source):
@@ -83,13 +80,8 @@ def logit_gap(target, prompt, tokens, i) -> float:
     return float(top2[1] - top2[0])
 
 
-ROUNDS = 3  # timed runs of each row, interleaved: a burst of other work slows a round of every row, not one row
-
-
 def run_methods(target, draft, ngram, prompt, n_new, plans, head=None, rounds=ROUNDS, **kw) -> dict:
-    """{row: (its Result, [seconds of each round])}: each row decoded `rounds` times, the rows in turn within a round;
-    every run keeps its trees (the demo draws one's), so all pay for it; a row whose method drafts with a head drafts
-    with `head` (the target's EAGLE head). The rounds decode the same tokens (greedy, or the same seed)."""
+    """{row: (its Result, [seconds of each round])}: the rows decoded in turn, `rounds` times (the same tokens)."""
     results = {}
     for _ in range(rounds):
         for m, (plan, _) in plans.items():
@@ -106,9 +98,7 @@ def spread(samples) -> tuple:
 
 
 def within_noise(speedups: dict) -> str:
-    """The prose under the table: rows whose speedup ranges overlap are within noise of each other (another round
-    could order them either way), said so and never ranked; a row is named fastest only when its range lies above
-    every other row's."""
+    """The prose under the table: no order among rows whose speedup ranges overlap (within noise of each other)."""
     groups = []  # the rows by median speedup, in runs whose ranges overlap the next one's
     for m in sorted(speedups, key=lambda m: -np.median(speedups[m])):
         if groups and max(speedups[m]) >= min(min(speedups[g]) for g in groups[-1]):
@@ -122,28 +112,19 @@ def within_noise(speedups: dict) -> str:
     return said + (f"\nWithin noise of each other (their ranges overlap: no order between them): {tied}." * bool(tied))
 
 
-def head_params(head) -> int:
-    """The EAGLE head's own parameters: its fusion and block, not the target's wte, wpe and ln_f it shares."""
-    return head.n_params
-
-
 def report(results: dict, chosen: dict, timed) -> None:
-    """The runs' table, where each row's tokens came from (stage 2's guesses apart from its copies), a note if
-    the machine was busy since `timed`, which plan each row used and why."""
+    """The runs' table, where each row's tokens came from, a note if the machine was busy since `timed`, the plans."""
     speeds = {m: [len(res.tokens) / dt for dt in dts] for m, (res, dts) in results.items()}
     speedups = {m: [x / base for x, base in zip(speeds[m], speeds["ar"])] for m in speeds}  # each round's own
     head = (f"{'method':<17}", "tokens/s", f"speedup (range over {len(speeds['ar'])} runs)", "target passes",
             "tokens/pass", "draft passes", "weight traffic", "tokens: draft", "guessed", "copied", "target")
     rows = ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for m, (res, _) in results.items():
-        s = res.stats
-        lo, mid, hi = spread(speedups[m])
-        parts = s.parts
-        rows.append(f"| {m:<17} | {spread(speeds[m])[1]:>8.1f} | {f'{mid:.2f}x ({lo:.2f}-{hi:.2f})':>{len(head[2])}} | "
-                    f"{s.target_passes:>13} | "
-                    f"{s.tokens_per_pass:>11.2f} | {s.draft_passes:>12} | {s.weight_traffic:>14.2f} | "
-                    f"{parts['draft']:>13} | {parts['ngram_guess'] + parts['copy_guess']:>7} | {parts['copied']:>6} | "
-                    f"{parts['target']:>6} |")
+        s, (lo, mid, hi) = res.stats, spread(speedups[m])
+        cells = [f"{spread(speeds[m])[1]:.1f}", f"{mid:.2f}x ({lo:.2f}-{hi:.2f})", s.target_passes,
+                 f"{s.tokens_per_pass:.2f}", s.draft_passes, f"{s.weight_traffic:.2f}", s.parts["draft"],
+                 s.parts["ngram_guess"] + s.parts["copy_guess"], s.parts["copied"], s.parts["target"]]
+        rows.append(f"| {m:<{len(head[0])}} | " + " | ".join(f"{c:>{len(h)}}" for c, h in zip(cells, head[1:])) + " |")
     print("\n".join(rows))
     print(f"tokens/s and speedup: the median of {len(speeds['ar'])} runs of each row, in turn (each run's speedup "
           "over that round's ar).\n" + within_noise({m: x for m, x in speedups.items() if m != "ar"}))
@@ -160,9 +141,8 @@ def report(results: dict, chosen: dict, timed) -> None:
 
 
 def plans(a, target, draft, ngram, enc, temperature, methods, head=None) -> tuple[dict, dict]:
-    """({row: (plan, which plan and why, in words)}, the machine's layout of the models' products): each
-    method's plan with --budget/--depth (`choice.choose`, as the CLI's), checked against the target's context;
-    the row NO_COPIES gets staged's fastest plan without copies, as bench's does; eagle's is priced with `head`."""
+    """({row: (plan, which plan and why, in words)}, the models' layout): each method's plan with --budget/--depth
+    (`choice.choose`, as the CLI's), checked against the target's context; NO_COPIES: staged's fastest without."""
     changes = {name: getattr(a, name) for name in ("budget", "depth") if getattr(a, name) is not None}
     chosen = choose(target, draft, ngram, enc, temperature, tuple(m for m in methods if m != NO_COPIES),
                     a.plan, changes, head=head)
@@ -195,30 +175,22 @@ def main(argv=None) -> int:
                     "--max-new-tokens")
     a = ap.parse_args(argv)
     stops = stop_strings(a.stop or ["humaneval"])
-    for option, value in (("--budget", a.budget), ("--depth", a.depth), ("--max-new-tokens", a.max_new_tokens)):
-        if value is not None and value < 1:
-            raise ValueError(f"{option} must be >= 1, got {value}")
+    at_least(1, budget=a.budget, depth=a.depth, max_new_tokens=a.max_new_tokens)
     target, draft, ngram, enc = load_embedded()
     head = load_head(target=target)  # the row eagle's draft
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    prompt = encode(enc, PROMPT)
-    # lookup and eagle: references outside the paper
-    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]
-    # First: a bad --budget fails before any output.
-    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)
+    color, prompt = sys.stdout.isatty() and "NO_COLOR" not in os.environ, encode(enc, PROMPT)
+    methods = ["ar", "speculative", "tree", "staged", NO_COPIES, "lookup", "eagle"]  # the last two: outside the paper
+    chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)  # a bad --budget fails before any output
     if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
         print(roofline(calibration(target, draft, ngram, calibration_prompts(enc))[0], target))
     target, draft = apply_layout(layout, target, draft)
-    print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, "
-          f"stage 2: Katz trigram, EAGLE head: {head_params(head) / 1e6:.2f}M of its own. "
-          f"Prompt ({len(prompt)} tokens):\n")
-    print(PROMPT)
+    print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, stage 2: Katz "
+          f"trigram, EAGLE head: {head.n_params / 1e6:.2f}M of its own. Prompt ({len(prompt)} tokens):\n\n{PROMPT}")
     if a.max_new_tokens > target.config.n_ctx - len(prompt):
         print(f"note: --max-new-tokens {a.max_new_tokens}: the target's context ({target.config.n_ctx} tokens) "
               f"leaves room for {target.config.n_ctx - len(prompt)} after the prompt, where each completion stops\n")
     generate(target, prompt, 4, method="staged", draft=draft, ngram=ngram, plan=chosen["staged"][0])  # warm up
-    timed = cpu_times()
-    results = run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen, head)
+    timed, results = cpu_times(), run_methods(target, draft, ngram, prompt, a.max_new_tokens, chosen, head)
     ref = results["ar"][0].tokens
     print("== greedy decoding (temperature 0)\n")
     differ = {m: i for m in methods[1:] if (i := first_difference(ref, results[m][0].tokens)) is not None}
@@ -226,28 +198,24 @@ def main(argv=None) -> int:
         print(f"NOTE: {m} differs from autoregressive at new token {i}: the target's top-2 logit gap there is "
               f"{logit_gap(target, prompt, ref, i):.2e} (a float32 near-tie flipped by a different block shape)")
     if not differ:
-        print(f"All {len(methods)} rows produced the identical completion ({len(ref)} tokens), "
-              "as lossless decoding must.\n")
+        print(f"All {len(methods)} rows produced the identical completion ({len(ref)} tokens), as lossless decoding "
+              "must.\n")
     report(results, chosen, timed)
     print(f"4-gram repeats: {repeat_share(ref):.2f} of the {len(ref)} emitted tokens end a 4-gram already in the "
           "output (near 1: a loop, which copies verify cheaply; docs/results.md)")
     if chosen["staged"][0].copy_len:
         print(f"When the context's last three tokens occurred earlier, staged has the target verify the "
               f"{chosen['staged'][0].copy_len} tokens that followed them, with no draft pass (copy tokens below).")
-    staged = results["staged"][0]
+    shown = staged = results["staged"][0]
     legend = "  ".join(marked(n, n, color) for n in ("copy", "ngram", "draft", "target")) + " (unmarked)" * (not color)
-    shown = staged
     if stops:  # decoded again, ended at the stop strings: the same text up to them (the table's runs go on)
         shown = generate(target, prompt, a.max_new_tokens, "staged", draft, ngram, chosen["staged"][0], stop=stops)
-        print(f"\nThe staged completion, ended by --stop at the first of {stops_said(stops)}: decoding stopped "
-              f"after {len(shown.tokens)} tokens (the tables decode all {len(staged.tokens)}), coloured by the stage "
-              f"that produced each token ({legend}):\n")
-    else:
-        print(f"\nThe staged completion, coloured by the stage that produced each token ({legend}):\n")
+    ended = (f", ended by --stop at the first of {stops_said(stops)}: decoding stopped after {len(shown.tokens)} "
+             f"tokens (the tables decode all {len(staged.tokens)})") if stops else ""
+    print(f"\nThe staged completion{ended}, coloured by the stage that produced each token ({legend}):\n")
     print(colour_by_stage(enc, shown, color, stops))
     print(f"\ntokens by stage: {shown.stats.tally}")
-    # A tree of the draft's alone where there is one; else (stage 2 guessed in every step, as the constant plan's
-    # guesses often do) one of any proposer's, each node marked by who proposed it.
+    # A tree of the draft's alone where there is one; else (stage 2 guessed in every step) one of any proposer's.
     alone = [tp for tp in staged.stats.trees if not {NGRAM, COPY} & set(tp[0].source)]
     trees = alone or [tp for tp in staged.stats.trees if len(tp[0].tokens) > 1]
     if trees:

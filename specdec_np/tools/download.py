@@ -1,7 +1,6 @@
 """`python -m specdec_np weights gpt2 distilgpt2`: real GPT-2 checkpoints from the Hugging Face hub into
-`specdec_np/weights/NAME/` (standard library only). Each file streams into `FILE.part`; an interrupted transfer
-resumes from there with an HTTP Range request (also on the next run). Only a file whose sha256 matches
-what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
+`specdec_np/weights/NAME/`. Each file streams into `FILE.part`, resumed with an HTTP Range request; only a file whose
+sha256 matches what the hub reports (an LFS file's `X-Linked-Etag`) and whose content parses gets its final name.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from .. import checkpoint
 from ..checkpoint import CONFIG_FILE, HUB_REPOS, MODEL_FILE
 from ..files import WEIGHTS_DIR
 from ..gpt2 import GPT2_SHAPES
-from .options import shown
+from .options import at_least, shown
 from .progress import Progress
 from .writable import check_writable
 
@@ -45,8 +44,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
-    """(sha256, size) the hub reports for a file (None if none): HEADs that stop at each redirect, since an
-    LFS file's carries `X-Linked-Etag` (its sha256) and `X-Linked-Size`; a git hash ETag is not a sha256."""
+    """(sha256, size) the hub reports for a file (None if none): HEADs that stop at each redirect, whose `X-Linked-Etag`
+    (an LFS file's sha256) and `X-Linked-Size` they read; a git hash ETag is not a sha256."""
     opener = urllib.request.build_opener(_NoRedirect)
     sha = size = None
     for _ in range(5):  # a few redirects at most
@@ -70,17 +69,13 @@ def file_info(url: str, timeout: float) -> tuple[str | None, int | None]:
 
 
 def most_bytes(name: str, file: str) -> int:
-    """The most bytes `file` of checkpoint `name` may have when the server does not say: a config.json is
-    small; a model file holds the float32 parameters and a few buffers, less than twice the parameters."""
-    if file != MODEL_FILE:
-        return 1 << 20
-    return 2 * 4 * GPT2_SHAPES[name].n_params
+    """The most bytes `file` of checkpoint `name` may have: a model file, less than twice its float32 parameters."""
+    return 2 * 4 * GPT2_SHAPES[name].n_params if file == MODEL_FILE else 1 << 20
 
 
 def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, most: int) -> tuple[int, int | None]:
-    """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over), up
-    to its size, or `most` bytes when none is announced (an announced size over `most` is refused unread);
-    -> (bytes in part, total size). A dropped connection ends early: the caller compares with the total."""
+    """Append what is missing of `url` to `part` (Range: bytes=N-; a 200 answer ignored it: start over), up to its
+    size, or `most` bytes when none is announced (a size over `most` is refused unread) -> (bytes in part, total)."""
     check_size(url, total, most)
     offset = part.stat().st_size if part.exists() else 0
     if total is not None and offset >= total:
@@ -105,8 +100,7 @@ def fetch_once(url: str, part: Path, total: int | None, timeout: float, show, mo
             total = int(m[3]) if m[3] != "*" else total
         else:
             length = resp.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else total
-            offset = 0
+            total, offset = int(length) if length and length.isdigit() else total, 0
         check_size(url, total, most)
         end = most if total is None else total  # never more: a server that sends on for ever fills no disk
         with open(part, "ab" if offset else "wb") as f:
@@ -129,8 +123,7 @@ def check_size(url: str, total: int | None, most: int) -> None:
 
 def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: float = 60.0,
                   progress: bool | None = None) -> None:
-    """Download `url` to `dest` via `dest.part` (at most `most` bytes when no size is announced): resumed,
-    size and sha256 checked, parsed, renamed."""
+    """Download `url` to `dest` via `dest.part` (at most `most` bytes): resumed, size and sha256 checked, renamed."""
     sha, size = file_info(url, timeout)
     part = dest.with_name(dest.name + ".part")
     show = Progress(f"{dest.parent.name}/{dest.name}", tty=progress,
@@ -170,8 +163,7 @@ def download_file(url: str, dest: Path, most: int, retries: int = 3, timeout: fl
 
 def download(name: str, dest_root=None, base_url: str | None = None, retries: int = 3,
              timeout: float = 60.0, progress: bool | None = None) -> Path:
-    """Download the checkpoint `name` into `dest_root/name/` from base_url ($SPECDEC_NP_HUB_URL, else the hub),
-    keeping files already complete; then check the safetensors header against config.json."""
+    """Download checkpoint `name` into `dest_root/name/` (files already complete kept), checked against its config."""
     if name not in HUB_REPOS:
         raise ValueError(f"unknown model '{name}': known names are {', '.join(HUB_REPOS)}")
     base_url = (base_url or os.environ.get("SPECDEC_NP_HUB_URL") or HUB_URL).rstrip("/")
@@ -216,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before any download: a typo should not cost the models named before it
         if unknown:
             raise ValueError(f"unknown model {unknown}: known names are {', '.join(HUB_REPOS)}")
-        if args.retries < 0:
-            raise ValueError(f"--retries must be >= 0, got {args.retries}")
+        at_least(0, retries=args.retries)
         if not os.path.isdir(dest):  # its directories are to be made: in the nearest one that exists
             check_writable(Path(dest, args.names[0]), f"--dest {shown(dest)}", made=True)
     except ValueError as e:

@@ -1,9 +1,6 @@
-"""The loop measure: how much of an output repeats itself, so a reader can tell whether a speedup comes from
-copying a loop (prompt lookup and stage 2's copies verify whole repeated chains in one pass).
-
-A token counts as a repeat when it ends an n-gram (default 4 tokens) that already ended earlier in the same
-output; the measure is the share of emitted tokens that do. Plausible code scores low (0.2-0.5 over 128
-tokens: indentation and closing brackets repeat), a model stuck in a loop scores near 1.
+"""The loop measure: how much of an output repeats itself, so a reader can tell whether a speedup comes from copying a
+loop (prompt lookup and stage 2's copies verify whole repeated chains in one pass): the share of emitted tokens that
+end an n-gram already in the output. Plausible code scores 0.2-0.5 over 128 tokens; a model stuck in a loop near 1.
 """
 
 from __future__ import annotations

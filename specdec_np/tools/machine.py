@@ -1,26 +1,61 @@
-"""This machine: what it is (CPU, cache, cores, BLAS; costs are keyed by `machine()`) and how busy other
-processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's
-threads stall while another process holds a core). The load is checked once per process before anything
-is measured (`load`), and around what is timed (`busy_since`, `timing_note`).
+"""This machine: what it is (CPU, cache, cores, BLAS kernel and threads; costs are keyed by `machine()`) and how busy
+other processes keep it, from /proc/stat: timings taken while they use the CPU are slow and noisy (OpenBLAS's threads
+stall while another process holds a core; on a busy machine the tools use one). Checked once per process before
+measuring (`load`), and around what is timed (`busy_since`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import platform
 import resource
 import time
+from pathlib import Path
 
-import numpy as np
+import numpy as np  # loads NumPy's BLAS, so that threadpoolctl finds it
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from .. import checkpoint
-from .blas import blas, use_threads
-from .costcurve import last_level_cache
 
 BUSY_CORES = 0.25  # others using this much: timings are noisy (nothing measured is kept), BLAS gets one thread
 MIN_WINDOW = 0.2  # seconds: /proc/stat counts in ticks of 10 ms, so a shorter window says nothing
+
+
+def blas() -> dict:
+    """{"library", "version", "kernel", "threads"} of the BLAS NumPy uses ("unknown" where unknown)."""
+    info = next((i for i in threadpool_info() if i.get("user_api") == "blas"), {})
+    return {"library": info.get("internal_api", "unknown"), "version": info.get("version") or "unknown",
+            "kernel": info.get("architecture") or "unknown", "threads": info.get("num_threads", 0)}
+
+
+def blas_name() -> str:
+    """The BLAS in words, e.g. "openblas 0.3.31, SkylakeX kernel, 2 threads"."""
+    b = blas()
+    return f"{b['library']} {b['version']}, {b['kernel']} kernel, {b['threads']} thread{'s' * (b['threads'] != 1)}"
+
+
+def use_threads(n: int) -> None:
+    """Limit NumPy's BLAS to `n` threads for the rest of the process."""
+    threadpool_limits(limits=n, user_api="blas")
+
+
+def last_level_cache_bytes() -> int | None:
+    """The size of the CPU's largest cache in bytes, as Linux reports it (None if unknown)."""
+    kib = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        with contextlib.suppress(OSError, ValueError):
+            text = (index / "size").read_text().strip()  # e.g. "32768K"
+            kib.append(int(text.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(text[-1], 1))
+    return max(kib) * 1024 if kib else None
+
+
+def last_level_cache() -> str:
+    """The size of the CPU's largest cache in words, e.g. "32 MB" ("" if unknown)."""
+    size = last_level_cache_bytes() or 0
+    return f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB" if size else ""
 
 
 @functools.cache
@@ -30,8 +65,7 @@ def own_threads() -> int:
 
 
 def machine() -> dict:
-    """What a cost measurement depends on besides the models: CPU model, last-level cache, cores, BLAS (with
-    the threads it starts with: a quiet machine's costs serve a busy run that uses one thread)."""
+    """What a cost measurement depends on besides the models: CPU, cache, cores, BLAS (with its starting threads)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
@@ -54,9 +88,7 @@ def cpu_times() -> tuple | None:
             ticks = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
     except (OSError, ValueError):
         return None
-    own = os.times()
-    # Not "steal" (a hypervisor's other guests): a VM always losing some to them would never count as quiet.
-    busy = sum(ticks) - ticks[3] - ticks[4]
+    own, busy = os.times(), sum(ticks) - ticks[3] - ticks[4]  # not idle, iowait nor steal (a VM always loses some)
     return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
@@ -80,8 +112,7 @@ load = functools.lru_cache(maxsize=1)(others_now)  # the load check, made once p
 
 
 def busy(seconds: float | None = None) -> str:
-    """Other processes' share of the cores in words if BUSY_CORES or more ("" if fewer): the load check's, or
-    measured now over `seconds`."""
+    """Other processes' share of the cores in words if BUSY_CORES or more (""): the load check's, or over `seconds`."""
     others = load() if seconds is None else others_now(seconds)
     return f"other processes use {others:.1f} of its {os.cpu_count()} cores" if (others or 0) >= BUSY_CORES else ""
 
@@ -117,14 +148,12 @@ def timing_note(start: tuple | None, contradicted: str = "", why: str = "") -> s
 
 
 def load_model(path, dtype=np.float32):
-    """A model by name or directory (`models.load_model`), refused before its parameters are allocated when they
-    need more memory than this machine has (`check_memory`)."""
+    """A model by name or directory, refused before it is allocated if it needs more memory than is free here."""
     return checkpoint.load(path, dtype, check=check_memory)
 
 
 def check_memory(file, config, itemsize: int) -> None:
-    """`checkpoint.load`'s check, before anything of the model's size is allocated: a CheckpointError naming both
-    when its parameters need more bytes than this machine has available (MemAvailable, or a lower `ulimit -v`)."""
+    """`checkpoint.load`'s check before allocating: a CheckpointError if the parameters need more than is available."""
     need = itemsize * config.n_params
     if need > (have := available_memory()):
         raise checkpoint.CheckpointError(f"{file}: the model (n_embd={config.n_embd}, n_layer={config.n_layer}) "

@@ -28,8 +28,7 @@ KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
 
 
 def option_is(name: str, *value) -> str:
-    """A field (and its value) as the command line words it: "--budget", "--budget 8" (one no option sets: "guess_len",
-    "guess_len=3")."""
+    """A field (and its value) as the command line words it: "--budget 8" (one no option sets: "guess_len=3")."""
     return " ".join([OPTIONS[name], *map(value_is, value)]) if name in OPTIONS else field_is(name, *value)
 
 
@@ -39,8 +38,7 @@ def as_option(error: FieldError) -> ValueError:
 
 
 def shapes(field: str, name: str) -> bool:
-    """Whether the option setting plan `field` changes what method `name` drafts: a method that drafts
-    has a depth and a rule, a tree a budget, the draft's trees widths and drawn children, staged copies."""
+    """Whether the option setting plan `field` changes what method `name` drafts."""
     m = METHODS[name]
     tree = m.drafts and not m.proposes_chain
     draft_tree = tree and m.drafts_with is not None
@@ -49,8 +47,8 @@ def shapes(field: str, name: str) -> bool:
 
 
 def candidate_methods(a) -> tuple:
-    """The methods the options allow: --method, else those every option given shapes (() when none
-    narrows the choice): whether the options are valid never depends on what the measurement picks."""
+    """The methods the options allow: --method, else those every option given shapes (() when none narrows the
+    choice): whether the options are valid never depends on what the measurement picks."""
     if a.method is not None:
         return (a.method,)
     return tuple(m for m in METHODS if all(shapes(f, m) for f in changes(a))) if changes(a) else ()
@@ -58,7 +56,7 @@ def candidate_methods(a) -> tuple:
 
 def changes(a) -> dict:
     """The plan fields the options given set, in SHAPING's order: their changes to the plan (`choice.changed`)."""
-    return {f: tuple(parse_widths(a.widths)) if f == "widths" else getattr(a, f) for f in SHAPING
+    return {f: parse_widths(a.widths) if f == "widths" else getattr(a, f) for f in SHAPING
             if getattr(a, f) is not None}
 
 
@@ -68,8 +66,7 @@ def profiled(name: str) -> bool:
 
 
 def reads(model: str, method: str | None, plan: str) -> bool:
-    """Whether --method `method` (None: the machine's choice) with --plan `plan` reads the `model`
-    ("draft" or "ngram"): it runs it, or its machine's plan is priced on the whole pair's profile."""
+    """Whether --method `method` (None: the machine's choice) with --plan `plan` runs or prices with `model`."""
     m = METHODS.get(method)
     runs = m is None or (m.drafts_with is not None if model == "draft" else m.needs_ngram)
     return runs or plan == "machine" and profiled(method)
@@ -110,12 +107,19 @@ def check_rule_options(a) -> None:
     raise ValueError(f"--rule {a.rule} is lossless only {lossless_on(a.rule)}, not on the trees of {' '.join(fixed)}")
 
 
-def parse_widths(text) -> list | None:
-    """--widths "2,1,1" as [2, 1, 1]; None when not given."""
-    widths = None if text is None else [int(w) if w.strip().isdecimal() else 0 for w in text.split(",")]
-    if widths is not None and min(widths) < 1:
+def parse_widths(text: str) -> tuple:
+    """--widths "2,1,1" as (2, 1, 1)."""
+    widths = tuple(int(w) if w.strip().isdecimal() else 0 for w in text.split(","))
+    if min(widths) < 1:
         raise ValueError(f"--widths {text!r}: give positive integers separated by commas, e.g. 2,1,1")
     return widths
+
+
+def at_least(low: int, **options) -> None:
+    """Each option given (`max_new_tokens=...` for --max-new-tokens) at least `low`, else an error naming it."""
+    for name, value in options.items():
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
 
 
 def shown(value: str) -> str:
@@ -125,9 +129,7 @@ def shown(value: str) -> str:
 
 def check_options(a) -> None:
     """One-line errors naming the option, before any model is loaded."""
-    for option, value in (("--max-new-tokens", a.max_new_tokens), ("--seed", a.seed)):
-        if value is not None and value < 0:
-            raise ValueError(f"{option} must be >= 0, got {value}")
+    at_least(0, max_new_tokens=a.max_new_tokens, seed=a.seed)
     try:  # the core's checks of the sampling settings and the plan's fields, named by their options
         check_settings(a.temperature, a.top_k, a.top_p)
         check_cuts(a.top_k, a.top_p)  # top_k against the vocabulary once the target is loaded (cli.setup)
@@ -138,9 +140,7 @@ def check_options(a) -> None:
         if value is not None and not value.strip():
             raise ValueError(f"{option} is empty: give a {'file' if option == '--file' else 'file or model'} name")
     # Options that would change nothing are errors, whichever method the machine's plan picks later.
-    if a.temperature == 0:
-        # Nothing is drawn at temperature 0: --top-k and --top-p change nothing (`checks.needless`), nor --seed and
-        # --rule unless --sampled draws the trees (greedy plans never do).
+    if a.temperature == 0:  # nothing is drawn: --seed and --rule matter only where --sampled draws the trees
         given = {"--seed": None if a.sampled else a.seed, "--rule": None if a.rule == "greedy" else a.rule}
         if sampling := needless(0, a.top_k, a.top_p):
             given = {OPTIONS[sampling]: getattr(a, sampling)} | given
@@ -161,7 +161,6 @@ def check_options(a) -> None:
                 raise ValueError(f"{OPTIONS[field]} does nothing with --method {a.method}, whose plan is "
                                  f"{describe(a.method, Plan())}: it applies to --method "
                                  + ", ".join(m for m in METHODS if shapes(field, m)))
-    # (A chain method's --depth is its length: --widths and --sampled do nothing with it, said above.)
     best_first = "--budget" if a.budget is not None else "--depth" if a.depth is not None else None
     fixed = "--widths" if a.widths is not None else "--sampled" if a.sampled is not None else None
     if best_first and fixed:

@@ -1,6 +1,5 @@
-"""The tools' one progress indicator on stderr: `show = Progress(label); show(done, total)` redraws one
-line on a terminal (a bar, the counts, the time left); elsewhere (a log, CI) it writes a line when it
-starts and one when it ends, at `done == total` or `show.end()`.
+"""The tools' one progress indicator on stderr: `show = Progress(label); show(done, total)` redraws one line on a
+terminal (a bar, the counts, the time left); elsewhere (a log, CI) it writes a line when it starts and one at the end.
 """
 
 from __future__ import annotations
@@ -10,8 +9,7 @@ import time
 
 
 class Progress:
-    """progress(done, total, note="") for one task; `unit` formats a count (e.g. bytes as MB);
-    `tty` overrides whether stderr is a terminal."""
+    """progress(done, total, note="") for one task; `unit` formats a count; `tty`: whether stderr is a terminal."""
 
     def __init__(self, label: str, unit=str, tty: bool | None = None):
         self.label, self.unit = label, unit

@@ -1,9 +1,7 @@
 """A Katz trigram for a GPT-2 vocabulary with no trigram shipped, built once from Python's own sources.
 
-Stage 2 needs a trigram over the target's vocabulary (the embedded one has 8193 tokens, GPT-2 50257):
-fitted in seconds on the code every machine running this has, the standard library's `.py` files
-(without tests and installed packages), on first use; cached (`cache.py`) under a key of the
-tokenizer, the Python version and the files. `--ngram FILE` overrides it.
+Stage 2 needs a trigram over the target's vocabulary: fitted in seconds on the code every machine running this has,
+the standard library's `.py` files (no tests or packages), on first use; cached (`cache.py`). `--ngram FILE` overrides.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ def source_files() -> list[Path]:
     if os.environ.get(SOURCES_ENV):
         return [Path(name) for name in os.environ[SOURCES_ENV].split(os.pathsep) if name]
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = root.rglob("*.py")
-    return sorted(f for f in files if f.is_file() and not SKIPPED_DIRS & set(f.relative_to(root).parts[:-1]))
+    return sorted(f for f in root.rglob("*.py") if f.is_file() and not SKIPPED_DIRS & set(f.relative_to(root).parts))
 
 
 def not_regular(path) -> str:
@@ -54,8 +51,7 @@ def not_regular(path) -> str:
 
 
 def cache_file(n_vocab: int, files) -> Path:
-    """Where the trigram for this vocabulary fitted on `files` is cached, under a digest of what it depends
-    on (a file's size and modification time stand for its text)."""
+    """Where the trigram for `n_vocab` fitted on `files` is cached (a file's size and mtime stand for its text)."""
     stats = [(str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else ())) for f in files]
     key = {"version": VERSION, "ngram_format": ngram_file.VERSION, "n_vocab": n_vocab, "tokenizer": BPE_FILES,
            "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -64,11 +60,8 @@ def cache_file(n_vocab: int, files) -> Path:
 
 
 def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigram:
-    """Fit a Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (as `ngram fit`
-    joins files), skipping a file that is not UTF-8 or over SOURCE_MAX_BYTES; progress(done, total) after each file
-    and the fit."""
-    enc = get_encoding(n_vocab)
-    tokens = []
+    """A Katz trigram on the files' GPT-2 tokens, each after an end-of-text token (unreadable files skipped)."""
+    enc, tokens = get_encoding(n_vocab), []
     for i, path in enumerate(files):
         with contextlib.suppress(OSError, ValueError):  # a literal "<|endoftext|>" in a source is text here
             tokens += [enc.eot_token, *enc.encode_ordinary(read_text(path, limit=SOURCE_MAX_BYTES))]
@@ -81,8 +74,7 @@ def build(n_vocab: int, files, progress=lambda done, total: None) -> ngram.Trigr
 
 
 def stdlib_trigram(n_vocab: int, progress=lambda done, total: None, files=None) -> ngram.Trigram:
-    """The cached trigram for `n_vocab`, fitted on `files` (default: `source_files()`): built and
-    cached on first use, saying so on stderr; a cached file that is not valid is rebuilt."""
+    """The cached trigram for `n_vocab` fitted on `files` (default: `source_files()`), built on first use (said)."""
     origin = "the given files" if files is not None else SOURCES_ENV if os.environ.get(SOURCES_ENV) else \
         f"Python {platform.python_version()}'s standard library"
     files = source_files() if files is None else [Path(f) for f in files]

@@ -1,11 +1,9 @@
 """A decoding run as one self-contained HTML page (`python -m specdec_np trace`, `make trace`).
 
-Per step the page shows the tree (who proposed each node: the draft, or EAGLE's head in its place, stage 2's
-guess or copy), each
-node's q and p, every check the rule made and why, the target's token, the KV cache before and after
-compaction, and the completion coloured by who produced each token (the paper's Fig. 3). Its data is
-the loop's own record (`generate(..., keep_trees=True)`), not a recomputation. Its markup, styles and
-script are package data (trace_page/), inlined by `page`; it needs no network and reads without colour.
+Per step the page shows the tree (who proposed each node), each node's q and p, every check the rule made and why,
+the target's token, the KV cache before and after compaction, and the completion coloured by who produced each token
+(the paper's Fig. 3), from the loop's own record (`generate(..., keep_trees=True)`). Its markup, styles and script
+are package data (trace_page/), inlined by `page`: it needs no network.
 """
 
 from __future__ import annotations
@@ -93,9 +91,8 @@ def step_record(step) -> dict:
 
 
 def pass_costs(target, draft, result, prompt) -> dict:
-    """What each pass of `result` costs on this machine now (the fastest of each size's rounds: a busy machine only
-    adds), in one-token passes of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy": words,
-    "bent": {"target": [(fewer, more) rows where more cost less (costcurve.bends)], "draft": ...}}."""
+    """What each pass of `result` costs on this machine now (the fastest of each size's rounds), in one-token passes
+    of the same model: {"target": {rows: ratio}, "draft": ..., "machine", "busy", "bent": {"target": bends, ...}}."""
     costs = {"machine": machine_name(), "busy": busy(0.1), "bent": {}}
     for name, model, blocks in (("target", target, [s.target_block for s in result.stats.steps]),
                                 ("draft", draft, [k for s in result.stats.steps for k in s.draft_blocks])):
@@ -136,8 +133,7 @@ def page_file(name: str) -> str:
 
 
 def page(data: dict) -> str:
-    """The HTML page around `data`: page.html with page.css and page.js inlined (the page needs no
-    other file), and the JSON in a script element, every `<` escaped so that no token's text can end it."""
+    """The HTML page around `data`: its files inlined, the JSON in a script element with every `<` escaped."""
     payload = json.dumps(data, ensure_ascii=False, default=lambda x: x.item()).replace("<", "\\u003c")
     title = html.escape(f"specdec_np trace: {data['method']}, {data['totals']['tokens']} tokens")
     template = page_file("page.html").replace("__STYLE__", page_file("page.css").rstrip("\n"))

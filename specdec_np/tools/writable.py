@@ -12,9 +12,8 @@ from ..files import check_regular
 
 
 def check_writable(path, name: str, made: bool = False, example: str = "") -> Path:
-    """The file to write at `path`: new, or a writable regular file (a symlink is written through, staying a link), in
-    a directory that takes a temporary file (written whole, then renamed); with `made`, in the nearest existing one
-    (the rest are made when it is written). Anything else: ValueError `name: why` ("--out x: cannot write in ...")."""
+    """The file to write at `path`: new, or a writable regular file (a symlink written through), in a directory that
+    takes a temporary file (with `made`: the nearest existing one). Anything else: ValueError `name: why`."""
     if not str(path).strip():
         raise ValueError(f"{name.strip()} is empty: give a file name")
     if str(path) == "-":

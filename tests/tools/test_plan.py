@@ -337,18 +337,16 @@ def test_a_busy_machine_measures_nothing_and_says_which_plan_it_uses(pair, profi
     """The load check before measuring sees others using a core or more: nothing is measured or
     cached, one line names the plan (the constant plan, the rule's kind of tree); --recalibrate is an
     error; BLAS gets one thread. Busy while measuring, or too slow: the same fallback."""
-    from specdec_np.tools import blas
-
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(machine, "load", lambda: 1.0)
-    threads = blas.blas()["threads"]
+    threads = machine.blas()["threads"]
     try:
-        blas.use_threads(2)
-        assert "1.0 of its" in machine.settle_threads() and blas.blas()["threads"] == 1
+        machine.use_threads(2)
+        assert "1.0 of its" in machine.settle_threads() and machine.blas()["threads"] == 1
         assert machine.settle_threads() == ""  # said once: it already has one thread
     finally:
-        blas.use_threads(threads)
+        machine.use_threads(threads)
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
     monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: pytest.fail("measured on a busy machine"))
@@ -404,19 +402,17 @@ def test_measuring_stops_past_its_time(pair):
 
 def test_the_cost_cache_key_names_the_blas_kernel_and_threads(monkeypatch):
     """The key holds the BLAS threads the process started with, not the one thread a busy run lowers them to."""
-    from specdec_np.tools import blas
-
     m = machine.machine()
     assert set(m["blas"]) == {"library", "version", "kernel", "threads"} and m["blas"]["threads"] >= 1
     assert m["blas"]["kernel"] in machine.machine_name() and m["blas"]["threads"] == machine.own_threads()
-    threads = blas.blas()["threads"]
+    threads = machine.blas()["threads"]
     try:
-        blas.use_threads(threads + 1)
+        machine.use_threads(threads + 1)
         assert machine.machine() == m  # a thread count set later is not the machine's
         monkeypatch.setattr(machine, "own_threads", lambda: threads + 1)  # a process that started with more
         assert machine.machine()["blas"]["threads"] == threads + 1 and machine.machine() != m
     finally:
-        blas.use_threads(threads)
+        machine.use_threads(threads)
 
 
 BAND = (machine.BUSY_CORES, 0.9)  # others' cores: from a quarter to below one (issue 53's laptop with a browser)
@@ -430,17 +426,15 @@ def test_the_busy_band_measures_nothing_and_says_what_it_does(pair, profile, tmp
     process started with, not the one BLAS gets now) and nothing is measured; without one, or with one not
     valid, nothing is measured either (it would not be kept): one line says so and names the plan. The
     control: on a quiet machine a cache that is not valid is measured again and replaced."""
-    from specdec_np.tools import blas
-
     target, draft, trigram = pair
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: PROMPTS)
     monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
     monkeypatch.setattr(cal, "measure_costs", lambda *a, **k: costs(0.01))
     monkeypatch.setattr(machine, "own_threads", lambda: 2)
-    threads = blas.blas()["threads"]
+    threads = machine.blas()["threads"]
     try:
-        blas.use_threads(2)  # the process's threads while quiet
+        machine.use_threads(2)  # the process's threads while quiet
         if cached != "none":
             cal.calibration(target, draft, trigram, PROMPTS)  # measured quiet, cached
             path = next(tmp_path.rglob("costs-*.json"))
@@ -451,9 +445,9 @@ def test_the_busy_band_measures_nothing_and_says_what_it_does(pair, profile, tmp
         capsys.readouterr()
         chosen = choice.choose(target, draft, trigram, None, 0.0)[None]
         lines = capsys.readouterr().err.splitlines()
-        assert blas.blas()["threads"] == 1
+        assert machine.blas()["threads"] == 1
     finally:
-        blas.use_threads(threads)
+        machine.use_threads(threads)
     busy = f"other processes use {load:.1f} of its"
     if cached == "valid":
         assert not chosen.constant and chosen.layout and len(lines) == 1 and busy in lines[0]
