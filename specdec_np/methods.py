@@ -1,12 +1,10 @@
 """The decoding methods: what a step proposes to the target, and who proposed it.
 
-A method is its class (`METHODS`, by the name `generate` takes), built once with its models and sampling
-settings (`make`), like Hugging Face's `CandidateGenerator` and Medusa's `generate_candidates`. The decoding
-loop (`decode.generate`) asks it `propose(seq, rand) -> Proposal` (a token tree rooted at seq[-1], each node's
-proposer in `tree.source`, the lossless rule that verifies it, what drafting cost) and `commit(keys)` (the
-accepted path, so a drafter with a cache keeps only that path). What a method is needs no model: what it drafts
-with and whether it reads the n-gram (class attributes); under a plan its sizes, the kind of its trees and the
-rules lossless on them (class methods).
+A method is its class (`METHODS`, by the name `generate` takes), built once with its models and sampling settings
+(`make`), like Hugging Face's `CandidateGenerator`. The loop (`decode.generate`) asks it `propose(seq, rand) ->
+Proposal` and `commit(keys)` (the accepted path, so a drafter with a cache keeps only that path). What a method is
+needs no model: what it drafts with (class attributes); under a plan its sizes, the kind of its trees and the rules
+lossless on them (class methods).
 """
 
 from __future__ import annotations
@@ -15,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import build, staged, verify
+from . import build, verify
 from .drafting import ModelDrafter, NgramDrafter
 from .eagle import FeatureDrafter
-from .lookup import chain_tree, lookup_by_match
+from .lookup import chain_tree, lookup_by_match, repeat_continuation
 from .record import NO_RECORD
 from .tree import NGRAM, Tree, path_key
 from .values import FieldError
@@ -26,7 +24,7 @@ from .values import FieldError
 
 @dataclass
 class Proposal:
-    """One step's tree and what the loop needs to know about it."""
+    """One step's tree, the lossless rule that verifies it and what drafting cost."""
 
     tree: Tree  # node 0 = seq[-1]; tree.source says who proposed each node
     rule: str  # the verification rule for it (verify.RULES)
@@ -48,7 +46,7 @@ def depth_left(seq, n_ctx: int, depth: int) -> int:
 
 class Method:
     """What every method is and holds (each subclass sets its `name` and facts): the plan, the target's context
-    (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
+    (which bounds its trees), the temperature and the n-gram model (if it reads one)."""
 
     drafts = True  # proposes tokens below the root (every method but plain decoding)
     # `generate`'s draft argument: None, "draft" (gpt2.GPT2) or "head" (eagle.Head: commit gets the target's features).
@@ -57,8 +55,8 @@ class Method:
     proposes_chain = False  # its trees are chains (one child per node)
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
-    def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
-        self.plan, self.n_ctx, self.temperature = plan, n_ctx, temperature
+    def __init__(self, plan, n_ctx: int, temperature: float = 0.0, ngram=None):
+        self.plan, self.n_ctx, self.temperature, self.ngram = plan, n_ctx, temperature, ngram
 
     # What it is under a plan, with no model (class methods; a subclass overrides what differs):
     max_depth = classmethod(lambda cls, plan: plan.depth)  # the deepest node a step drafts
@@ -155,10 +153,6 @@ class Ngram(Method):
 
     name, needs_ngram = "ngram", True
     max_nodes = classmethod(lambda cls, plan: plan.budget)
-
-    def __init__(self, plan, n_ctx: int, temperature: float = 0.0, ngram=None):
-        super().__init__(plan, n_ctx, temperature)
-        self.ngram = ngram
 
     def propose(self, seq, rand) -> Proposal:
         depth = depth_left(seq, self.n_ctx, self.plan.depth)
@@ -258,9 +252,9 @@ class Staged(TreeMethod):
         copy_len = min(self.plan.copy_len, self.n_ctx - len(seq) - 1)
         if copy_len <= 0:
             return super().propose(seq, rand)
-        copy = staged.copied_chain(seq, copy_len)
-        if copy is not None:
-            return self.proposal(copy, copied=True, ngram_queries=1)
+        copy = repeat_continuation(seq, copy_len)  # stage 2's proposal to the target: no draft pass
+        if copy:
+            return self.proposal(chain_tree(seq[-1], copy), copied=True, ngram_queries=1)
         proposal = super().propose(seq, rand)
         proposal.ngram_queries += 1  # the search for a repeat
         return proposal

@@ -9,11 +9,10 @@ Multi-draft Speculative Decoding"):
 
     alpha* = min over H of  p(H) + P(D not inside H)  =  1 - max over H of [P(D inside H) - p(H)]
 
-If the drafts land inside H more often than p does, the verifier must reject at least that excess; for k = 1
-the max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Functions take the drafts'
-distribution {tuple of drafted tokens, in order: probability} and are exhaustive over 2^V subsets (the 3-5
-tokens of the tests and lesson 9). The library's rules are measured, not re-derived: `single_position` runs
-the real rule on a one-level tree under `exact.outcomes`; for chains, the expected accepted length.
+If the drafts land inside H more often than p does, the verifier must reject at least that excess; for k = 1 the
+max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Functions take the drafts' distribution {tuple of
+drafted tokens, in order: probability} and are exhaustive over 2^V subsets (the 3-5 tokens of the tests and lesson
+9). The library's rules are measured, not re-derived: run on the builder's trees under `exact.outcomes`.
 """
 
 from __future__ import annotations
@@ -137,11 +136,8 @@ def optimal_plan(p, drafts: dict):
     m = len(masks)
     # Nodes: 0 source, 1..m draft sets, m+1..m+V tokens, m+V+1 sink.
     cap = np.zeros((m + V + 2, m + V + 2))
-    for i, mask in enumerate(masks):
-        cap[0, 1 + i] = sets[mask]
-        for y in range(V):
-            if mask >> y & 1:
-                cap[1 + i, 1 + m + y] = np.inf
+    cap[0, 1:1 + m] = list(sets.values())
+    cap[1:1 + m, 1 + m:1 + m + V] = np.where((np.array(masks)[:, None] >> np.arange(V)) & 1, np.inf, 0.0)  # y in S
     cap[1 + m:1 + m + V, -1] = p
     flow = max_flow(cap, 0, m + V + 1)
     return np.array(masks, dtype=np.int64), flow[1:1 + m, 1 + m:1 + m + V]
@@ -178,13 +174,12 @@ def optimal_rule(p, drafts: dict):
 # ----------------------------------------------------------------------------- the library's rules, measured
 def one_level_tree(q, k: int, scheme: str, rand) -> Tree:
     """Root + k drafted children, built by the library's builder exactly as decoding builds them."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     q = np.asarray(q, dtype=np.float64)
     dist_fn = lambda tokens, parents, nodes: np.tile(q, (len(nodes), 1))  # noqa: E731
-    if scheme == "deterministic":
-        return build.build_fixed(ROOT, dist_fn, [k])
-    if scheme not in ("with", "without"):
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    return build.build_fixed(ROOT, dist_fn, [k], rand=rand, replacement=scheme == "with")
+    return build.build_fixed(ROOT, dist_fn, [k], rand=None if scheme == "deterministic" else rand,
+                             replacement=scheme == "with")
 
 
 def single_position(rule, p, q, k: int, scheme: str) -> dict:
