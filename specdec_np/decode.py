@@ -6,10 +6,6 @@ scores every node in one tree-masked pass (`verify_pass`); a lossless rule accep
 target token (`accept`); both KV caches keep only the accepted path (`compact`; a drafter that reads the target's
 features, EAGLE's, gets the path's); the step's tokens are emitted (`emit`) and recorded (record.py). Autoregressive
 decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the rule travel in one `Plan`.
-
-Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer accepted path is cut), at
-a stop string (emitted through the token that completes it, the rest of the path cut; `stop_reason == "stop"`), or
-when the sequence fills the target's context (`stop_reason == "context"`).
 """
 
 from __future__ import annotations
@@ -36,7 +32,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              ngram=None, plan: Plan | None = None, temperature: float = 0.0, top_k=None, top_p=None,
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False, stop=(),
              decode_fn=None) -> Result:
-    """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
+    """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics. It stops
+    (`stop_reason`) at "eos" (emitted), "stop" (a stop string), "max_new_tokens" (a longer accepted path is cut) or
+    "context" (the sequence fills the target's context).
 
     method: a name in methods.METHODS (each a class: what it drafts); plan: the tree's shape, stage 2 and the rule
       (default: `plan.constant(temperature)`).

@@ -22,15 +22,10 @@ def prompt_lookup(tokens, max_ngram: int = 3, min_ngram: int = 1, k: int = 10) -
         raise ValueError(f"k={k} must be >= 1")
     t = np.asarray(tokens, dtype=np.int64)  # [L]
     L = len(t)
-    for n in range(max_ngram, min_ngram - 1, -1):
-        if L < n + 1:
-            continue
+    for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
         # Window i is t[i:i+n], i < L - n (never the suffix itself; always a next token): it matches the suffix
         # t[L-n:] if it agrees at every offset j, n shifted comparisons.
-        match = t[:L - n] == t[L - n]  # [L-n]
-        for j in range(1, n):
-            match &= t[j:L - n + j] == t[L - n + j]
-        hits = np.flatnonzero(match)
+        hits = np.flatnonzero(np.all([t[j:L - n + j] == t[L - n + j] for j in range(n)], axis=0))  # [L-n] -> [hits]
         if len(hits):
             loop = t[hits[-1] + n:]  # [L - i - n]: what followed the match
             return np.resize(loop, k).tolist()  # repeated cyclically to k tokens

@@ -109,19 +109,9 @@ def tokens_by_part(steps) -> dict:
 class Result:
     tokens: list  # the new tokens (prompt excluded)
     stats: Stats
-    stop_reason: str  # "eos", "max_new_tokens" or "context"
+    stop_reason: str  # "eos", "stop", "max_new_tokens" or "context"
     target_cache: KVCache | None = None  # for inspection: holds the emitted sequence minus its last token
     draft_cache: KVCache | None = None
-
-
-class NoRecord:
-    """The recorder a drafter reports to by default: it does nothing."""
-
-    def draft_pass(self, keys: list, source: list, rows: int) -> None:
-        """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
-
-
-NO_RECORD = NoRecord()
 
 
 class Uniforms:
@@ -135,7 +125,7 @@ class Uniforms:
         return self.given[-1]
 
 
-class Recorder(NoRecord):
+class Recorder:
     """Builds each step's `Step`: its phases' times (`lap`), what drafting cost, and with keep_trees what the drafter
     reported (`draft_pass`) and the tests in the rule's Verdict; `record(...)` closes the step."""
 
@@ -158,7 +148,8 @@ class Recorder(NoRecord):
         watched.rng = self.uniforms = Uniforms(rand.rng)
         return watched
 
-    def draft_pass(self, keys, source, rows):
+    def draft_pass(self, keys: list, source: list, rows: int) -> None:
+        """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
         if self.keep_trees:
             self.passes.append(DraftPass(list(keys), list(source), int(rows)))
 
@@ -192,6 +183,9 @@ class Recorder(NoRecord):
         numbers = iter(self.uniforms.given[len(self.uniforms.given) - sum(drew):])
         u = [next(numbers) if d else None for d in drew]
         return [c if c.test == "draw" else dataclasses.replace(c, u=x) for c, x in zip(tests, u)]
+
+
+NO_RECORD = Recorder(0)  # the recorder a drafter reports to by default: it keeps nothing (keep_trees False)
 
 
 def argmax_tests(tree: Tree, p, verdict) -> list:

@@ -121,21 +121,10 @@ def verify_point_mass(tree: Tree, p, rand) -> Verdict:
 
 
 def verify_chain(tree: Tree, p, rand) -> Verdict:
-    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x));
-    on rejection a draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q =
-    tree.draft_dists[node] must be the exact distribution x was drawn from."""
-    path, tests = [0], []
-    while True:
-        node = path[-1]
-        kids = children(tree, node)
-        if kids.size == 0:
-            return Verdict(path, draw(rand, p[node], tests, node, True), tests)  # bonus token
-        c = int(kids[0])
-        x = tree.tokens[c]
-        q = tree.draft_dists[node]  # [V]
-        if not coin(rand, accept_ratio(p[node][x], q[x]), tests, c, x, p[node][x], q[x]):
-            return Verdict(path, draw(rand, residual(p[node], q), tests, node, False), tests)  # correction token
-        path.append(c)
+    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)); on rejection a
+    draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q = tree.draft_dists[node] must be the
+    exact distribution x was drawn from. It is verify_recursive on a chain (one child per node, so one test each)."""
+    return verify_recursive(tree, p, rand)
 
 
 def verify_recursive(tree: Tree, p, rand, replacement: bool = True) -> Verdict:
