@@ -242,13 +242,11 @@ class Staged(TreeMethod):
 
     def propose(self, seq, rand) -> Proposal:
         copy_len = min(self.plan.copy_len, self.n_ctx - len(seq) - 1)
-        if copy_len <= 0:
-            return super().propose(seq, rand)
-        copy = repeat_continuation(seq, copy_len)  # stage 2's proposal to the target: no draft pass
+        copy = repeat_continuation(seq, copy_len) if copy_len > 0 else []  # to the target with no draft pass
         if copy:
             return self.proposal(chain_tree(seq[-1], copy), copied=True, ngram_queries=1)
         proposal = super().propose(seq, rand)
-        proposal.ngram_queries += 1  # the search for a repeat
+        proposal.ngram_queries += int(copy_len > 0)  # the search for a repeat
         return proposal
 
 
@@ -275,8 +273,7 @@ METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram,
 
 def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
          recorder=NO_RECORD) -> Method:
-    """The method `name` under `plan`, with the models and sampling settings it uses, ready to propose; its drafter
-    reports its passes to `recorder` (record.py)."""
+    """The method `name` under `plan`, with the models and settings it uses; its drafter reports to `recorder`."""
     cls = METHODS[name]
     models = dict(draft=draft, top_k=top_k, top_p=top_p, recorder=recorder) if cls.drafts_with else {}
     return cls(plan, target.config.n_ctx, temperature, **models, **({"ngram": ngram} if cls.needs_ngram else {}))

@@ -5,9 +5,8 @@ from the steps (`Stats`). With keep_trees a step also keeps what a trace (tools/
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -182,15 +181,14 @@ class Recorder:
         drew = [c.test == "draw" or certain(c.value) is None for c in tests]
         numbers = iter(self.uniforms.given[len(self.uniforms.given) - sum(drew):])
         u = [next(numbers) if d else None for d in drew]
-        return [c if c.test == "draw" else dataclasses.replace(c, u=x) for c, x in zip(tests, u)]
+        return [c if c.test == "draw" else replace(c, u=x) for c, x in zip(tests, u)]
 
 
 NO_RECORD = Recorder(0)  # the recorder a drafter reports to by default: it keeps nothing (keep_trees False)
 
 
 def argmax_tests(tree: Tree, p, verdict) -> list:
-    """Greedy's tests, which follow from p [n, V] and the path: each child on it against the argmax, then the argmax
-    after its last node."""
+    """Greedy's tests, from p [n, V] and the path: each child on it against the argmax, then the argmax after it."""
     tests = []
     for node in verdict.path:
         best, kids = int(np.argmax(p[node])), children(tree, node)

@@ -15,8 +15,7 @@ from .fastpath import kth_largest, softmax_
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
-    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V) partition (the vocabulary
-    can be 50257 wide), then a small stable sort."""
+    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V) partition, a small sort."""
     V = probs.size
     if k == 1:  # a chain's step: argmax already breaks ties to the lower id
         return np.array([np.argmax(probs)])

@@ -116,8 +116,7 @@ def block(seq, cache_len: int, tokens, parents, first: int = 0):
 
 
 def path_key(tokens, parents, node: int) -> tuple:
-    """The tokens below the root down to `node`: a node's identity across one step's trees (the draft's growing tree,
-    stage 2's guesses, the verified tree)."""
+    """The tokens below the root down to `node`: its identity across one step's trees (draft's, stage 2's, verified)."""
     out = []
     while node > 0:
         out.append(int(tokens[node]))

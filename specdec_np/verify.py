@@ -66,8 +66,7 @@ def emitted(tree: Tree, path, next_token: int) -> list[int]:
 
 
 def residual(p, q):  # [V], [V] -> [V]
-    """norm(max(p - q, 0)): what p still owes once a draft token drawn from q was rejected. It sums to 0 only if p ==
-    q, when a rejection comes only from rounding: p is kept rather than divided by 0."""
+    """norm(max(p - q, 0)): what p still owes once a draw from q was rejected; p where that is 0 (p == q: rounding)."""
     r = np.maximum(p - q, 0.0)
     total = r.sum()
     return r / total if total > 0 else p

@@ -76,13 +76,15 @@ def marginal(dist: dict, key) -> dict:
 
 
 def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
-    """The exact distribution {tokens: prob} of m tokens sampled autoregressively, next_dist(context tuple) -> [V]
-    giving the next token's probabilities (e.g. a target table)."""
+    """The exact distribution {tokens: prob} of m tokens sampled autoregressively from next_dist(context) -> [V]; a
+    sequence whose next distribution is all zeros stops there."""
     dist = {(): 1.0}
     for _ in range(m):
         new = {}
         for seq, pr in dist.items():
             probs = np.asarray(next_dist(tuple(context) + seq), dtype=np.float64)  # [V]
+            if not probs.sum() > 0:
+                new[seq] = pr
             for x in np.flatnonzero(probs > 0):
                 new[seq + (int(x),)] = pr * float(probs[x] / probs.sum())
         dist = new

@@ -39,21 +39,10 @@ def draft_tuples(q, k: int, scheme: str) -> dict:
         return {tuple(int(x) for x in build.top_tokens(q, k)): 1.0}
     if scheme not in ("with", "without"):
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    out = {(): 1.0}
-    for _ in range(k):
-        new = {}
-        for drafts, prob in out.items():
-            left = q.copy()
-            if scheme == "without":
-                left[list(drafts)] = 0.0
-            if not left.sum() > 0:  # every token q can propose is drafted already
-                new[drafts] = prob
-                continue
-            left /= left.sum()
-            for x in np.flatnonzero(left > 0):
-                new[drafts + (int(x),)] = new.get(drafts + (int(x),), 0.0) + prob * float(left[x])
-        out = new
-    return out
+
+    def left(drafts):  # [V]: what the next draft is drawn from (normalised there), given the earlier ones
+        return np.where(np.isin(np.arange(q.size), drafts), 0.0, q) if scheme == "without" else q
+    return exact.sequence_distribution(left, (), k)
 
 
 def mask_of(tokens) -> int:
