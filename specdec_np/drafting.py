@@ -42,12 +42,10 @@ class Drafter:
 
     def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
         keys = [path_key(tokens, parents, i) for i in nodes]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.logits]
-        if missing:
+        if missing := [k for k in dict.fromkeys(keys) if k not in self.logits]:
             self.draft_pass(missing)
         # Softmax only the rows asked for: most of stage 2's guesses are never needed (or once).
-        todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
-        if todo:
+        if todo := [k for k in dict.fromkeys(keys) if k not in self.dist]:
             self.dists += len(todo)
             self.dist.update(zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings,
                                                whose="the draft's")))
