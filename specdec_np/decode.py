@@ -1,17 +1,11 @@
-"""The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram, prompt lookup and
-EAGLE decoding in one loop of the paper's five steps.
+"""The decoding loop: autoregressive, speculative (chain), tree, staged, n-gram, prompt lookup and EAGLE decoding in
+one loop of the paper's five steps.
 
-Each step: the method (methods.py) proposes a token tree rooted at the last emitted token
-(`propose`); the target scores every node in one tree-masked pass (`verify_pass`); a lossless rule
-accepts a root-to-node path and adds one target token (`accept`); both KV caches keep only the
-accepted path (`compact`; a drafter that reads the target's features, EAGLE's, gets the path's); the
-step's tokens are emitted (`emit`) and recorded (record.py).
-Autoregressive decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the
-rule travel in one `Plan` (plan.py); checks.py checks the arguments.
-
-Stopping: at the end-of-text token `eos` (emitted, then stop), at `max_new_tokens` (a longer
-accepted path is cut), at a stop string (emitted through the token that completes it, the rest of the path cut;
-`stop_reason == "stop"`), or when the sequence fills the target's context (`stop_reason == "context"`).
+Each step: the method (methods.py) proposes a token tree rooted at the last emitted token (`propose`); the target
+scores every node in one tree-masked pass (`verify_pass`); a lossless rule accepts a root-to-node path and adds one
+target token (`accept`); both KV caches keep only the accepted path (`compact`; a drafter that reads the target's
+features, EAGLE's, gets the path's); the step's tokens are emitted (`emit`) and recorded (record.py). Autoregressive
+decoding is the same loop with a root-only tree. The tree's shape, stage 2 and the rule travel in one `Plan`.
 """
 
 from __future__ import annotations
@@ -38,21 +32,20 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
              ngram=None, plan: Plan | None = None, temperature: float = 0.0, top_k=None, top_p=None,
              seed: int = 0, rand=None, eos: int | None = END_OF_TEXT, keep_trees: bool = False, stop=(),
              decode_fn=None) -> Result:
-    """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics.
+    """Decode up to `max_new_tokens` after `prompt` (token ids) and return the new tokens with statistics. It stops
+    (`stop_reason`) at "eos" (emitted), "stop" (a stop string), "max_new_tokens" (a longer accepted path is cut) or
+    "context" (the sequence fills the target's context).
 
     method: a name in methods.METHODS (each a class: what it drafts); plan: the tree's shape, stage 2 and the rule
       (default: `plan.constant(temperature)`).
-    temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p
-      must then be None: they would change nothing).
+    temperature, top_k, top_p: the target distribution to sample from; 0 = greedy (top_k and top_p must then be None).
     rand: the source of randomness (`sampling.Rand`, or the exact enumerator's; default `Rand(seed)`).
-    eos: the end-of-text id, negative counting from the vocabulary's end (default END_OF_TEXT, the
-      last id: GPT-2's `<|endoftext|>`); None: no end-of-text stop.
+    eos: the end-of-text id, negative counting from the vocabulary's end (default END_OF_TEXT, the last id: GPT-2's
+      `<|endoftext|>`); None: no end-of-text stop.
     keep_trees: keep each step's verified tree and path in `stats.steps` (for display).
     stop: strings that end the completion (as Hugging Face's stop_strings, vLLM's stop): decoding stops after the
-      first token whose addition makes the completion's text (the prompt's is not searched) hold one of them. That
-      token is the last emitted, so the tokens hold the stop string (as they hold `eos`): the completion's text is
-      theirs cut before its first stop string, `tokenizer.cut_at_stop(text, stop)` (a token that begins before the
-      stop string and ends inside it is kept whole in the tokens; the text keeps only its part before the stop).
+      first token whose addition makes the completion's text (not the prompt's) hold one of them. The tokens hold the
+      stop string (as they hold `eos`); the completion's text is theirs cut before it, `tokenizer.cut_at_stop`.
     decode_fn: token ids -> text, for `stop` (default: GPT-2's BPE for the target's vocabulary, tokenizer.py).
     """
     plan = constant(temperature) if plan is None else plan
@@ -86,9 +79,9 @@ def generate(target: GPT2, prompt, max_new_tokens: int = 64, method: str = "ar",
 
 @dataclass(frozen=True)
 class Scored:
-    """The target's pass over a step's tree: p [n, V], the processed distribution after each node; the
-    cache slot `start` the block began at and its `n_c` catch-up rows (for `compact`); `features`
-    [n_c + n, n_embd], each row's feature, when the method reads them (else None)."""
+    """The target's pass over a step's tree: p [n, V], the processed distribution after each node; the cache slot
+    `start` the block began at and its `n_c` catch-up rows (for `compact`); `features` [n_c + n, n_embd], each row's
+    feature, when the method reads them (else None)."""
 
     p: np.ndarray
     start: int
@@ -98,8 +91,8 @@ class Scored:
 
 def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, top_k=None, top_p=None,
                 features: bool = False) -> Scored:
-    """The target's processed distribution (temperature, top_k, top_p) after every tree node, from
-    one forward pass that also feeds the committed tokens its cache lacks (and every row's feature)."""
+    """The target's processed distribution (temperature, top_k, top_p) after every tree node, from one forward pass
+    that also feeds the committed tokens its cache lacks (and every row's feature)."""
     start = cache.length
     tokens, positions, mask, n_c = block(seq, start, tree.tokens, tree.parents)
     x = hidden(target, tokens, cache, positions, mask, 0 if features else n_c)  # [(n_c +) len(tree), n_embd]
@@ -109,15 +102,15 @@ def verify_pass(target: GPT2, cache: KVCache, seq, tree: Tree, temperature=0.0, 
 
 
 def accept(proposal, p, rand) -> Verdict:
-    """The proposal's rule run on its tree against the target's p [n, V] (refused if the rule is not
-    lossless for how the tree was drawn): the path it accepted, the token after it and its tests."""
+    """The proposal's rule run on its tree against the target's p [n, V] (refused if the rule is not lossless for how
+    the tree was drawn): the path it accepted, the token after it and its tests."""
     verify.check_tree(proposal.tree, proposal.rule)
     return verify.RULES[proposal.rule](proposal.tree, p, rand)
 
 
 def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
-    """Keep the catch-up rows and the accepted path in the target's cache, and in the method's drafter
-    (with their features, to a drafter that reads them)."""
+    """Keep the catch-up rows and the accepted path in the target's cache, and in the method's drafter (with their
+    features, to a drafter that reads them)."""
     kept = np.concatenate([np.arange(scored.n_c), scored.n_c + np.asarray(path, dtype=np.int64)])
     cache.keep(scored.start, kept)
     keys = [path_key(tree.tokens, tree.parents, node) for node in path[1:]]
@@ -128,9 +121,9 @@ def compact(cache: KVCache, scored: Scored, tree: Tree, path, proposer) -> None:
 
 
 def emit(tree: Tree, verdict: Verdict, left: int, eos: int | None, ends=None):
-    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None, up to the
-    token that completes a stop string, `ends`: stop_finder's), who proposed each (the accepted nodes'
-    sources, then the target), and "eos" or "stop" if it emitted an end-of-text or a stop string, else None."""
+    """The tokens the step emits (at most `left`, up to an end-of-text `eos` unless it is None, up to the token that
+    completes a stop string, `ends`: stop_finder's), who proposed each (the accepted nodes' sources, then the
+    target), and "eos" or "stop" if it emitted an end-of-text or a stop string, else None."""
     tokens = verify.emitted(tree, verdict.path, verdict.token)
     source = [int(tree.source[i]) for i in verdict.path[1:]] + [TARGET]
     stop = None

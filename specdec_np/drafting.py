@@ -1,10 +1,9 @@
 """Drafters: who proposes the token tree, as `dist_fn` callbacks for the tree builders of `build.py`.
 
-A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?" (one call per
-tree level); a drafter answers, counting what its step cost. Those with a model and a KV cache are a `Drafter`:
-`ModelDrafter` (the draft model: a whole frontier in one tree-masked forward pass; with an n-gram model the
-**staged** drafter, whose passes also evaluate stage 2's guesses below the nodes they expand, `staged.speculate`,
-so later levels often need no pass of their own) and eagle.FeatureDrafter. `NgramDrafter`: the Katz trigram.
+A builder asks "what is the draft's next-token distribution at these nodes of the partial tree?" (one call per tree
+level); a drafter answers, counting what its step cost. Those with a model and a KV cache are a `Drafter`:
+`ModelDrafter` (the draft model: a whole frontier in one tree-masked pass; with an n-gram model the **staged**
+drafter, whose passes also evaluate stage 2's guesses, so later levels often need no pass) and eagle.FeatureDrafter.
 """
 
 from __future__ import annotations
@@ -20,14 +19,14 @@ from .tree import DRAFT, block, path_key
 
 
 class Drafter:
-    """A drafter with a model and its own KV cache (`rows` of scratch, Method.draft_rows): `dist_fn` answered from
-    the logits of the nodes its passes fed (`draft_pass`, each subclass's own, reported to `recorder`). Per step:
-    `begin`, `dist_fn` calls, `commit(...)`; the nodes fed form a tree in feed order (`tokens`, `parents`)."""
+    """A drafter with a model and its own KV cache (`rows` of scratch, Method.draft_rows): `dist_fn` answered from the
+    logits of the nodes its passes fed (`draft_pass`, each subclass's own, reported to `recorder`). Per step: `begin`,
+    `dist_fn` calls, `commit(...)`; the nodes fed form a tree in feed order (`tokens`, `parents`)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, rows: int = 256, recorder=NO_RECORD):
         self.model, self.recorder = model, recorder
-        # At temperature 0 the *verification* is greedy, but a one-hot q would collapse every tree to
-        # a chain: the drafter ranks alternatives by softmax(logits).
+        # At temperature 0 the *verification* is greedy, but a one-hot q would collapse every tree to a chain: the
+        # drafter ranks alternatives by softmax(logits).
         self.settings = (1.0, None, None) if temperature == 0 else (temperature, top_k, top_p)
         self.cache = new_cache(model, rows)  # new_cache adds the padding rows
         self.index: dict[tuple, int] = {}  # path key -> node fed this step (empty until `begin`)
@@ -43,15 +42,13 @@ class Drafter:
 
     def dist_fn(self, tokens, parents, nodes):  # -> [len(nodes), V]
         keys = [path_key(tokens, parents, i) for i in nodes]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.logits]
-        if missing:
+        if missing := [k for k in dict.fromkeys(keys) if k not in self.logits]:
             self.draft_pass(missing)
         # Softmax only the rows asked for: most of stage 2's guesses are never needed (or once).
-        todo = [k for k in dict.fromkeys(keys) if k not in self.dist]
-        if todo:
+        if todo := [k for k in dict.fromkeys(keys) if k not in self.dist]:
             self.dists += len(todo)
-            rows = np.stack([self.logits[k] for k in todo])
-            self.dist.update(zip(todo, process(rows, *self.settings, whose="the draft's")))
+            self.dist.update(zip(todo, process(np.stack([self.logits[k] for k in todo]), *self.settings,
+                                               whose="the draft's")))
         return np.stack([self.dist[k] for k in keys])
 
     def feed(self, keys) -> None:
@@ -71,9 +68,9 @@ class Drafter:
 
 
 class ModelDrafter(Drafter):
-    """The draft model (optionally staged): node i of the step's fed tree at cache slot root + i (`tree.block`);
-    after verification it keeps only the accepted path. Stage 2 adds at most `guess_rows` guesses per pass ("pad":
-    those the padding holds)."""
+    """The draft model (optionally staged): node i of the step's fed tree at cache slot root + i (`tree.block`); after
+    verification it keeps only the accepted path. Stage 2 adds at most `guess_rows` guesses per pass ("pad": those the
+    padding holds)."""
 
     def __init__(self, model, temperature=0.0, top_k=None, top_p=None, ngram=None,
                  guess_len: int = 0, guess_rows: int | str = 0, rows: int = 256, recorder=NO_RECORD):
@@ -95,19 +92,17 @@ class ModelDrafter(Drafter):
 
     def commit(self, accepted_keys) -> None:
         """Keep the root and the accepted nodes that were fed, in contiguous slots; drop the rest."""
-        if () not in self.index:  # nothing fed this step: the prefix stays as it was
-            return
-        kept = [()] + list(accepted_keys)
         # Fed nodes of a path form a prefix of it (a node is fed only after its parent).
-        kept = kept[:next((i for i, k in enumerate(kept) if k not in self.index), len(kept))]
-        self.cache.keep(self.root, [self.index[k] for k in kept])
-        # The step is over: a later step that feeds nothing (its tree drafted nothing, e.g. past the
-        # end of the draft's context) must not keep this step's nodes again.
+        kept = [k for k in [(), *accepted_keys] if k in self.index]
+        if kept:  # else nothing was fed this step: the prefix stays as it was
+            self.cache.keep(self.root, [self.index[k] for k in kept])
+        # The step is over: a later step that feeds nothing (its tree drafted nothing, e.g. past the end of the
+        # draft's context) must not keep this step's nodes again.
         self.index = {}
 
     def draft_pass(self, keys) -> None:
-        """One forward pass over the nodes `keys` (their parents fed already, or earlier in `keys`),
-        plus stage 2's guesses below them, and on the step's first pass the catch-up rows."""
+        """One forward pass over the nodes `keys` (their parents fed already, or earlier in `keys`), plus stage 2's
+        guesses below them, and on the step's first pass the catch-up rows."""
         first = len(self.tokens)
         if self.guess_len > 0:
             most = self.guess_rows

@@ -1,12 +1,10 @@
 """The decoding methods: what a step proposes to the target, and who proposed it.
 
-A method is its class (`METHODS`, by the name `generate` takes), built once with its models and sampling
-settings (`make`), like Hugging Face's `CandidateGenerator` and Medusa's `generate_candidates`. The decoding
-loop (`decode.generate`) asks it `propose(seq, rand) -> Proposal` (a token tree rooted at seq[-1], each node's
-proposer in `tree.source`, the lossless rule that verifies it, what drafting cost) and `commit(keys)` (the
-accepted path, so a drafter with a cache keeps only that path). What a method is needs no model: what it drafts
-with and whether it reads the n-gram (class attributes); under a plan its sizes, the kind of its trees and the
-rules lossless on them (class methods).
+A method is its class (`METHODS`, by the name `generate` takes), built once with its models and sampling settings
+(`make`), like Hugging Face's `CandidateGenerator`. The loop (`decode.generate`) asks it `propose(seq, rand) ->
+Proposal` and `commit(keys)` (the accepted path, so a drafter with a cache keeps only that path). What a method is
+needs no model: what it drafts with (class attributes); under a plan its sizes, the kind of its trees and the rules
+lossless on them (class methods).
 """
 
 from __future__ import annotations
@@ -15,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import build, staged, verify
+from . import build, verify
 from .drafting import ModelDrafter, NgramDrafter
 from .eagle import FeatureDrafter
-from .lookup import chain_tree, lookup_by_match
+from .lookup import chain_tree, lookup_by_match, repeat_continuation
 from .record import NO_RECORD
 from .tree import NGRAM, Tree, path_key
 from .values import FieldError
@@ -26,7 +24,7 @@ from .values import FieldError
 
 @dataclass
 class Proposal:
-    """One step's tree and what the loop needs to know about it."""
+    """One step's tree, the lossless rule that verifies it and what drafting cost."""
 
     tree: Tree  # node 0 = seq[-1]; tree.source says who proposed each node
     rule: str  # the verification rule for it (verify.RULES)
@@ -36,11 +34,6 @@ class Proposal:
     ngram_queries: int = 0
 
 
-def root_only(seq) -> Tree:
-    """The tree of a step that drafts nothing: the root seq[-1] alone."""
-    return Tree([seq[-1]], [-1], [1.0])
-
-
 def depth_left(seq, n_ctx: int, depth: int) -> int:
     """How deep a step's tree may go: a node at depth d sits at position len(seq) - 1 + d < n_ctx."""
     return min(depth, n_ctx - len(seq) - 1)
@@ -48,25 +41,23 @@ def depth_left(seq, n_ctx: int, depth: int) -> int:
 
 class Method:
     """What every method is and holds (each subclass sets its `name` and facts): the plan, the target's context
-    (which bounds its trees), the temperature; `commit` keeps nothing unless a drafter has a cache."""
+    (which bounds its trees), the temperature and the n-gram model (if it reads one)."""
 
     drafts = True  # proposes tokens below the root (every method but plain decoding)
-    # `generate`'s draft argument: None, "draft" (gpt2.GPT2) or "head" (eagle.Head: commit gets the target's features).
-    drafts_with = None
+    drafts_with = None  # generate's draft: None, "draft" (gpt2.GPT2) or "head" (eagle.Head, fed target features)
     needs_ngram = False  # reads the n-gram model
     proposes_chain = False  # its trees are chains (one child per node)
     cache = None  # the drafter's KV cache, if any (decode returns it for inspection)
 
-    def __init__(self, plan, n_ctx: int, temperature: float = 0.0):
-        self.plan, self.n_ctx, self.temperature = plan, n_ctx, temperature
+    def __init__(self, plan, n_ctx: int, temperature: float = 0.0, ngram=None):
+        self.plan, self.n_ctx, self.temperature, self.ngram = plan, n_ctx, temperature, ngram
 
     # What it is under a plan, with no model (class methods; a subclass overrides what differs):
     max_depth = classmethod(lambda cls, plan: plan.depth)  # the deepest node a step drafts
     max_nodes = classmethod(lambda cls, plan: cls.max_depth(plan))  # a step's tree's drafted nodes, at most
     max_block = classmethod(lambda cls, plan: cls.max_nodes(plan))  # ... and tokens proposed (a tree, or a copy)
     size_fields = classmethod(lambda cls, plan: ("budget",))  # the plan fields that set those, the tree's first
-    # How its trees' children are chosen (tree.KINDS, the one home of it) and whether they are chains: which rules
-    # are lossless on them (verify.lossless_rules).
+    # How its trees' children are chosen (tree.KINDS) and whether they are chains: which rules are lossless on them.
     tree_kind = classmethod(lambda cls, plan, temperature: "deterministic")
     chains = classmethod(lambda cls, plan: cls.proposes_chain)
     draft_rows = classmethod(lambda cls, plan: 0)  # the draft's scratch for one step, in KV cache rows
@@ -133,7 +124,7 @@ class AR(Method):
     size_fields = classmethod(lambda cls, plan: ())
 
     def propose(self, seq, rand) -> Proposal:
-        return self.proposal(root_only(seq))
+        return self.proposal(chain_tree(seq[-1], []))
 
 
 class Lookup(Method):
@@ -156,14 +147,10 @@ class Ngram(Method):
     name, needs_ngram = "ngram", True
     max_nodes = classmethod(lambda cls, plan: plan.budget)
 
-    def __init__(self, plan, n_ctx: int, temperature: float = 0.0, ngram=None):
-        super().__init__(plan, n_ctx, temperature)
-        self.ngram = ngram
-
     def propose(self, seq, rand) -> Proposal:
         depth = depth_left(seq, self.n_ctx, self.plan.depth)
         if depth <= 0:
-            return self.proposal(root_only(seq))
+            return self.proposal(chain_tree(seq[-1], []))
         drafter = NgramDrafter(self.ngram, seq)
         tree = build.build_best_first(seq[-1], drafter.dist_fn, self.plan.budget, depth)
         tree.source[1:] = NGRAM
@@ -171,8 +158,8 @@ class Ngram(Method):
 
 
 class TreeMethod(Method):
-    """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths;
-    children are the draft's top tokens, or drawn from q (`plan.sampled`)."""
+    """A draft model's token tree: best-first (`budget` nodes at most `depth` deep) or fixed widths; children are the
+    draft's top tokens, or drawn from q (`plan.sampled`)."""
 
     name, drafts_with = "tree", "draft"
 
@@ -201,12 +188,11 @@ class TreeMethod(Method):
         # The draft feeds nodes up to depth - 1, in its own context.
         depth = min(depth_left(seq, self.n_ctx, self.max_depth(self.plan)), d.model.config.n_ctx - len(seq))
         if depth <= 0:
-            return self.proposal(root_only(seq))
+            return self.proposal(chain_tree(seq[-1], []))
         d.begin(seq, depth)
         kind = self.tree_kind(self.plan, self.temperature)
         tree = self.build(seq[-1], depth, rand if kind != "deterministic" else None, kind)
-        keys = [path_key(tree.tokens, tree.parents, i) for i in range(len(tree))]
-        tree.source[1:] = [d.source(k) for k in keys[1:]]  # the paper's Fig. 3 credit
+        tree.source[1:] = [d.source(path_key(tree.tokens, tree.parents, i)) for i in range(1, len(tree))]  # Fig. 3
         return self.proposal(tree, **d.costs())
 
     def build(self, root: int, depth: int, rand, kind: str) -> Tree:
@@ -231,8 +217,8 @@ class Speculative(TreeMethod):
 
     @classmethod
     def tree_kind(cls, plan, temperature: float) -> str:
-        """Its chain is drawn from q when sampling or when plan.sampled asks, with replacement whatever
-        plan.sampled says: one child per node is the same draw either way."""
+        """Its chain is drawn from q when sampling or when plan.sampled asks, with replacement whatever plan.sampled
+        says: one child per node is the same draw either way."""
         return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
 
     def build(self, root, depth, rand, kind):
@@ -240,8 +226,8 @@ class Speculative(TreeMethod):
 
 
 class Staged(TreeMethod):
-    """Staged decoding: a draft tree whose passes also evaluate stage 2's guesses, or, when the last
-    three tokens recur, stage 2's copy of what followed them, verified with no draft pass."""
+    """Staged decoding: a draft tree whose passes also evaluate stage 2's guesses, or, when the last three tokens
+    recur, stage 2's copy of what followed them, verified with no draft pass."""
 
     name, needs_ngram = "staged", True
     max_block = classmethod(lambda cls, plan: max(cls.max_nodes(plan), plan.copy_len))
@@ -256,13 +242,11 @@ class Staged(TreeMethod):
 
     def propose(self, seq, rand) -> Proposal:
         copy_len = min(self.plan.copy_len, self.n_ctx - len(seq) - 1)
-        if copy_len <= 0:
-            return super().propose(seq, rand)
-        copy = staged.copied_chain(seq, copy_len)
-        if copy is not None:
-            return self.proposal(copy, copied=True, ngram_queries=1)
+        copy = repeat_continuation(seq, copy_len) if copy_len > 0 else []  # to the target with no draft pass
+        if copy:
+            return self.proposal(chain_tree(seq[-1], copy), copied=True, ngram_queries=1)
         proposal = super().propose(seq, rand)
-        proposal.ngram_queries += 1  # the search for a repeat
+        proposal.ngram_queries += int(copy_len > 0)  # the search for a repeat
         return proposal
 
 
@@ -280,7 +264,7 @@ class Eagle(TreeMethod):
 
     def propose(self, seq, rand) -> Proposal:
         if not self.drafter.ready(seq):
-            return self.proposal(root_only(seq))
+            return self.proposal(chain_tree(seq[-1], []))
         return super().propose(seq, rand)
 
 
@@ -289,8 +273,7 @@ METHODS = {cls.name: cls for cls in (AR, Speculative, TreeMethod, Staged, Ngram,
 
 def make(name: str, plan, target, draft=None, ngram=None, temperature=0.0, top_k=None, top_p=None,
          recorder=NO_RECORD) -> Method:
-    """The method `name` under `plan`, with the models and sampling settings it uses, ready to propose;
-    its drafter reports its passes to `recorder` (record.py)."""
+    """The method `name` under `plan`, with the models and settings it uses; its drafter reports to `recorder`."""
     cls = METHODS[name]
     models = dict(draft=draft, top_k=top_k, top_p=top_p, recorder=recorder) if cls.drafts_with else {}
     return cls(plan, target.config.n_ctx, temperature, **models, **({"ngram": ngram} if cls.needs_ngram else {}))

@@ -1,15 +1,12 @@
-"""What a decoding run did: one `Step` per target pass, built in one place (`Recorder`), and the
-statistics derived from the steps (`Stats`); the tools and the trace page (tools/trace.py) read them.
-With keep_trees a step also keeps what a trace shows (`Trace`): the tree, the rule's tests
-(verify.Check) and the draft's passes (`DraftPass`, which the drafter reports, by default to `NO_RECORD`).
+"""What a decoding run did: one `Step` per target pass, built in one place (`Recorder`), and the statistics derived
+from the steps (`Stats`). With keep_trees a step also keeps what a trace (tools/trace.py) shows (`Trace`).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,7 +32,7 @@ class Step:
 
 @dataclass
 class DraftPass:
-    """One forward pass of the draft model."""
+    """One forward pass of the draft model, as the drafter reports it (by default to `NO_RECORD`)."""
 
     keys: list  # the nodes it fed, as path keys (() is the root)
     source: list  # who proposed each (tree.SOURCES): DRAFT for the builder's, NGRAM or COPY for stage 2's guesses
@@ -44,7 +41,7 @@ class DraftPass:
 
 @dataclass
 class Trace:
-    """What a trace shows of a step, kept with keep_trees (tools/trace.py draws it)."""
+    """What a trace shows of a step, kept with keep_trees."""
 
     tree: Tree  # the verified tree (tree.source: who proposed each node)
     path: list  # its accepted path, root first
@@ -90,16 +87,15 @@ class Stats:
                               / (max(1, sum(self.accepted)) * self.target_weight_bytes))
 
 
-# Where emitted tokens came from, the parts of a speedup apart: the draft's; stage 2's guesses the draft kept,
-# the trigram's or a copy of a repeat (the paper's stage 2: evaluated in the draft's passes, each saves the draft
-# a pass); copies of a repeat sent to the target with no draft pass (stage 2's copied chains, prompt lookup);
-# the target's own token ending each step.
+# Where emitted tokens came from, the parts of a speedup apart: the draft's; stage 2's guesses the draft kept, the
+# trigram's or a copy of a repeat (each saves the draft a pass); copies of a repeat sent to the target with no draft
+# pass (stage 2's copied chains, prompt lookup); the target's own token ending each step.
 PARTS = ("draft", "ngram_guess", "copy_guess", "copied", "target")
 
 
 def tokens_by_part(steps) -> dict:
-    """Emitted tokens by `PARTS`: a COPY token is copied in a step that ran no draft pass, a guess in one
-    that did. The method `ngram` (the trigram drafting alone) counts its tokens as ngram_guess."""
+    """Emitted tokens by `PARTS`: a COPY token is copied in a step that ran no draft pass, a guess in one that did. The
+    method `ngram` (the trigram drafting alone) counts its tokens as ngram_guess."""
     out = dict.fromkeys(PARTS, 0)
     for s in steps:
         for src in s.source:
@@ -112,19 +108,9 @@ def tokens_by_part(steps) -> dict:
 class Result:
     tokens: list  # the new tokens (prompt excluded)
     stats: Stats
-    stop_reason: str  # "eos", "max_new_tokens" or "context"
+    stop_reason: str  # "eos", "stop", "max_new_tokens" or "context"
     target_cache: KVCache | None = None  # for inspection: holds the emitted sequence minus its last token
     draft_cache: KVCache | None = None
-
-
-class NoRecord:
-    """The recorder a drafter reports to by default: it does nothing."""
-
-    def draft_pass(self, keys: list, source: list, rows: int) -> None:
-        """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
-
-
-NO_RECORD = NoRecord()
 
 
 class Uniforms:
@@ -138,16 +124,14 @@ class Uniforms:
         return self.given[-1]
 
 
-class Recorder(NoRecord):
-    """Builds each step's `Step`: its phases' times (from when it began, drafting ended and the target's pass
-    ended: `lap`), what drafting cost, and with keep_trees what the drafter reported (`draft_pass`) and the tests
-    in the rule's Verdict; `record(...)` closes the step."""
+class Recorder:
+    """Builds each step's `Step`: its phases' times (`lap`), what drafting cost, and with keep_trees what the drafter
+    reported (`draft_pass`) and the tests in the rule's Verdict; `record(...)` closes the step."""
 
     def __init__(self, target_weight_bytes: int, draft_weight_bytes: int = 0, keep_trees: bool = False):
         self.stats = Stats(target_weight_bytes=target_weight_bytes, draft_weight_bytes=draft_weight_bytes)
-        self.keep_trees = keep_trees
+        self.keep_trees, self.passes, self.uniforms = keep_trees, [], None
         self.times = [time.perf_counter()]  # when this step began, then when each of its phases ended
-        self.passes, self.uniforms = [], None
 
     def lap(self, done):
         """`done` (what a phase made: the Proposal, the target's Scored pass), noting when the phase ended."""
@@ -155,55 +139,56 @@ class Recorder(NoRecord):
         return done
 
     def watch(self, rand):
-        """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each test shows
-        its u; a stand-in without a generator (the exact enumerator's) is returned as it is."""
+        """`rand`, with keep_trees drawing through `Uniforms` (the same numbers) so each test shows its u; a
+        stand-in without a generator (the exact enumerator's) is returned as it is."""
         if not self.keep_trees or not hasattr(rand, "rng"):
             return rand
         watched = copy.copy(rand)
         watched.rng = self.uniforms = Uniforms(rand.rng)
         return watched
 
-    def draft_pass(self, keys, source, rows):
+    def draft_pass(self, keys: list, source: list, rows: int) -> None:
+        """A drafter ran a pass over `rows` rows feeding the nodes `keys` (DraftPass)."""
         if self.keep_trees:
             self.passes.append(DraftPass(list(keys), list(source), int(rows)))
 
     def record(self, proposal, scored, verdict, tokens: list, source: list, cache_length: int) -> None:
-        """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens
-        it emitted and who proposed each, and the target cache's length after compacting."""
+        """One step: its Proposal (methods.py), the target's Scored pass, the rule's Verdict, the tokens it emitted
+        and who proposed each, and the target cache's length after compacting."""
         t = (*self.times[:3], time.perf_counter())
         tree = proposal.tree
         step = Step(tokens, source, scored.n_c + len(tree), proposal.draft_blocks, proposal.draft_dists,
                     proposal.ngram_queries, (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
         if self.keep_trees:
             checks = argmax_tests(tree, scored.p, verdict) if proposal.rule == "greedy" else self.with_u(verdict.tests)
-            # Where a child was rejected, the residual the rule went on with is computed from these
-            # rows (the trace page shows it); only these, as a full row is the vocabulary's size.
+            # Where a child was rejected, the trace page shows the residual the rule went on with, from these rows
+            # (only these: a row is the vocabulary's size).
             rejected = {int(tree.parents[c.node]) for c in checks if c.test == "ratio" and not c.accepted}
             p_nodes = [1.0] + scored.p[tree.parents[1:], tree.tokens[1:]].tolist()
             step.trace = Trace(tree, verdict.path, proposal.rule, checks, proposal.copied, self.passes, p_nodes,
                                (scored.start, scored.n_c, cache_length),
                                {node: scored.p[node].copy() for node in sorted(rejected)})
         self.stats.steps.append(step)
-        self.times = [time.perf_counter()]
-        self.passes = []
+        self.times, self.passes = [time.perf_counter()], []
         if self.uniforms is not None:
             self.uniforms.given = []
 
     def with_u(self, tests: list) -> list:
-        """The rule's tests, each coin's with the uniform number u that decided it. Verifying is a step's
-        last use of randomness, and Rand draws one number per draw and one per coin not `certain`: the
-        step's last numbers are these, in order."""
+        """The rule's tests, each coin's with the uniform number u that decided it. Verifying is a step's last use of
+        randomness, and Rand draws one number per draw and one per coin not `certain`: the step's last numbers."""
         if self.uniforms is None:
             return list(tests)
         drew = [c.test == "draw" or certain(c.value) is None for c in tests]
         numbers = iter(self.uniforms.given[len(self.uniforms.given) - sum(drew):])
         u = [next(numbers) if d else None for d in drew]
-        return [c if c.test == "draw" else dataclasses.replace(c, u=x) for c, x in zip(tests, u)]
+        return [c if c.test == "draw" else replace(c, u=x) for c, x in zip(tests, u)]
+
+
+NO_RECORD = Recorder(0)  # the recorder a drafter reports to by default: it keeps nothing (keep_trees False)
 
 
 def argmax_tests(tree: Tree, p, verdict) -> list:
-    """Greedy's tests, which follow from p [n, V] and the path: each child on it against the argmax,
-    then the argmax after its last node."""
+    """Greedy's tests, from p [n, V] and the path: each child on it against the argmax, then the argmax after it."""
     tests = []
     for node in verdict.path:
         best, kids = int(np.argmax(p[node])), children(tree, node)

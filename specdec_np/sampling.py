@@ -1,12 +1,10 @@
 """Sampling: logits -> the processed next-token distribution, and the one source of randomness.
 
-Draft and target go through the same `process`, so the speculative rules compare like with like:
-verification is lossless with respect to the *processed* target distribution, and every q the
-rules divide by must be exactly the processed distribution a draft token was drawn from.
-
-All randomness goes through `Rand.coin` and `Rand.draw`: the exact enumerator (`proofs/exact.py`)
-replaces `Rand` with a stand-in that explores every branch, so the tests prove the rules lossless.
-The functions here run on every step and trust their settings (`checks.check_settings` refuses bad ones once).
+Draft and target go through the same `process`, so the speculative rules compare like with like: verification is
+lossless with respect to the *processed* target distribution, and every q the rules divide by must be exactly the
+processed distribution a draft token was drawn from. All randomness goes through `Rand.coin` and `Rand.draw`: the
+exact enumerator (`proofs/exact.py`) replaces `Rand` with a stand-in that explores every branch. The functions here
+run on every step and trust their settings (`checks.check_settings` refuses bad ones once).
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from .fastpath import kth_largest, softmax_
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
-    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V)
-    partition (the vocabulary can be 50257 wide), then a small stable sort."""
+    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V) partition, a small sort."""
     V = probs.size
     if k == 1:  # a chain's step: argmax already breaks ties to the lower id
         return np.array([np.argmax(probs)])
@@ -31,8 +28,7 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
 
 
 def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
-    """Nucleus: keep the smallest set of most probable tokens (ties by id) whose mass reaches top_p;
-    renormalise."""
+    """Nucleus: keep the smallest set of most probable tokens (ties by id) whose mass reaches top_p; renormalise."""
     if top_p >= 1.0:
         return probs
     V = probs.shape[-1]
@@ -52,9 +48,9 @@ def keep_top_p(probs, top_p: float):  # [..., V] -> [..., V]
 
 
 def tempered_softmax_(z, temperature: float):  # [..., k] -> [..., k], in place
-    """softmax(z / T) in float64 of logits z shifted to a maximum of 0 (which 1/T keeps at 0, so
-    softmax_'s own shift changes nothing). A tiny temperature (down to the subnormal 5e-324) sends
-    every logit below the maximum to -inf, whose exp is 0: the exact limit, greedy over the maxima."""
+    """softmax(z / T) in float64 of logits z shifted to a maximum of 0 (which 1/T keeps at 0, so softmax_'s own shift
+    changes nothing). A tiny temperature (down to the subnormal 5e-324) sends every logit below the maximum to -inf,
+    whose exp is 0: the exact limit, greedy over the maxima."""
     if temperature != 1:
         with np.errstate(over="ignore"):
             z /= temperature
@@ -79,8 +75,8 @@ def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [.
         return out
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
-        # Top-k of the logits is top-k of the probabilities (exp and 1/T are monotone): only the k
-        # kept logits are exponentiated, the rest are zeros.
+        # Top-k of the logits is top-k of the probabilities (exp and 1/T are monotone): only the k kept logits are
+        # exponentiated, the rest are zeros.
         z = np.zeros(logits.shape, dtype=np.float64)  # [..., V]
         for row, m, out in zip(logits.reshape(-1, V), row_max.reshape(-1), z.reshape(-1, V)):
             ids = np.sort(top_ids(row, top_k))  # [k] ascending
@@ -94,16 +90,16 @@ def process(logits, temperature=1.0, top_k=None, top_p=None, whose="the"):  # [.
     return z
 
 
-# A coin's probability within this of 1 (of 0) counts as 1 (as 0) and draws no uniform number: such
-# a value is 1 or 0 in exact arithmetic, and rounding (the BLAS, a sum's order) puts it on either
-# side; had it decided whether a number is drawn, a seed's later draws would differ from one machine
-# to another. The distribution moves by at most this much per coin (docs/performance.md).
+# A coin's probability within this of 1 (of 0) counts as 1 (as 0) and draws no uniform number: such a value is 1 or 0
+# in exact arithmetic, and rounding (the BLAS, a sum's order) puts it on either side; had it decided whether a number
+# is drawn, a seed's later draws would differ from one machine to another. The distribution moves by at most this
+# much per coin (docs/performance.md).
 SURE = 1e-12
 
 
 def certain(p: float) -> bool | None:
-    """A coin's outcome where it is certain, and so draws no uniform number: True for p within SURE of 1 (or
-    above), False within SURE of 0 (or below); None where the coin must be tossed. NaN is an error."""
+    """A coin's outcome where it is certain, and so draws no uniform number: True for p within SURE of 1 (or above),
+    False within SURE of 0 (or below); None where the coin must be tossed. NaN is an error."""
     if p != p:
         raise ValueError("coin: probability is NaN")
     return True if p >= 1.0 - SURE else False if p <= SURE else None
@@ -116,19 +112,25 @@ class Rand:
         self.rng = np.random.default_rng(seed_or_generator)  # a Generator is used as it is
 
     def coin(self, p: float) -> bool:
-        """True with probability p (p <= 0: never, p >= 1: always, no random number consumed; within
-        SURE of 0 or 1 counts as 0 or 1)."""
+        """True with probability p; a `certain` coin consumes no random number."""
         sure = certain(p)
         return self.rng.random() < p if sure is None else sure
 
     def draw(self, probs) -> int:
         """A token id drawn with probability probs[i] / sum(probs) (zero-probability ids never come out)."""
-        probs = np.asarray(probs, dtype=np.float64)  # [V]
-        ids = np.flatnonzero(probs > 0)  # [n]: only these can come out (few after top-k)
-        cum = np.cumsum(probs[ids])  # [n]: the partial sums of probs at these ids (zeros add nothing)
-        total = cum[-1] if cum.size else 0.0
-        if not total > 0 or not (probs >= 0).all():  # a negative or NaN entry
-            raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
-        u = self.rng.random() * total  # in [0, total)
+        ids, cum = support(probs)
+        u = self.rng.random() * cum[-1]  # in [0, total)
         # The first id whose cumulative mass exceeds u; if u rounded up to total, the last one.
         return int(ids[min(int(np.searchsorted(cum, u, side="right")), ids.size - 1)])
+
+
+def support(probs):  # [V] -> ([n], [n])
+    """The ids a draw from `probs` can give (few after top-k) and the running sums of their probabilities, the last
+    the total; a ValueError unless probs >= 0 with a positive sum."""
+    probs = np.asarray(probs, dtype=np.float64)  # [V]
+    ids = np.flatnonzero(probs > 0)  # [n]
+    cum = np.cumsum(probs[ids])  # [n]: zeros add nothing
+    total = cum[-1] if cum.size else 0.0
+    if not total > 0 or not (probs >= 0).all():  # a negative or NaN entry
+        raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
+    return ids, cum

@@ -1,8 +1,8 @@
 """A token tree as flat arrays (the Medusa/Sequoia layout), and what follows from it.
 
-Node 0 is the root: the last emitted token, not drafted. Every other node is a drafted token whose
-parent has a smaller index, so one left-to-right pass computes anything that flows from the root
-down (depths, positions, the attention mask, cumulative probabilities), derived when needed.
+Node 0 is the root: the last emitted token, not drafted. Every other node is a drafted token whose parent has a
+smaller index, so one left-to-right pass computes anything that flows from the root down (depths, positions, the
+attention mask, cumulative probabilities), derived when needed.
 """
 
 from __future__ import annotations
@@ -12,20 +12,18 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("deterministic", "with_replacement", "without_replacement")
-# Who proposed a node, or produced an emitted token (the paper's Fig. 3): the target, the draft
-# model, the trigram's own continuation, or a copy of what followed a repeat in the context.
+# Who proposed a node, or produced an emitted token (the paper's Fig. 3): the target, the draft model, the trigram's
+# own continuation, or a copy of what followed a repeat in the context.
 SOURCES = ("target", "draft", "ngram", "copy")
 TARGET, DRAFT, NGRAM, COPY = range(4)
 
 
 @dataclass
 class Tree:
-    """tokens/parents/q: [n]; kind: how children were chosen; draft_dists: [n, V] or None; source: [n].
-    q[i]: the draft probability of tokens[i] among its siblings (root 1.0). For the sampled kinds,
-    draft_dists[i] is exactly the distribution node i's children were drawn from (zeros for a leaf):
-    the rejection rules divide by it. source[i]: who proposed node i, an index into SOURCES
-    (default: the draft; the root, emitted earlier, TARGET).
-    """
+    """tokens/parents/q: [n]; kind: how children were chosen; draft_dists: [n, V] or None; source: [n]. q[i]: the
+    draft probability of tokens[i] among its siblings (root 1.0). For the sampled kinds, draft_dists[i] is exactly the
+    distribution node i's children were drawn from (zeros for a leaf): the rejection rules divide by it. source[i]:
+    who proposed node i, an index into SOURCES (default: the draft; the root, emitted earlier, TARGET)."""
 
     tokens: np.ndarray
     parents: np.ndarray
@@ -55,10 +53,8 @@ class Tree:
         elif self.kind != "deterministic":
             raise ValueError(f"Tree: draft_dists is required for a {self.kind} tree "
                              "(the rejection rules need the distribution children were drawn from)")
-        if self.source is None:
-            self.source = np.full(n, DRAFT, dtype=np.int8)
-            self.source[0] = TARGET
-        self.source = np.asarray(self.source, dtype=np.int8).reshape(-1)
+        self.source = np.asarray([TARGET] + [DRAFT] * (n - 1) if self.source is None else self.source,
+                                 dtype=np.int8).reshape(-1)
         if self.source.size != n:
             raise ValueError(f"Tree: source must have length {n}, got {self.source.size}")
 
@@ -76,8 +72,8 @@ def depths(tree):  # Tree or parents [n] -> [n]
 
 
 def positions(tree: Tree, prefix_len: int):  # -> [n]
-    """Position ids: prefix_len + depth, NOT prefix_len + node index. The root (the last emitted token,
-    not yet in the cache) sits at prefix_len; siblings share a position: alternatives for one slot."""
+    """Position ids: prefix_len + depth, NOT prefix_len + node index. The root (the last emitted token, not yet in the
+    cache) sits at prefix_len; siblings share a position: alternatives for one slot."""
     return prefix_len + depths(tree)
 
 
@@ -85,23 +81,20 @@ def attention_mask(tree):  # Tree or parents [n] -> [n, n] bool
     """mask[i, j] = node i may attend to node j: j is i or an ancestor (a row is its parent's plus itself)."""
     parents = getattr(tree, "parents", tree)
     n = len(parents)
-    mask = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        if i:
-            mask[i] = mask[parents[i]]
-        mask[i, i] = True
+    mask = np.eye(n, dtype=bool)
+    for i in range(1, n):
+        mask[i] |= mask[parents[i]]
     return mask
 
 
 def block(seq, cache_len: int, tokens, parents, first: int = 0):
     """The inputs of one forward pass that feeds tree nodes first..n-1 after a KV cache.
 
-    tokens, parents: [n] a tree in feed order, node 0 the root (seq[-1]). Node i sits at cache slot
-    root + i and position root + depth(i), root = len(seq) - 1. The cache holds seq's first
-    `cache_len` tokens and, on a step's later passes, nodes 0..first-1 (cache_len == root + first);
-    a first pass (first == 0) feeds first the committed tokens the cache lacks, seq[cache_len:root]
-    ("catch-up" rows, causal). A node sees the committed prefix, its ancestors and itself. The
-    target feeds a whole tree in one pass; the draft its growing tree, one frontier per pass.
+    tokens, parents: [n] a tree in feed order, node 0 the root (seq[-1]). Node i sits at cache slot root + i and
+    position root + depth(i), root = len(seq) - 1. The cache holds seq's first `cache_len` tokens and, on a step's
+    later passes, nodes 0..first-1 (cache_len == root + first); a first pass (first == 0) feeds first the committed
+    tokens the cache lacks, seq[cache_len:root] ("catch-up" rows, causal). A node sees the committed prefix, its
+    ancestors and itself. The target feeds a whole tree in one pass; the draft its growing tree, a frontier per pass.
     Returns (tokens [m], positions [m], mask [m, cache_len + m], n_catch_up), m = n_catch_up + n - first.
     """
     root, n = len(seq) - 1, len(parents)
@@ -123,8 +116,7 @@ def block(seq, cache_len: int, tokens, parents, first: int = 0):
 
 
 def path_key(tokens, parents, node: int) -> tuple:
-    """The tokens below the root down to `node`: a node's identity across one step's trees (the
-    draft's growing tree, stage 2's guesses, the verified tree)."""
+    """The tokens below the root down to `node`: its identity across one step's trees (draft's, stage 2's, verified)."""
     out = []
     while node > 0:
         out.append(int(tokens[node]))
@@ -149,31 +141,26 @@ def children(tree: Tree, node: int):  # -> [n_children]
 
 def cumulative_q(tree: Tree):  # -> [n]
     """Product of q along the path from the root: the draft's probability of reaching each node."""
-    cum = tree.q.copy()
-    cum[0] = 1.0
+    cum = np.ones(len(tree))
     for i in range(1, len(tree)):
         cum[i] = cum[tree.parents[i]] * tree.q[i]
     return cum
 
 
 def render(tree: Tree, decode_fn=None, accepted=None) -> str:
-    """Indented text: one line per node with its token, q and cumulative q; `*` marks the `accepted`
-    path (node indices, as a rule returns). decode_fn(token) -> str shows text instead of ids."""
+    """Indented text: one line per node with its token, q and cumulative q; `*` marks the `accepted` path (node
+    indices, as a rule returns). decode_fn(token) -> str shows text instead of ids."""
     on_path = set(int(i) for i in (accepted or ()))
     cum = cumulative_q(tree)
     show_source = bool(np.any(tree.source[1:] != DRAFT))
-
-    def label(i):
-        tok = int(tree.tokens[i])
-        return repr(decode_fn(tok)) if decode_fn is not None else str(tok)
-
+    label = (lambda i: str(tree.tokens[i])) if decode_fn is None else (lambda i: repr(decode_fn(int(tree.tokens[i]))))
     lines = [f"{'*' if 0 in on_path else ' '} [0] {label(0)}  (root)"]
 
     def visit(node, depth):
         for c in children(tree, node):
-            mark = "*" if c in on_path else " "
             src = f" ({SOURCES[tree.source[c]]})" if show_source else ""
-            lines.append(f"{mark} {'  ' * depth}[{c}] {label(c)}  q={tree.q[c]:.3f} cum={cum[c]:.3f}{src}")
+            lines.append(f"{'*' if c in on_path else ' '} {'  ' * depth}[{c}] {label(c)}  q={tree.q[c]:.3f} "
+                         f"cum={cum[c]:.3f}{src}")
             visit(c, depth + 1)
 
     visit(0, 1)
@@ -181,11 +168,9 @@ def render(tree: Tree, decode_fn=None, accepted=None) -> str:
 
 
 def draw_mask(tree: Tree) -> str:
-    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j. Node numbers
-    are read down the header (column 12 reads 1 over 2)."""
-    mask = attention_mask(tree)
-    d = depths(tree)
-    n = len(tree)
+    """The attention mask as a text grid: row i, column j is 'x' when node i sees node j. Node numbers are read down
+    the header (column 12 reads 1 over 2)."""
+    mask, d, n = attention_mask(tree), depths(tree), len(tree)
     w = len(str(n - 1))
     labels = [f"{j:>{w}}" for j in range(n)]  # column j's number, right-aligned, read top to bottom
     head = [" " * (w + 6) + " ".join(label[k] for label in labels) for k in range(w)]

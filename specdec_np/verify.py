@@ -1,12 +1,9 @@
 """Lossless verification of a token tree: which drafted path to keep, and the token after it.
 
-Every rule is `rule(tree, p, rand) -> Verdict`. p: [n, V], the target's processed distribution
-after each tree node; the verdict's path: node indices root..last accepted node; its token: the
-target's correction (at the first rejection) or bonus token (after a leaf). For every rule paired
-with the trees it assumes, the emitted tree.tokens[path[1:]] + [token] is distributed exactly as if
-the target had sampled it token by token (the tests enumerate every random branch to prove it: all
-randomness goes through rand.coin / rand.draw). The verdict also holds the tests the rule made
-(`Check`), which the loop hands to its recorder for the trace.
+Every rule is `rule(tree, p, rand) -> Verdict`. p: [n, V], the target's processed distribution after each tree node.
+For every rule paired with the trees it assumes (`LOSSLESS`), the emitted tree.tokens[path[1:]] + [token] is
+distributed exactly as if the target had sampled it token by token (the tests enumerate every random branch to prove
+it: all randomness goes through rand.coin / rand.draw).
 """
 
 from __future__ import annotations
@@ -20,12 +17,11 @@ from .tree import Tree, children, path_to
 
 @dataclass
 class Check:
-    """One test a verification rule made. test: "argmax" (accepted iff token == the target's argmax,
-    `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability; u None when no
-    draw was needed); "sequence" (block, traversal: iff u < `value`, the chance of keeping the path
-    to this node once all below it was rejected); "draw" (the node's next token, from what p still
-    owes: accepted False for a correction, True for the bonus). p, q: the token's probabilities, or None.
-    The rules leave u None: the recorder, which sees the random numbers, fills it in."""
+    """One test a verification rule made, for the trace. test: "argmax" (accepted iff token == the target's argmax,
+    `value`); "ratio" (iff the uniform draw `u` < `value`, the acceptance probability); "sequence" (block, traversal:
+    iff u < `value`, the chance of keeping the path to this node once all below it was rejected); "draw" (the node's
+    next token, from what p still owes: accepted False for a correction, True for the bonus). p, q: the token's
+    probabilities, or None. u stays None where no number was drawn; the recorder, which sees them, fills it in."""
 
     node: int
     token: int
@@ -39,8 +35,8 @@ class Check:
 
 @dataclass
 class Verdict:
-    """What a rule decided: the root-to-node `path` it accepted, the target's `token` after it, and the
-    `tests` it made on the way, in order (the last: the token's draw). Unpacks as (path, token)."""
+    """What a rule decided: the root-to-node `path` it accepted, the target's `token` after it (a correction at the
+    first rejection, or the bonus after a leaf) and the `tests` it made, in order. Unpacks as (path, token)."""
 
     path: list
     token: int
@@ -70,8 +66,7 @@ def emitted(tree: Tree, path, next_token: int) -> list[int]:
 
 
 def residual(p, q):  # [V], [V] -> [V]
-    """norm(max(p - q, 0)): what p still owes once a draft token drawn from q was rejected. It sums to
-    0 only if p == q, when a rejection comes only from rounding: p is kept rather than divided by 0."""
+    """norm(max(p - q, 0)): what p still owes once a draw from q was rejected; p where that is 0 (p == q: rounding)."""
     r = np.maximum(p - q, 0.0)
     total = r.sum()
     return r / total if total > 0 else p
@@ -93,8 +88,8 @@ def accept_ratio(p_x: float, q_x: float) -> float:
 
 
 def verify_greedy(tree: Tree, p, rand=None) -> Verdict:
-    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss.
-    Nothing is drawn: its tests follow from p and the path (the recorder derives them)."""
+    """Temperature 0: follow the child equal to argmax p (ties: lowest id); emit the argmax at the first miss. Nothing
+    is drawn: its tests follow from p and the path (the recorder derives them)."""
     path = [0]
     while True:
         best = int(np.argmax(p[path[-1]]))
@@ -105,52 +100,36 @@ def verify_greedy(tree: Tree, p, rand=None) -> Verdict:
 
 
 def verify_point_mass(tree: Tree, p, rand) -> Verdict:
-    """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child.
-    Sequentially: accept child c with probability p_res(c)/sum(p_res) (x ~ p is c given it is none of
-    the earlier children), on a miss zero p_res(c) and try the next; if none matches, x is drawn from
-    p without them: overall x ~ p, whatever the draft proposed."""
+    """Sample-and-match for deterministic children (distinct tokens): draw x ~ p, descend if x is a child. Sequentially:
+    accept child c with probability p_res(c)/sum(p_res) (x ~ p is c given it is none of the earlier children), on a
+    miss zero p_res(c) and try the next; if none matches, x is drawn from p without them: overall x ~ p."""
     path, tests = [0], []
     while True:
         node = path[-1]
         p_res = np.array(p[node], dtype=np.float64)  # [V]
-        accepted = None
         for c in children(tree, node):
             x = tree.tokens[c]
             mass = p_res.sum()
             if mass > 0 and coin(rand, p_res[x] / mass, tests, c, x, p_res[x] / mass, 1.0):
-                accepted = int(c)
+                path.append(int(c))
                 break
             p_res[x] = 0.0
-        if accepted is None:
-            # No mass left: the children covered p's support yet all missed (only by rounding).
+        else:  # every child missed; no mass left only if they covered p's support (missed by rounding)
             owed = p_res if p_res.sum() > 0 else p[node]
             return Verdict(path, draw(rand, owed, tests, node, children(tree, node).size == 0), tests)
-        path.append(accepted)
 
 
 def verify_chain(tree: Tree, p, rand) -> Verdict:
-    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x));
-    on rejection a draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q =
-    tree.draft_dists[node] must be the exact distribution x was drawn from."""
-    path, tests = [0], []
-    while True:
-        node = path[-1]
-        kids = children(tree, node)
-        if kids.size == 0:
-            return Verdict(path, draw(rand, p[node], tests, node, True), tests)  # bonus token
-        c = int(kids[0])
-        x = tree.tokens[c]
-        q = tree.draft_dists[node]  # [V]
-        if not coin(rand, accept_ratio(p[node][x], q[x]), tests, c, x, p[node][x], q[x]):
-            return Verdict(path, draw(rand, residual(p[node], q), tests, node, False), tests)  # correction token
-        path.append(c)
+    """Chain rejection sampling (Leviathan et al.; Chen et al.): x ~ q accepted w.p. min(1, p(x)/q(x)); on rejection a
+    draw from norm(max(p - q, 0)), after the whole chain a bonus draw from p. q = tree.draft_dists[node] must be the
+    exact distribution x was drawn from. It is verify_recursive on a chain (one child per node, so one test each)."""
+    return verify_recursive(tree, p, rand)
 
 
 def verify_recursive(tree: Tree, p, rand, replacement: bool = True) -> Verdict:
-    """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement).
-    Test children in order, each with min(1, p_res(x)/q_res(x)); on rejection p_res :=
-    norm(max(p_res - q_res, 0)) (what is still owed), and without replacement q_res := q_res without
-    x (the next sibling was drawn so; iid siblings keep q). If all are rejected, draw from p_res."""
+    """Recursive rejection sampling over sampled siblings (SpecInfer; RSD/Sequoia without replacement). Test children in
+    order, each with min(1, p_res(x)/q_res(x)); on rejection p_res := residual(p_res, q_res), and without
+    replacement q_res := q_res without x (the next sibling was drawn so). If all are rejected, draw from p_res."""
     path, tests = [0], []
     while True:
         node = path[-1]
@@ -181,17 +160,16 @@ def verify_recursive_wor(tree: Tree, p, rand) -> Verdict:
 
 
 def owed_after(a: float, p, q):  # [V], [V] -> (float, [V])
-    """(S, max(a p - q, 0)): what the target still owes after a node of weight a once the draft's
-    token there, drawn from q, is off the table; S is its mass."""
+    """(S, max(a p - q, 0)): what the target still owes after a node of weight a once the draft's token there, drawn
+    from q, is off the table; S is its mass."""
     r = np.maximum(a * p - q, 0.0)
     return float(r.sum()), r
 
 
 def stop_weight(a: float, S: float) -> float:
-    """S / (S + 1 - a): the chance of stopping at a node of weight a once every deeper candidate was
-    rejected (Sun et al.'s h_i). That rejection has probability S + 1 - a (sum(max(q - a p, 0)));
-    stopping in a fraction S of it pays exactly what is still owed and leaves 1 - a to the parent.
-    S + 1 - a = 0 (a = 1, p = q) is reached only by rounding: stopping is as good as any."""
+    """S / (S + 1 - a): the chance of stopping at a node of weight a once every deeper candidate was rejected (Sun et
+    al.'s h_i). That rejection has probability S + 1 - a (sum(max(q - a p, 0))); stopping in a fraction S of it pays
+    exactly what is still owed and leaves 1 - a to the parent. S + 1 - a = 0 (a = 1, p = q) only by rounding."""
     total = S + 1.0 - a
     return S / total if total > 0 else 1.0
 
@@ -199,16 +177,14 @@ def stop_weight(a: float, S: float) -> float:
 def verify_block(tree: Tree, p, rand) -> Verdict:
     """Block verification (Sun et al., ICLR 2025): a sampled chain's accepted prefix, decided jointly.
 
-    Forward, the prefixes' weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)), a_0 = 1: an early deficit
-    (p < q) can be made up by a later token with p > q, which token-wise rejection cannot do.
-    Backward, from the last token: keep x_1..x_i with probability h_i (a_i at the chain's end, else
-    stop_weight(a_i, S_i)) and emit a draw from p (after the whole chain) or norm(max(a_i p - q, 0)).
-    Lossless, by induction from the end: given x_1..x_i, the step keeps them and emits a_i times the
-    target's continuation, and with probability 1 - a_i keeps none of them (the next token x pays
-    min(q(x), a_i p(x)) of a_i p; when it fails, probability S_i + 1 - a_i, stopping pays the rest,
-    S_i). At the root a_0 = 1: the target's distribution. It keeps no fewer tokens in expectation
-    than verify_chain, and (Sun et al.'s theorem) no valid verifier of one chain drawn from q keeps
-    more. q = tree.draft_dists[node] must be the exact distribution each x_i was drawn from.
+    Forward, the prefixes' weights a_i = min(1, a_(i-1) p(x_i)/q(x_i)), a_0 = 1: an early deficit (p < q) can be made
+    up by a later token with p > q, which token-wise rejection cannot do. Backward, from the last token: keep x_1..x_i
+    with probability h_i (a_i at the chain's end, else stop_weight(a_i, S_i)) and emit a draw from p (after the whole
+    chain) or norm(max(a_i p - q, 0)). Lossless, by induction from the end: given x_1..x_i, the step keeps them and
+    emits a_i times the target's continuation, and with probability 1 - a_i keeps none of them (the next token x pays
+    min(q(x), a_i p(x)) of a_i p; when it fails, probability S_i + 1 - a_i, stopping pays the rest, S_i). At the root
+    a_0 = 1: the target's distribution. It keeps no fewer tokens in expectation than verify_chain, and (Sun et al.'s
+    theorem) no valid verifier of one chain drawn from q keeps more. q = tree.draft_dists[node], as in verify_chain.
     """
     chain = path_to(tree, len(tree) - 1)  # root..leaf; check_tree ensured a chain (nodes in order)
     a, tests = [1.0], []  # a: [len(chain)] the prefixes' weights
@@ -235,25 +211,20 @@ def verify_traversal(tree: Tree, p, rand) -> Verdict:
     """Traversal verification (Weng et al., 2025) of a sampled tree, siblings drawn as tree.kind says:
     its paths tested from the leaves towards the root, in post-order.
 
-    A node's weight is a = min(1, a_parent p_owed(x)/q_left(x)) when first reached (the root: 1).
-    It is tested only once all its children were rejected, kept with its current weight (the path
-    to it accepted, the next token drawn from what it still owes: p after a leaf). A rejected child
-    sets its parent's owed distribution to norm(max(a p_owed - q_left, 0)) and weight to
-    stop_weight(a, S), as block verification does (this is it on a chain); without replacement the
-    token also leaves q_left, as in verify_recursive (this is it on a tree of depth 1).
-    Lossless by block verification's induction, per node: a node of weight a owes a p_owed. Its next
-    child x, drawn from q_left, pays min(q_left(x), a p_owed(x)) of it through its subtree (the same
-    claim, a level down); when that subtree fails, probability S + 1 - a, what is left is
-    max(a p_owed - q_left, 0): the new weight and owed distribution, given the failure. So the next
-    sibling must be drawn from q_left (iid siblings keep q; without replacement the rejected token
-    goes, which the residual no longer owes: it was rejected only if q_left > a p_owed there). At
-    the root a = 1: the step emits the target's distribution.
+    A node's weight is a = min(1, a_parent p_owed(x)/q_left(x)) when first reached (the root: 1). It is tested only
+    once all its children were rejected, kept with its current weight (the next token drawn from what it still owes:
+    p after a leaf). A rejected child sets its parent's owed distribution to norm(max(a p_owed - q_left, 0)) and
+    weight to stop_weight(a, S), as block verification does (this is it on a chain); without replacement the token
+    also leaves q_left, as in verify_recursive (this is it on a tree of depth 1). Lossless by block verification's
+    induction, per node: its next child x, drawn from q_left, pays min(q_left(x), a p_owed(x)) of a p_owed through
+    its subtree; when that subtree fails, probability S + 1 - a, what is left is max(a p_owed - q_left, 0): the new
+    weight and owed distribution. So the next sibling must be drawn from q_left (without replacement the rejected
+    token goes, which the residual no longer owes: it was rejected only if q_left > a p_owed there).
     """
     replacement, tests = tree.kind == "with_replacement", []
 
     def visit(node: int, a: float, p_x=None, q_x=None):
-        """The Verdict if the path to `node` (weight a; p_x, q_x: its token's probabilities when
-        reached) or one below it is accepted, else None."""
+        """The Verdict if the path to `node` (weight a; p_x, q_x: its token's p, q) or below is kept, else None."""
         kids = children(tree, node)
         owed = p[node]  # [V] replaced, never changed in place
         q_left = tree.draft_dists[node]  # [V]; `without` copies before changing it
@@ -290,8 +261,8 @@ CHAIN_RULES = ("chain", "block")  # rules that verify a chain (one child per nod
 
 
 def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str:
-    """Greedy at temperature 0, else the kind's default; a chain drawn from q with replacement gets
-    the classic speculative-sampling rule 'chain' (the recursive rule reduces to it on a chain)."""
+    """Greedy at temperature 0, else the kind's default; a chain drawn from q with replacement gets the classic
+    speculative-sampling rule 'chain' (the recursive rule reduces to it on a chain)."""
     if temperature == 0:
         return "greedy"
     if chain and tree_kind == "with_replacement":
@@ -300,8 +271,8 @@ def default_rule(tree_kind: str, temperature: float, chain: bool = False) -> str
 
 
 def lossless_rules(tree_kind: str, temperature: float | None = None, chain: bool = True) -> tuple:
-    """The rules lossless on trees drawn as `tree_kind` (LOSSLESS): 'greedy' at temperature 0 only (None:
-    unknown here), 'chain' and 'block' on chains only."""
+    """The rules lossless on trees drawn as `tree_kind` (LOSSLESS): 'greedy' at temperature 0 only (None: unknown
+    here), 'chain' and 'block' on chains only."""
     return tuple(r for r in LOSSLESS[tree_kind][1]
                  if (r != "greedy" or not temperature) and (chain or r not in CHAIN_RULES))
 

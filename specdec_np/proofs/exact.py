@@ -1,20 +1,17 @@
 """Exact output distributions, by enumerating every random branch of the real code.
 
-`outcomes(fn)` runs `fn(rand)` with a scripted stand-in for `sampling.Rand` whose coin/draw follow a
-prescribed list of choices and multiply up their probabilities. A depth-first search over choice sequences
-(each run replays a prefix, takes the first option at every new choice point and queues the others) visits
-every branch of positive probability once, so the tests check the library's actual rules with no
-re-implementation and no sampling noise. fn must be deterministic given its choices.
-
-`step_error` is the exact check of one speculative step against the target, built on it: the tests
-prove every rule with it, and the exercise grader grades the learner's rules with it.
+`outcomes(fn)` runs `fn(rand)` with a scripted stand-in for `sampling.Rand` whose coin/draw follow a prescribed list
+of choices and multiply up their probabilities. A depth-first search over choice sequences (each run replays a
+prefix, takes the first option at every new choice point and queues the others) visits every branch of positive
+probability once, so the tests check the library's actual rules with no re-implementation and no sampling noise. fn
+must be deterministic given its choices. `step_error`, built on it, is the exact check of one speculative step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..sampling import certain
+from ..sampling import certain, support
 from ..tree import path_key
 
 
@@ -41,12 +38,8 @@ class ScriptedRand:
 
     def draw(self, probs) -> int:
         probs = np.asarray(probs, dtype=np.float64)  # [V]
-        ids = np.flatnonzero(probs > 0)  # [n]: only these can come out (a model's V is thousands, n a few)
-        kept = probs[ids].tolist()
-        total = sum(kept)  # plain Python, in id order: the sum over all of probs (zeros add nothing)
-        if not total > 0 or not (probs >= 0).all():  # a negative or NaN entry
-            raise ValueError(f"draw: probabilities must be >= 0 with a positive sum (sum={total})")
-        return self.choose([(i, pi / total) for i, pi in zip(ids.tolist(), kept)])
+        ids, cum = support(probs)  # as Rand.draw: the same ids (a model's V is thousands, these a few) and total
+        return self.choose([(i, pi / float(cum[-1])) for i, pi in zip(ids.tolist(), probs[ids].tolist())])
 
 
 def outcomes(fn, max_runs: int = 1_000_000) -> dict:
@@ -83,13 +76,15 @@ def marginal(dist: dict, key) -> dict:
 
 
 def sequence_distribution(next_dist, context: tuple, m: int) -> dict:
-    """The exact distribution {tokens: prob} of m tokens sampled autoregressively, next_dist(context
-    tuple) -> [V] giving the next token's probabilities (e.g. a target table)."""
+    """The exact distribution {tokens: prob} of m tokens sampled autoregressively from next_dist(context) -> [V]; a
+    sequence whose next distribution is all zeros stops there."""
     dist = {(): 1.0}
     for _ in range(m):
         new = {}
         for seq, pr in dist.items():
             probs = np.asarray(next_dist(tuple(context) + seq), dtype=np.float64)  # [V]
+            if not probs.sum() > 0:
+                new[seq] = pr
             for x in np.flatnonzero(probs > 0):
                 new[seq + (int(x),)] = pr * float(probs[x] / probs.sum())
         dist = new
@@ -115,9 +110,9 @@ def target_rows(tree, target):  # -> [n, V]
 
 
 def step_outcomes(build, rule, draft, target, root) -> dict:
-    """{(tree tokens, tree parents, path, token): probability} of one speculative step, over every tree
-    `build(root, dist_fn, rand)` draws from the draft and every random choice `rule(tree, p, rand)`
-    makes on it (the tree's key is taken before the rule runs)."""
+    """{(tree tokens, tree parents, path, token): probability} of one speculative step, over every tree `build(root,
+    dist_fn, rand)` draws from the draft and every random choice `rule(tree, p, rand)` makes on it (the tree's key
+    is taken before the rule runs)."""
     def run(rand):
         tree = build(root, callback(draft), rand)
         key = tuple(tree.tokens.tolist()), tuple(tree.parents.tolist())
@@ -127,8 +122,8 @@ def step_outcomes(build, rule, draft, target, root) -> dict:
 
 
 def emitted_distribution(steps: dict, target, root, m: int) -> dict:
-    """{first m tokens: probability} of step_outcomes' steps: the accepted nodes' tokens, then the
-    rule's token, continued by the target itself where a step emitted fewer than m."""
+    """{first m tokens: probability} of step_outcomes' steps: the accepted nodes' tokens, then the rule's token,
+    continued by the target itself where a step emitted fewer than m."""
     dist = {}
     for (tokens, _, path, token), pr in steps.items():
         head = (tuple(tokens[i] for i in path[1:]) + (token,))[:m]
@@ -138,8 +133,8 @@ def emitted_distribution(steps: dict, target, root, m: int) -> dict:
 
 
 def step_error(build, rule, draft, target, root, m: int) -> float:
-    """The total variation between the first m tokens of one speculative step (continued by the target)
-    and the target's own m tokens: 0 up to rounding for a lossless rule. It bounds the error of every
-    shorter prefix too (a marginal is never further from the target's than the whole)."""
+    """The total variation between the first m tokens of one speculative step (continued by the target) and the
+    target's own m tokens: 0 up to rounding for a lossless rule. It bounds the error of every shorter prefix too (a
+    marginal is never further from the target's than the whole)."""
     steps = step_outcomes(build, rule, draft, target, root)
     return total_variation(emitted_distribution(steps, target, root, m), sequence_distribution(target, (root,), m))

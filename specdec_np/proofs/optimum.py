@@ -1,19 +1,17 @@
 """The best acceptance any lossless verifier can reach, and what the library's rules reach.
 
-One position, k drafts from q (with replacement, without, or deterministically its top k); a verifier sees
-them and the target's p, must output y ~ p exactly whatever the drafts, and *accepts* when y is a draft.
-The best acceptance of any lossless verifier is an optimal-transport value (SpecTr, Sun et al. 2023), the
-max-flow source -> draft set S (capacity P(D = S)) -> token y in S -> sink (capacity p(y)); by max-flow =
-min-cut a minimum over subsets H of the vocabulary, the dual form of Hu et al. 2025 ("Towards Optimal
-Multi-draft Speculative Decoding"):
+One position, k drafts from q (with replacement, without, or deterministically its top k); a verifier sees them and
+the target's p, must output y ~ p exactly whatever the drafts, and *accepts* when y is a draft. The best acceptance
+of any lossless verifier is an optimal-transport value (SpecTr, Sun et al. 2023), the max-flow source -> draft set S
+(capacity P(D = S)) -> token y in S -> sink (capacity p(y)); by max-flow = min-cut a minimum over subsets H of the
+vocabulary, the dual form of Hu et al. 2025 ("Towards Optimal Multi-draft Speculative Decoding"):
 
     alpha* = min over H of  p(H) + P(D not inside H)  =  1 - max over H of [P(D inside H) - p(H)]
 
-If the drafts land inside H more often than p does, the verifier must reject at least that excess; for k = 1
-the max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Functions take the drafts'
-distribution {tuple of drafted tokens, in order: probability} and are exhaustive over 2^V subsets (the 3-5
-tokens of the tests and lesson 9). The library's rules are measured, not re-derived: `single_position` runs
-the real rule on a one-level tree under `exact.outcomes`; for chains, the expected accepted length.
+If the drafts land inside H more often than p does, the verifier must reject at least that excess; for k = 1 the
+max is TV(p, q), so alpha* = sum(min(p, q)), lesson 3's acceptance. Functions take the drafts' distribution {tuple of
+drafted tokens, in order: probability} and are exhaustive over 2^V subsets (the 3-5 tokens of the tests and lesson
+9). The library's rules are measured, not re-derived: run on the builder's trees under `exact.outcomes`.
 """
 
 from __future__ import annotations
@@ -34,29 +32,17 @@ ROOT = 0  # the root token of the one-level trees: irrelevant, only its children
 
 # ----------------------------------------------------------------------------- the drafts' distribution
 def draft_tuples(q, k: int, scheme: str) -> dict:
-    """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them: "with"
-    k iid draws from q, "without" each from q renormalised without the earlier ones (stopping once q is
-    exhausted), "deterministic" q's top k of positive probability."""
+    """{drafted tokens in the order drawn: probability}, as build.build_fixed(..., [k]) drafts them: "with" k iid draws
+    from q, "without" each from q without the earlier ones (until q is exhausted), "deterministic" q's top k."""
     q = np.asarray(q, dtype=np.float64)  # [V]
     if scheme == "deterministic":
         return {tuple(int(x) for x in build.top_tokens(q, k)): 1.0}
     if scheme not in ("with", "without"):
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    out = {(): 1.0}
-    for _ in range(k):
-        new = {}
-        for drafts, prob in out.items():
-            left = q.copy()
-            if scheme == "without":
-                left[list(drafts)] = 0.0
-            if not left.sum() > 0:  # every token q can propose is drafted already
-                new[drafts] = prob
-                continue
-            left /= left.sum()
-            for x in np.flatnonzero(left > 0):
-                new[drafts + (int(x),)] = new.get(drafts + (int(x),), 0.0) + prob * float(left[x])
-        out = new
-    return out
+
+    def left(drafts):  # [V]: what the next draft is drawn from (normalised there), given the earlier ones
+        return np.where(np.isin(np.arange(q.size), drafts), 0.0, q) if scheme == "without" else q
+    return exact.sequence_distribution(left, (), k)
 
 
 def mask_of(tokens) -> int:
@@ -65,18 +51,16 @@ def mask_of(tokens) -> int:
 
 
 def draft_sets(drafts: dict) -> dict:
-    """{bitmask of the set of drafted tokens: probability}: acceptance only asks *whether* y was
-    drafted, so order and repeats do not matter to the optimum."""
+    """{bitmask of the set of drafted tokens: probability}: acceptance only asks *whether* y was drafted."""
     return exact.marginal(drafts, mask_of)
 
 
 # ----------------------------------------------------------------------------- the optimum (dual)
 def cut_values(p, drafts: dict):  # -> [2^V]
-    """p(H) + P(D not inside H) for every subset H (indexed by its bitmask), each an upper bound on any
-    lossless verifier's acceptance (y in D and D inside H put y in H); the smallest is the optimum."""
-    p = np.asarray(p, dtype=np.float64)
+    """p(H) + P(D not inside H) for every subset H (indexed by its bitmask), each an upper bound on any lossless
+    verifier's acceptance (y in D and D inside H put y in H); the smallest is the optimum."""
+    p, sets = np.asarray(p, dtype=np.float64), draft_sets(drafts)
     V = p.size
-    sets = draft_sets(drafts)
     masks = np.array(list(sets), dtype=np.int64)  # [m]
     probs = np.array(list(sets.values()))  # [m]
     H = np.arange(2 ** V)
@@ -98,9 +82,9 @@ def bottleneck(p, drafts: dict) -> list[int]:
 
 # ----------------------------------------------------------------------------- the optimum (primal)
 def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] -> [n, n]
-    """Edmonds-Karp: push flow along shortest augmenting paths until none is left. capacity[i, j] >= 0
-    (np.inf allowed); flow[i, j] >= 0 is sent along i -> j, never both ways. Exact up to rounding: each
-    augmentation saturates an edge, and shortest paths bound their number by O(n * edges)."""
+    """Edmonds-Karp: push flow along shortest augmenting paths until none is left. capacity[i, j] >= 0 (np.inf
+    allowed); flow[i, j] >= 0 is sent along i -> j, never both ways. Exact up to rounding: each augmentation saturates
+    an edge, and shortest paths bound their number by O(n * edges)."""
     n = capacity.shape[0]
     flow = np.zeros((n, n))
     while True:
@@ -127,33 +111,26 @@ def max_flow(capacity, source: int, sink: int, tol: float = 1e-15):  # [n, n] ->
 
 
 def optimal_plan(p, drafts: dict):
-    """A best coupling, from the max-flow: (masks [m], plan [m, V]), plan[i, y] = P(D = masks[i] and the
-    verifier accepts y); > 0 only for y in masks[i], rows sum to <= P(D = masks[i]), columns to <= p(y),
-    and plan.sum() = alpha*."""
-    p = np.asarray(p, dtype=np.float64)
-    V = p.size
-    sets = draft_sets(drafts)
-    masks = list(sets)
+    """A best coupling, from the max-flow: (masks [m], plan [m, V]), plan[i, y] = P(D = masks[i] and the verifier
+    accepts y); > 0 only for y in masks[i], rows sum to <= P(D = masks[i]), columns to <= p(y), plan.sum() = alpha*."""
+    p, sets = np.asarray(p, dtype=np.float64), draft_sets(drafts)
+    V, masks = p.size, list(sets)
     m = len(masks)
     # Nodes: 0 source, 1..m draft sets, m+1..m+V tokens, m+V+1 sink.
     cap = np.zeros((m + V + 2, m + V + 2))
-    for i, mask in enumerate(masks):
-        cap[0, 1 + i] = sets[mask]
-        for y in range(V):
-            if mask >> y & 1:
-                cap[1 + i, 1 + m + y] = np.inf
+    cap[0, 1:1 + m] = list(sets.values())
+    cap[1:1 + m, 1 + m:1 + m + V] = np.where((np.array(masks)[:, None] >> np.arange(V)) & 1, np.inf, 0.0)  # y in S
     cap[1 + m:1 + m + V, -1] = p
     flow = max_flow(cap, 0, m + V + 1)
     return np.array(masks, dtype=np.int64), flow[1:1 + m, 1 + m:1 + m + V]
 
 
 def optimal_rule(p, drafts: dict):
-    """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`: given the drafted
-    set S, accept y in S with probability plan[S, y] / P(S) (descend to the first child with token y), else
-    emit a draw from what p is still owed, p - (accepted mass per token). Rejection has probability
-    1 - alpha* = sum(owed), so y comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A max flow leaves
-    no augmenting path, so owed tokens are never drafted ones (zeroing them below only removes rounding).
-    rule(tree, p_rows, rand) -> (path, next_token), which unpacks as verify.RULES' Verdicts do (it keeps no tests)."""
+    """A verification rule for one-level trees that reaches alpha*, built from `optimal_plan`: given the drafted set
+    S, accept y in S with probability plan[S, y] / P(S) (descend to the first child with token y), else emit a draw
+    from what p is still owed, p - (accepted mass per token). Rejection has probability 1 - alpha* = sum(owed), so y
+    comes out with plan[:, y].sum() + owed(y) = p(y): lossless. A max flow leaves no augmenting path, so owed tokens
+    are never drafted ones (zeroing them below only removes rounding). rule(tree, p_rows, rand) -> (path, token)."""
     p = np.asarray(p, dtype=np.float64)
     masks, plan = optimal_plan(p, drafts)
     sets = draft_sets(drafts)
@@ -178,19 +155,17 @@ def optimal_rule(p, drafts: dict):
 # ----------------------------------------------------------------------------- the library's rules, measured
 def one_level_tree(q, k: int, scheme: str, rand) -> Tree:
     """Root + k drafted children, built by the library's builder exactly as decoding builds them."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     q = np.asarray(q, dtype=np.float64)
     dist_fn = lambda tokens, parents, nodes: np.tile(q, (len(nodes), 1))  # noqa: E731
-    if scheme == "deterministic":
-        return build.build_fixed(ROOT, dist_fn, [k])
-    if scheme not in ("with", "without"):
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    return build.build_fixed(ROOT, dist_fn, [k], rand=rand, replacement=scheme == "with")
+    return build.build_fixed(ROOT, dist_fn, [k], rand=None if scheme == "deterministic" else rand,
+                             replacement=scheme == "with")
 
 
 def single_position(rule, p, q, k: int, scheme: str) -> dict:
-    """{(accepted, first emitted token): exact probability} of drafting k children and verifying, every
-    random branch enumerated (exact.outcomes). The children's target rows only feed the bonus token after
-    an accepted child, which plays no part here: a point mass, to keep the enumeration small."""
+    """{(accepted, first emitted token): exact probability} of drafting k children and verifying, every random branch
+    enumerated. The children's target rows only feed the bonus token, which plays no part here: a point mass."""
     p = np.asarray(p, dtype=np.float64)
 
     def step(rand):
@@ -215,8 +190,8 @@ def output_distribution(outcomes: dict) -> dict:
 
 # ----------------------------------------------------------------------------- chains
 def chain_accepted(rule, target, draft, root: int, length: int) -> dict:
-    """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts,
-    drawn by build.build_chain as decoding draws them; target, draft: context tuple (from `root`) -> [V]."""
+    """{drafted tokens accepted: exact probability} for one step on a chain of `length` sampled drafts, drawn by
+    build.build_chain as decoding draws them; target, draft: context tuple (from `root`) -> [V]."""
     def step(rand):
         tree = build.build_chain(root, exact.callback(draft), length, rand=rand)
         path, _ = rule(tree, exact.target_rows(tree, target), rand)
@@ -231,11 +206,10 @@ def expected(dist: dict) -> float:
 
 
 def chain_coupling_bound(target, draft, root: int, length: int) -> float:
-    """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)): an upper bound on any
-    lossless verifier's expected accepted length on a sampled chain. Accepting >= j drafts means the
-    output's first j tokens (~ p) equal the drafts' (~ q), at most 1 - TV of the two j-token distributions
-    under any coupling. Each j is bounded on its own, so the sum need not be reachable: block verification
-    (Sun et al. 2025), optimal among verifiers, can stay below it."""
+    """sum over j = 1..length of sum over x_1..x_j of min(p(x_1..x_j), q(x_1..x_j)): an upper bound on any lossless
+    verifier's expected accepted length on a sampled chain. Accepting >= j drafts means the output's first j tokens
+    (~ p) equal the drafts' (~ q), at most 1 - TV of the two j-token distributions under any coupling. Each j is
+    bounded on its own, so the sum need not be reachable (block verification, optimal, can stay below it)."""
     total = 0.0
     for j in range(1, length + 1):
         p_seq = exact.sequence_distribution(target, (root,), j)
