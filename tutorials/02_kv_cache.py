@@ -168,7 +168,7 @@ if check(L == len(seq) == fresh.length and np.allclose(cache.k[:, :, :L], fresh.
 # step would give single passes, each one a sample of the noise.)
 
 # %%
-from lesson import median_ms  # noqa: E402
+from lesson import median_ms, timing_rounds  # noqa: E402
 
 
 def cached_step(n):  # one token after a cache of n - 1 tokens
@@ -186,7 +186,7 @@ fns = {("cache", first): cached_step(first), ("cache", last): cached_step(last),
        ("full", first): full_step(first), ("full", last): full_step(last)}
 start = start_timing()
 times = {key: [] for key in fns}
-for _ in range(9):
+for _ in range(1 + timing_rounds(8)):  # a warm-up round, then 8
     for key, fn in fns.items():
         times[key].append(median_ms(fn, repeats=1, warmup=0))
 ms = {key: float(np.median(t[1:])) for key, t in times.items()}  # round 1 was the warm-up

@@ -181,7 +181,7 @@ print(by_stage(copy_run.tokens, copy_run.stats.source))
 # %%
 import time  # noqa: E402
 
-from lesson import fastest_layout, one_blas_thread_if_busy, say_if_busy, start_timing, was_busy  # noqa: E402
+from lesson import fastest_layout, one_blas_thread_if_busy, say_if_busy, start_timing, timing_rounds, was_busy  # noqa: E402
 
 one_blas_thread_if_busy()
 target32, draft32 = fastest_layout(target), fastest_layout(draft)
@@ -193,7 +193,7 @@ runs = {"plain": ("ar", Plan()), "tree": ("tree", Plan(**shape)),
 seconds = {name: [] for name in runs}
 stats = {}
 start = start_timing()
-for _ in range(3):
+for _ in range(timing_rounds(3)):
     for name, (method, plan) in runs.items():
         t0 = time.perf_counter()
         models = {"ar": {}, "tree": dict(draft=draft32)}.get(method, dict(draft=draft32, ngram=trigram))

@@ -39,7 +39,7 @@ try:
     from lesson import fastest_layout, one_blas_thread_if_busy, out_dir, pass_ms, print_timed, say_if_busy  # tutorials/
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/08_roofline.py")
-from lesson import bends, start_timing, try_this, verdict, was_busy
+from lesson import bends, start_timing, timing_rounds, try_this, verdict, was_busy
 
 one_blas_thread_if_busy()
 target, draft, ngram, enc = load_embedded()
@@ -134,7 +134,7 @@ n_new = 40
 def timed(method, plan=None, repeats=3):
     """(the run, its median ms per token over `repeats` identical runs); each run's ms per token in `per_run`."""
     times = []
-    for _ in range(repeats):
+    for _ in range(timing_rounds(repeats)):
         t0 = time.perf_counter()
         models = {} if method in ("ar", "lookup") else dict(draft=draft)  # the draft for the methods that run it
         r = generate(target, prompt, n_new, method=method, plan=plan, **models)
@@ -312,7 +312,7 @@ def draft_pass():
 before = {"back to back": lambda: None, "after 2 ms of Python": busy_python, "after a draft pass": draft_pass}
 start = start_timing()
 times = {name: [] for name in before}
-for _ in range(41):  # the first round warms up
+for _ in range(1 + timing_rounds(40)):  # the first round warms up
     for name, pause in before.items():
         pause()
         t = time.perf_counter()
@@ -466,7 +466,7 @@ def full_depth_ms(name, ks):
     timed = pass_ms(two, ks, prefix_len=64, repeats=5, runs=rounds)
     whole = 4 * sum(int(np.prod(dims)) for dims in param_places(shape).values())  # float32 bytes
     scale = whole / two.weight_bytes
-    each = [{k: rounds[k][i] * scale for k in ks} for i in range(5)]  # round i's curve
+    each = [{k: rounds[k][i] * scale for k in ks} for i in range(timing_rounds(5))]  # round i's curve
     return {k: ms * scale for k, ms in timed.items()}, whole, two.weight_bytes, each
 
 
@@ -536,7 +536,7 @@ def gain_in_round(i, a):
     return found["staged"][0] / max(found["chain"][0], found["tree"][0])
 
 
-rounds = {a: [gain_in_round(i, a) for i in range(5)] for a in ALPHAS}
+rounds = {a: [gain_in_round(i, a) for i in range(timing_rounds(5))] for a in ALPHAS}
 for a in ALPHAS:  # the table above prices the medians; each round's curves alone give this range
     print_timed(f"  a = {a}: stage 2's gain over the 5 timing rounds " + verdict(rounds[a], 1, "wins", "loses", "x"))
 won = [a for a in ALPHAS if min(rounds[a]) > 1]  # in every round
@@ -576,7 +576,7 @@ print_timed(f"a draft pass here is {here_d(1) / here_t(1):.0%} of a target pass 
 _, w, d, g = found["staged"]
 saved, added, part = ledger(here_t, here_d, w, d, g, b_here)
 here_rounds = []  # stage 2's gain priced on each timing round's curves alone
-for i in range(7):
+for i in range(timing_rounds(7)):
     t_i, d_i = ({k: curve_runs[name][k][i] for k in KS} for name in ("target", "draft"))
     f_i, _ = compare(padded(t_i), padded(d_i), a_here, b_here)
     here_rounds.append(f_i["staged"][0] / max(f_i["chain"][0], f_i["tree"][0]))

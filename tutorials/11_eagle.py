@@ -34,6 +34,7 @@ from specdec_np.tokenizer import decode, encode
 from specdec_np.tree import path_key, render
 try:
     from lesson import one_blas_thread_if_busy, pass_ms, print_rounding, print_timed, say_if_busy, start_timing, verdict
+    from lesson import timing_rounds
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/11_eagle.py")
 
@@ -145,7 +146,7 @@ assert head.config.n_embd == target.config.n_embd > draft.config.n_embd  # the w
 one_blas_thread_if_busy()
 start = start_timing()
 ratio = {1: [], 8: []}  # the head's ms over the draft's, round by round
-for _ in range(5):
+for _ in range(timing_rounds(5)):
     ms = {name: pass_ms(model, list(ratio), prefix_len=len(prompt), repeats=5) for name, model in
           (("head", head), ("draft", draft))}
     for k in ratio:

@@ -12,6 +12,9 @@ It puts the lesson's folder on sys.path itself, so it also runs a lesson under `
 leaves the script's folder off sys.path: a lesson run directly then cannot import this file). The lessons check
 themselves with `assert`, which `python -O` removes: under -O (or PYTHONOPTIMIZE) it refuses, in one line, and a
 lesson run directly stops where it imports this file.
+
+The tests run the lessons with LESSON_QUICK_TIMING=1 (`timing_rounds`): every timed figure is measured once
+instead of a median of several rounds; the code run and every line printed but the timed ones are the same.
 """
 
 from __future__ import annotations
@@ -104,6 +107,15 @@ def notebook_lines(nb: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------ timing
+QUICK = os.environ.get("LESSON_QUICK_TIMING") == "1"  # set by the tests: the same run, each figure timed once
+
+
+def timing_rounds(n: int) -> int:
+    """n rounds of timing; 1 when the tests run the lesson (LESSON_QUICK_TIMING=1): they read its lines, not its
+    times, and a timed figure comes out of the same code after one round as after n."""
+    return 1 if QUICK else n
+
+
 def one_blas_thread_if_busy() -> str:
     """On a busy machine, one BLAS thread from now on (its threads stall while another process holds a core);
     why, or "" when the machine is quiet."""
@@ -138,7 +150,7 @@ def say_if_busy(start, contradicted: str = "", why: str = "") -> None:
 def pass_ms(model, ks, prefix_len: int, repeats: int = 7, runs: dict | None = None) -> dict:
     """{k: median ms of one forward pass of k new tokens after a cached prefix of `prefix_len` tokens}, the
     sizes timed in turns so that a burst of noise lands on all of them a little; each size's `repeats` timings
-    (ms) put in `runs` when given (for `verdict`)."""
+    (ms) put in `runs` when given (for `verdict`). `repeats` goes through `timing_rounds`."""
     import numpy as np
 
     from specdec_np.tools.costcurve import block_cost_ms
@@ -149,17 +161,17 @@ def pass_ms(model, ks, prefix_len: int, repeats: int = 7, runs: dict | None = No
         kept.append([1000 * t for t in seconds])
         return np.median(seconds)
 
-    ms = block_cost_ms(model, ks, prefix_len=prefix_len, repeats=repeats, summary=median)
+    ms = block_cost_ms(model, ks, prefix_len=prefix_len, repeats=timing_rounds(repeats), summary=median)
     if runs is not None:
         runs.update(zip(ms, kept))
     return ms
 
 
 def median_ms(fn, repeats: int = 7, warmup: int = 2) -> float:
-    """Median ms of `fn()` over `repeats` calls after `warmup` calls."""
+    """Median ms of `fn()` over `repeats` calls (through `timing_rounds`) after `warmup` calls."""
     from specdec_np.tools.costcurve import median_ms as median
 
-    return median(fn, repeats=repeats, warmup=warmup)
+    return median(fn, repeats=timing_rounds(repeats), warmup=warmup)
 
 
 def with_slabs(model, rows: int):
@@ -173,7 +185,7 @@ def fastest_layout(model):
     """`model` laid out as this machine's BLAS multiplies it fastest (both layouts timed; lesson 10)."""
     from specdec_np.tools.costcurve import choose_slab_rows
 
-    return with_slabs(model, choose_slab_rows(model))
+    return with_slabs(model, choose_slab_rows(model, repeats=1) if QUICK else choose_slab_rows(model))
 
 
 def demo_prompt() -> str:
@@ -202,7 +214,7 @@ def memory_gbps() -> tuple[float, float]:
     """(GB/s) one large matrix-vector product streams its matrix: out of memory, and out of the last-level cache."""
     from specdec_np.tools.costcurve import streaming_gbps
 
-    return streaming_gbps()
+    return streaming_gbps(repeats=1) if QUICK else streaming_gbps()
 
 
 # ------------------------------------------------------------------ verdicts on timed figures

@@ -47,3 +47,17 @@ def test_a_check_stops_the_lesson_unless_a_try_this_edit_is_in_effect(capsys):
     assert lesson.EDITS == []
     with pytest.raises(AssertionError):
         lesson.check(False, "stops again")
+
+
+def test_the_tests_quick_runs_time_each_figure_once():
+    """The tests run the lessons with LESSON_QUICK_TIMING=1: each timing loop of one round (`timing_rounds`);
+    without it a lesson times as many rounds as it says."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "LESSON_QUICK_TIMING"}
+    code = "import lesson; print(lesson.timing_rounds(9))"
+    tutorials = str(Path(lesson.__file__).parent)
+    runs = [subprocess.run([sys.executable, "-c", code], env=env | extra, cwd=tutorials, capture_output=True,
+                           text=True, timeout=60).stdout for extra in ({}, {"LESSON_QUICK_TIMING": "1"})]
+    assert runs == ["9\n", "1\n"], runs

@@ -111,6 +111,7 @@ def edited_run(lesson: str, replace) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tutorials"), env.get("PYTHONPATH")]))
     env.setdefault("NO_COLOR", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env["LESSON_QUICK_TIMING"] = "1"  # each timed figure measured once, as in run_lesson: the same lines
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / f"{lesson}.py"
         path.write_text(source, encoding="utf-8")

@@ -80,6 +80,9 @@ def run_lesson(path: Path) -> subprocess.CompletedProcess:
     # On a busy machine multi-threaded OpenBLAS stalls on small blocks (threads wait for each other),
     # which only costs time: the tutorials' checks do not depend on the thread count.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # Each timed figure measured once (lesson.timing_rounds): the lines compared below are not timed, and
+    # test_notebook_holds_the_lessons_run checks that this run prints the same ones as the notebook's full one.
+    env["LESSON_QUICK_TIMING"] = "1"
     with tempfile.TemporaryDirectory() as work:
         return subprocess.run([sys.executable, "-c", DRIVER, str(path), json.dumps(WRONG.get(path.stem, []))],
                               cwd=work, env=env, capture_output=True, text=True, timeout=300)
