@@ -75,14 +75,16 @@ def read_gbps(nbytes: int, repeats: int = 7) -> float:
 
 def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
     """One pass of `model` over `tokens` after its cache: `gpt2.forward`, or for an EAGLE head (`eagle.Head`) its
-    own pass, `eagle.head_pass` over (feature, token) pairs and the target's tied head on its guesses
-    (the values do not change the time: the features are zeros)."""
+    own pass, `eagle.head_pass` over (feature, token) pairs, its guessed features and the target's tied head on
+    them (the values do not change the time: the features are zeros)."""
     if not isinstance(model, eagle.Head):
         return forward(model, tokens, cache)
     k, start = len(tokens), cache.length
-    features = np.zeros((k, model.config.n_embd), dtype=model.dtype)  # [k, d]
+    features = np.zeros((k, model.n_feature), dtype=model.dtype)  # [k, D]
     mask = np.tri(k, start + k, start, dtype=bool)  # [k, start + k]: each pair sees the cache and those before it
-    return eagle.head_logits(model, eagle.head_pass(model, features, tokens, start + np.arange(k), cache, mask))
+    h = eagle.head_pass(model, features, tokens, start + np.arange(k), cache, mask)  # [k, d]
+    eagle.head_features(model, h)  # what the drafter feeds a node's children
+    return eagle.head_logits(model, h)
 
 
 def primed(model: GPT2, prefix_len: int, max_block: int):
