@@ -19,6 +19,7 @@ same data order (batches are a function of the step number).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import lzma
@@ -237,9 +238,13 @@ def get_model(name: str):
     from specdec_np import checkpoint
 
     which = name.split(":", 1)[1]
-    cfg = next(c for c in RUNS.values() if c.name == which)
+    shipped = checkpoint.load(HERE.parent / "specdec_np" / "weights" / f"tiny-{which}")
+    # The run's settings with the shipped model's shape (the GPU recipe may have trained another shape).
+    c = shipped.config
+    cfg = dataclasses.replace(next(r for r in RUNS.values() if r.name == which), n_layer=c.n_layer,
+                              n_head=c.n_head, n_embd=c.n_embd, n_ctx=c.n_ctx)
     model = make_model(cfg)
-    from_numpy_params(model, checkpoint.load(HERE.parent / "specdec_np" / "weights" / f"tiny-{which}").params)
+    from_numpy_params(model, shipped.params)
     model.eval()
     return model, cfg
 
