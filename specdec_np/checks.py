@@ -98,8 +98,8 @@ def check_inputs(methods, target, prompt, max_new_tokens, method, draft, ngram, 
                              "draft model, models.load_model)")
         if draft.config.n_vocab != V:
             raise ValueError(f"target and draft must share the tokenizer: vocab sizes {V} != {draft.config.n_vocab}")
-        if isinstance(draft, Head) and draft.config.n_embd != target.config.n_embd:
-            raise ValueError(f"draft: an EAGLE head reads features of width {draft.config.n_embd}, the target's are "
+        if isinstance(draft, Head) and draft.n_feature != target.config.n_embd:
+            raise ValueError(f"draft: an EAGLE head reads features of width {draft.n_feature}, the target's are "
                              f"{target.config.n_embd} wide (load the head with models.load_head(path, target))")
     m.check_rule(plan, temperature)
     if m.needs_ngram:

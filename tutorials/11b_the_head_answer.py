@@ -33,8 +33,9 @@ prompt = encode(enc, "def transpose(matrix):\n    rows = len(matrix)\n    cols =
 # ## The answer
 #
 # The step has one home, `tutorials/exercises/solutions/eagle_head.py`: this lesson loads it and
-# prints it. `fused_pass` is the head's pass (the fusion over [embedding, feature], then its one
-# block over its own cache), `head_q` the target's tied head on the guesses. `head_step` feeds the
+# prints it. `fused_pass` is the head's pass (the fusion over [embedding, feature] into its own
+# width, its one block over its own cache, then out back to the target's width: its guesses), `head_q`
+# the target's tied head on the guesses. `head_step` feeds the
 # pairs the cache lacks, token t_j with f_(j-1) at position j, the root's last; then each node of the
 # chain on its parent's guess. `head_keep` cuts the cache back to the pairs made of the target's
 # features: the accepted nodes were fed on guesses, so the next step feeds them again.
@@ -59,7 +60,8 @@ n = len(text)
 feats = hidden(target, text, new_cache(target))  # [n, d]: f_0..f_(n-1), after ln_f
 logits = lm_head(target, feats)  # [n, V]
 causal = np.tril(np.ones((n - 1, n - 1), dtype=bool))
-guess = eagle.head_pass(head, feats[:-1], np.array(text[1:]), np.arange(1, n), new_cache(head), causal)
+guess = eagle.head_features(head, eagle.head_pass(head, feats[:-1], np.array(text[1:]), np.arange(1, n),
+                                                   new_cache(head), causal))  # [n - 1, d]: its guesses
 
 by_hand_head = head  # the head the answer runs with
 mine = answer.fused_pass(by_hand_head, feats[:-1], np.array(text[1:]), np.arange(1, n), new_cache(head), causal)
@@ -67,7 +69,7 @@ print_rounding(f"the answer's fused_pass against eagle.head_pass: largest differ
 same = np.allclose(mine, guess, atol=1e-3)
 try_this("the answer runs a head without position embeddings", by_hand_head is not head)
 check(same, "the answer's fused_pass != eagle.head_pass")
-agree = [int(np.sum(np.argmax(eagle.head_logits(head, g), -1) == np.argmax(logits[1:], -1))) for g in (mine, guess)]
+agree = [int(np.sum(np.argmax(answer.head_q(head, g), -1) == np.argmax(logits[1:], -1))) for g in (mine, guess)]
 print_rounding(f"first guess == the target's argmax: the answer at {agree[0]} of {n - 1} positions, "
                f"eagle.head_pass at {agree[1]}")
 

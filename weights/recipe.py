@@ -19,7 +19,7 @@ the target's EAGLE head.
 
 Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
 reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
-specdec_np's layout, sharded), eagle.00.npz (the head's own fc and block), trigram.npz, report.json, log.txt.
+specdec_np's layout, sharded), eagle.00.npz (the head's own fc, block and out), trigram.npz, report.json, log.txt.
 `python weights/export_tiny.py --from DIR` turns them into specdec_np/weights/tiny-target/, tiny-draft/ and
 tiny-trigram.npz, then `python weights/train_eagle.py export --from DIR` the head into tiny-eagle/. Each shard set
 is read back here and its logits (the head's: its guessed features) checked against the torch model's with fp16
@@ -111,9 +111,10 @@ def sized(cfg: T.RunConfig, seconds: float, tok_per_s: float) -> T.RunConfig:
 
 def train_head(target, t_cfg: T.RunConfig, draft, data: dict, seconds: float, out: Path, log, smoke: bool,
                device) -> dict:
-    """The frozen target's EAGLE head, trained for `seconds` (smoke: 6 steps) with train_eagle.py's loss and learning
-    rate, written as eagle.NN.npz (fp16, its own fc and block) and read back by specdec_np: its record, with the
-    numpy head pass's difference from the torch head's and the held-out first guess beside the draft's."""
+    """The frozen target's EAGLE head (train_eagle.make_head: narrower than the target), trained for `seconds` (smoke:
+    6 steps) with train_eagle.py's loss (q and p on the draft vocabulary's rows, counted on the training split) and
+    learning rate, written as eagle.NN.npz (fp16, its own fc, block and out) and read back by specdec_np: its record,
+    with the numpy head's difference from the torch head's and the held-out first guess beside the draft's."""
     import torch
 
     from specdec_np.gpt2 import GPT2, GPT2Config
@@ -127,31 +128,35 @@ def train_head(target, t_cfg: T.RunConfig, draft, data: dict, seconds: float, ou
     head = E.make_head(t_cfg).to(device)
     opt = E.optimizer(head)
     head.train()
+    vocab = E.draft_vocab(E.CFG["vocab"], data["train"])  # as `train_eagle.py export --from` counts it
+    ids = torch.arange(T.N_VOCAB) if vocab is None else torch.from_numpy(np.flatnonzero(vocab))
+    ids = ids.to(device)
     t0, step = time.time(), 0
     while step < steps and time.time() - t0 < seconds:
         for g in opt.param_groups:
             g["lr"] = E.lr_at(step, time.time() - t0)
         xb = torch.from_numpy(T.batch_at(data["train"], cfg, step)).to(device)
-        loss, reg, ce = E.train_step(head, target, opt, xb, device)
+        loss, reg, ce = E.loss_of(head, target, xb, ids, device)
+        E.train_step(head, opt, loss)
         step += 1
         if step % 20 == 0 or step == steps:
             log(f"eagle step {step}: loss {loss.item():.4f}, reg {reg.item():.4f}, ce {ce.item():.4f}")
     head.eval()
     record = {"steps": step, "tokens": step * cfg.batch * cfg.seq_len, "seconds": round(time.time() - t0, 1),
               "config": {"seq_len": cfg.seq_len, "batch": cfg.batch} | {k: E.CFG[k] for k in ("lr", "noise",
-                                                                                               "p_weight")}}
+                                                                                               "p_weight", "width")}}
     config = GPT2Config(n_vocab=T.N_VOCAB, n_ctx=t_cfg.n_ctx, n_embd=t_cfg.n_embd, n_layer=t_cfg.n_layer,
                         n_head=t_cfg.n_head)
     np_target = GPT2(config, from_shards(out, "target"))  # the target as shipped: fp16 weights, read back
     own = E.numpy_head(head, np_target)
-    record["files"] = to_shards({"fc": own.fc, "blocks": [own.block]}, "eagle", out)
+    record["files"] = to_shards({"fc": own.fc, "blocks": [own.block], "out": own.out}, "eagle", out)
     held = data["heldout"]
-    record["max_feature_diff_vs_torch"] = E.export_error(head, target, E.head_from_shards(out, np_target),
-                                                         held[:min(65, t_cfg.n_ctx)])
+    err = E.export_error(head, target, E.head_from_shards(out, np_target, vocab), held[:min(65, t_cfg.n_ctx)])
+    record["max_feature_diff_vs_torch"], record["max_logit_diff_vs_torch"] = err["features"], err["logits"]
     win = min(256, t_cfg.n_ctx - 1)
     starts = np.linspace(0, held.size - win - 2, 8 if smoke else 24).astype(np.int64)
     record["first_guess_heldout"] = E.first_guess(head, target, draft, np.stack([held[s:s + win + 1] for s in starts]),
-                                                  device)
+                                                  device, vocab)
     log(f"eagle head: {step} steps in {record['seconds']:.0f} s; first guess {record['first_guess_heldout']}")
     return record
 

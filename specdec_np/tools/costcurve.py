@@ -56,9 +56,11 @@ def model_pass(model: GPT2, tokens, cache):  # [k] -> [k, V]
     if not isinstance(model, eagle.Head):
         return forward(model, tokens, cache)
     k, start = len(tokens), cache.length
-    features = np.zeros((k, model.config.n_embd), dtype=model.dtype)  # [k, d]
+    features = np.zeros((k, model.n_feature), dtype=model.dtype)  # [k, D]
     mask = np.tri(k, start + k, start, dtype=bool)  # [k, start + k]: each pair sees the cache and those before it
-    return eagle.head_logits(model, eagle.head_pass(model, features, tokens, start + np.arange(k), cache, mask))
+    h = eagle.head_pass(model, features, tokens, start + np.arange(k), cache, mask)  # [k, d]
+    eagle.head_features(model, h)  # what the drafter feeds a node's children
+    return eagle.head_logits(model, h)
 
 
 def primed(model: GPT2, prefix_len: int, max_block: int):

@@ -5,6 +5,7 @@ token that differs, a command that reruns the case). Each exercise is graded in 
 an exit, a hang or an exception in a solution is that exercise's "wrong" line, never the grader's end."""
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -159,34 +160,41 @@ MISTAKES = [
     # The residual must use the q the rejected child was drawn from, before its token is removed.
     # Exercise 5 names the mistake: the q it matches (replayed by the library's head with that mistake), or the cache
     # after head_keep (its length against the library's).
+    # ("<...>": what the shipped head's weights decide, its chains, differences, acceptances; any text there.)
     ("eagle_head.py", "each token fed with its own feature", "np.asarray(seq)[js], js, cache",
-     "np.asarray(seq)[js - 1], js, cache", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your "
-     "q after the root differs from the library's head's by 0.994",
+     "np.asarray(seq)[js - 1], js, cache", f"{HEAD_CASE} step 1 (the root at position 11, the chain <...>): your "
+     "q after the root differs from the library's head's by <...>",
      ["the feature one position off: your q is the head's when the pair at position j holds t_(j-1)'s embedding"]),
     ("eagle_head.py", "the feature two positions back", "feats[js - 1]", "feats[js - 2]", f"{HEAD_CASE} step 1",
      ["the feature one position off: your q is the head's when token t_j is fed with f_(j-2)"]),
     ("eagle_head.py", "the feature before ln_f", 'layer_norm(top, **target.params["ln_f"], eps=target.config.'
-     'layer_norm_epsilon)', "top", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your q after "
+     'layer_norm_epsilon)', "top", f"{HEAD_CASE} step 1 (the root at position 11, the chain <...>): your q after "
      "the root differs", ["the unnormed feature: your q is the head's fed the target's top-layer states before its "
                           "final layer norm (ln_f)"]),
     ("eagle_head.py", "the head's cache not cut", "    cache.truncate(root)  #", "    pass  #",
      f"{HEAD_CASE} after step 1 your head's cache holds 13 pairs, the library's 11: the cache not cut after "
      "verification", []),
     ("eagle_head.py", "the accepted nodes' pairs kept", "    cache.truncate(root)  #",
-     "    cache.truncate(root + accepted)  #", f"{HEAD_CASE} after step 1 your head's cache holds 12 pairs, the "
-     "library's 11: you kept the 1 accepted node(s) of the chain, each fed on its parent's guessed feature where the "
-     "target's exists now", []),
+     # Named "you kept the k accepted node(s)" where the target accepted part of the chain, "the cache not cut" where
+     # it accepted all of it (the same cache then): which comes first depends on the shipped head.
+     "    cache.truncate(root + accepted)  #", "case <...>: after step <...> your head's cache holds <...> pairs, the "
+     "library's <...>: ", []),
     ("eagle_head.py", "every node fed the root's guess", "fused_pass(head, guess[None]",
-     "fused_pass(head, guesses[0][None]", f"{HEAD_CASE} step 1 (the root at position 11, the chain [257, 13]): your q "
+     "fused_pass(head, guesses[0][None]", f"{HEAD_CASE} step 1 (the root at position 11, the chain <...>): your q "
      "after node 2 differs", ["every node read the root's guessed feature: node i reads its parent's guess"]),
     ("eagle_head.py", "q over every token", "    if head.vocab is not None:", "    if False:", f"{HEAD_CASE} step 1",
-     ["your q gives up to 0.0472 of its mass to tokens outside head.vocab"]),
+     ["your q gives up to <...> of its mass to tokens outside head.vocab"]),
     ("recursive_rejection.py", "the residual computed with q after the rejected token is removed",
      "            r = np.maximum(p_res - q_res, 0)", "            q_res = q_res.copy()\n            q_res[x] = 0\n"
      "            r = np.maximum(p_res - q_res, 0)", "case 1 of 7 (V=2, widths 1): TV 0.129",
      ["with node 1 rejected: the library's verify_recursive_wor draws from {1: 1}; you draw from {0: 0.848, "
       "1: 0.152}"]),
 ]
+
+
+def pattern(text: str) -> str:
+    """`text` as a regular expression, each "<...>" in it standing for any text."""
+    return ".*?".join(re.escape(piece) for piece in text.split("<...>"))
 
 
 def write_mistake(folder: Path, filename: str, right: str, wrong: str) -> None:
@@ -200,9 +208,9 @@ def test_each_mistake_is_caught_early_and_diagnosed(grade, tmp_path, filename, m
     write_mistake(tmp_path, filename, right, wrong)
     n = FILES.index(filename) + 1
     status, line, lines = grade.grade(n, tmp_path)
-    assert status == "wrong" and line.startswith(f"wrong: {first}"), line
+    assert status == "wrong" and re.match(pattern(f"wrong: {first}"), line), line
     for fragment in diagnosis:
-        assert any(fragment in d for d in lines), (fragment, lines)
+        assert any(re.search(pattern(fragment), d) for d in lines), (fragment, lines)
     case = line.split("case ")[1].split(" of")[0]
     assert lines[-1].startswith("rerun: ") and lines[-1].endswith(f"grade.py {tmp_path} --case {n}:{case}"), lines
 

@@ -179,7 +179,7 @@ def test_lesson_11_holds_no_answer_to_exercise_5():
 def test_the_prose_quotes_the_embedded_pairs_shapes():
     """The shapes lesson 11's prose and docs/performance.md state of the embedded pair are the shipped models'
     own: prose is not computed, so a new pair would leave a stale figure there without this check."""
-    from specdec_np.models import load_model
+    from specdec_np.models import load_head, load_model
 
     target, draft = load_model("tiny-target"), load_model("tiny-draft")
     t, d = target.config, draft.config
@@ -188,8 +188,11 @@ def test_the_prose_quotes_the_embedded_pairs_shapes():
         return " ".join(path.read_text(encoding="utf-8").replace("\n#", " ").split())
 
     eleven = words(ROOT / "tutorials" / "11_eagle.py")
-    for quoted in (f"the target's {t.n_vocab} x {t.n_embd} embedding", f"as wide as the target ({t.n_embd})",
-                   f"wider than the whole draft model ({d.n_embd})", f"its own {d.n_vocab} x {d.n_embd} embedding"):
+    head = load_head("tiny-eagle", target)
+    h = head.config
+    for quoted in (f"the target's {t.n_vocab} x {t.n_embd} embedding", f"one block is {h.n_embd} wide, half the "
+                   f"target's {t.n_embd}", f"wider than the whole draft model ({d.n_embd})",
+                   f"(a {h.n_embd} x {head.ids.size} matrix", f"its own {d.n_vocab} x {d.n_embd} embedding"):
         assert quoted in eleven, f"11_eagle.py: {quoted!r}"
     performance = words(ROOT / "docs" / "performance.md")
     flops = 2 * (target.n_params - target.params["wpe"].size)  # a token: 2 per weight, position embeddings aside

@@ -49,7 +49,7 @@ import numpy as np
 from specdec_np import build
 from specdec_np.checkpoint import load as load_model
 from specdec_np.decode import generate
-from specdec_np.eagle import FeatureDrafter, head_logits, head_pass, load_head
+from specdec_np.eagle import FeatureDrafter, head_features, head_logits, head_pass, load_head
 from specdec_np.gpt2 import (GPT2Config, attention_bias, forward, layer_norm, new_cache, random_params,
                              transformer_block)
 from specdec_np.kvcache import KVCache
@@ -743,11 +743,11 @@ def replay(head, feats, seq, cache, chain, pairs="right", nodes="parent"):  # ->
     tok, feat, pos = {"right": (js, js - 1, js), "own": (js - 1, js - 1, js - 1), "own at j": (js - 1, js - 1, js),
                       "two before": (js, js - 2, js)}[pairs]
     mask = np.tri(len(js), cache.length + len(js), cache.length, dtype=bool)
-    guesses = [head_pass(head, feats[feat], np.asarray(seq)[tok], pos, cache, mask)[-1]]
+    h = [head_pass(head, feats[feat], np.asarray(seq)[tok], pos, cache, mask)[-1]]  # its block's outputs [d]
     for i, x in enumerate(chain, 1):
-        fed = guesses[0 if nodes == "root" else -1]
-        guesses.append(head_pass(head, fed[None], [x], [root + i], cache, np.ones((1, cache.length + 1), bool))[0])
-    return process(head_logits(head, np.stack(guesses)), 1.0)
+        fed = head_features(head, h[0 if nodes == "root" else -1][None])  # a guessed feature [1, D]
+        h.append(head_pass(head, fed, [x], [root + i], cache, np.ones((1, cache.length + 1), bool))[0])
+    return process(head_logits(head, np.stack(h)), 1.0)
 
 
 def head_case(prompt, k: int, steps: int):

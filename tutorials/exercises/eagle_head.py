@@ -2,9 +2,10 @@
 
 The head drafts from the target's own features. At the position of token t_j it reads f_(j-1), the
 target's feature of the token before, and t_j's embedding (the target's wte + wpe), fuses them with one
-linear layer over [embedding, feature], runs its one GPT-2 block with its own KV cache over the pairs,
-and its output guesses f_j: the target's tied head (wte.T) turns that guess into q for the token after
-t_j. Deeper in a chain there is no target feature yet: a node reads its parent's guess.
+linear layer over [embedding, feature] into its own, narrower width, runs its one GPT-2 block with its own
+KV cache over the pairs, and a linear layer "out" back to the target's width guesses f_j: the target's
+tied head (wte.T) turns that guess into q for the token after t_j. Deeper in a chain there is no target
+feature yet: a node reads its parent's guess.
 
 `make exercises` grades it on the embedded target and head (float64), over a few greedy steps of a
 chain: each step, your q for the root and each node must be the library's head's (`eagle.FeatureDrafter`,
@@ -20,11 +21,12 @@ from specdec_np.gpt2 import attention_bias, layer_norm, transformer_block  # noq
 def head_step(head, target, top, seq, cache, chain):
     """One drafting step of the head over a chain: q [len(chain) + 1, V] after the root and after each node.
 
-    head: an eagle.Head. head.wte [V, d], head.wpe [n_ctx, d]: the target's embeddings; head.fc {"w": [2d, d],
-      "b": [d]}: the fusion, applied to [embedding, feature]; head.block: its one block (gpt2.py's layout);
-      head.config: n_head, layer_norm_epsilon; head.vocab: [V], 1 for the tokens it may draft (None: all).
+    head: an eagle.Head. head.wte [V, D], head.wpe [n_ctx, D]: the target's embeddings; head.fc {"w": [2D, d],
+      "b": [d]}: the fusion, applied to [embedding, feature]; head.block: its one block of width d (gpt2.py's
+      layout); head.out {"w": [d, D], "b": [D]}: back to the feature's width, its guess; head.config: its own
+      n_embd (d), n_head, layer_norm_epsilon; head.vocab: [V], 1 for the tokens it may draft (None: all).
     target: the GPT-2 the head drafts for; target.params["ln_f"]: its final layer norm {"g", "b"}.
-    top: [len(seq) - 1, d] the target's top block's output at every committed token but the last (the target
+    top: [len(seq) - 1, D] the target's top block's output at every committed token but the last (the target
       has scored those), as a hook on its last block gives it: *before* its final layer norm.
     seq: the committed tokens (a list); the step's root is seq[-1], at position len(seq) - 1.
     cache: the head's KV cache (one layer), as your head_keep left it (empty at the first step): slot j - 1

@@ -6,17 +6,18 @@ import numpy as np
 from specdec_np.gpt2 import attention_bias, layer_norm, transformer_block
 
 
-def fused_pass(head, feats, tokens, positions, cache, mask):  # [m, d], [m], [m] -> [m, d]
-    """The head over m (feature, token) pairs after its cache: the fusion, then its one block; its guesses."""
-    e = head.wte[tokens] + head.wpe[positions]  # the target's own embedding of each token [m, d]
-    x = np.concatenate([e, feats], axis=1) @ head.fc["w"] + head.fc["b"]  # [m, 2d] -> [m, d]
-    c = head.config
+def fused_pass(head, feats, tokens, positions, cache, mask):  # [m, D], [m], [m] -> [m, D]
+    """The head over m (feature, token) pairs after its cache: the fusion into its width d, its one block, out back
+    to the target's width D; its guesses."""
+    e = head.wte[tokens] + head.wpe[positions]  # the target's own embedding of each token [m, D]
+    x = np.concatenate([e, feats], axis=1) @ head.fc["w"] + head.fc["b"]  # [m, 2D] -> [m, d]
+    c = head.config  # its own: n_embd d, n_head
     x = transformer_block(x, head.block, c.n_head, cache, 0, attention_bias(mask, x.dtype), c.layer_norm_epsilon)
     cache.length += len(tokens)
-    return x
+    return x @ head.out["w"] + head.out["b"]  # [m, d] -> [m, D]
 
 
-def head_q(head, guesses):  # [m, d] -> [m, V]
+def head_q(head, guesses):  # [m, D] -> [m, V]
     """q: the target's tied head (wte.T) on the guessed features, over the tokens the head may draft."""
     logits = guesses @ head.wte.T  # [m, V]
     if head.vocab is not None:
@@ -26,7 +27,7 @@ def head_q(head, guesses):  # [m, d] -> [m, V]
 
 
 def head_step(head, target, top, seq, cache, chain):
-    feats = layer_norm(top, **target.params["ln_f"], eps=target.config.layer_norm_epsilon)  # [n - 1, d] f_0..
+    feats = layer_norm(top, **target.params["ln_f"], eps=target.config.layer_norm_epsilon)  # [n - 1, D] f_0..
     root, start = len(seq) - 1, cache.length
     js = np.arange(start + 1, root + 1)  # the catch-up pairs' tokens, by position (the root's last)
     m = len(js)
