@@ -135,7 +135,6 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     if not (asked := [key for key in asked if key not in out]):
         return out
     threads, prompts, setting = settle_threads(), acceptance.calibration_prompts(enc), setting_name(temperature)
-    heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or METHODS) else None
     given = costs is not None
     try:
         costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
@@ -148,11 +147,11 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
     if setting not in profile["settings"]:
         return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
-    no_head = head_missing(profile, setting, heads)
-    if heads is not None and not no_head and "head" not in costs["curves"]:
+    no_head = head_missing(profile, setting, head)
+    if head is not None and not no_head and "head" not in costs["curves"]:
         try:  # measured once, kept with this machine's cached costs (not with costs given)
-            costs = with_head(costs, target, heads) if given else calibration(target, draft, ngram, prompts,
-                                                                               head=heads)[0]
+            costs = with_head(costs, target, head) if given else calibration(target, draft, ngram, prompts,
+                                                                              head=head)[0]
         except Busy as e:
             no_head = CONSTANT_BECAUSE + str(e)
     for key in asked:

@@ -26,8 +26,7 @@ from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, cut_at_stop, decode, encode, get_encoding
 from ..values import FieldError
 from ..verify import RULES
-from . import bench, demo, download, trace
-from .acceptance import models_for
+from . import acceptance, bench, demo, download, trace
 from .choice import changed, choose, describe
 from .costcurve import apply_layout
 from .machine import load_model  # checkpoint.load, after a check of this machine's memory
@@ -56,8 +55,7 @@ EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram
 # A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
 DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
                   "gpt2": "distilgpt2"}
-# What a decoding command decodes (draft, ngram: those its method reads); `about`: the plan in words and where it came
-# from; `stop`: --stop's strings.
+# What a decoding command decodes (draft, ngram: those its method reads); `about`: the plan and why; `stop`: --stop's.
 Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
 TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
 
@@ -200,7 +198,7 @@ def setup(a) -> Setup:
             eagle_head, draft = draft, None
             with contextlib.suppress(ValueError, FileNotFoundError):  # none to load: the constant plan, said
                 draft = load_model(default_draft(a.target))
-        elif a.method is None and a.plan == "machine" and draft is not None:  # the target's head, where it has one
+        elif a.method is None and a.plan == "machine":  # the target's EAGLE head too, where it has one
             with contextlib.suppress(ValueError, FileNotFoundError):  # whose plans its profile counts (`head_missing`)
                 eagle_head = load_head(EMBEDDED_HEAD, target)
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
@@ -222,9 +220,9 @@ def setup(a) -> Setup:
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
-    target, draft = apply_layout(layout, target, draft)
-    models = models_for(method, draft, ngram, eagle_head or draft)  # those it reads (--plan default: the head is draft)
-    return Setup(text, prompt, target, enc=enc, method=method, plan=plan, about=about, stop=stop, **models)
+    target, draft = apply_layout(layout, target, draft)  # then the models `method` reads (--plan default's head: draft)
+    return Setup(text, prompt, target, enc=enc, method=method, plan=plan, about=about, stop=stop,
+                 **acceptance.models_for(method, draft, ngram, eagle_head or draft))
 
 
 def run(a, keep_trees=False) -> tuple:
