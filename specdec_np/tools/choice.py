@@ -79,7 +79,7 @@ def changed(plan: Plan, method: str, changes: dict) -> Plan:
 
 def choose(target, draft, ngram, enc, temperature=0.0, asked=(None,), plan="machine", changes=None, recalibrate=False,
            costs=None, keep=None, progress=None, head=None) -> dict:
-    """{each asked (a method; methods: the fastest of them; None: of all but a head's): the Choice that runs}: this
+    """{each asked (a method; methods: the fastest of them; None: of all): the Choice that runs}: this
     machine's fastest plan `keep(profile record)` keeps, lossless with the user's `changes`, priced on `costs`
     (default: `calibration`'s), else the constant plan with them. A head's unmeasured plan is its draft twin's."""
     twins = {key: draft_twin(key) for key in asked if isinstance(key, str) and METHODS[key].drafts_with == "head"}
@@ -135,7 +135,6 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     if not (asked := [key for key in asked if key not in out]):
         return out
     threads, prompts, setting = settle_threads(), acceptance.calibration_prompts(enc), setting_name(temperature)
-    heads = head if any(METHODS[m].drafts_with == "head" for key in asked for m in among[key] or ()) else None
     given = costs is not None
     try:
         costs = costs or calibration(target, draft, ngram, prompts, recalibrate)[0]
@@ -148,30 +147,31 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     profile = acceptance_profile(target, draft, ngram, prompts, setting, costs, progress)
     if setting not in profile["settings"]:
         return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
-    no_head = head_missing(profile, setting, heads)
-    if heads is not None and not no_head and "head" not in costs["curves"]:
+    no_head = head_missing(profile, setting, head)
+    if head is not None and not no_head and "head" not in costs["curves"]:
         try:  # measured once, kept with this machine's cached costs (not with costs given)
-            costs = with_head(costs, target, heads) if given else calibration(target, draft, ngram, prompts,
-                                                                               head=heads)[0]
+            costs = with_head(costs, target, head) if given else calibration(target, draft, ngram, prompts,
+                                                                              head=head)[0]
         except Busy as e:
             no_head = CONSTANT_BECAUSE + str(e)
     for key in asked:
         if among[key] and all(METHODS[m].drafts_with == "head" for m in among[key]) and no_head:
             out[key] = const(among[key], no_head)
             continue
+        ran = tuple(m for m in among[key] or () if not no_head or METHODS[m].drafts_with != "head")  # it can run
         try:
             chosen = fastest(profile, costs, temperature, among[key], draft is not None, ngram is not None,
                              keep=lambda r: METHODS[r["method"]].lossless(
                                  changed(Plan(**r["shape"]), r["method"], changes), temperature)
-                             and (keep is None or keep(r)), has_head=bool(among[key]) and not no_head)
+                             and (keep is None or keep(r)), has_head=not no_head)
         except ValueError:  # none of these methods' plans in the profile is lossless for the rule
             asked_for = f"--rule {changes['rule']}" if changes.get("rule") else "these options"
-            none = f"the profile has no plan of {', '.join(among[key] or METHODS)} lossless for {asked_for}"
-            out[key] = const(among[key] or ("staged",), CONSTANT_BECAUSE + none)
+            none = f"the profile has no plan of {', '.join(ran or METHODS)} lossless for {asked_for}"
+            out[key] = const(ran or ("staged",), CONSTANT_BECAUSE + none)
             continue
         shaped = changed(chosen.plan, chosen.method, changes)
         out[key] = dataclasses.replace(chosen, plan=shaped, layout=costs["layout"] | pads(costs["curves"]),
-                                       among=among[key] or (), changed=shaped != chosen.plan)
+                                       among=ran, changed=shaped != chosen.plan)
     return out
 
 

@@ -26,7 +26,7 @@ from ..plan import Plan
 from ..tokenizer import GPT2_N_VOCAB, cut_at_stop, decode, encode, get_encoding
 from ..values import FieldError
 from ..verify import RULES
-from . import bench, demo, download, trace
+from . import acceptance, bench, demo, download, trace
 from .choice import changed, choose, describe
 from .costcurve import apply_layout
 from .machine import load_model  # checkpoint.load, after a check of this machine's memory
@@ -55,7 +55,7 @@ EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram
 # A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
 DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
                   "gpt2": "distilgpt2"}
-# What a decoding command decodes; `about`: the plan in words and where it came from; `stop`: --stop's strings.
+# What a decoding command decodes (draft, ngram: those its method reads); `about`: the plan and why; `stop`: --stop's.
 Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
 TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
 
@@ -104,13 +104,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 def choose_plan(a, target, draft, ngram, enc, head=None):
     """(method, plan, the plan and why in words, the models' layout ({}: their own)): `choice.choose` of the fastest of
-    the methods the options allow (a head's with `head`; the machine's own choice never drafts with one), changed."""
+    the methods the options allow (a head's with `head`, the target's EAGLE head), changed."""
     methods, changed_by = candidate_methods(a), changes(a)
     for method in methods or ("staged",):  # the options' tree against the target's context, whatever runs
         check_fits(changed(Plan(copy_len=0), method, changed_by), method, target.config.n_ctx)
     machine = a.plan == "machine" and draft is not None and a.method is None  # with a draft, setup loaded the n-gram
-    asked = (tuple(m for m in methods if profiled(m) and METHODS[m].drafts_with != "head") or None if machine
-             else a.method)
+    asked = tuple(m for m in methods if profiled(m)) or None if machine else a.method
     c = choose(target, draft, ngram, enc, a.temperature, (asked,), a.plan, changed_by, a.recalibrate, head=head)[asked]
     check_rule(c.plan, c.method, a.temperature)
     return c.method, c.plan, f"{describe(c.method, c.plan)} ({c.reason()})", c.layout
@@ -199,6 +198,9 @@ def setup(a) -> Setup:
             eagle_head, draft = draft, None
             with contextlib.suppress(ValueError, FileNotFoundError):  # none to load: the constant plan, said
                 draft = load_model(default_draft(a.target))
+        elif a.method is None and a.plan == "machine":  # the target's EAGLE head too, where it has one
+            with contextlib.suppress(ValueError, FileNotFoundError):  # whose plans its profile counts (`head_missing`)
+                eagle_head = load_head(EMBEDDED_HEAD, target)
     if a.method is not None and METHODS[a.method].needs_ngram or draft is not None and reads("ngram", a.method, a.plan):
         if a.ngram is None and target.config.n_vocab != EMBEDDED_N_VOCAB:  # none ships for real GPT-2's vocabulary
             ngram = stdlib_trigram(target.config.n_vocab, Progress("building the trigram (first run only)"))
@@ -213,22 +215,22 @@ def setup(a) -> Setup:
         raise ValueError(f"--target {shown(a.target)}: the prompt has {size} bytes, so at least "
                          f"{math.ceil(size / longest)} tokens (a token is at most {longest} bytes): the target's "
                          f"context (n_ctx={target.config.n_ctx}) must hold more; shorten it")
-    try:  # the draft's context too when it may decode
-        prompt = check_prompt(encode(enc, text), target, (eagle_head or draft) if runs_draft else None, METHODS)
+    try:  # the draft model's context too when it may decode (an EAGLE head's is the target's)
+        prompt = check_prompt(encode(enc, text), target, draft if runs_draft and not head else None, METHODS)
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
-    target, draft = apply_layout(layout, target, draft)
-    return Setup(text, prompt, target, eagle_head or draft, ngram, enc, method, plan, about, stop)
+    target, draft = apply_layout(layout, target, draft)  # then the models `method` reads (--plan default's head: draft)
+    return Setup(text, prompt, target, enc=enc, method=method, plan=plan, about=about, stop=stop,
+                 **acceptance.models_for(method, draft, ngram, eagle_head or draft))
 
 
 def run(a, keep_trees=False) -> tuple:
     """(Setup, generate's Result) for the options `a`; --stats printed to stderr."""
     s, t0 = setup(a), time.perf_counter()
-    m = METHODS[s.method]  # the models it reads (the machine's plan may have read the others to price it)
-    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft if m.drafts_with else None,
-                   ngram=s.ngram if m.needs_ngram else None, plan=s.plan, temperature=a.temperature, top_k=a.top_k,
-                   top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees, stop=s.stop)
+    res = generate(s.target, s.prompt, a.max_new_tokens, method=s.method, draft=s.draft, ngram=s.ngram, plan=s.plan,
+                   temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed or 0, keep_trees=keep_trees,
+                   stop=s.stop)
     dt = time.perf_counter() - t0
     if res.stop_reason == "context":
         print(f"note: generation stopped after {len(res.tokens)} tokens at the end of the target's context "

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec_np.decode import generate
 from specdec_np.tools import bench
 from specdec_np.tools.choice import SAME_TREE
 
@@ -301,6 +302,43 @@ def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch
     assert "| draft passes/target pass | first drafted token accepted |" in md
     assert f"| {eagle['tokens_per_target_pass']:.2f} | {eagle['draft_passes_per_target_pass']:.2f} | " \
            f"{eagle['first_token_acceptance']:.2f} |" in md
+
+
+def test_the_machine_plans_row_drafts_with_the_head_where_eagle_is_fastest(monkeypatch, embedded):
+    """Issue 68: "this machine's plan" is the fastest of every method, eagle's plans priced on the head's curve: with a
+    head cheaper than the draft model it is eagle, run with the head as its draft (greedy: the baseline's tokens);
+    without the head (bench --rows rules) the draft model's tree, run with the draft model."""
+    from specdec_np import eagle
+    from specdec_np.models import load_head
+    from specdec_np.tools import acceptance, choice
+
+    def record(method, tokens, target, draft):  # 100 steps; a chain of 4: a 5-token target pass, 4 drafting passes
+        return {"method": method, "shape": {"shape": "fixed", "widths": (1, 1, 1, 1)} if draft else {},
+                "tokens": tokens, "steps": 100, "draft_dists": 4 * draft, "ngram_queries": 0, "target": target,
+                "draft": {"cold": {1: draft}, "warm": {1: 3 * draft}} if draft else {"cold": {}, "warm": {}}}
+    deep = {"cold": {5: 100}, "warm": {}}
+    profile = {"models": "pair", "head": "H", "settings": {"greedy": [
+        record("ar", 100, {"cold": {}, "warm": {1: 100}}, 0), record("tree", 250, deep, 100),
+        record("eagle", 250, deep, 100)]}}
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [])
+    monkeypatch.setattr(acceptance, "head_key", lambda h: "H")
+    target, draft, ngram, enc = embedded
+    head = load_head(target=target)
+    def curve(fixed):  # ms of a pass of k tokens: blocks nearly free (memory-bound)
+        return {s: {k: fixed + 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
+    costs = FAKE_COSTS | {"curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(0.0)}}
+    drafts = []
+    monkeypatch.setattr(bench, "generate", lambda *a, **k: drafts.append(k["draft"]) or generate(*a, **k))
+    for given, method, drafter in ((head, "eagle", head), (None, "tree", draft)):
+        rows = bench.row_choices(target, draft, ngram, enc, costs, 0.0, "machine", given)
+        assert rows["plan"].method == method and not rows["plan"].constant
+        drafts.clear()
+        plans = {"greedy": {m: rows[m] for m in ("ar", "plan")}}
+        records = bench.run([list(range(1, 20))], target, draft, ngram, plans, costs, 16, head=given)["greedy"]
+        assert drafts == [None, drafter] and records["plan"][0]["ids"] == records["ar"][0]["ids"]
+        assert records["plan"][0]["stats"].draft_passes > 0 and isinstance(drafter, eagle.Head) == (given is not None)
 
 
 def test_eagles_passes_are_priced_on_the_heads_curve_or_not_at_all():

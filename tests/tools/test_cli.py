@@ -162,7 +162,8 @@ def test_tree_options_replace_a_drawn_plan(monkeypatch, embedded):
     assert (method, plan.shape, plan.budget, plan.depth, plan.sampled, plan.rule) == \
         ("staged", "best_first", 16, 5, None, None)
     assert METHODS[method].max_nodes(plan) == 16 and "best-first, 16 nodes at most 5 deep" in about
-    assert asked[-1] == (("tree", "staged"),)  # without --method, the plan is the fastest where --budget applies
+    assert asked[-1] == (("tree", "staged", "eagle"),)  # without --method: the fastest where --budget applies
+    # (eagle among them, but with no head (none given here) neither priced nor said)
     assert "(this machine's measured plan of tree, staged, predicted 2.00x plain decoding, changed by options)" in about
     assert choose(widths="2,1")[1].sampled == "without"  # a fixed-width change keeps the drawn tree
     for options, needle in ((dict(budget=16, widths="2,1"), "--budget asks for a best-first tree, --widths"),
@@ -1063,6 +1064,51 @@ def test_method_eagles_machine_plan_is_priced_on_the_pairs_profile_with_the_head
     (args, kw), = calls
     assert args[1] is s.draft and isinstance(s.draft, eagle.Head) and args[2] is None and kw["head"] is None  # no pair
     assert s.plan == constant_plan() and "as --plan default asks" in s.about
+
+
+def test_the_machine_plan_runs_eagle_with_the_head_where_its_plan_is_fastest(monkeypatch, embedded):
+    """Issue 68: with no --method the machine's choice is of every method, eagle's plans priced on its head's curve
+    when the target has its head (the embedded target's) and the profile counts that head's plans: a cheap head makes
+    eagle the plan and generate decodes with the head as its draft (at greedy, plain decoding's text); a dear head, or
+    a target without one, the draft model's tree, as before."""
+    from specdec_np import eagle
+    from specdec_np.decode import generate
+    from specdec_np.gpt2 import GPT2
+    from specdec_np.tools import acceptance, choice, cli
+    from specdec_np.tokenizer import encode
+    from specdec_np.tools.costmodel import OVERHEADS
+
+    def curve(fixed):  # ms of a pass of k tokens
+        return {"warm": {k: fixed + 0.01 * k for k in (1, 2, 4, 8)}, "cold": {k: fixed + 0.01 * k for k in (1, 2, 4, 8)}}
+
+    def record(method, tokens, target, draft):  # 100 steps; a deep chain: a 5-token target pass, 4 drafting passes
+        return {"method": method, "shape": {"shape": "fixed", "widths": (1, 1, 1, 1)} if draft else {},
+                "tokens": tokens, "steps": 100, "draft_dists": 4 * draft, "ngram_queries": 0, "target": target,
+                "draft": {"cold": {1: draft}, "warm": {1: 3 * draft}} if draft else {"cold": {}, "warm": {}}}
+    deep = {"cold": {5: 100}, "warm": {}}
+    profile = {"models": "pair", "head": "H", "settings": {"greedy": [
+        record("ar", 100, {"cold": {}, "warm": {1: 100}}, 0), record("tree", 250, deep, 100),
+        record("eagle", 250, deep, 100)]}}
+    head_ms = {"now": 0.01}
+    monkeypatch.setattr(choice, "calibration", lambda *a, **k: ({
+        "curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(head_ms["now"])},
+        "overheads": {"greedy": dict.fromkeys(OVERHEADS, 0.0)}, "layout": {}}, False))
+    monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
+    monkeypatch.setattr(choice, "settle_threads", lambda: "")
+    monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [])
+    monkeypatch.setattr(acceptance, "head_key", lambda h: "H" if isinstance(h, eagle.Head) else pytest.fail("a head"))
+    options = dict(prompt="def is_prime(n):", temperature=0.0, max_new_tokens=24, stats=False)
+    plain = generate(embedded[0], encode(embedded[3], options["prompt"]), 24, "ar").tokens
+    s, res = cli.run(namespace(**options))
+    assert s.method == "eagle" and isinstance(s.draft, eagle.Head) and s.ngram is None and res.tokens == plain
+    assert res.stats.draft_passes > 0 and s.plan.widths == (1, 1, 1, 1) and "measured plan" in s.about
+    head_ms["now"] = 5.0  # a head dearer than the draft model
+    s, res = cli.run(namespace(**options))
+    assert s.method == "tree" and isinstance(s.draft, GPT2) and res.tokens == plain
+    head_ms["now"] = 0.01
+    monkeypatch.setattr(cli, "load_head", lambda *a: (_ for _ in ()).throw(FileNotFoundError("no head")))
+    s, res = cli.run(namespace(**options))  # a target without a head: as before
+    assert s.method == "tree" and isinstance(s.draft, GPT2) and res.tokens == plain
 
 
 def constant_plan():

@@ -798,11 +798,17 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
     got = pick(head=head, plan="default")
     assert got["eagle"].constant == f"tree's plan, {choice.SAME_TREE} (the constant plan, as --plan default asks)"
     assert got["eagle"].plan == got["tree"].plan == choice.constant(0.0)
-    # The fastest of all methods is never eagle (the command line's machine plan runs the draft model).
-    cheapest = with_head_curve(1e-3)
-    assert choice.fastest(profiles["now"], cheapest, 0.0, has_head=True).method == "eagle"  # were it among them
-    got = choice.choose(target, draft, trigram, None, 0.0, (None,), costs=cheapest, head=head)[None]
-    assert got.method == "tree" and not got.constant
+    # The fastest of all methods (the machine plan) is eagle where its head's priced plan is fastest; a dear head, no
+    # head or another head's records leave it the draft model's, nothing said.
+    def machine(costs, **kw):
+        return choice.choose(target, draft, trigram, None, 0.0, (None,), costs=costs, **kw)[None]
+    got = machine(with_head_curve(1e-3), head=head)
+    assert (got.method, got.plan, got.among, got.constant) == ("eagle", Plan(**DEEP), (), "")
+    for kw, why in ((dict(costs=with_head_curve(5.0), head=head), "dear"), (dict(costs=with_head_curve(1e-3)), "none"),
+                    (dict(costs=with_head_curve(1e-3), head=head), "another")):
+        profiles["now"] = eagle_profile(head="another" if why == "another" else "H")
+        got = machine(**kw)
+        assert got.method == "tree" and got.plan == Plan(**DEEP) and not got.constant, why
 
 
 def test_make_profile_merges_one_methods_records_into_the_profile(pair, tmp_path, monkeypatch):
