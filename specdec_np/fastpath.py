@@ -144,22 +144,6 @@ def prepare(params: dict, slab_rows: int, weight_bytes: int, head) -> dict:
     return prepared | {"head": Weight.of(head, slab_rows, copy=copy)}
 
 
-def kth_largest(values, k: int, subset: int = 1024):  # [..., V] -> [..., 1]
-    """The k-th largest value along the last axis, as np.partition finds it, without partitioning the
-    whole vocabulary: the k-th largest of the first `subset` entries is a lower bound, so only the
-    entries at or above it are partitioned."""
-    V = values.shape[-1]
-    if V < 4 * subset or k > subset // 4:  # a bound from few entries would keep most of the row
-        return np.partition(values, V - k, axis=-1)[..., V - k:V - k + 1]
-    rows = values.reshape(-1, V)
-    out = np.empty(rows.shape[0], dtype=values.dtype)
-    for i, row in enumerate(rows):
-        bound = np.partition(row[:subset], subset - k)[subset - k]
-        kept = row[row >= bound]  # every value of the row's top k, and at least k values
-        out[i] = np.partition(kept, kept.size - k)[kept.size - k]
-    return out.reshape(values.shape[:-1] + (1,))
-
-
 def softmax_(x):  # [..., L] -> [..., L], in place
     """Softmax over the last axis without temporaries (attention scores, once per layer)."""
     x -= x.max(axis=-1, keepdims=True)

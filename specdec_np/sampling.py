@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fastpath import kth_largest, softmax_
+from .fastpath import softmax_
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
@@ -20,7 +20,7 @@ def top_ids(probs, k: int):  # [V] -> [min(k, V)]
     if k == 1:  # a chain's step: argmax already breaks ties to the lower id
         return np.array([np.argmax(probs)])
     if k < V:
-        kth = kth_largest(probs, k)[0]
+        kth = np.partition(probs, V - k)[V - k]  # the k-th largest
         ids = np.flatnonzero(probs >= kth)  # ascending ids, every tie at kth included
     else:
         ids = np.arange(V)
