@@ -242,8 +242,12 @@ def test_negative_control_fails_on_most_random_examples(name, monkeypatch):
     build, rule, broken, _ = NEGATIVE[name]
     for attr, fn in broken.items():
         monkeypatch.setattr(verify, attr, fn)
-    caught = sum(exact.step_error(build, rule, draft, target, 0, 2) > 1e-3
-                 for target, draft in (dense_tables(seed, 4) for seed in range(10)))
+    caught = 0
+    for seed in range(10):
+        target, draft = dense_tables(seed, 4)
+        caught += exact.step_error(build, rule, draft, target, 0, 2) > 1e-3
+        if caught == 7:
+            break  # the verdict is settled: the remaining examples cannot change it
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 
 
