@@ -12,20 +12,20 @@ import numpy as np
 
 
 class KVCache:
-    """Preallocated keys and values of one model (its GPT2Config): `k, v` are [n_layer, n_head, capacity,
-    head_dim]; `k` is a transposed view of [.., head_dim, capacity] storage, so that a block's scores
-    `q @ k.T` are a plain matrix product over contiguous rows.
+    """Preallocated keys and values of one model (its GPT2Config): `k, v` are [n_layer, n_head, capacity, head_dim];
+    `k` is a transposed view of [.., head_dim, capacity] storage: a block's scores `q @ k.T` read contiguous rows.
 
-    Slots `0..length-1` hold the committed sequence (slot i = position i); its capacity is the context plus
-    the largest block: make one with `gpt2.new_cache(model, max_block)`.
+    Slots `0..length-1` hold the committed sequence (slot i = position i); capacity: the context plus the largest
+    block (`gpt2.new_cache(model, max_block)`). Storage starts unset (np.empty, no memset of megabytes per cache):
+    a pass writes its rows at `length..` before reading up to them; `keep` reads only below `length`.
     """
 
     def __init__(self, config, capacity: int | None = None, dtype=np.float32, max_block: int = 64):
         self.config = config
         self.capacity = capacity if capacity is not None else config.n_ctx + max_block
         L, H, D = config.n_layer, config.n_head, config.head_dim
-        self.k = np.zeros((L, H, D, self.capacity), dtype=dtype).transpose(0, 1, 3, 2)  # [L, H, capacity, D]
-        self.v = np.zeros((L, H, self.capacity, D), dtype=dtype)
+        self.k = np.empty((L, H, D, self.capacity), dtype=dtype).transpose(0, 1, 3, 2)  # [L, H, capacity, D]
+        self.v = np.empty((L, H, self.capacity, D), dtype=dtype)
         self.length = 0
 
     def keep(self, start: int, offsets) -> None:

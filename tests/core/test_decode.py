@@ -15,7 +15,9 @@ from helpers import TINY_PROMPT as PROMPT
 from helpers import always_accept, ar_greedy, exact_target_distribution, models_for
 from specdec_np import checks, ngram, verify
 from specdec_np.decode import generate
+from specdec_np.fastpath import laid_out
 from specdec_np.gpt2 import GPT2Config, forward, new_cache, random_params
+from specdec_np.kvcache import KVCache
 from specdec_np.plan import Plan
 from specdec_np.sampling import process
 from specdec_np.tree import COPY
@@ -166,6 +168,28 @@ def test_caches_equal_a_fresh_prefill(small, kw):
         np.testing.assert_allclose(cache.k[:, :, :n], fresh.k[:, :, :n], rtol=0, atol=1e-12)
         np.testing.assert_allclose(cache.v[:, :, :n], fresh.v[:, :, :n], rtol=0, atol=1e-12)
     assert res.target_cache.length == len(seq) - 1
+
+
+@pytest.mark.parametrize("method", ["speculative", "tree", "staged"])
+def test_decoding_never_reads_an_unset_cache_slot(small, monkeypatch, method):
+    """A KVCache starts unset (np.empty), so every slot a pass reads must have been written first: caches filled
+    with NaN (which reach the logits from any slot read, the control below) decode exactly the tokens zero-filled
+    ones do, through tree passes, `keep` and a target computing padded blocks."""
+    target, draft, trigram = small
+    target, init = laid_out(target, padding=[8] * 8), KVCache.__init__
+    kw = dict(method=method, plan=plan(budget=8, depth=4), eos=None, temperature=1.0, top_k=10, seed=4,
+              **models_for(method, draft, trigram))
+    runs = []
+    for fill in (0.0, np.nan):
+        def filled(self, *args, fill=fill, **kwargs):
+            init(self, *args, **kwargs)
+            self.k[...], self.v[...] = fill, fill
+        monkeypatch.setattr(KVCache, "__init__", filled)
+        runs.append(generate(target, [4, 5, 6], 30, **kw))
+        control = new_cache(target)
+        control.length = 2  # slots 0 and 1 read, never written
+        assert np.isnan(forward(target, [7], control)).all() == np.isnan(fill)
+    assert runs[0].tokens == runs[1].tokens and len(runs[1].tokens) == 30
 
 
 def test_budget_one_depth_one_drafts_one_token_per_step(small):

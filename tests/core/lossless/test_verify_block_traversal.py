@@ -114,18 +114,35 @@ def test_traversal_is_recursive_rejection_on_one_level(seed):
 
 # ----------------------------------------------------------------------------- expected accepted length
 
-def expected_accepted(build, rule, draft, target, root) -> float:
-    """E[drafted tokens accepted per step], exactly: every branch of drafting and verifying enumerated."""
-    steps = exact.step_outcomes(build, rule, draft, target, root)
-    return sum((len(path) - 1) * prob for (_, _, path, _), prob in steps.items())
+def expected_accepted(build, rules, draft, target, root) -> list:
+    """E[drafted tokens accepted per step] under each rule, exactly, on the same drafts: every tree `build` draws
+    from the draft is enumerated once, then every branch of each rule verifying it (P(tree) * P(branch | tree), the
+    same sum as enumerating both together, without redrawing the tree per branch). The tree and the target's rows
+    are frozen, so a rule that wrote to them would raise instead of changing the next branch's tree."""
+    trees = []
+
+    def draw(rand):
+        trees.append(build(root, exact.callback(draft), rand))
+        return len(trees) - 1
+
+    means = [0.0] * len(rules)
+    for i, pt in exact.outcomes(draw).items():
+        tree, rows = trees[i], exact.target_rows(trees[i], target)
+        for a in (tree.tokens, tree.parents, tree.q, tree.draft_dists, rows):
+            if a is not None:
+                a.setflags(write=False)
+        for j, rule in enumerate(rules):
+            accepted = exact.outcomes(lambda rand: len(rule(tree, rows, rand).path) - 1)
+            means[j] += pt * sum(n * pr for n, pr in accepted.items())
+    return means
 
 
 def test_block_on_the_papers_example():
     """Sun et al.'s example: p = (1/3, 2/3), q = (2/3, 1/3) at every position, two drafted tokens:
     token-wise verification keeps 10/9 tokens on average, block verification 11/9."""
     p, q = (lambda ctx: np.array([1, 2]) / 3), (lambda ctx: np.array([2, 1]) / 3)
-    assert abs(expected_accepted(chains(2), verify.verify_chain, q, p, 0) - 10 / 9) < 1e-12
-    assert abs(expected_accepted(chains(2), verify.verify_block, q, p, 0) - 11 / 9) < 1e-12
+    tokenwise, block = expected_accepted(chains(2), (verify.verify_chain, verify.verify_block), q, p, 0)
+    assert abs(tokenwise - 10 / 9) < 1e-12 and abs(block - 11 / 9) < 1e-12
 
 
 def test_block_keeps_at_least_as_many_tokens_as_tokenwise():
@@ -134,8 +151,8 @@ def test_block_keeps_at_least_as_many_tokens_as_tokenwise():
         for table in (tables, dense_tables):
             target, draft = table(seed, 4)
             for k in (2, 3, 4):
-                block = expected_accepted(chains(k), verify.verify_block, draft, target, 0)
-                tokenwise = expected_accepted(chains(k), verify.verify_chain, draft, target, 0)
+                block, tokenwise = expected_accepted(chains(k), (verify.verify_block, verify.verify_chain),
+                                                     draft, target, 0)
                 assert block >= tokenwise - 1e-12, (seed, k, block, tokenwise)
                 gains.append(block - tokenwise)
     assert max(gains) > 0.05  # and strictly more on some drafts
@@ -149,8 +166,8 @@ def test_traversal_keeps_at_least_as_many_tokens_as_recursive():
             for widths in ((2, 1), (1, 2), (2, 2)):
                 for replacement, recursive in ((True, verify.verify_recursive), (False, verify.verify_recursive_wor)):
                     build = sampled(widths, replacement)
-                    traversal = expected_accepted(build, verify.verify_traversal, draft, target, 0)
-                    token_level = expected_accepted(build, recursive, draft, target, 0)
+                    traversal, token_level = expected_accepted(build, (verify.verify_traversal, recursive),
+                                                               draft, target, 0)
                     assert traversal >= token_level - 1e-12, (seed, widths, replacement, traversal, token_level)
                     gains.append(traversal - token_level)
     assert max(gains) > 0.05
@@ -225,8 +242,12 @@ def test_negative_control_fails_on_most_random_examples(name, monkeypatch):
     build, rule, broken, _ = NEGATIVE[name]
     for attr, fn in broken.items():
         monkeypatch.setattr(verify, attr, fn)
-    caught = sum(exact.step_error(build, rule, draft, target, 0, 2) > 1e-3
-                 for target, draft in (dense_tables(seed, 4) for seed in range(10)))
+    caught = 0
+    for seed in range(10):
+        target, draft = dense_tables(seed, 4)
+        caught += exact.step_error(build, rule, draft, target, 0, 2) > 1e-3
+        if caught == 7:
+            break  # the verdict is settled: the remaining examples cannot change it
     assert caught >= 7, f"{name} detected on only {caught}/10 examples"
 
 
