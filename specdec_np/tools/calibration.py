@@ -42,7 +42,7 @@ def calibration(target, draft, ngram, prompts, recalibrate=False, head=None) -> 
     """(this machine's costs, "" if cached, else how they were measured): cached if valid (`problem`), else measured
     once per process; `Busy` if they cannot be measured now, or were not kept. With `head`, its curve too."""
     costs, how = pair_calibration(target, draft, ngram, prompts, recalibrate)
-    if head is None or "head" in costs["curves"]:
+    if head is None or priced(costs, head):
         return costs, how
     costs, path = with_head(costs, target, head), costs_path(target, draft, ngram)
     if not how or how.endswith("cached for later runs"):  # those of the cache file: kept there with the head's
@@ -95,6 +95,11 @@ def costs_path(target, draft, ngram):
                                 "dtype": str(target.dtype), "version": CALIBRATION_VERSION})
 
 
+def priced(costs: dict, head) -> bool:
+    """Whether `costs` hold `head`'s curve (a cached curve is kept with the digest of the head it measured)."""
+    return "head" in costs["curves"] and costs.get("head") == acceptance.head_key(head)
+
+
 def with_head(costs: dict, target, head) -> dict:
     """`costs` with an EAGLE head's curve (curves["head"]), measured once per process; `Busy` on a busy machine."""
     key = ("head", repr(head.config), str(head.dtype), repr(costs["layout"]), repr(costs["curves"]["target"]))
@@ -102,7 +107,7 @@ def with_head(costs: dict, target, head) -> dict:
         if why := busy():
             raise Busy(f"this machine is busy ({why}): not measuring the EAGLE head's cost curve")
         MEASURED[key] = head_curves(target, head, costs["layout"])
-    return costs | {"curves": costs["curves"] | {"head": MEASURED[key]}}
+    return costs | {"curves": costs["curves"] | {"head": MEASURED[key]}, "head": acceptance.head_key(head)}
 
 
 def problem(costs, has_draft: bool) -> str:

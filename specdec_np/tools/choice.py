@@ -14,7 +14,7 @@ from ..methods import METHODS
 from ..plan import Plan, constant
 from . import acceptance
 from .cache import cache_path, read_json, store, writable
-from .calibration import Busy, calibration, with_head
+from .calibration import Busy, calibration, priced, with_head
 from .costcurve import apply_layout
 from .costmodel import pads, pass_ms, record_ms
 from .machine import settle_threads
@@ -148,7 +148,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
     if setting not in profile["settings"]:
         return fell_back(f"{acceptance.PROFILE_FILE} has no {setting} profile")
     no_head = head_missing(profile, setting, head)
-    if head is not None and not no_head and "head" not in costs["curves"]:
+    if head is not None and not no_head and not priced(costs, head):
         try:  # measured once, kept with this machine's cached costs (not with costs given)
             costs = with_head(costs, target, head) if given else calibration(target, draft, ngram, prompts,
                                                                               head=head)[0]

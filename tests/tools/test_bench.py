@@ -328,7 +328,7 @@ def test_the_machine_plans_row_drafts_with_the_head_where_eagle_is_fastest(monke
     head = load_head(target=target)
     def curve(fixed):  # ms of a pass of k tokens: blocks nearly free (memory-bound)
         return {s: {k: fixed + 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
-    costs = FAKE_COSTS | {"curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(0.0)}}
+    costs = FAKE_COSTS | {"curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(0.0)}, "head": "H"}
     drafts = []
     monkeypatch.setattr(bench, "generate", lambda *a, **k: drafts.append(k["draft"]) or generate(*a, **k))
     for given, method, drafter in ((head, "eagle", head), (None, "tree", draft)):

@@ -728,9 +728,9 @@ def eagle_profile(head="H"):
     return {"models": "pair", "head": head, "settings": {"greedy": records}}
 
 
-def with_head_curve(per_pass):
+def with_head_curve(per_pass, key="H"):  # key: the digest of the head the curve was measured for (`priced`)
     c = costs(0.01)
-    return c | {"curves": c["curves"] | {"head": {s: curve(0.0, per_pass) for s in ("warm", "cold")}}}
+    return c | {"curves": c["curves"] | {"head": {s: curve(0.0, per_pass) for s in ("warm", "cold")}}, "head": key}
 
 
 def test_eagles_plan_is_priced_on_the_heads_curve():
@@ -809,6 +809,10 @@ def test_choose_gives_eagle_its_heads_plan_else_the_constant_plan_and_why(pair, 
         profiles["now"] = eagle_profile(head="another" if why == "another" else "H")
         got = machine(**kw)
         assert got.method == "tree" and got.plan == Plan(**DEEP) and not got.constant, why
+    # A curve kept for another head (costs cached before the head was retrained) is measured again for this one.
+    measured.clear(), cal.MEASURED.clear(), per_pass.update(now=1e-3)
+    profiles["now"] = eagle_profile()
+    assert machine(with_head_curve(5.0, key="an older head"), head=head).method == "eagle" and measured == [head]
 
 
 def test_make_profile_merges_one_methods_records_into_the_profile(pair, tmp_path, monkeypatch):
