@@ -237,3 +237,20 @@ def grader_with_its_worker_started(folder, pid_file, timeout: float):
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return proc
+
+
+def head_race_profile() -> dict:
+    """A greedy profile ("head" "H") of plain decoding, and of tree and eagle with the same counts (100 steps, a chain
+    of 4: a 5-token target pass, 4 drafting passes): which of the two is faster is its drafter's cost alone."""
+    def record(method, tokens, target, draft):
+        return {"method": method, "shape": {"shape": "fixed", "widths": (1, 1, 1, 1)} if draft else {},
+                "tokens": tokens, "steps": 100, "draft_dists": 4 * draft, "ngram_queries": 0, "target": target,
+                "draft": {"cold": {1: draft}, "warm": {1: 3 * draft}} if draft else {"cold": {}, "warm": {}}}
+    deep = {"cold": {5: 100}, "warm": {}}
+    return {"models": "pair", "head": "H", "settings": {"greedy": [
+        record("ar", 100, {"cold": {}, "warm": {1: 100}}, 0), record("tree", 250, deep, 100),
+        record("eagle", 250, deep, 100)]}}
+
+
+def pass_curve(fixed: float) -> dict:  # ms of a pass of k tokens, warm and cold: blocks nearly free (memory-bound)
+    return {s: {k: fixed + 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}

@@ -9,6 +9,8 @@ from specdec_np.decode import generate
 from specdec_np.tools import bench
 from specdec_np.tools.choice import SAME_TREE
 
+from helpers import head_race_profile, pass_curve
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -312,23 +314,15 @@ def test_the_machine_plans_row_drafts_with_the_head_where_eagle_is_fastest(monke
     from specdec_np.models import load_head
     from specdec_np.tools import acceptance, choice
 
-    def record(method, tokens, target, draft):  # 100 steps; a chain of 4: a 5-token target pass, 4 drafting passes
-        return {"method": method, "shape": {"shape": "fixed", "widths": (1, 1, 1, 1)} if draft else {},
-                "tokens": tokens, "steps": 100, "draft_dists": 4 * draft, "ngram_queries": 0, "target": target,
-                "draft": {"cold": {1: draft}, "warm": {1: 3 * draft}} if draft else {"cold": {}, "warm": {}}}
-    deep = {"cold": {5: 100}, "warm": {}}
-    profile = {"models": "pair", "head": "H", "settings": {"greedy": [
-        record("ar", 100, {"cold": {}, "warm": {1: 100}}, 0), record("tree", 250, deep, 100),
-        record("eagle", 250, deep, 100)]}}
+    profile = head_race_profile()
     monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
     monkeypatch.setattr(acceptance, "calibration_prompts", lambda enc: [])
     monkeypatch.setattr(acceptance, "head_key", lambda h: "H")
     target, draft, ngram, enc = embedded
     head = load_head(target=target)
-    def curve(fixed):  # ms of a pass of k tokens: blocks nearly free (memory-bound)
-        return {s: {k: fixed + 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
-    costs = FAKE_COSTS | {"curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(0.0)}, "head": "H"}
+    costs = FAKE_COSTS | {"curves": {"target": pass_curve(1.0), "draft": pass_curve(0.1), "head": pass_curve(0.0)},
+                          "head": "H"}
     drafts = []
     monkeypatch.setattr(bench, "generate", lambda *a, **k: drafts.append(k["draft"]) or generate(*a, **k))
     for given, method, drafter in ((head, "eagle", head), (None, "tree", draft)):

@@ -15,6 +15,8 @@ from specdec_np.methods import METHODS
 from specdec_np.tools import bench, demo
 from specdec_np.tools.cli import main
 
+from helpers import head_race_profile, pass_curve
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "prompts.jsonl"
 
@@ -1078,20 +1080,10 @@ def test_the_machine_plan_runs_eagle_with_the_head_where_its_plan_is_fastest(mon
     from specdec_np.tokenizer import encode
     from specdec_np.tools.costmodel import OVERHEADS
 
-    def curve(fixed):  # ms of a pass of k tokens
-        return {"warm": {k: fixed + 0.01 * k for k in (1, 2, 4, 8)}, "cold": {k: fixed + 0.01 * k for k in (1, 2, 4, 8)}}
-
-    def record(method, tokens, target, draft):  # 100 steps; a deep chain: a 5-token target pass, 4 drafting passes
-        return {"method": method, "shape": {"shape": "fixed", "widths": (1, 1, 1, 1)} if draft else {},
-                "tokens": tokens, "steps": 100, "draft_dists": 4 * draft, "ngram_queries": 0, "target": target,
-                "draft": {"cold": {1: draft}, "warm": {1: 3 * draft}} if draft else {"cold": {}, "warm": {}}}
-    deep = {"cold": {5: 100}, "warm": {}}
-    profile = {"models": "pair", "head": "H", "settings": {"greedy": [
-        record("ar", 100, {"cold": {}, "warm": {1: 100}}, 0), record("tree", 250, deep, 100),
-        record("eagle", 250, deep, 100)]}}
+    profile = head_race_profile()
     head_ms = {"now": 0.01}
     monkeypatch.setattr(choice, "calibration", lambda *a, **k: ({
-        "curves": {"target": curve(1.0), "draft": curve(0.1), "head": curve(head_ms["now"])},
+        "curves": {"target": pass_curve(1.0), "draft": pass_curve(0.1), "head": pass_curve(head_ms["now"])},
         "overheads": {"greedy": dict.fromkeys(OVERHEADS, 0.0)}, "layout": {}}, False))
     monkeypatch.setattr(choice, "acceptance_profile", lambda *a, **k: profile)
     monkeypatch.setattr(choice, "settle_threads", lambda: "")
