@@ -26,7 +26,7 @@ from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
-from .calibration import Busy, calibration, head_curves, priced, roofline
+from .calibration import Busy, calibration, head_curves, priced, roofline, with_curve
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import pads, record_ms
@@ -381,8 +381,7 @@ def main(argv=None) -> int:
                              "--plan default (its predictions unmeasured)") from None
         costs, how = e.costs, f"{'measured now, for this run only' if e.costs else 'unmeasured'}: {e}"
     if costs and a.rows != "rules" and not priced(costs, eagle_head):  # the eagle row's passes, priced as they are
-        costs = costs | {"curves": costs["curves"] | {"head": head_curves(target, eagle_head, costs["layout"])},
-                         "head": acceptance.head_key(eagle_head)}
+        costs = with_curve(costs, eagle_head, head_curves(target, eagle_head, costs["layout"]))
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     if costs:

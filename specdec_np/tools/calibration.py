@@ -100,6 +100,11 @@ def priced(costs: dict, head) -> bool:
     return "head" in costs["curves"] and costs.get("head") == acceptance.head_key(head)
 
 
+def with_curve(costs: dict, head, curves: dict) -> dict:
+    """`costs` with `head`'s measured `curves` (`head_curves`'), and the head's digest that `priced` reads."""
+    return costs | {"curves": costs["curves"] | {"head": curves}, "head": acceptance.head_key(head)}
+
+
 def with_head(costs: dict, target, head) -> dict:
     """`costs` with an EAGLE head's curve (curves["head"]), measured once per process; `Busy` on a busy machine."""
     key = ("head", repr(head.config), str(head.dtype), repr(costs["layout"]), repr(costs["curves"]["target"]))
@@ -107,7 +112,7 @@ def with_head(costs: dict, target, head) -> dict:
         if why := busy():
             raise Busy(f"this machine is busy ({why}): not measuring the EAGLE head's cost curve")
         MEASURED[key] = head_curves(target, head, costs["layout"])
-    return costs | {"curves": costs["curves"] | {"head": MEASURED[key]}, "head": acceptance.head_key(head)}
+    return with_curve(costs, head, MEASURED[key])
 
 
 def problem(costs, has_draft: bool) -> str:

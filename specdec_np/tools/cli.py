@@ -301,7 +301,9 @@ def cmd_ngram(argv) -> int:
             if out.exists() and os.path.samefile(name, out):  # the same file, also through a link: never replace it
                 raise ValueError(f"--out {args.out} is the input {name}: fitting would replace it; write elsewhere")
             text = read_text(name, f"text file {name}", TEXT_MAX_BYTES)
-        tokens += [enc.eot_token] * (i > 0) + encode(enc, text)  # the files joined by <|endoftext|>
+        if i:  # the files joined by <|endoftext|>
+            tokens.append(enc.eot_token)
+        tokens.extend(encode(enc, text))
     # No n-gram is seen more often than the stream is long: a larger --katz-k changes nothing.
     if not 1 <= args.katz_k <= ngram_lib.max_katz_k(len(tokens)):
         raise ValueError(f"--katz-k must be in 1..{ngram_lib.max_katz_k(len(tokens))} (no n-gram of the files' "
