@@ -4,6 +4,8 @@ At batch 1 a step is bound by reading the weights, so a block of a few tokens sh
 the premise of speculative decoding. A plain `x @ w` does not deliver it on a CPU: for a few rows OpenBLAS packs
 all of `w` into a scratch buffer on every call. `Weight` adds a second layout of each matrix, column slabs, whose
 product by a few rows is one small matrix product per slab (no packing where the BLAS has a small-matrix kernel).
+Where a BLAS packs `w` even so (OpenBLAS's AVX2 kernels), a block of a few rows is cheaper as one matrix-vector
+product per row (`Layout.gemv_rows`): the first reads `w` from memory, the others from the cache.
 A model is given its `Layout` (the tools' choice for a machine; the measurements are in docs/performance.md).
 """
 
@@ -27,12 +29,14 @@ ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.
 class Layout:
     """How a model's passes are computed (only the speed): the largest block its products read from column slabs
     (`prepare`; 0: none), `padding`, the sizes to compute blocks of 1, 2, ... rows as (padding[k - 1] >= k; () =
-    unpadded; `gpt2.pad`), and how its layer matrices multiply one row (`one_row`: one matrix-vector product over
-    w, one BLAS call that OpenBLAS runs on all its threads for a large matrix, or slab by slab, one thread each)."""
+    unpadded; `gpt2.pad`), how its layer matrices multiply one row (`one_row`: one matrix-vector product over
+    w, one BLAS call that OpenBLAS runs on all its threads for a large matrix, or slab by slab, one thread each),
+    and, where one row is a matrix-vector product, the largest block multiplied row by row so (`gemv_rows`)."""
 
     slab_rows: int = SLAB_ROWS
     padding: tuple = ()
     one_row: str = "gemv"
+    gemv_rows: int = 1
 
     def check(self, n_ctx: int) -> "Layout":
         """The layout, padding as a tuple of ints, or a ValueError unless each size fits a context of n_ctx."""
@@ -42,31 +46,41 @@ class Layout:
                              f"(a block is padded, never cut, and fits the context), got {pad!r}")
         if self.one_row not in ONE_ROW:
             raise ValueError(f"one_row: one of {', '.join(ONE_ROW)}, got {self.one_row!r}")
-        return Layout(self.slab_rows, tuple(int(n) for n in pad), self.one_row)
+        if not integral(self.gemv_rows) or self.gemv_rows < 1:
+            raise ValueError(f"gemv_rows: an integer >= 1 (the largest block multiplied row by row), "
+                             f"got {self.gemv_rows!r}")
+        return Layout(self.slab_rows, tuple(int(n) for n in pad), self.one_row, int(self.gemv_rows))
 
     def rows(self, n: int) -> int:
         """The rows to compute a block of n tokens as: padding[n - 1] where the table covers n, else n."""
         return self.padding[n - 1] if n <= len(self.padding) else n
 
 
-def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | None = None):
-    """`model` (a gpt2.GPT2) with other slab rows, padding table or one-row product (None: unchanged): the same
-    numbers, another speed; the same slab rows share the prepared products."""
+def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | None = None,
+             gemv_rows: int | None = None):
+    """`model` (a gpt2.GPT2) with other slab rows, padding table, one-row product or rows multiplied row by row
+    (None: unchanged): the same numbers, another speed; the same slab rows share the prepared products."""
     old = model.layout
     layout = Layout(old.slab_rows if slab_rows is None else slab_rows, old.padding if padding is None else padding,
-                    old.one_row if one_row is None else one_row)
+                    old.one_row if one_row is None else one_row, old.gemv_rows if gemv_rows is None else gemv_rows)
     if layout == old:
         return model
     laid = dataclasses.replace(model, layout=layout)
     if layout.slab_rows == old.slab_rows and "prepared" in model.__dict__:  # the same slabs
-        laid.__dict__["prepared"] = by_one_row(model.__dict__["prepared"], layout.one_row)
+        laid.__dict__["prepared"] = by_one_row(model.__dict__["prepared"], layout)
     return laid
 
 
-def by_one_row(prepared: dict, how: str) -> dict:
-    """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `how` says (`Layout.one_row`). The
-    tied head's is one over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower)."""
-    return linear_layers(lambda layer: {**layer, "w": dataclasses.replace(layer["w"], gemv=how == "gemv")}, prepared)
+def by_one_row(prepared: dict, layout: Layout) -> dict:
+    """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `layout.one_row` says, and blocks of
+    up to `layout.gemv_rows` rows row by row where that is a matrix-vector product. The tied head's one row is one
+    over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower), as is a matrix without slabs'."""
+    rows = layout.gemv_rows if layout.one_row == "gemv" else 0
+
+    def by(w, rows):
+        return dataclasses.replace(w, gemv_rows=rows if w.slabs is not None else max(1, rows))
+    return {**linear_layers(lambda layer: {**layer, "w": by(layer["w"], rows)}, prepared),
+            "head": by(prepared["head"], max(1, rows))}
 
 
 def linear_layers(fn, tree):
@@ -82,9 +96,9 @@ def linear_layers(fn, tree):
 class Weight:
     """A weight matrix in the two layouts its products read.
 
-    w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and for one row when `gemv`.
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for blocks of 2 (1 if not `gemv`)
-           to `slab_rows` rows: a copy in a small model (the last slab zero-padded); in a large one, whose copy
+    w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and row by row (one
+           matrix-vector product each) for blocks of up to `gemv_rows` rows.
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for the blocks in between: a copy in a small model (the last slab zero-padded); in a large one, whose copy
            would not fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
            None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """
@@ -92,34 +106,37 @@ class Weight:
     w: np.ndarray
     slabs: np.ndarray | None
     slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
-    gemv: bool = True  # one row is a matrix-vector product over `w`, not a product by slabs
+    gemv_rows: int = 1  # blocks of up to this many rows are multiplied row by row (0: one row too by slabs)
 
     @classmethod
-    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv: bool = True, slab_min: int | None = None,
+    def of(cls, w, slab_rows: int = SLAB_ROWS, gemv_rows: int = 1, slab_min: int | None = None,
            copy: bool = True) -> "Weight":
         """[n_in, n_out] -> Weight (no slabs for at most `slab_min` numbers, default SLAB_MIN); `copy`:
         slabs (and a row-major w) as copies, else views of `w` where they can be."""
         n_in, n_out = w.shape
         w = np.ascontiguousarray(w) if copy else w
         if w.size <= (SLAB_MIN if slab_min is None else slab_min) or slab_rows < 1:
-            return cls(w, None, 0, gemv)
+            return cls(w, None, 0, gemv_rows)
         full = n_out // SLAB  # slabs with no padding
         if not copy and full * SLAB == n_out and w.strides[1] == w.itemsize:
-            return cls(w, w.reshape(n_in, full, SLAB).transpose(1, 0, 2), slab_rows, gemv)  # [n_slabs, n_in, SLAB]
+            return cls(w, w.reshape(n_in, full, SLAB).transpose(1, 0, 2), slab_rows, gemv_rows)  # [n_slabs, n_in, SLAB]
         slabs = np.zeros((-(-n_out // SLAB), n_in, SLAB), dtype=w.dtype)  # [n_slabs, n_in, SLAB]
         slabs[:full] = w[:, :full * SLAB].reshape(n_in, full, SLAB).transpose(1, 0, 2)
         slabs[full:, :, :n_out - full * SLAB] = w[:, full * SLAB:]  # the last slab, zero-padded
-        return cls(w, slabs, slab_rows, gemv)
+        return cls(w, slabs, slab_rows, gemv_rows)
 
     __array_ufunc__ = None  # `x @ weight` for an array x: NumPy defers to __rmatmul__
 
     def __rmatmul__(self, x):  # [n, n_in] @ [n_in, n_out] -> [n, n_out]
         """x @ w, read from the layout that is cheapest for n rows."""
         n = x.shape[0]
-        if n <= self.slab_rows and not (n == 1 and self.gemv):
+        if n <= self.gemv_rows:  # matrix-vector products, [n_in] @ [n_in, n_out] -> [n_out] each
+            out = np.empty((n, self.w.shape[1]), dtype=np.result_type(x, self.w))  # [n, n_out]
+            for row, y in zip(x, out):
+                np.matmul(row, self.w, out=y)
+            return out
+        if n <= self.slab_rows:
             return unslab(np.matmul(x, self.slabs), self.w.shape[1])  # one small product per slab
-        if n == 1:
-            return (x[0] @ self.w)[None]  # a matrix-vector product: [n_in] @ [n_in, n_out] -> [1, n_out]
         return x @ self.w
 
 

@@ -244,7 +244,7 @@ class GPT2:
     def prepared(self) -> dict:
         """The parameters as `forward` reads them (`fastpath.prepare`), made on first use."""
         return by_one_row(prepare(self.params, self.layout.slab_rows, self.weight_bytes, head=self.params["wte"].T),
-                          self.layout.one_row)
+                          self.layout)
 
     @property
     def n_params(self) -> int:

@@ -1,11 +1,12 @@
-"""What one row costs the embedded target, each way (docs/performance.md, "One token"):
+"""What one row, and a few, cost the embedded target, each way (docs/performance.md, "One token", "A few rows"):
 
     python weights/one_row_study.py [--rounds 100]
 
 1. Products of one row by the target's matrices (its 32 layer matrices in turn, then the head, as a pass reads
    them: streamed from memory where the last-level cache is smaller than 70 MB): one matrix-vector product over
-   w, over a copy of w.T, slab by slab, np.einsum; and 2 rows by slabs and by one x @ w, for comparison.
-2. Whole passes after a 200-token prefix: 1 token with each `Layout.one_row`, 2 and 4 tokens.
+   w, over a copy of w.T, slab by slab, np.einsum; and 2 rows by slabs, by one x @ w and row by row.
+2. Whole passes after a 200-token prefix: 1 token with each `Layout.one_row`; 2, 3, 4, 6 and 8 tokens by one
+   x @ w per matrix and row by row (`Layout.gemv_rows`).
 3. How fast NumPy reads a float32 array of the target's weight bytes: np.add.reduce, a matrix-vector product.
 Each with 1 and 2 BLAS threads, all ways interleaved round by round; medians of the wall time and of the main
 thread's CPU time (`time.thread_time`: a process descheduled by others does not accrue it), and the range.
@@ -52,17 +53,18 @@ def main() -> None:
             "slab by slab": lambda w, x: unslab(np.matmul(x[:1], w.slabs), w.w.shape[1]),
             "np.einsum": lambda w, x: np.einsum("i,ij->j", x[0], w.w),
             "2 rows: slabs": lambda w, x: unslab(np.matmul(x, w.slabs), w.w.shape[1]),
-            "2 rows: x @ w": lambda w, x: x @ w.w}
+            "2 rows: x @ w": lambda w, x: x @ w.w, "2 rows: row by row": lambda w, x: [r @ w.w for r in x]}
     cases = {(group, way): (lambda ws=ws, f=f: [f(w, xs[id(w)]) for w in ws])
              for group, ws in (("layer matrices", layers), ("head", [p["head"]])) for way, f in ways.items()}
-    models = {how: laid_out(target, one_row=how) for how in ("gemv", "slabs")}
+    models = {how: laid_out(target, one_row=how) for how in ("gemv", "slabs")} | {
+        "x @ w": laid_out(target, 0), "row by row": laid_out(target, 0, gemv_rows=8)}
     caches = {how: primed(m, 200, 8) for how, m in models.items()}
 
     def pass_of(how, k):
         cache, length = caches[how], caches[how].length
         return lambda: (forward(models[how], np.arange(k) + 5, cache), cache.truncate(length))
     cases |= {("pass", f"1 token, {how}"): pass_of(how, 1) for how in models}
-    cases |= {("pass", f"{k} tokens"): pass_of("gemv", k) for k in (2, 4)}
+    cases |= {("pass", f"{k} tokens, {how}"): pass_of(how, k) for k in (2, 3, 4, 6, 8) for how in ("x @ w", "row by row")}
     a = np.ones(target.weight_bytes // 4 >> 10 << 10, dtype=np.float32)
     ones = np.ones(1 << 10, dtype=np.float32)
     cases |= {("read", "np.add.reduce"): lambda: np.add.reduce(a),

@@ -453,8 +453,9 @@ def blas_line(costs) -> str:
         return f"BLAS: {blas_name()}; layout: each model's own (unmeasured)"
     layout = costs["layout"]
     one_row = "slab by slab" if layout.get("target_one_row") == "slabs" else "one matrix-vector product"
-    slabs = [f"{m} slabs up to {layout[m]} rows" if layout[m] else f"{m} one x @ w" for m in ("target", "draft")
-             if m in layout]
+    slabs = [(f"{m} slabs up to {layout[m]} rows" if layout[m] else f"{m} one x @ w")
+             + (f" (up to {rows} rows one matrix-vector product each)" if (rows := layout.get(m + "_gemv_rows", 1)) > 1
+                else "") for m in ("target", "draft") if m in layout]
     return f"BLAS: {blas_name()}; layout: {', '.join(slabs)}; the target's one row: {one_row}"
 
 

@@ -18,12 +18,13 @@ from ..fastpath import ONE_ROW
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, locked, read_json, store, writable
-from .costcurve import SLAB_SIZES, apply_layout, choose_one_row, choose_slab_rows, loop_curves, read_gbps
+from .costcurve import (GEMV_SIZES, SLAB_SIZES, apply_layout, choose_gemv_rows, choose_one_row, choose_slab_rows,
+                        loop_curves, read_gbps)
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled, step_passes
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
-CALIBRATION_VERSION = 8
+CALIBRATION_VERSION = 9
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 # What a cached cost may be: a pass's ms, an overhead's ms, a curve's block sizes (GPT-2's context is 1024 tokens).
 PASS_MS, OVERHEAD_MS, MOST_ROWS = (1e-3, 1e6), (0.0, 6e4), 1 << 12
@@ -125,7 +126,9 @@ def problem(costs, has_draft: bool) -> str:
         return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
-                               for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW,
+                               for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW
+                 and all(type(r := costs["layout"].get(m + "_gemv_rows", 1)) is int and r in (1, *GEMV_SIZES)
+                         for m in models),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
                                for m in models + ("head",) * ("head" in costs["curves"])
@@ -165,6 +168,10 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
     if layout["target_one_row"] == "slabs":  # slabs at least for one row
         layout["target"] = max(1, layout["target"])
+    target, draft = apply_layout(layout, target, draft)
+    for name, model in (("target", target), ("draft", draft)):  # where one row is a matrix-vector product
+        if model is not None and layout.get(name + "_one_row", "gemv") == "gemv":
+            layout[name + "_gemv_rows"] = choose_gemv_rows(model)
     did()
     target, draft = apply_layout(layout, target, draft)
     curves = loop_curves(target, draft, progress=lambda d, rounds: did(total=1 + rounds + len(acceptance.SETTINGS)))

@@ -19,6 +19,7 @@ from ..gpt2 import GPT2, forward, new_cache
 from .machine import blas, last_level_cache_bytes
 
 SLAB_SIZES = (2, 4, 8, 12, 16)  # the block sizes `choose_slab_rows` compares the layouts at
+GEMV_SIZES = (2, 3, 4, 6, 8)  # the block sizes `choose_gemv_rows` compares row by row products at
 # Block sizes the decoding loop meets; others are interpolated, larger ones extrapolated (costmodel.interp).
 LOOP_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 
@@ -110,11 +111,13 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 
 def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows, one-row products and padding tables ({"target": rows,
-    "target_one_row": ..., "target_pad": ...}); with one BLAS thread, one row is one matrix-vector product."""
+    """(target, draft) with a measured layout's slab rows, one-row products, rows multiplied row by row and padding
+    tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}); with one BLAS
+    thread, one row is one matrix-vector product."""
     one_thread = blas()["threads"] == 1
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
-                                                     "gemv" if one_thread else layout.get(name + "_one_row"))
+                                                     "gemv" if one_thread else layout.get(name + "_one_row"),
+                                                     layout.get(name + "_gemv_rows"))
                  for model, name in ((target, "target"), (draft, "draft")))
 
 
@@ -142,6 +145,25 @@ def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, second
     repeats = max(3, min(repeats, int(seconds / (2 * one))))
     ms = round_robin({how: functools.partial(timed_pass, m, caches[how], 1) for how, m in layouts.items()}, repeats)
     return min(ONE_ROW, key=ms.get)
+
+
+def choose_gemv_rows(model: GPT2, sizes=GEMV_SIZES, prefix_len: int = 200, repeats: int = 9,
+                     seconds: float = 2.0) -> int:
+    """The largest block up to which one matrix-vector product per row (`Layout.gemv_rows`) is faster, at every size,
+    than the model's layout (1 unless it is at the smallest); both timed round-robin, as `choose_slab_rows`."""
+    sizes = fitting(sizes, model.config.n_ctx)
+    layouts = model, laid_out(model, gemv_rows=max(sizes))
+    caches = [primed(m, min(prefix_len, model.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
+    one = timed_pass(layouts[0], caches[0], max(sizes))
+    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * one))))
+    ms = round_robin({(i, k): functools.partial(timed_pass, m, caches[i], k) for k in sizes
+                      for i, m in enumerate(layouts)}, repeats)
+    best = 1
+    for k in sizes:  # from the smallest, while row by row stays faster
+        if ms[1, k] >= ms[0, k]:
+            break
+        best = k
+    return best
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,

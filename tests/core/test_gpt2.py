@@ -180,18 +180,20 @@ def test_prepared_layouts_hold_the_parameters(model):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n_out", [5, SLAB, SLAB + 3, 3 * SLAB])
 def test_matmul_is_the_matrix_product_for_every_block_size(n_out, dtype):
-    # One row (gemv), 2..SLAB_ROWS rows (slabs) and more (one x @ w): the same product within rounding.
+    # One row (gemv), 2..SLAB_ROWS rows (slabs) and more (one x @ w), a few rows row by row (gemv_rows):
+    # the same product within rounding.
     rng = np.random.default_rng(n_out)
     w = rng.standard_normal((37, n_out)).astype(dtype)
     weight = Weight.of(w, slab_min=0)  # slabs however small w is
     plain = Weight.of(w, slab_rows=0, slab_min=0)
-    one_by_slabs = Weight.of(w, slab_min=0, gemv=False)  # one row slab by slab too
+    one_by_slabs = Weight.of(w, slab_min=0, gemv_rows=0)  # one row slab by slab too
+    row_by_row = Weight.of(w, slab_min=0, gemv_rows=4)  # up to 4 rows one matrix-vector product each
     assert plain.slabs is None
     assert weight.slabs is not None and Weight.of(w).slabs is None
     tol = 1e-12 if dtype == np.float64 else 1e-4
     for n in (1, 2, 3, SLAB_ROWS - 1, SLAB_ROWS, SLAB_ROWS + 1, 40):
         x = rng.standard_normal((n, 37)).astype(dtype)
-        for wt in (weight, plain, one_by_slabs):
+        for wt in (weight, plain, one_by_slabs, row_by_row):
             got = x @ wt
             assert got.shape == (n, n_out) and got.dtype == dtype
             np.testing.assert_allclose(got, x @ w, rtol=0, atol=tol)
@@ -258,8 +260,8 @@ def test_one_row_by_gemv_or_by_slabs_gives_the_same_logits(model, monkeypatch):
     for how in ONE_ROW:
         m = dataclasses.replace(model, layout=Layout(one_row=how))  # prepared anew
         layers = [w for k, v in m.prepared.items() if k != "head" for w in iter_params(v) if isinstance(w, Weight)]
-        assert layers and all(w.gemv == (how == "gemv") and w.slabs is not None for w in layers)
-        assert m.prepared["head"].gemv and laid_out(model, one_row=how).prepared["head"].gemv
+        assert layers and all(w.gemv_rows == (how == "gemv") and w.slabs is not None for w in layers)
+        assert m.prepared["head"].gemv_rows == 1 == laid_out(model, one_row=how).prepared["head"].gemv_rows
         for m in (m, laid_out(laid_out(model, one_row="slabs" if how == "gemv" else "gemv"), one_row=how)):
             cache = new_cache(m)
             logits[how] = np.concatenate([forward(m, [t], cache) for t in toks])
@@ -267,6 +269,25 @@ def test_one_row_by_gemv_or_by_slabs_gives_the_same_logits(model, monkeypatch):
     np.testing.assert_allclose(logits["gemv"], logits["slabs"], rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="^one_row: one of gemv, slabs, got 'blas'$"):
         dataclasses.replace(model, layout=Layout(one_row="blas"))
+
+
+def test_blocks_row_by_row_give_the_same_logits(model, monkeypatch):
+    # `Layout.gemv_rows`, the tools' choice where a BLAS packs w for a few rows: blocks of up to that many rows are
+    # one matrix-vector product per row, the head's included. A prefix of 9, one token, then a tree of 5 in one pass.
+    monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too (the other way)
+    mask, depth = tree_mask_and_depth([-1, 0, 0, 1, 1])
+    logits = []
+    for rows, one_row in ((1, "gemv"), (3, "gemv"), (8, "gemv"), (8, "slabs")):
+        m = dataclasses.replace(model, layout=Layout(one_row=one_row, gemv_rows=rows))  # prepared anew
+        weights = [w for w in iter_params(m.prepared) if isinstance(w, Weight)]
+        assert {w.gemv_rows for w in weights} == ({rows} if one_row == "gemv" else {0, 1})  # slabs: the head's 1
+        cache = new_cache(m)
+        logits.append(np.concatenate([forward(m, list(range(3, 12)), cache), forward(m, [5], cache),
+                                      forward(m, [3, 9, 4, 4, 7], cache, positions=10 + depth, mask=mask)]))
+        np.testing.assert_allclose(logits[-1], logits[0], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="^gemv_rows: an integer >= 1 .*, got 0$"):
+        laid_out(model, gemv_rows=0)
+    assert laid_out(m, gemv_rows=3).prepared["blocks"][0]["mlp"]["c_fc"]["w"].gemv_rows == 0  # one row by slabs
 
 
 def test_a_large_model_reads_its_slabs_from_views(monkeypatch):

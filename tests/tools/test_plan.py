@@ -474,11 +474,14 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
     from specdec_np.fastpath import ONE_ROW
 
     assert costcurve.choose_one_row(target, repeats=3) in ONE_ROW
+    assert costcurve.choose_gemv_rows(target, sizes=(2, 3), repeats=2) in (1, 2, 3)
     for threads in (2, 1):
         monkeypatch.setattr(costcurve, "blas", lambda threads=threads: {"threads": threads})
         for how in ONE_ROW:
-            laid, _ = costcurve.apply_layout({"target": 4, "target_one_row": how}, target, None)
+            laid, _ = costcurve.apply_layout({"target": 4, "target_one_row": how, "target_gemv_rows": 3}, target, None)
             assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how if threads > 1 else "gemv")
+            assert laid.layout.gemv_rows == 3
+            assert laid.prepared["head"].gemv_rows == (3 if laid.layout.one_row == "gemv" else 1)
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
@@ -508,7 +511,8 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
                                                                            "cold": curve(0.01, 0.1)}}}
                 for v in (float("nan"), 0.0, -1.0)},
              **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")},
-             **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)}}
+             **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)},
+             **{f"gemv rows {v!r}": GOOD | {"layout": GOOD["layout"] | {"draft_gemv_rows": v}} for v in (0, 5, True, "2")}}
 
 
 @pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
@@ -627,6 +631,8 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
     assert cal.problem(json.loads(json.dumps(got)), True) == ""
     # One row slab by slab where slabs lose from 2 rows on: the target keeps slabs for one row.
+    # The draft's blocks of a few rows may be multiplied row by row (its one row is a matrix-vector product).
+    assert got["layout"].pop("draft_gemv_rows") in (1, *cal.GEMV_SIZES)
     assert got["layout"] == {"target": 1, "draft": 0, "target_one_row": "slabs"}
     # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
     from specdec_np import eagle
