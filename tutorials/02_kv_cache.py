@@ -47,27 +47,29 @@ prompt = encode(enc, "import numpy as np\n\n\ndef mean(xs):\n    \"\"\"Average o
 # all of them a little. Each cost is shown as a ratio to one token's, next to k, what k separate
 # passes would cost.
 #
-# The table times every pass twice, with the same numbers computed two ways. **"one x @ w"**: each
-# of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
+# The table times every pass three times, with the same numbers computed three ways. **"one x @ w"**:
+# each of the model's matrix products is one NumPy product of the k rows by the whole weight matrix
 # `[n_in, n_out]`. **"slabs"**: the weight matrix is also kept cut into column slabs of 64 columns
 # (`[n_out / 64, n_in, 64]`, `fastpath.Weight`), and the k rows are multiplied by every slab in one
-# batched call, the outputs put side by side.
+# batched call, the outputs put side by side. **"row by row"**: each of the k rows is multiplied by
+# the whole matrix on its own, one matrix-vector product per row (`Layout.gemv_rows`).
 #
 # The BLAS library (OpenBLAS under NumPy) copies the weights into a scratch layout before a matrix
-# product of several rows; for a few rows that copy can cost more than the arithmetic, and the small
-# slab products skip it on some CPUs' kernels. So which column is faster depends on the machine:
+# product of several rows; for a few rows that copy can cost more than the arithmetic. The small
+# slab products skip it on some CPUs' kernels; a matrix-vector product never makes it, and the rows
+# after the first find the matrix in the cache. So which column is faster depends on the machine:
 # lesson 10 looks inside, and the tools use whichever wins on each machine.
 
 # %%
 from lesson import blas_name, last_level_cache, memory_gbps, one_blas_thread_if_busy, pass_ms, say_if_busy  # noqa: E402
-from lesson import bends, start_timing, verdict, with_slabs  # noqa: E402
+from lesson import bends, row_by_row, start_timing, verdict, with_slabs  # noqa: E402
 
 one_blas_thread_if_busy()
 KS = [1, 2, 4, 8]
 start = start_timing()
-runs = {"one x @ w": {}, "slabs": {}}  # each size's 9 timings (ms), for the verdict's range
-layouts = {"one x @ w": pass_ms(with_slabs(model, 0), KS, prefix_len=len(prompt), repeats=9, runs=runs["one x @ w"]),
-           "slabs": pass_ms(with_slabs(model, 16), KS, prefix_len=len(prompt), repeats=9, runs=runs["slabs"])}
+laid = {"one x @ w": with_slabs(model, 0), "slabs": with_slabs(model, 16), "row by row": row_by_row(model, 16)}
+runs = {name: {} for name in laid}  # each size's 9 timings (ms), for the verdict's range
+layouts = {name: pass_ms(m, KS, prefix_len=len(prompt), repeats=9, runs=runs[name]) for name, m in laid.items()}
 from_memory, from_cache = memory_gbps()  # GB/s: one large matrix-vector product, out of memory and out of the cache
 print_timed(f"BLAS: {blas_name()}; last-level cache: {last_level_cache() or 'unknown'}")
 print(f"{'new tokens k':>12} " + " ".join(f"{name + ': ms':>16} {'vs one':>7}" for name in layouts)

@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Lesson 10 (appendix): how the BLAS multiplies a block, and why the layout matters
 #
-# You will time the target's passes with two layouts of its matrix products and see which one this
-# machine's BLAS runs faster at each block size. You will see whether odd block sizes cost more than
+# You will time the target's passes with three layouts of its matrix products and see which one
+# this machine's BLAS runs faster at each block size. You will see whether odd block sizes cost more than
 # the next multiple of 4 or 8 here. Then you will pad a block with dummy rows and check that the
 # real rows' logits do not change.
 #
@@ -10,7 +10,8 @@
 # the matrix products of a k-row block read each weight once and hide the k rows of arithmetic
 # behind that read. Whether a CPU delivers it depends on how the BLAS library (OpenBLAS, under
 # NumPy) computes `x @ w` for a few rows. This appendix looks inside; the other lessons only use
-# its outcome, `costcurve.choose_slab_rows`, the layout the tools pick for this machine.
+# its outcome, `costcurve.choose_slab_rows` and `choose_gemv_rows`, the layout the tools pick for
+# this machine.
 #
 # * **Packing.** For a matrix-matrix product OpenBLAS first copies ("packs") blocks of `w` into a
 #   scratch buffer laid out for its kernel, on every call. For hundreds of rows that copy is paid
@@ -27,6 +28,11 @@
 #   AVX-512 ones) then stream the weights once; kernels that pack even small products (the AVX2
 #   ones) can lose. Both layouts compute the same numbers, so the tools time both and keep the
 #   faster one (`costcurve.choose_slab_rows`, passed in with the model: `with_slabs(model, rows)`).
+# * **Row by row.** A block of k rows can also be k matrix-vector products over the whole matrix,
+#   which never pack (`Layout.gemv_rows`): the first row reads the matrix from memory, the next ones
+#   from the cache it has just filled. That wins where packing costs most, for 2 or 3 rows under
+#   kernels that pack, and loses once the kernel's panel is full. The tools time it too
+#   (`costcurve.choose_gemv_rows`; `row_by_row(model, rows)` here).
 
 # %%
 import numpy as np
@@ -39,7 +45,7 @@ try:
     from lesson import bends, print_rounding, print_timed, verdict  # tutorials/lesson.py; mark lines measured on this machine
 except ModuleNotFoundError:  # python -I leaves tutorials/ off sys.path
     raise SystemExit("tutorials/ is off sys.path (python -I): run python tutorials/lesson.py tutorials/10_appendix_blas.py")
-from lesson import blas_name, one_blas_thread_if_busy, pass_ms, say_if_busy, start_timing, with_slabs
+from lesson import blas_name, one_blas_thread_if_busy, pass_ms, row_by_row, say_if_busy, start_timing, with_slabs
 
 one_blas_thread_if_busy()
 target, _, _, enc = load_embedded()
@@ -47,17 +53,17 @@ prompt = encode(enc, "def binary_search(items, x):\n    lo, hi = 0, len(items)\n
 print_timed(f"BLAS: {blas_name()}")
 
 # %% [markdown]
-# ## The two layouts, side by side
+# ## The three layouts, side by side
 #
-# A pass of k new tokens after the prompt, with one `x @ w` per product and with column slabs,
-# timed in turns (medians of 9 after a warm-up), as ratios to one token against the ideal of 1.
+# A pass of k new tokens after the prompt, with one `x @ w` per product, with column slabs and row
+# by row, timed in turns (medians of 9 after a warm-up), as ratios to one token against the ideal of 1.
 
 # %%
 KS = [1, 2, 4, 8, 16]
 start = start_timing()
-runs = {"x @ w": {}, "slabs": {}}  # {k: the 9 timings (ms)} of each layout
-by_layout = {name: pass_ms(with_slabs(target, rows), KS, prefix_len=len(prompt), repeats=9, runs=runs[name])
-             for name, rows in (("x @ w", 0), ("slabs", 16))}
+laid = {"x @ w": with_slabs(target, 0), "slabs": with_slabs(target, 16), "row by row": row_by_row(target, 16)}
+runs = {name: {} for name in laid}  # {k: the 9 timings (ms)} of each layout
+by_layout = {name: pass_ms(m, KS, prefix_len=len(prompt), repeats=9, runs=runs[name]) for name, m in laid.items()}
 print(f"{'tokens':>6} " + " ".join(f"{name + ' ms':>10} {'vs 1 token':>10}" for name in by_layout) + f" {'ideal':>6}")
 for k in KS:
     print_timed(f"{k:>6} " + " ".join(f"{c[k]:>10.2f} {c[k] / c[1]:>9.2f}x" for c in by_layout.values()) + f" {1:>5.2f}x")
@@ -66,16 +72,24 @@ for name, c in by_layout.items():
     if line := bends(c):
         print_timed(f"{name}: {line}")
 faster = {k: min(by_layout, key=lambda name: by_layout[name][k]) for k in KS}
-for k in KS:  # the two layouts were timed in turns: round by round, slabs' time over x @ w's
-    ratio = [a / b for a, b in zip(runs["slabs"][k], runs["x @ w"][k])]
-    print_timed(f"{k:>2} tokens, slabs' time over x @ w's: " + verdict(ratio, 1, "x @ w faster", "slabs faster", "x"))
+# One token is the same matrix-vector products in all three layouts: only the blocks are compared.
+for name in ("slabs", "row by row"):  # the layouts were timed in turns: round by round, each one's time over x @ w's
+    for k in KS[1:]:
+        ratio = [a / b for a, b in zip(runs[name][k], runs["x @ w"][k])]
+        print_timed(f"{k:>2} tokens, {name}: its time over x @ w's: "
+                    + verdict(ratio, 1, "x @ w faster", f"{name} faster", "x"))
 # This table's choice, by the tools' rule: slabs for blocks of up to the largest size k at which slabs cost at
 # most 5% more than one x @ w at every size from 2 to k (the fast path reads slabs up to a size, x @ w above it);
-# one x @ w if slabs lose at 2. The one-token row is not compared: the tools decide on blocks, which start at 2.
+# one x @ w if slabs lose at 2. (The tools decide on blocks, which start at 2.)
 ties = [k for k in KS[1:] if by_layout["slabs"][k] <= 1.05 * by_layout["x @ w"][k]]
 slab_rows = max((k for i, k in enumerate(KS[1:]) if KS[1:i + 2] == ties[:i + 1]), default=0)
-print_timed(f"so this table chooses {f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}"
-            f" (one token: {by_layout['slabs'][1] / by_layout['x @ w'][1]:.2f}x the time with slabs)")
+print_timed(f"so this table chooses {f'slabs for blocks of up to {slab_rows} rows' if slab_rows else 'one x @ w'}")
+# Row by row, by the tools' rule: for blocks up to the largest size k at which it is faster than the layout just
+# chosen at every size from 2 to k (the one-token row is the same matrix-vector products either way).
+chosen = by_layout["slabs" if slab_rows else "x @ w"]
+faster = [k for k in KS[1:] if by_layout["row by row"][k] < chosen[k]]
+gemv_rows = max((k for i, k in enumerate(KS[1:]) if KS[1:i + 2] == faster[:i + 1]), default=1)
+print_timed(f"and {f'row by row for blocks of up to {gemv_rows} rows' if gemv_rows > 1 else 'no block row by row'}")
 say_if_busy(start)
 
 # %% [markdown]
@@ -104,7 +118,7 @@ def pad_size(curve, k):
     return min([k] + [size for size in sorted(curve) if size > k], key=curve.get)
 
 
-target = with_slabs(target, slab_rows)
+target = laid_out(with_slabs(target, slab_rows), gemv_rows=gemv_rows)  # this table's choice
 start = start_timing()
 odd = pass_ms(target, [4, 5, 6, 7, 8], prefix_len=len(prompt), repeats=7)
 print_timed("target, ms per pass: " + ", ".join(f"{k} tokens {ms:.2f}" for k, ms in odd.items()))

@@ -181,11 +181,19 @@ def with_slabs(model, rows: int):
     return laid_out(model, rows)
 
 
-def fastest_layout(model):
-    """`model` laid out as this machine's BLAS multiplies it fastest (both layouts timed; lesson 10)."""
-    from specdec_np.tools.costcurve import choose_slab_rows
+def row_by_row(model, rows: int):
+    """`model` multiplying blocks of up to `rows` rows one matrix-vector product per row, larger ones by one x @ w."""
+    from specdec_np.tools.costcurve import laid_out
 
-    return with_slabs(model, choose_slab_rows(model, repeats=1) if QUICK else choose_slab_rows(model))
+    return laid_out(model, 0, gemv_rows=rows)
+
+
+def fastest_layout(model):
+    """`model` laid out as this machine's BLAS multiplies it fastest (the layouts timed as the tools do; lesson 10)."""
+    from specdec_np.tools.costcurve import choose_gemv_rows, choose_slab_rows, laid_out
+
+    model = with_slabs(model, choose_slab_rows(model, repeats=1) if QUICK else choose_slab_rows(model))
+    return laid_out(model, gemv_rows=choose_gemv_rows(model, repeats=2) if QUICK else choose_gemv_rows(model))
 
 
 def demo_prompt() -> str:

@@ -121,49 +121,45 @@ def apply_layout(layout: dict, target, draft):
                  for model, name in ((target, "target"), (draft, "draft")))
 
 
+def race(layouts: list, sizes, prefix_len: int, repeats: int, seconds: float) -> dict:
+    """{(i, k): ms of a pass of k tokens by layouts[i]}, all timed round-robin after a prefix, `repeats` rounds (at
+    least 2, fewer past about `seconds`)."""
+    caches = [primed(m, min(prefix_len, m.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
+    one = timed_pass(layouts[0], caches[0], max(sizes))
+    repeats = max(2, min(repeats, int(seconds / (len(layouts) * len(sizes) * one))))
+    return round_robin({(i, k): functools.partial(timed_pass, m, caches[i], k) for k in sizes
+                        for i, m in enumerate(layouts)}, repeats)
+
+
 def choose_slab_rows(model: GPT2, sizes=SLAB_SIZES, prefix_len: int = 200, repeats: int = 9,
                      seconds: float = 3.0, tie: float = 1.05) -> int:
     """The largest block column slabs multiply at most `tie` times as slowly as one x @ w, 0 unless they do at the
-    smallest size; both layouts timed round-robin, `repeats` rounds (fewer past about `seconds`)."""
+    smallest size (`race`)."""
     sizes = fitting(sizes, model.config.n_ctx)
-    layouts = laid_out(model, 0), laid_out(model, max(sizes))
-    caches = [primed(m, min(prefix_len, model.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
-    one = timed_pass(layouts[1], caches[1], max(sizes))
-    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * one))))
-    ms = round_robin({(i, k): functools.partial(timed_pass, m, caches[i], k) for k in sizes
-                      for i, m in enumerate(layouts)}, repeats)
+    ms = race([laid_out(model, 0), laid_out(model, max(sizes))], sizes, prefix_len, repeats, seconds)
     wins = [k for k in sizes if ms[1, k] <= tie * ms[0, k]]
     return max(wins) if sizes[0] in wins else 0
-
-
-def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
-    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (the median
-    of `repeats` rounds, fewer past about `seconds`, round-robin; OpenBLAS runs a slab's product on one thread)."""
-    layouts = {how: laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW}
-    caches = {how: primed(m, min(prefix_len, model.config.n_ctx - 1), 1) for how, m in layouts.items()}
-    one = timed_pass(layouts["gemv"], caches["gemv"], 1)
-    repeats = max(3, min(repeats, int(seconds / (2 * one))))
-    ms = round_robin({how: functools.partial(timed_pass, m, caches[how], 1) for how, m in layouts.items()}, repeats)
-    return min(ONE_ROW, key=ms.get)
 
 
 def choose_gemv_rows(model: GPT2, sizes=GEMV_SIZES, prefix_len: int = 200, repeats: int = 9,
                      seconds: float = 2.0) -> int:
     """The largest block up to which one matrix-vector product per row (`Layout.gemv_rows`) is faster, at every size,
-    than the model's layout (1 unless it is at the smallest); both timed round-robin, as `choose_slab_rows`."""
+    than the model's layout; 1 unless it is at the smallest (`race`)."""
     sizes = fitting(sizes, model.config.n_ctx)
-    layouts = model, laid_out(model, gemv_rows=max(sizes))
-    caches = [primed(m, min(prefix_len, model.config.n_ctx - max(sizes)), max(sizes)) for m in layouts]
-    one = timed_pass(layouts[0], caches[0], max(sizes))
-    repeats = max(2, min(repeats, int(seconds / (2 * len(sizes) * one))))
-    ms = round_robin({(i, k): functools.partial(timed_pass, m, caches[i], k) for k in sizes
-                      for i, m in enumerate(layouts)}, repeats)
-    best = 1
+    ms, best = race([model, laid_out(model, gemv_rows=max(sizes))], sizes, prefix_len, repeats, seconds), 1
     for k in sizes:  # from the smallest, while row by row stays faster
         if ms[1, k] >= ms[0, k]:
             break
         best = k
     return best
+
+
+def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, seconds: float = 2.0) -> str:
+    """How the layer matrices multiply one row (`Layout.one_row`): the way whose one-token pass is faster (`race`;
+    OpenBLAS runs a slab's product on one thread)."""
+    ms = race([laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW], (1,), prefix_len,
+              repeats, seconds)
+    return min(ONE_ROW, key=lambda how: ms[ONE_ROW.index(how), 1])
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 5,
