@@ -22,7 +22,7 @@ import numpy as np
 from . import checkpoint
 from .checkpoint import CONFIG_FILE, MODEL_FILE, CheckpointError
 from .drafting import Drafter
-from .fastpath import Layout, prepare
+from .fastpath import Layout, by_one_row, prepare
 from .gpt2 import (GPT2, GPT2Config, attention_bias, empty_params, iter_params, linear, map_params, random_params,
                    transformer_block)
 from .record import NO_RECORD
@@ -55,8 +55,8 @@ class Head:
         """Its layers as `head_pass` reads them (`fastpath.prepare`), and q's "head" [d, N] and "bias" [N]: the target's
         tied head on its N rows folded into out, out(h) @ rows.T = h @ (out.w @ rows.T) + out.b @ rows.T exactly."""
         rows = self.wte if self.vocab is None else self.wte[self.ids]  # [V or N, D]
-        own = prepare({"fc": self.fc, "block": self.block, "out": self.out}, self.layout.slab_rows, self.weight_bytes,
-                      head=self.out["w"] @ rows.T)
+        own = by_one_row(prepare({"fc": self.fc, "block": self.block, "out": self.out}, self.layout.slab_rows,
+                                 self.weight_bytes, head=self.out["w"] @ rows.T), self.layout)
         return own | {"bias": self.out["b"] @ rows.T}
 
     n_params = property(lambda self: sum(a.size for a in iter_params([self.fc, self.block, self.out])))  # its own

@@ -26,7 +26,7 @@ from ..tokenizer import encode
 from ..tree import SOURCES
 from ..verify import default_rule
 from . import acceptance
-from .calibration import Busy, calibration, head_curves, priced, roofline, with_curve
+from .calibration import Busy, calibration, head_costs, priced, roofline, with_curve
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
 from .costmodel import pads, record_ms
@@ -381,7 +381,7 @@ def main(argv=None) -> int:
                              "--plan default (its predictions unmeasured)") from None
         costs, how = e.costs, f"{'measured now, for this run only' if e.costs else 'unmeasured'}: {e}"
     if costs and a.rows != "rules" and not priced(costs, eagle_head):  # the eagle row's passes, priced as they are
-        costs = with_curve(costs, eagle_head, head_curves(target, eagle_head, costs["layout"]))
+        costs = with_curve(costs, eagle_head, head_costs(target, eagle_head, costs["layout"]))
     print(f"machine: {machine_name()} (costs {how or 'from the cache'})")
     print(blas_line(costs))
     if costs:
@@ -390,6 +390,7 @@ def main(argv=None) -> int:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
         target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
+        eagle_head = apply_layout(costs["layout"], None, eagle_head)[1]
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}
@@ -455,7 +456,7 @@ def blas_line(costs) -> str:
     one_row = "slab by slab" if layout.get("target_one_row") == "slabs" else "one matrix-vector product"
     slabs = [(f"{m} slabs up to {layout[m]} rows" if layout[m] else f"{m} one x @ w")
              + (f" (up to {rows} rows one matrix-vector product each)" if (rows := layout.get(m + "_gemv_rows", 1)) > 1
-                else "") for m in ("target", "draft") if m in layout]
+                else "") for m in ("target", "draft", "head") if m in layout]
     return f"BLAS: {blas_name()}; layout: {', '.join(slabs)}; the target's one row: {one_row}"
 
 

@@ -101,9 +101,11 @@ def priced(costs: dict, head) -> bool:
     return "head" in costs["curves"] and costs.get("head") == acceptance.head_key(head)
 
 
-def with_curve(costs: dict, head, curves: dict) -> dict:
-    """`costs` with `head`'s measured `curves` (`head_curves`'), and the head's digest that `priced` reads."""
-    return costs | {"curves": costs["curves"] | {"head": curves}, "head": acceptance.head_key(head)}
+def with_curve(costs: dict, head, measured: tuple) -> dict:
+    """`costs` with `head`'s measured layout and curves (`head_costs`'), and the head's digest that `priced` reads."""
+    layout, curves = measured
+    return costs | {"layout": costs["layout"] | layout, "curves": costs["curves"] | {"head": curves},
+                    "head": acceptance.head_key(head)}
 
 
 def with_head(costs: dict, target, head) -> dict:
@@ -112,7 +114,7 @@ def with_head(costs: dict, target, head) -> dict:
     if key not in MEASURED:
         if why := busy():
             raise Busy(f"this machine is busy ({why}): not measuring the EAGLE head's cost curve")
-        MEASURED[key] = head_curves(target, head, costs["layout"])
+        MEASURED[key] = head_costs(target, head, costs["layout"])
     return with_curve(costs, head, MEASURED[key])
 
 
@@ -125,10 +127,11 @@ def problem(costs, has_draft: bool) -> str:
     def ms(values, bounds):  # all numbers of ms within bounds (NaN is not)
         return all(type(v) in (int, float) and bounds[0] <= v <= bounds[1] for v in values)
     try:
+        laid = models + ("head",) * ("head" in costs["layout"])  # an EAGLE head's layout, measured with its curve
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
-                               for m in models) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW
+                               for m in laid) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW
                  and all(type(r := costs["layout"].get(m + "_gemv_rows", 1)) is int and r in (1, *GEMV_SIZES)
-                         for m in models),
+                         for m in laid),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
                      str(k).isascii() and str(k).isdigit() and 1 <= int(k) <= MOST_ROWS for k in c)
                                for m in models + ("head",) * ("head" in costs["curves"])
@@ -204,9 +207,16 @@ def roofline(costs: dict, target) -> str:
             f"weights in {ms:.2f} ms, {rate:.1f} GB/s{limit}")
 
 
+def head_costs(target, head, layout: dict) -> tuple[dict, dict]:
+    """The EAGLE head's layout, measured as the draft's ({"head": slab rows, "head_gemv_rows": ...}), and its curve."""
+    own = {"head": choose_slab_rows(head)}
+    own["head_gemv_rows"] = choose_gemv_rows(apply_layout(own, None, head)[1])
+    return own, head_curves(target, head, layout | own)
+
+
 def head_curves(target, head, layout: dict) -> dict:
-    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}, after the target laid out as `layout` says."""
-    target, _ = apply_layout(layout, target, None)
+    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}, the target and the head laid out as `layout` says."""
+    target, head = apply_layout(layout, target, head)
     return loop_curves(target, head)["draft"]
 
 

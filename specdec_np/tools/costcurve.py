@@ -112,13 +112,14 @@ def fitting(sizes, n_ctx: int) -> tuple:
 
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows, one-row products, rows multiplied row by row and padding
-    tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}); with one BLAS
-    thread, one row is one matrix-vector product."""
+    tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}; an EAGLE head as the
+    draft reads "head", "head_gemv_rows"); with one BLAS thread, one row is one matrix-vector product."""
     one_thread = blas()["threads"] == 1
+    named = ((target, "target"), (draft, "head" if isinstance(draft, eagle.Head) else "draft"))
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
                                                      "gemv" if one_thread else layout.get(name + "_one_row"),
                                                      layout.get(name + "_gemv_rows"))
-                 for model, name in ((target, "target"), (draft, "draft")))
+                 for model, name in named)
 
 
 def race(layouts: list, sizes, prefix_len: int, repeats: int, seconds: float) -> dict:

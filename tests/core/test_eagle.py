@@ -19,6 +19,7 @@ from helpers import SMALL, TINY_PROMPT, always_accept, ar_greedy
 from specdec_np import eagle, verify
 from specdec_np.checkpoint import CheckpointError
 from specdec_np.decode import generate
+from specdec_np.fastpath import Layout
 from specdec_np.gpt2 import forward, hidden, lm_head, new_cache, random_params
 from specdec_np.plan import Plan
 from specdec_np.sampling import process
@@ -109,6 +110,11 @@ def test_the_head_pass_is_its_math(small, vocab_size, width):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(logits))
     finite = np.isfinite(logits)
     np.testing.assert_allclose(got[finite], logits[finite], rtol=0, atol=1e-12)
+    # Its layout (`fastpath.Layout`, chosen by the tools as the draft's): the 9 rows one matrix-vector product each.
+    by_rows = dataclasses.replace(head, layout=Layout(gemv_rows=n))
+    assert by_rows.prepared["head"].gemv_rows == n == by_rows.prepared["fc"]["w"].gemv_rows
+    h_rows = eagle.head_pass(by_rows, features, tokens, positions, new_cache(by_rows), np.tri(n, dtype=bool))
+    np.testing.assert_allclose(eagle.head_logits(by_rows, h_rows)[finite], logits[finite], rtol=0, atol=1e-12)
     ids = np.arange(SMALL.n_vocab) if vocab_size is None else head.ids
     for wrong in ({"head": head.out["w"] @ head.wte[np.roll(ids, 1)].T},  # the rows of other tokens
                   {"bias": np.zeros(len(ids))}):  # out's bias left out of the fold

@@ -137,8 +137,8 @@ def made_up_costs(monkeypatch):
     from specdec_np.tools import calibration
 
     monkeypatch.setattr(calibration, "measure_costs", lambda *a, **k: FAKE_COSTS)
-    monkeypatch.setattr(bench, "head_curves", lambda *a, **k: {s: {k: 0.05 * k for k in (1, 2, 4, 8)}
-                                                               for s in ("warm", "cold")})
+    monkeypatch.setattr(bench, "head_costs", lambda *a, **k: ({}, {s: {k: 0.05 * k for k in (1, 2, 4, 8)}
+                                                                   for s in ("warm", "cold")}))
 
 
 def test_bench_says_whether_its_costs_were_cached(tmp_path, capsys, monkeypatch):
@@ -279,11 +279,12 @@ def test_a_ctrl_c_while_the_results_are_renamed_waits_for_the_last(tmp_path, mon
 def test_the_eagle_row_runs_the_head_on_the_tree_rows_plan(tmp_path, monkeypatch, capsys):
     """Issue 61: bench's eagle row drafts with the target's EAGLE head on the tree row's plan (said, with why),
     emits the baseline's tokens at greedy, and gives its first drafted token's acceptance beside the draft model's;
-    its passes are priced on the head's own cost curve (`calibration.head_curves`), shown with the others."""
+    its passes are priced on the head's own cost curve (`calibration.head_costs`), shown with the others."""
     head_curve = {s: {k: 0.01 * k for k in (1, 2, 4, 8)} for s in ("warm", "cold")}
     made_up_costs(monkeypatch)
     from specdec_np.eagle import Head
-    monkeypatch.setattr(bench, "head_curves", lambda target, head, layout: head_curve if isinstance(head, Head) else None)
+    monkeypatch.setattr(bench, "head_costs", lambda target, head, layout: ({}, head_curve) if isinstance(head, Head)
+                        else None)
     assert bench.main(["--prompts", str(FIXTURES / "prompts.jsonl"), "--limit", "1", "--max-new-tokens", "24",
                        "--settings", "greedy", "--plan", "default", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

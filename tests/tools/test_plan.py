@@ -482,6 +482,12 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
             assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how if threads > 1 else "gemv")
             assert laid.layout.gemv_rows == 3
             assert laid.prepared["head"].gemv_rows == (3 if laid.layout.one_row == "gemv" else 1)
+    # An EAGLE head in the draft's place reads the head's layout, not the draft model's.
+    from specdec_np import eagle
+
+    _, laid = costcurve.apply_layout({"draft": 4, "draft_gemv_rows": 2, "head": 0, "head_gemv_rows": 3}, None,
+                                     eagle.random_head(target))
+    assert (laid.layout.slab_rows, laid.layout.gemv_rows) == (0, 3)
 
 
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
@@ -637,7 +643,14 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
     from specdec_np import eagle
 
-    head = cal.head_curves(short, eagle.random_head(short), {"target": 0})
+    layout, head = cal.head_costs(short, eagle.random_head(short), {"target": 0})
+    # Its layout measured as the draft's, kept beside the pair's where the costs take its curve (`with_curve`).
+    assert layout.keys() == {"head", "head_gemv_rows"} and layout["head"] in (0, 2, 4, 8, 12, 16)
+    assert layout["head_gemv_rows"] in (1, *cal.GEMV_SIZES)
+    with_head = cal.with_curve(got, eagle.random_head(short), (layout, head))
+    assert with_head["layout"] == got["layout"] | layout and cal.problem(with_head, True) == ""
+    for bad in (-1, 5, True):  # a head's layout out of range: the costs are measured again
+        assert cal.problem(with_head | {"layout": with_head["layout"] | {"head_gemv_rows": bad}}, True)
     assert set(head) == {"warm", "cold"} and head["warm"].keys() == curves["draft"]["warm"].keys()
     assert all(ms > 0 for state in head.values() for ms in state.values())
 
