@@ -12,11 +12,11 @@ A file is dropped when it is an exact copy (whitespace at line ends ignored) or 
 before it: the Jaccard similarity of their sets of 3-line windows of code (comments, blank lines and spacing
 ignored), estimated by MinHash and found by LSH banding, at least NEAR_DUPLICATE (0.5: above it the pairs
 caught were generated tables, vendored or refactored copies and files made from one template; below it similar
-but distinct files begin). So no training file copies a held-out one (LSH finds ~98% of the pairs at 0.5, all over 0.6). Split by file as the
-standard library is (sha1 of "package/path" % 20 == 0: held out); the training files are capped at
---max-tokens, whole files in the order of a hash of their path. The standard library's held-out files are
-exactly `train_tiny.py corpus`'s, the evaluation set, never trained on: they are also the only held-out text
-in `stdlib_heldout`.
+but distinct files begin). So no training file copies a held-out one (LSH finds 98% of the pairs at 0.5, all
+from 0.6). Split by file as the standard library is (sha1 of "package/path" % 20 == 0: held out); the training
+files are capped at --max-tokens, whole files in the order of a hash of their path. The standard library's
+held-out files are exactly `train_tiny.py corpus`'s, the evaluation set, never trained on: they are also the
+only held-out text in `stdlib_heldout`.
 
 Out (weights/work/corpus/, ignored by git): each token array (uint16, GPT-2 BPE's first 8192 ranks + <|endoftext|>
 = 8192) as .u16.xz, small enough to travel to the GPU machine with the working tree; prompts.json (the calibration
@@ -55,8 +55,9 @@ PERMISSIVE = ("MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "PSF-2.0", "I
 VENDORED = {"_vendor", "vendor", "vendored", "_vendored", "extern", "externals", "_externals", "_extern"}
 MAX_LINE, MAX_BYTES = 1000, 1_000_000
 # The packages' training files are capped (whole files, a hash-ranked share of every package) so that the corpus,
-# xz-compressed (~0.3 bytes a token), travels to the GPU machine with the working tree: 64 MiB in all.
-MAX_TOKENS = 75_000_000
+# xz-compressed (~0.3 bytes a token), travels to the GPU machine with the working tree: 64 MiB in all. 74.8M: the
+# near duplicates' places go to files that compress less well, and the arrays stay within the 29.9 MB of 75M before.
+MAX_TOKENS = 74_800_000
 # Near duplicates: files whose 3-line windows of code (comments and blank lines dropped) overlap by a Jaccard
 # similarity of at least NEAR_DUPLICATE, estimated by MinHash (MINHASH_PERMS hash functions, BANDS LSH bands).
 SHINGLE_LINES, MINHASH_PERMS, BANDS, NEAR_DUPLICATE = 3, 256, 64, 0.5
@@ -157,9 +158,9 @@ def minhash(x: np.ndarray) -> np.ndarray:
 
 class NearDuplicates:
     """Files kept so far, by MinHash signature, found again by LSH banding: the signature cut into BANDS bands of
-    MINHASH_PERMS // BANDS entries, a file a candidate when one band is equal (likely from Jaccard ~0.5 on:
-    1 - (1 - J^4)^32 is 0.87 at 0.5, 0.9998 at 0.7); a candidate is a near duplicate when its estimated Jaccard
-    similarity is at least `threshold`."""
+    MINHASH_PERMS // BANDS = 4 entries, a kept file a candidate when one band is equal (with probability
+    1 - (1 - J^4)^64 at Jaccard similarity J: 0.98 at 0.5, 0.9999 at 0.6, 0.10 at 0.2); a candidate is a near
+    duplicate when its estimated Jaccard similarity is at least `threshold`."""
 
     def __init__(self, threshold: float = NEAR_DUPLICATE):
         self.threshold, self.names, self.sigs, self.buckets = threshold, [], [], {}
