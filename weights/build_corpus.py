@@ -1,4 +1,4 @@
-"""Build the training corpus: the standard library (as `train_tiny.py corpus`) plus the Python source of
+"""Build the training corpus: the standard library (`train_tiny.py corpus`'s files) plus the Python source of
 permissively licensed packages, fetched by pinned name, version and hash through pip (weights/corpus_packages.txt).
 
     python weights/build_corpus.py              # downloads the wheels (cached), writes weights/work/corpus/
@@ -6,17 +6,23 @@ permissively licensed packages, fetched by pinned name, version and hash through
 
 Each package's wheel (CPython 3.11, x86-64 Linux, or pure Python) is read as a zip: its .py files, minus
 vendored copies of other projects, generated tables (a line over 1000 characters, a file over 1 MB) and files
-that are not UTF-8, in path order, each followed by <|endoftext|>. Deduplicated by content (whitespace at line
-ends ignored) against every standard-library file, held out or not, and across packages: the first copy wins.
-Split by file as the standard library is (sha1 of "package/path" % 20 == 0: held out); the training files are
-capped at --max-tokens, whole files in the order of a hash of their path. The standard library's
-held-out files stay the evaluation set, never trained on: they are also the only held-out text in
-`stdlib_heldout`, and no package file equal to one of them is kept.
+that are not UTF-8, in path order, each followed by <|endoftext|>. Deduplicated by file, the first copy wins, in
+this order: the standard library's held-out files (all kept), its training files, then the packages in list order.
+A file is dropped when it is an exact copy (whitespace at line ends ignored) or a near duplicate of a file kept
+before it: the Jaccard similarity of their sets of 3-line windows of code (comments, blank lines and spacing
+ignored), estimated by MinHash and found by LSH banding, at least NEAR_DUPLICATE (0.5: above it the pairs
+caught were generated tables, vendored or refactored copies and files made from one template; below it similar
+but distinct files begin). So no training file copies a held-out one (LSH finds 98% of the pairs at 0.5, all
+from 0.6). Split by file as the standard library is (sha1 of "package/path" % 20 == 0: held out); the training
+files are capped at --max-tokens, whole files in the order of a hash of their path. The standard library's
+held-out files are exactly `train_tiny.py corpus`'s, the evaluation set, never trained on: they are also the
+only held-out text in `stdlib_heldout`.
 
 Out (weights/work/corpus/, ignored by git): each token array (uint16, GPT-2 BPE's first 8192 ranks + <|endoftext|>
 = 8192) as .u16.xz, small enough to travel to the GPU machine with the working tree; prompts.json (the calibration
-and HumanEval prompts as token ids, for weights/recipe.py's figures); corpus.json: files, tokens, bytes and
-licence per package, each array's sha256. `train_tiny.load_tokens` reads the arrays.
+and HumanEval prompts as token ids, for weights/recipe.py's figures); corpus.json: files, tokens, bytes,
+licence and duplicates dropped per package, the files and tokens each dedup step dropped with every near
+duplicate's pair, each array's sha256. `train_tiny.load_tokens` reads the arrays.
 """
 
 from __future__ import annotations
@@ -49,8 +55,12 @@ PERMISSIVE = ("MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "PSF-2.0", "I
 VENDORED = {"_vendor", "vendor", "vendored", "_vendored", "extern", "externals", "_externals", "_extern"}
 MAX_LINE, MAX_BYTES = 1000, 1_000_000
 # The packages' training files are capped (whole files, a hash-ranked share of every package) so that the corpus,
-# xz-compressed (~0.3 bytes a token), travels to the GPU machine with the working tree: 64 MiB in all.
-MAX_TOKENS = 75_000_000
+# xz-compressed (~0.3 bytes a token), travels to the GPU machine with the working tree: 64 MiB in all. 74.8M: the
+# near duplicates' places go to files that compress less well, and the arrays stay within the 29.9 MB of 75M before.
+MAX_TOKENS = 74_800_000
+# Near duplicates: files whose 3-line windows of code (comments and blank lines dropped) overlap by a Jaccard
+# similarity of at least NEAR_DUPLICATE, estimated by MinHash (MINHASH_PERMS hash functions, BANDS LSH bands).
+SHINGLE_LINES, MINHASH_PERMS, BANDS, NEAR_DUPLICATE = 3, 256, 64, 0.5
 # pip picks the same wheel on any machine: these tags, and the hash pinned in PACKAGES.
 WHEEL_TAGS = ["--only-binary", ":all:", "--platform", "manylinux2014_x86_64", "--platform", "any",
               "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
@@ -117,6 +127,63 @@ def content_key(text: str) -> str:
     return hashlib.sha256("\n".join(line.rstrip() for line in text.strip().splitlines()).encode()).hexdigest()
 
 
+def code_lines(text: str) -> list[str]:
+    """The lines that make a file's code: blank lines and whole-line comments dropped, runs of whitespace collapsed
+    (two copies of a file that differ only in a licence header, indentation or spacing read the same)."""
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def shingles(text: str, k: int = SHINGLE_LINES) -> np.ndarray:
+    """The distinct k-line windows of `code_lines` (one window for a shorter file), each as a 64-bit hash."""
+    lines = code_lines(text)
+    windows = ("\n".join(lines[i:i + k]) for i in range(max(len(lines) - k + 1, 1))) if lines else ()
+    return np.unique(np.array([int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+                               for w in windows], dtype=np.uint64))
+
+
+# MinHash's hash functions, fixed by a seed: h_j(x) = the top 32 bits of (a_j x + b_j) mod 2^64, a_j odd.
+_A, _B = np.random.default_rng(20261202).integers(0, 2**63, size=(2, MINHASH_PERMS), dtype=np.uint64)
+_A |= np.uint64(1)
+
+
+def minhash(x: np.ndarray) -> np.ndarray:
+    """(MINHASH_PERMS,) MinHash signature of a set of 64-bit hashes: min_x h_j(x) for each j. Two sets agree at j
+    with probability their Jaccard similarity |S & T| / |S | T|, so the share of equal entries estimates it."""
+    sig = np.full(MINHASH_PERMS, np.iinfo(np.uint64).max, dtype=np.uint64)
+    for i in range(0, x.size, 4096):  # (4096, MINHASH_PERMS) at a time: a long file's products fit in memory
+        sig = np.minimum(sig, ((x[i:i + 4096, None] * _A + _B) >> np.uint64(32)).min(axis=0))
+    return sig
+
+
+class NearDuplicates:
+    """Files kept so far, by MinHash signature, found again by LSH banding: the signature cut into BANDS bands of
+    MINHASH_PERMS // BANDS = 4 entries, a kept file a candidate when one band is equal (with probability
+    1 - (1 - J^4)^64 at Jaccard similarity J: 0.98 at 0.5, 0.9999 at 0.6, 0.10 at 0.2); a candidate is a near
+    duplicate when its estimated Jaccard similarity is at least `threshold`."""
+
+    def __init__(self, threshold: float = NEAR_DUPLICATE):
+        self.threshold, self.names, self.sigs, self.buckets = threshold, [], [], {}
+
+    def bands(self, sig: np.ndarray):
+        return [(b, band.tobytes()) for b, band in enumerate(sig.reshape(BANDS, -1))]
+
+    def find(self, sig: np.ndarray) -> tuple[str, float] | None:
+        """(name, estimated Jaccard similarity) of the most similar kept file at or over the threshold, else None."""
+        cands = sorted({i for key in self.bands(sig) for i in self.buckets.get(key, ())})
+        if not cands:
+            return None
+        sim = (np.stack([self.sigs[i] for i in cands]) == sig).mean(axis=1)
+        best = int(np.argmax(sim))
+        return (self.names[cands[best]], float(sim[best])) if sim[best] >= self.threshold else None
+
+    def add(self, name: str, sig: np.ndarray) -> None:
+        for key in self.bands(sig):
+            self.buckets.setdefault(key, []).append(len(self.names))
+        self.names.append(name)
+        self.sigs.append(sig)
+
+
 def write_tokens(arrays: list, path: Path) -> dict:
     """The arrays concatenated (uint16), xz-compressed to `path` (via a temporary file): {tokens, bytes, sha256}."""
     toks = np.concatenate(arrays) if arrays else np.zeros(0, np.uint16)
@@ -161,31 +228,54 @@ def build(offline: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
 
     OUT.mkdir(parents=True, exist_ok=True)
     prompts = write_prompts(enc)  # first: a missing package shows before minutes of tokenizing
+    seen, near = set(), NearDuplicates()
+    dropped = {"exact": {"files": 0, "tokens": 0}, "near_duplicate": {"files": 0, "tokens": 0}}
+    pairs = []  # [dropped file, the kept file it nearly copies, estimated Jaccard similarity]
+
+    def is_copy(name: str, text: str, keep: bool = False) -> str | None:
+        """What a file copies of one kept before it ("exact" or "near_duplicate": it is dropped and counted), else
+        None (it is kept and remembered); `keep`: kept whatever it copies (the standard library's held-out files)."""
+        key, x = content_key(text), shingles(text)
+        sig = minhash(x) if x.size else None  # a file of comments alone is nobody's near duplicate
+        found = None if keep or sig is None else near.find(sig)
+        kind = None if keep else "exact" if key in seen else "near_duplicate" if found else None
+        seen.add(key)  # a later exact copy of a near duplicate counts as exact
+        if kind:
+            dropped[kind]["files"] += 1
+            dropped[kind]["tokens"] += int(tokens(text).size)
+            if kind == "near_duplicate":
+                pairs.append([name, found[0], round(found[1], 3)])
+        elif sig is not None:
+            near.add(name, sig)
+        return kind
+
     root, rel = T.stdlib_files()
-    seen = set()
-    parts = {"stdlib_train": [], "stdlib_heldout": [], "packages_train": [], "packages_heldout": []}
-    stdlib = {"train": 0, "heldout": 0}
+    texts = {}
     for r in rel:  # exactly `train_tiny.py corpus`'s files and order
         try:
-            text = (root / r).read_text(encoding="utf-8")
+            texts[r] = (root / r).read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        seen.add(content_key(text))
-        split = "heldout" if T.is_heldout(r) else "train"
-        parts["stdlib_" + split].append(tokens(text))
-        stdlib[split] += 1
+    parts = {"stdlib_train": [], "stdlib_heldout": [], "packages_train": [], "packages_heldout": []}
+    stdlib = {"train": 0, "heldout": 0, "exact": 0, "near_duplicate": 0}
+    for r in sorted(texts, key=lambda r: not T.is_heldout(r)):  # held out first: no training file copies one
+        kind = is_copy("stdlib/" + r, texts[r], keep=T.is_heldout(r))
+        stdlib[kind or ("heldout" if T.is_heldout(r) else "train")] += 1
+        if kind:
+            del texts[r]
+    for r, text in texts.items():  # in path order
+        parts["stdlib_" + ("heldout" if T.is_heldout(r) else "train")].append(tokens(text))
     report = {"python": sys.version.split()[0], "n_vocab": T.N_VOCAB,
               "stdlib": {"files": stdlib, "licence": "PSF-2.0"}, "packages": {}}
     train_files = []
     for pkg in read_packages():
         z = zipfile.ZipFile(wheel_of(pkg, offline))
-        n = {"files": 0, "duplicates": 0, "tokens": 0, "source_bytes": 0}
+        n = {"files": 0, "exact": 0, "near_duplicate": 0, "tokens": 0, "source_bytes": 0}
         for path, text in source_files(z):
-            key = content_key(text)
-            if key in seen:
-                n["duplicates"] += 1
+            kind = is_copy(f"{pkg['name']}/{path}", text)
+            if kind:
+                n[kind] += 1
                 continue
-            seen.add(key)
             split = "heldout" if T.is_heldout(f"{pkg['name']}/{path}") else "train"
             toks = tokens(text)
             if split == "train":  # ranked by a hash of the path, so that a cap keeps a share of every package
@@ -198,7 +288,9 @@ def build(offline: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
         report["packages"][pkg["name"]] = {"version": pkg["version"], "licence": pkg["licence"],
                                            "metadata_licence": metadata_licence(z), **n}
         print(f"{pkg['name']}=={pkg['version']}: {n['files']} files, {n['tokens'] / 1e6:.2f}M tokens "
-              f"({n['duplicates']} duplicates dropped)", flush=True)
+              f"({n['exact']} exact and {n['near_duplicate']} near duplicates dropped)", flush=True)
+    report["dedup"] = {"near_duplicate_threshold": NEAR_DUPLICATE, "shingle_lines": SHINGLE_LINES,
+                       "minhash_perms": MINHASH_PERMS, "bands": BANDS, **dropped, "near_duplicates": pairs}
     ranked = sorted(range(len(train_files)), key=lambda i: train_files[i][0])
     sizes = np.cumsum([train_files[i][1].size for i in ranked])
     kept = set(ranked[:int(np.searchsorted(sizes, max_tokens, side="right"))])  # a prefix of the ranking
