@@ -54,8 +54,9 @@ case "${1:-}" in
   restore)
     git reset -q -- "${SHIPPED[@]}"
     if [ -f "$EXCLUDE" ]; then
-      awk -v mark="$MARK" '$0 == mark {skip = 1; next} skip && /^\/specdec_np\/weights\/tiny-/ {next} {skip = 0; print}' \
-        "$EXCLUDE" >"$EXCLUDE.tmp" && mv "$EXCLUDE.tmp" "$EXCLUDE"
+      awk -v mark="$MARK" '$0 == mark {skip = 1; next}
+                           skip && /^\/specdec_np\/weights\/tiny-/ {next}
+                           {skip = 0; print}' "$EXCLUDE" >"$EXCLUDE.tmp" && mv "$EXCLUDE.tmp" "$EXCLUDE"
     fi
     git status --short -- "${SHIPPED[@]}" ;;
   *) echo "usage: weights/gpu_carry.sh check|slim|restore" >&2; exit 2 ;;

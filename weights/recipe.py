@@ -1,21 +1,53 @@
-"""The embedded pair's whole training recipe in one command, sized to a time budget (a GPU: under 10 minutes), with
+"""The embedded pair's whole training recipe in one command, sized to a time budget (one device call on a GPU), with
 the target's EAGLE head.
 
     python weights/recipe.py --device cuda --out "$OUT"     # the corpus from weights/build_corpus.py
-    python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 2 min
+    python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 1 min
 
 1. The target, trained from scratch on the corpus (train_tiny.step_loss: next-token cross-entropy; AdamW, bf16
    autocast, warm-up then cosine to 1e-4), its steps sized by `train_tiny.bench_step` on this device.
-2. The target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
-3. The draft, distilled from the target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
+2. Against greedy loops (issue 71), a short last phase of sequence-level unlikelihood training (Welleck et al. 2019,
+   `unlikelihood_phase`): each step the model continues 64 corpus prefixes of 128 tokens greedily by 128 tokens, and
+   every continuation token that completes a 4-gram already in its continuation costs -log(1 - p(token)), added 1:1
+   to the cross-entropy of a corpus batch. The ablation: the target before and after this phase, each with its
+   held-out loss (64 held-out windows) and loop measure (HumanEval's first 16 prompts, 128 tokens); the one exported
+   holds issue 71's gates (GATES: loop share at most 0.40 on average and 0.60 on every prompt, held-out loss at most
+   0.95), else it is the one with the lower loop share (report.json's "ablation" holds both).
+3. The exported target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
+4. The draft, distilled from that target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
    top-k 50).
-   Then the target's EAGLE head (weights/train_eagle.py's functions: EAGLE-1's loss on the frozen target's features,
-   its pass in specdec_np on the written shards checked against the torch head), written as eagle.00.npz.
-4. The paper's stage-2 model: a Katz backoff trigram (specdec_np.ngram) fitted on the draft's own samples at T=1.5.
-5. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
+   Then the target's EAGLE head (weights/train_eagle.py's functions and design: EAGLE-1's loss on the frozen target's
+   features, a 192-wide head; its pass in specdec_np on the written shards checked against the torch head), written
+   as eagle.00.npz.
+5. The paper's stage-2 model, a Katz backoff trigram (specdec_np.ngram, min_count 2), as build_ngram.py chose it: fitted
+   on the corpus (the standard library's training split, its "corpus" candidate), whose top-1 agreed with the draft's
+   argmax more often than the trigram of the draft's own T=1.5 samples (59.9% against 48.9% for the shipped pair on 40
+   held-out windows; the whole training split's trigram 58.5%, at 3.6x the bytes).
+6. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
    (and on the packages' held-out files), the trigram's, acceptance of one drafted token at top-k 50 and argmax
    agreement (24 held-out windows; the head's first guess beside the draft's), HumanEval prompt+solution loss, and
    the loop measure of greedy completions (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
+The acceptance profile is made on the CPU afterwards (weights/adopt_pair.py's `profile` step).
+
+The budget (--minutes, 9.5 by default): one device call may run 600 s, and the period's 15 device minutes also pay the
+machine's start (1-2 minutes), the transfers and its idle time until it is given back, with no room for a second
+run (a fresh start needs 4 minutes left). 570 s of run, plus importing PyTorch, ends about 30 s before the call's
+limit; the call then spends about 12-13 of the 15 minutes. Each phase gets its SHARES of what is left when it starts
+(target 56%, unlikelihood 12%, draft 22%, head 10%, later phases sharing the rest in these proportions, so an early
+phase that overruns shortens the later ones), less RESERVE_S (45 s) for the trigram, the figures and the checks; a
+phase sized by steps stops past 1.15x its share.
+
+The device call (the lead's checkout is what travels: its tracked files, its untracked files that git does not
+ignore, and the ignored paths named in `carry`, 64 MiB in all): the tracked tree is 49.2 MiB (the shipped model files
+specdec_np/weights/tiny-* 44.8 MiB of it) and the corpus weights/work/corpus 28.9 MiB, 78.0 MiB together. The recipe
+reads no shipped model file, and needs neither tiktoken (prompts.json holds token ids) nor a network, so for the one
+call `weights/gpu_carry.sh slim` takes the shipped model files out of git's index and ignores them (they stay on
+disk; `weights/gpu_carry.sh restore` puts them back, commit nothing in between): 4.4 MiB tracked + 28.9 MiB carried
+= 33.3 MiB, measured by `weights/gpu_carry.sh check`. Then `run` with
+
+    command:   PYTHONUNBUFFERED=1 python3 weights/recipe.py --device cuda --out "$OUT"
+    carry:     ["weights/work/corpus"]
+    timeout_s: 600
 
 Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
 reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
