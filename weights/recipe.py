@@ -407,7 +407,7 @@ def trigram_figures(model, draft, held: np.ndarray, device, n_windows: int = 40,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda", help="cuda or cpu (default: %(default)s)")
+    ap.add_argument("--device", help="cuda or cpu (default: cuda; with --smoke, cpu)")
     ap.add_argument("--minutes", type=float, default=9.5, help="the whole run's budget (default: %(default)s)")
     ap.add_argument("--target", default="8L/384", choices=SHAPES, help="target shape (default: %(default)s)")
     ap.add_argument("--draft", default="2L/128", choices=SHAPES, help="draft shape (default: %(default)s)")
@@ -419,8 +419,9 @@ def main(argv=None) -> int:
 
     if a.smoke:
         a.target, a.draft = "2L/64", "1L/32"
+    a.device = a.device or ("cpu" if a.smoke else "cuda")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no GPU visible to PyTorch (use --device cpu, or --smoke)")
+        raise SystemExit("--device cuda: no GPU visible to PyTorch (use --device cpu, or --smoke on the CPU)")
     torch.manual_seed(1234)
     torch.set_num_threads(1 if a.smoke else int(os.environ.get("TRAIN_THREADS", os.cpu_count())))
     if a.device.startswith("cuda"):
