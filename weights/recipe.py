@@ -1,21 +1,53 @@
-"""The embedded pair's whole training recipe in one command, sized to a time budget (a GPU: under 10 minutes), with
+"""The embedded pair's whole training recipe in one command, sized to a time budget (one device call on a GPU), with
 the target's EAGLE head.
 
     python weights/recipe.py --device cuda --out "$OUT"     # the corpus from weights/build_corpus.py
-    python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 2 min
+    python weights/recipe.py --smoke --corpus DIR --out DIR # the same code path on tiny shapes, CPU, < 1 min
 
 1. The target, trained from scratch on the corpus (train_tiny.step_loss: next-token cross-entropy; AdamW, bf16
    autocast, warm-up then cosine to 1e-4), its steps sized by `train_tiny.bench_step` on this device.
-2. The target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
-3. The draft, distilled from the target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
+2. Against greedy loops (issue 71), a short last phase of sequence-level unlikelihood training (Welleck et al. 2019,
+   `unlikelihood_phase`): each step the model continues 64 corpus prefixes of 128 tokens greedily by 128 tokens, and
+   every continuation token that completes a 4-gram already in its continuation costs -log(1 - p(token)), added 1:1
+   to the cross-entropy of a corpus batch. The ablation: the target before and after this phase, each with its
+   held-out loss (64 held-out windows) and loop measure (HumanEval's first 16 prompts, 128 tokens); the one exported
+   holds issue 71's gates (GATES: loop share at most 0.40 on average and 0.60 on every prompt, held-out loss at most
+   0.95), else it is the one with the lower loop share (report.json's "ablation" holds both).
+3. The exported target's own top-k 50, T=1 samples (64-token corpus prefixes, continued to 512 tokens).
+4. The draft, distilled from that target (half of each batch the target's samples; 0.8 KL + 0.2 CE + 0.5 TV at
    top-k 50).
-   Then the target's EAGLE head (weights/train_eagle.py's functions: EAGLE-1's loss on the frozen target's features,
-   its pass in specdec_np on the written shards checked against the torch head), written as eagle.00.npz.
-4. The paper's stage-2 model: a Katz backoff trigram (specdec_np.ngram) fitted on the draft's own samples at T=1.5.
-5. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
+   Then the target's EAGLE head (weights/train_eagle.py's functions and design: EAGLE-1's loss on the frozen target's
+   features, a 192-wide head; its pass in specdec_np on the written shards checked against the torch head), written
+   as eagle.00.npz.
+5. The paper's stage-2 model, a Katz backoff trigram (specdec_np.ngram, min_count 2), as build_ngram.py chose it: fitted
+   on the corpus (the standard library's training split, its "corpus" candidate), whose top-1 agreed with the draft's
+   argmax more often than the trigram of the draft's own T=1.5 samples (59.9% against 48.9% for the shipped pair on 40
+   held-out windows; the whole training split's trigram 58.5%, at 3.6x the bytes).
+6. The model card's figures: held-out loss of both models on the standard library's 64 held-out windows of 512
    (and on the packages' held-out files), the trigram's, acceptance of one drafted token at top-k 50 and argmax
    agreement (24 held-out windows; the head's first guess beside the draft's), HumanEval prompt+solution loss, and
    the loop measure of greedy completions (tools/loops.py: 128 tokens after each of HumanEval's first 16 prompts).
+The acceptance profile is made on the CPU afterwards (weights/adopt_pair.py's `profile` step).
+
+The budget (--minutes, 9.5 by default): one device call may run 600 s, and the period's 15 device minutes also pay the
+machine's start (1-2 minutes), the transfers and its idle time until it is given back, with no room for a second
+run (a fresh start needs 4 minutes left). 570 s of run, plus importing PyTorch, ends about 30 s before the call's
+limit; the call then spends about 12-13 of the 15 minutes. Each phase gets its SHARES of what is left when it starts
+(target 56%, unlikelihood 12%, draft 22%, head 10%, later phases sharing the rest in these proportions, so an early
+phase that overruns shortens the later ones), less RESERVE_S (45 s) for the trigram, the figures and the checks; a
+phase sized by steps stops past 1.15x its share.
+
+The device call (the lead's checkout is what travels: its tracked files, its untracked files that git does not
+ignore, and the ignored paths named in `carry`, 64 MiB in all): the tracked tree is 49.2 MiB (the shipped model files
+specdec_np/weights/tiny-* 44.8 MiB of it) and the corpus weights/work/corpus 28.9 MiB, 78.0 MiB together. The recipe
+reads no shipped model file, and needs neither tiktoken (prompts.json holds token ids) nor a network, so for the one
+call `weights/gpu_carry.sh slim` takes the shipped model files out of git's index and ignores them (they stay on
+disk; `weights/gpu_carry.sh restore` puts them back, commit nothing in between): 4.4 MiB tracked + 28.9 MiB carried
+= 33.3 MiB, measured by `weights/gpu_carry.sh check`. Then `run` with
+
+    command:   PYTHONUNBUFFERED=1 python3 weights/recipe.py --device cuda --out "$OUT"
+    carry:     ["weights/work/corpus"]
+    timeout_s: 600
 
 Out (at most 8 files of at most 16 MiB, 64 MiB together; each model saved as soon as trained, a failing figure
 reported in report.json and the exit status, not fatal): target.NN.npz and draft.NN.npz (fp16 parameters in
@@ -54,8 +86,13 @@ MAX_FILES, MAX_BYTES = 8, 64 << 20
 SHAPES = {"8L/448": (8, 7, 448), "8L/384": (8, 6, 384), "6L/512": (6, 8, 512), "6L/320": (6, 8, 320),
           "8L/512": (8, 8, 512), "2L/128": (2, 4, 128), "3L/192": (3, 6, 192), "4L/256": (4, 8, 256),
           "2L/64": (2, 2, 64), "1L/32": (1, 1, 32)}
-# Shares of the time budget left after setup and bench: the rest goes to samples, the trigram and the figures.
-SHARES = {"target": 0.60, "draft": 0.25, "eagle": 0.06}
+# The phases' shares of the budget, in their order: each phase gets its share of what is left when it starts (the
+# phases still to come sharing the rest in these proportions), less RESERVE_S kept for the trigram, figures and checks.
+SHARES = {"target": 0.56, "unlikelihood": 0.12, "draft": 0.22, "eagle": 0.10}
+RESERVE_S = 45
+# Issue 71's gates for the target, which choose the variant exported (before or after the unlikelihood phase).
+GATES = {"loop_average": 0.40, "loop_max": 0.60, "heldout_nats": 0.95}
+UL = {"lr": 3e-4, "warmup": 10, "prefix": 128, "new": 128, "batch": 64, "n": 4, "steps": 1_000_000}  # (smoke: below)
 
 
 class Log:
@@ -102,6 +139,83 @@ def fit(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, teache
     model.eval()
     return {"steps": step, "planned_steps": cfg.steps, "tokens": step * cfg.batch * cfg.seq_len,
             "seconds": round(time.time() - t0, 1), "config": dataclasses.asdict(cfg)}
+
+
+def repeat_mask(seqs: np.ndarray, n: int = 4) -> np.ndarray:
+    """[B, L] -> [B, L] bool: the tokens that end an n-gram already ending earlier in their row (a row's mean is
+    tools/loops.py's repeat_share, the loop measure)."""
+    mask = np.zeros(seqs.shape, dtype=bool)
+    for b, row in enumerate(seqs.tolist()):
+        seen = set()
+        for i in range(n - 1, len(row)):
+            gram = tuple(row[i - n + 1:i + 1])
+            mask[b, i] = gram in seen
+            seen.add(gram)
+    return mask
+
+
+def unlikelihood_loss(model, seqs, prefix: int, n: int = 4):
+    """Sequence-level unlikelihood (Welleck et al. 2019, "Neural text generation with unlikelihood training", sec.
+    5.2): seqs [B, prefix + L] are prefixes continued greedily by the model itself; each continuation token that
+    completes an n-gram already in its continuation is a negative candidate, pushed down by -log(1 - p(token | what
+    precedes it)). The mean over the B x L continuation tokens (0 where nothing repeats)."""
+    import torch
+    import torch.nn.functional as F
+
+    mask = torch.from_numpy(repeat_mask(seqs[:, prefix:].cpu().numpy(), n)).to(seqs.device)  # [B, L]
+    with T.autocast(str(seqs.device)):
+        logits = model(seqs[:, :-1]).float()[:, prefix - 1:]  # [B, L, V]: the predictions of the continuation
+    p = F.log_softmax(logits, -1).gather(-1, seqs[:, prefix:, None])[..., 0].exp()  # [B, L]
+    return -(torch.log1p(-p.clamp(max=1 - 1e-5)) * mask).mean()
+
+
+def unlikelihood_phase(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, device, ul: dict) -> dict:
+    """The target's last phase, against greedy loops: each step the next-token cross-entropy of a corpus batch (so
+    quality holds) plus the unlikelihood loss of the model's own greedy continuations (ul["new"] tokens) of the
+    first ul["prefix"] tokens of ul["batch"] of its windows, weighted 1:1 (the paper's mix), a fresh AdamW at a
+    constant ul["lr"] after a short warm-up, for `seconds` (or ul["steps"]): the record, with the continuations'
+    repeat share at its start and its end."""
+    import torch
+
+    opt = T.optimizer(model, cfg)
+    t0, step, shares = time.time(), 0, []
+    while step < ul["steps"] and time.time() - t0 < seconds:
+        for g in opt.param_groups:
+            g["lr"] = ul["lr"] * min(1.0, (step + 1) / ul["warmup"])
+        xb = T.batch_at(tokens, dataclasses.replace(cfg, seed=cfg.seed + 1), step)  # not the main phase's windows
+        seqs = T.sample(model, cfg, xb[:ul["batch"], :ul["prefix"]], ul["new"], 1, seed=step, device=device)
+        shares.append(float(repeat_mask(seqs[:, ul["prefix"]:], ul["n"]).mean()))
+        loss, ce = T.step_loss(model, cfg, torch.from_numpy(xb).to(device))
+        loss_ul = unlikelihood_loss(model, torch.from_numpy(seqs).to(device), ul["prefix"], ul["n"])
+        opt.zero_grad(set_to_none=True)
+        (loss + loss_ul).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 10 == 0:
+            log(f"unlikelihood step {step}: ce {ce.item():.4f}, ul {loss_ul.item():.4f}, "
+                f"repeat share of its continuations {np.mean(shares[-10:]):.3f}")
+    model.eval()
+    k = max(1, min(10, step // 2))
+    record = {"steps": step, "seconds": round(time.time() - t0, 1), "config": ul,
+              "continuations_repeat_share": {"first": round(float(np.mean(shares[:k])), 4),
+                                             "last": round(float(np.mean(shares[-k:])), 4)}}
+    log(f"unlikelihood: {step} steps in {record['seconds']:.0f} s; {json.dumps(record['continuations_repeat_share'])}")
+    return record
+
+
+def choose(variants: dict) -> str:
+    """The variant to export: one whose loop measure holds issue 71's gates with its held-out loss within the
+    quality gate (of several, the lower held-out loss), else the one with the lower average loop share (then the
+    lower held-out loss)."""
+    def holds(v):
+        return (v["loops"] is not None and v["heldout_nats"] is not None and v["heldout_nats"] <= GATES["heldout_nats"]
+                and v["loops"]["average"] <= GATES["loop_average"] and v["loops"]["max"] <= GATES["loop_max"])
+    ok = [k for k, v in variants.items() if holds(v)]
+    if ok:
+        return min(ok, key=lambda k: variants[k]["heldout_nats"])
+    return min(variants, key=lambda k: (math.inf if variants[k]["loops"] is None else variants[k]["loops"]["average"],
+                                        variants[k]["heldout_nats"] or math.inf))
 
 
 def sized(cfg: T.RunConfig, seconds: float, tok_per_s: float) -> T.RunConfig:
@@ -170,18 +284,6 @@ def target_samples(target, cfg: T.RunConfig, tokens: np.ndarray, n: int, prefix:
         prompts = np.stack([tokens[s:s + prefix] for s in starts])
         out.append(T.sample(target, cfg, prompts, cfg.n_ctx - prefix, 50, seed=b, device=device).astype(np.uint16))
     return np.concatenate(out)[:n]
-
-
-def draft_samples(draft, cfg: T.RunConfig, n_tokens: int, batch: int, seconds: float, device) -> np.ndarray:
-    """The draft's samples at T=1.5 (no top-k) from <|endoftext|>, the paper's stage-2 corpus: batches of
-    cfg.n_ctx - 1 new tokens until n_tokens or `seconds`."""
-    out, t0, b = [], time.time(), 0
-    eot = np.full((batch, 1), T.N_VOCAB - 1)
-    while sum(x.size for x in out) < n_tokens and (not out or time.time() - t0 < seconds):
-        out.append(T.sample(draft, cfg, eot, cfg.n_ctx - 1, T.N_VOCAB, seed=10_000 + b, temperature=1.5,
-                            device=device).astype(np.uint16).reshape(-1))
-        b += 1
-    return np.concatenate(out)
 
 
 def to_shards(params: dict, prefix: str, out: Path) -> list[str]:
@@ -305,8 +407,8 @@ def trigram_figures(model, draft, held: np.ndarray, device, n_windows: int = 40,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda", help="cuda or cpu (default: %(default)s)")
-    ap.add_argument("--minutes", type=float, default=8.0, help="the whole run's budget (default: %(default)s)")
+    ap.add_argument("--device", help="cuda or cpu (default: cuda; with --smoke, cpu)")
+    ap.add_argument("--minutes", type=float, default=9.5, help="the whole run's budget (default: %(default)s)")
     ap.add_argument("--target", default="8L/384", choices=SHAPES, help="target shape (default: %(default)s)")
     ap.add_argument("--draft", default="2L/128", choices=SHAPES, help="draft shape (default: %(default)s)")
     ap.add_argument("--corpus", type=Path, default=T.WORK / "corpus", help="build_corpus.py's output")
@@ -317,8 +419,9 @@ def main(argv=None) -> int:
 
     if a.smoke:
         a.target, a.draft = "2L/64", "1L/32"
+    a.device = a.device or ("cpu" if a.smoke else "cuda")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no GPU visible to PyTorch (use --device cpu, or --smoke)")
+        raise SystemExit("--device cuda: no GPU visible to PyTorch (use --device cpu, or --smoke on the CPU)")
     torch.manual_seed(1234)
     torch.set_num_threads(1 if a.smoke else int(os.environ.get("TRAIN_THREADS", os.cpu_count())))
     if a.device.startswith("cuda"):
@@ -340,13 +443,13 @@ def main(argv=None) -> int:
     t_tps = T.bench_step(t_cfg, a.device, steps=1 if a.smoke else 4)
     d_tps = T.bench_step(d_cfg, a.device, teacher_cfg=t_cfg, steps=1 if a.smoke else 4)
     report["bench_tok_per_s"] = {"target": round(t_tps), "draft_distill": round(d_tps)}
-    left = budget - log.elapsed() - 75  # 75 s: samples, trigram, figures, shards
-    if a.smoke:  # a fixed few steps, whatever the machine's load
-        left, t_cfg, d_cfg = 60.0, dataclasses.replace(t_cfg, steps=12, warmup=2), dataclasses.replace(d_cfg, steps=8,
-                                                                                                       warmup=2)
-    else:
-        t_cfg, d_cfg = sized(t_cfg, SHARES["target"] * left, t_tps), sized(d_cfg, SHARES["draft"] * left, d_tps)
-    log(f"bench: target {t_tps:.0f} tok/s -> {t_cfg.steps} steps; draft {d_tps:.0f} tok/s -> {d_cfg.steps} steps")
+    ul = UL | ({"prefix": 8, "new": 16, "batch": 2, "warmup": 2, "steps": 4} if a.smoke else {})
+
+    def seconds_for(phase):  # its share of what is left now, the phases still to come sharing the rest (smoke: fixed)
+        if a.smoke:
+            return {"unlikelihood": 6.0, "eagle": 60.0}.get(phase, 60.0)
+        rest = list(SHARES)[list(SHARES).index(phase):]
+        return max(5.0, budget - log.elapsed() - RESERVE_S) * SHARES[phase] / sum(SHARES[p] for p in rest)
 
     def save_report():
         tmp = a.out / "report.json.tmp"
@@ -363,9 +466,37 @@ def main(argv=None) -> int:
 
     held = data["heldout"]
     window = held[1000:1000 + min(256, t_cfg.n_ctx)]
+    n_windows = 4 if a.smoke else 64
+    loop_prompts = [p["prompt"] for p in prompts.get("humaneval", [])[:16]] or prompts.get("calibration", [])[:16]
+    loop_source = "humaneval[:16]" if prompts.get("humaneval") else "calibration"
+
+    def target_figures():  # the ablation's: held-out loss and loop measure of the target as it is now
+        return {"heldout_nats": guarded("target loss", lambda: T.evaluate(target, t_cfg, held, n_windows, a.device)),
+                "loops": guarded("loop measure", lambda: loop_measure(target, t_cfg, loop_prompts, 8 if a.smoke else
+                                                                      128, a.device) | {"prompts": loop_source})
+                if loop_prompts else None}
+
     target = T.make_model(t_cfg).to(a.device)
-    report["target"] = fit(target, t_cfg, data["train"], SHARES["target"] * left, log, device=a.device)
-    report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)
+    seconds = seconds_for("target")
+    t_cfg = dataclasses.replace(t_cfg, steps=12, warmup=2) if a.smoke else sized(t_cfg, seconds, t_tps)
+    log(f"bench: target {t_tps:.0f} tok/s -> {t_cfg.steps} steps; draft distillation {d_tps:.0f} tok/s")
+    report["target"] = fit(target, t_cfg, data["train"], seconds, log, device=a.device)
+    report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)  # kept if all else fails
+    save_report()
+    # The ablation: the target before and after the unlikelihood phase, each with its figures; one is exported.
+    variants = {"before": target_figures()}
+    before = {k: v.detach().clone() for k, v in target.state_dict().items()}
+    report["unlikelihood"] = guarded("unlikelihood", lambda: unlikelihood_phase(
+        target, t_cfg, data["train"], seconds_for("unlikelihood"), log, a.device, ul))
+    if report["unlikelihood"] is not None:
+        variants["after"] = target_figures()
+    exported = choose(variants)
+    report["ablation"] = {"variants": variants, "gates": GATES, "exported": exported}
+    log(f"ablation: {json.dumps(variants)}; exported: the target {exported} the unlikelihood phase")
+    if exported == "before":
+        target.load_state_dict(before)
+    else:
+        report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)
     save_report()
     n_samples, batch, prefix = (4, 4, 8) if a.smoke else (2048, 256, 64)
     t0 = time.time()
@@ -374,32 +505,35 @@ def main(argv=None) -> int:
     log(f"target samples: {samples.shape} in {time.time() - t0:.0f} s")
 
     draft = T.make_model(d_cfg).to(a.device)
-    report["draft"] = fit(draft, d_cfg, data["train"], SHARES["draft"] * left, log, teacher=target, samples=samples,
+    if a.smoke:  # a fixed few steps, whatever the machine's load
+        d_cfg = dataclasses.replace(d_cfg, steps=8, warmup=2)
+    else:
+        d_cfg = sized(d_cfg, seconds_for("draft"), d_tps)
+    log(f"draft: {d_cfg.steps} steps")
+    report["draft"] = fit(draft, d_cfg, data["train"], seconds_for("draft"), log, teacher=target, samples=samples,
                           device=a.device)
     report["draft"]["files"] = to_shards(T.to_numpy_params(draft, d_cfg), "draft", a.out)
     save_report()
-    report["eagle"] = guarded("eagle head", lambda: train_head(target, t_cfg, draft, data, SHARES["eagle"] * left,
+    report["eagle"] = guarded("eagle head", lambda: train_head(target, t_cfg, draft, data, seconds_for("eagle"),
                                                                a.out, log, a.smoke, a.device))
     save_report()
 
-    def stage2():
+    def stage2():  # build_ngram.py's best choice: the trigram of the standard library's training split
         from specdec_np import ngram
 
         t0 = time.time()
-        stream = draft_samples(draft, d_cfg, 200 if a.smoke else 8_000_000, 4 if a.smoke else 512, 40, a.device)
-        trigram = ngram.fit(stream.astype(np.int64), T.N_VOCAB, min_count=2)
+        stream = T.load_tokens(a.corpus / "stdlib_train.u16.xz").astype(np.int64)
+        trigram = ngram.fit(stream, T.N_VOCAB, min_count=2)
         ngram.save(trigram, a.out / "trigram.npz")
-        report["trigram"] = {"draft_tokens": int(stream.size), "temperature": 1.5, "min_count": 2,
+        report["trigram"] = {"fitted_on": "stdlib_train", "tokens": int(stream.size), "min_count": 2,
                              "seconds": round(time.time() - t0, 1)}
-        log(f"trigram: fitted on {stream.size} draft tokens in {time.time() - t0:.0f} s")
+        log(f"trigram: fitted on the standard library's {stream.size} training tokens in {time.time() - t0:.0f} s")
         return trigram
     trigram = guarded("trigram", stage2)
     save_report()
 
-    n_windows = 4 if a.smoke else 64
     figures = report["figures"] = {}
-    figures["target_heldout_nats"] = guarded("target loss", lambda: T.evaluate(target, t_cfg, held, n_windows,
-                                                                               a.device))
+    figures["target_heldout_nats"] = variants[exported]["heldout_nats"]
     figures["draft_heldout_nats"] = guarded("draft loss", lambda: T.evaluate(draft, d_cfg, held, n_windows, a.device))
     if data["packages_heldout"] is not None and data["packages_heldout"].size > t_cfg.seq_len + 2:
         figures["target_packages_heldout_nats"] = guarded("packages loss", lambda: T.evaluate(
@@ -415,11 +549,8 @@ def main(argv=None) -> int:
         seqs = [p["full"][:t_cfg.n_ctx] for p in prompts["humaneval"]]
         figures["humaneval_nats"] = guarded("humaneval", lambda: {"target": nll(target, seqs, a.device),
                                                                   "problems": len(seqs)})
-    loop_prompts = [p["prompt"] for p in prompts.get("humaneval", [])[:16]] or prompts.get("calibration", [])[:16]
-    if loop_prompts:
-        figures["loop_measure"] = guarded("loop measure", lambda: loop_measure(
-            target, t_cfg, loop_prompts, 8 if a.smoke else 128, a.device)
-            | {"prompts": "humaneval[:16]" if prompts.get("humaneval") else "calibration"})
+    if variants[exported]["loops"] is not None:
+        figures["loop_measure"] = variants[exported]["loops"]
     log("figures: " + json.dumps(figures))
     for name, model, cfg in (("target", target, t_cfg), ("draft", draft, d_cfg)):
         report[name]["max_logit_diff_vs_torch"] = guarded(f"{name} shards", lambda: check_shards(
