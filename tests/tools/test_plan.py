@@ -490,6 +490,19 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
     assert (laid.layout.slab_rows, laid.layout.gemv_rows) == (0, 3)
 
 
+@pytest.mark.parametrize("wins,expected", [((2, 3), 3), ((), 1), ((2, 4, 6), 2), ((3, 4), 1), ((2, 3, 4, 6, 8), 8)])
+def test_gemv_rows_is_the_largest_block_up_to_which_row_by_row_wins_at_every_size(pair, monkeypatch, wins, expected):
+    """choose_gemv_rows' rule on made-up timings (`race`: the model's layout, then row by row): row by row for blocks
+    up to the largest size at which it was faster at every size from the smallest; a tie is not a win."""
+    from specdec_np.tools import costcurve
+
+    def race(layouts, sizes, *rest):
+        assert layouts[1].layout.gemv_rows == max(sizes)  # the second layout multiplies every size row by row
+        return {(i, k): 1.0 if i == 0 else (0.9 if k in wins else 1.0) for i in (0, 1) for k in sizes}
+    monkeypatch.setattr(costcurve, "race", race)
+    assert costcurve.choose_gemv_rows(pair[0]) == expected
+
+
 def test_bench_rule_pairs_compare_the_token_level_rule_of_each_trees_kind():
     """bench's rule comparisons: a sampled chain's 'chain' against 'block'; a sampled tree's
     token-level rule (verify.default_rule for how its children were drawn) against 'traversal'."""
