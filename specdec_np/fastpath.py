@@ -74,10 +74,10 @@ def laid_out(model, slab_rows: int | None = None, padding=None, one_row: str | N
 def by_one_row(prepared: dict, layout: Layout) -> dict:
     """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `layout.one_row` says, and blocks of
     up to `layout.gemv_rows` rows row by row where that is a matrix-vector product. The tied head's one row is one
-    over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower), as is a matrix without slabs'."""
+    over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower), and so is a matrix's without slabs."""
     rows = layout.gemv_rows if layout.one_row == "gemv" else 0
 
-    def by(w, rows):
+    def by(w, rows):  # `w` multiplying blocks of up to `rows` rows row by row
         return dataclasses.replace(w, gemv_rows=rows if w.slabs is not None else max(1, rows))
     return {**linear_layers(lambda layer: {**layer, "w": by(layer["w"], rows)}, prepared),
             "head": by(prepared["head"], max(1, rows))}
@@ -98,7 +98,8 @@ class Weight:
 
     w:     [n_in, n_out], the parameter, for blocks of more than `slab_rows` rows, and row by row (one
            matrix-vector product each) for blocks of up to `gemv_rows` rows.
-    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for the blocks in between: a copy in a small model (the last slab zero-padded); in a large one, whose copy
+    slabs: [ceil(n_out / SLAB), n_in, SLAB], the same numbers in column slabs, for the blocks in between: a copy
+           in a small model (the last slab zero-padded); in a large one, whose copy
            would not fit beside it in a laptop's memory, a strided view of `w` where n_out is a multiple of SLAB.
            None for a matrix of at most SLAB_MIN numbers or when slab_rows is 0.
     """

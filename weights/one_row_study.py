@@ -64,7 +64,8 @@ def main() -> None:
         cache, length = caches[how], caches[how].length
         return lambda: (forward(models[how], np.arange(k) + 5, cache), cache.truncate(length))
     cases |= {("pass", f"1 token, {how}"): pass_of(how, 1) for how in models}
-    cases |= {("pass", f"{k} tokens, {how}"): pass_of(how, k) for k in (2, 3, 4, 6, 8) for how in ("x @ w", "row by row")}
+    cases |= {("pass", f"{k} tokens, {how}"): pass_of(how, k) for k in (2, 3, 4, 6, 8)
+              for how in ("x @ w", "row by row")}
     a = np.ones(target.weight_bytes // 4 >> 10 << 10, dtype=np.float32)
     ones = np.ones(1 << 10, dtype=np.float32)
     cases |= {("read", "np.add.reduce"): lambda: np.add.reduce(a),

@@ -215,7 +215,7 @@ def head_costs(target, head, layout: dict) -> tuple[dict, dict]:
 
 
 def head_curves(target, head, layout: dict) -> dict:
-    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}, the target and the head laid out as `layout` says."""
+    """The EAGLE head's cost curve, {"warm": {k: ms}, "cold": ...}, target and head laid out as `layout` says."""
     target, head = apply_layout(layout, target, head)
     return loop_curves(target, head)["draft"]
 

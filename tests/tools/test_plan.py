@@ -531,7 +531,8 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
                 for v in (float("nan"), 0.0, -1.0)},
              **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")},
              **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)},
-             **{f"gemv rows {v!r}": GOOD | {"layout": GOOD["layout"] | {"draft_gemv_rows": v}} for v in (0, 5, True, "2")}}
+             **{f"gemv rows {v!r}": GOOD | {"layout": GOOD["layout"] | {"draft_gemv_rows": v}}
+                for v in (0, 5, True, "2")}}
 
 
 @pytest.mark.parametrize("bad", BAD_COSTS, ids=list(BAD_COSTS))
