@@ -142,16 +142,11 @@ def fit(model, cfg: T.RunConfig, tokens: np.ndarray, seconds: float, log, teache
 
 
 def repeat_mask(seqs: np.ndarray, n: int = 4) -> np.ndarray:
-    """[B, L] -> [B, L] bool: the tokens that end an n-gram already ending earlier in their row (a row's mean is
-    tools/loops.py's repeat_share, the loop measure)."""
-    mask = np.zeros(seqs.shape, dtype=bool)
-    for b, row in enumerate(seqs.tolist()):
-        seen = set()
-        for i in range(n - 1, len(row)):
-            gram = tuple(row[i - n + 1:i + 1])
-            mask[b, i] = gram in seen
-            seen.add(gram)
-    return mask
+    """[B, L] -> [B, L] bool: the tokens that end an n-gram already ending earlier in their row (tools/loops.py's
+    `repeats`: a row's mean is the loop measure)."""
+    from specdec_np.tools.loops import repeats
+
+    return np.array([repeats(row, n) for row in seqs.tolist()], dtype=bool).reshape(seqs.shape)
 
 
 def unlikelihood_loss(model, seqs, prefix: int, n: int = 4):

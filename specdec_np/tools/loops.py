@@ -6,16 +6,21 @@ end an n-gram already in the output. Plausible code scores 0.2-0.5 over 128 toke
 from __future__ import annotations
 
 
-def repeat_share(tokens: list, n: int = 4) -> float:
-    """Share of `tokens` (one output, prompt excluded) that end an n-gram seen ending earlier in it (0 if empty)."""
+def repeats(tokens: list, n: int = 4) -> list[bool]:
+    """For each of `tokens` (one output, prompt excluded), whether it ends an n-gram seen ending earlier in it."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    seen, repeats = set(), 0
+    seen, out = set(), [False] * min(n - 1, len(tokens))
     for i in range(n - 1, len(tokens)):
         gram = tuple(tokens[i - n + 1:i + 1])
-        repeats += gram in seen
+        out.append(gram in seen)
         seen.add(gram)
-    return repeats / len(tokens) if tokens else 0.0
+    return out
+
+
+def repeat_share(tokens: list, n: int = 4) -> float:
+    """Share of `tokens` (one output, prompt excluded) that end an n-gram seen ending earlier in it (0 if empty)."""
+    return sum(repeats(tokens, n)) / len(tokens) if tokens else 0.0
 
 
 def repeat_line(shares: list) -> str:
