@@ -81,11 +81,13 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
 
 
 def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) -> dict:
-    """{key: `summary` (median, or min) of the ms of `passes[key]()` (seconds)}: a warm-up, then `repeats` rounds."""
+    """{key: `summary` (median, or min) of the ms of `passes[key]()` (seconds)}: a warm-up, then `repeats` rounds,
+    every other one in reverse order: a pass run just after another of the same work is measured faster (caches,
+    the BLAS's threads), so one fixed order would favour whichever comes later."""
     times = {key: [] for key in passes}
     for r in range(repeats + 1):
-        for key, timed in passes.items():
-            times[key].append(timed())
+        for key in passes if r % 2 == 0 else reversed(passes):
+            times[key].append(passes[key]())
         if progress:
             progress(r + 1, repeats + 1)
     return {key: 1000 * float(summary(ts[1:])) for key, ts in times.items()}

@@ -118,3 +118,19 @@ def test_the_read_rate_probe_and_plain_decodings_roofline():
     assert line == ("roofline: plain decoding's one-token pass reads the target's 70.0 MB of weights in 3.50 ms, "
                     "20.0 GB/s, 50% of the 40.0 GB/s NumPy reads here")
     assert roofline({"curves": curves}, Target()).endswith("20.0 GB/s (no read rate measured)")
+
+
+def test_round_robin_reverses_every_other_round_so_no_pass_always_comes_first():
+    """Two passes of the same work, the first of a round measured slower (as a pass just after another of the same
+    work is measured faster): alternating the order gives both the same median, where one order in every round
+    would have measured "a" at 2000 ms and "b" at 1000 ms."""
+    from specdec_np.tools.costcurve import round_robin
+    calls = []
+
+    def timed(key):
+        calls.append(key)
+        return 2.0 if len(calls) % 2 == 1 else 1.0  # seconds: the first of each round of two is slower
+
+    ms = round_robin({"a": lambda: timed("a"), "b": lambda: timed("b")}, repeats=4)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]  # the warm-up round, then 4 alternating
+    assert ms["a"] == ms["b"] == 1500.0
