@@ -2,7 +2,8 @@
 
 At batch 1 a decoder step reads every weight once for ~0.5 FLOP per byte of float32 weights (bound by memory
 bandwidth); a block of k tokens reads the same weights for k times the arithmetic: how many tokens are "free" decides
-how big a verification tree pays off. Passes are timed round-robin, so that noise lands on every size a little.
+how big a verification tree pays off. Passes are timed round-robin, so that noise lands on every size a little (every
+other round in reverse order).
 """
 
 from __future__ import annotations
