@@ -198,3 +198,22 @@ def test_unlikelihood_loss_pushes_down_only_the_tokens_that_repeat_a_4gram():
         for q in model.parameters():
             q -= 10.0 * q.grad
     assert loss.item() > 0 and p_last() < before
+
+
+def test_head_only_trains_a_head_of_the_shipped_target_that_exports(tmp_path, monkeypatch):
+    """recipe.py --head-only: the shipped target's shards and a head of it (6 steps under --smoke), which
+    `train_eagle.py export --from` writes as a head the embedded target loads."""
+    import recipe
+    import train_eagle
+    from specdec_np import models
+
+    corpus, out = tiny_corpus(tmp_path), tmp_path / "out"
+    assert recipe.main(["--head-only", "--smoke", "--corpus", str(corpus), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    target = models.load_model("tiny-target")
+    assert report["target"]["shipped"] and report["target"]["config"]["n_embd"] == target.config.n_embd
+    assert report["eagle"]["steps"] == 6 and report["eagle"]["max_logit_diff_vs_torch"] < 5e-2
+    assert np.array_equal(recipe.from_shards(out, "target")["wte"], target.params["wte"].astype(np.float16))
+    monkeypatch.setattr(train_eagle, "WORK", tmp_path)  # tiny_corpus's corpus/
+    train_eagle.export_shards(out, tmp_path / "head", target)
+    assert models.load_head(tmp_path / "head", target).ids.size == train_eagle.CFG["vocab"]
