@@ -400,6 +400,13 @@ def trigram_figures(model, draft, held: np.ndarray, device, n_windows: int = 40,
     return {"agreement_with_draft_argmax": round(hits / total, 4), "heldout_nats": round(-float(np.mean(logp)), 4)}
 
 
+def save_report(out: Path, report: dict) -> None:
+    """report.json, written whole or not at all (a temporary file renamed over it)."""
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, out / "report.json")
+
+
 def head_only(a, data: dict, log, report: dict) -> int:
     """`--head-only`: an EAGLE head of the shipped target and draft, trained for what is left of the budget
     (`train_head`; smoke: 6 steps), written as eagle.00.npz beside the shipped target's shards, checked on them."""
@@ -410,7 +417,7 @@ def head_only(a, data: dict, log, report: dict) -> int:
     report["eagle"] = train_head(target, t_cfg, draft, data, 60 * a.minutes - log.elapsed(), a.out, log, a.smoke,
                                  a.device)
     report["seconds"] = round(log.elapsed(), 1)
-    (a.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    save_report(a.out, report)
     log(f"done in {report['seconds']:.0f} s")
     return 0
 
@@ -465,11 +472,6 @@ def main(argv=None) -> int:
         rest = list(SHARES)[list(SHARES).index(phase):]
         return max(5.0, budget - log.elapsed() - RESERVE_S) * SHARES[phase] / sum(SHARES[p] for p in rest)
 
-    def save_report():
-        tmp = a.out / "report.json.tmp"
-        tmp.write_text(json.dumps(report, indent=1) + "\n")
-        os.replace(tmp, a.out / "report.json")
-
     def guarded(name, fn):  # after the models are saved, a failing figure is reported, not fatal
         try:
             return fn()
@@ -496,7 +498,7 @@ def main(argv=None) -> int:
     log(f"bench: target {t_tps:.0f} tok/s -> {t_cfg.steps} steps; draft distillation {d_tps:.0f} tok/s")
     report["target"] = fit(target, t_cfg, data["train"], seconds, log, device=a.device)
     report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)  # kept if all else fails
-    save_report()
+    save_report(a.out, report)
     # The ablation: the target before and after the unlikelihood phase, each with its figures; one is exported.
     variants = {"before": target_figures()}
     before = {k: v.detach().clone() for k, v in target.state_dict().items()}
@@ -511,7 +513,7 @@ def main(argv=None) -> int:
         target.load_state_dict(before)
     else:
         report["target"]["files"] = to_shards(T.to_numpy_params(target, t_cfg), "target", a.out)
-    save_report()
+    save_report(a.out, report)
     n_samples, batch, prefix = (4, 4, 8) if a.smoke else (2048, 256, 64)
     t0 = time.time()
     samples = target_samples(target, t_cfg, data["train"], n_samples, prefix, batch, a.device)
@@ -527,10 +529,10 @@ def main(argv=None) -> int:
     report["draft"] = fit(draft, d_cfg, data["train"], seconds_for("draft"), log, teacher=target, samples=samples,
                           device=a.device)
     report["draft"]["files"] = to_shards(T.to_numpy_params(draft, d_cfg), "draft", a.out)
-    save_report()
+    save_report(a.out, report)
     report["eagle"] = guarded("eagle head", lambda: train_head(target, t_cfg, draft, data, seconds_for("eagle"),
                                                                a.out, log, a.smoke, a.device))
-    save_report()
+    save_report(a.out, report)
 
     def stage2():  # build_ngram.py's best choice: the trigram of the standard library's training split
         from specdec_np import ngram
@@ -544,7 +546,7 @@ def main(argv=None) -> int:
         log(f"trigram: fitted on the standard library's {stream.size} training tokens in {time.time() - t0:.0f} s")
         return trigram
     trigram = guarded("trigram", stage2)
-    save_report()
+    save_report(a.out, report)
 
     figures = report["figures"] = {}
     figures["target_heldout_nats"] = variants[exported]["heldout_nats"]
@@ -572,7 +574,7 @@ def main(argv=None) -> int:
     report["seconds"] = round(log.elapsed(), 1)
     log(f"done in {report['seconds']:.0f} s; logit check of the shards: target "
         f"{report['target']['max_logit_diff_vs_torch']}, draft {report['draft']['max_logit_diff_vs_torch']}")
-    save_report()
+    save_report(a.out, report)
     log.f.close()
     out_files = [p for p in a.out.iterdir() if p.is_file()]
     size = sum(p.stat().st_size for p in out_files)
