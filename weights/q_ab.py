@@ -27,7 +27,6 @@ from specdec_np.fastpath import Weight  # noqa: E402
 from specdec_np.gpt2 import hidden  # noqa: E402
 from specdec_np.sampling import process  # noqa: E402
 from specdec_np.tools import acceptance, bench  # noqa: E402
-from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.choice import choose  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
@@ -82,7 +81,7 @@ def main() -> None:
     print(f"{machine_name()}; {len(prompts)} prompts x 128 tokens; q: T x {a.q_temperature} on {ids.size} tokens")
     for setting, kw in (("greedy", {"temperature": 0.0}), ("top-k", {"temperature": 1.0, "top_k": 50})):
         chosen = choose(target, draft, ngram, enc, kw["temperature"], ("speculative",), "machine")["speculative"]
-        t, d = apply_layout(chosen.layout or calibration(target, draft, ngram, [])[0]["layout"], target, draft)
+        t, d = apply_layout(chosen.layout, target, draft)  # none where the plan is the constant one: as bench
         recs = []
         for i, prompt in enumerate(prompts):
             for seed in range(a.seeds if kw["temperature"] else 1):
