@@ -219,22 +219,26 @@ def sized(cfg: T.RunConfig, seconds: float, tok_per_s: float) -> T.RunConfig:
 
 
 def train_head(target, t_cfg: T.RunConfig, draft, data: dict, seconds: float, out: Path, log, smoke: bool,
-               device) -> dict:
+               device, start=None) -> dict:
     """The frozen target's EAGLE head (train_eagle.make_head: narrower than the target), trained for `seconds` (smoke:
     6 steps) with train_eagle.py's loss (q and p on the draft vocabulary's rows, counted on the training split) and
     learning rate, written as eagle.NN.npz (fp16, its own fc, block and out) and read back by specdec_np: its record,
-    with the numpy head's difference from the torch head's and the held-out first guess beside the draft's."""
+    with the numpy head's difference from the torch head's and the held-out first guess beside the draft's. `start`:
+    specdec_np's head to continue from (a warm start, on windows its first run did not draw: the seed moves on)."""
     import torch
 
     from specdec_np.gpt2 import GPT2, GPT2Config
 
     cfg = dataclasses.replace(t_cfg, name="eagle", seq_len=min(256, t_cfg.n_ctx - 1), batch=4 if smoke else 32,
-                              seed=E.CFG["seed"], sample_frac=0.0)
+                              seed=E.CFG["seed"] + (start is not None), sample_frac=0.0)
     steps = 6 if smoke else 1_000_000  # else until `seconds`: the learning rate follows the clock (E.lr_at)
     E.CFG.update(steps=steps, minutes=seconds / 60, warmup=2 if smoke else E.CFG["warmup"])
     for q in target.parameters():
         q.requires_grad_(False)
-    head = E.make_head(t_cfg).to(device)
+    head = E.make_head(t_cfg)
+    if start is not None:
+        E.load_numpy_head(head, start)
+    head = head.to(device)
     opt = E.optimizer(head)
     head.train()
     vocab = E.draft_vocab(E.CFG["vocab"], data["train"])  # as `train_eagle.py export --from` counts it
@@ -414,8 +418,14 @@ def head_only(a, data: dict, log, report: dict) -> int:
     target, draft = target.to(a.device), draft.to(a.device)
     report["target"] = {"files": to_shards(T.to_numpy_params(target, t_cfg), "target", a.out), "shipped": True,
                         "config": dataclasses.asdict(t_cfg)}  # what `train_eagle.py export --from` checks
+    start = None
+    if a.head_from is not None:  # specdec_np's head of the shipped target, read from its checkpoint
+        from specdec_np import models
+
+        start = models.load_head(a.head_from)
+        report["head_from"] = str(a.head_from)
     report["eagle"] = train_head(target, t_cfg, draft, data, 60 * a.minutes - log.elapsed(), a.out, log, a.smoke,
-                                 a.device)
+                                 a.device, start)
     report["seconds"] = round(log.elapsed(), 1)
     save_report(a.out, report)
     log(f"done in {report['seconds']:.0f} s")
@@ -433,7 +443,16 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, short context, seconds: the CPU check")
     ap.add_argument("--head-only", action="store_true", help="only an EAGLE head of the shipped target, for the whole "
                     "budget (on the CPU: --head-only --device cpu --minutes 55)")
+    ap.add_argument("--head-from", type=Path, help="with --head-only: continue training this head (a checkpoint "
+                    "directory such as specdec_np/weights/tiny-eagle) instead of starting from random weights")
+    ap.add_argument("--head-lr", type=float, default=E.CFG["lr"], help="the head's peak learning rate (default: "
+                    "%(default)s; lower for --head-from)")
     a = ap.parse_args(argv)
+    if a.head_from is not None and not a.head_only:
+        ap.error("--head-from: only with --head-only (the full run trains a head of its own new target)")
+    if not E.CFG["min_lr"] < a.head_lr <= 1:
+        ap.error(f"--head-lr {a.head_lr}: must be above the final rate {E.CFG['min_lr']} and at most 1")
+    E.CFG["lr"] = a.head_lr
     import torch
 
     if a.smoke:

@@ -357,6 +357,22 @@ def numpy_head(head, np_target, vocab=None):
                       {"w": sd["out.weight"].T, "b": sd["out.bias"]}, vocab)
 
 
+def load_numpy_head(head, np_head) -> None:
+    """Set the torch head's weights to specdec_np's head `np_head`: `numpy_head`'s inverse, for a warm start."""
+    import torch
+
+    blk = np_head.block
+    linear = {"fc": np_head.fc, "out": np_head.out, "block.c_attn": blk["attn"]["c_attn"],
+              "block.c_proj": blk["attn"]["c_proj"], "block.c_fc": blk["mlp"]["c_fc"],
+              "block.mlp_proj": blk["mlp"]["c_proj"]}
+    sd = {}
+    for name, p in linear.items():  # nn.Linear's weight is [n_out, n_in]: specdec_np's transposed
+        sd |= {f"{name}.weight": p["w"].T, f"{name}.bias": p["b"]}
+    for name in ("ln_1", "ln_2"):
+        sd |= {f"block.{name}.weight": blk[name]["g"], f"block.{name}.bias": blk[name]["b"]}
+    head.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()})
+
+
 def export_error(head, target, loaded, window: np.ndarray) -> dict:
     """Max |difference| of specdec_np's head on the written files (`loaded`) against the torch head with its weights
     rounded to fp16 (a copy, on the CPU), over one window of tokens [T+1]: of the guessed features (head_features), and

@@ -4,6 +4,7 @@ optional `train` extra; skipped without it). Its shards must load into specdec_n
 import json
 import lzma
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,29 @@ def test_head_only_trains_a_head_of_the_shipped_target_that_exports(tmp_path, mo
     monkeypatch.setattr(train_eagle, "WORK", tmp_path)  # tiny_corpus's corpus/
     train_eagle.export_shards(out, tmp_path / "head", target)
     assert models.load_head(tmp_path / "head", target).ids.size == train_eagle.CFG["vocab"]
+
+
+def test_a_warm_start_reads_the_numpy_head_back_exactly():
+    """train_eagle.load_numpy_head is numpy_head's inverse: the shipped head into a torch head and back, every weight
+    equal; a torch head left at its random start is not (the control)."""
+    import train_eagle
+    from specdec_np import models
+    from specdec_np.gpt2 import iter_params
+
+    target = models.load_model("tiny-target")
+    shipped = models.load_head(target=target)
+    cfg = SimpleNamespace(n_embd=target.config.n_embd)
+    head = train_eagle.make_head(cfg)
+    before = train_eagle.numpy_head(head, target)
+    train_eagle.load_numpy_head(head, shipped)
+    after = train_eagle.numpy_head(head, target)
+    parts = lambda h: iter_params([h.fc, h.block, h.out])  # noqa: E731
+    assert all(np.array_equal(a, b) for a, b in zip(parts(after), parts(shipped), strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(parts(before), parts(shipped), strict=True))
+
+
+def test_head_from_needs_head_only():
+    import recipe
+
+    with pytest.raises(SystemExit):
+        recipe.main(["--head-from", "specdec_np/weights/tiny-eagle", "--smoke"])
