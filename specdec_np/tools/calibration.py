@@ -24,7 +24,7 @@ from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scal
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
-CALIBRATION_VERSION = 9
+CALIBRATION_VERSION = 10
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 # What a cached cost may be: a pass's ms, an overhead's ms, a curve's block sizes (GPT-2's context is 1024 tokens).
 PASS_MS, OVERHEAD_MS, MOST_ROWS = (1e-3, 1e6), (0.0, 6e4), 1 << 12

@@ -87,16 +87,35 @@ def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_
 
 def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     """The overheads (ms) per step, drafting step and distribution: least squares (each >= 0) on timed steps' time
-    beyond their draft passes and queries, step by step (in whole runs steps and draft passes rise together)."""
+    beyond their draft passes and queries, step by step (in whole runs steps and draft passes rise together), fitted
+    again without the steps far slower than the fit (`slow`): a step the host stopped is not what a step costs."""
     def draft_ms(blocks):  # a step's draft passes
         return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
     features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])
     y = np.array([ms - draft_ms(blocks) - query_ms * queries for blocks, _, queries, ms in steps])
-    free = [j for j in range(3) if features[:, j].any()]
+    kept = np.ones(len(y), dtype=bool)
+    for _ in range(5):  # until the steps left out are those the fit on the rest leaves out
+        x = nonnegative_fit(features[kept], y[kept])
+        fits = ~slow(y - features @ x)
+        if (fits == kept).all():
+            break
+        kept = fits
+    return {"step": float(x[0]), "draft_step": float(x[1]), "draft_dist": float(x[2]), "ngram_query": float(query_ms)}
+
+
+def nonnegative_fit(features, y):  # [n, 3], [n] -> [3], each >= 0
+    free = [j for j in range(features.shape[1]) if features[:, j].any()]
     while True:  # a coefficient that comes out negative is fixed at 0 and the rest refitted
-        x = np.zeros(3)
+        x = np.zeros(features.shape[1])
         x[free] = np.linalg.lstsq(features[:, free], y, rcond=None)[0]  # none free: all fixed at 0
         if (x >= 0).all():
-            break
+            return x
         free = [j for j in free if x[j] > 0]
-    return {"step": float(x[0]), "draft_step": float(x[1]), "draft_dist": float(x[2]), "ngram_query": float(query_ms)}
+
+
+def slow(residuals, spread: float = 5.0, floor_ms: float = 1.0):  # [n] -> [n] bool
+    """The steps slower than the fit by more than `spread` robust standard deviations (1.4826 x the median absolute
+    deviation) and `floor_ms`: on a shared host a few steps wait 2-100 ms for the CPU (a scheduler's time slice and
+    more), and least squares would spread their wait over every step's price."""
+    mid = np.median(residuals)
+    return residuals > mid + max(spread * 1.4826 * np.median(np.abs(residuals - mid)), floor_ms)

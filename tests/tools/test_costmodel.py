@@ -1,10 +1,11 @@
 """Cost-aware padding and the cost model, on hand-made cost curves."""
 
+import numpy as np
 import pytest
 
 from specdec_np.fastpath import Layout
-from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, interp, loop_scale, pad_size, padding, record_ms,
-                                        scaled)
+from specdec_np.tools.costmodel import (OVERHEADS, fit_overheads, interp, loop_scale, nonnegative_fit, pad_size,
+                                        padding, record_ms, scaled)
 
 # A curve like the AMD EPYC's: 4- and 8-token blocks are cheaper than the sizes just below them.
 CURVE = {"1": 1.0, "2": 2.0, "3": 3.0, "4": 2.5, "5": 3.5, "6": 3.6, "7": 4.0, "8": 3.0, "16": 6.0}
@@ -79,6 +80,24 @@ def test_fit_overheads_recovers_known_overheads_from_steps():
     # time: the same fit comes out wrong (the check can fail).
     wrong = fit_overheads(steps, CURVES, query_ms=0.01)
     assert any(abs(wrong[k] - truth[k]) > 1e-3 for k in truth), wrong
+
+
+def test_fit_overheads_ignores_steps_the_host_stopped():
+    """A few steps that waited 20-90 ms for the CPU (a shared host) are left out of the fit: it recovers the overheads
+    the other steps were timed with, where least squares over every step (the control) is pulled far off."""
+    truth = {"step": 0.3, "draft_step": 0.2, "draft_dist": 0.05, "ngram_query": 0.01}
+    pad = padding(CURVE)
+    shapes = [((), 0, 0), ((), 0, 3), ((1, 1, 1), 3, 0), ((2, 1), 2, 4), ((5, 3, 2), 3, 0), ((1,), 1, 12),
+              ((7, 1), 2, 1), ((5, 3), 3, 6)] * 5
+    steps = [timed_step(blocks, dists, queries, truth, pad) for blocks, dists, queries in shapes]
+    for i, wait in ((2, 90.0), (9, 20.0), (21, 45.0)):
+        steps[i] = (*steps[i][:3], steps[i][3] + wait)
+    got = fit_overheads(steps, CURVES, query_ms=0.01, draft_pad=pad)
+    assert all(abs(got[k] - truth[k]) < 1e-9 for k in truth), got
+    y = [ms - record_ms(record(draft_cold=list(b[:1]), draft_warm=list(b[1:]), ngram_queries=q), CURVES,
+                        {"ngram_query": 0.01}, draft_pad=pad) for b, _, q, ms in steps]
+    every = nonnegative_fit(np.array([[1.0, float(bool(b)), float(n)] for b, n, _, _ in steps]), np.array(y))
+    assert max(abs(every - [truth["step"], truth["draft_step"], truth["draft_dist"]])) > 0.5, every
 
 
 def test_fit_overheads_never_returns_a_negative_overhead():
