@@ -215,7 +215,8 @@ for line in table_verdict(rows, was_busy(start)):
 #
 # A step also runs Python between the passes: it builds the tree, takes a softmax of each drafted
 # row, verifies. `tools/costmodel.py` adds such work as fixed costs, fitted by least squares on
-# timed runs. Here the simplest version, fitted on the runs above: for every run,
+# timed steps (leaving out the few that a busy host stopped, far slower than the fit). Here the
+# simplest version, fitted on the runs above: for every run,
 #
 #     measured ms - ms of its passes on the curves = steps * c_step + draft passes * c_draft
 #
