@@ -413,7 +413,8 @@ def save_report(out: Path, report: dict) -> None:
 
 def head_only(a, data: dict, log, report: dict) -> int:
     """`--head-only`: an EAGLE head of the shipped target and draft, trained for what is left of the budget
-    (`train_head`; smoke: 6 steps), written as eagle.00.npz beside the shipped target's shards, checked on them."""
+    (`train_head`; smoke: 6 steps), from random weights or --head-from's head, written as eagle.00.npz beside the
+    shipped target's shards, checked on them."""
     (target, t_cfg), (draft, _) = T.get_model("shipped:target"), T.get_model("shipped:draft")
     target, draft = target.to(a.device), draft.to(a.device)
     report["target"] = {"files": to_shards(T.to_numpy_params(target, t_cfg), "target", a.out), "shipped": True,
