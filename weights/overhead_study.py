@@ -21,7 +21,7 @@ from specdec_np import models  # noqa: E402
 from specdec_np.tools import acceptance  # noqa: E402
 from specdec_np.tools.calibration import ngram_query_ms, timed_steps  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout, loop_curves  # noqa: E402
-from specdec_np.tools.costmodel import fit_overheads, nonnegative_fit, pads, pass_ms, step_passes  # noqa: E402
+from specdec_np.tools.costmodel import fit_overheads, nonnegative_fit, pads, step_terms  # noqa: E402
 
 PROMPTS = ["def fib(n):\n    ", "import os\n\ndef walk(path):\n", "class Stack:\n    def __init__(self):\n"]
 
@@ -37,12 +37,7 @@ def main(repeats: int) -> None:
         for setting, kw in acceptance.SETTINGS.items():
             steps, _ = timed_steps(t, d, ngram, prompts, kw, 32, lambda: None)
             trimmed = fit_overheads(steps, curves, query, pad["draft_pad"])
-
-            def draft_ms(blocks):
-                return sum(pass_ms(curves, m, s, k, pad["draft_pad"]) for m, s, k in step_passes(blocks, 0)
-                           if m == "draft")
-            features = np.array([[1.0, float(bool(b)), float(n)] for b, n, _, _ in steps])
-            y = np.array([ms - draft_ms(b) - query * q for b, _, q, ms in steps])
+            features, y = step_terms(steps, curves, query, pad["draft_pad"])
             every = nonnegative_fit(features, y)
             r = y - features @ every
             print(f"repeat {rep} {setting} ({len(steps)} steps): step/draft_step/draft_dist ms, every step "

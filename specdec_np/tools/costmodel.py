@@ -89,10 +89,7 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     """The overheads (ms) per step, drafting step and distribution: least squares (each >= 0) on timed steps' time
     beyond their draft passes and queries, step by step (in whole runs steps and draft passes rise together), fitted
     again without the steps far slower than the fit (`slow`): a step the host stopped is not what a step costs."""
-    def draft_ms(blocks):  # a step's draft passes
-        return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
-    features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])
-    y = np.array([ms - draft_ms(blocks) - query_ms * queries for blocks, _, queries, ms in steps])
+    features, y = step_terms(steps, curves, query_ms, draft_pad)
     kept = np.ones(len(y), dtype=bool)
     for _ in range(5):  # until the steps left out are those the fit on the rest leaves out
         x = nonnegative_fit(features[kept], y[kept])
@@ -103,7 +100,16 @@ def fit_overheads(steps, curves: dict, query_ms: float, draft_pad=()) -> dict:
     return {"step": float(x[0]), "draft_step": float(x[1]), "draft_dist": float(x[2]), "ngram_query": float(query_ms)}
 
 
-def nonnegative_fit(features, y):  # [n, 3], [n] -> [3], each >= 0
+def step_terms(steps, curves: dict, query_ms: float, draft_pad=()):  # -> [n, 3], [n]
+    """What the overheads are fitted on: each timed step's (1, whether it drafted, distributions) and its ms beyond its
+    draft passes (priced on the curves, padded) and n-gram queries."""
+    def draft_ms(blocks):  # a step's draft passes
+        return sum(pass_ms(curves, m, state, k, draft_pad) for m, state, k in step_passes(blocks, 0) if m == "draft")
+    features = np.array([[1.0, float(bool(blocks)), float(dists)] for blocks, dists, _, _ in steps])
+    return features, np.array([ms - draft_ms(blocks) - query_ms * queries for blocks, _, queries, ms in steps])
+
+
+def nonnegative_fit(features, y):  # [n, terms], [n] -> [terms], each >= 0
     free = [j for j in range(features.shape[1]) if features[:, j].any()]
     while True:  # a coefficient that comes out negative is fixed at 0 and the rest refitted
         x = np.zeros(features.shape[1])
