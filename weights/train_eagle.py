@@ -31,8 +31,10 @@ follows the wall-clock budget. weights/recipe.py trains a retrained target's hea
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import operator
 import os
 import sys
 import time
@@ -340,36 +342,35 @@ def first_guess(head, target, draft, windows: np.ndarray, device: str = "cpu", v
     return {name: {k: round(float(np.mean(v)), 4) for k, v in d.items()} for name, d in out.items()}
 
 
+# The torch head's modules -> where each sits in specdec_np's {"fc", "block", "out"} (the block in gpt2.py's layout).
+TORCH_PLACES = {"fc": ("fc",), "out": ("out",), "block.ln_1": ("block", "ln_1"),
+                "block.c_attn": ("block", "attn", "c_attn"), "block.c_proj": ("block", "attn", "c_proj"),
+                "block.ln_2": ("block", "ln_2"), "block.c_fc": ("block", "mlp", "c_fc"),
+                "block.mlp_proj": ("block", "mlp", "c_proj")}  # the block's parameters in gpt2.py's order
+
+
 def numpy_head(head, np_target, vocab=None):
     """The torch head as specdec_np's (`eagle.bind` to the numpy target `np_target`: fc, its one block, out; `vocab`
     its reduced draft vocabulary, `draft_vocab`, or None)."""
     from specdec_np import eagle
 
     sd = {k: v.detach().float().cpu().numpy() for k, v in head.state_dict().items()}
-    b = "block."
-    block = {"ln_1": {"g": sd[b + "ln_1.weight"], "b": sd[b + "ln_1.bias"]},
-             "attn": {"c_attn": {"w": sd[b + "c_attn.weight"].T, "b": sd[b + "c_attn.bias"]},
-                      "c_proj": {"w": sd[b + "c_proj.weight"].T, "b": sd[b + "c_proj.bias"]}},
-             "ln_2": {"g": sd[b + "ln_2.weight"], "b": sd[b + "ln_2.bias"]},
-             "mlp": {"c_fc": {"w": sd[b + "c_fc.weight"].T, "b": sd[b + "c_fc.bias"]},
-                     "c_proj": {"w": sd[b + "mlp_proj.weight"].T, "b": sd[b + "mlp_proj.bias"]}}}
-    return eagle.bind(np_target, head.n_head, {"w": sd["fc.weight"].T, "b": sd["fc.bias"]}, block,
-                      {"w": sd["out.weight"].T, "b": sd["out.bias"]}, vocab)
+    own = {}
+    for name, (*parent, leaf) in TORCH_PLACES.items():  # nn.Linear's weight is [n_out, n_in]: specdec_np's transposed
+        w = sd[f"{name}.weight"] if ".ln_" in name else sd[f"{name}.weight"].T
+        functools.reduce(lambda node, key: node.setdefault(key, {}), parent, own)[leaf] = {
+            "g" if ".ln_" in name else "w": w, "b": sd[f"{name}.bias"]}
+    return eagle.bind(np_target, head.n_head, own["fc"], own["block"], own["out"], vocab)
 
 
 def load_numpy_head(head, np_head) -> None:
     """Set the torch head's weights to specdec_np's head `np_head`: `numpy_head`'s inverse, for a warm start."""
     import torch
 
-    blk = np_head.block
-    linear = {"fc": np_head.fc, "out": np_head.out, "block.c_attn": blk["attn"]["c_attn"],
-              "block.c_proj": blk["attn"]["c_proj"], "block.c_fc": blk["mlp"]["c_fc"],
-              "block.mlp_proj": blk["mlp"]["c_proj"]}
-    sd = {}
-    for name, p in linear.items():  # nn.Linear's weight is [n_out, n_in]: specdec_np's transposed
-        sd |= {f"{name}.weight": p["w"].T, f"{name}.bias": p["b"]}
-    for name in ("ln_1", "ln_2"):
-        sd |= {f"block.{name}.weight": blk[name]["g"], f"block.{name}.bias": blk[name]["b"]}
+    own, sd = {"fc": np_head.fc, "block": np_head.block, "out": np_head.out}, {}
+    for name, where in TORCH_PLACES.items():
+        p = functools.reduce(operator.getitem, where, own)
+        sd |= {f"{name}.weight": p["g"] if ".ln_" in name else p["w"].T, f"{name}.bias": p["b"]}
     head.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()})
 
 
