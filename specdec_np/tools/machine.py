@@ -66,11 +66,17 @@ def own_threads() -> int:
 
 def machine() -> dict:
     """What a cost measurement depends on besides the models: CPU, cache, cores, BLAS (with its starting threads)."""
+    info = {}  # the first processor's "model name", "cpu family" and "model" lines
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
-        cpu = ""
+        pass
+    cpu = info.get("model name", "")
+    if cpu and "cpu family" in info and "model" in info:  # a virtual machine's "AMD EPYC" names Zen 2 to Zen 5 alike
+        cpu += f" (family {info['cpu family']}, model {info['model']})"
     return {"cpu": cpu or platform.processor() or platform.machine(), "llc": last_level_cache(),
             "cpus": os.cpu_count(), "blas": blas() | {"threads": own_threads()}, "numpy": np.__version__}
 
