@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fastpath import softmax_
+from .fastpath import kth_largest, softmax_
 
 
 def top_ids(probs, k: int):  # [V] -> [min(k, V)]
-    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V) partition, a small sort."""
+    """Ids of the k most probable tokens, most probable first, ties to the lower id: an O(V) selection, a small sort."""
     V = probs.size
     if k == 1:  # a chain's step: argmax already breaks ties to the lower id
         return np.array([np.argmax(probs)])
     if k < V:
-        kth = np.partition(probs, V - k)[V - k]  # the k-th largest
+        kth = kth_largest(probs, k)
         ids = np.flatnonzero(probs >= kth)  # ascending ids, every tie at kth included
     else:
         ids = np.arange(V)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_np.checks import check_settings
+from specdec_np.fastpath import kth_largest
 from specdec_np.sampling import Rand, process, top_ids
 
 
@@ -86,6 +87,36 @@ def test_top_ids_matches_sort(values, k):
     p = np.array(values)
     want = sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
     assert top_ids(p, k).tolist() == want
+
+
+def too_high(x, k):  # kth_largest's bound taken from too few block maxima (the control below)
+    width = x.size // (4 * k)
+    maxima = x[:width * (x.size // width)].reshape(-1, width).max(axis=1)
+    reach = x[x >= np.sort(maxima)[-max(1, k // 2)]]
+    return np.sort(reach)[-min(k, reach.size)]
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.integers(32, 3000), st.integers(1, 40), st.sampled_from(["ties", "normal"]))
+def test_kth_largest_is_a_partitions(seed, V, k, kind):
+    """The k-th largest through block maxima equals np.partition's on long rows (the pruned path), with ties and
+    -inf (a head's logits outside its vocabulary); top_ids then matches a full sort. The control, a bound from too
+    few block maxima, fails the same check."""
+    rng = np.random.default_rng(seed)
+    k = min(k, V)
+    x = rng.choice([0.0, 0.1, 0.2, 0.5], V) if kind == "ties" else rng.standard_normal(V)
+    x[rng.random(V) < 0.5] = -np.inf
+    x[rng.integers(V)] = 1.0  # at least one finite value
+    want = np.partition(x, V - k)[V - k]
+    assert kth_largest(x, k) == want
+    assert top_ids(x, k).tolist() == sorted(range(V), key=lambda i: (-x[i], i))[:k]
+
+
+def test_kth_largest_control():
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal(2000) for _ in range(5)]
+    assert all(kth_largest(x, 20) == np.partition(x, 1980)[1980] for x in rows)
+    assert any(too_high(x, 20) != np.partition(x, 1980)[1980] for x in rows)
 
 
 @pytest.mark.parametrize("kwargs, name", [
