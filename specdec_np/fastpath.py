@@ -5,7 +5,9 @@ the premise of speculative decoding. A plain `x @ w` does not deliver it on a CP
 all of `w` into a scratch buffer on every call. `Weight` adds a second layout of each matrix, column slabs, whose
 product by a few rows is one small matrix product per slab (no packing where the BLAS has a small-matrix kernel).
 Where a BLAS packs `w` even so (OpenBLAS's AVX2 kernels), a block of a few rows is cheaper as one matrix-vector
-product per row (`Layout.gemv_rows`): the first reads `w` from memory, the others from the cache.
+product per row (`Layout.gemv_rows`): the first reads `w` from memory, the others from the cache. Where its
+small-matrix kernel beats its matrix-vector one (OpenBLAS's AVX-512 kernels), one row is cheaper read as two
+(`Layout.one_row` "pair").
 A model is given its `Layout` (the tools' choice for a machine; the measurements are in docs/performance.md).
 """
 
@@ -22,7 +24,7 @@ SLAB = 64  # columns per slab: small enough that a slab's product needs no packi
 SLAB_ROWS = 16  # by default blocks of up to SLAB_ROWS rows are multiplied slab by slab; larger ones by one x @ w
 SLAB_MIN = 1 << 16  # smaller matrices have no slabs: packing them costs less than reassembling slab outputs
 SLAB_COPY_MAX = 256 << 20  # bytes of weights up to which a model's slabs are a copy of its matrices (`Weight`)
-ONE_ROW = ("gemv", "slabs")  # how the layer matrices multiply one row (`Layout.one_row`, `by_one_row`)
+ONE_ROW = ("gemv", "slabs", "pair")  # how the layer matrices multiply one row (`Layout.one_row`, `by_one_row`)
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class Layout:
     """How a model's passes are computed (only the speed): the largest block its products read from column slabs
     (`prepare`; 0: none), `padding`, the sizes to compute blocks of 1, 2, ... rows as (padding[k - 1] >= k; () =
     unpadded; `gpt2.pad`), how its layer matrices multiply one row (`one_row`: one matrix-vector product over
-    w, one BLAS call that OpenBLAS runs on all its threads for a large matrix, or slab by slab, one thread each),
+    w, one BLAS call that OpenBLAS runs on all its threads for a large matrix; slab by slab, one thread each; or
+    "pair": slab by slab as two rows, the row and a copy, whose small-matrix product can cost less than one row's),
     and, where one row is a matrix-vector product, the largest block multiplied row by row so (`gemv_rows`)."""
 
     slab_rows: int = SLAB_ROWS
@@ -75,11 +78,11 @@ def by_one_row(prepared: dict, layout: Layout) -> dict:
     """`prepared` (`prepare`'s) with its layer matrices multiplying one row as `layout.one_row` says, and blocks of
     up to `layout.gemv_rows` rows row by row where that is a matrix-vector product. The tied head's one row is one
     over w either way (wte.T, 8193 or 50257 columns: slab by slab it is slower), and so is a matrix's without slabs."""
-    rows = layout.gemv_rows if layout.one_row == "gemv" else 0
+    rows, pair = (layout.gemv_rows if layout.one_row == "gemv" else 0), layout.one_row == "pair"
 
-    def by(w, rows):  # `w` multiplying blocks of up to `rows` rows row by row
-        return dataclasses.replace(w, gemv_rows=rows if w.slabs is not None else max(1, rows))
-    return {**linear_layers(lambda layer: {**layer, "w": by(layer["w"], rows)}, prepared),
+    def by(w, rows, pair=False):  # `w` multiplying blocks of up to `rows` rows row by row, one row as two or not
+        return dataclasses.replace(w, gemv_rows=rows if w.slabs is not None else max(1, rows), pair=pair)
+    return {**linear_layers(lambda layer: {**layer, "w": by(layer["w"], rows, pair)}, prepared),
             "head": by(prepared["head"], max(1, rows))}
 
 
@@ -108,6 +111,7 @@ class Weight:
     slabs: np.ndarray | None
     slab_rows: int = SLAB_ROWS  # blocks of up to this many rows read the slabs
     gemv_rows: int = 1  # blocks of up to this many rows are multiplied row by row (0: one row too by slabs)
+    pair: bool = False  # one row read from the slabs as two (itself and a copy): the kernel's two-row product
 
     @classmethod
     def of(cls, w, slab_rows: int = SLAB_ROWS, gemv_rows: int = 1, slab_min: int | None = None,
@@ -137,6 +141,8 @@ class Weight:
                 np.matmul(row, self.w, out=y)
             return out
         if n <= self.slab_rows:
+            if n == 1 and self.pair:  # row 0 of [x; x] @ w: a small-matrix kernel that can outrun its one-row path
+                return unslab(np.matmul(np.concatenate([x, x]), self.slabs), self.w.shape[1])[:1]
             return unslab(np.matmul(x, self.slabs), self.w.shape[1])  # one small product per slab
         return x @ self.w
 

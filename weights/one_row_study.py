@@ -5,8 +5,8 @@
 1. Products of one row by the target's matrices (its 32 layer matrices in turn, then the head, as a pass reads
    them: streamed from memory where the last-level cache is smaller than 70 MB): one matrix-vector product over
    w, over a copy of w.T, slab by slab, np.einsum; and 2 rows by slabs, by one x @ w and row by row.
-2. Whole passes after a 200-token prefix: 1 token with each `Layout.one_row`; 2, 3, 4, 6 and 8 tokens by one
-   x @ w per matrix and row by row (`Layout.gemv_rows`).
+2. Whole passes after a 200-token prefix: 1 token with each `Layout.one_row` and padded to 2 rows (`Layout.padding`);
+   2, 3, 4, 6 and 8 tokens by one x @ w per matrix, row by row (`Layout.gemv_rows`) and slab by slab.
 3. How fast NumPy reads a float32 array of the target's weight bytes: np.add.reduce, a matrix-vector product.
 Each with 1 and 2 BLAS threads, all ways interleaved round by round; medians of the wall time and of the main
 thread's CPU time (`time.thread_time`: a process descheduled by others does not accrue it), and the range.
@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specdec_np.fastpath import laid_out, unslab  # noqa: E402
+from specdec_np.fastpath import ONE_ROW, laid_out, unslab  # noqa: E402
 from specdec_np.gpt2 import forward  # noqa: E402
 from specdec_np.models import load_model  # noqa: E402
 from specdec_np.tools.costcurve import primed  # noqa: E402
@@ -56,8 +56,9 @@ def main() -> None:
             "2 rows: x @ w": lambda w, x: x @ w.w, "2 rows: row by row": lambda w, x: [r @ w.w for r in x]}
     cases = {(group, way): (lambda ws=ws, f=f: [f(w, xs[id(w)]) for w in ws])
              for group, ws in (("layer matrices", layers), ("head", [p["head"]])) for way, f in ways.items()}
-    models = {how: laid_out(target, one_row=how) for how in ("gemv", "slabs")} | {
-        "x @ w": laid_out(target, 0), "row by row": laid_out(target, 0, gemv_rows=8)}
+    models = {how: laid_out(target, one_row=how) for how in ONE_ROW} | {
+        "x @ w": laid_out(target, 0), "row by row": laid_out(target, 0, gemv_rows=8),
+        "padded to 2": laid_out(target, one_row="slabs", padding=(2,))}
     caches = {how: primed(m, 200, 8) for how, m in models.items()}
 
     def pass_of(how, k):
@@ -65,7 +66,7 @@ def main() -> None:
         return lambda: (forward(models[how], np.arange(k) + 5, cache), cache.truncate(length))
     cases |= {("pass", f"1 token, {how}"): pass_of(how, 1) for how in models}
     cases |= {("pass", f"{k} tokens, {how}"): pass_of(how, k) for k in (2, 3, 4, 6, 8)
-              for how in ("x @ w", "row by row")}
+              for how in ("x @ w", "row by row", "slabs")}
     a = np.ones(target.weight_bytes // 4 >> 10 << 10, dtype=np.float32)
     ones = np.ones(1 << 10, dtype=np.float32)
     cases |= {("read", "np.add.reduce"): lambda: np.add.reduce(a),

@@ -453,14 +453,16 @@ def blas_line(costs) -> str:
     if not costs:
         return f"BLAS: {blas_name()}; layout: each model's own (unmeasured)"
     layout = costs["layout"]
-    one_row = "slab by slab" if layout.get("target_one_row") == "slabs" else "one matrix-vector product"
+    ways = {"gemv": "one matrix-vector product", "slabs": "slab by slab", "pair": "slab by slab as two rows"}
+    one_row = "; ".join(f"the {m}'s one row: {ways[layout.get(m + '_one_row', 'gemv')]}"
+                        for m in ("target", "head") if m in layout)
 
     def said(m):  # one model's layout: slabs or one x @ w, and the blocks multiplied row by row
         rows = layout.get(m + "_gemv_rows", 1)
         return (f"{m} slabs up to {layout[m]} rows" if layout[m] else f"{m} one x @ w") + (
             f" (up to {rows} rows one matrix-vector product each)" if rows > 1 else "")
     return (f"BLAS: {blas_name()}; layout: {', '.join(said(m) for m in ('target', 'draft', 'head') if m in layout)}; "
-            f"the target's one row: {one_row}")
+            f"{one_row}")
 
 
 def curves_table(costs) -> str:

@@ -24,7 +24,7 @@ from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scal
 from .machine import busy, busy_since, cpu_times, machine
 from .progress import Progress
 
-CALIBRATION_VERSION = 10
+CALIBRATION_VERSION = 11
 CALIBRATION_SECONDS = 30  # a measurement that takes longer than this is stopped: the machine is too busy
 # What a cached cost may be: a pass's ms, an overhead's ms, a curve's block sizes (GPT-2's context is 1024 tokens).
 PASS_MS, OVERHEAD_MS, MOST_ROWS = (1e-3, 1e6), (0.0, 6e4), 1 << 12
@@ -129,7 +129,8 @@ def problem(costs, has_draft: bool) -> str:
     try:
         laid = models + ("head",) * ("head" in costs["layout"])  # an EAGLE head's layout, measured with its curve
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
-                               for m in laid) and costs["layout"].get("target_one_row", "gemv") in ONE_ROW
+                               for m in laid) and all(costs["layout"].get(m + "_one_row", "gemv") in ONE_ROW
+                                        for m in laid)
                  and all(type(r := costs["layout"].get(m + "_gemv_rows", 1)) is int and r in (1, *GEMV_SIZES)
                          for m in laid),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
@@ -169,7 +170,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     target, draft = apply_layout(layout, target, draft)
     layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
-    if layout["target_one_row"] == "slabs":  # slabs at least for one row
+    if layout["target_one_row"] != "gemv":  # slabs at least for one row
         layout["target"] = max(1, layout["target"])
     target, draft = apply_layout(layout, target, draft)
     for name, model in (("target", target), ("draft", draft)):  # where one row is a matrix-vector product
@@ -208,9 +209,14 @@ def roofline(costs: dict, target) -> str:
 
 
 def head_costs(target, head, layout: dict) -> tuple[dict, dict]:
-    """The EAGLE head's layout, measured as the draft's ({"head": slab rows, "head_gemv_rows": ...}), and its curve."""
+    """The EAGLE head's layout, measured as the target's ({"head": slab rows, "head_one_row": ..., and
+    "head_gemv_rows" where one row is a matrix-vector product}), and its curve."""
     own = {"head": choose_slab_rows(head)}
-    own["head_gemv_rows"] = choose_gemv_rows(apply_layout(own, None, head)[1])
+    own["head_one_row"] = choose_one_row(apply_layout(own, None, head)[1])
+    if own["head_one_row"] != "gemv":  # slabs at least for one row
+        own["head"] = max(1, own["head"])
+    else:
+        own["head_gemv_rows"] = choose_gemv_rows(apply_layout(own, None, head)[1])
     return own, head_curves(target, head, layout | own)
 
 

@@ -251,23 +251,30 @@ def test_slab_rows_change_no_logit(model, monkeypatch):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
 
 
-def test_one_row_by_gemv_or_by_slabs_gives_the_same_logits(model, monkeypatch):
+def test_one_row_by_gemv_by_slabs_or_as_a_pair_gives_the_same_logits(model, monkeypatch):
     # `Layout.one_row`, the tools' choice for a machine: the layer matrices multiply one row by one matrix-vector
-    # product or slab by slab (the head by one either way); decoding one token at a time gives the same logits.
+    # product, slab by slab, or slab by slab as two rows (the head by one product each way); decoding one token at
+    # a time gives the same logits, and "pair" does read two rows from the slabs.
     monkeypatch.setattr(fastpath, "SLAB_MIN", 0)  # slabs for this small model's matrices too
+    read = []  # rows of each slab product
+    unslab = fastpath.unslab
+    monkeypatch.setattr(fastpath, "unslab", lambda y, n_out: read.append(y.shape[1]) or unslab(y, n_out))
     toks = list(range(3, 15))
     logits = {}
     for how in ONE_ROW:
         m = dataclasses.replace(model, layout=Layout(one_row=how))  # prepared anew
         layers = [w for k, v in m.prepared.items() if k != "head" for w in iter_params(v) if isinstance(w, Weight)]
-        assert layers and all(w.gemv_rows == (how == "gemv") and w.slabs is not None for w in layers)
+        assert layers and all(w.gemv_rows == (how == "gemv") and w.pair == (how == "pair") and w.slabs is not None
+                              for w in layers)
         assert m.prepared["head"].gemv_rows == 1 == laid_out(model, one_row=how).prepared["head"].gemv_rows
-        for m in (m, laid_out(laid_out(model, one_row="slabs" if how == "gemv" else "gemv"), one_row=how)):
-            cache = new_cache(m)
+        for m in (m, laid_out(laid_out(m, one_row="slabs" if how != "slabs" else "pair"), one_row=how)):
+            cache, read[:] = new_cache(m), []
             logits[how] = np.concatenate([forward(m, [t], cache) for t in toks])
+            assert set(read) == {"gemv": set(), "slabs": {1}, "pair": {2}}[how]
             np.testing.assert_allclose(logits[how], full_logits(model, toks), rtol=0, atol=1e-10)
     np.testing.assert_allclose(logits["gemv"], logits["slabs"], rtol=0, atol=1e-12)
-    with pytest.raises(ValueError, match="^one_row: one of gemv, slabs, got 'blas'$"):
+    np.testing.assert_allclose(logits["pair"], logits["slabs"], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="^one_row: one of gemv, slabs, pair, got 'blas'$"):
         dataclasses.replace(model, layout=Layout(one_row="blas"))
 
 

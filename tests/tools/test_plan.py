@@ -13,6 +13,7 @@ import pytest
 
 from specdec_np import ngram
 from specdec_np.decode import generate
+from specdec_np.fastpath import ONE_ROW
 from specdec_np.gpt2 import GPT2Config, random_params
 from specdec_np.methods import METHODS
 from specdec_np.plan import Plan, constant
@@ -471,8 +472,6 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
     assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
     # The one-row product: one of the core's ways, applied as the costs' layout names it (each the other's control),
     # except with one BLAS thread (a busy machine's run), where it is one matrix-vector product.
-    from specdec_np.fastpath import ONE_ROW
-
     assert costcurve.choose_one_row(target, repeats=3) in ONE_ROW
     assert costcurve.choose_gemv_rows(target, sizes=(2, 3), repeats=2) in (1, 2, 3)
     for threads in (2, 1):
@@ -658,13 +657,18 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     from specdec_np import eagle
 
     layout, head = cal.head_costs(short, eagle.random_head(short), {"target": 0})
-    # Its layout measured as the draft's, kept beside the pair's where the costs take its curve (`with_curve`).
-    assert layout.keys() == {"head", "head_gemv_rows"} and layout["head"] in (0, 2, 4, 8, 12, 16)
-    assert layout["head_gemv_rows"] in (1, *cal.GEMV_SIZES)
+    # Its layout measured as the target's, kept beside the pair's where the costs take its curve (`with_curve`): its
+    # one row a matrix-vector product (then maybe a few rows too), or read from its slabs.
+    gemv = layout["head_one_row"] == "gemv"
+    assert layout.keys() == {"head", "head_one_row"} | ({"head_gemv_rows"} if gemv else set())
+    assert layout["head"] in ((0, 2, 4, 8, 12, 16) if gemv else (1, 2, 4, 8, 12, 16))
+    assert layout["head_one_row"] in ONE_ROW
+    assert layout.get("head_gemv_rows", 1) in (1, *cal.GEMV_SIZES)
     with_head = cal.with_curve(got, eagle.random_head(short), (layout, head))
     assert with_head["layout"] == got["layout"] | layout and cal.problem(with_head, True) == ""
     for bad in (-1, 5, True):  # a head's layout out of range: the costs are measured again
         assert cal.problem(with_head | {"layout": with_head["layout"] | {"head_gemv_rows": bad}}, True)
+        assert cal.problem(with_head | {"layout": with_head["layout"] | {"head_one_row": str(bad)}}, True)
     assert set(head) == {"warm", "cold"} and head["warm"].keys() == curves["draft"]["warm"].keys()
     assert all(ms > 0 for state in head.values() for ms in state.values())
 
