@@ -129,8 +129,7 @@ def problem(costs, has_draft: bool) -> str:
     try:
         laid = models + ("head",) * ("head" in costs["layout"])  # an EAGLE head's layout, measured with its curve
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
-                               for m in laid) and all(costs["layout"].get(m + "_one_row", "gemv") in ONE_ROW
-                                        for m in laid)
+                               and costs["layout"].get(m + "_one_row", "gemv") in ONE_ROW for m in laid)
                  and all(type(r := costs["layout"].get(m + "_gemv_rows", 1)) is int and r in (1, *GEMV_SIZES)
                          for m in laid),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
