@@ -166,11 +166,11 @@ def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, second
     return min(ONE_ROW, key=lambda how: ms[ONE_ROW.index(how), 1])
 
 
-def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 11,
+def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 9,
                 progress=None) -> dict:
     """{"target": {"warm": {k: ms}, "cold": ...}, "draft": ...}: a pass of k tokens right after one of the same
     model (warm) or of the other (cold: its weights may be out of the cache); medians of `repeats` rounds (5 let a
-    shared host's noise reorder neighbouring sizes, and the plans priced on them)."""
+    shared host's noise reorder neighbouring sizes, and the plans priced on them; more lengthen a first run)."""
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
     sizes = fitting(sizes, min(m.config.n_ctx for m in models.values()))
     prefix_len = min([prefix_len] + [m.config.n_ctx - max(sizes) for m in models.values()])
