@@ -28,6 +28,8 @@
 #   AVX-512 ones) then stream the weights once; kernels that pack even small products (the AVX2
 #   ones) can lose. Both layouts compute the same numbers, so the tools time both and keep the
 #   faster one (`costcurve.choose_slab_rows`, passed in with the model: `with_slabs(model, rows)`).
+# * **One row.** Plain decoding's products are of one row; a kernel's two-row product can beat its
+#   one-row path, so the core can also read one row as two (`Layout.one_row`, timed below).
 # * **Row by row.** A block of k rows can also be k matrix-vector products over the whole matrix,
 #   which never pack (`Layout.gemv_rows`): the first row reads the matrix from memory, the next ones
 #   from the cache it has just filled. That wins where packing costs most, for 2 or 3 rows under
@@ -37,7 +39,7 @@
 # %%
 import numpy as np
 
-from specdec_np.fastpath import laid_out
+from specdec_np.fastpath import ONE_ROW, laid_out
 from specdec_np.gpt2 import forward, new_cache
 from specdec_np.models import load_embedded
 from specdec_np.tokenizer import encode
@@ -99,7 +101,33 @@ say_if_busy(start)
 # time the weights take to arrive. The tools make the same choice from a table of their own
 # (`costcurve.choose_slab_rows`, timed separately when they measure a machine), so on another run,
 # or near a tie, they can pick the other layout: near a tie either is as good.
+
+# %% [markdown]
+# ## One row: a matrix-vector product, or two rows' product
 #
+# Plain decoding is one-token passes, so its one-row products set the baseline that every speedup
+# divides by. The core multiplies one row by a layer matrix in one of three ways (`Layout.one_row`):
+# one matrix-vector product over the whole matrix ("gemv", which OpenBLAS may split over its
+# threads), one small product per slab ("slabs"), or the slabs' product of two rows, the row and a
+# copy of it, keeping the first output row ("pair"): where the BLAS's small-matrix kernel beats its
+# one-row path, two rows cost less than one. The tools time the three
+# (`costcurve.choose_one_row`) and keep the fastest; here they are side by side, a 2-token pass
+# (slab by slab) beside them for scale.
+
+# %%
+start = start_timing()
+one_runs = {how: {} for how in ONE_ROW}  # {1: the 9 timings (ms)} of each way
+one_row = {how: pass_ms(laid_out(target, 16, one_row=how), [1, 2], prefix_len=len(prompt), repeats=9,
+                        runs=one_runs[how])[1] for how in ONE_ROW}
+two_rows = pass_ms(with_slabs(target, 16), [2], prefix_len=len(prompt), repeats=9)[2]
+print_timed("a 1-token pass: " + ", ".join(f"{how} {ms:.2f} ms" for how, ms in one_row.items())
+            + f"; a 2-token pass {two_rows:.2f} ms")
+ratio = [a / b for a, b in zip(one_runs["pair"][1], one_runs["gemv"][1])]  # round by round
+print_timed("a 1-token pass as a pair, over gemv: " + verdict(ratio, 1, "gemv faster", "the pair faster", "x"))
+print_timed(f"the fastest one-token pass on this run: {min(one_row, key=one_row.get)}")
+say_if_busy(start)
+
+# %% [markdown]
 # ## Odd sizes, and padding a block
 #
 # The kernels work on panels of 4 or 8 rows, so a block of 5-7 tokens can cost *more* than one of 8
