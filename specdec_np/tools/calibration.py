@@ -18,7 +18,7 @@ from ..fastpath import ONE_ROW
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, locked, read_json, store, writable
-from .costcurve import (GEMV_SIZES, SLAB_SIZES, apply_layout, choose_gemv_rows, choose_one_row, choose_slab_rows,
+from .costcurve import (GEMV_SIZES, SLAB_SIZES, apply_layout, choose_gemv_rows, choose_slab_rows, one_row_ways,
                         loop_curves, read_gbps)
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled, step_passes
 from .machine import busy, busy_since, cpu_times, machine
@@ -129,7 +129,8 @@ def problem(costs, has_draft: bool) -> str:
     try:
         laid = models + ("head",) * ("head" in costs["layout"])  # an EAGLE head's layout, measured with its curve
         parts = {"layout": all(type(costs["layout"][m]) is int and costs["layout"][m] in (0, 1, *SLAB_SIZES)
-                               and costs["layout"].get(m + "_one_row", "gemv") in ONE_ROW for m in laid)
+                               and {costs["layout"].get(m + way, "gemv") for way in ("_one_row", "_one_row_one_thread")}
+                               <= set(ONE_ROW) for m in laid)
                  and all(type(r := costs["layout"].get(m + "_gemv_rows", 1)) is int and r in (1, *GEMV_SIZES)
                          for m in laid),
                  "curves": all(len(c) >= 2 and ms(c.values(), PASS_MS) and all(
@@ -168,8 +169,8 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     target, draft = apply_layout(layout, target, draft)
-    layout["target_one_row"] = choose_one_row(target)  # the draft's layer matrices are too small for slabs
-    if layout["target_one_row"] != "gemv":  # slabs at least for one row
+    layout |= one_row_ways(target, "target")  # the draft's layer matrices are too small for slabs
+    if {layout["target_one_row"], layout["target_one_row_one_thread"]} != {"gemv"}:  # slabs at least for one row
         layout["target"] = max(1, layout["target"])
     target, draft = apply_layout(layout, target, draft)
     for name, model in (("target", target), ("draft", draft)):  # where one row is a matrix-vector product
@@ -208,13 +209,13 @@ def roofline(costs: dict, target) -> str:
 
 
 def head_costs(target, head, layout: dict) -> tuple[dict, dict]:
-    """The EAGLE head's layout, measured as the target's ({"head": slab rows, "head_one_row": ..., and
+    """The EAGLE head's layout, measured as the target's ({"head": slab rows, "head_one_row": ... (and with one thread),
     "head_gemv_rows" where one row is a matrix-vector product}), and its curve."""
     own = {"head": choose_slab_rows(head)}
-    own["head_one_row"] = choose_one_row(apply_layout(own, None, head)[1])
-    if own["head_one_row"] != "gemv":  # slabs at least for one row
+    own |= one_row_ways(apply_layout(own, None, head)[1], "head")
+    if {own["head_one_row"], own["head_one_row_one_thread"]} != {"gemv"}:  # slabs at least for one row
         own["head"] = max(1, own["head"])
-    else:
+    if own["head_one_row"] == "gemv":
         own["head_gemv_rows"] = choose_gemv_rows(apply_layout(own, None, head)[1])
     return own, head_curves(target, head, layout | own)
 

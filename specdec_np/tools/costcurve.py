@@ -13,6 +13,7 @@ import time
 import timeit
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import eagle
 from ..fastpath import ONE_ROW, laid_out
@@ -116,11 +117,13 @@ def fitting(sizes, n_ctx: int) -> tuple:
 def apply_layout(layout: dict, target, draft):
     """(target, draft) with a measured layout's slab rows, one-row products, rows multiplied row by row and padding
     tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}; an EAGLE head as the
-    draft reads "head", "head_gemv_rows"); with one BLAS thread, one row is one matrix-vector product."""
+    draft reads "head", "head_one_row", ...); with one BLAS thread, one row as measured with one ("target_one_row_one_
+    thread"; one matrix-vector product where unmeasured)."""
     one_thread = blas()["threads"] == 1
     named = ((target, "target"), (draft, "head" if isinstance(draft, eagle.Head) else "draft"))
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
-                                                     "gemv" if one_thread else layout.get(name + "_one_row"),
+                                                     layout.get(name + "_one_row_one_thread", "gemv") if one_thread
+                                                     else layout.get(name + "_one_row"),
                                                      layout.get(name + "_gemv_rows"))
                  for model, name in named)
 
@@ -164,6 +167,16 @@ def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, second
     ms = race([laid_out(model, max(1, model.layout.slab_rows), one_row=how) for how in ONE_ROW], (1,), prefix_len,
               repeats, seconds)
     return min(ONE_ROW, key=lambda how: ms[ONE_ROW.index(how), 1])
+
+
+def one_row_ways(model: GPT2, name: str) -> dict:
+    """{name_one_row: `choose_one_row` with the BLAS threads the costs are measured with, name_one_row_one_thread: with
+    one, as a busy machine's run multiplies (`machine.settle_threads`)}: a kernel's fastest way can differ."""
+    ways = {name + "_one_row": choose_one_row(model)}
+    if blas()["threads"] == 1:
+        return ways | {name + "_one_row_one_thread": ways[name + "_one_row"]}
+    with threadpool_limits(1, user_api="blas"):
+        return ways | {name + "_one_row_one_thread": choose_one_row(model)}
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 9,

@@ -471,16 +471,20 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
     assert choose_slab_rows(target, sizes=(2, 4), repeats=2) in (0, 2, 4)
     assert laid_out(target, target.layout.slab_rows) is target and laid_out(target, 0).layout.slab_rows == 0
     # The one-row product: one of the core's ways, applied as the costs' layout names it (each the other's control),
-    # except with one BLAS thread (a busy machine's run), where it is one matrix-vector product.
+    # with one BLAS thread (a busy machine's run) as measured with one, else one matrix-vector product.
     assert costcurve.choose_one_row(target, repeats=3) in ONE_ROW
     assert costcurve.choose_gemv_rows(target, sizes=(2, 3), repeats=2) in (1, 2, 3)
+    alone = dict(zip(ONE_ROW, ONE_ROW[1:] + ONE_ROW[:1]))  # with one thread another way than with two
     for threads in (2, 1):
         monkeypatch.setattr(costcurve, "blas", lambda threads=threads: {"threads": threads})
         for how in ONE_ROW:
-            laid, _ = costcurve.apply_layout({"target": 4, "target_one_row": how, "target_gemv_rows": 3}, target, None)
-            assert (laid.layout.slab_rows, laid.layout.one_row) == (4, how if threads > 1 else "gemv")
-            assert laid.layout.gemv_rows == 3
-            assert laid.prepared["head"].gemv_rows == (3 if laid.layout.one_row == "gemv" else 1)
+            for measured in ({}, {"target_one_row_one_thread": alone[how]}):
+                layout = {"target": 4, "target_one_row": how, "target_gemv_rows": 3} | measured
+                laid, _ = costcurve.apply_layout(layout, target, None)
+                want = how if threads > 1 else measured.get("target_one_row_one_thread", "gemv")
+                assert (laid.layout.slab_rows, laid.layout.one_row) == (4, want)
+                assert laid.layout.gemv_rows == 3
+                assert laid.prepared["head"].gemv_rows == (3 if laid.layout.one_row == "gemv" else 1)
     # An EAGLE head in the draft's place reads the head's layout, not the draft model's.
     from specdec_np import eagle
 
@@ -530,6 +534,8 @@ BAD_COSTS = {"{}": {}, "[]": [], "curves x": GOOD | {"curves": "x"},
                 for v in (float("nan"), 0.0, -1.0)},
              **{f"read rate {v!r}": GOOD | {"read_gbps": v} for v in (float("nan"), float("inf"), 0.0, "20")},
              **{f"one row {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row": v}} for v in ("blas", 1)},
+             **{f"one row, one thread {v!r}": GOOD | {"layout": GOOD["layout"] | {"target_one_row_one_thread": v}}
+                for v in ("blas", 1, [])},
              **{f"gemv rows {v!r}": GOOD | {"layout": GOOD["layout"] | {"draft_gemv_rows": v}}
                 for v in (0, 5, True, "2")}}
 
@@ -646,13 +652,15 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     tiny = random_params(dataclasses.replace(CFG, n_ctx=8), seed=1, dtype=np.float64, scale=0.5)
     assert set(loop_curves(tiny, None, repeats=1)["target"]["warm"]) == {1, 2, 3, 4, 5, 6}
     monkeypatch.setattr(cal, "choose_slab_rows", lambda model: 0)
-    monkeypatch.setattr(cal, "choose_one_row", lambda model: "slabs")
+    from specdec_np.tools import costcurve
+
+    monkeypatch.setattr(costcurve, "choose_one_row", lambda model: "slabs")
     got = cal.measure_costs(short, short, None, [list(range(1, 30)) * 3])
     assert cal.problem(json.loads(json.dumps(got)), True) == ""
     # One row slab by slab where slabs lose from 2 rows on: the target keeps slabs for one row.
     # The draft's blocks of a few rows may be multiplied row by row (its one row is a matrix-vector product).
     assert got["layout"].pop("draft_gemv_rows") in (1, *cal.GEMV_SIZES)
-    assert got["layout"] == {"target": 1, "draft": 0, "target_one_row": "slabs"}
+    assert got["layout"] == {"target": 1, "draft": 0, "target_one_row": "slabs", "target_one_row_one_thread": "slabs"}
     # The EAGLE head's curve: its own passes after one of its own (warm) or of the target's (cold), as a draft's.
     from specdec_np import eagle
 
@@ -660,15 +668,17 @@ def test_a_tiny_context_is_measured_as_far_as_it_goes(monkeypatch):
     # Its layout measured as the target's, kept beside the pair's where the costs take its curve (`with_curve`): its
     # one row a matrix-vector product (then maybe a few rows too), or read from its slabs.
     gemv = layout["head_one_row"] == "gemv"
-    assert layout.keys() == {"head", "head_one_row"} | ({"head_gemv_rows"} if gemv else set())
+    ways = {"head_one_row", "head_one_row_one_thread"}
+    assert layout.keys() == {"head"} | ways | ({"head_gemv_rows"} if gemv else set())
     assert layout["head"] in ((0, 2, 4, 8, 12, 16) if gemv else (1, 2, 4, 8, 12, 16))
-    assert layout["head_one_row"] in ONE_ROW
+    assert layout["head_one_row"] in ONE_ROW and layout["head_one_row_one_thread"] in ONE_ROW
     assert layout.get("head_gemv_rows", 1) in (1, *cal.GEMV_SIZES)
     with_head = cal.with_curve(got, eagle.random_head(short), (layout, head))
     assert with_head["layout"] == got["layout"] | layout and cal.problem(with_head, True) == ""
     for bad in (-1, 5, True):  # a head's layout out of range: the costs are measured again
         assert cal.problem(with_head | {"layout": with_head["layout"] | {"head_gemv_rows": bad}}, True)
-        assert cal.problem(with_head | {"layout": with_head["layout"] | {"head_one_row": str(bad)}}, True)
+        for way in ("head_one_row", "head_one_row_one_thread"):
+            assert cal.problem(with_head | {"layout": with_head["layout"] | {way: str(bad)}}, True)
     assert set(head) == {"warm", "cold"} and head["warm"].keys() == curves["draft"]["warm"].keys()
     assert all(ms > 0 for state in head.values() for ms in state.values())
 
