@@ -18,7 +18,7 @@ from ..fastpath import ONE_ROW
 from ..plan import Plan
 from . import acceptance
 from .cache import cache_path, locked, read_json, store, writable
-from .costcurve import (GEMV_SIZES, SLAB_SIZES, apply_layout, choose_gemv_rows, choose_slab_rows, one_row_ways,
+from .costcurve import (GEMV_SIZES, SLAB_SIZES, apply_layout, choose_gemv_rows, choose_slab_rows, with_one_row,
                         loop_curves, read_gbps)
 from .costmodel import OVERHEADS, fit_overheads, loop_scale, pads, pass_ms, scaled, step_passes
 from .machine import busy, busy_since, cpu_times, machine
@@ -169,9 +169,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
     progress(0, None)
     layout = {"target": choose_slab_rows(target)} | ({"draft": choose_slab_rows(draft)} if draft is not None else {})
     target, draft = apply_layout(layout, target, draft)
-    layout |= one_row_ways(target, "target")  # the draft's layer matrices are too small for slabs
-    if {layout["target_one_row"], layout["target_one_row_one_thread"]} != {"gemv"}:  # slabs at least for one row
-        layout["target"] = max(1, layout["target"])
+    layout = with_one_row(layout, target, "target")  # the draft's layer matrices are too small for slabs
     target, draft = apply_layout(layout, target, draft)
     for name, model in (("target", target), ("draft", draft)):  # where one row is a matrix-vector product
         if model is not None and layout.get(name + "_one_row", "gemv") == "gemv":
@@ -212,9 +210,7 @@ def head_costs(target, head, layout: dict) -> tuple[dict, dict]:
     """The EAGLE head's layout, measured as the target's ({"head": slab rows, "head_one_row": ... (and with one thread),
     "head_gemv_rows" where one row is a matrix-vector product}), and its curve."""
     own = {"head": choose_slab_rows(head)}
-    own |= one_row_ways(apply_layout(own, None, head)[1], "head")
-    if {own["head_one_row"], own["head_one_row_one_thread"]} != {"gemv"}:  # slabs at least for one row
-        own["head"] = max(1, own["head"])
+    own = with_one_row(own, apply_layout(own, None, head)[1], "head")
     if own["head_one_row"] == "gemv":
         own["head_gemv_rows"] = choose_gemv_rows(apply_layout(own, None, head)[1])
     return own, head_curves(target, head, layout | own)

@@ -169,14 +169,19 @@ def choose_one_row(model: GPT2, prefix_len: int = 200, repeats: int = 15, second
     return min(ONE_ROW, key=lambda how: ms[ONE_ROW.index(how), 1])
 
 
-def one_row_ways(model: GPT2, name: str) -> dict:
-    """{name_one_row: `choose_one_row` with the BLAS threads the costs are measured with, name_one_row_one_thread: with
-    one, as a busy machine's run multiplies (`machine.settle_threads`)}: a kernel's fastest way can differ."""
+def with_one_row(layout: dict, model: GPT2, name: str) -> dict:
+    """`layout` with how `model` (its `name`) multiplies one row, `choose_one_row`'s, with the BLAS threads the costs
+    are measured with (name_one_row) and with one (name_one_row_one_thread: a busy machine's run, as
+    `machine.settle_threads` leaves it; a kernel's fastest way can differ), and slabs at least for one row where
+    either way reads them."""
     ways = {name + "_one_row": choose_one_row(model)}
     if blas()["threads"] == 1:
-        return ways | {name + "_one_row_one_thread": ways[name + "_one_row"]}
-    with threadpool_limits(1, user_api="blas"):
-        return ways | {name + "_one_row_one_thread": choose_one_row(model)}
+        ways[name + "_one_row_one_thread"] = ways[name + "_one_row"]
+    else:
+        with threadpool_limits(1, user_api="blas"):
+            ways[name + "_one_row_one_thread"] = choose_one_row(model)
+    slabs = max(1, layout[name]) if set(ways.values()) != {"gemv"} else layout[name]
+    return layout | ways | {name: slabs}
 
 
 def loop_curves(target: GPT2, draft: GPT2 | None, sizes=LOOP_SIZES, prefix_len: int = 200, repeats: int = 9,
