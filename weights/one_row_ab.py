@@ -7,13 +7,14 @@
    target's one row by each way, run by run in turns (the order reversed every other run); the median ms a token and,
    run by run, gemv's time over the pair's.
 2. The embedded EAGLE head's one-row pass (`head_pass`, `head_features`, `head_logits`) after 200 pairs in its cache,
-   warm, by each way, 400 rounds in turns; the median us.
+   warm, by each way, 400 rounds in turns after a warm-up (`costcurve.round_robin`); the median us.
 Both with --threads BLAS threads (1: what a busy machine's run uses, `machine.settle_threads`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -28,16 +29,8 @@ from specdec_np.fastpath import ONE_ROW, laid_out  # noqa: E402
 from specdec_np.gpt2 import new_cache  # noqa: E402
 from specdec_np.models import load_embedded, load_head  # noqa: E402
 from specdec_np.tools import acceptance, bench  # noqa: E402
+from specdec_np.tools.costcurve import round_robin  # noqa: E402
 from specdec_np.tools.machine import blas_name, machine_name  # noqa: E402
-
-
-def in_turns(cases: dict, rounds: int) -> dict:
-    """{key: [seconds of each round]}: every case once a round, the order reversed every other round."""
-    times = {key: [] for key in cases}
-    for r in range(rounds):
-        for key in cases if r % 2 == 0 else reversed(cases):
-            times[key].append(cases[key]())
-    return times
 
 
 def main() -> None:
@@ -85,9 +78,8 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         cache.truncate(length)
         return seconds
-    times = in_turns({how: lambda how=how: head_step(how) for how in ONE_ROW}, 400)
-    print("the EAGLE head's one-row pass, us: "
-          + ", ".join(f"{how} {1e6 * np.median(t):.0f}" for how, t in times.items()))
+    ms = round_robin({how: functools.partial(head_step, how) for how in ONE_ROW}, 400)  # medians
+    print("the EAGLE head's one-row pass, us: " + ", ".join(f"{how} {1000 * t:.0f}" for how, t in ms.items()))
 
 
 if __name__ == "__main__":
