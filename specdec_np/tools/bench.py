@@ -389,8 +389,7 @@ def main(argv=None) -> int:
     if a.curves:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
-        target, draft = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft)
-        eagle_head = apply_layout(costs["layout"], None, eagle_head)[1]
+        target, draft, eagle_head = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft, eagle_head)
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}

@@ -220,8 +220,7 @@ def setup(a) -> Setup:
     except ContextFilled as e:  # named by the option that chose the model
         raise ValueError(f"--{e.model} {a.target if e.model == 'target' else draft_name}: {e}") from None
     method, plan, about, layout = choose_plan(a, target, draft, ngram, enc, eagle_head)
-    target, draft = apply_layout(layout, target, draft)  # then the models `method` reads (--plan default's head: draft)
-    eagle_head = apply_layout(layout, None, eagle_head)[1]
+    target, draft, eagle_head = apply_layout(layout, target, draft, eagle_head)  # --plan default's head: draft
     return Setup(text, prompt, target, enc=enc, method=method, plan=plan, about=about, stop=stop,
                  **acceptance.models_for(method, draft, ngram, eagle_head or draft))
 

@@ -114,13 +114,13 @@ def fitting(sizes, n_ctx: int) -> tuple:
     return tuple(k for k in sizes if k <= n_ctx * 3 // 4) or sizes[:1]
 
 
-def apply_layout(layout: dict, target, draft):
-    """(target, draft) with a measured layout's slab rows, one-row products, rows multiplied row by row and padding
-    tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}; an EAGLE head as the
-    draft reads "head", "head_one_row", ...); with one BLAS thread, one row as measured with one ("target_one_row_one_
-    thread"; one matrix-vector product where unmeasured)."""
+def apply_layout(layout: dict, target, *drafters):
+    """(target, *drafters) with a measured layout's slab rows, one-row products, rows multiplied row by row and padding
+    tables ({"target": rows, "target_one_row": ..., "target_gemv_rows": ..., "target_pad": ...}; a draft model reads
+    "draft", ..., an EAGLE head "head", "head_one_row", ...; None stays None); with one BLAS thread, one row as
+    measured with one ("target_one_row_one_thread"; one matrix-vector product where unmeasured)."""
     one_thread = blas()["threads"] == 1
-    named = ((target, "target"), (draft, "head" if isinstance(draft, eagle.Head) else "draft"))
+    named = ((target, "target"), *((m, "head" if isinstance(m, eagle.Head) else "draft") for m in drafters))
     return tuple(None if model is None else laid_out(model, layout.get(name), layout.get(name + "_pad"),
                                                      layout.get(name + "_one_row_one_thread", "gemv") if one_thread
                                                      else layout.get(name + "_one_row"),

@@ -183,8 +183,7 @@ def main(argv=None) -> int:
     chosen, layout = plans(a, target, draft, ngram, enc, 0.0, methods, head)  # a bad --budget fails before any output
     if layout:  # the plans were priced on this machine's costs (measured, or cached): plain decoding's roofline
         print(roofline(calibration(target, draft, ngram, calibration_prompts(enc))[0], target))
-    target, draft = apply_layout(layout, target, draft)
-    head = apply_layout(layout, None, head)[1]
+    target, draft, head = apply_layout(layout, target, draft, head)
     print(f"target: {target.n_params / 1e6:.1f}M parameters, draft: {draft.n_params / 1e6:.2f}M, stage 2: Katz "
           f"trigram, EAGLE head: {head.n_params / 1e6:.2f}M of its own. Prompt ({len(prompt)} tokens):\n\n{PROMPT}")
     if a.max_new_tokens > target.config.n_ctx - len(prompt):

@@ -485,12 +485,12 @@ def test_the_layout_choice_is_one_of_the_measured_sizes(pair, monkeypatch):
                 assert (laid.layout.slab_rows, laid.layout.one_row) == (4, want)
                 assert laid.layout.gemv_rows == 3
                 assert laid.prepared["head"].gemv_rows == (3 if laid.layout.one_row == "gemv" else 1)
-    # An EAGLE head in the draft's place reads the head's layout, not the draft model's.
+    # The draft model and an EAGLE head, laid out together, each read their own entries (not the other's).
     from specdec_np import eagle
 
-    _, laid = costcurve.apply_layout({"draft": 4, "draft_gemv_rows": 2, "head": 0, "head_gemv_rows": 3}, None,
-                                     eagle.random_head(target))
-    assert (laid.layout.slab_rows, laid.layout.gemv_rows) == (0, 3)
+    _, draft, head = costcurve.apply_layout({"draft": 4, "draft_gemv_rows": 2, "head": 0, "head_gemv_rows": 3}, None,
+                                            pair[1], eagle.random_head(target))
+    assert [(m.layout.slab_rows, m.layout.gemv_rows) for m in (draft, head)] == [(4, 2), (0, 3)]
 
 
 @pytest.mark.parametrize("wins,expected", [((2, 3), 3), ((), 1), ((2, 4, 6), 2), ((3, 4), 1), ((2, 3, 4, 6, 8), 8)])
