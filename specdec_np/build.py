@@ -48,8 +48,9 @@ def draw_children(dist, k: int, rand, replacement: bool) -> list[int]:
     return out
 
 
-def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool = True) -> Tree:
-    """A fixed-shape tree: widths[d] children under every node at depth d.
+def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool = True, min_q: float = 0.0) -> Tree:
+    """A fixed-shape tree: widths[d] children under every node at depth d whose q is at least `min_q` (a node the
+    draft gave less is a leaf: whether a node has children is decided before they are drawn, from the draft alone).
 
     Deterministic (rand None): the top-widths[d] tokens of q with positive probability. Sampled:
     widths[d] draws from q, with replacement (duplicates kept as separate nodes: merging them would
@@ -74,7 +75,7 @@ def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool =
                 tokens.append(int(x))
                 parents.append(node)
                 q.append(float(dist[x]))
-        frontier = new
+        frontier = [i for i in new if q[i] >= min_q]
     if rand is None:
         return Tree(np.array(tokens), np.array(parents), np.array(q), kind="deterministic")
     V = next(iter(dists.values())).size if dists else 1
@@ -85,11 +86,12 @@ def build_fixed(root_token: int, dist_fn, widths, rand=None, replacement: bool =
     return Tree(np.array(tokens), np.array(parents), np.array(q), kind=kind, draft_dists=draft_dists)
 
 
-def build_chain(root_token: int, dist_fn, k: int, rand=None) -> Tree:
-    """k drafted tokens in a chain: argmax each step (rand None) or drawn from q (the 1-child tree)."""
+def build_chain(root_token: int, dist_fn, k: int, rand=None, min_q: float = 0.0) -> Tree:
+    """Up to k drafted tokens in a chain: argmax each step (rand None) or drawn from q (the 1-child tree), ending at
+    a token whose q is below `min_q`."""
     if k < 0:
         raise ValueError(f"build_chain: k must be >= 0, got {k}")
-    return build_fixed(root_token, dist_fn, [1] * k, rand=rand, replacement=True)
+    return build_fixed(root_token, dist_fn, [1] * k, rand=rand, replacement=True, min_q=min_q)
 
 
 def build_best_first(root_token: int, dist_fn, budget: int, max_depth: int) -> Tree:

@@ -199,7 +199,7 @@ class TreeMethod(Method):
         """The tree below `root` from the drafter's q: top tokens, or drawn with `rand` as `kind` (tree_kind) says."""
         if self.fixed_widths(self.plan):
             return build.build_fixed(root, self.drafter.dist_fn, self.plan.widths[:depth], rand=rand,
-                                     replacement=kind == "with_replacement")
+                                     replacement=kind == "with_replacement", min_q=self.plan.min_q)
         return build.build_best_first(root, self.drafter.dist_fn, self.plan.budget, depth)
 
     def commit(self, keys, *kept) -> None:  # kept: the target's features of the kept tokens, to a head's drafter
@@ -222,7 +222,7 @@ class Speculative(TreeMethod):
         return "with_replacement" if plan.sampled or temperature > 0 else "deterministic"
 
     def build(self, root, depth, rand, kind):
-        return build.build_chain(root, self.drafter.dist_fn, depth, rand=rand)
+        return build.build_chain(root, self.drafter.dist_fn, depth, rand=rand, min_q=self.plan.min_q)
 
 
 class Staged(TreeMethod):

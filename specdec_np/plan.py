@@ -34,6 +34,10 @@ class Plan:
       the `copy_len` tokens that followed them, with no draft pass; 0: never.
     rule: the verification rule (verify.RULES, checked by generate); None: greedy at temperature 0,
       else the lossless rule the tree's construction assumes.
+    min_q: in a tree of fixed widths (drawn from q or not) and a chain, a drafted token whose q is below
+      min_q gets no children: the draft stops below a token it doubts, whose children are rarely accepted,
+      and saves their passes (the early exit of BiLD, Kim et al. 2023); 0: never. Lossless with every rule:
+      whether a node gets children is decided before they are drawn.
     """
 
     shape: str = "best_first"
@@ -47,6 +51,7 @@ class Plan:
     guess_rows: int | str = 4
     copy_len: int = 12
     rule: str | None = None
+    min_q: float = 0.0
 
     def __post_init__(self):
         def bad(name, expected):  # the plan's message: "plan: budget must be an integer >= 1, got 0"
@@ -73,6 +78,9 @@ class Plan:
             bad("sampled", "None, 'with' or 'without'")
         if self.guess_rows != "pad":
             integer("guess_rows", 0)
+        if not (real(self.min_q) and 0 <= self.min_q <= 1):
+            bad("min_q", "a number from 0 to 1")
+        object.__setattr__(self, "min_q", float(self.min_q))
 
 
 def constant(temperature: float = 0.0) -> Plan:

@@ -40,6 +40,7 @@ METHODS = [
     dict(method="ngram"),
     dict(method="lookup"),
     dict(method="lookup", lookup_chains=(5, 2, 0)),
+    dict(method="tree", shape="fixed", widths=(3, 2, 1), min_q=0.3),  # the draft's doubted tokens are leaves
 ]
 prompts = st.lists(st.integers(0, CFG.n_vocab - 2), min_size=1, max_size=12)
 
@@ -377,6 +378,8 @@ EXACT_CASES = [
     ("tree", dict(widths=(2, 1), sampled="without"), dict(top_k=2)),
     ("tree", dict(widths=(2,), sampled="with", rule="traversal"), {}),
     ("tree", dict(widths=(2, 1), sampled="without", rule="traversal"), dict(top_k=2)),
+    ("tree", dict(widths=(2, 1), sampled="without", rule="traversal", min_q=0.6), dict(top_k=2)),  # doubted: leaves
+    ("speculative", dict(chain=2, min_q=0.6), dict(top_k=2)),
     ("tree", dict(widths=(1, 1), sampled="with", rule="chain"), {}),
     ("tree", dict(widths=(1, 1), sampled="with", rule="block"), {}),
     ("staged", dict(budget=3, depth=2, copy_len=2), {}),  # copies (point mass) and top-token trees
@@ -424,6 +427,19 @@ def test_generate_samples_the_target_exactly(tiny, method, fields, settings, pro
     assert fields.get("rule") is None or fields["rule"] in rules  # the plan's rule really ran
     assert set(got) <= set(want)
     assert max(abs(got.get(k, 0.0) - p) for k, p in want.items()) < 1e-12
+
+
+def test_a_doubted_token_ends_the_draft_in_generate(tiny):
+    """Plan.min_q reaches the builders (the exact cases above prove such trees lossless): some steps' trees stop
+    early, and a chain's draft runs fewer passes a step than without it."""
+    def run(method, **shape):
+        res = [generate(tiny.target, PROMPT, 12, method, tiny.draft, plan=Plan(**shape), temperature=1.0, top_k=2,
+                        seed=seed, eos=None, keep_trees=True) for seed in range(4)]
+        trees = [len(tree) for r in res for tree, _ in r.stats.trees]
+        return trees, sum(r.stats.draft_passes for r in res) / len(trees)
+    for method, shape in (("tree", dict(widths=(2, 1), sampled="without")), ("speculative", dict(chain=3))):
+        (full, passes), (stopped, fewer) = run(method, **shape), run(method, **shape, min_q=0.6)
+        assert min(stopped) < min(full) and (fewer < passes or method == "tree"), method
 
 
 @pytest.mark.parametrize("method,fields,settings,rule", [

@@ -316,6 +316,7 @@ EXACT_CASES = [  # top-k keeps the enumeration small (each case a few hundred ru
     (None, dict(widths=(2,), sampled="with"), dict(top_k=2)),  # recursive
     (None, dict(widths=(2, 1), sampled="without"), dict(top_k=2)),  # recursive without replacement
     ("traversal", dict(widths=(2, 1), sampled="without"), dict(top_k=2)),
+    ("traversal", dict(widths=(1, 1), sampled="without", min_q=0.6), dict(top_k=2)),  # doubted tokens are leaves
     ("chain", dict(widths=(1, 1), sampled="with"), dict(top_k=2)),
     ("block", dict(widths=(1, 1), sampled="with"), dict(top_k=2)),
 ]

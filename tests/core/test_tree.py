@@ -158,6 +158,24 @@ def test_sampled_builders_keep_duplicates_and_draft_dists():
     assert chain.tokens.tolist() == [2, 1, 1] and chain.kind == "with_replacement"
 
 
+def test_a_node_the_draft_doubts_gets_no_children():
+    """min_q: a drafted node whose q is below it is a leaf (top tokens, and tokens drawn from q), every other node
+    above the last level has its widths' children; 0 stops nowhere. A chain ends at its first doubted token."""
+    from specdec_np.sampling import Rand
+    q = {(0,): [0.1, 0.5, 0.3, 0.1, 0.0], (0, 1): [0.0, 0.0, 0.6, 0.4, 0.0]}
+    dist = lambda ctx: np.array(q.get(ctx, [0.2] * 5))
+    widths = [2, 2, 1]
+    for rand in (None, 0, 1):
+        for min_q in (0.0, 0.35, 0.55):
+            tree = build_fixed(0, callback(dist), widths, rand=None if rand is None else Rand(rand), min_q=min_q)
+            kids, d = np.bincount(tree.parents[1:], minlength=len(tree)), depths(tree)
+            assert kids.tolist() == [0 if d[i] == len(widths) or tree.q[i] < min_q else widths[d[i]]
+                                     for i in range(len(tree))]
+    assert [len(build_fixed(0, callback(dist), widths, min_q=m)) for m in (0.0, 0.35, 0.55)] == [11, 7, 3]
+    assert build_chain(0, callback(dist), 4, min_q=0.45).tokens.tolist() == [0, 1, 2, 0]  # 0 has q 0.2: a leaf
+    assert build_chain(0, callback(dist), 4, min_q=0.55).tokens.tolist() == [0, 1]
+
+
 def test_exact_distribution_of_two_sampled_children():
     q = np.array([0.5, 0.3, 0.2, 0.0])
     dist = lambda ctx: q

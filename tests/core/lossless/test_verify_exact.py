@@ -18,8 +18,8 @@ from helpers import (TOL, always_accept, assert_lossless, callback, context, den
 from specdec_np import verify
 from specdec_np.build import build_best_first, build_chain, build_fixed
 from specdec_np.proofs import exact
-from specdec_np.sampling import process
-from specdec_np.tree import Tree, children
+from specdec_np.sampling import Rand, process
+from specdec_np.tree import Tree, children, path_to
 
 # ----------------------------------------------------------------------------- tables
 # helpers.tables(seed, V): a target and a draft table (a lazily generated distribution per context),
@@ -97,6 +97,57 @@ def test_greedy_matches_target_argmax(seed, V, m, shape):
         "sampled": lambda root, dist_fn, rand: build_fixed(root, dist_fn, (2, 1), rand=rand),
     }[shape]
     assert_lossless(build, verify.verify_greedy, draft, target, root_of(seed, V), m)
+
+
+# ----------------------------------------------------------------------------- trees that stop where the draft doubts
+# Plan.min_q: a drafted node whose q is below it gets no children. Each rule on trees of the kind it is lossless on.
+STOPPING = {"point_mass": ((2, 1, 1), None, verify.verify_point_mass), "chain": ((1, 1, 1), True, verify.verify_chain),
+            "block": ((1, 1, 1), True, verify.verify_block), "recursive": ((2, 1), True, verify.verify_recursive),
+            "recursive_wor": ((2, 1), False, verify.verify_recursive_wor),
+            "traversal": ((2, 1), False, verify.verify_traversal),
+            "traversal, with replacement": ((1, 2), True, verify.verify_traversal)}
+
+
+def stopping(widths, replacement, min_q):
+    """A builder of trees of `widths` whose doubted nodes are leaves: top tokens (replacement None) or drawn."""
+    return lambda root, dist_fn, rand: build_fixed(root, dist_fn, widths, rand=None if replacement is None else rand,
+                                                   replacement=bool(replacement), min_q=min_q)
+
+
+@settings(max_examples=40)
+@given(**common, name=st.sampled_from(sorted(STOPPING)), min_q=st.sampled_from([0.2, 0.35, 0.5]))
+def test_every_rule_lossless_on_trees_that_stop_below_a_doubted_token(seed, V, m, name, min_q):
+    """Whether a node gets children is decided from its own q before they are drawn: every rule stays lossless."""
+    widths, replacement, rule = STOPPING[name]
+    target, draft = tables(seed, V)
+    assert_lossless(stopping(widths, replacement, min_q), rule, draft, target, root_of(seed, V), m)
+
+
+def prune_doubted(widths, replacement, min_q):
+    """Broken: the children drawn as always, then each doubted one dropped with what lies below it: the children
+    kept are no longer draws from q (those the draft doubts never are)."""
+    def build(root, dist_fn, rand):
+        tree = build_fixed(root, dist_fn, widths, rand=rand, replacement=replacement)
+        kept = [i for i in range(len(tree)) if all(tree.q[j] >= min_q for j in path_to(tree, i))]
+        new = {old: k for k, old in enumerate(kept)}
+        return Tree(tree.tokens[kept], [-1] + [new[tree.parents[i]] for i in kept[1:]], tree.q[kept], tree.kind,
+                    draft_dists=tree.draft_dists[kept])
+    return build
+
+
+@pytest.mark.parametrize("name", ["chain", "recursive", "traversal"])
+def test_negative_control_dropping_doubted_children_after_drawing_them(name):
+    widths, replacement, rule = STOPPING[name]
+    caught = 0
+    for seed in range(10):
+        target, draft = dense_tables(seed, 4)
+        right = stopping(widths, replacement, 0.3)
+        assert exact.step_error(right, rule, draft, target, 0, 2) < TOL
+        # ... and its trees really do stop: some are smaller than the full shape.
+        sizes = exact.outcomes(lambda rand: len(right(0, exact.callback(draft), rand)))
+        assert min(sizes) < len(stopping(widths, replacement, 0.0)(0, exact.callback(draft), Rand(0)))
+        caught += exact.step_error(prune_doubted(widths, replacement, 0.3), rule, draft, target, 0, 2) > 1e-3
+    assert caught >= 7, f"dropping doubted children detected on only {caught}/10 examples"
 
 
 def test_greedy_accepts_the_whole_matching_chain():
