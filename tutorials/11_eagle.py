@@ -175,6 +175,38 @@ say_if_busy(start)
 # a small fraction of one target layer, while a draft model good enough to match it is a model of
 # its own.
 #
+# ## Stopping where the head doubts
+#
+# At top-k 50 the chain is drawn from q (lesson 6): a chain of 4 guesses costs 4 head passes, and
+# the last is verified only if the three before it were accepted. The head says how sure it is: q
+# of the token it drew. `Plan(min_q=0.3)` makes a drawn token whose q is below 0.3 a leaf: the chain
+# stops there, and the passes below it are not made (the early exit of BiLD, Kim et al. 2023).
+# Whether a node gets children is decided from its own q before they are drawn, so its children are
+# still draws from q and every rule stays lossless (checked below). The same prompt and seeds, with
+# and without it, counted (not timed):
+
+# %%
+per_pass = {}  # min_q -> (tokens, head passes) per target pass
+for min_q in (0.0, 0.3):
+    plan = Plan(widths=(1, 1, 1, 1), sampled="without", min_q=min_q)
+    stats = [generate(target, prompt, 64, "eagle", head, plan=plan, temperature=1.0, top_k=50, seed=seed,
+                      eos=None).stats for seed in range(4)]
+    passes = sum(s.target_passes for s in stats)
+    per_pass[min_q] = (sum(sum(s.accepted) for s in stats) / passes, sum(s.draft_passes for s in stats) / passes)
+    print(f"min_q {min_q}: {per_pass[min_q][0]:.2f} tokens per target pass, {per_pass[min_q][1]:.2f} head passes "
+          "per target pass")
+(tokens, passes), (tokens_q, passes_q) = per_pass[0.0], per_pass[0.3]
+print(f"verdict: min_q 0.3 made {passes - passes_q:.2f} {'fewer' if passes_q < passes else 'more'} head passes and "
+      f"{abs(tokens - tokens_q):.2f} {'fewer' if tokens_q < tokens else 'more'} tokens per target pass")
+
+# %% [markdown]
+# The chain stops where the head doubts its guess, and what it gives up are the guesses least likely
+# to be accepted (the verdict says how many tokens per pass that was here, on these seeds). Whether
+# that pays depends on what a head pass costs against a target pass on
+# your machine (on a CPU a pass of small products is mostly fixed costs, lesson 10): the acceptance
+# profile counts EAGLE's chains with `min_q` 0.3 and 0.5, and `make bench` prices and races them on
+# yours (docs/results.md has one machine's).
+#
 # ## Still lossless
 #
 # The head only proposes: the rules verify its trees as they verify the draft's. On a 4-token random
@@ -188,10 +220,12 @@ tiny = random_params(GPT2Config(n_vocab=4, n_ctx=16, n_embd=8, n_layer=1, n_head
 tiny_head = eagle.random_head(tiny, seed=5, scale=0.3)
 want = exact.sequence_distribution(lambda ctx: process(forward(tiny, list(ctx), new_cache(tiny))[-1], 1.0, 2),
                                    (1, 2), 3)
-for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without")):
+for plan in (Plan(budget=3, depth=2), Plan(widths=(2, 1), sampled="without"),
+             Plan(widths=(2, 1), sampled="without", min_q=0.6)):
     got = exact.outcomes(lambda rand: tuple(generate(tiny, [1, 2], 3, "eagle", tiny_head, plan=plan, temperature=1.0,
                                                      top_k=2, rand=rand, eos=None).tokens))
-    print_rounding(f"{plan.shape if not plan.sampled else 'sampled ' + plan.sampled}: total variation "
+    print_rounding(f"{plan.shape if not plan.sampled else 'sampled ' + plan.sampled}"
+                   f"{f', min_q {plan.min_q}' if plan.min_q else ''}: total variation "
           f"{exact.total_variation(got, want):.1e}")
     assert exact.total_variation(got, want) < 1e-12
 

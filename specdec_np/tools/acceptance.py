@@ -75,6 +75,8 @@ def candidates(setting: str, quick: bool = False) -> list[tuple[str, dict]]:
     if not quick:  # the EAGLE head's guesses are accepted more often than the draft's: longer chains pay too
         kind, lengths = ({"shape": "fixed"}, (6, 8)) if setting == "greedy" else ({"sampled": "without"}, (4, 6))
         chains_of = [dict(kind, widths=(1,) * k) for k in lengths]
+        # ... and chains that stop below a token the head doubts (Plan.min_q), cheaper where it guesses badly.
+        chains_of += [dict(kind, widths=(1,) * k, min_q=m) for k in (3, *lengths) for m in (0.3, 0.5)]
         out += [("eagle", c) for c in chains_of]
         out += [] if setting == "greedy" else [("eagle", dict(c, rule="traversal")) for c in chains_of]
     return out

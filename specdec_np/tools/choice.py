@@ -253,6 +253,8 @@ def describe(method: str, plan: Plan) -> str:
     if method == "lookup" and plan.lookup_chains:
         k3, k2, k1 = plan.lookup_chains
         return f"a chain copied from the context, {k3} tokens after a match of 3, {k2} after 2, {k1} after 1" + rule
+    if m.drafts_with and (m.proposes_chain or m.fixed_widths(plan)) and plan.min_q:  # a doubted token is a leaf
+        rule = f"; stopping below a token of q < {plan.min_q:g}" + rule
     if m.proposes_chain:
         return f"a chain of {plan.chain}" + (" copied from the context" if method == "lookup" else "") + rule
     widths, drafter = ",".join(map(str, plan.widths)), f"the {m.drafts_with}"

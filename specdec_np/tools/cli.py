@@ -94,6 +94,9 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule", choices=tuple(RULES), help="the verification rule (default: greedy at temperature 0, "
                    "else the plan's, or the rejection rule the tree's drafting assumes); block needs a chain and "
                    "traversal a tree drawn from the draft (--sampled, or speculative at temperature > 0)")
+    p.add_argument("--min-q", type=float, help="a fixed-width tree (--widths, --sampled) or a chain (--method "
+                   "speculative) stops below a drafted token whose q is under this, from 0 to 1 (default: the plan's; "
+                   "0 = never)")
     p.add_argument("--copy-len", type=int, help="staged: when the last three tokens occurred earlier, verify the N "
                    "tokens that followed them with no draft pass; 0 = always draft")
     p.add_argument("--stop", action="append", metavar="TEXT", help="end the completion before this text (repeatable: "

@@ -16,9 +16,10 @@ from .choice import changed, describe
 
 # The option that sets each Plan field or `generate` argument (--depth is also a chain's length).
 OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
-           "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "copy_len": "--copy-len", "seed": "--seed",
+           "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "min_q": "--min-q", "copy_len": "--copy-len",
+           "seed": "--seed",
            "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "max_new_tokens": "--max-new-tokens"}
-SHAPING = ("budget", "depth", "widths", "sampled", "rule", "copy_len")  # the options' own fields, in order
+SHAPING = ("budget", "depth", "widths", "sampled", "rule", "min_q", "copy_len")  # the options' own fields, in order
 
 # The core's tree kinds (verify.LOSSLESS's keys) in the command line's terms.
 KINDS = {"deterministic": "trees of the draft's top tokens (no --sampled)",
@@ -43,7 +44,7 @@ def shapes(field: str, name: str) -> bool:
     tree = m.drafts and not m.proposes_chain
     draft_tree = tree and m.drafts_with is not None
     return {"depth": m.drafts, "rule": m.drafts, "budget": tree, "widths": draft_tree, "sampled": draft_tree,
-            "copy_len": m.drafts_with is not None and m.needs_ngram}[field]
+            "min_q": m.drafts_with is not None, "copy_len": m.drafts_with is not None and m.needs_ngram}[field]
 
 
 def candidate_methods(a) -> tuple:
@@ -165,4 +166,7 @@ def check_options(a) -> None:
     fixed = "--widths" if a.widths is not None else "--sampled" if a.sampled is not None else None
     if best_first and fixed:
         raise ValueError(f"{best_first} asks for a best-first tree, {fixed} for a fixed-width one: give one")
+    if a.min_q is not None and not (fixed or a.method == "speculative"):  # a best-first tree has its own budget
+        raise ValueError(f"--min-q {a.min_q} stops a fixed-width tree or a chain: give --widths or --sampled (or "
+                         "--method speculative) with it")
     check_rule_options(a)

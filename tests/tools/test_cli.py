@@ -46,7 +46,8 @@ def test_generate_same_text_for_every_method_and_plan(capsys):
     texts = []
     for args in (["--method", "ar"], ["--method", "staged"], ["--method", "staged", "--plan", "default"],
                  ["--method", "tree", "--budget", "5", "--depth", "3"], ["--method", "speculative", "--depth", "2"],
-                 ["--method", "staged", "--copy-len", "0", "--widths", "2,1"]):
+                 ["--method", "staged", "--copy-len", "0", "--widths", "2,1"],
+                 ["--method", "speculative", "--min-q", "0.6", "--plan", "default"]):
         assert main(["generate", "class Stack:", "--max-new-tokens", "20", *args]) == 0
         texts.append(capsys.readouterr().out)
     assert len(set(texts)) == 1 and len(texts[0]) > len("class Stack:\n")
@@ -57,6 +58,9 @@ def test_generate_stats_name_the_plan(capsys):
     err = capsys.readouterr().err
     assert "method staged: best-first, 8 nodes at most 6 deep; n-gram guesses 3 deep (4 rows); copies of 12 " \
            "(the constant plan, as --plan default asks)" in err
+    main(["generate", "class Stack:", "--max-new-tokens", "8", "--plan", "default", "--stats", "--method",
+          "speculative", "--min-q", "0.6"])
+    assert "method speculative: a chain of 4; stopping below a token of q < 0.6" in capsys.readouterr().err
     main(["generate", "class Stack:", "--max-new-tokens", "8", "--stats"])  # this machine's plan, whatever it is
     err = capsys.readouterr().err
     # Measured, or, when the machine was busy while measuring, the fallback saying so.
@@ -117,8 +121,8 @@ def namespace(**options):
     import argparse
 
     return argparse.Namespace(**{**dict(plan="machine", method=None, recalibrate=False, budget=None, depth=None,
-                                        widths=None, sampled=None, copy_len=None, rule=None, temperature=1.0,
-                                        top_k=None, top_p=None, max_new_tokens=8, seed=None, file=None,
+                                        widths=None, sampled=None, min_q=None, copy_len=None, rule=None,
+                                        temperature=1.0, top_k=None, top_p=None, max_new_tokens=8, seed=None, file=None,
                                         target="tiny-target", draft=None, ngram=None, stop=None), **options})
 
 
@@ -224,7 +228,8 @@ def test_the_rule_messages_follow_verify_lossless(monkeypatch):
     (dict(budget=8), ("tree", "staged", "ngram", "eagle")),
     (dict(depth=3), ("speculative", "tree", "staged", "ngram", "lookup", "eagle")),
     (dict(widths="2,1"), ("tree", "staged", "eagle")), (dict(sampled="with"), ("tree", "staged", "eagle")),
-    (dict(copy_len=4), ("staged",)),
+    (dict(copy_len=4), ("staged",)), (dict(min_q=0.3, widths="1,1"), ("tree", "staged", "eagle")),
+    (dict(min_q=0.3), ("speculative", "tree", "staged", "eagle")),
     (dict(rule="traversal"), ("speculative", "tree", "staged", "ngram", "lookup", "eagle")),
     (dict(copy_len=4, depth=3), ("staged",)), (dict(), ()), (dict(method="ar"), ("ar",)),
 ])
@@ -248,6 +253,10 @@ def test_the_options_narrow_the_machines_choice_to_the_methods_they_shape(option
     (["--method", "ar", "--depth", "3"], "--depth does nothing with --method ar"),
     (["--method", "tree", "--copy-len", "3"], "--copy-len does nothing with --method tree, whose plan is best-first, "
                                               "8 nodes at most 6 deep: it applies to --method staged"),
+    (["--method", "lookup", "--min-q", "0.3"], "--min-q does nothing with --method lookup"),
+    (["--min-q", "0.3"], "--min-q 0.3 stops a fixed-width tree or a chain: give --widths or --sampled"),
+    (["--min-q", "0.3", "--budget", "8", "--method", "tree"], "--min-q 0.3 stops a fixed-width tree or a chain"),
+    (["--min-q", "1.5", "--widths", "1,1"], "--min-q must be a number from 0 to 1, got 1.5"),
     (["--top-k", "50"], "--top-k 50: at temperature 0 decoding is greedy"),
     (["--top-p", "0.9"], "--top-p 0.9: at temperature 0 decoding is greedy"),
     (["--rule", "block"], "--rule block: at temperature 0 decoding is greedy"),
