@@ -177,7 +177,7 @@ say_if_busy(start)
 #
 # ## Stopping where the head doubts
 #
-# At top-k 50 the chain is drawn from q (lesson 6): a chain of 4 guesses costs 4 head passes, and
+# At top-k 50 the chain is drawn from q (lesson 3): a chain of 4 guesses costs 4 head passes, and
 # the last is verified only if the three before it were accepted. The head says how sure it is: q
 # of the token it drew. `Plan(min_q=0.3)` makes a drawn token whose q is below 0.3 a leaf: the chain
 # stops there, and the passes below it are not made (the early exit of BiLD, Kim et al. 2023).

@@ -67,8 +67,16 @@ def step_passes(draft_blocks, target_block) -> list[tuple[str, str, int]]:
 
 
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
-    """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm)."""
-    return interp(curves[model].get(state) or curves[model]["warm"], Layout(padding=pad).rows(int(k)))
+    """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm). Past the
+    curve's sizes (a prompt's prefill) a cold pass is the warm one plus the gap at the largest size: a block that
+    large reads each weight once either way, the rest is arithmetic (the slope of two noisy cold sizes would
+    price a 150-token prefill at 2.7x its time)."""
+    warm = curves[model]["warm"]
+    curve, rows = curves[model].get(state) or warm, Layout(padding=pad).rows(int(k))
+    last = max(int(size) for size in curve)
+    if rows <= last or curve is warm:
+        return interp(curve, rows)
+    return interp(warm, rows) + interp(curve, last) - interp(warm, last)
 
 
 def record_ms(record: dict, curves: dict, overheads: dict, target_pad=(), draft_pad=(), method=None) -> float:

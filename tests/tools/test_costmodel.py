@@ -45,6 +45,17 @@ def test_interp_extends_past_the_last_measured_size():
     assert interp(CURVE, 12) == 4.5
 
 
+def test_a_cold_pass_past_the_curve_is_the_warm_one_plus_the_gap_at_its_largest_size():
+    """A prompt's prefill, larger than every measured size: warm's extrapolation plus cold's gap at 16 (6.0), not
+    cold's own (whose 8 -> 16 slope is twice warm's); within the curve each state's own."""
+    from specdec_np.tools.costmodel import pass_ms
+
+    assert pass_ms(CURVES, "target", "cold", 100) == pytest.approx(interp(CURVE, 100) + 6.0)
+    assert pass_ms(CURVES, "target", "cold", 100) < interp(COLD, 100)  # the old price: cold's slope continued
+    assert pass_ms(CURVES, "target", "warm", 100) == interp(CURVE, 100)
+    assert [pass_ms(CURVES, "draft", "cold", k) for k in (3, 12, 16)] == [interp(COLD, k) for k in (3, 12, 16)]
+
+
 def test_cost_model_prices_cold_and_warm_passes_padded_and_overheads():
     r = record(target_cold=[5, 3], target_warm=[1], draft_cold=[2], draft_warm=[7, 1], steps=3, draft_dists=4,
                ngram_queries=10)
