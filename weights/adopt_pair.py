@@ -276,9 +276,9 @@ def trace():
 
 def lesson_printed(path: Path) -> list[str]:
     """The lines a lesson prints when run with the new pair, as tests/docs/test_tutorials.py runs it (no colour, one
-    BLAS thread); a failed run goes into the checklist."""
+    BLAS thread, each timed figure measured once); a failed run goes into the checklist."""
     with tempfile.TemporaryDirectory() as work:
-        env = dict(os.environ, NO_COLOR="1", OPENBLAS_NUM_THREADS="1")
+        env = dict(os.environ, NO_COLOR="1", OPENBLAS_NUM_THREADS="1", LESSON_QUICK_TIMING="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         proc = subprocess.run([PY, str(path)], cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode:
