@@ -90,6 +90,9 @@ EDITS = {
          ["Try this: 3 drafts", "64 ordered 3-tuples of drafts, e.g. (B, B, B) with probability 0.1250",
           "alpha* = 0.9781, reached at H = {B,D}"]),
     ],
+    "11_eagle": [
+        ("min_q 0.6", [("MIN_Q = 0.3\n", "MIN_Q = 0.6\n")], ["Try this: min_q=0.6", "verdict: min_q 0.6 made"]),
+    ],
     "11b_the_head_answer": [
         ("no positions", [("by_hand_head = head  #", "by_hand_head = dataclasses.replace(head, wpe=0 * head.wpe)  #")],
          ["Try this: the answer runs a head without position embeddings",
