@@ -69,8 +69,8 @@ def step_passes(draft_blocks, target_block) -> list[tuple[str, str, int]]:
 def pass_ms(curves: dict, model: str, state: str, k: int, pad=()) -> float:
     """One pass of `model` over k tokens, padded, "cold" or "warm" (a curve without the state: warm). Past the
     curve's sizes (a prompt's prefill) a cold pass is the warm one plus the gap at the largest size: a block that
-    large reads each weight once either way, the rest is arithmetic (the slope of two noisy cold sizes would
-    price a 150-token prefill at 2.7x its time)."""
+    large reads each weight once either way, the rest is arithmetic, which the slope between two noisy cold sizes
+    does not measure (docs/performance.md, "Prefills")."""
     warm = curves[model]["warm"]
     curve, rows = curves[model].get(state) or warm, Layout(padding=pad).rows(int(k))
     last = max(int(size) for size in curve)

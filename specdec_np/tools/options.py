@@ -17,8 +17,8 @@ from .choice import changed, describe
 # The option that sets each Plan field or `generate` argument (--depth is also a chain's length).
 OPTIONS = {"budget": "--budget", "depth": "--depth", "chain": "--depth", "lookup_chains": "--depth",
            "widths": "--widths", "sampled": "--sampled", "rule": "--rule", "min_q": "--min-q", "copy_len": "--copy-len",
-           "seed": "--seed",
-           "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "max_new_tokens": "--max-new-tokens"}
+           "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+           "max_new_tokens": "--max-new-tokens"}
 SHAPING = ("budget", "depth", "widths", "sampled", "rule", "min_q", "copy_len")  # the options' own fields, in order
 
 # The core's tree kinds (verify.LOSSLESS's keys) in the command line's terms.
