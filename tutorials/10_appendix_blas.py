@@ -138,7 +138,8 @@ say_if_busy(start)
 # an 8-token block whose 3 extra rows are dummies that no real token attends to
 # (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone;
 # the decoder pads each block to the cheapest measured size at least as large (the tools' table of
-# these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout).
+# these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout;
+# it pads only where the larger size is cheaper by more than 3%, the noise between neighbours).
 
 # %%
 def pad_size(curve, k):

@@ -21,6 +21,7 @@ from specdec_np.plan import Plan  # noqa: E402
 from specdec_np.tools import acceptance, bench  # noqa: E402
 from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout  # noqa: E402
+from specdec_np.tools.costmodel import machine_layout  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     target, draft, ngram, enc = load_embedded()
     head = load_head(target=target)
     costs, _ = calibration(target, draft, ngram, acceptance.calibration_prompts(enc), head=head)
-    target, head = apply_layout(costs["layout"], target, head)
+    target, head = apply_layout(machine_layout(costs), target, head)
     chain = dict(shape="fixed", sampled="without", rule="traversal")
     variants = {"ar": Plan()} | {(k, q): Plan(widths=(1,) * k, min_q=q, **chain) for k in (3, 4, 6)
                                  for q in (0.0, *a.min_q)}

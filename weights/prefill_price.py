@@ -21,7 +21,7 @@ from specdec_np.models import load_embedded  # noqa: E402
 from specdec_np.tools.acceptance import calibration_prompts  # noqa: E402
 from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout  # noqa: E402
-from specdec_np.tools.costmodel import interp, pass_ms  # noqa: E402
+from specdec_np.tools.costmodel import interp, machine_layout, pass_ms  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     a = ap.parse_args()
     target, draft, ngram, enc = load_embedded()
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
-    target, draft = apply_layout(costs["layout"], target, draft)
+    target, draft = apply_layout(machine_layout(costs), target, draft)
     curves, rng = costs["curves"], np.random.default_rng(0)
     print(f"{machine_name()}; the cost curve's largest size: {max(int(k) for k in curves['target']['warm'])}")
     for n in a.sizes:

@@ -38,6 +38,7 @@ from specdec_np.tools import acceptance, bench  # noqa: E402
 from specdec_np.tools.acceptance import calibration_prompts  # noqa: E402
 from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout, primed, round_robin, timed_pass  # noqa: E402
+from specdec_np.tools.costmodel import machine_layout  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 
 TOP_K = 50
@@ -95,7 +96,7 @@ def main() -> None:
             print(f"| {name}, T_q {temperature} | {accepted:.4f} | {greedy:.4f} |")
 
     costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
-    target, draft = apply_layout(costs["layout"], target, draft)
+    target, draft = apply_layout(machine_layout(costs), target, draft)
     heads = {"full": (draft.prepared["head"], np.arange(draft.config.n_vocab)),
              "reduced": (Weight.of(np.ascontiguousarray(draft.params["wte"][ids].T), draft.layout.slab_rows), ids)}
     t_cache, d_cache = primed(target, 200, 8), primed(draft, 200, 8)

@@ -25,6 +25,7 @@ from specdec_np import models  # noqa: E402
 from specdec_np.tools.acceptance import calibration_prompts  # noqa: E402
 from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout, primed, read_gbps, round_robin, timed_pass  # noqa: E402
+from specdec_np.tools.costmodel import machine_layout  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     trials = ap.parse_args().trials
     target, draft, ngram, enc = models.load_embedded()
-    target, _ = apply_layout(calibration(target, draft, ngram, calibration_prompts(enc))[0]["layout"], target, None)
+    target, _ = apply_layout(machine_layout(calibration(target, draft, ngram, calibration_prompts(enc))[0]), target, None)
     cache, nbytes = primed(target, 200, 1), target.weight_bytes
     a = np.ones(nbytes // 4 >> 10 << 10, dtype=np.float32)
     w, x = a.reshape(1 << 10, -1), np.ones(1 << 10, dtype=np.float32)  # read_gbps's probes

@@ -29,7 +29,7 @@ from . import acceptance
 from .calibration import Busy, calibration, head_costs, priced, roofline, with_curve
 from .choice import Choice, choose, setting_name
 from .costcurve import apply_layout
-from .costmodel import pads, record_ms
+from .costmodel import machine_layout, pads, record_ms
 from .loops import repeat_line, repeat_share
 from .machine import blas_name, machine, machine_name, settle_threads
 from .options import at_least, describe
@@ -389,7 +389,7 @@ def main(argv=None) -> int:
     if a.curves:
         return 0
     if costs:  # else (--plan default, no costs): each model's own layout, the predicted column unmeasured
-        target, draft, eagle_head = apply_layout(costs["layout"] | pads(costs["curves"]), target, draft, eagle_head)
+        target, draft, eagle_head = apply_layout(machine_layout(costs), target, draft, eagle_head)
     plans = {s: row_choices(target, draft, ngram, enc, costs, kw["temperature"], a.plan,
                             eagle_head if a.rows != "rules" else None)
              for s, kw in settings.items()}

@@ -16,7 +16,7 @@ from . import acceptance
 from .cache import cache_path, read_json, store, writable
 from .calibration import Busy, calibration, priced, with_head
 from .costcurve import apply_layout
-from .costmodel import pads, pass_ms, record_ms
+from .costmodel import machine_layout, pads, pass_ms, record_ms
 from .machine import settle_threads
 
 MARGIN = 1.10  # a drafting plan must be predicted this much faster than plain decoding (the model errs by ~10%)
@@ -170,7 +170,7 @@ def choose_each(target, draft, ngram, enc, temperature, asked, plan, changes, re
             out[key] = const(ran or ("staged",), CONSTANT_BECAUSE + none)
             continue
         shaped = changed(chosen.plan, chosen.method, changes)
-        out[key] = dataclasses.replace(chosen, plan=shaped, layout=costs["layout"] | pads(costs["curves"]),
+        out[key] = dataclasses.replace(chosen, plan=shaped, layout=machine_layout(costs),
                                        among=ran, changed=shaped != chosen.plan)
     return out
 

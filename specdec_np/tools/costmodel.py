@@ -24,11 +24,17 @@ def interp(curve: dict, k: int) -> float:
     return float(np.interp(k, ks, ms))
 
 
-def pad_size(curve: dict, k: int) -> int:
-    """The block size to compute k tokens as: k or a larger measured size that costs less (ties: the smaller).
-    OpenBLAS works in panels of 4 and 8 columns: where 5-7 tokens cost more than 8, dummy rows are free speed."""
-    larger = [size for size in sorted(int(x) for x in curve) if size > k]
-    return min([k] + larger, key=lambda size: interp(curve, size))
+PAD_SLACK = 0.03  # neighbouring sizes of one measured curve differ by about this much from noise alone
+
+
+def pad_size(curve: dict, k: int, slack: float = PAD_SLACK) -> int:
+    """The block size to compute k tokens as: the smallest of k and the larger measured sizes whose cost is within
+    `slack` of the cheapest of them. OpenBLAS works in panels of 4 and 8 columns: where 5-7 tokens cost more than 8,
+    dummy rows are free speed; but a larger size measured a noise's worth cheaper is no saving, and padding to it
+    costs its rows wherever the noise, not the kernel, made it cheaper (docs/performance.md)."""
+    sizes = [k] + [size for size in sorted(int(x) for x in curve) if size > k]
+    cheapest = min(interp(curve, size) for size in sizes)
+    return next(size for size in sizes if interp(curve, size) <= cheapest * (1 + slack))
 
 
 def padding(curve: dict | None) -> tuple:
@@ -39,6 +45,12 @@ def padding(curve: dict | None) -> tuple:
 def pads(curves: dict) -> dict:
     """The padding tables of measured cost curves, from each model's warm curve (computed anew on each call)."""
     return {f"{m}_pad": padding(curves[m]["warm"]) if m in curves else () for m in ("target", "draft")}
+
+
+def machine_layout(costs: dict) -> dict:
+    """The layout the models run with on the machine `costs` measured (`costcurve.apply_layout`'s argument): its
+    measured ways of multiplying and the padding tables of its curves."""
+    return costs["layout"] | pads(costs["curves"])
 
 
 def loop_scale(passes, curves: dict) -> dict:
