@@ -199,7 +199,7 @@ def measure_costs(target, draft, ngram, prompts, progress=None, seconds=None) ->
 
 def roofline(costs: dict, target) -> str:
     """Plain decoding's one-token pass against the rate NumPy reads the target's weights (`read_gbps`), in words."""
-    ms = pass_ms(costs["curves"], "target", "warm", 1, pads(costs["curves"])["target_pad"])
+    ms = pass_ms(costs["curves"], "target", "warm", 1)  # one token is never padded
     gbps, rate = costs.get("read_gbps"), target.weight_bytes / ms / 1e6  # GB/s
     limit = f", {rate / gbps:.0%} of the {gbps:.1f} GB/s NumPy reads here" if gbps else " (no read rate measured)"
     return (f"roofline: plain decoding's one-token pass reads the target's {target.weight_bytes / 1e6:.1f} MB of "

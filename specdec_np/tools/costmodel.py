@@ -31,7 +31,11 @@ def pad_size(curve: dict, k: int, slack: float = PAD_SLACK) -> int:
     """The block size to compute k tokens as: the smallest of k and the larger measured sizes whose cost is within
     `slack` of the cheapest of them. OpenBLAS works in panels of 4 and 8 columns: where 5-7 tokens cost more than 8,
     dummy rows are free speed; but a larger size measured a noise's worth cheaper is no saving, and padding to it
-    costs its rows wherever the noise, not the kernel, made it cheaper (docs/performance.md)."""
+    costs its rows wherever the noise, not the kernel, made it cheaper (docs/performance.md). One token is never
+    padded: how its row is multiplied is raced on its own (`Layout.one_row`; "pair" reads it as two rows without a
+    second row's layer norms and attention), and a curve whose larger block beat it was bent by noise."""
+    if k == 1:
+        return 1
     sizes = [k] + [size for size in sorted(int(x) for x in curve) if size > k]
     cheapest = min(interp(curve, size) for size in sizes)
     return next(size for size in sizes if interp(curve, size) <= cheapest * (1 + slack))

@@ -26,6 +26,13 @@ def test_pad_size_ignores_a_larger_size_cheaper_by_noise():
     assert pad_size({"2": 4.18, "4": 4.12}, 2) == 2 and pad_size({"2": 4.18, "4": 3.9}, 2) == 4  # 1% vs 7% cheaper
 
 
+def test_one_token_is_never_padded():
+    # A busy Zen 4's curve: one token 4.84 ms, four 4.16 (16% less). Plain decoding would have run 4-row passes.
+    bent = {"1": 4.84, "2": 4.38, "3": 4.72, "4": 4.16, "8": 6.13}
+    assert pad_size(bent, 1) == 1 and padding(bent)[:4] == (1, 4, 4, 4)
+    assert pad_size({"1": 2.0, "2": 1.0}, 1) == 1  # however much cheaper: Layout.one_row decides one row's way
+
+
 def test_padding_table_without_a_curve_is_the_identity():
     assert padding(None) == () and [Layout(padding=()).rows(k) for k in (1, 5, 100)] == [1, 5, 100]
     table = padding(CURVE)  # up to 16, the largest measured size: the rows `Layout.rows` computes blocks as
@@ -145,14 +152,15 @@ def test_loop_scale_is_the_median_ratio_of_in_loop_passes_to_the_curve():
 
 def test_the_read_rate_probe_and_plain_decodings_roofline():
     """`read_gbps` is a positive, finite rate whatever the size; the roofline line divides the target's weight bytes
-    by its padded one-token pass and says the share of the probe (or that no probe was measured)."""
+    by its one-token pass (never padded, though 2 tokens were measured cheaper) and says the share of the probe (or
+    that no probe was measured)."""
     from specdec_np.tools.calibration import roofline
     from specdec_np.tools.costcurve import read_gbps
     assert all(0 < read_gbps(n, repeats=2) < float("inf") for n in (1, 3 << 20))
 
     class Target:
         weight_bytes = 70_000_000
-    curves = {"target": {"warm": {"1": 5.0, "2": 3.5, "4": 7.0}}}  # JSON's keys; padded, one token runs as two
+    curves = {"target": {"warm": {"1": 3.5, "2": 3.0, "4": 7.0}}}  # JSON's keys
     line = roofline({"curves": curves, "read_gbps": 40.0}, Target())
     assert line == ("roofline: plain decoding's one-token pass reads the target's 70.0 MB of weights in 3.50 ms, "
                     "20.0 GB/s, 50% of the 40.0 GB/s NumPy reads here")
