@@ -10,7 +10,7 @@ import math
 import os
 import sys
 import time
-from collections import namedtuple
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,9 @@ from .. import ngram as ngram_lib
 from ..checkpoint import CONFIG_FILE, read_config, resolve
 from ..checks import ContextFilled, check_cuts, check_prompt
 from ..decode import generate
+from ..eagle import Head
 from ..files import PROMPT_MAX_BYTES, WEIGHTS_DIR, check_regular, read_regular, read_text, utf8
+from ..gpt2 import GPT2
 from ..methods import METHODS
 from ..models import EMBEDDED_DRAFT, EMBEDDED_HEAD, EMBEDDED_TARGET, load_head, load_ngram
 from ..plan import Plan
@@ -55,9 +57,23 @@ EMBEDDED_N_VOCAB = 8193  # the embedded models' vocabulary, the embedded trigram
 # A target's draft without --draft: the one it was made for, or its family's smallest (the paper's was 15-20x smaller).
 DEFAULT_DRAFTS = {"tiny-target": "tiny-draft", "gpt2-xl": "gpt2", "gpt2-large": "gpt2", "gpt2-medium": "distilgpt2",
                   "gpt2": "distilgpt2"}
-# What a decoding command decodes (draft, ngram: those its method reads); `about`: the plan and why; `stop`: --stop's.
-Setup = namedtuple("Setup", "text prompt target draft ngram enc method plan about stop")
 TEXT_MAX_BYTES = 1 << 28  # a text file `ngram fit` reads (about 80 million tokens, minutes of tokenizing)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What `generate` and `trace` decode: the prompt, the models laid out for this machine, the method and plan."""
+
+    text: str  # the prompt as given
+    prompt: list  # its token ids
+    target: GPT2
+    draft: GPT2 | Head | None  # what `method` drafts with: the draft model, the target's EAGLE head, or nothing
+    ngram: ngram_lib.Trigram | None  # if `method` reads one
+    enc: object  # the target vocabulary's tokenizer (tokenizer.get_encoding)
+    method: str
+    plan: Plan
+    about: str  # the plan in words, and how it was chosen (--stats)
+    stop: tuple  # --stop's strings
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
