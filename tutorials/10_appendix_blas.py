@@ -137,14 +137,17 @@ say_if_busy(start)
 # Where an odd size does cost more, a verifier can exploit that for free: compute a 5-token tree as
 # an 8-token block whose 3 extra rows are dummies that no real token attends to
 # (`fastpath.laid_out(model, padding=...)`). The real rows compute exactly what they would alone;
-# the decoder pads each block to the cheapest measured size at least as large (the tools' table of
-# these sizes, `costmodel.padding`, becomes the model's `Layout.padding` where they set its layout;
-# it pads only where the larger size is cheaper by more than 3%, the noise between neighbours).
+# the decoder pads each block to the cheapest measured size at least as large, but only where it
+# costs less by more than the noise between neighbouring sizes (3%): a size measured a hair cheaper
+# by chance would cost its extra rows on every pass. The tools' table of these sizes
+# (`costmodel.padding`) becomes the model's `Layout.padding` where they set its layout.
 
 # %%
-def pad_size(curve, k):
-    """The block size to compute k tokens as: k, or a larger measured size that costs less (ties: the smaller)."""
-    return min([k] + [size for size in sorted(curve) if size > k], key=curve.get)
+def pad_size(curve, k, slack=0.03):
+    """The block size to compute k tokens as: the smallest of k and the larger measured sizes within `slack` of
+    the cheapest of them."""
+    sizes = [k] + [size for size in sorted(curve) if size > k]
+    return next(size for size in sizes if curve[size] <= min(curve[s] for s in sizes) * (1 + slack))
 
 
 target = laid_out(with_slabs(target, slab_rows), gemv_rows=gemv_rows)  # this table's choice
