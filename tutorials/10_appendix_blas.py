@@ -147,7 +147,8 @@ def pad_size(curve, k, slack=0.03):
     """The block size to compute k tokens as: the smallest of k and the larger measured sizes within `slack` of
     the cheapest of them."""
     sizes = [k] + [size for size in sorted(curve) if size > k]
-    return next(size for size in sizes if curve[size] <= min(curve[s] for s in sizes) * (1 + slack))
+    cheapest = min(curve[size] for size in sizes)
+    return next(size for size in sizes if curve[size] <= cheapest * (1 + slack))
 
 
 target = laid_out(with_slabs(target, slab_rows), gemv_rows=gemv_rows)  # this table's choice

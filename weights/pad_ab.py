@@ -24,15 +24,15 @@ from specdec_np.plan import Plan  # noqa: E402
 from specdec_np.tools import acceptance, bench  # noqa: E402
 from specdec_np.tools.calibration import calibration  # noqa: E402
 from specdec_np.tools.costcurve import apply_layout, loop_curves  # noqa: E402
-from specdec_np.tools.costmodel import machine_layout, pad_size  # noqa: E402
+from specdec_np.tools.costmodel import PAD_SLACK, machine_layout, pad_size  # noqa: E402
 from specdec_np.tools.machine import machine_name  # noqa: E402
 
 SIZES = (1, 2, 3, 4, 5, 6, 8)
 
 
-def table(curve: dict, slack=None) -> list[int]:
+def table(curve: dict, slack: float = PAD_SLACK) -> list[int]:
     """The rows 1..8 tokens are computed as."""
-    return [pad_size(curve, k) if slack is None else pad_size(curve, k, slack) for k in range(1, 9)]
+    return [pad_size(curve, k, slack) for k in range(1, 9)]
 
 
 def main() -> None:
@@ -52,9 +52,10 @@ def main() -> None:
         print("target, ms per pass: " + ", ".join(f"{k} {ms:.2f}" for k, ms in curve.items())
               + f"; padded {table(curve)}, without the margin {table(curve, 0.0)}")
     cached = costs["curves"]["target"]["warm"]
-    print(f"cached calibration's table {table(cached)}, without the margin {table(cached, 0.0)}")
+    margin, no_margin = table(cached), table(cached, 0.0)
+    print(f"cached calibration's table {margin}, without the margin {no_margin}")
     # The other table: the margin-free one where it pads 3-5 rows further, else 3 and 4 as 5 (yesterday's noise).
-    other = table(cached, 0.0)[:5] if table(cached, 0.0)[:5] != table(cached)[:5] else [1, 2, 5, 5, 5]
+    other = no_margin[:5] if no_margin[:5] != margin[:5] else [1, 2, 5, 5, 5]
     padded = {"margin": target, "other": dataclasses.replace(target, layout=dataclasses.replace(
         target.layout, padding=tuple(other) + target.layout.padding[5:]))}
     print(f"the tables compared: 1-5 rows as {list(target.layout.padding[:5])} (margin) and as {other}")

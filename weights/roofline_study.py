@@ -34,7 +34,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     trials = ap.parse_args().trials
     target, draft, ngram, enc = models.load_embedded()
-    target, _ = apply_layout(machine_layout(calibration(target, draft, ngram, calibration_prompts(enc))[0]), target, None)
+    costs, _ = calibration(target, draft, ngram, calibration_prompts(enc))
+    target, _ = apply_layout(machine_layout(costs), target, None)
     cache, nbytes = primed(target, 200, 1), target.weight_bytes
     a = np.ones(nbytes // 4 >> 10 << 10, dtype=np.float32)
     w, x = a.reshape(1 << 10, -1), np.ones(1 << 10, dtype=np.float32)  # read_gbps's probes

@@ -36,9 +36,9 @@ def pad_size(curve: dict, k: int, slack: float = PAD_SLACK) -> int:
     second row's layer norms and attention), and a curve whose larger block beat it was bent by noise."""
     if k == 1:
         return 1
-    sizes = [k] + [size for size in sorted(int(x) for x in curve) if size > k]
-    cheapest = min(interp(curve, size) for size in sizes)
-    return next(size for size in sizes if interp(curve, size) <= cheapest * (1 + slack))
+    ms = {size: interp(curve, size) for size in [k] + [size for size in sorted(int(x) for x in curve) if size > k]}
+    cheapest = min(ms.values())
+    return next(size for size, cost in ms.items() if cost <= cheapest * (1 + slack))
 
 
 def padding(curve: dict | None) -> tuple:
